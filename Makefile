@@ -1,0 +1,175 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# infertrace: one non-recursive Makefile, everything built out of tree in
+# $(BUILD). `make V=1` shows the commands. `make help` lists the targets.
+
+BUILD ?= build
+ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
+CC ?= cc
+CLANG ?= clang
+BPFTOOL ?= bpftool
+CUDA_HOME ?= /usr/local/cuda
+SAN ?=
+
+ifeq ($(V),1)
+Q :=
+msg :=
+else
+Q := @
+msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
+endif
+
+# Debian 12 packages the build and the tests need; `make deps` installs the
+# missing ones. jq: the integration tests read the agent's JSON lines with it.
+DEB_PKGS := clang llvm make gcc pkg-config libbpf-dev bpftool libelf-dev zlib1g-dev \
+	libjansson-dev librdkafka-dev libcmocka-dev libsqlite3-dev systemtap-sdt-dev kcat \
+	iproute2 jq procps util-linux
+
+CFLAGS_COMMON := -std=gnu11 -g -O2 -Wall -Wextra -Werror -Wno-missing-field-initializers \
+	-fno-omit-frame-pointer -MMD -MP
+ifneq ($(SAN),)
+CFLAGS_COMMON += -fsanitize=$(SAN) -fno-sanitize-recover=all
+LDFLAGS_SAN := -fsanitize=$(SAN)
+endif
+INCLUDES := -I$(BUILD) -Ibpf -Iagent -Icorrelator/include
+CFLAGS ?=
+LDFLAGS ?=
+ALL_CFLAGS := $(CFLAGS_COMMON) $(INCLUDES) $(CFLAGS)
+AGENT_LIBS := -lbpf -lelf -lz -ljansson -lpthread
+
+.PHONY: all deps test demo bench fmt check-fmt clean help vmlinux
+all: $(BUILD)/infertrace-agent
+
+# ---------------------------------------------------------------- BPF ------
+# Each <family>.bpf.c compiles to one object; bpftool links them into one
+# object and generates one skeleton (bpf/maps.bpf.h holds the __weak maps).
+BPF_SRCS := $(sort $(wildcard bpf/*.bpf.c))
+BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
+BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Ibpf -Ibpf/vmlinux/$(ARCH) \
+	-Wall -Werror -Wno-unused-function -MMD -MP
+ifeq ($(BPF_DEBUG),1)
+BPF_CFLAGS += -DBPF_DEBUG
+endif
+
+$(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c | $(BUILD)/bpf
+	$(call msg,BPF,$@)
+	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(BUILD)/bpf/infertrace.bpf.o: $(BPF_OBJS)
+	$(call msg,BPFLINK,$@)
+	$(Q)$(BPFTOOL) gen object $@ $^
+
+$(BUILD)/infertrace.skel.h: $(BUILD)/bpf/infertrace.bpf.o
+	$(call msg,GEN-SKEL,$@)
+	$(Q)$(BPFTOOL) gen skeleton $< name infertrace_bpf > $@.tmp && mv $@.tmp $@
+
+# Regenerate the checked-in vmlinux.h from the running kernel's BTF.
+vmlinux:
+	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux/$(ARCH)/vmlinux.h
+
+# ---------------------------------------------------------- correlator -----
+CORR_SRCS := $(sort $(wildcard correlator/src/*.c))
+CORR_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CORR_SRCS))
+CORR_LIB := $(BUILD)/libinfertrace_correlator.a
+
+$(CORR_LIB): $(CORR_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+# --------------------------------------------------------------- agent -----
+# agent/*.c except main.c form a static library that the unit tests link too.
+AGENT_SRCS := $(sort $(wildcard agent/*.c))
+AGENT_LIB_SRCS := $(filter-out agent/main.c,$(AGENT_SRCS))
+AGENT_LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(AGENT_LIB_SRCS))
+AGENT_LIB := $(BUILD)/libinfertrace_agent.a
+
+# every agent object may include the skeleton
+$(AGENT_LIB_OBJS) $(BUILD)/agent/main.o: $(BUILD)/infertrace.skel.h
+
+$(AGENT_LIB): $(AGENT_LIB_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/infertrace-agent: $(BUILD)/agent/main.o $(AGENT_LIB) $(CORR_LIB)
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ $(AGENT_LIBS)
+
+$(BUILD)/%.o: %.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/bpf:
+	$(Q)mkdir -p $@
+
+# --------------------------------------------------------------- tests -----
+# tests/unit/test_*.c: cmocka, linked with the agent and correlator libraries.
+# tests/integration/*.c: workloads the integration scripts run (no cmocka).
+UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRCS))
+ITEST_SRCS := $(sort $(wildcard tests/integration/*.c))
+ITEST_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(ITEST_SRCS))
+TEST_BINS := $(UNIT_BINS) $(ITEST_BINS)
+
+$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(AGENT_LIB) $(CORR_LIB)
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ $(AGENT_LIBS) -lcmocka
+
+$(BUILD)/tests/unit/%.o: $(BUILD)/infertrace.skel.h
+
+# workloads load libcudart / libcuda with dlopen, as inference engines do
+$(BUILD)/tests/integration/%: tests/integration/%.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< -ldl -lpthread
+
+# -------------------------------------------------------------- bench ------
+BENCH_SRCS := $(sort $(wildcard bench/*.c))
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
+
+$(BUILD)/bench/%: bench/%.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< -ldl -lpthread -lbpf -lelf -lz
+
+# ------------------------------------------------------------- targets -----
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' \
+			|| missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "  DEPS     installing:$$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+			|| { echo "make deps: apt-get failed for:$$missing" >&2; exit 1; }; \
+	fi
+
+test: deps
+	$(Q)$(MAKE) --no-print-directory all $(TEST_BINS) $(BENCH_BINS)
+	$(Q)BUILD=$(BUILD) tests/run.sh
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory all $(ITEST_BINS)
+	$(Q)BUILD=$(BUILD) scripts/demo.sh
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all $(ITEST_BINS) $(BENCH_BINS)
+	$(Q)BUILD=$(BUILD) bench/run.sh
+
+FMT_SRCS = $(shell git ls-files '*.c' '*.h' 2>/dev/null | grep -v '^bpf/vmlinux/')
+fmt:
+	clang-format -i $(FMT_SRCS)
+
+check-fmt:
+	clang-format --dry-run -Werror $(FMT_SRCS)
+
+clean:
+	$(call msg,CLEAN,$(BUILD))
+	$(Q)rm -rf $(BUILD)
+
+help:
+	@echo "targets: all deps test demo bench fmt check-fmt clean vmlinux"
+	@echo "options: V=1 (show commands)  SAN=address,undefined  BPF_DEBUG=1  BUILD=dir"
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

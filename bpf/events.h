@@ -1,0 +1,407 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * events.h - the one record ABI shared by the BPF programs, the agent and the
+ * CUPTI shim.
+ *
+ * Rules (docs/events.md explains them to users):
+ *   - only __u8..__u64, explicit padding, every size _Static_assert'ed;
+ *   - every record starts with struct event_hdr;
+ *   - event type numbers are never reused, records only grow at the end;
+ *   - bump INFERTRACE_ABI_VERSION when a record changes; the agent refuses a
+ *     shim that speaks another version.
+ *
+ * The agent decodes these in agent/decode.c (must match field for field).
+ */
+#ifndef INFERTRACE_EVENTS_H
+#define INFERTRACE_EVENTS_H
+
+#ifdef __BPF__
+/* vmlinux.h already defines the __uN types */
+#else
+#include <linux/types.h>
+#endif
+
+#define INFERTRACE_ABI_VERSION 1
+/* "schema" field of every JSON line; docs/events.md */
+#define INFERTRACE_SCHEMA_VERSION 1
+
+#define TASK_COMM_LEN 16
+#define LIB_NAME_LEN 64
+#define MAX_STACK_DEPTH 32
+#define HIST_SLOTS 32
+#define GPU_NAME_LEN 192
+
+enum event_type {
+	EV_CUDA_LAUNCH = 1, /* struct cuda_launch_event (+ optional stack) */
+	EV_CUDA_SYNC = 2, /* struct cuda_sync_event */
+	EV_OFFCPU = 3, /* struct offcpu_event */
+	EV_RUNQ = 4, /* struct runq_event */
+	EV_SYSCALL = 5, /* struct syscall_event */
+	EV_TCP_RETRANS = 6, /* struct tcp_retrans_event */
+	EV_PROC_EXEC = 7, /* struct process_event */
+	EV_PROC_EXIT = 8, /* struct process_event */
+	EV_LIB_MAP = 9, /* struct process_event: a CUDA library was mapped */
+	/* 10..15 reserved for further BPF families */
+	/* GPU side, written by the CUPTI shim (agent/shim) */
+	EV_GPU_KERNEL = 16, /* struct gpu_activity_event */
+	EV_GPU_MEMCPY = 17, /* struct gpu_activity_event */
+	EV_GPU_MEMSET = 18, /* struct gpu_activity_event */
+	EV_GPU_LAUNCH_CB = 19, /* struct gpu_launch_cb_event */
+	EV_SHIM_STATUS = 20, /* struct shim_status_event */
+	EV_TYPE_MAX = 32, /* size of the per-type counter arrays */
+};
+
+/*
+ * Common header, 24 bytes.
+ *
+ *  0      2      4          8          12         16                 24
+ *  +------+------+----------+----------+----------+------------------+
+ *  | type | size |   pid    |   tid    |   cpu    |      ts_ns       |
+ *  +------+------+----------+----------+----------+------------------+
+ *
+ * pid is the tgid as seen from the initial pid namespace, tid the thread id,
+ * ts_ns CLOCK_MONOTONIC (bpf_ktime_get_ns()). size is the whole record's size
+ * in bytes, header included.
+ */
+struct event_hdr {
+	__u16 type;
+	__u16 size;
+	__u32 pid;
+	__u32 tid;
+	__u32 cpu;
+	__u64 ts_ns;
+};
+_Static_assert(sizeof(struct event_hdr) == 24, "event_hdr ABI");
+
+/*
+ * CUDA entry points probed by bpf/cuda.bpf.c. The index is also the slot in
+ * thread_stats.launches[]. Names live in agent/cuda_api.c (must match).
+ */
+enum cuda_api {
+	API_CUDA_LAUNCH_KERNEL = 0,
+	API_CUDA_LAUNCH_KERNEL_PTSZ = 1,
+	API_CUDA_LAUNCH_KERNEL_EXC = 2,
+	API_CUDA_LAUNCH_KERNEL_EXC_PTSZ = 3,
+	API_CUDA_GRAPH_LAUNCH = 4,
+	API_CUDA_GRAPH_LAUNCH_PTSZ = 5,
+	API_CUDA_MEMCPY_ASYNC = 6,
+	API_CUDA_MEMCPY_ASYNC_PTSZ = 7,
+	API_CUDA_STREAM_SYNCHRONIZE = 8,
+	API_CUDA_STREAM_SYNCHRONIZE_PTSZ = 9,
+	API_CUDA_DEVICE_SYNCHRONIZE = 10,
+	API_CU_LAUNCH_KERNEL = 11,
+	API_CU_LAUNCH_KERNEL_PTSZ = 12,
+	API_CU_LAUNCH_KERNEL_EX = 13,
+	API_CU_LAUNCH_KERNEL_EX_PTSZ = 14,
+	API_CU_GRAPH_LAUNCH = 15,
+	API_CU_GRAPH_LAUNCH_PTSZ = 16,
+	API_COUNT = 17,
+	API_SLOTS = 24, /* room to grow without changing thread_stats */
+};
+
+#define LAUNCH_F_STACK (1u << 0) /* a user stack follows the record */
+
+/*
+ * EV_CUDA_LAUNCH, 88 bytes (+ 8 * MAX_STACK_DEPTH with LAUNCH_F_STACK).
+ *
+ *  0        24    26      28        32       40        48              60
+ *  +--------+-----+-------+---------+--------+---------+---------------+
+ *  | hdr    | api | flags |stack_sz |  func  | stream  | grid[3]       |
+ *  +--------+-----+-------+---------+--------+---------+---------------+
+ *  60             72       80       84       88
+ *  +--------------+--------+--------+--------+
+ *  | block[3]     |  arg   |  kind  |  pad   |
+ *  +--------------+--------+--------+--------+
+ *
+ * func: kernel function (runtime), CUfunction (driver), graph exec (graph
+ * launches) or destination address (memcpy). arg: dynamic shared memory bytes
+ * for kernel launches, byte count for cudaMemcpyAsync. kind: cudaMemcpyKind.
+ * stack_sz: bytes of user stack (__u64 ips) that follow, 0 when none.
+ */
+struct cuda_launch_event {
+	struct event_hdr hdr;
+	__u16 api;
+	__u16 flags;
+	__u32 stack_sz;
+	__u64 func;
+	__u64 stream;
+	__u32 grid[3];
+	__u32 block[3];
+	__u64 arg;
+	__u32 kind;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct cuda_launch_event) == 88, "cuda_launch_event ABI");
+
+struct cuda_launch_stack_event {
+	struct cuda_launch_event ev;
+	__u64 ips[MAX_STACK_DEPTH];
+};
+_Static_assert(sizeof(struct cuda_launch_stack_event) == 88 + 8 * MAX_STACK_DEPTH,
+	       "cuda_launch_stack_event ABI");
+
+/*
+ * EV_CUDA_SYNC, 48 bytes: a synchronising call and how long it blocked.
+ * hdr.ts_ns is the entry time.
+ *
+ *  0        24    26    28      32        40        48
+ *  +--------+-----+-----+-------+---------+---------+
+ *  | hdr    | api | pad | ret   | stream  | dur_ns  |
+ *  +--------+-----+-----+-------+---------+---------+
+ */
+struct cuda_sync_event {
+	struct event_hdr hdr;
+	__u16 api;
+	__u16 pad;
+	__s32 ret;
+	__u64 stream;
+	__u64 dur_ns;
+};
+_Static_assert(sizeof(struct cuda_sync_event) == 48, "cuda_sync_event ABI");
+
+enum offcpu_cause {
+	OFFCPU_BLOCKED = 0, /* switched out while sleeping/waiting */
+	OFFCPU_PREEMPTED = 1, /* switched out while still runnable */
+};
+
+/*
+ * EV_OFFCPU, 56 bytes: one off-CPU interval of a traced thread, from
+ * switch-out (hdr.ts_ns) to switch-in, above the configured threshold.
+ * by_tid/by_comm: the task that took the CPU when the thread left it.
+ *
+ *  0        24        32      36       40                56
+ *  +--------+---------+-------+--------+-----------------+
+ *  | hdr    | dur_ns  | cause | by_tid | by_comm[16]     |
+ *  +--------+---------+-------+--------+-----------------+
+ */
+struct offcpu_event {
+	struct event_hdr hdr;
+	__u64 dur_ns;
+	__u32 cause;
+	__u32 by_tid;
+	char by_comm[TASK_COMM_LEN];
+};
+_Static_assert(sizeof(struct offcpu_event) == 56, "offcpu_event ABI");
+
+/*
+ * EV_RUNQ, 32 bytes: run-queue wait (wake-up or preemption until the thread
+ * ran again) above the threshold. hdr.ts_ns is when the wait began.
+ */
+struct runq_event {
+	struct event_hdr hdr;
+	__u64 dur_ns;
+};
+_Static_assert(sizeof(struct runq_event) == 32, "runq_event ABI");
+
+/*
+ * EV_SYSCALL, 48 bytes: one syscall above the threshold; hdr.ts_ns is entry.
+ *
+ *  0        24        32        40     44     48
+ *  +--------+---------+---------+------+------+
+ *  | hdr    | dur_ns  |  ret    |  nr  | pad  |
+ *  +--------+---------+---------+------+------+
+ */
+struct syscall_event {
+	struct event_hdr hdr;
+	__u64 dur_ns;
+	__s64 ret;
+	__u32 nr;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct syscall_event) == 48, "syscall_event ABI");
+
+/*
+ * EV_TCP_RETRANS, 72 bytes. Addresses in network byte order; IPv4 uses the
+ * first 4 bytes. hdr.pid is the owning process when known (0 otherwise),
+ * hdr.tid is 0.
+ *
+ *  0      24          40          56      58      60       62      63   64     68    72
+ *  +------+-----------+-----------+-------+-------+--------+-------+----+------+-----+
+ *  | hdr  | saddr[16] | daddr[16] | sport | dport | family | state |pad | netns| pad |
+ *  +------+-----------+-----------+-------+-------+--------+-------+----+------+-----+
+ */
+struct tcp_retrans_event {
+	struct event_hdr hdr;
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 sport;
+	__u16 dport;
+	__u16 family;
+	__u8 state;
+	__u8 pad;
+	__u32 netns;
+	__u32 pad2;
+};
+_Static_assert(sizeof(struct tcp_retrans_event) == 72, "tcp_retrans_event ABI");
+
+/*
+ * EV_PROC_EXEC / EV_PROC_EXIT / EV_LIB_MAP, 112 bytes. name: for
+ * EV_LIB_MAP the file name of the mapped library (basename), else empty.
+ * code: exit code for EV_PROC_EXIT.
+ */
+struct process_event {
+	struct event_hdr hdr;
+	char comm[TASK_COMM_LEN];
+	char name[LIB_NAME_LEN];
+	__s32 code;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct process_event) == 112, "process_event ABI");
+
+/* ---- aggregates kept in BPF maps and read by the agent every interval ---- */
+
+/*
+ * thread_stats: value of map thread_stats, key = tid. Counters only grow;
+ * the agent reports differences between two reads. Fields after "scratch"
+ * are BPF working state, not reported.
+ */
+struct thread_stats {
+	__u32 pid;
+	__u32 tid;
+	__u64 launches[API_SLOTS];
+	__u64 sync_count;
+	__u64 sync_ns;
+	__u64 offcpu_blocked_ns;
+	__u64 offcpu_preempted_ns;
+	__u64 offcpu_count;
+	__u64 runq_ns;
+	__u64 runq_count;
+	__u64 offcpu_hist[HIST_SLOTS]; /* log2(us) buckets */
+	__u64 runq_hist[HIST_SLOTS]; /* log2(us) buckets */
+	__u64 stacks; /* user stacks captured */
+	__u64 stacks_limited; /* stacks skipped by the rate limit */
+	/* scratch */
+	__u64 offcpu_start_ns;
+	__u64 runq_start_ns;
+	__u64 sc_start_ns;
+	__u64 sync_start_ns;
+	__u64 stack_refill_ns;
+	__u64 sync_stream;
+	__u32 sc_nr;
+	__u32 offcpu_cause;
+	__u32 offcpu_by_tid;
+	__u32 stack_tokens;
+	__u16 sync_api;
+	__u16 pad16;
+	__u32 pad32;
+	char offcpu_by_comm[TASK_COMM_LEN];
+};
+_Static_assert(sizeof(struct thread_stats) % 8 == 0, "thread_stats alignment");
+
+struct syscall_key {
+	__u32 tid;
+	__u32 nr;
+};
+
+struct syscall_stats {
+	__u32 pid;
+	__u32 pad;
+	__u64 count;
+	__u64 total_ns;
+	__u64 max_ns;
+	__u64 hist[HIST_SLOTS]; /* log2(us) buckets */
+};
+_Static_assert(sizeof(struct syscall_stats) == 32 + 8 * HIST_SLOTS, "syscall_stats ABI");
+
+struct netdev_key {
+	__u32 netns; /* network namespace inode number */
+	__u32 ifindex;
+};
+
+struct netdev_stats {
+	char name[16];
+	__u64 rx_bytes;
+	__u64 rx_packets;
+	__u64 tx_bytes;
+	__u64 tx_packets;
+};
+_Static_assert(sizeof(struct netdev_stats) == 48, "netdev_stats ABI");
+
+/* value of map traced_procs, key = tgid */
+#define PROC_F_DEEP (1u << 0) /* deep capture for this process */
+struct traced_proc {
+	__u32 instance_id;
+	__u32 flags;
+};
+
+enum agent_mode {
+	MODE_SENTINEL = 0,
+	MODE_DEEP = 1,
+};
+
+/* one-entry array map runtime_cfg: settings the agent changes while running */
+struct runtime_cfg {
+	__u32 mode; /* enum agent_mode for every traced process */
+	__u32 deep_stacks; /* capture user stacks at launches in deep mode */
+	__u64 offcpu_thresh_ns;
+	__u64 runq_thresh_ns;
+	__u64 syscall_thresh_ns;
+	__u64 sync_thresh_ns;
+	__u32 stack_rate; /* stacks per thread per second */
+	__u32 deep_procs; /* number of traced_procs entries with PROC_F_DEEP */
+};
+_Static_assert(sizeof(struct runtime_cfg) == 48, "runtime_cfg ABI");
+
+/* load-time settings, written into .rodata between open and load */
+struct agent_cfg {
+	__u32 self_pid; /* the agent itself is never traced */
+	__u32 pad;
+};
+
+/* ---- GPU side: records the CUPTI shim sends to the agent (issue 3) ---- */
+
+/*
+ * EV_GPU_KERNEL / EV_GPU_MEMCPY / EV_GPU_MEMSET: one GPU activity.
+ * hdr.pid = the CUDA process, hdr.tid = 0 (CUPTI activity records carry no
+ * thread), hdr.ts_ns = start. Times are CLOCK_MONOTONIC ns.
+ */
+struct gpu_activity_event {
+	struct event_hdr hdr;
+	__u64 start_ns;
+	__u64 end_ns;
+	__u32 correlation_id;
+	__u32 device;
+	__u32 context;
+	__u32 stream;
+	__u32 graph_id;
+	__u32 graph_node_id_lo;
+	__u32 graph_node_id_hi;
+	__u32 grid[3];
+	__u32 block[3];
+	__u32 copy_kind; /* memcpy: CUpti_ActivityMemcpyKind */
+	__u64 bytes; /* memcpy/memset */
+	char name[GPU_NAME_LEN]; /* kernel name, mangled, NUL-terminated, cut */
+};
+_Static_assert(sizeof(struct gpu_activity_event) == 104 + GPU_NAME_LEN, "gpu_activity_event ABI");
+
+/*
+ * EV_GPU_LAUNCH_CB: the shim's launch callback (API exit) on the launching
+ * thread; ties correlation_id to (pid, tid, ts). cbid/domain as CUPTI's.
+ */
+struct gpu_launch_cb_event {
+	struct event_hdr hdr;
+	__u32 correlation_id;
+	__u32 cbid;
+	__u32 domain;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct gpu_launch_cb_event) == 40, "gpu_launch_cb_event ABI");
+
+#define SHIM_CLOCK_MONOTONIC_CB 0 /* CUPTI converts with our callback */
+#define SHIM_CLOCK_OFFSET 1 /* CUPTI clock + measured offset (fallback) */
+#define SHIM_CLOCK_NONE 2 /* no GPU: the shim is inert */
+
+struct shim_status_event {
+	struct event_hdr hdr;
+	__u32 abi_version;
+	__u32 clock_mode;
+	__s64 clock_offset_ns;
+	__u64 records_sent;
+	__u64 records_dropped; /* channel full or agent absent */
+	__u64 cupti_dropped; /* cuptiActivityGetNumDroppedRecords */
+	__u32 capture; /* enum agent_mode */
+	__u32 pad;
+};
+_Static_assert(sizeof(struct shim_status_event) == 72, "shim_status_event ABI");
+
+#endif /* INFERTRACE_EVENTS_H */

@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* common.bpf.h - helpers every hook family uses: filter, threads, records. */
+#ifndef INFERTRACE_COMMON_BPF_H
+#define INFERTRACE_COMMON_BPF_H
+
+#include "maps.bpf.h"
+
+static __always_inline struct runtime_cfg *get_rcfg(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&runtime_cfg, &zero);
+}
+
+static __always_inline void count_type(void *counts, __u32 type)
+{
+	__u64 *v;
+
+	if (type >= EV_TYPE_MAX)
+		return;
+	v = bpf_map_lookup_elem(counts, &type);
+	if (v)
+		*v += 1; /* per-CPU slot: no atomics needed */
+}
+
+/* Is this (tgid) traced, and in which mode? NULL when not traced. */
+static __always_inline struct traced_proc *traced(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&traced_procs, &tgid);
+}
+
+/*
+ * The per-thread entry of a traced thread, created on first sight. The fast
+ * path is one hash lookup: a thread that has an entry is traced. Untraced
+ * threads cost a second lookup in traced_procs.
+ */
+static __always_inline struct thread_stats *thread_get(__u32 tgid, __u32 tid)
+{
+	struct thread_stats *ts;
+	__u32 zero = 0;
+
+	ts = bpf_map_lookup_elem(&thread_stats, &tid);
+	if (ts) {
+		/* a reused tid from another process: forget the old thread */
+		if (ts->pid == tgid)
+			return ts;
+		bpf_map_delete_elem(&thread_stats, &tid);
+	}
+	if (!traced(tgid))
+		return NULL;
+	ts = bpf_map_lookup_elem(&zero_thread, &zero);
+	if (!ts)
+		return NULL;
+	ts->pid = tgid;
+	ts->tid = tid;
+	/* BPF_NOEXIST: a concurrent creator wins, we use its entry */
+	bpf_map_update_elem(&thread_stats, &tid, ts, BPF_NOEXIST);
+	ts->pid = 0;
+	ts->tid = 0;
+	return bpf_map_lookup_elem(&thread_stats, &tid);
+}
+
+static __always_inline struct thread_stats *thread_current(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+
+	return thread_get(id >> 32, (__u32)id);
+}
+
+/* Deep capture for this process? Cheap when no process is deep by itself. */
+static __always_inline bool is_deep(struct runtime_cfg *rc, __u32 tgid)
+{
+	struct traced_proc *tp;
+
+	if (!rc)
+		return false;
+	if (rc->mode == MODE_DEEP)
+		return true;
+	if (!rc->deep_procs)
+		return false;
+	tp = traced(tgid);
+	return tp && (tp->flags & PROC_F_DEEP);
+}
+
+/*
+ * Reserve a record of `size` bytes on `rb`, or count a drop for `type`.
+ * The caller fills every field (the header via fill_hdr) and submits.
+ */
+static __always_inline void *reserve(void *rb, __u32 size, __u32 type)
+{
+	void *rec = bpf_ringbuf_reserve(rb, size, 0);
+
+	if (!rec) {
+		count_type(&drop_counts, type);
+		return NULL;
+	}
+	count_type(&event_counts, type);
+	return rec;
+}
+
+static __always_inline void fill_hdr(struct event_hdr *h, __u32 type, __u32 size, __u32 pid,
+				     __u32 tid, __u64 ts)
+{
+	h->type = type;
+	h->size = size;
+	h->pid = pid;
+	h->tid = tid;
+	h->cpu = bpf_get_smp_processor_id();
+	h->ts_ns = ts;
+}
+
+/* log2 bucket of a duration in microseconds, clamped to the histogram */
+static __always_inline __u32 hist_slot(__u64 ns)
+{
+	__u64 us = ns / 1000;
+	__u32 slot = 0;
+
+#pragma unroll
+	for (int i = 0; i < HIST_SLOTS - 1; i++) {
+		if (us <= 1)
+			break;
+		us >>= 1;
+		slot++;
+	}
+	return slot < HIST_SLOTS ? slot : HIST_SLOTS - 1;
+}
+
+#endif /* INFERTRACE_COMMON_BPF_H */

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * proc.bpf.c - process lifecycle for discovery (agent/discovery.c).
+ *
+ * A CUDA library is loaded long after exec (python imports torch late), so
+ * exec alone cannot find CUDA processes: the hook that matters is the
+ * executable mapping of a file named libcud* (libcudart, libcuda), seen at
+ * security_mmap_file() before the mapping exists; the agent then reads
+ * /proc/PID/maps. exec and exit are reported only for traced processes.
+ */
+#include "lib/common.bpf.h"
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define PROT_EXEC 0x4
+
+static __always_inline struct process_event *proc_reserve(__u32 type, __u32 tgid, __u32 tid)
+{
+	struct process_event *e = reserve(&rb_misc, sizeof(*e), type);
+
+	if (!e)
+		return NULL;
+	fill_hdr(&e->hdr, type, sizeof(*e), tgid, tid, bpf_ktime_get_ns());
+	__builtin_memset(e->comm, 0, sizeof(e->comm));
+	__builtin_memset(e->name, 0, sizeof(e->name));
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	e->code = 0;
+	e->pad = 0;
+	return e;
+}
+
+static __always_inline int handle_mmap_file(struct file *file, unsigned long prot)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	const unsigned char *dname;
+	char name[8] = {};
+	struct process_event *e;
+
+	if (!file || !(prot & PROT_EXEC) || (id >> 32) == cfg.self_pid)
+		return 0;
+	dname = BPF_CORE_READ(file, f_path.dentry, d_name.name);
+	if (bpf_probe_read_kernel_str(name, sizeof(name), dname) < 7)
+		return 0;
+	/* "libcud": libcudart.so*, libcuda.so* */
+	if (name[0] != 'l' || name[1] != 'i' || name[2] != 'b' || name[3] != 'c' ||
+	    name[4] != 'u' || name[5] != 'd')
+		return 0;
+	e = proc_reserve(EV_LIB_MAP, id >> 32, (__u32)id);
+	if (!e)
+		return 0;
+	bpf_probe_read_kernel_str(e->name, sizeof(e->name), dname);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("fentry/security_mmap_file")
+int BPF_PROG(on_mmap_file, struct file *file, unsigned long prot, unsigned long flags)
+{
+	return handle_mmap_file(file, prot);
+}
+
+SEC("kprobe/security_mmap_file")
+int BPF_KPROBE(on_mmap_file_raw, struct file *file, unsigned long prot)
+{
+	return handle_mmap_file(file, prot);
+}
+
+static __always_inline int handle_exec(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct process_event *e;
+
+	if (!traced(id >> 32))
+		return 0;
+	e = proc_reserve(EV_PROC_EXEC, id >> 32, (__u32)id);
+	if (e)
+		bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* after exec the old image and its mappings are gone: the agent re-reads maps */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p) { return handle_exec(); }
+
+SEC("raw_tp/sched_process_exec")
+int BPF_PROG(on_exec_raw) { return handle_exec(); }
+
+static __always_inline int handle_exit(struct task_struct *task)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct process_event *e;
+
+	/* the leader's exit ends the process for discovery's purposes */
+	if ((id >> 32) != (__u32)id || !traced(id >> 32))
+		return 0;
+	e = proc_reserve(EV_PROC_EXIT, id >> 32, (__u32)id);
+	if (!e)
+		return 0;
+	e->code = BPF_CORE_READ(task, exit_code) >> 8;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *task) { return handle_exit(task); }
+
+SEC("raw_tp/sched_process_exit")
+int BPF_PROG(on_exit_raw, struct task_struct *task) { return handle_exit(task); }
