@@ -25,7 +25,7 @@ DEB_PKGS := clang llvm make gcc pkg-config libbpf-dev bpftool libelf-dev zlib1g-
 	libjansson-dev librdkafka-dev libcmocka-dev libsqlite3-dev systemtap-sdt-dev kcat \
 	iproute2 jq procps util-linux
 
-CFLAGS_COMMON := -std=gnu11 -g -O2 -Wall -Wextra -Werror -Wno-missing-field-initializers \
+CFLAGS_COMMON := -std=gnu11 -D_GNU_SOURCE -g -O2 -Wall -Wextra -Werror -Wno-missing-field-initializers \
 	-fno-omit-frame-pointer -MMD -MP
 ifneq ($(SAN),)
 CFLAGS_COMMON += -fsanitize=$(SAN) -fno-sanitize-recover=all
@@ -35,7 +35,7 @@ INCLUDES := -I$(BUILD) -Ibpf -Iagent -Icorrelator/include
 CFLAGS ?=
 LDFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_COMMON) $(INCLUDES) $(CFLAGS)
-AGENT_LIBS := -lbpf -lelf -lz -ljansson -lpthread
+AGENT_LIBS := -lbpf -lelf -lz -ljansson -lsqlite3 -ldl -lpthread
 
 .PHONY: all deps test demo bench fmt check-fmt clean help vmlinux
 all: $(BUILD)/infertrace-agent
@@ -83,8 +83,19 @@ AGENT_LIB_SRCS := $(filter-out agent/main.c,$(AGENT_SRCS))
 AGENT_LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(AGENT_LIB_SRCS))
 AGENT_LIB := $(BUILD)/libinfertrace_agent.a
 
-# every agent object may include the skeleton
-$(AGENT_LIB_OBJS) $(BUILD)/agent/main.o: $(BUILD)/infertrace.skel.h
+# every agent object may include the skeleton and the syscall name table
+$(AGENT_LIB_OBJS) $(BUILD)/agent/main.o: $(BUILD)/infertrace.skel.h $(BUILD)/syscall_names.h
+
+# syscall number -> name, from the kernel headers of this architecture
+UNISTD_H := $(firstword $(wildcard /usr/include/$(shell $(CC) -print-multiarch)/asm/unistd_64.h \
+	/usr/include/asm/unistd_64.h))
+$(BUILD)/syscall_names.h: $(UNISTD_H)
+	$(call msg,GEN,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q){ echo '/* generated from $< by the Makefile */'; \
+	      echo 'static const char *const syscall_names[] = {'; \
+	      sed -n 's/^#define __NR_\([a-z0-9_]*\) \([0-9]*\)$$/\t[\2] = "\1",/p' $<; \
+	      echo '};'; } > $@.tmp && mv $@.tmp $@
 
 $(AGENT_LIB): $(AGENT_LIB_OBJS)
 	$(call msg,AR,$@)

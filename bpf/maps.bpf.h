@@ -49,9 +49,9 @@ struct {
 	__type(value, struct syscall_stats);
 } syscall_stats SEC(".maps") __weak;
 
-/* per network device (node wide) */
+/* per network device (node wide); per-CPU so busy NICs add no contention */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 1024);
 	__type(key, struct netdev_key);
 	__type(value, struct netdev_stats);

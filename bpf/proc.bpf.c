@@ -31,14 +31,16 @@ static __always_inline struct process_event *proc_reserve(__u32 type, __u32 tgid
 	return e;
 }
 
-static __always_inline int handle_mmap_file(struct file *file, unsigned long prot)
+#define NR_MMAP 9 /* x86-64 */
+
+static __always_inline int handle_mmap_file(struct file *file)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	const unsigned char *dname;
 	char name[8] = {};
 	struct process_event *e;
 
-	if (!file || !(prot & PROT_EXEC) || (id >> 32) == cfg.self_pid)
+	if (!file || (id >> 32) == cfg.self_pid)
 		return 0;
 	dname = BPF_CORE_READ(file, f_path.dentry, d_name.name);
 	if (bpf_probe_read_kernel_str(name, sizeof(name), dname) < 7)
@@ -55,16 +57,43 @@ static __always_inline int handle_mmap_file(struct file *file, unsigned long pro
 	return 0;
 }
 
-SEC("fentry/security_mmap_file")
-int BPF_PROG(on_mmap_file, struct file *file, unsigned long prot, unsigned long flags)
+/*
+ * mmap(addr, len, prot, flags, fd, off) with PROT_EXEC: the dynamic loader
+ * mapping a library's text. The file comes from the caller's fd table.
+ * (security_mmap_file would be the natural hook, but fentry and kprobes are
+ * missing on kernels built without ftrace/kprobes; raw_syscalls is always
+ * there and the program returns after one compare for other syscalls.)
+ */
+static __always_inline int handle_sys_enter(struct pt_regs *regs, long nr)
 {
-	return handle_mmap_file(file, prot);
+	struct task_struct *task;
+	struct file **fds;
+	struct file *file = NULL;
+	unsigned int max_fds;
+	long prot, fd;
+
+	if (nr != NR_MMAP)
+		return 0;
+	prot = BPF_CORE_READ(regs, dx);
+	fd = BPF_CORE_READ(regs, r8);
+	if (!(prot & PROT_EXEC) || fd < 0)
+		return 0;
+	task = (struct task_struct *)bpf_get_current_task();
+	max_fds = BPF_CORE_READ(task, files, fdt, max_fds);
+	if (fd >= max_fds)
+		return 0;
+	fds = BPF_CORE_READ(task, files, fdt, fd);
+	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
+	return handle_mmap_file(file);
 }
 
-SEC("kprobe/security_mmap_file")
-int BPF_KPROBE(on_mmap_file_raw, struct file *file, unsigned long prot)
+SEC("tp_btf/sys_enter")
+int BPF_PROG(on_mmap_enter, struct pt_regs *regs, long id) { return handle_sys_enter(regs, id); }
+
+SEC("raw_tp/sys_enter")
+int BPF_PROG(on_mmap_enter_raw, struct pt_regs *regs, long id)
 {
-	return handle_mmap_file(file, prot);
+	return handle_sys_enter(regs, id);
 }
 
 static __always_inline int handle_exec(void)

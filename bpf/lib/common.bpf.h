@@ -109,20 +109,34 @@ static __always_inline void fill_hdr(struct event_hdr *h, __u32 type, __u32 size
 	h->ts_ns = ts;
 }
 
-/* log2 bucket of a duration in microseconds, clamped to the histogram */
+/* floor(log2(v)) without loops, so the verifier sees straight-line code */
+static __always_inline __u32 log2_u64(__u64 v)
+{
+	__u32 r = 0, shift;
+
+	shift = (v > 0xFFFFFFFFULL) << 5; v >>= shift; r |= shift;
+	shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
+	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
+	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
+	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	r |= (v >> 1);
+	return r;
+}
+
+/*
+ * Histogram slot of a duration: slot 0 holds [0, 2) us, slot i >= 1 holds
+ * [2^i, 2^(i+1)) us, the last slot everything above. Must match
+ * agent/aggregate.c (hist_lower_us).
+ */
 static __always_inline __u32 hist_slot(__u64 ns)
 {
-	__u64 us = ns / 1000;
-	__u32 slot = 0;
+	__u32 slot = log2_u64(ns / 1000);
 
-#pragma unroll
-	for (int i = 0; i < HIST_SLOTS - 1; i++) {
-		if (us <= 1)
-			break;
-		us >>= 1;
-		slot++;
-	}
-	return slot < HIST_SLOTS ? slot : HIST_SLOTS - 1;
+	if (slot >= HIST_SLOTS)
+		slot = HIST_SLOTS - 1;
+	/* keep the mask: clang drops it after the clamp, the verifier needs it */
+	asm volatile("%[s] &= %[m]" : [s] "+r"(slot) : [m] "i"(HIST_SLOTS - 1));
+	return slot;
 }
 
 #endif /* INFERTRACE_COMMON_BPF_H */

@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * decode.c - ring-buffer records (bpf/events.h) to JSON lines
+ * (docs/events.md). Every record is checked against its type's size before
+ * a field is read; a malformed one is counted, never trusted.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "state.h"
+#include "syscall_names.h"
+
+static const struct {
+	unsigned type;
+	size_t size;
+} min_sizes[] = {
+	{ EV_CUDA_LAUNCH, sizeof(struct cuda_launch_event) },
+	{ EV_CUDA_SYNC, sizeof(struct cuda_sync_event) },
+	{ EV_OFFCPU, sizeof(struct offcpu_event) },
+	{ EV_RUNQ, sizeof(struct runq_event) },
+	{ EV_SYSCALL, sizeof(struct syscall_event) },
+	{ EV_TCP_RETRANS, sizeof(struct tcp_retrans_event) },
+	{ EV_PROC_EXEC, sizeof(struct process_event) },
+	{ EV_PROC_EXIT, sizeof(struct process_event) },
+	{ EV_LIB_MAP, sizeof(struct process_event) },
+};
+
+const char *syscall_name(unsigned nr)
+{
+	if (nr < sizeof(syscall_names) / sizeof(syscall_names[0]) && syscall_names[nr])
+		return syscall_names[nr];
+	return NULL;
+}
+
+const char *tcp_state_name(unsigned state)
+{
+	static const char *const names[] = {
+		[1] = "ESTABLISHED", [2] = "SYN_SENT",	 [3] = "SYN_RECV",   [4] = "FIN_WAIT1",
+		[5] = "FIN_WAIT2",   [6] = "TIME_WAIT",	 [7] = "CLOSE",	     [8] = "CLOSE_WAIT",
+		[9] = "LAST_ACK",    [10] = "LISTEN",	 [11] = "CLOSING",   [12] = "NEW_SYN_RECV",
+	};
+
+	return state < sizeof(names) / sizeof(names[0]) && names[state] ? names[state] : "UNKNOWN";
+}
+
+const char *thread_comm(uint32_t pid, uint32_t tid, char *buf, size_t sz)
+{
+	char path[64];
+	FILE *f;
+
+	buf[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%u/task/%u/comm", pid, tid);
+	f = fopen(path, "re");
+	if (f) {
+		if (fgets(buf, sz, f))
+			buf[strcspn(buf, "\n")] = '\0';
+		fclose(f);
+	}
+	return buf;
+}
+
+static json_t *hex(uint64_t v)
+{
+	char b[24];
+
+	snprintf(b, sizeof(b), "0x%llx", (unsigned long long)v);
+	return json_string(b);
+}
+
+static json_t *dim3(const __u32 d[3])
+{
+	return json_pack("[III]", (json_int_t)d[0], (json_int_t)d[1], (json_int_t)d[2]);
+}
+
+static json_t *str_n(const char *s, size_t max)
+{
+	return json_stringn_nocheck(s, strnlen(s, max));
+}
+
+static int decode_launch(struct agent *a, const struct cuda_launch_event *e, size_t size)
+{
+	json_t *r = rec_new(a, "cuda_launch", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
+	bool is_copy = e->api == API_CUDA_MEMCPY_ASYNC || e->api == API_CUDA_MEMCPY_ASYNC_PTSZ;
+	bool is_graph = e->api == API_CUDA_GRAPH_LAUNCH || e->api == API_CUDA_GRAPH_LAUNCH_PTSZ ||
+			e->api == API_CU_GRAPH_LAUNCH || e->api == API_CU_GRAPH_LAUNCH_PTSZ;
+
+	json_object_set_new(r, "api", json_string(cuda_api_name(e->api)));
+	json_object_set_new(r, "stream", hex(e->stream));
+	if (is_copy) {
+		json_object_set_new(r, "dst", hex(e->func));
+		json_object_set_new(r, "bytes", json_integer((json_int_t)e->arg));
+		json_object_set_new(r, "copy_kind", json_integer(e->kind));
+	} else if (is_graph) {
+		json_object_set_new(r, "graph_exec", hex(e->func));
+	} else {
+		json_object_set_new(r, "func", hex(e->func));
+		json_object_set_new(r, "grid", dim3(e->grid));
+		json_object_set_new(r, "block", dim3(e->block));
+		json_object_set_new(r, "shared_mem", json_integer((json_int_t)e->arg));
+	}
+	if (e->flags & LAUNCH_F_STACK) {
+		const struct cuda_launch_stack_event *se = (const void *)e;
+		json_t *st = json_array();
+		unsigned n = e->stack_sz / 8;
+
+		if (size < sizeof(*se) || n > MAX_STACK_DEPTH) {
+			json_decref(st);
+			json_decref(r);
+			a->cnt.bad_records++;
+			return -EINVAL;
+		}
+		for (unsigned i = 0; i < n; i++)
+			json_array_append_new(st, hex(se->ips[i]));
+		json_object_set_new(r, "stack", st);
+	}
+	return rec_emit(a, REC_EVENT, r);
+}
+
+static int decode_sync(struct agent *a, const struct cuda_sync_event *e)
+{
+	json_t *r = rec_new(a, "cuda_sync", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
+
+	json_object_set_new(r, "api", json_string(cuda_api_name(e->api)));
+	json_object_set_new(r, "stream", hex(e->stream));
+	json_object_set_new(r, "dur_ns", json_integer((json_int_t)e->dur_ns));
+	json_object_set_new(r, "ret", json_integer(e->ret));
+	return rec_emit(a, REC_EVENT, r);
+}
+
+static void set_comm(json_t *r, uint32_t pid, uint32_t tid)
+{
+	char comm[TASK_COMM_LEN + 1];
+
+	thread_comm(pid, tid, comm, sizeof(comm));
+	json_object_set_new(r, "comm", json_string(comm));
+}
+
+static int decode_offcpu(struct agent *a, const struct offcpu_event *e)
+{
+	json_t *r = rec_new(a, "offcpu", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
+
+	set_comm(r, e->hdr.pid, e->hdr.tid);
+	json_object_set_new(r, "dur_ns", json_integer((json_int_t)e->dur_ns));
+	json_object_set_new(r, "cause",
+			    json_string(e->cause == OFFCPU_PREEMPTED ? "preempted" : "blocked"));
+	json_object_set_new(r, "by_tid", json_integer(e->by_tid));
+	json_object_set_new(r, "by_comm", str_n(e->by_comm, sizeof(e->by_comm)));
+	return rec_emit(a, REC_EVENT, r);
+}
+
+static int decode_runq(struct agent *a, const struct runq_event *e)
+{
+	json_t *r = rec_new(a, "runq", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
+
+	set_comm(r, e->hdr.pid, e->hdr.tid);
+	json_object_set_new(r, "dur_ns", json_integer((json_int_t)e->dur_ns));
+	return rec_emit(a, REC_EVENT, r);
+}
+
+static int decode_syscall(struct agent *a, const struct syscall_event *e)
+{
+	json_t *r = rec_new(a, "syscall", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
+	const char *name = syscall_name(e->nr);
+
+	aggregate_note_syscall(a, e->hdr.tid, e->nr, e->dur_ns);
+	set_comm(r, e->hdr.pid, e->hdr.tid);
+	json_object_set_new(r, "nr", json_integer(e->nr));
+	json_object_set_new(r, "name", name ? json_string(name) : json_null());
+	json_object_set_new(r, "dur_ns", json_integer((json_int_t)e->dur_ns));
+	json_object_set_new(r, "ret", json_integer(e->ret));
+	return rec_emit(a, REC_EVENT, r);
+}
+
+static json_t *addr_json(unsigned family, const __u8 *addr)
+{
+	char buf[INET6_ADDRSTRLEN];
+
+	if (!inet_ntop(family == 10 ? AF_INET6 : AF_INET, addr, buf, sizeof(buf)))
+		return json_null();
+	return json_string(buf);
+}
+
+static int decode_retrans(struct agent *a, const struct tcp_retrans_event *e)
+{
+	json_t *r = rec_new(a, "tcp_retransmit", e->hdr.pid, 0, e->hdr.ts_ns);
+
+	/* pid absent: the owner is unknown (a socket nobody sent on since start) */
+	json_object_set_new(r, "family", json_string(e->family == 10 ? "ipv6" : "ipv4"));
+	json_object_set_new(r, "saddr", addr_json(e->family, e->saddr));
+	json_object_set_new(r, "sport", json_integer(e->sport));
+	json_object_set_new(r, "daddr", addr_json(e->family, e->daddr));
+	json_object_set_new(r, "dport", json_integer(e->dport));
+	json_object_set_new(r, "state", json_string(tcp_state_name(e->state)));
+	json_object_set_new(r, "netns", json_integer(e->netns));
+	return rec_emit(a, REC_EVENT, r);
+}
+
+int decode_record(struct agent *a, const void *data, size_t size)
+{
+	const struct event_hdr *h = data;
+	bool known = false;
+
+	a->cnt.records++;
+	if (size < sizeof(*h) || h->size > size) {
+		a->cnt.bad_records++;
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < sizeof(min_sizes) / sizeof(min_sizes[0]); i++) {
+		if (min_sizes[i].type != h->type)
+			continue;
+		if (size < min_sizes[i].size) {
+			a->cnt.bad_records++;
+			return -EINVAL;
+		}
+		known = true;
+	}
+	if (!known) {
+		a->cnt.bad_records++;
+		return -EINVAL;
+	}
+
+	switch (h->type) {
+	case EV_CUDA_LAUNCH:
+		return decode_launch(a, data, size);
+	case EV_CUDA_SYNC:
+		return decode_sync(a, data);
+	case EV_OFFCPU:
+		return decode_offcpu(a, data);
+	case EV_RUNQ:
+		return decode_runq(a, data);
+	case EV_SYSCALL:
+		return decode_syscall(a, data);
+	case EV_TCP_RETRANS:
+		return decode_retrans(a, data);
+	case EV_LIB_MAP:
+		discovery_on_lib_map(a, h->pid);
+		return 0;
+	case EV_PROC_EXEC:
+		discovery_on_exec(a, h->pid);
+		return 0;
+	case EV_PROC_EXIT:
+		discovery_on_exit(a, h->pid);
+		return 0;
+	}
+	return 0;
+}

@@ -1,0 +1,386 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * infertrace-agent - the node daemon.
+ *
+ * One thread: poll the BPF rings (100 ms timeout), run discovery, and every
+ * interval turn the in-kernel aggregates into summary records. Signals only
+ * set a flag; shutdown drains the rings, reports what was lost, then frees.
+ */
+#include <argp.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <bpf/libbpf.h>
+
+#include "state.h"
+#include "infertrace.skel.h"
+
+static volatile sig_atomic_t exiting;
+
+const char *argp_program_version = "infertrace-agent " AGENT_VERSION;
+const char *argp_program_bug_address = "<https://github.com/infertrace/infertrace/issues>";
+
+static const char doc[] =
+	"infertrace-agent: trace the CUDA processes of this node with eBPF.\n"
+	"\n"
+	"Finds the processes that map libcudart or libcuda (now and later), attaches\n"
+	"uprobes to their CUDA launch paths and follows their scheduling and syscalls\n"
+	"and the node's network traffic. Writes JSON lines (docs/events.md).\n"
+	"\n"
+	"USAGE: infertrace-agent [OPTION...]\n"
+	"\n"
+	"EXAMPLES:\n"
+	"  # sentinel mode, JSON lines on stdout:\n"
+	"  infertrace-agent\n"
+	"  # one minute into a file, then a readable summary:\n"
+	"  infertrace-agent -o /var/log/infertrace.jsonl -d 60 --summary\n"
+	"  # every event of one process, with at most 50 user stacks/s per thread:\n"
+	"  infertrace-agent --mode deep --pid 4242 --stack-rate 50\n"
+	"  # single events only above 5 ms off-CPU and 10 ms syscalls:\n"
+	"  infertrace-agent --offcpu-threshold 5 --syscall-threshold 10\n"
+	"  # offline, a PyTorch profiler or Nsight Systems export:\n"
+	"  infertrace-agent --replay trace.json.gz -o kernels.jsonl\n"
+	"\n"
+	"Needs root (or CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE, CAP_SYS_PTRACE,\n"
+	"CAP_DAC_READ_SEARCH) and a kernel >= 5.8 with BTF, except for --replay.\n"
+	"\n"
+	"OPTIONS:";
+
+enum {
+	OPT_INSTANCE = 0x100,
+	OPT_OFFCPU_T,
+	OPT_RUNQ_T,
+	OPT_SYSCALL_T,
+	OPT_SYNC_T,
+	OPT_NO_STACKS,
+	OPT_STACK_RATE,
+	OPT_RINGBUF,
+	OPT_MAX_THREADS,
+	OPT_SUMMARY,
+	OPT_NO_NET,
+	OPT_REPLAY,
+};
+
+static const struct argp_option options[] = {
+	{ "mode", 'm', "MODE", 0, "sentinel (default): per-thread aggregates every interval "
+				  "plus events above the thresholds; deep: every event" },
+	{ "interval", 'i', "SECS", 0, "Aggregation interval (default 1)" },
+	{ "duration", 'd', "SECS", 0, "Stop after SECS (default: run until SIGINT/SIGTERM)" },
+	{ "output", 'o', "FILE", 0, "Write JSON lines to FILE (default: stdout)" },
+	{ "pid", 'p', "PID", 0, "Trace only this process (repeatable)" },
+	{ "instance", OPT_INSTANCE, "NAME", 0,
+	  "Instance name for every record (default: INFERTRACE_INSTANCE of the process, "
+	  "else HOST/COMM)" },
+	{ "offcpu-threshold", OPT_OFFCPU_T, "MS", 0,
+	  "Report single off-CPU intervals from MS (default 1)" },
+	{ "runq-threshold", OPT_RUNQ_T, "MS", 0, "Report single run-queue waits from MS (default 1)" },
+	{ "syscall-threshold", OPT_SYSCALL_T, "MS", 0, "Report single syscalls from MS (default 1)" },
+	{ "sync-threshold", OPT_SYNC_T, "MS", 0,
+	  "Report single CUDA synchronisations from MS (default 1)" },
+	{ "no-stacks", OPT_NO_STACKS, NULL, 0, "Deep mode: no user stacks at launches" },
+	{ "stack-rate", OPT_STACK_RATE, "N", 0,
+	  "Deep mode: at most N user stacks per thread per second (default 100)" },
+	{ "ringbuf-kib", OPT_RINGBUF, "KIB", 0,
+	  "Size of the scheduler and misc rings in KiB; the CUDA ring is 4x (default 1024)" },
+	{ "max-threads", OPT_MAX_THREADS, "N", 0, "Traced threads kept in the kernel (default 16384)" },
+	{ "summary", OPT_SUMMARY, NULL, 0, "Print a readable summary on stderr at exit" },
+	{ "no-net", OPT_NO_NET, NULL, 0, "Do not trace network traffic" },
+	{ "replay", OPT_REPLAY, "FILE", 0,
+	  "Replay a recording (PyTorch profiler / Kineto trace, Nsight Systems SQLite export, "
+	  "or this agent's JSON lines) instead of tracing; no root needed" },
+	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for debug)" },
+	{},
+};
+
+static int parse_double(const char *arg, double min, double max, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(arg, &end);
+	if (errno || end == arg || *end || !isfinite(v) || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int parse_long(const char *arg, long min, long max, long *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(arg, &end, 10);
+	if (errno || end == arg || *end || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static error_t parse_arg(int key, char *arg, struct argp_state *state)
+{
+	struct agent_opts *o = state->input;
+	double d;
+	long l;
+
+	switch (key) {
+	case 'm':
+		if (!strcmp(arg, "sentinel"))
+			o->mode = MODE_SENTINEL;
+		else if (!strcmp(arg, "deep"))
+			o->mode = MODE_DEEP;
+		else
+			argp_error(state, "--mode must be sentinel or deep, not '%s'", arg);
+		break;
+	case 'i':
+		if (parse_double(arg, 0.01, 3600, &d))
+			argp_error(state, "--interval takes seconds between 0.01 and 3600, not '%s'",
+				   arg);
+		o->interval_s = d;
+		break;
+	case 'd':
+		if (parse_double(arg, 0.01, 1e9, &d))
+			argp_error(state, "--duration takes a positive number of seconds, not '%s'",
+				   arg);
+		o->duration_s = d;
+		break;
+	case 'o':
+		o->output = arg;
+		break;
+	case 'p':
+		if (parse_long(arg, 1, INT_MAX, &l))
+			argp_error(state, "--pid takes a process id, not '%s'", arg);
+		if (o->n_pids >= MAX_PID_FILTER)
+			argp_error(state, "at most %d --pid options", MAX_PID_FILTER);
+		o->pids[o->n_pids++] = (int)l;
+		break;
+	case OPT_INSTANCE:
+		if (!*arg || strlen(arg) >= INSTANCE_LEN)
+			argp_error(state, "--instance takes a name of 1 to %d characters",
+				   INSTANCE_LEN - 1);
+		o->instance = arg;
+		break;
+	case OPT_OFFCPU_T:
+	case OPT_RUNQ_T:
+	case OPT_SYSCALL_T:
+	case OPT_SYNC_T:
+		if (parse_double(arg, 0, 3600e3, &d))
+			argp_error(state, "thresholds take milliseconds >= 0, not '%s'", arg);
+		if (key == OPT_OFFCPU_T)
+			o->offcpu_thresh_ns = d * 1e6;
+		else if (key == OPT_RUNQ_T)
+			o->runq_thresh_ns = d * 1e6;
+		else if (key == OPT_SYSCALL_T)
+			o->syscall_thresh_ns = d * 1e6;
+		else
+			o->sync_thresh_ns = d * 1e6;
+		o->thresholds_set = true;
+		break;
+	case OPT_NO_STACKS:
+		o->stacks = false;
+		break;
+	case OPT_STACK_RATE:
+		if (parse_long(arg, 0, 1000000, &l))
+			argp_error(state, "--stack-rate takes stacks per second (0-1000000), not '%s'",
+				   arg);
+		o->stack_rate = l;
+		break;
+	case OPT_RINGBUF:
+		if (parse_long(arg, 64, 1 << 20, &l) || (l & (l - 1)))
+			argp_error(state, "--ringbuf-kib takes a power of two from 64 to 1048576, "
+					  "not '%s'",
+				   arg);
+		o->ringbuf_kib = l;
+		break;
+	case OPT_MAX_THREADS:
+		if (parse_long(arg, 16, 1 << 22, &l))
+			argp_error(state, "--max-threads takes 16 to 4194304, not '%s'", arg);
+		o->max_threads = l;
+		break;
+	case OPT_SUMMARY:
+		o->summary = true;
+		break;
+	case OPT_NO_NET:
+		o->no_net = true;
+		break;
+	case OPT_REPLAY:
+		o->replay = arg;
+		break;
+	case 'v':
+		o->verbose++;
+		break;
+	case ARGP_KEY_ARG:
+		argp_error(state, "unexpected argument '%s'", arg);
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	exiting = 1;
+}
+
+static int on_ring(void *ctx, void *data, size_t size)
+{
+	decode_record(ctx, data, size);
+	return 0;
+}
+
+static int add_ring(struct agent *a, struct bpf_map *m)
+{
+	int err;
+
+	if (!a->rb) {
+		a->rb = ring_buffer__new(bpf_map__fd(m), on_ring, a, NULL);
+		return a->rb ? 0 : -errno;
+	}
+	err = ring_buffer__add(a->rb, bpf_map__fd(m), on_ring, a);
+	return err;
+}
+
+static void flush_sinks(struct agent *a, int timeout_ms)
+{
+	for (int i = 0; i < a->n_sinks; i++)
+		a->sinks[i]->flush(a->sinks[i], timeout_ms);
+}
+
+static int run_live(struct agent *a)
+{
+	uint64_t interval = a->opts.interval_s * 1e9, deadline = 0;
+	int err;
+
+	err = loader_start(a);
+	if (err)
+		return err;
+	err = aggregate_init(a);
+	if (err)
+		goto cleanup;
+	err = add_ring(a, a->skel->maps.rb_cuda);
+	if (!err)
+		err = add_ring(a, a->skel->maps.rb_sched);
+	if (!err)
+		err = add_ring(a, a->skel->maps.rb_misc);
+	if (err) {
+		pr_err("ring buffer setup: %s", strerror(-err));
+		goto cleanup;
+	}
+	err = discovery_start(a);
+	if (err)
+		goto cleanup;
+	pr_info("running in %s mode, interval %.2f s%s",
+		a->opts.mode == MODE_DEEP ? "deep" : "sentinel", a->opts.interval_s,
+		a->opts.output ? "" : ", JSON lines on stdout");
+	flush_sinks(a, 0);
+
+	a->last_interval_ns = now_ns();
+	if (a->opts.duration_s > 0)
+		deadline = a->start_ns + (uint64_t)(a->opts.duration_s * 1e9);
+	while (!exiting) {
+		uint64_t now;
+
+		err = ring_buffer__poll(a->rb, 100);
+		if (err < 0 && err != -EINTR) {
+			pr_err("ring buffer poll: %s", strerror(-err));
+			goto cleanup;
+		}
+		err = 0;
+		discovery_tick(a);
+		now = now_ns();
+		if (now - a->last_interval_ns >= interval) {
+			uint64_t span = now - a->last_interval_ns;
+
+			aggregate_interval(a, false);
+			stats_emit(a, span, false);
+			flush_sinks(a, 0);
+		}
+		if (deadline && now >= deadline)
+			break;
+	}
+
+	/* drain what the rings hold, then the last aggregates and counters */
+	ring_buffer__consume(a->rb);
+	{
+		uint64_t span = now_ns() - a->last_interval_ns;
+
+		aggregate_interval(a, true);
+		stats_emit(a, span, true);
+	}
+	if (a->opts.summary)
+		aggregate_print_summary(a, stderr);
+
+cleanup:
+	ring_buffer__free(a->rb);
+	a->rb = NULL;
+	discovery_stop(a);
+	aggregate_free(a);
+	loader_stop(a);
+	return err;
+}
+
+/* replaced by agent/replay.c when the replay engine is linked */
+__attribute__((weak)) int replay_run(struct agent *a, const char *path)
+{
+	(void)a;
+	pr_err("--replay %s: this build has no replay engine", path);
+	return -ENOTSUP;
+}
+
+int main(int argc, char **argv)
+{
+	static struct agent agent; /* large: process and library tables */
+	struct agent *a = &agent;
+	const struct argp argp = { options, parse_arg, NULL, doc };
+	struct sigaction sa = { .sa_handler = on_signal };
+	int err;
+
+	a->opts = (struct agent_opts){
+		.mode = MODE_SENTINEL,
+		.interval_s = 1,
+		.offcpu_thresh_ns = 1000000,
+		.runq_thresh_ns = 1000000,
+		.syscall_thresh_ns = 1000000,
+		.sync_thresh_ns = 1000000,
+		.stacks = true,
+		.stack_rate = 100,
+		.ringbuf_kib = 1024,
+		.max_threads = 16384,
+	};
+	err = argp_parse(&argp, argc, argv, 0, NULL, &a->opts);
+	if (err)
+		return 2;
+	agent_log_set_level(LOG_INFO + a->opts.verbose);
+
+	if (gethostname(a->host, sizeof(a->host) - 1))
+		snprintf(a->host, sizeof(a->host), "unknown");
+	a->start_ns = now_ns();
+
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	a->sinks[0] = sink_file_open(a->opts.output);
+	if (!a->sinks[0]) {
+		pr_err("cannot open output %s: %s", a->opts.output, strerror(errno));
+		return 1;
+	}
+	a->n_sinks = 1;
+
+	if (a->opts.replay)
+		err = replay_run(a, a->opts.replay);
+	else
+		err = run_live(a);
+
+	flush_sinks(a, 1000);
+	for (int i = 0; i < a->n_sinks; i++)
+		a->sinks[i]->close(a->sinks[i]);
+	return err ? 1 : 0;
+}

@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * state.h - the agent's internal state and the modules that share it.
+ * Everything here runs on the event loop thread.
+ */
+#ifndef INFERTRACE_STATE_H
+#define INFERTRACE_STATE_H
+
+#include <sys/types.h>
+#include "agent.h"
+
+struct infertrace_bpf;
+struct ring_buffer;
+struct bpf_link;
+
+#define MAX_SINKS 4
+#define MAX_PROCS 4096
+#define MAX_LIBFILES 256
+#define MAX_PROC_LIBS 8
+#define INSTANCE_LEN 128
+
+/* a traced process */
+struct proc {
+	bool used;
+	uint32_t pid;
+	uint64_t start_time; /* /proc/PID/stat field 22: tells a reused pid apart */
+	uint32_t instance_id;
+	char comm[TASK_COMM_LEN];
+	char instance[INSTANCE_LEN];
+	int libs[MAX_PROC_LIBS]; /* indexes into agent.libs */
+	int n_libs;
+	int maps_pending; /* >0: re-read maps at the next tick (tries so far) */
+};
+
+/* a library file with probes attached, shared by every process mapping it */
+struct libfile {
+	bool used;
+	dev_t dev;
+	ino_t ino;
+	char path[600]; /* as opened: /proc/PID/root/<path in the process> */
+	char display[512]; /* path inside the process */
+	bool is_driver; /* libcuda (driver API) rather than libcudart */
+	int users; /* traced processes mapping it */
+	struct bpf_link **links;
+	int n_links;
+	int missing; /* symbols the file lacks */
+};
+
+/* user-space counters; bpf counters live in the maps */
+struct agent_counters {
+	uint64_t records; /* ring records decoded */
+	uint64_t bad_records; /* malformed ring records */
+	uint64_t emitted[REC_CLASS_COUNT];
+	uint64_t sink_errors;
+	uint64_t json_errors;
+	uint64_t attach_errors;
+	uint64_t procs_seen;
+	uint64_t procs_exited;
+	uint64_t proc_table_full;
+	uint64_t maps_read_errors;
+};
+
+struct agent {
+	struct agent_opts opts;
+	char host[256];
+	char default_instance[INSTANCE_LEN];
+	struct infertrace_bpf *skel;
+	struct ring_buffer *rb;
+	struct sink *sinks[MAX_SINKS];
+	int n_sinks;
+	struct agent_counters cnt;
+	struct proc procs[MAX_PROCS];
+	int n_procs;
+	uint32_t next_instance_id;
+	struct libfile libs[MAX_LIBFILES];
+	uint64_t start_ns;
+	uint64_t last_interval_ns;
+	void *agg; /* aggregate.c state */
+};
+
+/* loader.c: open, configure, load, attach the skeleton */
+int loader_start(struct agent *a);
+void loader_stop(struct agent *a);
+int loader_update_runtime_cfg(struct agent *a);
+/* sum a per-CPU counter map into out[EV_TYPE_MAX] */
+int loader_read_type_counts(struct agent *a, int map_fd, uint64_t *out);
+
+/* uprobes.c: CUDA library probes, once per file */
+int uprobes_attach_file(struct agent *a, int lib_idx);
+void uprobes_detach_file(struct agent *a, int lib_idx);
+extern const char *const cuda_api_names[API_COUNT];
+const char *cuda_api_name(unsigned api);
+
+/* discovery.c */
+int discovery_start(struct agent *a); /* initial /proc scan or --pid set */
+void discovery_on_lib_map(struct agent *a, uint32_t pid);
+void discovery_on_exec(struct agent *a, uint32_t pid);
+void discovery_on_exit(struct agent *a, uint32_t pid);
+void discovery_tick(struct agent *a); /* retries, reaps dead processes */
+void discovery_reap(struct agent *a); /* free slots of exited processes */
+void discovery_stop(struct agent *a);
+/* the live process with this pid, else one that exited but is not reaped yet */
+struct proc *proc_find(struct agent *a, uint32_t pid);
+struct proc *proc_find_live(struct agent *a, uint32_t pid);
+#define PROC_GONE UINT64_MAX /* proc.start_time of an exited process */
+/* parse one /proc/PID/maps line; exposed for unit tests */
+int maps_parse_line(const char *line, unsigned long *dev_major, unsigned long *dev_minor,
+		    unsigned long *ino, char *path, size_t path_sz, bool *exec);
+/* is this file name a CUDA runtime (1) or driver (2) library, else 0 */
+int cuda_lib_kind(const char *path);
+/* instance name from an environment block (NUL separated), else NULL */
+const char *instance_from_environ(const char *env, size_t len, char *out, size_t out_sz);
+
+/* decode.c: ring records -> JSON */
+int decode_record(struct agent *a, const void *data, size_t size);
+const char *syscall_name(unsigned nr);
+const char *tcp_state_name(unsigned state);
+
+/* aggregate.c: per-interval summaries from the maps */
+int aggregate_init(struct agent *a);
+void aggregate_interval(struct agent *a, bool final);
+void aggregate_free(struct agent *a);
+void aggregate_print_summary(struct agent *a, FILE *out);
+/* a single slow-syscall event, counted for the readable summary */
+void aggregate_note_syscall(struct agent *a, uint32_t tid, uint32_t nr, uint64_t dur_ns);
+/* bucket lower bound in us for a histogram slot; must match bpf hist_slot() */
+uint64_t hist_lower_us(unsigned slot);
+json_t *hist_to_json(const __u64 *slots, const __u64 *prev, unsigned n);
+
+/* stats.c: the agent's own counters as a "stats" record */
+void stats_emit(struct agent *a, uint64_t interval_ns, bool final);
+
+/* thread names */
+const char *thread_comm(uint32_t pid, uint32_t tid, char *buf, size_t sz);
+
+#endif /* INFERTRACE_STATE_H */

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * uprobes.c - attach the CUDA launch-path programs (bpf/cuda.bpf.c) to a
+ * library file.
+ *
+ * Uprobes are keyed by inode and offset, so one attachment per file (pid -1)
+ * covers every process that maps it, in any container; the BPF side filters
+ * by traced_procs. Each container may ship its own libcudart: every distinct
+ * file gets its own attachment (discovery.c tracks users per file).
+ * Symbols are checked in the file's ELF symbol tables first, so a library
+ * that lacks an entry point gets one clear line instead of libbpf noise.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <bpf/libbpf.h>
+
+#include "state.h"
+#include "infertrace.skel.h"
+
+/* must match enum cuda_api in bpf/events.h */
+const char *const cuda_api_names[API_COUNT] = {
+	[API_CUDA_LAUNCH_KERNEL] = "cudaLaunchKernel",
+	[API_CUDA_LAUNCH_KERNEL_PTSZ] = "cudaLaunchKernel_ptsz",
+	[API_CUDA_LAUNCH_KERNEL_EXC] = "cudaLaunchKernelExC",
+	[API_CUDA_LAUNCH_KERNEL_EXC_PTSZ] = "cudaLaunchKernelExC_ptsz",
+	[API_CUDA_GRAPH_LAUNCH] = "cudaGraphLaunch",
+	[API_CUDA_GRAPH_LAUNCH_PTSZ] = "cudaGraphLaunch_ptsz",
+	[API_CUDA_MEMCPY_ASYNC] = "cudaMemcpyAsync",
+	[API_CUDA_MEMCPY_ASYNC_PTSZ] = "cudaMemcpyAsync_ptsz",
+	[API_CUDA_STREAM_SYNCHRONIZE] = "cudaStreamSynchronize",
+	[API_CUDA_STREAM_SYNCHRONIZE_PTSZ] = "cudaStreamSynchronize_ptsz",
+	[API_CUDA_DEVICE_SYNCHRONIZE] = "cudaDeviceSynchronize",
+	[API_CU_LAUNCH_KERNEL] = "cuLaunchKernel",
+	[API_CU_LAUNCH_KERNEL_PTSZ] = "cuLaunchKernel_ptsz",
+	[API_CU_LAUNCH_KERNEL_EX] = "cuLaunchKernelEx",
+	[API_CU_LAUNCH_KERNEL_EX_PTSZ] = "cuLaunchKernelEx_ptsz",
+	[API_CU_GRAPH_LAUNCH] = "cuGraphLaunch",
+	[API_CU_GRAPH_LAUNCH_PTSZ] = "cuGraphLaunch_ptsz",
+};
+
+const char *cuda_api_name(unsigned api)
+{
+	return api < API_COUNT && cuda_api_names[api] ? cuda_api_names[api] : "unknown";
+}
+
+static bool api_is_driver(unsigned api)
+{
+	return api >= API_CU_LAUNCH_KERNEL;
+}
+
+static bool api_is_sync(unsigned api)
+{
+	return api == API_CUDA_STREAM_SYNCHRONIZE || api == API_CUDA_STREAM_SYNCHRONIZE_PTSZ ||
+	       api == API_CUDA_DEVICE_SYNCHRONIZE;
+}
+
+/* which of names[] the file defines (dynsym or symtab, functions only) */
+static int elf_find_symbols(const char *path, bool *found)
+{
+	Elf_Scn *scn = NULL;
+	int fd, err = 0;
+	Elf *elf;
+
+	if (elf_version(EV_CURRENT) == EV_NONE)
+		return -EINVAL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	elf = elf_begin(fd, ELF_C_READ, NULL);
+	if (!elf) {
+		err = -EINVAL;
+		goto cleanup;
+	}
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *data;
+
+		if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_DYNSYM && sh.sh_type != SHT_SYMTAB))
+			continue;
+		data = elf_getdata(scn, NULL);
+		if (!data || !sh.sh_entsize)
+			continue;
+		for (size_t i = 0; i < sh.sh_size / sh.sh_entsize; i++) {
+			GElf_Sym sym;
+			const char *name;
+
+			if (!gelf_getsym(data, i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
+			    sym.st_shndx == SHN_UNDEF)
+				continue;
+			name = elf_strptr(elf, sh.sh_link, sym.st_name);
+			if (!name)
+				continue;
+			for (unsigned api = 0; api < API_COUNT; api++) {
+				size_t n = strlen(cuda_api_names[api]);
+
+				/* versioned names in .symtab look like sym@@VER */
+				if (!strncmp(name, cuda_api_names[api], n) &&
+				    (name[n] == '\0' || name[n] == '@'))
+					found[api] = true;
+			}
+		}
+	}
+	elf_end(elf);
+cleanup:
+	close(fd);
+	return err;
+}
+
+static struct bpf_link *attach_one(struct bpf_program *prog, const char *path, const char *sym,
+				   bool ret)
+{
+	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = sym, .retprobe = ret);
+
+	return bpf_program__attach_uprobe_opts(prog, -1, path, 0, &opts);
+}
+
+int uprobes_attach_file(struct agent *a, int idx)
+{
+	struct libfile *lf = &a->libs[idx];
+	bool found[API_COUNT] = {};
+	char missing[512] = "";
+	int err, n = 0;
+
+	err = elf_find_symbols(lf->path, found);
+	if (err) {
+		pr_err("%s: cannot read ELF symbols: %s", lf->display, strerror(-err));
+		return err;
+	}
+	lf->links = calloc(2 * API_COUNT, sizeof(*lf->links));
+	if (!lf->links)
+		return -ENOMEM;
+	lf->missing = 0;
+
+	for (unsigned api = 0; api < API_COUNT; api++) {
+		struct bpf_program *prog;
+		struct bpf_link *l;
+
+		if (api_is_driver(api) != lf->is_driver)
+			continue;
+		if (!found[api]) {
+			lf->missing++;
+			if (strlen(missing) + strlen(cuda_api_names[api]) + 2 < sizeof(missing))
+				strcat(strcat(missing, " "), cuda_api_names[api]);
+			continue;
+		}
+		prog = bpf_object__find_program_by_name(a->skel->obj, cuda_api_names[api]);
+		if (!prog) {
+			pr_err("BPF object lacks program %s (build mismatch)", cuda_api_names[api]);
+			err = -ENOENT;
+			goto fail;
+		}
+		l = attach_one(prog, lf->path, cuda_api_names[api], false);
+		if (!l) {
+			err = -errno;
+			pr_err("%s: attach uprobe %s: %s", lf->display, cuda_api_names[api],
+			       strerror(-err));
+			a->cnt.attach_errors++;
+			goto fail;
+		}
+		lf->links[n++] = l;
+		if (api_is_sync(api)) {
+			l = attach_one(a->skel->progs.on_sync_return, lf->path, cuda_api_names[api],
+				       true);
+			if (!l) {
+				err = -errno;
+				pr_err("%s: attach uretprobe %s: %s", lf->display,
+				       cuda_api_names[api], strerror(-err));
+				a->cnt.attach_errors++;
+				goto fail;
+			}
+			lf->links[n++] = l;
+		}
+	}
+	lf->n_links = n;
+	if (!n) {
+		pr_err("%s: none of the CUDA %s entry points is defined in this file; it is not "
+		       "traced",
+		       lf->display, lf->is_driver ? "driver" : "runtime");
+		err = -ENOENT;
+		goto fail;
+	}
+	if (lf->missing)
+		pr_warn("%s: symbols not found, those entry points are not traced here:%s",
+			lf->display, missing);
+	pr_info("attached %d probes to %s", n, lf->display);
+	return 0;
+
+fail:
+	lf->n_links = n;
+	uprobes_detach_file(a, idx);
+	return err;
+}
+
+void uprobes_detach_file(struct agent *a, int idx)
+{
+	struct libfile *lf = &a->libs[idx];
+
+	for (int i = 0; i < lf->n_links; i++)
+		bpf_link__destroy(lf->links[i]);
+	free(lf->links);
+	lf->links = NULL;
+	lf->n_links = 0;
+}

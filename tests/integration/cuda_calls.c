@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * cuda_calls - a workload that calls every probed CUDA entry point a known
+ * number of times from known threads, through the real libcudart and the
+ * stub libcuda (no GPU: the calls fail, the probes fire).
+ *
+ * usage: cuda_calls [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECONDS]
+ *   -n  calls of each entry point per thread (default 10)
+ *   -w  wait until WAIT_FILE exists before calling (lets the agent attach)
+ *   -s  instead of -n: call in a loop for SECONDS (demo, benchmarks)
+ * Prints one JSON line: {"pid":P,"tids":[...],"calls":N,"rt":R,"drv":D}
+ * where R/D are 1 when the runtime/driver library loaded.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
+#define CUDA_DRV "/usr/local/cuda/lib64/stubs/libcuda.so"
+#define MAX_THREADS 64
+
+struct dim3 {
+	unsigned x, y, z;
+};
+
+/* cudaLaunchConfig_t / CUlaunchConfig prefixes (driver_types.h, cuda.h) */
+struct rt_config {
+	struct dim3 grid, block;
+	size_t shmem;
+	void *stream;
+	void *attrs;
+	unsigned nattrs;
+};
+
+struct drv_config {
+	unsigned gx, gy, gz, bx, by, bz, shmem;
+	void *stream;
+	void *attrs;
+	unsigned nattrs;
+};
+
+typedef int (*launch_fn)(const void *, struct dim3, struct dim3, void **, size_t, void *);
+typedef int (*launch_exc_fn)(const struct rt_config *, const void *, void **);
+typedef int (*graph_fn)(void *, void *);
+typedef int (*memcpy_fn)(void *, const void *, size_t, int, void *);
+typedef int (*stream_sync_fn)(void *);
+typedef int (*dev_sync_fn)(void);
+typedef int (*cu_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			    unsigned, void *, void **, void **);
+typedef int (*cu_launch_ex_fn)(const struct drv_config *, void *, void **, void **);
+
+static struct {
+	launch_fn launch, launch_ptsz;
+	launch_exc_fn exc, exc_ptsz;
+	graph_fn graph, graph_ptsz, cu_graph, cu_graph_ptsz;
+	memcpy_fn copy, copy_ptsz;
+	stream_sync_fn ssync, ssync_ptsz;
+	dev_sync_fn dsync;
+	cu_launch_fn cu_launch, cu_launch_ptsz;
+	cu_launch_ex_fn cu_ex, cu_ex_ptsz;
+} f;
+
+static long calls = 10;
+static double seconds;
+static pid_t tids[MAX_THREADS];
+
+static void *sym(void *h, const char *name)
+{
+	void *p = h ? dlsym(h, name) : NULL;
+
+	if (h && !p)
+		fprintf(stderr, "cuda_calls: %s missing\n", name);
+	return p;
+}
+
+/* one round: every entry point once, with recognisable arguments */
+static void round_once(int idx)
+{
+	void *stream = (void *)(0x5000UL + idx);
+	struct dim3 grid = { 7, 8, 9 }, block = { 32, 4, 2 };
+	struct rt_config rc = { grid, block, 256, stream, NULL, 0 };
+	struct drv_config dc = { 11, 12, 13, 64, 2, 1, 512, stream, NULL, 0 };
+	static char buf[64];
+
+	if (f.launch) {
+		f.launch((void *)0xabc0, grid, block, NULL, 128, stream);
+		f.launch_ptsz((void *)0xabc1, grid, block, NULL, 128, stream);
+		f.exc(&rc, (void *)0xabc2, NULL);
+		f.exc_ptsz(&rc, (void *)0xabc3, NULL);
+		f.graph((void *)0x6000, stream);
+		f.graph_ptsz((void *)0x6001, stream);
+		f.copy(buf, buf + 32, 32, 4, stream);
+		f.copy_ptsz(buf, buf + 32, 16, 4, stream);
+		f.ssync(stream);
+		f.ssync_ptsz(stream);
+		f.dsync();
+	}
+	if (f.cu_launch) {
+		f.cu_launch((void *)0xdef0, 1, 2, 3, 4, 5, 6, 1024, stream, NULL, NULL);
+		f.cu_launch_ptsz((void *)0xdef1, 1, 2, 3, 4, 5, 6, 1024, stream, NULL, NULL);
+		f.cu_ex(&dc, (void *)0xdef2, NULL, NULL);
+		f.cu_ex_ptsz(&dc, (void *)0xdef3, NULL, NULL);
+		f.cu_graph((void *)0x7000, stream);
+		f.cu_graph_ptsz((void *)0x7001, stream);
+	}
+}
+
+static double mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static pthread_barrier_t ready;
+
+static void *worker(void *arg)
+{
+	int idx = (int)(long)arg;
+
+	tids[idx] = (pid_t)syscall(SYS_gettid);
+	pthread_barrier_wait(&ready); /* tids known */
+	pthread_barrier_wait(&ready); /* go */
+	if (seconds > 0) {
+		double end = mono() + seconds;
+
+		while (mono() < end) {
+			round_once(idx);
+			usleep(1000);
+		}
+	} else {
+		for (long i = 0; i < calls; i++)
+			round_once(idx);
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	const char *wait_file = NULL;
+	pthread_t th[MAX_THREADS];
+	int nthreads = 2, opt;
+	void *rt, *drv;
+
+	while ((opt = getopt(argc, argv, "t:n:w:s:")) != -1) {
+		switch (opt) {
+		case 't':
+			nthreads = atoi(optarg);
+			break;
+		case 'n':
+			calls = atol(optarg);
+			break;
+		case 'w':
+			wait_file = optarg;
+			break;
+		case 's':
+			seconds = atof(optarg);
+			break;
+		default:
+			fprintf(stderr, "usage: %s [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECS]\n",
+				argv[0]);
+			return 2;
+		}
+	}
+	if (nthreads < 1 || nthreads > MAX_THREADS)
+		return 2;
+
+	rt = dlopen(getenv("CUDA_CALLS_RT") ? getenv("CUDA_CALLS_RT") : CUDA_LIB, RTLD_NOW);
+	drv = dlopen(getenv("CUDA_CALLS_DRV") ? getenv("CUDA_CALLS_DRV") : CUDA_DRV, RTLD_NOW);
+	if (!rt && !drv) {
+		fprintf(stderr, "cuda_calls: cannot load %s or %s: %s\n", CUDA_LIB, CUDA_DRV,
+			dlerror());
+		return 1;
+	}
+	if (rt) {
+		f.launch = sym(rt, "cudaLaunchKernel");
+		f.launch_ptsz = sym(rt, "cudaLaunchKernel_ptsz");
+		f.exc = sym(rt, "cudaLaunchKernelExC");
+		f.exc_ptsz = sym(rt, "cudaLaunchKernelExC_ptsz");
+		f.graph = sym(rt, "cudaGraphLaunch");
+		f.graph_ptsz = sym(rt, "cudaGraphLaunch_ptsz");
+		f.copy = sym(rt, "cudaMemcpyAsync");
+		f.copy_ptsz = sym(rt, "cudaMemcpyAsync_ptsz");
+		f.ssync = sym(rt, "cudaStreamSynchronize");
+		f.ssync_ptsz = sym(rt, "cudaStreamSynchronize_ptsz");
+		f.dsync = sym(rt, "cudaDeviceSynchronize");
+		if (!f.launch || !f.launch_ptsz || !f.exc || !f.exc_ptsz || !f.graph ||
+		    !f.graph_ptsz || !f.copy || !f.copy_ptsz || !f.ssync || !f.ssync_ptsz || !f.dsync)
+			return 1;
+	}
+	if (drv) {
+		f.cu_launch = sym(drv, "cuLaunchKernel");
+		f.cu_launch_ptsz = sym(drv, "cuLaunchKernel_ptsz");
+		f.cu_ex = sym(drv, "cuLaunchKernelEx");
+		f.cu_ex_ptsz = sym(drv, "cuLaunchKernelEx_ptsz");
+		f.cu_graph = sym(drv, "cuGraphLaunch");
+		f.cu_graph_ptsz = sym(drv, "cuGraphLaunch_ptsz");
+		if (!f.cu_launch || !f.cu_launch_ptsz || !f.cu_ex || !f.cu_ex_ptsz || !f.cu_graph ||
+		    !f.cu_graph_ptsz)
+			return 1;
+	}
+
+	pthread_barrier_init(&ready, NULL, nthreads + 1);
+	for (int i = 0; i < nthreads; i++)
+		pthread_create(&th[i], NULL, worker, (void *)(long)i);
+	pthread_barrier_wait(&ready);
+	printf("{\"pid\":%d,\"tids\":[", getpid());
+	for (int i = 0; i < nthreads; i++)
+		printf("%s%d", i ? "," : "", tids[i]);
+	printf("],\"calls\":%ld,\"rt\":%d,\"drv\":%d}\n", calls, !!rt, !!drv);
+	fflush(stdout);
+	if (wait_file)
+		while (access(wait_file, F_OK))
+			usleep(10000);
+	pthread_barrier_wait(&ready);
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(th[i], NULL);
+	return 0;
+}
