@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# docs/events.md is the schema contract: every field the code can emit must
+# be listed there.
+#   events_doc_static:  every JSON key the sources set (json_object_set_new,
+#                       json_pack) appears in docs/events.md
+#   events_doc_runtime: every (type, field) in a real deep-mode run, nested
+#                       array members included, is listed under that type's
+#                       section (or among the common fields)
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+DOC=docs/events.md
+tmp=$(mktemp -d)
+agent_pid=
+cleanup() {
+	[ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# --- static: keys in the sources ------------------------------------------
+missing=""
+keys=$( { grep -ohE 'json_object_set_new\([a-z_]+, "[a-z0-9_]+"' agent/*.c correlator/src/*.c 2>/dev/null |
+	sed -E 's/.*"([a-z0-9_]+)"/\1/'
+	grep -ohE 'json_pack\("[^"]*"[^;]*' agent/*.c correlator/src/*.c 2>/dev/null |
+	grep -oE '"[a-z_][a-z0-9_]*"' | tr -d '"'; } | sort -u)
+for k in $keys; do
+	grep -qE "\`([a-z_]+(\[\])?\.)?$k\`" "$DOC" || missing="$missing $k"
+done
+if [ -z "$keys" ]; then
+	echo "FAIL events_doc_static: found no JSON keys in the sources (pattern broken?)"
+elif [ -n "$missing" ]; then
+	echo "FAIL events_doc_static: keys set in the code but not in $DOC:$missing"
+else
+	echo "PASS events_doc_static"
+fi
+
+# --- runtime: a deep-mode run with the CUDA workload ------------------------
+if [ "$(id -u)" -ne 0 ]; then
+	echo "SKIP events_doc_runtime: needs root to load BPF"
+	exit 0
+fi
+# "type field" pairs the document lists; common fields under type "*"
+awk '
+	/^## Common fields/ { sec = "*"; next }
+	/^### `/ { s = $0; gsub(/^### `|`.*$/, "", s); sec = s; next }
+	/^## / { sec = "" }
+	sec != "" && /^\| `/ { f = $0; sub(/^\| `/, "", f); sub(/`.*$/, "", f); print sec, f }
+' "$DOC" | sort -u >"$tmp/doc"
+
+"$BUILD/infertrace-agent" --mode deep -o "$tmp/out.jsonl" -d 6 --stack-rate 20 \
+	--syscall-threshold 0 2>"$tmp/agent.err" &
+agent_pid=$!
+for _ in $(seq 50); do
+	grep -q '"running in' "$tmp/agent.err" 2>/dev/null && break
+	grep -q 'info: running' "$tmp/agent.err" 2>/dev/null && break
+	sleep 0.1
+done
+"$BUILD/tests/integration/cuda_calls" -t 2 -s 2 >/dev/null 2>&1
+wait "$agent_pid"
+rc=$?
+agent_pid=
+if [ "$rc" -ne 0 ] || [ ! -s "$tmp/out.jsonl" ]; then
+	echo "FAIL events_doc_runtime: agent exit $rc, $(head -c 300 "$tmp/agent.err")"
+	exit 0
+fi
+# every (type, key) and (type, array[].key) the run produced
+jq -r '. as $r | ($r | keys[]) as $k |
+	($r.type + " " + $k),
+	(if ($r[$k] | type) == "array" then
+		($r[$k][] | select(type == "object") | keys[] | ($r.type + " " + $k + "[]." + .))
+	 else empty end)' "$tmp/out.jsonl" | sort -u >"$tmp/seen"
+undocumented=""
+while read -r type field; do
+	grep -qxF "$type $field" "$tmp/doc" || grep -qxF "* $field" "$tmp/doc" ||
+		undocumented="$undocumented $type.$field"
+done <"$tmp/seen"
+ntypes=$(cut -d' ' -f1 "$tmp/seen" | sort -u | wc -l)
+if [ -n "$undocumented" ]; then
+	echo "FAIL events_doc_runtime: emitted but not in $DOC:$undocumented"
+elif [ "$ntypes" -lt 5 ]; then
+	echo "FAIL events_doc_runtime: only $ntypes record types seen in the run"
+else
+	echo "PASS events_doc_runtime ($ntypes record types, $(wc -l <"$tmp/seen") fields checked)"
+fi

@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * test_agent.c - the agent's parsers and decoders, without BPF: /proc maps
+ * lines, library names, instance names from an environment, histogram
+ * buckets, and ring records, forged ones included.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "state.h"
+
+/* a sink that keeps the last record */
+struct mem_sink {
+	struct sink s;
+	char last[8192];
+	int n;
+};
+
+static int mem_write(struct sink *s, enum rec_class cls, const char *key, const char *json,
+		     size_t len)
+{
+	struct mem_sink *m = (struct mem_sink *)s;
+
+	(void)cls;
+	(void)key;
+	snprintf(m->last, sizeof(m->last), "%.*s", (int)len, json);
+	m->n++;
+	return 0;
+}
+
+static int mem_flush(struct sink *s, int t)
+{
+	(void)s;
+	(void)t;
+	return 0;
+}
+
+static void mem_close(struct sink *s)
+{
+	(void)s;
+}
+
+static struct agent *agent_new(struct mem_sink *m)
+{
+	struct agent *a = calloc(1, sizeof(*a));
+
+	assert_non_null(a);
+	snprintf(a->host, sizeof(a->host), "testhost");
+	memset(m, 0, sizeof(*m));
+	m->s.write = mem_write;
+	m->s.flush = mem_flush;
+	m->s.close = mem_close;
+	a->sinks[0] = &m->s;
+	a->n_sinks = 1;
+	return a;
+}
+
+static void test_maps_line(void **state)
+{
+	unsigned long maj, min, ino;
+	char path[512];
+	bool exec;
+
+	(void)state;
+	assert_int_equal(maps_parse_line("7f0000000000-7f0000100000 r-xp 00001000 fd:01 1234567 "
+					 "   /usr/local/cuda/lib64/libcudart.so.13.0.48\n",
+					 &maj, &min, &ino, path, sizeof(path), &exec),
+			 0);
+	assert_int_equal(maj, 0xfd);
+	assert_int_equal(min, 1);
+	assert_int_equal(ino, 1234567);
+	assert_true(exec);
+	assert_string_equal(path, "/usr/local/cuda/lib64/libcudart.so.13.0.48");
+
+	assert_int_equal(maps_parse_line("7f00-7f10 rw-p 00000000 00:00 0 \n", &maj, &min, &ino, path,
+					 sizeof(path), &exec),
+			 0);
+	assert_false(exec);
+	assert_string_equal(path, "");
+	/* paths with spaces stay whole */
+	assert_int_equal(maps_parse_line("1-2 r-xp 0 08:02 9 /opt/my dir/libcuda.so.1\n", &maj, &min,
+					 &ino, path, sizeof(path), &exec),
+			 0);
+	assert_string_equal(path, "/opt/my dir/libcuda.so.1");
+	assert_int_equal(maps_parse_line("garbage", &maj, &min, &ino, path, sizeof(path), &exec),
+			 -EINVAL);
+	assert_int_equal(maps_parse_line("", &maj, &min, &ino, path, sizeof(path), &exec), -EINVAL);
+}
+
+static void test_lib_kind(void **state)
+{
+	(void)state;
+	assert_int_equal(cuda_lib_kind("/usr/local/cuda/lib64/libcudart.so.13"), 1);
+	assert_int_equal(cuda_lib_kind("libcudart.so"), 1);
+	assert_int_equal(cuda_lib_kind("/x/libcudart-d0da41ae.so.11.0"), 1); /* pip wheels */
+	assert_int_equal(cuda_lib_kind("/usr/lib/x86_64-linux-gnu/libcuda.so.1"), 2);
+	assert_int_equal(cuda_lib_kind("/usr/local/cuda/lib64/stubs/libcuda.so"), 2);
+	assert_int_equal(cuda_lib_kind("/usr/lib/libcudnn.so.9"), 0);
+	assert_int_equal(cuda_lib_kind("/usr/lib/libcuda_wrapper.so"), 0);
+	assert_int_equal(cuda_lib_kind("/opt/libcudart.so/other.so"), 0);
+}
+
+static void test_instance_env(void **state)
+{
+	static const char env[] = "PATH=/bin\0INFERTRACE_INSTANCE=llama-70b/replica-3\0HOME=/";
+	static const char none[] = "PATH=/bin\0INFERTRACE_INSTANC=x\0";
+	static const char empty_val[] = "INFERTRACE_INSTANCE=\0";
+	char out[64];
+
+	(void)state;
+	assert_non_null(instance_from_environ(env, sizeof(env), out, sizeof(out)));
+	assert_string_equal(out, "llama-70b/replica-3");
+	assert_null(instance_from_environ(none, sizeof(none), out, sizeof(out)));
+	/* an empty value does not name an instance */
+	assert_null(instance_from_environ(empty_val, sizeof(empty_val), out, sizeof(out)));
+	/* no terminating NUL at the end of the block: stay inside it */
+	assert_non_null(instance_from_environ("INFERTRACE_INSTANCE=abc", 23, out, sizeof(out)));
+	assert_string_equal(out, "abc");
+}
+
+static void test_hist(void **state)
+{
+	__u64 slots[HIST_SLOTS] = {}, prev[HIST_SLOTS] = {};
+	json_t *h;
+
+	(void)state;
+	assert_int_equal(hist_lower_us(0), 0);
+	assert_int_equal(hist_lower_us(1), 2);
+	assert_int_equal(hist_lower_us(13), 8192);
+	slots[0] = 3;
+	slots[13] = 10;
+	prev[13] = 4;
+	h = hist_to_json(slots, prev, HIST_SLOTS);
+	assert_int_equal(json_object_size(h), 2);
+	assert_int_equal(json_integer_value(json_object_get(h, "0")), 3);
+	assert_int_equal(json_integer_value(json_object_get(h, "8192")), 6);
+	json_decref(h);
+}
+
+static void test_decode_launch(void **state)
+{
+	struct cuda_launch_event e = {};
+	struct mem_sink m;
+	struct agent *a = agent_new(&m);
+	json_t *r;
+
+	(void)state;
+	e.hdr.type = EV_CUDA_LAUNCH;
+	e.hdr.size = sizeof(e);
+	e.hdr.pid = 4242;
+	e.hdr.tid = 4243;
+	e.hdr.ts_ns = 123456789;
+	e.api = API_CU_LAUNCH_KERNEL_EX;
+	e.func = 0xdef2;
+	e.stream = 0x5001;
+	e.grid[0] = 11;
+	e.grid[1] = 12;
+	e.grid[2] = 13;
+	e.block[0] = 64;
+	e.block[1] = 2;
+	e.block[2] = 1;
+	e.arg = 512;
+	assert_int_equal(decode_record(a, &e, sizeof(e)), 0);
+	r = json_loads(m.last, 0, NULL);
+	assert_non_null(r);
+	assert_string_equal(json_string_value(json_object_get(r, "type")), "cuda_launch");
+	assert_string_equal(json_string_value(json_object_get(r, "api")), "cuLaunchKernelEx");
+	assert_int_equal(json_integer_value(json_object_get(r, "pid")), 4242);
+	assert_int_equal(json_integer_value(json_object_get(r, "tid")), 4243);
+	assert_int_equal(json_integer_value(json_object_get(r, "ts_ns")), 123456789);
+	assert_string_equal(json_string_value(json_object_get(r, "func")), "0xdef2");
+	assert_string_equal(json_string_value(json_object_get(r, "stream")), "0x5001");
+	assert_int_equal(json_integer_value(json_array_get(json_object_get(r, "grid"), 2)), 13);
+	assert_int_equal(json_integer_value(json_array_get(json_object_get(r, "block"), 0)), 64);
+	assert_int_equal(json_integer_value(json_object_get(r, "shared_mem")), 512);
+	assert_int_equal(json_integer_value(json_object_get(r, "schema")), INFERTRACE_SCHEMA_VERSION);
+	assert_string_equal(json_string_value(json_object_get(r, "host")), "testhost");
+	json_decref(r);
+	free(a);
+}
+
+/* forged or truncated records are counted and never read past their end */
+static void test_decode_forged(void **state)
+{
+	unsigned char buf[sizeof(struct cuda_launch_stack_event)] = {};
+	struct event_hdr *h = (struct event_hdr *)buf;
+	struct cuda_launch_event *e = (struct cuda_launch_event *)buf;
+	struct mem_sink m;
+	struct agent *a = agent_new(&m);
+
+	(void)state;
+	/* shorter than a header */
+	assert_int_equal(decode_record(a, buf, 10), -EINVAL);
+	/* header claims more than was received */
+	h->type = EV_OFFCPU;
+	h->size = 200;
+	assert_int_equal(decode_record(a, buf, sizeof(struct offcpu_event)), -EINVAL);
+	/* too short for its type */
+	h->size = 30;
+	assert_int_equal(decode_record(a, buf, 30), -EINVAL);
+	/* unknown type */
+	h->type = 999;
+	h->size = 24;
+	assert_int_equal(decode_record(a, buf, 24), -EINVAL);
+	/* a stack flag without the stack */
+	h->type = EV_CUDA_LAUNCH;
+	h->size = sizeof(*e);
+	e->flags = LAUNCH_F_STACK;
+	e->stack_sz = 8 * MAX_STACK_DEPTH;
+	assert_int_equal(decode_record(a, buf, sizeof(*e)), -EINVAL);
+	/* a stack size beyond the array */
+	h->size = sizeof(buf);
+	e->stack_sz = 8 * (MAX_STACK_DEPTH + 1);
+	assert_int_equal(decode_record(a, buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(a->cnt.bad_records, 6);
+	assert_int_equal(m.n, 0);
+	/* and a valid stack record goes through */
+	e->stack_sz = 16;
+	assert_int_equal(decode_record(a, buf, sizeof(buf)), 0);
+	assert_int_equal(m.n, 1);
+	assert_non_null(strstr(m.last, "\"stack\":[\"0x0\",\"0x0\"]"));
+	free(a);
+}
+
+static void test_names(void **state)
+{
+	(void)state;
+	assert_string_equal(cuda_api_name(API_CUDA_GRAPH_LAUNCH), "cudaGraphLaunch");
+	assert_string_equal(cuda_api_name(API_CU_GRAPH_LAUNCH_PTSZ), "cuGraphLaunch_ptsz");
+	assert_string_equal(cuda_api_name(API_COUNT), "unknown");
+	assert_string_equal(cuda_api_name(1000), "unknown");
+	for (unsigned i = 0; i < API_COUNT; i++)
+		assert_non_null(cuda_api_names[i]);
+	assert_string_equal(syscall_name(0), "read");
+	assert_null(syscall_name(100000));
+	assert_string_equal(tcp_state_name(1), "ESTABLISHED");
+	assert_string_equal(tcp_state_name(200), "UNKNOWN");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_maps_line),     cmocka_unit_test(test_lib_kind),
+		cmocka_unit_test(test_instance_env),  cmocka_unit_test(test_hist),
+		cmocka_unit_test(test_decode_launch), cmocka_unit_test(test_decode_forged),
+		cmocka_unit_test(test_names),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
