@@ -151,25 +151,30 @@ static __always_inline int rt_launch(struct pt_regs *ctx, __u32 api)
 	return emit_launch(ctx, api, &a);
 }
 
-/* layout of cudaLaunchConfig_t (driver_types.h): grid, block, shmem, stream */
-struct rt_launch_config {
+/*
+ * The launch configs of cudaLaunchKernelExC (cudaLaunchConfig_t,
+ * driver_types.h) and cuLaunchKernelEx (CUlaunchConfig, cuda.h) share one
+ * prefix: grid, block, then shared memory (size_t in the runtime's, an
+ * unsigned int plus padding in the driver's) and the stream at offset 32.
+ */
+struct launch_config {
 	__u32 grid[3];
 	__u32 block[3];
 	__u64 shmem;
 	__u64 stream;
 };
 
-/* cudaLaunchKernelExC(const cudaLaunchConfig_t *config, func, args) */
-static __always_inline int rt_launch_exc(struct pt_regs *ctx, __u32 api)
+/* cudaLaunchKernelExC(config, func, args) / cuLaunchKernelEx(config, f, params, extra) */
+static __always_inline int launch_ex(struct pt_regs *ctx, __u32 api, bool shmem32)
 {
-	struct rt_launch_config c = {};
+	struct launch_config c = {};
 	struct launch_args a = {};
 
 	bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
 	a.func = PT_REGS_PARM2(ctx);
 	__builtin_memcpy(a.grid, c.grid, sizeof(a.grid));
 	__builtin_memcpy(a.block, c.block, sizeof(a.block));
-	a.arg = c.shmem;
+	a.arg = shmem32 ? (__u32)c.shmem : c.shmem;
 	a.stream = c.stream;
 	return emit_launch(ctx, api, &a);
 }
@@ -210,30 +215,6 @@ static __always_inline int drv_launch(struct pt_regs *ctx, __u32 api)
 	a.block[2] = (__u32)stack_arg(ctx, 1);
 	a.arg = (__u32)stack_arg(ctx, 2);
 	a.stream = stack_arg(ctx, 3);
-	return emit_launch(ctx, api, &a);
-}
-
-/* layout of CUlaunchConfig (cuda.h): 7 x uint, pad, hStream, attrs, numAttrs */
-struct drv_launch_config {
-	__u32 grid[3];
-	__u32 block[3];
-	__u32 shmem;
-	__u32 pad;
-	__u64 stream;
-};
-
-/* cuLaunchKernelEx(const CUlaunchConfig *config, f, params, extra) */
-static __always_inline int drv_launch_ex(struct pt_regs *ctx, __u32 api)
-{
-	struct drv_launch_config c = {};
-	struct launch_args a = {};
-
-	bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
-	a.func = PT_REGS_PARM2(ctx);
-	__builtin_memcpy(a.grid, c.grid, sizeof(a.grid));
-	__builtin_memcpy(a.block, c.block, sizeof(a.block));
-	a.arg = c.shmem;
-	a.stream = c.stream;
 	return emit_launch(ctx, api, &a);
 }
 
@@ -291,9 +272,12 @@ int BPF_KPROBE(cudaLaunchKernel) { return rt_launch(ctx, API_CUDA_LAUNCH_KERNEL)
 SEC("uprobe")
 int BPF_KPROBE(cudaLaunchKernel_ptsz) { return rt_launch(ctx, API_CUDA_LAUNCH_KERNEL_PTSZ); }
 SEC("uprobe")
-int BPF_KPROBE(cudaLaunchKernelExC) { return rt_launch_exc(ctx, API_CUDA_LAUNCH_KERNEL_EXC); }
+int BPF_KPROBE(cudaLaunchKernelExC) { return launch_ex(ctx, API_CUDA_LAUNCH_KERNEL_EXC, false); }
 SEC("uprobe")
-int BPF_KPROBE(cudaLaunchKernelExC_ptsz) { return rt_launch_exc(ctx, API_CUDA_LAUNCH_KERNEL_EXC_PTSZ); }
+int BPF_KPROBE(cudaLaunchKernelExC_ptsz)
+{
+	return launch_ex(ctx, API_CUDA_LAUNCH_KERNEL_EXC_PTSZ, false);
+}
 SEC("uprobe")
 int BPF_KPROBE(cudaGraphLaunch) { return graph_launch(ctx, API_CUDA_GRAPH_LAUNCH); }
 SEC("uprobe")
@@ -322,9 +306,9 @@ int BPF_KPROBE(cuLaunchKernel) { return drv_launch(ctx, API_CU_LAUNCH_KERNEL); }
 SEC("uprobe")
 int BPF_KPROBE(cuLaunchKernel_ptsz) { return drv_launch(ctx, API_CU_LAUNCH_KERNEL_PTSZ); }
 SEC("uprobe")
-int BPF_KPROBE(cuLaunchKernelEx) { return drv_launch_ex(ctx, API_CU_LAUNCH_KERNEL_EX); }
+int BPF_KPROBE(cuLaunchKernelEx) { return launch_ex(ctx, API_CU_LAUNCH_KERNEL_EX, true); }
 SEC("uprobe")
-int BPF_KPROBE(cuLaunchKernelEx_ptsz) { return drv_launch_ex(ctx, API_CU_LAUNCH_KERNEL_EX_PTSZ); }
+int BPF_KPROBE(cuLaunchKernelEx_ptsz) { return launch_ex(ctx, API_CU_LAUNCH_KERNEL_EX_PTSZ, true); }
 SEC("uprobe")
 int BPF_KPROBE(cuGraphLaunch) { return graph_launch(ctx, API_CU_GRAPH_LAUNCH); }
 SEC("uprobe")
