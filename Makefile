@@ -38,7 +38,7 @@ ALL_CFLAGS := $(CFLAGS_COMMON) $(INCLUDES) $(CFLAGS)
 AGENT_LIBS := -lbpf -lelf -lz -ljansson -lsqlite3 -ldl -lpthread
 
 .PHONY: all deps test demo bench fmt check-fmt clean help vmlinux
-all: $(BUILD)/infertrace-agent
+all: $(BUILD)/infertrace-agent $(BUILD)/libinfertrace_cupti.so
 
 # ---------------------------------------------------------------- BPF ------
 # Each <family>.bpf.c compiles to one object; bpftool links them into one
@@ -113,6 +113,70 @@ $(BUILD)/%.o: %.c
 $(BUILD)/bpf:
 	$(Q)mkdir -p $@
 
+# ---------------------------------------------------------- CUPTI shim -----
+# build/libinfertrace_cupti.so: injected into CUDA processes through
+# CUDA_INJECTION64_PATH. Hidden visibility plus a version script: the only
+# exported symbol is InitializeInjection. Linked against the real libcupti
+# (NEEDED libcupti.so.13); the unit tests stand a double in for it by loading
+# build/tests/fakes/libcupti.so.13 (same soname) before they dlopen the shim.
+# Owner: agent/shim/, tests/fakes/, tests/unit/test_shim*.c.
+CUPTI_INC := $(CUDA_HOME)/include
+CUPTI_LIBDIR := $(CUDA_HOME)/lib64
+SHIM_SRCS := $(sort $(wildcard agent/shim/*.c))
+SHIM_OBJS := $(patsubst %.c,$(BUILD)/%.pic.o,$(SHIM_SRCS))
+SHIM_MAP := agent/shim/libinfertrace_cupti.map
+SHIM_SO := $(BUILD)/libinfertrace_cupti.so
+SHIM_CFLAGS := $(CFLAGS_COMMON) -fPIC -fvisibility=hidden -Ibpf -Iagent -Iagent/shim \
+	-I$(CUPTI_INC) $(CFLAGS)
+# -z defs catches a missing library at link time; sanitizer runtimes are
+# resolved from the executable, so it is off with SAN.
+SHIM_LDFLAGS := -shared -Wl,--version-script=$(SHIM_MAP) -Wl,-soname,libinfertrace_cupti.so \
+	-Wl,-z,now -Wl,-z,relro $(if $(SAN),,-Wl,-z,defs)
+
+$(BUILD)/agent/shim/%.pic.o: agent/shim/%.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(SHIM_CFLAGS) -c $< -o $@
+
+$(SHIM_SO): $(SHIM_OBJS) $(SHIM_MAP)
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(LDFLAGS_SAN) $(LDFLAGS) $(SHIM_LDFLAGS) -o $@ $(SHIM_OBJS) \
+		-L$(CUPTI_LIBDIR) -lcupti -lpthread
+
+# The CUPTI test double, built from the real CUDA 13 headers; its soname is
+# the real library's so the shim's NEEDED entry binds to it in the tests.
+FAKE_CUPTI := $(BUILD)/tests/fakes/libcupti.so.13
+$(FAKE_CUPTI): tests/fakes/fake_cupti.c tests/fakes/fake_cupti.h
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_COMMON) -fPIC -I$(CUPTI_INC) -Itests/fakes $(CFLAGS) -shared \
+		-Wl,-soname,libcupti.so.13 $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $< -lpthread
+
+# tests/unit/test_shim*.c: cmocka, linked with shim_rx.o alone (not the whole
+# agent library) and the double; they dlopen $(SHIM_SO) themselves and need
+# no environment (rpath finds the double, the binary locates the shim).
+SHIM_TEST_SRCS := $(sort $(wildcard tests/unit/test_shim*.c))
+SHIM_TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(SHIM_TEST_SRCS))
+
+$(SHIM_TEST_BINS): $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/agent/shim_rx.o $(FAKE_CUPTI) \
+		$(SHIM_SO)
+	$(call msg,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -I$(CUPTI_INC) -Itests/fakes -o $@ $< $(BUILD)/agent/shim_rx.o \
+		$(LDFLAGS_SAN) $(LDFLAGS) -L$(dir $(FAKE_CUPTI)) -l:libcupti.so.13 \
+		-Wl,-rpath,'$$ORIGIN/../fakes' -lcmocka -ldl -lpthread
+
+# libFuzzer target for the receiver's validation: make fuzz-shim-rx (clang)
+$(BUILD)/tests/fuzz/fuzz_shim_rx: tests/fuzz/fuzz_shim_rx.c agent/shim_rx.c agent/shim_rx.h
+	$(call msg,FUZZ,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE $(INCLUDES) -o $@ \
+		tests/fuzz/fuzz_shim_rx.c agent/shim_rx.c
+
+.PHONY: shim fuzz-shim-rx
+shim: $(SHIM_SO)
+fuzz-shim-rx: $(BUILD)/tests/fuzz/fuzz_shim_rx
+
 # --------------------------------------------------------------- tests -----
 # tests/unit/test_*.c: cmocka, linked with the agent and correlator libraries.
 # tests/integration/*.c: workloads the integration scripts run (no cmocka).
@@ -135,13 +199,34 @@ $(BUILD)/tests/integration/%: tests/integration/%.c
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< -ldl -lpthread
 
 # -------------------------------------------------------------- bench ------
-BENCH_SRCS := $(sort $(wildcard bench/*.c))
+# bench/*.bpf.c are BPF programs, not binaries: see "bench: bare uprobe" below
+BENCH_SRCS := $(sort $(filter-out %.bpf.c,$(wildcard bench/*.c)))
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
 $(BUILD)/bench/%: bench/%.c
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< -ldl -lpthread -lbpf -lelf -lz
+
+# ------------------------------------------------ bench: bare uprobe -------
+# Owner: bench/. bench/bare_uprobe.bpf.c is the benchmark's floor, a bare
+# counting uprobe. It is compiled on its own, never linked into the agent's
+# object (BPF_SRCS is bpf/*.bpf.c only); build/bench/bare_uprobe
+# (bench/bare_uprobe.c) loads it from build/bench/bare_uprobe.bpf.o.
+BENCH_BPF_OBJS := $(patsubst bench/%.bpf.c,$(BUILD)/bench/%.bpf.o,$(wildcard bench/*.bpf.c))
+
+$(BUILD)/bench/%.bpf.o: bench/%.bpf.c
+	$(call msg,BPF,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+# bench_replay (issue 3) measures the correlator library and its readers, so
+# it links the correlator, not the agent: a dedicated rule wins over the
+# pattern rule above.
+$(BUILD)/bench/bench_replay: bench/bench_replay.c $(CORR_LIB)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(CORR_LIB) -ljansson -lsqlite3 -lz -ldl -lpthread
 
 # ------------------------------------------------------------- targets -----
 deps:
@@ -165,7 +250,7 @@ demo: deps
 	$(Q)BUILD=$(BUILD) scripts/demo.sh
 
 bench: deps
-	$(Q)$(MAKE) --no-print-directory all $(ITEST_BINS) $(BENCH_BINS)
+	$(Q)$(MAKE) --no-print-directory all $(ITEST_BINS) $(BENCH_BINS) $(BENCH_BPF_OBJS)
 	$(Q)BUILD=$(BUILD) bench/run.sh
 
 FMT_SRCS = $(shell git ls-files '*.c' '*.h' 2>/dev/null | grep -v '^bpf/vmlinux/')

@@ -35,8 +35,8 @@ struct shim_rx_opts {
 	shim_rx_record_fn on_record;
 	void *ctx;
 	unsigned int max_conns; /* 0: 256; further connections are refused and counted */
-	mode_t sock_mode; /* 0: 0660 */
-	mode_t dir_mode; /* 0: 0755, for directories created on the way */
+	mode_t sock_mode;	/* 0: 0660 */
+	mode_t dir_mode;	/* 0: 0755, for directories created on the way */
 };
 
 /* counters; they only grow (the agent reports differences) */
@@ -48,13 +48,13 @@ struct shim_rx_stats {
 	uint64_t conns_active;
 	uint64_t msgs; /* messages read */
 	uint64_t bytes;
-	uint64_t records; /* valid records handed to on_record */
+	uint64_t records;	       /* valid records handed to on_record */
 	uint64_t by_type[EV_TYPE_MAX]; /* valid records per event type */
-	uint64_t bad_msgs; /* messages with at least one invalid record */
-	uint64_t bad_records; /* invalid records (the rest of their message is dropped too) */
-	uint64_t no_hello; /* records before a valid hello: dropped */
-	uint64_t truncated; /* messages cut by the kernel (MSG_TRUNC/MSG_CTRUNC) */
-	uint64_t fds_closed; /* file descriptors a sender tried to pass us */
+	uint64_t bad_msgs;	       /* messages with at least one invalid record */
+	uint64_t bad_records;	/* invalid records (the rest of their message is dropped too) */
+	uint64_t no_hello;	/* records before a valid hello: dropped */
+	uint64_t truncated;	/* messages cut by the kernel (MSG_TRUNC/MSG_CTRUNC) */
+	uint64_t fds_closed;	/* file descriptors a sender tried to pass us */
 	uint64_t pid_rewritten; /* hdr.pid differed from the kernel's pid */
 	uint64_t mode_sent;
 	uint64_t mode_failed;

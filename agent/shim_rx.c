@@ -1,0 +1,553 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * shim_rx.c - receive, validate and count what the CUPTI shims send; send
+ * them mode switches. See shim_rx.h; the wire format is agent/shim/proto.h
+ * and the records are bpf/events.h (sizes must match agent/shim/cupti.c and
+ * agent/shim/chan.c, which build them).
+ *
+ * Everything that arrives is untrusted: any process that can connect may
+ * send anything. Each record is checked against its type's exact size and
+ * field ranges before the callback sees it; the pid comes from the kernel.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "shim_rx.h"
+#include "shim/proto.h"
+
+#define RX_MAX_CONNS_DEFAULT 256
+#define RX_MSGS_PER_CONN 64 /* per drain call: one busy shim cannot starve the others */
+#define RX_ACCEPTS_PER_DRAIN 32
+#define RX_MAX_FDS 16 /* fds a sender may try to pass in one message; closed at once */
+
+struct rx_conn {
+	int fd;		 /* -1: free slot */
+	uint32_t pid;	 /* kernel's view (SO_PEERCRED at connect) */
+	uint32_t ns_pid; /* what the shim calls itself (hello's hdr.pid) */
+	bool hello;
+	/* last counters from this shim's status records */
+	uint64_t sent;
+	uint64_t dropped;
+	uint64_t cupti_dropped;
+};
+
+struct shim_rx {
+	int lfd;
+	int epfd;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	shim_rx_record_fn on_record;
+	void *ctx;
+	unsigned int max_conns;
+	struct rx_conn *conns;
+	struct shim_rx_stats st;
+	/* one message; 8-aligned so validated records can be read in place */
+	uint64_t buf[SHIM_MSG_MAX / 8];
+};
+
+/* ------------------------------------------------------------ validate --- */
+
+/* exact size of each record type a shim may send, 0: not a shim record */
+static size_t shim_rec_size(__u16 type)
+{
+	switch (type) {
+	case EV_GPU_KERNEL:
+	case EV_GPU_MEMCPY:
+	case EV_GPU_MEMSET:
+		return sizeof(struct gpu_activity_event);
+	case EV_GPU_LAUNCH_CB:
+		return sizeof(struct gpu_launch_cb_event);
+	case EV_SHIM_STATUS:
+		return sizeof(struct shim_status_event);
+	default:
+		return 0;
+	}
+}
+
+/* fields beyond the size; h is 8-aligned and h->size bytes long */
+static bool rec_fields_ok(const struct event_hdr *h)
+{
+	switch (h->type) {
+	case EV_GPU_KERNEL:
+	case EV_GPU_MEMCPY:
+	case EV_GPU_MEMSET: {
+		const struct gpu_activity_event *e = (const void *)h;
+
+		return memchr(e->name, '\0', sizeof(e->name)) != NULL;
+	}
+	case EV_GPU_LAUNCH_CB: {
+		const struct gpu_launch_cb_event *e = (const void *)h;
+
+		/* CUPTI_CB_DOMAIN_DRIVER_API (1), CUPTI_CB_DOMAIN_RUNTIME_API (2) */
+		return e->domain == 1 || e->domain == 2;
+	}
+	case EV_SHIM_STATUS: {
+		const struct shim_status_event *e = (const void *)h;
+
+		return e->clock_mode <= SHIM_CLOCK_NONE && e->capture <= MODE_DEEP &&
+		       e->abi_version == INFERTRACE_ABI_VERSION;
+	}
+	default:
+		return false;
+	}
+}
+
+/* counters from a status record: only forward movement counts */
+static void take_status(struct shim_rx *rx, struct rx_conn *c, const struct shim_status_event *s)
+{
+	if (s->records_sent > c->sent)
+		rx->st.shim_records_sent += s->records_sent - c->sent;
+	if (s->records_dropped > c->dropped)
+		rx->st.shim_records_dropped += s->records_dropped - c->dropped;
+	if (s->cupti_dropped > c->cupti_dropped)
+		rx->st.shim_cupti_dropped += s->cupti_dropped - c->cupti_dropped;
+	if (s->records_sent > c->sent)
+		c->sent = s->records_sent;
+	if (s->records_dropped > c->dropped)
+		c->dropped = s->records_dropped;
+	if (s->cupti_dropped > c->cupti_dropped)
+		c->cupti_dropped = s->cupti_dropped;
+}
+
+/*
+ * One message: records back to back. A record that fails validation makes
+ * the rest of the message untrustworthy (its framing may be off), so the
+ * rest is dropped. Returns records delivered, or -EPROTO when the
+ * connection speaks another ABI and must be closed.
+ */
+static int process_msg(struct shim_rx *rx, struct rx_conn *c, uint8_t *buf, size_t len)
+{
+	size_t off = 0;
+	int delivered = 0;
+
+	rx->st.msgs++;
+	rx->st.bytes += len;
+	if (!len)
+		goto bad;
+	while (off < len) {
+		struct event_hdr *h = (struct event_hdr *)(buf + off);
+		size_t want;
+
+		if (len - off < sizeof(*h))
+			goto bad;
+		want = shim_rec_size(h->type);
+		if (!want || h->size != want || h->size > len - off)
+			goto bad;
+		if (h->type == EV_SHIM_STATUS && !c->hello) {
+			const struct shim_status_event *s = (const void *)h;
+
+			if (s->abi_version != INFERTRACE_ABI_VERSION) {
+				rx->st.conns_bad_abi++;
+				return -EPROTO;
+			}
+		}
+		if (!rec_fields_ok(h))
+			goto bad;
+		if (!c->hello) {
+			if (h->type != EV_SHIM_STATUS) {
+				rx->st.no_hello++;
+				off += h->size;
+				continue;
+			}
+			c->hello = true;
+			c->ns_pid = h->pid;
+		}
+		if (h->pid != c->pid) {
+			rx->st.pid_rewritten++;
+			h->pid = c->pid;
+		}
+		if (h->type == EV_SHIM_STATUS)
+			take_status(rx, c, (const void *)h);
+		rx->st.records++;
+		rx->st.by_type[h->type]++;
+		delivered++;
+		if (rx->on_record)
+			rx->on_record(rx->ctx, h, h->size);
+		off += h->size;
+	}
+	return delivered;
+
+bad:
+	rx->st.bad_msgs++;
+	rx->st.bad_records++;
+	return delivered;
+}
+
+int shim_rx_feed(struct shim_rx *rx, uint32_t pid, const void *buf, size_t len)
+{
+	struct rx_conn c = {.fd = -1, .pid = pid};
+	uint64_t bad = rx->st.bad_msgs;
+	int n;
+
+	if (len > sizeof(rx->buf)) {
+		rx->st.msgs++;
+		rx->st.truncated++;
+		return -EINVAL;
+	}
+	memcpy(rx->buf, buf, len);
+	n = process_msg(rx, &c, (uint8_t *)rx->buf, len);
+	if (n < 0 || rx->st.bad_msgs != bad)
+		return -EINVAL;
+	return n;
+}
+
+/* ---------------------------------------------------------- connections --- */
+
+static void conn_close(struct shim_rx *rx, struct rx_conn *c)
+{
+	if (c->fd < 0)
+		return;
+	epoll_ctl(rx->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	memset(c, 0, sizeof(*c));
+	c->fd = -1;
+	rx->st.conns_closed++;
+	rx->st.conns_active--;
+}
+
+static int conn_read(struct shim_rx *rx, struct rx_conn *c);
+
+/* accept, and read at once what a new shim may have sent already */
+static int accept_some(struct shim_rx *rx)
+{
+	int i, delivered = 0;
+
+	for (i = 0; i < RX_ACCEPTS_PER_DRAIN; i++) {
+		struct epoll_event ev = {.events = EPOLLIN};
+		struct ucred cr;
+		socklen_t crlen = sizeof(cr);
+		unsigned int slot;
+		int fd, one = 1;
+
+		fd = accept4(rx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			break; /* EAGAIN, or a connection that died in the backlog */
+		for (slot = 0; slot < rx->max_conns && rx->conns[slot].fd >= 0; slot++)
+			;
+		if (slot == rx->max_conns ||
+		    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0 || cr.pid <= 0 ||
+		    setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) < 0) {
+			rx->st.conns_refused++;
+			close(fd);
+			continue;
+		}
+		ev.data.u64 = slot + 1;
+		if (epoll_ctl(rx->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			rx->st.conns_refused++;
+			close(fd);
+			continue;
+		}
+		rx->conns[slot] = (struct rx_conn){.fd = fd, .pid = (uint32_t)cr.pid};
+		rx->st.conns_accepted++;
+		rx->st.conns_active++;
+		delivered += conn_read(rx, &rx->conns[slot]);
+	}
+	return delivered;
+}
+
+/*
+ * The pid of this message from the kernel. Credentials are per message, so
+ * a child that inherited the connection is seen as itself; any passed file
+ * descriptors are closed at once (we never asked for them).
+ */
+static uint32_t msg_pid(struct shim_rx *rx, struct rx_conn *c, struct msghdr *mh)
+{
+	uint32_t pid = c->pid;
+	struct cmsghdr *cm;
+
+	for (cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET)
+			continue;
+		if (cm->cmsg_type == SCM_CREDENTIALS &&
+		    cm->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+			struct ucred cr;
+
+			memcpy(&cr, CMSG_DATA(cm), sizeof(cr));
+			if (cr.pid > 0)
+				pid = (uint32_t)cr.pid;
+		} else if (cm->cmsg_type == SCM_RIGHTS) {
+			size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int), i;
+
+			for (i = 0; i < n; i++) {
+				int fd;
+
+				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+				close(fd);
+				rx->st.fds_closed++;
+			}
+		}
+	}
+	return pid;
+}
+
+/* recvmsg() returns 0 for an empty message and at end of file alike */
+static bool peer_gone(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+static int conn_read(struct shim_rx *rx, struct rx_conn *c)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(RX_MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} cmsg;
+	int i, n, delivered = 0;
+
+	for (i = 0; i < RX_MSGS_PER_CONN && c->fd >= 0; i++) {
+		struct iovec iov = {.iov_base = rx->buf, .iov_len = sizeof(rx->buf)};
+		struct msghdr mh = {
+		    .msg_iov = &iov,
+		    .msg_iovlen = 1,
+		    .msg_control = cmsg.buf,
+		    .msg_controllen = sizeof(cmsg.buf),
+		};
+		uint32_t conn_pid = c->pid;
+		ssize_t len;
+
+		len = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (len < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			break;
+		if (len < 0 || (len == 0 && peer_gone(c->fd))) {
+			conn_close(rx, c); /* the process went away */
+			break;
+		}
+		c->pid = msg_pid(rx, c, &mh);
+		if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+			rx->st.msgs++;
+			rx->st.truncated++;
+			c->pid = conn_pid;
+			continue;
+		}
+		n = process_msg(rx, c, (uint8_t *)rx->buf, (size_t)len);
+		c->pid = conn_pid;
+		if (n < 0) {
+			conn_close(rx, c);
+			break;
+		}
+		delivered += n;
+	}
+	return delivered;
+}
+
+int shim_rx_drain(struct shim_rx *rx)
+{
+	struct epoll_event evs[64];
+	int i, n, delivered = 0;
+
+	n = epoll_wait(rx->epfd, evs, 64, 0);
+	if (n < 0)
+		return errno == EINTR ? 0 : -errno;
+	for (i = 0; i < n; i++) {
+		uint64_t id = evs[i].data.u64;
+
+		if (!id) {
+			delivered += accept_some(rx);
+			continue;
+		}
+		if (id - 1 < rx->max_conns && rx->conns[id - 1].fd >= 0)
+			delivered += conn_read(rx, &rx->conns[id - 1]);
+	}
+	return delivered;
+}
+
+int shim_rx_set_mode(struct shim_rx *rx, uint32_t pid, uint32_t mode)
+{
+	struct shim_ctl_msg m = {
+	    .magic = SHIM_CTL_MAGIC,
+	    .version = SHIM_CTL_VERSION,
+	    .op = SHIM_CTL_SET_MODE,
+	    .arg = mode,
+	};
+	bool matched = false, sent = false;
+	unsigned int i;
+
+	if (mode != MODE_SENTINEL && mode != MODE_DEEP)
+		return -EINVAL;
+	for (i = 0; i < rx->max_conns; i++) {
+		struct rx_conn *c = &rx->conns[i];
+
+		if (c->fd < 0 || !c->hello || (pid && c->pid != pid))
+			continue;
+		matched = true;
+		if (send(c->fd, &m, sizeof(m), MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof(m)) {
+			rx->st.mode_sent++;
+			sent = true;
+		} else {
+			rx->st.mode_failed++;
+		}
+	}
+	if (!matched)
+		return -ESRCH;
+	return sent ? 0 : -EAGAIN;
+}
+
+int shim_rx_pid_ns_differs(const struct shim_rx *rx, uint32_t pid)
+{
+	unsigned int i;
+
+	for (i = 0; i < rx->max_conns; i++) {
+		const struct rx_conn *c = &rx->conns[i];
+
+		if (c->fd >= 0 && c->hello && c->pid == pid)
+			return c->ns_pid != c->pid;
+	}
+	return 0;
+}
+
+int shim_rx_fd(const struct shim_rx *rx)
+{
+	return rx->epfd;
+}
+
+void shim_rx_get_stats(const struct shim_rx *rx, struct shim_rx_stats *out)
+{
+	*out = rx->st;
+}
+
+/* ----------------------------------------------------------------- open --- */
+
+/* mkdir -p of path's directory */
+static int mkdir_parents(const char *path, mode_t mode)
+{
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char *p;
+
+	strcpy(dir, path);
+	p = strrchr(dir, '/');
+	if (!p || p == dir)
+		return 0;
+	*p = '\0';
+	for (p = dir + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(dir, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(dir, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+	mode_t sock_mode = 0660, dir_mode = 0755;
+	struct shim_rx *rx = NULL;
+	unsigned int i;
+	struct stat stb;
+	int err, one = 1;
+
+	if (!path)
+		path = SHIM_SOCK_DEFAULT;
+	if (!*path || strlen(path) >= sizeof(sa.sun_path) ||
+	    (opts && opts->sz < offsetof(struct shim_rx_opts, dir_mode) + sizeof(mode_t))) {
+		err = -EINVAL;
+		goto cleanup;
+	}
+	rx = calloc(1, sizeof(*rx));
+	if (!rx) {
+		err = -ENOMEM;
+		goto cleanup;
+	}
+	rx->lfd = -1;
+	rx->epfd = -1;
+	rx->max_conns = RX_MAX_CONNS_DEFAULT;
+	if (opts) {
+		rx->on_record = opts->on_record;
+		rx->ctx = opts->ctx;
+		if (opts->max_conns)
+			rx->max_conns = opts->max_conns;
+		if (opts->sock_mode)
+			sock_mode = opts->sock_mode;
+		if (opts->dir_mode)
+			dir_mode = opts->dir_mode;
+	}
+	strcpy(rx->path, path);
+	rx->conns = calloc(rx->max_conns, sizeof(*rx->conns));
+	if (!rx->conns) {
+		err = -ENOMEM;
+		goto cleanup;
+	}
+	for (i = 0; i < rx->max_conns; i++)
+		rx->conns[i].fd = -1;
+
+	err = mkdir_parents(path, dir_mode);
+	if (err)
+		goto cleanup;
+	/* a socket left by a previous agent goes; anything else is not ours */
+	if (lstat(path, &stb) == 0) {
+		if (!S_ISSOCK(stb.st_mode)) {
+			err = -EEXIST;
+			goto cleanup;
+		}
+		unlink(path);
+	}
+	rx->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (rx->lfd < 0) {
+		err = -errno;
+		goto cleanup;
+	}
+	/* Linux creates the socket file with the socket inode's mode: no wide window */
+	fchmod(rx->lfd, sock_mode);
+	setsockopt(rx->lfd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
+	memcpy(sa.sun_path, path, strlen(path));
+	if (bind(rx->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		err = -errno;
+		goto cleanup;
+	}
+	if (chmod(path, sock_mode) < 0 || listen(rx->lfd, 128) < 0) {
+		err = -errno;
+		goto cleanup_unlink;
+	}
+	rx->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (rx->epfd < 0 || epoll_ctl(rx->epfd, EPOLL_CTL_ADD, rx->lfd, &ev) < 0) {
+		err = -errno;
+		goto cleanup_unlink;
+	}
+	return rx;
+
+cleanup_unlink:
+	unlink(path);
+cleanup:
+	if (rx) {
+		if (rx->epfd >= 0)
+			close(rx->epfd);
+		if (rx->lfd >= 0)
+			close(rx->lfd);
+		free(rx->conns);
+		free(rx);
+	}
+	errno = -err;
+	return NULL;
+}
+
+void shim_rx_close(struct shim_rx *rx)
+{
+	unsigned int i;
+
+	if (!rx)
+		return;
+	for (i = 0; rx->conns && i < rx->max_conns; i++)
+		conn_close(rx, &rx->conns[i]);
+	if (rx->epfd >= 0)
+		close(rx->epfd);
+	if (rx->lfd >= 0) {
+		close(rx->lfd);
+		unlink(rx->path);
+	}
+	free(rx->conns);
+	free(rx);
+}

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * fake_cupti.h - control interface of the CUPTI test double
+ * (build/tests/fakes/libcupti.so.13, from tests/fakes/fake_cupti.c).
+ *
+ * The double implements the CUPTI entry points libinfertrace_cupti.so calls,
+ * with the prototypes, enums and record structs of the real CUDA 13 headers
+ * (it includes <cupti.h>). It records what the shim asked for (calls in
+ * order, activity kinds, (domain, cbid) pairs) and delivers launch callbacks
+ * only for enabled pairs, as CUPTI does. Activity records given to it are the
+ * real structs (CUpti_ActivityKernel10, CUpti_ActivityMemcpy6,
+ * CUpti_ActivityMemset4); it packs them into buffers obtained from the shim's
+ * buffer-requested callback and returns them through its buffer-completed
+ * callback, to be read back with cuptiActivityGetNextRecord().
+ *
+ * Its clock (cuptiGetTimestamp and the records stamped without a timestamp
+ * callback) is CLOCK_REALTIME, as Linux CUPTI's default.
+ *
+ * Threading: every function may be called from any thread; the double holds
+ * one recursive lock while it calls the shim's buffer callbacks and no lock
+ * while it calls its API callback.
+ */
+#ifndef INFERTRACE_FAKE_CUPTI_H
+#define INFERTRACE_FAKE_CUPTI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cupti.h>
+
+/* forget everything, as a freshly loaded libcupti */
+void fake_cupti_reset(void);
+
+/* behave as the real libcupti without a driver: CUPTI_ERROR_UNKNOWN */
+void fake_cupti_set_no_gpu(bool on);
+/* the CUDA 12.6U2-13.1 bug: kernels have start == end == 0 with a ts callback */
+void fake_cupti_set_zero_kernel_ts(bool on);
+
+/* call log: position of the first call to fn (0-based), or -1 */
+int fake_cupti_first_call(const char *fn);
+/* number of calls to fn */
+int fake_cupti_call_count(const char *fn);
+
+bool fake_cupti_kind_enabled(CUpti_ActivityKind kind);
+/* was the kind ever enabled since the reset */
+bool fake_cupti_kind_ever_enabled(CUpti_ActivityKind kind);
+bool fake_cupti_callback_enabled(CUpti_CallbackDomain dom, CUpti_CallbackId cbid);
+/* fill up to max (domain, cbid) pairs currently enabled, return how many */
+size_t fake_cupti_enabled_callbacks(uint32_t (*pairs)[2], size_t max);
+bool fake_cupti_has_ts_callback(void);
+bool fake_cupti_subscribed(void);
+
+/*
+ * An API call on the calling thread: ENTER then EXIT callbacks, each only
+ * if (dom, cbid) is enabled. Returns the number of callbacks delivered.
+ */
+int fake_cupti_api_call(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, uint32_t corr);
+/* a runtime call with its nested driver call, one correlation id */
+int fake_cupti_api_nested(CUpti_CallbackId rt_cbid, CUpti_CallbackId drv_cbid, uint32_t corr);
+
+/*
+ * Queue one activity record (a real CUpti_Activity* struct, kind set).
+ * Returns 0, or -ENOBUFS when the shim declined a buffer and the record was
+ * dropped (counted for cuptiActivityGetNumDroppedRecords).
+ */
+int fake_cupti_add_record(const CUpti_Activity *rec);
+/* hand every filled or partly filled buffer back to the shim */
+void fake_cupti_complete(void);
+/* when false, buffers go back only on fake_cupti_complete() (default true:
+ * cuptiActivityFlushAll returns them too) */
+void fake_cupti_set_flush_returns(bool on);
+/* buffers the shim gave and the double still holds */
+size_t fake_cupti_buffers_held(void);
+/* distinct buffer addresses seen since the reset */
+size_t fake_cupti_distinct_buffers(void);
+/* buffer requests the shim declined */
+uint64_t fake_cupti_declined(void);
+
+#endif /* INFERTRACE_FAKE_CUPTI_H */
