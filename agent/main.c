@@ -298,6 +298,12 @@ static int run_live(struct agent *a)
 		if (now - a->last_interval_ns >= interval) {
 			uint64_t span = now - a->last_interval_ns;
 
+			/*
+			 * Decode what the rings hold first: an exit seen on one ring
+			 * may precede the process's last launches on another, and the
+			 * interval reaps exited processes (their instance names).
+			 */
+			ring_buffer__consume(a->rb);
 			aggregate_interval(a, false);
 			stats_emit(a, span, false);
 			flush_sinks(a, 0);
@@ -324,14 +330,6 @@ cleanup:
 	aggregate_free(a);
 	loader_stop(a);
 	return err;
-}
-
-/* replaced by agent/replay.c when the replay engine is linked */
-__attribute__((weak)) int replay_run(struct agent *a, const char *path)
-{
-	(void)a;
-	pr_err("--replay %s: this build has no replay engine", path);
-	return -ENOTSUP;
 }
 
 int main(int argc, char **argv)

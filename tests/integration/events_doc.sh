@@ -44,10 +44,21 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 # "type field" pairs the document lists; common fields under type "*"
 awk '
-	/^## Common fields/ { sec = "*"; next }
-	/^### `/ { s = $0; gsub(/^### `|`.*$/, "", s); sec = s; next }
-	/^## / { sec = "" }
-	sec != "" && /^\| `/ { f = $0; sub(/^\| `/, "", f); sub(/`.*$/, "", f); print sec, f }
+	/^## Common fields/ { sec = "*"; common = 1; next }
+	/^### `/ {
+		# a heading may name several types: ### `kernel`, `memcpy`, `memset`
+		sec = ""; s = $0
+		while (match(s, /`[a-z_]+`/)) {
+			sec = sec " " substr(s, RSTART + 1, RLENGTH - 2); s = substr(s, RSTART + RLENGTH)
+		}
+		next
+	}
+	/^##/ { sec = "" }
+	sec != "" && /^\| `/ {
+		f = $0; sub(/^\| `/, "", f); sub(/`.*$/, "", f)
+		n = split(sec, types, " ")
+		for (i = 1; i <= n; i++) print types[i], f
+	}
 ' "$DOC" | sort -u >"$tmp/doc"
 
 "$BUILD/infertrace-agent" --mode deep -o "$tmp/out.jsonl" -d 6 --stack-rate 20 \

@@ -1,0 +1,342 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * correlator.h - joins CPU-side CUDA launches with GPU activity records,
+ * live (uprobe launches + CUPTI shim callbacks + activity records) or from a
+ * recording (Kineto / PyTorch profiler traces, Nsight Systems SQLite exports,
+ * the agent's own JSON lines).
+ *
+ * Join key: (host pid, correlation id). A shim launch callback (API exit) is
+ * tied to the uprobe launch (API entry) of the same thread: the latest
+ * unmatched uprobe launch with ts <= callback ts, within match_window_ns.
+ * A runtime call and its nested driver call share one correlation id: the
+ * launch is counted once (the earliest entry wins). Graph-replayed kernels all
+ * join the one graph launch of their correlation id.
+ *
+ * Threading: a struct corr is not thread-safe. One thread owns it and makes
+ * every call; callbacks (emit, log) run synchronously on that thread, inside
+ * the corr__* call that completed the join or evicted the record.
+ *
+ * Ownership: pointers passed in (names, options) are copied or used only for
+ * the duration of the call. Pointers handed to callbacks are valid only
+ * during the callback.
+ *
+ * Errors: functions return 0 or -errno; constructors return NULL with errno
+ * set. The library never prints: it logs through opts.log.
+ */
+#ifndef INFERTRACE_CORRELATOR_H
+#define INFERTRACE_CORRELATOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct corr;
+
+enum corr_kind {
+	CORR_KIND_KERNEL = 0,
+	CORR_KIND_MEMCPY = 1,
+	CORR_KIND_MEMSET = 2,
+	CORR_KIND_COUNT,
+};
+
+/* time sources; opts.clock_offset_ns[src] is added to every ts of that source */
+enum corr_src {
+	CORR_SRC_UPROBE = 0, /* bpf uprobe launches (CLOCK_MONOTONIC: the base) */
+	CORR_SRC_CALLBACK = 1, /* CUPTI shim launch callbacks */
+	CORR_SRC_GPU = 2, /* GPU activity records */
+	CORR_SRC_TRACE = 3, /* launches read from a recording */
+	CORR_SRC_COUNT,
+};
+
+enum corr_log_level { CORR_LOG_ERROR = 0, CORR_LOG_WARN = 1, CORR_LOG_INFO = 2, CORR_LOG_DEBUG = 3 };
+
+/* a launch on the CPU side, as the emit callback sees it */
+struct corr_launch {
+	uint32_t pid;
+	uint32_t tid;
+	uint64_t ts_ns; /* API entry (uprobe or trace), else callback time */
+	uint32_t corr_id;
+	uint32_t cbid; /* CUPTI callback id, 0 when unknown */
+	const char *api; /* entry point name, e.g. "cudaLaunchKernel"; never NULL */
+	bool from_uprobe; /* ts_ns is the uprobe's API entry time */
+	bool from_callback; /* a shim callback confirmed the correlation id */
+};
+
+/* a GPU activity record (input and output) */
+struct corr_gpu {
+	enum corr_kind kind;
+	uint32_t pid; /* host pid; 0 = unknown (Kineto: see CORR_F_PID_FROM_LAUNCH) */
+	uint32_t corr_id;
+	uint32_t device;
+	uint32_t context;
+	uint32_t stream;
+	uint32_t graph_id; /* 0 outside graphs */
+	uint64_t graph_node_id; /* 0 outside graphs */
+	uint64_t start_ns;
+	uint64_t end_ns;
+	uint32_t grid[3];
+	uint32_t block[3];
+	uint32_t copy_kind; /* memcpy: CUpti_ActivityMemcpyKind */
+	uint64_t bytes; /* memcpy/memset */
+	const char *name; /* mangled as recorded; may be NULL */
+};
+
+/*
+ * Called once per GPU record, joined (l != NULL) or not (l == NULL: the
+ * launch never came, was evicted, or belonged to an exited process).
+ * g->pid is the launch's pid when joined.
+ */
+typedef void (*corr_emit_fn)(void *ctx, const struct corr_gpu *g, const struct corr_launch *l);
+typedef void (*corr_log_fn)(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/*
+ * GPU records carry no host pid (Kineto writes the device as pid): join on
+ * the correlation id alone, which is unique within one recorded process, and
+ * take the pid from the launch.
+ */
+#define CORR_F_PID_FROM_LAUNCH (1u << 0)
+
+struct corr_opts {
+	size_t sz; /* sizeof(struct corr_opts) */
+	uint32_t flags; /* CORR_F_* */
+	uint32_t launch_capacity; /* launches kept for joining; 0: 131072 */
+	uint32_t gpu_capacity; /* GPU records waiting for their launch; 0: 65536 */
+	uint32_t thread_capacity; /* threads with pending uprobe launches; 0: 4096 */
+	/*
+	 * launches older than (newest launch ts - window_ns) are retired, GPU
+	 * records waiting longer than that (by the same clock) are emitted
+	 * unmatched. 0: 10 s; UINT64_MAX: capacity only (replay).
+	 */
+	uint64_t window_ns;
+	uint64_t match_window_ns; /* uprobe entry -> callback exit bound; 0: 100 ms */
+	/*
+	 * A kernel may not start earlier than its launch minus this slack
+	 * (clock jitter between sources); otherwise the pair is refused. 0: 1 ms.
+	 */
+	uint64_t max_skew_ns;
+	int64_t clock_offset_ns[CORR_SRC_COUNT];
+	corr_emit_fn emit;
+	void *emit_ctx;
+	corr_log_fn log; /* may be NULL */
+	void *log_ctx;
+};
+
+/* counters; they only grow */
+struct corr_counters {
+	uint64_t uprobe_launches;
+	uint64_t callbacks;
+	uint64_t callbacks_with_uprobe; /* callback tied to a uprobe launch */
+	uint64_t callbacks_without_uprobe;
+	uint64_t launches; /* distinct (pid, corr id) launches */
+	uint64_t launches_nested; /* same key again (runtime -> driver): counted once */
+	uint64_t launches_expired; /* retired by the window */
+	uint64_t launches_evicted; /* pushed out by capacity */
+	uint64_t launches_dropped_exit; /* dropped at process exit */
+	uint64_t uprobes_evicted; /* uprobe launches no callback claimed */
+	uint64_t threads_evicted;
+	uint64_t gpu_records;
+	uint64_t joined; /* GPU records joined to a launch */
+	uint64_t joined_late; /* ... after waiting for their launch */
+	uint64_t unmatched; /* GPU records emitted without a launch */
+	uint64_t gpu_evicted; /* unmatched because the wait queue was full */
+	uint64_t refused; /* a candidate launch refused (time order, pid reuse) */
+	uint64_t names_dropped; /* name table full: record emitted without name */
+	uint64_t kinds[CORR_KIND_COUNT];
+};
+
+struct corr *corr__new(const struct corr_opts *opts);
+void corr__free(struct corr *c); /* accepts NULL; does not flush */
+
+/* a uprobe launch: API entry on (pid, tid) at ts_ns; api = enum cuda_api */
+int corr__add_uprobe_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
+			    uint16_t api);
+/*
+ * a shim launch callback: API exit on (pid, tid) with its correlation id;
+ * domain/cbid as CUPTI's (CUPTI_CB_DOMAIN_DRIVER_API 1, RUNTIME_API 2)
+ */
+int corr__add_callback(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
+		       uint32_t corr_id, uint32_t domain, uint32_t cbid);
+/* a launch that already carries its correlation id (recordings) */
+int corr__add_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
+		     uint32_t corr_id, uint32_t cbid, const char *api);
+/* a GPU activity record; emitted now if its launch is known, else queued */
+int corr__add_gpu(struct corr *c, const struct corr_gpu *g);
+/*
+ * The process exited at ts_ns: its queued GPU records are emitted unmatched
+ * and its launches dropped; a later process with the same pid never joins
+ * them, nor GPU records that started before ts_ns.
+ */
+int corr__process_exit(struct corr *c, uint32_t pid, uint64_t ts_ns);
+/* retire state older than now_ns - window (live: call every interval) */
+int corr__advance(struct corr *c, uint64_t now_ns);
+/* emit every queued GPU record as unmatched (end of input) */
+int corr__flush(struct corr *c);
+const struct corr_counters *corr__counters(const struct corr *c);
+/* GPU records waiting for their launch right now */
+uint32_t corr__pending(const struct corr *c);
+
+/* name of an enum cuda_api value (bpf/events.h), "unknown" otherwise */
+const char *corr_api_name(uint16_t api);
+/* name of a CUPTI launch callback id (runtime or driver domain), or NULL */
+const char *corr_cbid_name(uint32_t domain, uint32_t cbid);
+
+/*
+ * Itanium C++ demangling through __cxa_demangle from libstdc++.so.6, loaded
+ * with dlopen on first use (no C++ in this repository). Results are cached
+ * per name. Returns NULL when the name is not mangled, the library is
+ * missing, or demangling fails. The string stays valid until
+ * corr_demangle_cache_free(). Not thread-safe (one owning thread).
+ */
+const char *corr_demangle(const char *mangled);
+void corr_demangle_cache_free(void);
+
+/* ---------------------------------------------------------------- stats -- */
+
+/*
+ * Per-interval statistics over emitted GPU records: per process (instance),
+ * GPU busy time per device (union of activity), idle gaps between busy
+ * periods, per-stream busy time, launch-to-start percentiles and the top
+ * kernels by total time. Same threading rules as struct corr.
+ */
+struct corr_stats;
+
+#define CORR_STATS_MAX_DEV 16
+#define CORR_STATS_MAX_STREAMS 32
+#define CORR_STATS_MAX_TOP 16
+
+struct corr_stats_opts {
+	size_t sz;
+	uint32_t top_n; /* top kernels reported; 0: 5, at most CORR_STATS_MAX_TOP */
+	uint64_t gap_min_ns; /* idle gaps shorter than this are not gaps; 0: 0 */
+	uint32_t capacity; /* records held per interval; 0: 1 << 20; more are counted */
+};
+
+struct corr_summary {
+	uint32_t pid; /* 0: GPU records whose process is unknown */
+	uint64_t t0_ns, t1_ns; /* the interval [t0, t1) by record start */
+	uint64_t kernels, memcpys, memsets;
+	uint64_t matched, unmatched;
+	uint64_t memcpy_bytes;
+	uint32_t n_dev;
+	struct {
+		uint32_t device;
+		uint64_t busy_ns; /* union of activity on the device */
+		uint64_t gaps; /* idle gaps between busy periods, >= gap_min_ns */
+		uint64_t gap_ns; /* total of those gaps */
+		uint64_t gap_max_ns;
+	} dev[CORR_STATS_MAX_DEV];
+	uint32_t n_streams;
+	struct {
+		uint32_t device, stream;
+		uint64_t busy_ns;
+		uint64_t records;
+	} streams[CORR_STATS_MAX_STREAMS];
+	uint64_t l2s_count; /* launch-to-start samples (joined records) */
+	uint64_t l2s_p50_ns, l2s_p90_ns, l2s_p99_ns, l2s_max_ns;
+	uint32_t n_top;
+	struct {
+		const char *name; /* valid until the next corr_stats__cut() */
+		uint64_t count;
+		uint64_t total_ns;
+	} top[CORR_STATS_MAX_TOP];
+};
+
+/* called once per process with records in the interval */
+typedef void (*corr_summary_fn)(void *ctx, const struct corr_summary *s);
+
+struct corr_stats *corr_stats__new(const struct corr_stats_opts *opts);
+void corr_stats__free(struct corr_stats *st);
+/* record one emitted GPU record (call it from the emit callback) */
+int corr_stats__add(struct corr_stats *st, const struct corr_gpu *g, const struct corr_launch *l);
+/*
+ * Summarise the records that started before t1_ns (t0_ns is only reported),
+ * one callback per pid, and forget them. Later records stay for the next cut.
+ */
+int corr_stats__cut(struct corr_stats *st, uint64_t t0_ns, uint64_t t1_ns, corr_summary_fn fn,
+		    void *ctx);
+/* earliest start held, UINT64_MAX when empty */
+uint64_t corr_stats__first_ts(const struct corr_stats *st);
+uint64_t corr_stats__dropped(const struct corr_stats *st);
+
+/* --------------------------------------------------------------- replay -- */
+
+enum corr_format {
+	CORR_FMT_AUTO = 0,
+	CORR_FMT_KINETO, /* Chrome trace JSON, plain or gzip */
+	CORR_FMT_NSYS, /* Nsight Systems SQLite export */
+	CORR_FMT_JSONL, /* the agent's own JSON lines */
+};
+
+/* a marker of a recording (python_function, user_annotation, NVTX range) */
+struct corr_marker {
+	uint32_t pid, tid;
+	uint64_t ts_ns, dur_ns;
+	const char *cat; /* "python_function", "user_annotation", "nvtx" */
+	const char *name;
+};
+typedef void (*corr_marker_fn)(void *ctx, const struct corr_marker *m);
+
+struct corr_replay_opts {
+	size_t sz;
+	enum corr_format format; /* CORR_FMT_AUTO: detect from the content */
+	corr_marker_fn marker; /* may be NULL; called on the caller's thread */
+	void *marker_ctx;
+	corr_log_fn log;
+	void *log_ctx;
+};
+
+struct corr_replay_stats {
+	enum corr_format format;
+	uint64_t bytes; /* input size, uncompressed */
+	uint64_t events; /* input events seen */
+	uint64_t launches; /* launch events fed */
+	uint64_t gpu_records; /* GPU records fed */
+	uint64_t markers;
+	uint64_t skipped; /* events of no interest */
+	struct corr_counters corr;
+};
+
+/* format name for logs and records */
+const char *corr_format_name(enum corr_format f);
+/* detect the format of a file from its first bytes: 0 or -errno */
+int corr_replay_detect(const char *path, enum corr_format *out);
+/*
+ * Read a recording and feed it through a correlator made from copts (the
+ * reader adds CORR_F_PID_FROM_LAUNCH for Kineto and widens the window to
+ * capacity-only), flush it, free it. copts->emit receives every GPU record.
+ * A malformed or truncated file fails with -EINVAL (-EIO when unreadable)
+ * after logging the byte offset or line; records emitted before the error
+ * stay emitted.
+ */
+int corr_replay_file(const char *path, const struct corr_opts *copts,
+		     const struct corr_replay_opts *ropts, struct corr_replay_stats *stats);
+/* the same on a buffer in memory (Kineto or JSON lines; tests, fuzzing) */
+int corr_replay_buf(const char *buf, size_t len, const struct corr_opts *copts,
+		    const struct corr_replay_opts *ropts, struct corr_replay_stats *stats);
+
+/* ------------------------------------------------------------ JSON out -- */
+
+/* the common fields every record starts with (docs/events.md) */
+struct corr_json_common {
+	const char *host;
+	const char *instance;
+};
+
+/*
+ * Format one deep-mode record ("kernel", "memcpy" or "memset") as one JSON
+ * object without newline into buf. Returns the length, or -ENOSPC when buf
+ * is too small (nothing useful written). Field list: docs/events_gpu.md.
+ */
+int corr_gpu_to_json(char *buf, size_t sz, const struct corr_json_common *cm,
+		     const struct corr_gpu *g, const struct corr_launch *l);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INFERTRACE_CORRELATOR_H */

@@ -1,0 +1,889 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * corr.c - the join: uprobe launches <-> shim callbacks by (pid, tid, time),
+ * launches <-> GPU records by (pid, correlation id).
+ *
+ * State, all bounded by the options:
+ *   launches: a FIFO ring (insertion order = eviction order) indexed by an
+ *             open-addressing table keyed by (pid, corr id). An entry stays
+ *             after its first join because a graph launch owns many kernels;
+ *             it leaves by window, capacity or process exit.
+ *   pending:  GPU records whose launch has not arrived, in a slab with a
+ *             per-key chain and a FIFO list for expiry/eviction.
+ *   threads:  per-thread small rings of recent uprobe launches (and of
+ *             callbacks that came before their uprobe), for the time match.
+ *   exits:    last exit time per pid, so a reused pid never joins old state.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define NO_IDX UINT32_MAX
+#define THR_RING 16 /* uprobe launches remembered per thread */
+#define THR_CBW 8 /* callbacks waiting for a late uprobe, per thread */
+#define EXIT_CAP 4096
+
+struct launch_ent {
+	uint64_t key;
+	uint64_t ts;
+	uint32_t pid, tid, corr, cbid;
+	int32_t api; /* name id */
+	uint8_t live; /* in the hash table */
+	uint8_t from_uprobe, from_cb;
+};
+
+struct pend {
+	struct corr_gpu g; /* g.name unused: name_id */
+	int32_t name_id;
+	uint64_t key;
+	uint32_t chain; /* next pending with the same key */
+	uint32_t prev, next; /* FIFO (arrival order) or free list (next) */
+};
+
+struct thr_up {
+	uint64_t ts;
+	uint16_t api;
+	uint8_t used;
+};
+
+struct thr_cb {
+	uint64_t ts;
+	uint32_t corr;
+	uint8_t used;
+};
+
+struct thr {
+	uint64_t key; /* pid << 32 | tid */
+	uint8_t live;
+	uint8_t n_up, head_up; /* ring of uprobe launches */
+	struct thr_up up[THR_RING];
+	struct thr_cb cbw[THR_CBW];
+	uint8_t head_cb;
+};
+
+/*
+ * Launch table slot: the key is kept here, next to the ring index, so probes
+ * and the backward shift on delete stay inside the table instead of touching
+ * a random ring entry per step (the join is memory-bound).
+ */
+struct lt_slot {
+	uint64_t key;
+	uint32_t idx; /* ring index + 1, 0 = empty */
+};
+
+struct exit_ent {
+	uint32_t pid;
+	uint64_t ts;
+};
+
+struct corr {
+	struct corr_opts o;
+	struct corr_counters cnt;
+	struct names *names;
+
+	/* launches */
+	struct launch_ent *ring;
+	uint32_t ring_cap, ring_head, ring_len;
+	struct lt_slot *lt; /* launch table */
+	uint32_t lt_mask;
+	uint64_t watermark; /* newest launch / advance() ts */
+
+	/* pending GPU records */
+	struct pend *pend;
+	uint32_t pend_cap, pend_len, pend_free;
+	uint32_t fifo_head, fifo_tail;
+	uint32_t *pt; /* pending table: head pend index + 1 */
+	uint32_t pt_mask;
+
+	/* threads */
+	struct thr *thr;
+	uint32_t thr_cap, thr_len, thr_victim;
+	uint32_t *tt; /* thread index + 1 */
+	uint32_t tt_mask;
+
+	struct exit_ent exits[EXIT_CAP]; /* small: direct-mapped by pid */
+	int32_t last_api; /* name id of the last launch's API */
+};
+
+static const char *const api_names[] = {
+	"cudaLaunchKernel",	  "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC",
+	"cudaLaunchKernelExC_ptsz", "cudaGraphLaunch",	   "cudaGraphLaunch_ptsz",
+	"cudaMemcpyAsync",	  "cudaMemcpyAsync_ptsz",  "cudaStreamSynchronize",
+	"cudaStreamSynchronize_ptsz", "cudaDeviceSynchronize", "cuLaunchKernel",
+	"cuLaunchKernel_ptsz",	  "cuLaunchKernelEx",	   "cuLaunchKernelEx_ptsz",
+	"cuGraphLaunch",	  "cuGraphLaunch_ptsz",
+};
+/* must match enum cuda_api in bpf/events.h */
+_Static_assert(sizeof(api_names) / sizeof(api_names[0]) == 17, "enum cuda_api");
+
+const char *corr_api_name(uint16_t api)
+{
+	if (api < sizeof(api_names) / sizeof(api_names[0]))
+		return api_names[api];
+	return "unknown";
+}
+
+int corr_api_from_name(const char *name)
+{
+	for (size_t i = 0; i < sizeof(api_names) / sizeof(api_names[0]); i++)
+		if (!strcmp(api_names[i], name))
+			return (int)i;
+	return -1;
+}
+
+/* CUDA 13.0 cbids (cupti_runtime_cbid.h / cupti_driver_cbid.h) */
+static const struct {
+	uint16_t domain, cbid;
+	const char *name;
+} cbids[] = {
+	{ 2, 13, "cudaLaunch" },
+	{ 2, 211, "cudaLaunchKernel" },
+	{ 2, 213, "cudaLaunch_ptsz" },
+	{ 2, 214, "cudaLaunchKernel_ptsz" },
+	{ 2, 269, "cudaLaunchCooperativeKernel" },
+	{ 2, 270, "cudaLaunchCooperativeKernel_ptsz" },
+	{ 2, 272, "cudaLaunchCooperativeKernelMultiDevice" },
+	{ 2, 311, "cudaGraphLaunch" },
+	{ 2, 312, "cudaGraphLaunch_ptsz" },
+	{ 2, 430, "cudaLaunchKernelExC" },
+	{ 2, 431, "cudaLaunchKernelExC_ptsz" },
+	{ 1, 115, "cuLaunch" },
+	{ 1, 116, "cuLaunchGrid" },
+	{ 1, 117, "cuLaunchGridAsync" },
+	{ 1, 307, "cuLaunchKernel" },
+	{ 1, 442, "cuLaunchKernel_ptsz" },
+	{ 1, 477, "cuLaunchCooperativeKernel" },
+	{ 1, 478, "cuLaunchCooperativeKernel_ptsz" },
+	{ 1, 480, "cuLaunchCooperativeKernelMultiDevice" },
+	{ 1, 514, "cuGraphLaunch" },
+	{ 1, 515, "cuGraphLaunch_ptsz" },
+	{ 1, 652, "cuLaunchKernelEx" },
+	{ 1, 653, "cuLaunchKernelEx_ptsz" },
+};
+
+const char *corr_cbid_name(uint32_t domain, uint32_t cbid)
+{
+	for (size_t i = 0; i < sizeof(cbids) / sizeof(cbids[0]); i++)
+		if (cbids[i].domain == domain && cbids[i].cbid == cbid)
+			return cbids[i].name;
+	return NULL;
+}
+
+static void corr_log(struct corr *c, enum corr_log_level lvl, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void corr_log(struct corr *c, enum corr_log_level lvl, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	if (!c->o.log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	c->o.log(c->o.log_ctx, lvl, "%s", msg);
+}
+
+struct corr *corr__new(const struct corr_opts *opts)
+{
+	struct corr *c;
+	uint32_t size;
+
+	if (!opts || opts->sz < offsetof(struct corr_opts, log_ctx) + sizeof(void *) ||
+	    !opts->emit) {
+		errno = EINVAL;
+		return NULL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	memcpy(&c->o, opts, sizeof(c->o));
+	if (!c->o.launch_capacity)
+		c->o.launch_capacity = 131072;
+	if (!c->o.gpu_capacity)
+		c->o.gpu_capacity = 65536;
+	if (!c->o.thread_capacity)
+		c->o.thread_capacity = 4096;
+	if (!c->o.window_ns)
+		c->o.window_ns = 10ULL * 1000000000ULL;
+	if (!c->o.match_window_ns)
+		c->o.match_window_ns = 100ULL * 1000000ULL;
+	if (!c->o.max_skew_ns)
+		c->o.max_skew_ns = 1000000ULL;
+
+	c->names = names_new(1u << 18);
+	c->ring_cap = c->o.launch_capacity;
+	c->ring = malloc((size_t)c->ring_cap * sizeof(*c->ring));
+	size = corr_pow2((uint64_t)c->ring_cap * 2);
+	c->lt = calloc(size, sizeof(*c->lt));
+	c->lt_mask = size - 1;
+
+	c->pend_cap = c->o.gpu_capacity;
+	c->pend = malloc((size_t)c->pend_cap * sizeof(*c->pend));
+	size = corr_pow2((uint64_t)c->pend_cap * 2);
+	c->pt = calloc(size, sizeof(*c->pt));
+	c->pt_mask = size - 1;
+
+	c->thr_cap = c->o.thread_capacity;
+	c->thr = calloc(c->thr_cap, sizeof(*c->thr));
+	size = corr_pow2((uint64_t)c->thr_cap * 2);
+	c->tt = calloc(size, sizeof(*c->tt));
+	c->tt_mask = size - 1;
+
+	if (!c->names || !c->ring || !c->lt || !c->pend || !c->pt || !c->thr || !c->tt) {
+		corr__free(c);
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (uint32_t i = 0; i < c->pend_cap; i++)
+		c->pend[i].next = i + 1 < c->pend_cap ? i + 1 : NO_IDX;
+	c->pend_free = 0;
+	c->fifo_head = c->fifo_tail = NO_IDX;
+	c->last_api = -1;
+	return c;
+}
+
+void corr__free(struct corr *c)
+{
+	if (!c)
+		return;
+	names_free(c->names);
+	free(c->ring);
+	free(c->lt);
+	free(c->pend);
+	free(c->pt);
+	free(c->thr);
+	free(c->tt);
+	free(c);
+}
+
+const struct corr_counters *corr__counters(const struct corr *c)
+{
+	return &c->cnt;
+}
+
+uint32_t corr__pending(const struct corr *c)
+{
+	return c->pend_len;
+}
+
+static inline uint64_t mk_key(const struct corr *c, uint32_t pid, uint32_t corr)
+{
+	if (c->o.flags & CORR_F_PID_FROM_LAUNCH)
+		pid = 0;
+	return (uint64_t)pid << 32 | corr;
+}
+
+static inline uint64_t adj(const struct corr *c, enum corr_src src, uint64_t ts)
+{
+	return ts + (uint64_t)c->o.clock_offset_ns[src];
+}
+
+/* ---- launch table ---- */
+
+/* home slot of a launch key */
+static inline uint32_t lt_home(const struct corr *c, uint64_t key)
+{
+	return (uint32_t)corr_hash64(key) & c->lt_mask;
+}
+
+static uint32_t lt_find(const struct corr *c, uint64_t key, uint32_t *slot)
+{
+	uint32_t i = lt_home(c, key);
+
+	for (;; i = (i + 1) & c->lt_mask) {
+		const struct lt_slot *t = &c->lt[i];
+
+		if (!t->idx || t->key == key) {
+			*slot = i;
+			return t->idx ? t->idx - 1 : NO_IDX;
+		}
+	}
+}
+
+/* remove slot i, shifting back the entries of its probe run (no tombstones) */
+static void lt_delete_slot(struct corr *c, uint32_t i)
+{
+	uint32_t j = i;
+
+	c->lt[i].idx = 0;
+	for (;;) {
+		uint32_t home;
+
+		j = (j + 1) & c->lt_mask;
+		if (!c->lt[j].idx)
+			return;
+		home = lt_home(c, c->lt[j].key);
+		/* move j to i unless home lies cyclically in (i, j] */
+		if ((i <= j) ? (home <= i || home > j) : (home <= i && home > j)) {
+			c->lt[i] = c->lt[j];
+			c->lt[j].idx = 0;
+			i = j;
+		}
+	}
+}
+
+static void launch_unlink(struct corr *c, struct launch_ent *e)
+{
+	uint32_t slot;
+
+	if (!e->live)
+		return;
+	if (lt_find(c, e->key, &slot) != NO_IDX)
+		lt_delete_slot(c, slot);
+	e->live = 0;
+}
+
+static void ring_pop(struct corr *c, bool expired)
+{
+	struct launch_ent *e = &c->ring[c->ring_head];
+
+	if (e->live) {
+		if (expired) {
+			c->cnt.launches_expired++;
+		} else if (!c->cnt.launches_evicted++) {
+			corr_log(c, CORR_LOG_WARN,
+				 "launch table full (%u): evicting the oldest launches",
+				 c->ring_cap);
+		}
+		launch_unlink(c, e);
+	}
+	c->ring_head = (c->ring_head + 1) % c->ring_cap;
+	c->ring_len--;
+}
+
+/* ---- pending GPU records ---- */
+
+static uint32_t pt_find(const struct corr *c, uint64_t key, uint32_t *slot)
+{
+	uint32_t i = (uint32_t)corr_hash64(key) & c->pt_mask;
+
+	for (;; i = (i + 1) & c->pt_mask) {
+		uint32_t v = c->pt[i];
+
+		if (!v) {
+			*slot = i;
+			return NO_IDX;
+		}
+		if (c->pend[v - 1].key == key) {
+			*slot = i;
+			return v - 1;
+		}
+	}
+}
+
+static void pt_delete_slot(struct corr *c, uint32_t i)
+{
+	uint32_t j = i;
+
+	c->pt[i] = 0;
+	for (;;) {
+		uint32_t home;
+
+		j = (j + 1) & c->pt_mask;
+		if (!c->pt[j])
+			return;
+		home = (uint32_t)corr_hash64(c->pend[c->pt[j] - 1].key) & c->pt_mask;
+		if ((i <= j) ? (home <= i || home > j) : (home <= i && home > j)) {
+			c->pt[i] = c->pt[j];
+			c->pt[j] = 0;
+			i = j;
+		}
+	}
+}
+
+static void fifo_unlink(struct corr *c, uint32_t idx)
+{
+	struct pend *p = &c->pend[idx];
+
+	if (p->prev != NO_IDX)
+		c->pend[p->prev].next = p->next;
+	else
+		c->fifo_head = p->next;
+	if (p->next != NO_IDX)
+		c->pend[p->next].prev = p->prev;
+	else
+		c->fifo_tail = p->prev;
+}
+
+static void pend_release(struct corr *c, uint32_t idx)
+{
+	c->pend[idx].next = c->pend_free;
+	c->pend_free = idx;
+	c->pend_len--;
+}
+
+/* detach one pending record from its key chain */
+static void chain_remove(struct corr *c, uint32_t idx)
+{
+	uint32_t slot, head = pt_find(c, c->pend[idx].key, &slot);
+
+	if (head == NO_IDX)
+		return;
+	if (head == idx) {
+		if (c->pend[idx].chain != NO_IDX)
+			c->pt[slot] = c->pend[idx].chain + 1;
+		else
+			pt_delete_slot(c, slot);
+		return;
+	}
+	for (uint32_t i = head; c->pend[i].chain != NO_IDX; i = c->pend[i].chain) {
+		if (c->pend[i].chain == idx) {
+			c->pend[i].chain = c->pend[idx].chain;
+			return;
+		}
+	}
+}
+
+static void emit_unmatched(struct corr *c, const struct corr_gpu *g)
+{
+	struct corr_gpu out = *g;
+
+	if (c->o.flags & CORR_F_PID_FROM_LAUNCH)
+		out.pid = 0;
+	c->cnt.unmatched++;
+	c->o.emit(c->o.emit_ctx, &out, NULL);
+}
+
+static void pend_emit_unmatched(struct corr *c, uint32_t idx)
+{
+	struct pend *p = &c->pend[idx];
+
+	p->g.name = names_str(c->names, p->name_id);
+	fifo_unlink(c, idx);
+	chain_remove(c, idx);
+	emit_unmatched(c, &p->g);
+	pend_release(c, idx);
+}
+
+/* ---- exits (pid reuse) ---- */
+
+static uint64_t exit_ts(const struct corr *c, uint32_t pid)
+{
+	const struct exit_ent *x = &c->exits[pid % EXIT_CAP];
+
+	return x->pid == pid ? x->ts : 0;
+}
+
+/*
+ * May this launch own this GPU record? A kernel cannot start before its
+ * launch (minus clock slack), and launch and kernel must lie on the same side
+ * of the last exit of their pid: otherwise they belong to two processes that
+ * shared a pid.
+ */
+static bool join_ok(struct corr *c, const struct launch_ent *e, const struct corr_gpu *g)
+{
+	uint64_t ex;
+
+	if (g->start_ns && g->start_ns + c->o.max_skew_ns < e->ts)
+		return false;
+	if (c->o.flags & CORR_F_PID_FROM_LAUNCH)
+		return true;
+	ex = exit_ts(c, e->pid);
+	if (ex && ((e->ts < ex) != (g->start_ns < ex)))
+		return false;
+	return true;
+}
+
+static void emit_joined(struct corr *c, const struct launch_ent *e, const struct corr_gpu *g)
+{
+	struct corr_gpu out = *g;
+	struct corr_launch l = {
+		.pid = e->pid,
+		.tid = e->tid,
+		.ts_ns = e->ts,
+		.corr_id = e->corr,
+		.cbid = e->cbid,
+		.api = names_str(c->names, e->api),
+		.from_uprobe = e->from_uprobe,
+		.from_callback = e->from_cb,
+	};
+
+	if (!l.api)
+		l.api = "unknown";
+	out.pid = e->pid;
+	c->cnt.joined++;
+	c->o.emit(c->o.emit_ctx, &out, &l);
+}
+
+/* retire by time: launches older than the window, GPU records waited too long */
+static void retire(struct corr *c)
+{
+	uint64_t lim;
+
+	if (c->o.window_ns == UINT64_MAX || c->watermark <= c->o.window_ns)
+		return;
+	lim = c->watermark - c->o.window_ns;
+	while (c->ring_len && c->ring[c->ring_head].ts < lim)
+		ring_pop(c, true);
+	while (c->fifo_head != NO_IDX && c->pend[c->fifo_head].g.start_ns < lim)
+		pend_emit_unmatched(c, c->fifo_head);
+}
+
+/* insert or merge a launch; then release the GPU records waiting for it */
+static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts, uint32_t corr,
+			 uint32_t cbid, int32_t api, bool from_uprobe, bool from_cb)
+{
+	uint64_t key = mk_key(c, pid, corr);
+	uint32_t slot, idx, head;
+	struct launch_ent *e;
+
+	idx = lt_find(c, key, &slot);
+	if (idx != NO_IDX) {
+		/*
+		 * A runtime call and its nested driver call share the id: one
+		 * launch. The outer call entered first, so the earliest wins.
+		 */
+		e = &c->ring[idx];
+		c->cnt.launches_nested++;
+		if (ts < e->ts) {
+			e->ts = ts;
+			e->tid = tid;
+			e->api = api;
+			e->cbid = cbid;
+			e->from_uprobe = from_uprobe;
+		}
+		e->from_cb |= from_cb;
+		return 0;
+	}
+	if (c->ring_len == c->ring_cap) {
+		ring_pop(c, false);
+		idx = lt_find(c, key, &slot); /* the table moved */
+	}
+	idx = (c->ring_head + c->ring_len) % c->ring_cap;
+	c->ring_len++;
+	e = &c->ring[idx];
+	*e = (struct launch_ent){
+		.key = key,
+		.ts = ts,
+		.pid = pid,
+		.tid = tid,
+		.corr = corr,
+		.cbid = cbid,
+		.api = api,
+		.live = 1,
+		.from_uprobe = from_uprobe,
+		.from_cb = from_cb,
+	};
+	c->lt[slot].key = key;
+	c->lt[slot].idx = idx + 1;
+	c->cnt.launches++;
+	if (ts > c->watermark)
+		c->watermark = ts;
+
+	/* GPU records that came first */
+	if (c->pend_len && (head = pt_find(c, key, &slot)) != NO_IDX) {
+		pt_delete_slot(c, slot);
+		while (head != NO_IDX) {
+			struct pend *p = &c->pend[head];
+			uint32_t next = p->chain;
+
+			p->g.name = names_str(c->names, p->name_id);
+			fifo_unlink(c, head);
+			if (join_ok(c, e, &p->g)) {
+				c->cnt.joined_late++;
+				emit_joined(c, e, &p->g);
+			} else {
+				c->cnt.refused++;
+				emit_unmatched(c, &p->g);
+			}
+			pend_release(c, head);
+			head = next;
+		}
+	}
+	retire(c);
+	return 0;
+}
+
+static int32_t intern_api(struct corr *c, const char *api)
+{
+	const char *last;
+	int32_t id;
+
+	if (!api)
+		api = "unknown";
+	/* launches come in runs of one API: skip the hash for a repeat */
+	last = names_str(c->names, c->last_api);
+	if (last && !strcmp(last, api))
+		return c->last_api;
+	id = names_intern(c->names, api, strlen(api));
+	if (id < 0)
+		return -1;
+	c->last_api = id;
+	return id;
+}
+
+int corr__add_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
+		     uint32_t corr_id, uint32_t cbid, const char *api)
+{
+	return launch_insert(c, pid, tid, adj(c, CORR_SRC_TRACE, ts_ns), corr_id, cbid,
+			     intern_api(c, api), true, false);
+}
+
+/* ---- threads ---- */
+
+static struct thr *thr_get(struct corr *c, uint32_t pid, uint32_t tid, bool create)
+{
+	uint64_t key = (uint64_t)pid << 32 | tid;
+	uint32_t i = (uint32_t)corr_hash64(key) & c->tt_mask;
+	struct thr *t;
+
+	for (;; i = (i + 1) & c->tt_mask) {
+		uint32_t v = c->tt[i];
+
+		if (!v)
+			break;
+		if (c->thr[v - 1].key == key)
+			return &c->thr[v - 1];
+	}
+	if (!create)
+		return NULL;
+	if (c->thr_len == c->thr_cap) {
+		/* evict round-robin: threads are cheap to forget (a few launches) */
+		uint32_t victim = c->thr_victim;
+		uint32_t s = (uint32_t)corr_hash64(c->thr[victim].key) & c->tt_mask;
+
+		c->thr_victim = (victim + 1) % c->thr_cap;
+		for (;; s = (s + 1) & c->tt_mask)
+			if (c->tt[s] == victim + 1)
+				break;
+		/* reuse the launch table's backward shift on the thread table */
+		{
+			uint32_t j = s;
+
+			c->tt[s] = 0;
+			for (;;) {
+				uint32_t home;
+
+				j = (j + 1) & c->tt_mask;
+				if (!c->tt[j])
+					break;
+				home = (uint32_t)corr_hash64(c->thr[c->tt[j] - 1].key) & c->tt_mask;
+				if ((s <= j) ? (home <= s || home > j) : (home <= s && home > j)) {
+					c->tt[s] = c->tt[j];
+					c->tt[j] = 0;
+					s = j;
+				}
+			}
+		}
+		c->cnt.threads_evicted++;
+		c->thr_len--;
+		t = &c->thr[victim];
+		memset(t, 0, sizeof(*t));
+		i = (uint32_t)corr_hash64(key) & c->tt_mask;
+		while (c->tt[i])
+			i = (i + 1) & c->tt_mask;
+		c->tt[i] = victim + 1;
+	} else {
+		t = &c->thr[c->thr_len];
+		c->tt[i] = c->thr_len + 1;
+	}
+	c->thr_len++;
+	t->key = key;
+	t->live = 1;
+	return t;
+}
+
+int corr__add_uprobe_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
+			    uint16_t api)
+{
+	struct thr *t;
+	struct thr_up *u;
+	struct thr_cb *best = NULL;
+	uint64_t ts = adj(c, CORR_SRC_UPROBE, ts_ns);
+
+	c->cnt.uprobe_launches++;
+	t = thr_get(c, pid, tid, true);
+	if (!t)
+		return -ENOMEM;
+
+	/* a callback that came before this uprobe: the earliest one after it */
+	for (int i = 0; i < THR_CBW; i++) {
+		struct thr_cb *w = &t->cbw[i];
+
+		if (w->used || !w->ts || w->ts < ts || w->ts - ts > c->o.match_window_ns)
+			continue;
+		if (!best || w->ts < best->ts)
+			best = w;
+	}
+	if (best) {
+		uint32_t slot, idx = lt_find(c, mk_key(c, pid, best->corr), &slot);
+
+		best->used = 1;
+		if (idx != NO_IDX && !c->ring[idx].from_uprobe) {
+			struct launch_ent *e = &c->ring[idx];
+
+			e->ts = ts;
+			e->api = intern_api(c, corr_api_name(api));
+			e->from_uprobe = 1;
+			c->cnt.callbacks_with_uprobe++;
+			c->cnt.callbacks_without_uprobe--;
+		}
+		return 0;
+	}
+
+	u = &t->up[t->head_up];
+	if (t->n_up == THR_RING && !u->used)
+		c->cnt.uprobes_evicted++;
+	*u = (struct thr_up){ .ts = ts, .api = api };
+	t->head_up = (t->head_up + 1) % THR_RING;
+	if (t->n_up < THR_RING)
+		t->n_up++;
+	if (ts > c->watermark)
+		c->watermark = ts;
+	return 0;
+}
+
+int corr__add_callback(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
+		       uint32_t corr_id, uint32_t domain, uint32_t cbid)
+{
+	uint64_t ts = adj(c, CORR_SRC_CALLBACK, ts_ns);
+	struct thr *t = thr_get(c, pid, tid, true);
+	const char *name = corr_cbid_name(domain, cbid);
+	struct thr_up *hit = NULL;
+
+	c->cnt.callbacks++;
+	if (!t)
+		return -ENOMEM;
+	/* the latest unmatched uprobe launch of this thread at or before the exit */
+	for (int k = 1; k <= t->n_up; k++) {
+		struct thr_up *u = &t->up[(t->head_up + THR_RING - k) % THR_RING];
+
+		if (u->ts > ts)
+			continue;
+		if (ts - u->ts > c->o.match_window_ns)
+			break;
+		if (!u->used)
+			hit = u;
+		break;
+	}
+	if (hit) {
+		hit->used = 1;
+		c->cnt.callbacks_with_uprobe++;
+		return launch_insert(c, pid, tid, hit->ts, corr_id, cbid,
+				     intern_api(c, corr_api_name(hit->api)), true, true);
+	}
+	/* no uprobe (yet): keep the callback so a late uprobe can claim it */
+	c->cnt.callbacks_without_uprobe++;
+	t->cbw[t->head_cb] = (struct thr_cb){ .ts = ts, .corr = corr_id };
+	t->head_cb = (t->head_cb + 1) % THR_CBW;
+	return launch_insert(c, pid, tid, ts, corr_id, cbid,
+			     intern_api(c, name ? name : "unknown"), false, true);
+}
+
+int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
+{
+	struct corr_gpu g = *gin;
+	uint64_t key;
+	uint32_t slot, idx, head;
+	struct pend *p;
+	int32_t nid = -1;
+
+	g.start_ns = adj(c, CORR_SRC_GPU, g.start_ns);
+	g.end_ns = adj(c, CORR_SRC_GPU, g.end_ns);
+	c->cnt.gpu_records++;
+	if (g.kind < CORR_KIND_COUNT)
+		c->cnt.kinds[g.kind]++;
+	key = mk_key(c, g.pid, g.corr_id);
+
+	idx = lt_find(c, key, &slot);
+	if (idx != NO_IDX) {
+		if (join_ok(c, &c->ring[idx], &g)) {
+			emit_joined(c, &c->ring[idx], &g);
+		} else {
+			c->cnt.refused++;
+			emit_unmatched(c, &g);
+		}
+		return 0;
+	}
+
+	/* wait for the launch: queue, evicting the oldest waiter when full */
+	if (c->pend_len == c->pend_cap) {
+		if (!c->cnt.gpu_evicted++)
+			corr_log(c, CORR_LOG_WARN,
+				 "GPU wait queue full (%u): oldest records emitted unmatched",
+				 c->pend_cap);
+		pend_emit_unmatched(c, c->fifo_head);
+	}
+	if (g.name) {
+		nid = names_intern(c->names, g.name, strlen(g.name));
+		if (nid < 0) {
+			c->cnt.names_dropped++;
+			nid = -1;
+		}
+	}
+	idx = c->pend_free;
+	c->pend_free = c->pend[idx].next;
+	c->pend_len++;
+	p = &c->pend[idx];
+	p->g = g;
+	p->g.name = NULL;
+	p->name_id = nid;
+	p->key = key;
+	p->next = NO_IDX;
+	p->prev = c->fifo_tail;
+	if (c->fifo_tail != NO_IDX)
+		c->pend[c->fifo_tail].next = idx;
+	else
+		c->fifo_head = idx;
+	c->fifo_tail = idx;
+	/* append to the key's chain (keeps arrival order for graph kernels) */
+	head = pt_find(c, key, &slot);
+	p->chain = NO_IDX;
+	if (head == NO_IDX) {
+		c->pt[slot] = idx + 1;
+	} else {
+		while (c->pend[head].chain != NO_IDX)
+			head = c->pend[head].chain;
+		c->pend[head].chain = idx;
+	}
+	return 0;
+}
+
+int corr__process_exit(struct corr *c, uint32_t pid, uint64_t ts_ns)
+{
+	uint32_t i, next;
+
+	c->exits[pid % EXIT_CAP] = (struct exit_ent){ .pid = pid, .ts = ts_ns };
+	/* launches of the old process can no longer own anything new */
+	for (i = 0; i < c->ring_len; i++) {
+		struct launch_ent *e = &c->ring[(c->ring_head + i) % c->ring_cap];
+
+		if (e->live && e->pid == pid) {
+			launch_unlink(c, e);
+			c->cnt.launches_dropped_exit++;
+		}
+	}
+	/* GPU records still waiting for a launch of that process never get one */
+	for (i = c->fifo_head; i != NO_IDX; i = next) {
+		next = c->pend[i].next;
+		if (c->pend[i].g.pid == pid && !(c->o.flags & CORR_F_PID_FROM_LAUNCH))
+			pend_emit_unmatched(c, i);
+	}
+	/* its threads' uprobe rings */
+	for (i = 0; i < c->thr_len; i++)
+		if (c->thr[i].live && (uint32_t)(c->thr[i].key >> 32) == pid) {
+			memset(c->thr[i].up, 0, sizeof(c->thr[i].up));
+			memset(c->thr[i].cbw, 0, sizeof(c->thr[i].cbw));
+			c->thr[i].n_up = 0;
+		}
+	return 0;
+}
+
+int corr__advance(struct corr *c, uint64_t now_ns)
+{
+	if (now_ns > c->watermark)
+		c->watermark = now_ns;
+	retire(c);
+	return 0;
+}
+
+int corr__flush(struct corr *c)
+{
+	while (c->fifo_head != NO_IDX)
+		pend_emit_unmatched(c, c->fifo_head);
+	return 0;
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * internal.h - helpers shared by the correlator's sources, not installed.
+ */
+#ifndef INFERTRACE_CORR_INTERNAL_H
+#define INFERTRACE_CORR_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stddef.h>
+
+#include "correlator.h"
+
+/* 64-bit finaliser (murmur3 fmix64): spreads (pid, corr id) keys over the table */
+static inline uint64_t corr_hash64(uint64_t k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdULL;
+	k ^= k >> 33;
+	k *= 0xc4ceb9fe1a85ec53ULL;
+	k ^= k >> 33;
+	return k;
+}
+
+static inline uint32_t corr_pow2(uint64_t n)
+{
+	uint32_t p = 16;
+
+	while (p < n && p < (1u << 31))
+		p <<= 1;
+	return p;
+}
+
+/*
+ * String interning: kernel and API names repeat millions of times, so GPU
+ * records waiting in queues and stats keep a 32-bit id instead of a copy.
+ * Bounded by max_names; a full table returns -ENOSPC.
+ */
+struct names;
+struct names *names_new(uint32_t max_names);
+void names_free(struct names *n);
+/* id >= 0, or -ENOSPC / -ENOMEM */
+int32_t names_intern(struct names *n, const char *s, size_t len);
+const char *names_str(const struct names *n, int32_t id);
+uint32_t names_count(const struct names *n);
+
+/* exact decimal text ("12.5", "1.5e3") in µs to ns, rounding to nearest */
+int corr_us_text_to_ns(const char *s, size_t len, uint64_t *out);
+
+/* readers (replay.c dispatches); each returns 0 or -errno and logs the cause */
+struct replay_ctx {
+	struct corr *c;
+	const struct corr_replay_opts *ro;
+	struct corr_replay_stats *st;
+};
+void replay_log(const struct replay_ctx *rc, enum corr_log_level lvl, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int kineto_read(struct replay_ctx *rc, const char *buf, size_t len);
+int jsonl_read(struct replay_ctx *rc, const char *buf, size_t len);
+int nsys_read(struct replay_ctx *rc, const char *path);
+
+/* enum cuda_api value for an entry point name, -1 when unknown */
+int corr_api_from_name(const char *name);
+
+#endif /* INFERTRACE_CORR_INTERNAL_H */

@@ -1,0 +1,682 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * kineto.c - PyTorch profiler (Kineto) Chrome traces.
+ *
+ * A pull scanner instead of a DOM: the traces run to hundreds of MB, a DOM
+ * costs several times the file in memory, and timestamps must keep their
+ * exact decimal text (Kineto writes µs with up to 3 fraction digits on
+ * epoch-sized values, beyond what a double holds to the ns). Every read is
+ * bounds-checked; errors name the byte offset.
+ *
+ * Events used (ph "X"): cat cuda_runtime / cuda_driver = launches,
+ * kernel / gpu_memcpy / gpu_memset = GPU records (pid = device there),
+ * python_function / user_annotation = markers. Everything else is skipped.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define MAX_DEPTH 256
+#define NAME_MAX_LEN 4096
+
+struct scan {
+	const char *base, *p, *end;
+	const char *err;
+	size_t err_off;
+};
+
+struct span {
+	const char *s;
+	size_t n;
+};
+
+static int fail(struct scan *sc, const char *what)
+{
+	if (!sc->err) {
+		sc->err = what;
+		sc->err_off = (size_t)(sc->p - sc->base);
+	}
+	return -EINVAL;
+}
+
+static inline void ws(struct scan *sc)
+{
+	while (sc->p < sc->end &&
+	       (*sc->p == ' ' || *sc->p == '\n' || *sc->p == '\r' || *sc->p == '\t'))
+		sc->p++;
+}
+
+static inline int expect(struct scan *sc, char ch)
+{
+	ws(sc);
+	if (sc->p >= sc->end)
+		return fail(sc, "unexpected end of input");
+	if (*sc->p != ch)
+		return fail(sc, ch == ':' ? "expected ':'" : ch == '{' ? "expected '{'" :
+							   "unexpected character");
+	sc->p++;
+	return 0;
+}
+
+/* string body after the opening quote; raw span (escapes not decoded) */
+static int str_raw(struct scan *sc, struct span *out, bool *escaped)
+{
+	const char *s = sc->p;
+
+	*escaped = false;
+	for (;;) {
+		const char *q = memchr(sc->p, '"', sc->end - sc->p);
+		const char *b;
+
+		if (!q)
+			return fail(sc, "unterminated string (truncated input?)");
+		/* count backslashes before the quote: odd means escaped */
+		b = q;
+		while (b > s && b[-1] == '\\')
+			b--;
+		if ((q - b) % 2 == 0) {
+			if (memchr(s, '\\', q - s))
+				*escaped = true;
+			out->s = s;
+			out->n = q - s;
+			sc->p = q + 1;
+			return 0;
+		}
+		sc->p = q + 1;
+	}
+}
+
+static int str(struct scan *sc, struct span *out, bool *escaped)
+{
+	ws(sc);
+	if (sc->p >= sc->end)
+		return fail(sc, "unexpected end of input");
+	if (*sc->p != '"')
+		return fail(sc, "expected a string");
+	sc->p++;
+	return str_raw(sc, out, escaped);
+}
+
+/* decode JSON escapes into dst (NUL-terminated, cut to dsz) */
+static void unescape(const struct span *in, char *dst, size_t dsz)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < in->n && o + 4 < dsz; i++) {
+		char ch = in->s[i];
+
+		if (ch != '\\' || i + 1 >= in->n) {
+			dst[o++] = ch;
+			continue;
+		}
+		ch = in->s[++i];
+		switch (ch) {
+		case 'n': dst[o++] = '\n'; break;
+		case 't': dst[o++] = '\t'; break;
+		case 'r': dst[o++] = '\r'; break;
+		case 'b': dst[o++] = '\b'; break;
+		case 'f': dst[o++] = '\f'; break;
+		case 'u': {
+			unsigned v = 0;
+
+			for (int k = 0; k < 4 && i + 1 < in->n; k++) {
+				char h = in->s[++i];
+
+				v = v * 16 + (unsigned)(h >= 'a' ? h - 'a' + 10 :
+						   h >= 'A' ? h - 'A' + 10 : h - '0');
+			}
+			/* BMP to UTF-8; surrogate halves pass through as-is */
+			if (v < 0x80) {
+				dst[o++] = (char)v;
+			} else if (v < 0x800) {
+				dst[o++] = (char)(0xc0 | v >> 6);
+				dst[o++] = (char)(0x80 | (v & 0x3f));
+			} else {
+				dst[o++] = (char)(0xe0 | v >> 12);
+				dst[o++] = (char)(0x80 | ((v >> 6) & 0x3f));
+				dst[o++] = (char)(0x80 | (v & 0x3f));
+			}
+			break;
+		}
+		default: dst[o++] = ch; break;
+		}
+	}
+	dst[o] = '\0';
+}
+
+static int number(struct scan *sc, struct span *out)
+{
+	const char *s;
+
+	ws(sc);
+	s = sc->p;
+	while (sc->p < sc->end && (strchr("0123456789+-.eE", *sc->p) && *sc->p))
+		sc->p++;
+	if (sc->p == s)
+		return fail(sc, "expected a number");
+	if (sc->p >= sc->end)
+		return fail(sc, "unexpected end of input in a number");
+	out->s = s;
+	out->n = sc->p - s;
+	return 0;
+}
+
+/* skip any value, iteratively (depth-bounded, no recursion on hostile input) */
+static int skip(struct scan *sc)
+{
+	int depth = 0;
+	struct span sp;
+	bool esc;
+
+	for (;;) {
+		ws(sc);
+		if (sc->p >= sc->end)
+			return fail(sc, "unexpected end of input");
+		switch (*sc->p) {
+		case '{':
+		case '[':
+			if (++depth > MAX_DEPTH)
+				return fail(sc, "nesting too deep");
+			sc->p++;
+			continue;
+		case '}':
+		case ']':
+			if (!depth)
+				return fail(sc, "unexpected closing bracket");
+			depth--;
+			sc->p++;
+			break;
+		case '"':
+			sc->p++;
+			if (str_raw(sc, &sp, &esc))
+				return -EINVAL;
+			ws(sc);
+			if (depth && sc->p < sc->end && *sc->p == ':') {
+				sc->p++; /* a key: its value follows */
+				continue;
+			}
+			break;
+		case ',':
+			if (!depth)
+				return fail(sc, "unexpected ','");
+			sc->p++;
+			continue;
+		case 't':
+		case 'f':
+		case 'n': {
+			const char *w = *sc->p == 't' ? "true" : *sc->p == 'f' ? "false" : "null";
+			size_t n = strlen(w);
+
+			if ((size_t)(sc->end - sc->p) < n || memcmp(sc->p, w, n))
+				return fail(sc, "invalid literal");
+			sc->p += n;
+			break;
+		}
+		default:
+			if (number(sc, &sp))
+				return -EINVAL;
+			break;
+		}
+		if (!depth)
+			return 0;
+	}
+}
+
+/* ',' or the closing ch; *done set at the closing */
+static int next_or_close(struct scan *sc, char close, bool *done)
+{
+	ws(sc);
+	if (sc->p >= sc->end)
+		return fail(sc, "unexpected end of input (truncated?)");
+	if (*sc->p == ',') {
+		sc->p++;
+		*done = false;
+		return 0;
+	}
+	if (*sc->p == close) {
+		sc->p++;
+		*done = true;
+		return 0;
+	}
+	return fail(sc, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+}
+
+static uint64_t span_u64(const struct span *s)
+{
+	uint64_t v = 0;
+
+	for (size_t i = 0; i < s->n && s->s[i] >= '0' && s->s[i] <= '9'; i++)
+		v = v * 10 + (uint64_t)(s->s[i] - '0');
+	return v;
+}
+
+/* a number, or a string holding one ("pid": "Spans" gives 0); negative -> 0 */
+static int num_or_str(struct scan *sc, uint64_t *out)
+{
+	struct span sp;
+	bool esc;
+
+	ws(sc);
+	if (sc->p < sc->end && *sc->p == '"') {
+		if (str(sc, &sp, &esc))
+			return -EINVAL;
+	} else if (sc->p < sc->end && (*sc->p == 'n' || *sc->p == 't' || *sc->p == 'f')) {
+		*out = 0;
+		return skip(sc);
+	} else if (number(sc, &sp)) {
+		return -EINVAL;
+	}
+	*out = span_u64(&sp);
+	return 0;
+}
+
+static int u32x3(struct scan *sc, uint32_t v[3])
+{
+	bool done = false;
+	int i = 0;
+
+	ws(sc);
+	if (sc->p >= sc->end || *sc->p != '[')
+		return skip(sc);
+	sc->p++;
+	ws(sc);
+	if (sc->p < sc->end && *sc->p == ']') {
+		sc->p++;
+		return 0;
+	}
+	while (!done) {
+		uint64_t x;
+
+		if (num_or_str(sc, &x))
+			return -EINVAL;
+		if (i < 3)
+			v[i++] = (uint32_t)x;
+		if (next_or_close(sc, ']', &done))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static inline bool is(const struct span *s, const char *lit, size_t n)
+{
+	return s->n == n && !memcmp(s->s, lit, n);
+}
+#define IS(sp, lit) is(sp, lit, sizeof(lit) - 1)
+
+struct kev {
+	struct span ph, cat, name;
+	bool name_esc;
+	uint64_t pid, tid, ts, dur;
+	bool has_ts;
+	uint64_t corr, device, stream, context, graph_id, graph_node, bytes, cbid, copy_kind;
+	bool has_corr;
+	uint32_t grid[3], block[3];
+};
+
+static int parse_args(struct scan *sc, struct kev *e)
+{
+	bool done = false, esc;
+	struct span k;
+
+	if (expect(sc, '{'))
+		return -EINVAL;
+	ws(sc);
+	if (sc->p < sc->end && *sc->p == '}') {
+		sc->p++;
+		return 0;
+	}
+	while (!done) {
+		uint64_t *dst = NULL;
+
+		if (str(sc, &k, &esc) || expect(sc, ':'))
+			return -EINVAL;
+		if (IS(&k, "correlation")) {
+			dst = &e->corr;
+			e->has_corr = true;
+		} else if (IS(&k, "device"))
+			dst = &e->device;
+		else if (IS(&k, "stream"))
+			dst = &e->stream;
+		else if (IS(&k, "context"))
+			dst = &e->context;
+		else if (IS(&k, "graph id") || IS(&k, "graphId") || IS(&k, "graph_id"))
+			dst = &e->graph_id;
+		else if (IS(&k, "graph node id") || IS(&k, "graphNodeId") || IS(&k, "graph_node_id"))
+			dst = &e->graph_node;
+		else if (IS(&k, "bytes"))
+			dst = &e->bytes;
+		else if (IS(&k, "cbid"))
+			dst = &e->cbid;
+		else if (IS(&k, "copyKind") || IS(&k, "copy kind"))
+			dst = &e->copy_kind;
+		if (dst) {
+			if (num_or_str(sc, dst))
+				return -EINVAL;
+		} else if (IS(&k, "grid")) {
+			if (u32x3(sc, e->grid))
+				return -EINVAL;
+		} else if (IS(&k, "block")) {
+			if (u32x3(sc, e->block))
+				return -EINVAL;
+		} else if (skip(sc)) {
+			return -EINVAL;
+		}
+		if (next_or_close(sc, '}', &done))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static int parse_event(struct scan *sc, struct kev *e)
+{
+	bool done = false, esc;
+	struct span k, v;
+
+	memset(e, 0, sizeof(*e));
+	if (expect(sc, '{'))
+		return -EINVAL;
+	ws(sc);
+	if (sc->p < sc->end && *sc->p == '}') {
+		sc->p++;
+		return 0;
+	}
+	while (!done) {
+		if (str(sc, &k, &esc) || expect(sc, ':'))
+			return -EINVAL;
+		if (IS(&k, "ph")) {
+			if (str(sc, &e->ph, &esc))
+				return -EINVAL;
+		} else if (IS(&k, "cat")) {
+			if (str(sc, &e->cat, &esc))
+				return -EINVAL;
+		} else if (IS(&k, "name")) {
+			ws(sc);
+			if (sc->p < sc->end && *sc->p == '"') {
+				if (str(sc, &e->name, &e->name_esc))
+					return -EINVAL;
+			} else if (skip(sc)) {
+				return -EINVAL;
+			}
+		} else if (IS(&k, "pid")) {
+			if (num_or_str(sc, &e->pid))
+				return -EINVAL;
+		} else if (IS(&k, "tid")) {
+			if (num_or_str(sc, &e->tid))
+				return -EINVAL;
+		} else if (IS(&k, "ts") || IS(&k, "dur")) {
+			bool ts = k.n == 2;
+
+			ws(sc);
+			if (sc->p < sc->end && *sc->p == '"') {
+				if (str(sc, &v, &esc))
+					return -EINVAL;
+			} else if (number(sc, &v)) {
+				return -EINVAL;
+			}
+			if (corr_us_text_to_ns(v.s, v.n, ts ? &e->ts : &e->dur))
+				return fail(sc, "bad timestamp");
+			if (ts)
+				e->has_ts = true;
+		} else if (IS(&k, "args")) {
+			ws(sc);
+			if (sc->p < sc->end && *sc->p == '{') {
+				if (parse_args(sc, e))
+					return -EINVAL;
+			} else if (skip(sc)) {
+				return -EINVAL;
+			}
+		} else if (skip(sc)) {
+			return -EINVAL;
+		}
+		if (next_or_close(sc, '}', &done))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static const char *ev_name(const struct kev *e, char *buf, size_t sz)
+{
+	if (e->name_esc) {
+		unescape(&e->name, buf, sz);
+	} else {
+		size_t n = e->name.n < sz - 1 ? e->name.n : sz - 1;
+
+		memcpy(buf, e->name.s, n);
+		buf[n] = '\0';
+	}
+	return buf;
+}
+
+static int dispatch(struct replay_ctx *rc, const struct kev *e, char *namebuf)
+{
+	struct corr_gpu g;
+
+	rc->st->events++;
+	if (!IS(&e->ph, "X") || !e->cat.n) {
+		rc->st->skipped++;
+		return 0;
+	}
+	if (IS(&e->cat, "cuda_runtime") || IS(&e->cat, "cuda_driver")) {
+		if (!e->has_corr) {
+			rc->st->skipped++;
+			return 0;
+		}
+		rc->st->launches++;
+		return corr__add_launch(rc->c, (uint32_t)e->pid, (uint32_t)e->tid, e->ts,
+					(uint32_t)e->corr, (uint32_t)e->cbid,
+					ev_name(e, namebuf, NAME_MAX_LEN));
+	}
+	if (IS(&e->cat, "kernel") || IS(&e->cat, "gpu_memcpy") || IS(&e->cat, "gpu_memset")) {
+		memset(&g, 0, sizeof(g));
+		g.kind = e->cat.s[0] == 'k'	   ? CORR_KIND_KERNEL :
+			 e->cat.s[6] == 'c' ? CORR_KIND_MEMCPY :
+					      CORR_KIND_MEMSET;
+		g.pid = 0; /* Kineto's pid here is the device */
+		g.corr_id = (uint32_t)e->corr;
+		g.device = (uint32_t)e->device;
+		g.context = (uint32_t)e->context;
+		g.stream = (uint32_t)(e->stream ? e->stream : e->tid);
+		g.graph_id = (uint32_t)e->graph_id;
+		g.graph_node_id = e->graph_node;
+		g.start_ns = e->ts;
+		g.end_ns = e->ts + e->dur;
+		memcpy(g.grid, e->grid, sizeof(g.grid));
+		memcpy(g.block, e->block, sizeof(g.block));
+		g.bytes = e->bytes;
+		g.copy_kind = (uint32_t)e->copy_kind;
+		g.name = ev_name(e, namebuf, NAME_MAX_LEN);
+		rc->st->gpu_records++;
+		return corr__add_gpu(rc->c, &g);
+	}
+	if (IS(&e->cat, "python_function") || IS(&e->cat, "user_annotation")) {
+		rc->st->markers++;
+		if (rc->ro && rc->ro->marker) {
+			char cat[32];
+			struct corr_marker m = {
+				.pid = (uint32_t)e->pid,
+				.tid = (uint32_t)e->tid,
+				.ts_ns = e->ts,
+				.dur_ns = e->dur,
+				.cat = cat,
+				.name = ev_name(e, namebuf, NAME_MAX_LEN),
+			};
+
+			memcpy(cat, e->cat.s, e->cat.n < sizeof(cat) ? e->cat.n : sizeof(cat) - 1);
+			cat[e->cat.n < sizeof(cat) ? e->cat.n : sizeof(cat) - 1] = '\0';
+			rc->ro->marker(rc->ro->marker_ctx, &m);
+		}
+		return 0;
+	}
+	rc->st->skipped++;
+	return 0;
+}
+
+static int events_array(struct scan *sc, struct replay_ctx *rc, char *namebuf)
+{
+	bool done = false;
+	struct kev e;
+	int err;
+
+	if (expect(sc, '['))
+		return -EINVAL;
+	ws(sc);
+	if (sc->p < sc->end && *sc->p == ']') {
+		sc->p++;
+		return 0;
+	}
+	while (!done) {
+		ws(sc);
+		if (sc->p < sc->end && *sc->p != '{') {
+			if (skip(sc)) /* not an event object: tolerate and count */
+				return -EINVAL;
+			rc->st->skipped++;
+		} else {
+			if (parse_event(sc, &e))
+				return -EINVAL;
+			err = dispatch(rc, &e, namebuf);
+			if (err)
+				return err;
+		}
+		if (next_or_close(sc, ']', &done))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+int kineto_read(struct replay_ctx *rc, const char *buf, size_t len)
+{
+	struct scan sc = { .base = buf, .p = buf, .end = buf + len };
+	char *namebuf = malloc(NAME_MAX_LEN);
+	bool done = false, esc, seen = false;
+	struct span k;
+	int err = -EINVAL;
+
+	if (!namebuf)
+		return -ENOMEM;
+	ws(&sc);
+	if (sc.p < sc.end && *sc.p == '[') {
+		/* the bare-array form of the Chrome trace format */
+		err = events_array(&sc, rc, namebuf);
+		seen = true;
+		goto out;
+	}
+	if (expect(&sc, '{'))
+		goto out;
+	ws(&sc);
+	if (sc.p < sc.end && *sc.p == '}')
+		done = true;
+	while (!done) {
+		if (str(&sc, &k, &esc) || expect(&sc, ':'))
+			goto out;
+		if (IS(&k, "traceEvents")) {
+			err = events_array(&sc, rc, namebuf);
+			if (err)
+				goto out;
+			seen = true;
+		} else if (skip(&sc)) {
+			goto out;
+		}
+		if (next_or_close(&sc, '}', &done))
+			goto out;
+	}
+	err = 0;
+	if (!seen) {
+		err = -EINVAL;
+		fail(&sc, "no traceEvents array");
+	}
+out:
+	if (err == -EINVAL && sc.err)
+		replay_log(rc, CORR_LOG_ERROR, "Kineto trace: byte offset %zu: %s", sc.err_off,
+			   sc.err);
+	free(namebuf);
+	return err;
+}
+
+int corr_us_text_to_ns(const char *s, size_t len, uint64_t *out)
+{
+	uint64_t ip = 0, frac = 0;
+	int fdig = 0, exp = 0, esign = 1;
+	bool neg = false, any = false, round_up = false;
+	size_t i = 0;
+
+	if (i < len && (s[i] == '-' || s[i] == '+'))
+		neg = s[i++] == '-';
+	for (; i < len && s[i] >= '0' && s[i] <= '9'; i++, any = true) {
+		if (ip > UINT64_MAX / 100)
+			return -ERANGE;
+		ip = ip * 10 + (uint64_t)(s[i] - '0');
+	}
+	if (i < len && s[i] == '.') {
+		for (i++; i < len && s[i] >= '0' && s[i] <= '9'; i++, any = true) {
+			/* keep 9 fraction digits (ps precision) before rounding */
+			if (fdig < 9) {
+				frac = frac * 10 + (uint64_t)(s[i] - '0');
+				fdig++;
+			} else if (fdig == 9 && s[i] >= '5') {
+				round_up = true;
+				fdig++;
+			}
+		}
+	}
+	if (!any)
+		return -EINVAL;
+	if (i < len && (s[i] == 'e' || s[i] == 'E')) {
+		i++;
+		if (i < len && (s[i] == '-' || s[i] == '+'))
+			esign = s[i++] == '-' ? -1 : 1;
+		for (; i < len && s[i] >= '0' && s[i] <= '9'; i++)
+			exp = exp * 10 + (s[i] - '0');
+		if (exp > 30)
+			return -ERANGE;
+	}
+	if (i != len)
+		return -EINVAL;
+	if (fdig > 9)
+		fdig = 9;
+	if (round_up)
+		frac++;
+	/* value = (ip + frac / 10^fdig) * 10^(esign*exp) µs; want ns = * 1000 */
+	{
+		int shift = 3 + esign * exp; /* power of ten applied to ip */
+		uint64_t ns = ip, fpart = frac;
+		int fd = fdig;
+
+		while (shift > 0) {
+			if (ns > UINT64_MAX / 10)
+				return -ERANGE;
+			ns *= 10;
+			if (fd > 0) {
+				/* move one fraction digit into the integer */
+				uint64_t p = 1;
+
+				for (int k = 1; k < fd; k++)
+					p *= 10;
+				ns += fpart / p;
+				fpart %= p;
+				fd--;
+			}
+			shift--;
+		}
+		/* round on what fraction is left (half up) */
+		if (fd > 0) {
+			uint64_t p = 1;
+
+			for (int k = 0; k < fd; k++)
+				p *= 10;
+			if (fpart * 2 >= p)
+				ns++;
+		}
+		while (shift < 0) {
+			uint64_t r = ns % 10;
+
+			ns /= 10;
+			if (shift == -1 && r >= 5)
+				ns++;
+			shift++;
+		}
+		*out = neg ? 0 : ns; /* negative times mean "unknown" in traces */
+	}
+	return 0;
+}

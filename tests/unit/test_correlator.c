@@ -1,0 +1,542 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * test_correlator.c - the join on synthetic events: order, lateness, a side
+ * that never comes, pid reuse, eviction, clock offsets, graphs, nested
+ * runtime/driver calls, uprobe <-> callback matching; stats; JSON output.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "correlator.h"
+#include "../../correlator/src/internal.h"
+
+#define MAXOUT 64
+
+struct got {
+	int n;
+	struct corr_gpu g[MAXOUT];
+	struct corr_launch l[MAXOUT];
+	bool has_l[MAXOUT];
+	char api[MAXOUT][48];
+};
+
+static void emit(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
+{
+	struct got *o = ctx;
+
+	if (o->n >= MAXOUT) { /* bulk tests only count */
+		o->n++;
+		return;
+	}
+	o->g[o->n] = *g;
+	o->g[o->n].name = NULL;
+	o->has_l[o->n] = l != NULL;
+	if (l) {
+		o->l[o->n] = *l;
+		snprintf(o->api[o->n], sizeof(o->api[0]), "%s", l->api);
+	}
+	o->n++;
+}
+
+static struct corr *mk(struct got *o, struct corr_opts *extra)
+{
+	struct corr_opts opts = { .sz = sizeof(opts) };
+	struct corr *c;
+
+	if (extra)
+		opts = *extra;
+	opts.sz = sizeof(opts);
+	opts.emit = emit;
+	opts.emit_ctx = o;
+	memset(o, 0, sizeof(*o));
+	c = corr__new(&opts);
+	assert_non_null(c);
+	return c;
+}
+
+static struct corr_gpu kern(uint32_t pid, uint32_t corr, uint64_t start)
+{
+	struct corr_gpu g = {
+		.kind = CORR_KIND_KERNEL,
+		.pid = pid,
+		.corr_id = corr,
+		.device = 0,
+		.stream = 7,
+		.start_ns = start,
+		.end_ns = start + 100,
+		.name = "_Z6kernelv",
+	};
+	return g;
+}
+
+static void test_basic_join(void **state)
+{
+	struct got o;
+	struct corr *c = mk(&o, NULL);
+	struct corr_gpu g = kern(100, 5, 2000);
+
+	(void)state;
+	assert_int_equal(corr__add_launch(c, 100, 101, 1000, 5, 211, "cudaLaunchKernel"), 0);
+	assert_int_equal(corr__add_gpu(c, &g), 0);
+	assert_int_equal(o.n, 1);
+	assert_true(o.has_l[0]);
+	assert_int_equal(o.l[0].pid, 100);
+	assert_int_equal(o.l[0].tid, 101);
+	assert_int_equal(o.l[0].ts_ns, 1000);
+	assert_int_equal(o.l[0].corr_id, 5);
+	assert_string_equal(o.api[0], "cudaLaunchKernel");
+	assert_int_equal(corr__counters(c)->joined, 1);
+	corr__free(c);
+}
+
+static void test_out_of_order(void **state)
+{
+	struct got o;
+	struct corr *c = mk(&o, NULL);
+	struct corr_gpu g = kern(100, 5, 2000), g2 = kern(100, 6, 2500);
+
+	(void)state;
+	corr__add_gpu(c, &g);
+	corr__add_gpu(c, &g2);
+	assert_int_equal(o.n, 0);
+	assert_int_equal(corr__pending(c), 2);
+	corr__add_launch(c, 100, 102, 2200, 6, 0, "cudaLaunchKernel");
+	corr__add_launch(c, 100, 101, 1000, 5, 0, "cudaLaunchKernel");
+	assert_int_equal(o.n, 2);
+	assert_int_equal(o.g[0].corr_id, 6);
+	assert_int_equal(o.l[0].tid, 102);
+	assert_int_equal(o.g[1].corr_id, 5);
+	assert_int_equal(o.l[1].tid, 101);
+	assert_int_equal(corr__counters(c)->joined_late, 2);
+	assert_int_equal(corr__pending(c), 0);
+	corr__free(c);
+}
+
+static void test_missing_side(void **state)
+{
+	struct got o;
+	struct corr *c = mk(&o, NULL);
+	struct corr_gpu g = kern(100, 5, 2000);
+
+	(void)state;
+	/* a launch for another pid with the same correlation id must not join */
+	corr__add_launch(c, 200, 201, 1000, 5, 0, "cudaLaunchKernel");
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 0);
+	corr__flush(c);
+	assert_int_equal(o.n, 1);
+	assert_false(o.has_l[0]);
+	assert_int_equal(corr__counters(c)->unmatched, 1);
+	assert_int_equal(corr__counters(c)->joined, 0);
+	corr__free(c);
+}
+
+static void test_late_launch_after_window(void **state)
+{
+	struct corr_opts opts = { .window_ns = 1000 };
+	struct got o;
+	struct corr *c = mk(&o, &opts);
+	struct corr_gpu g = kern(100, 5, 2000);
+
+	(void)state;
+	corr__add_gpu(c, &g);
+	/* time moves on well past the window: the record gives up its launch */
+	corr__add_launch(c, 100, 101, 10000, 9, 0, "cudaLaunchKernel");
+	assert_int_equal(o.n, 1);
+	assert_false(o.has_l[0]);
+	/* the late launch arrives: nothing is joined twice or wrongly */
+	corr__add_launch(c, 100, 101, 1500, 5, 0, "cudaLaunchKernel");
+	assert_int_equal(o.n, 1);
+	assert_int_equal(corr__counters(c)->unmatched, 1);
+	/* advance() retires old launches */
+	corr__advance(c, 100000);
+	assert_int_equal(corr__counters(c)->launches_expired, 2);
+	corr__free(c);
+}
+
+static void test_pid_reuse(void **state)
+{
+	struct got o;
+	struct corr *c = mk(&o, NULL);
+	struct corr_gpu old_pending = kern(7, 2, 150), old_late = kern(7, 1, 160),
+			fresh = kern(7, 1, 400);
+
+	(void)state;
+	corr__add_launch(c, 7, 70, 100, 1, 0, "cudaLaunchKernel");
+	corr__add_gpu(c, &old_pending); /* its launch never comes */
+	corr__process_exit(c, 7, 200);
+	assert_int_equal(o.n, 1); /* the waiting record went out unmatched */
+	assert_false(o.has_l[0]);
+	assert_int_equal(corr__counters(c)->launches_dropped_exit, 1);
+
+	/* a new process gets pid 7 and reuses correlation id 1 */
+	corr__add_launch(c, 7, 77, 300, 1, 0, "cudaLaunchKernel");
+	/* a late record of the old process must not join the new launch */
+	corr__add_gpu(c, &old_late);
+	assert_int_equal(o.n, 2);
+	assert_false(o.has_l[1]);
+	assert_int_equal(corr__counters(c)->refused, 1);
+	/* the new process's own record does */
+	corr__add_gpu(c, &fresh);
+	assert_int_equal(o.n, 3);
+	assert_true(o.has_l[2]);
+	assert_int_equal(o.l[2].tid, 77);
+	corr__free(c);
+}
+
+static void test_eviction(void **state)
+{
+	struct corr_opts opts = { .launch_capacity = 4, .gpu_capacity = 2 };
+	struct got o;
+	struct corr *c = mk(&o, &opts);
+	struct corr_gpu g;
+
+	(void)state;
+	for (uint32_t i = 1; i <= 6; i++)
+		corr__add_launch(c, 1, 1, i * 10, i, 0, "cudaLaunchKernel");
+	assert_int_equal(corr__counters(c)->launches_evicted, 2);
+	g = kern(1, 1, 1000); /* launch 1 was evicted */
+	corr__add_gpu(c, &g);
+	g = kern(1, 6, 1000);
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 1);
+	assert_int_equal(o.g[0].corr_id, 6);
+	/* the wait queue holds 2: a third waiter pushes out the oldest */
+	g = kern(1, 100, 1000);
+	corr__add_gpu(c, &g);
+	g = kern(1, 101, 1000);
+	corr__add_gpu(c, &g);
+	assert_int_equal(corr__counters(c)->gpu_evicted, 1);
+	assert_int_equal(o.n, 2);
+	assert_int_equal(o.g[1].corr_id, 1);
+	assert_false(o.has_l[1]);
+	/* many more: state stays bounded */
+	for (uint32_t i = 200; i < 5000; i++) {
+		g = kern(1, i, 1000);
+		corr__add_gpu(c, &g);
+		corr__add_launch(c, 1, 1, 900, i + 100000, 0, "x");
+	}
+	assert_true(corr__pending(c) <= 2);
+	corr__flush(c);
+	assert_int_equal(corr__pending(c), 0);
+	assert_int_equal(corr__counters(c)->gpu_records,
+			 corr__counters(c)->joined + corr__counters(c)->unmatched);
+	corr__free(c);
+}
+
+static void test_clock_offset(void **state)
+{
+	struct corr_opts opts = { .max_skew_ns = 10 };
+	struct got o;
+	struct corr *c;
+	struct corr_gpu g = kern(1, 1, 500);
+
+	(void)state;
+	/* without an offset the kernel would start before its launch: refused */
+	c = mk(&o, &opts);
+	corr__add_launch(c, 1, 1, 1000, 1, 0, "cudaLaunchKernel");
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 1);
+	assert_false(o.has_l[0]);
+	assert_int_equal(corr__counters(c)->refused, 1);
+	corr__free(c);
+
+	/* the GPU clock runs 1000 ns behind: the offset aligns it */
+	opts.clock_offset_ns[CORR_SRC_GPU] = 1000;
+	c = mk(&o, &opts);
+	corr__add_launch(c, 1, 1, 1000, 1, 0, "cudaLaunchKernel");
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 1);
+	assert_true(o.has_l[0]);
+	assert_int_equal(o.g[0].start_ns, 1500);
+	assert_int_equal(o.g[0].end_ns, 1600);
+	corr__free(c);
+}
+
+static void test_graph_many_kernels(void **state)
+{
+	struct got o;
+	struct corr *c = mk(&o, NULL);
+
+	(void)state;
+	corr__add_launch(c, 1, 2, 100, 42, 311, "cudaGraphLaunch");
+	for (int i = 0; i < 5; i++) {
+		struct corr_gpu g = kern(1, 42, 200 + i * 10);
+
+		g.graph_id = 3;
+		g.graph_node_id = 1000 + i;
+		corr__add_gpu(c, &g);
+	}
+	assert_int_equal(o.n, 5);
+	for (int i = 0; i < 5; i++) {
+		assert_true(o.has_l[i]);
+		assert_string_equal(o.api[i], "cudaGraphLaunch");
+		assert_int_equal(o.g[i].graph_node_id, 1000 + i);
+	}
+	assert_int_equal(corr__counters(c)->launches, 1);
+	corr__free(c);
+}
+
+static void test_nested_driver_once(void **state)
+{
+	struct got o;
+	struct corr *c = mk(&o, NULL);
+	struct corr_gpu g = kern(1, 9, 500);
+
+	(void)state;
+	/* driver call inside the runtime call, possibly reported first */
+	corr__add_launch(c, 1, 2, 110, 9, 307, "cuLaunchKernel");
+	corr__add_launch(c, 1, 2, 100, 9, 211, "cudaLaunchKernel");
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 1);
+	assert_string_equal(o.api[0], "cudaLaunchKernel");
+	assert_int_equal(o.l[0].ts_ns, 100);
+	assert_int_equal(corr__counters(c)->launches, 1);
+	assert_int_equal(corr__counters(c)->launches_nested, 1);
+	corr__free(c);
+}
+
+static void test_uprobe_callback(void **state)
+{
+	struct got o;
+	struct corr *c = mk(&o, NULL);
+	struct corr_gpu g;
+
+	(void)state;
+	/* two calls on tid 11; the callback at 250 belongs to the entry at 200 */
+	corr__add_uprobe_launch(c, 1, 11, 100, 0 /* cudaLaunchKernel */);
+	corr__add_uprobe_launch(c, 1, 11, 200, 11 /* cuLaunchKernel */);
+	/* another thread's later entry must not be taken */
+	corr__add_uprobe_launch(c, 1, 12, 240, 0);
+	corr__add_callback(c, 1, 11, 250, 9, 1, 307);
+	g = kern(1, 9, 1000);
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 1);
+	assert_int_equal(o.l[0].tid, 11);
+	assert_int_equal(o.l[0].ts_ns, 200);
+	assert_string_equal(o.api[0], "cuLaunchKernel");
+	assert_true(o.l[0].from_uprobe);
+	assert_true(o.l[0].from_callback);
+
+	/* beyond the match bound: the callback stands alone (its own time, cbid name) */
+	corr__add_uprobe_launch(c, 1, 13, 1000, 0);
+	corr__add_callback(c, 1, 13, 1000 + 200000000ULL, 10, 2, 311);
+	g = kern(1, 10, 1000 + 300000000ULL);
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 2);
+	assert_false(o.l[1].from_uprobe);
+	assert_string_equal(o.api[1], "cudaGraphLaunch");
+	assert_int_equal(o.l[1].ts_ns, 1000 + 200000000ULL);
+	assert_int_equal(corr__counters(c)->callbacks_without_uprobe, 1);
+
+	/* callback first, uprobe late: the launch takes the uprobe's entry time */
+	corr__add_callback(c, 1, 14, 5300, 11, 2, 211);
+	corr__add_uprobe_launch(c, 1, 14, 5280, 0);
+	g = kern(1, 11, 6000);
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 3);
+	assert_int_equal(o.l[2].ts_ns, 5280);
+	assert_true(o.l[2].from_uprobe);
+	assert_int_equal(corr__counters(c)->callbacks_with_uprobe, 2);
+	corr__free(c);
+}
+
+static void test_pid_from_launch(void **state)
+{
+	struct corr_opts opts = { .flags = CORR_F_PID_FROM_LAUNCH };
+	struct got o;
+	struct corr *c = mk(&o, &opts);
+	struct corr_gpu g = kern(0, 77, 500), u = kern(0, 78, 500);
+
+	(void)state;
+	corr__add_launch(c, 1234, 1235, 100, 77, 0, "cudaLaunchKernel");
+	corr__add_gpu(c, &g);
+	corr__add_gpu(c, &u);
+	corr__flush(c);
+	assert_int_equal(o.n, 2);
+	assert_int_equal(o.g[0].pid, 1234);
+	assert_int_equal(o.l[0].tid, 1235);
+	assert_int_equal(o.g[1].pid, 0);
+	assert_false(o.has_l[1]);
+	corr__free(c);
+}
+
+struct sumgot {
+	int n;
+	struct corr_summary s[4];
+	char top0[64];
+};
+
+static void on_sum(void *ctx, const struct corr_summary *s)
+{
+	struct sumgot *o = ctx;
+
+	assert_true(o->n < 4);
+	o->s[o->n] = *s;
+	if (s->n_top)
+		snprintf(o->top0, sizeof(o->top0), "%s", s->top[0].name);
+	o->n++;
+}
+
+static void test_stats(void **state)
+{
+	struct corr_stats_opts so = { .sz = sizeof(so), .top_n = 2 };
+	struct corr_stats *st = corr_stats__new(&so);
+	struct corr_launch l = { .pid = 5, .tid = 5, .api = "cudaLaunchKernel" };
+	struct sumgot o = { 0 };
+	/* device 0: [0,100) s1, [50,150) s2 overlap, gap, [300,400) s1 */
+	struct {
+		uint64_t s, e, lts;
+		uint32_t stream;
+		const char *name;
+	} k[] = {
+		{ 0, 100, 0, 1, "a" }, { 50, 150, 40, 2, "b" }, { 300, 400, 200, 1, "a" },
+		{ 5000, 5100, 4000, 1, "c" }, /* next interval */
+	};
+
+	(void)state;
+	assert_non_null(st);
+	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
+		struct corr_gpu g = { .kind = CORR_KIND_KERNEL, .stream = k[i].stream,
+				      .start_ns = k[i].s, .end_ns = k[i].e, .name = k[i].name };
+
+		l.ts_ns = k[i].lts;
+		assert_int_equal(corr_stats__add(st, &g, &l), 0);
+	}
+	corr_stats__cut(st, 0, 1000, on_sum, &o);
+	assert_int_equal(o.n, 1);
+	assert_int_equal(o.s[0].pid, 5);
+	assert_int_equal(o.s[0].kernels, 3);
+	assert_int_equal(o.s[0].n_dev, 1);
+	assert_int_equal(o.s[0].dev[0].busy_ns, 250);
+	assert_int_equal(o.s[0].dev[0].gaps, 1);
+	assert_int_equal(o.s[0].dev[0].gap_ns, 150);
+	assert_int_equal(o.s[0].n_streams, 2);
+	/* launch-to-start 0, 10, 100 */
+	assert_int_equal(o.s[0].l2s_count, 3);
+	assert_int_equal(o.s[0].l2s_p50_ns, 10);
+	assert_int_equal(o.s[0].l2s_p99_ns, 100);
+	assert_int_equal(o.s[0].n_top, 2);
+	assert_string_equal(o.top0, "a");
+	assert_int_equal(o.s[0].top[0].total_ns, 200);
+	assert_int_equal(corr_stats__first_ts(st), 5000);
+	corr_stats__cut(st, 1000, 6000, on_sum, &o);
+	assert_int_equal(o.n, 2);
+	assert_int_equal(o.s[1].kernels, 1);
+	assert_int_equal(corr_stats__first_ts(st), UINT64_MAX);
+	corr_stats__free(st);
+}
+
+static void test_json_out(void **state)
+{
+	char buf[4096];
+	struct corr_json_common cm = { .host = "h", .instance = "i\"x" };
+	struct corr_gpu g = kern(1, 9, 2000);
+	struct corr_launch l = { .pid = 1, .tid = 2, .ts_ns = 1500, .corr_id = 9,
+				 .api = "cudaLaunchKernel", .from_uprobe = true };
+	json_error_t err;
+	json_t *o;
+	int n;
+
+	(void)state;
+	g.name = "_Z3fooi";
+	n = corr_gpu_to_json(buf, sizeof(buf), &cm, &g, &l);
+	assert_true(n > 0);
+	o = json_loadb(buf, (size_t)n, 0, &err);
+	assert_non_null(o);
+	assert_string_equal(json_string_value(json_object_get(o, "type")), "kernel");
+	assert_string_equal(json_string_value(json_object_get(o, "instance")), "i\"x");
+	assert_int_equal(json_integer_value(json_object_get(o, "pid")), 1);
+	assert_int_equal(json_integer_value(json_object_get(o, "launch_to_start_ns")), 500);
+	assert_int_equal(json_integer_value(json_object_get(o, "correlation_id")), 9);
+	assert_string_equal(json_string_value(json_object_get(o, "name")), "_Z3fooi");
+	if (corr_demangle("_Z3fooi"))
+		assert_string_equal(json_string_value(json_object_get(o, "demangled")),
+				    "foo(int)");
+	json_decref(o);
+
+	/* unmatched: explicit nulls */
+	n = corr_gpu_to_json(buf, sizeof(buf), &cm, &g, NULL);
+	o = json_loadb(buf, (size_t)n, 0, &err);
+	assert_non_null(o);
+	assert_true(json_is_null(json_object_get(o, "pid")));
+	assert_true(json_is_false(json_object_get(o, "matched")));
+	json_decref(o);
+	/* too small a buffer */
+	assert_int_equal(corr_gpu_to_json(buf, 20, &cm, &g, &l), -ENOSPC);
+}
+
+static void test_demangle(void **state)
+{
+	const char *d = corr_demangle("_ZN2at6native18elementwise_kernelILi128ELi4EEEvi");
+
+	(void)state;
+	if (!d)
+		skip(); /* libstdc++.so.6 absent */
+	assert_string_equal(d, "void at::native::elementwise_kernel<128, 4>(int)");
+	assert_null(corr_demangle("void foo<int>(int)")); /* already demangled */
+	assert_null(corr_demangle("_Zgarbage!"));
+	corr_demangle_cache_free();
+}
+
+static void test_us_to_ns(void **state)
+{
+	uint64_t v;
+
+	(void)state;
+	assert_int_equal(corr_us_text_to_ns("12.5", 4, &v), 0);
+	assert_int_equal(v, 12500);
+	assert_int_equal(corr_us_text_to_ns("1712195495519689.047", 20, &v), 0);
+	assert_int_equal(v, 1712195495519689047ULL);
+	assert_int_equal(corr_us_text_to_ns("3676599926233.705", 17, &v), 0);
+	assert_int_equal(v, 3676599926233705ULL);
+	assert_int_equal(corr_us_text_to_ns("1.0005", 6, &v), 0);
+	assert_int_equal(v, 1001); /* half up */
+	assert_int_equal(corr_us_text_to_ns("2e3", 3, &v), 0);
+	assert_int_equal(v, 2000000);
+	assert_int_equal(corr_us_text_to_ns("7", 1, &v), 0);
+	assert_int_equal(v, 7000);
+	assert_int_not_equal(corr_us_text_to_ns("x", 1, &v), 0);
+	assert_int_not_equal(corr_us_text_to_ns("1.2.3", 5, &v), 0);
+}
+
+static void test_api_names(void **state)
+{
+	(void)state;
+	assert_string_equal(corr_api_name(4), "cudaGraphLaunch");
+	assert_string_equal(corr_api_name(999), "unknown");
+	assert_string_equal(corr_cbid_name(2, 211), "cudaLaunchKernel");
+	assert_string_equal(corr_cbid_name(1, 514), "cuGraphLaunch");
+	assert_null(corr_cbid_name(2, 1));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_basic_join),
+		cmocka_unit_test(test_out_of_order),
+		cmocka_unit_test(test_missing_side),
+		cmocka_unit_test(test_late_launch_after_window),
+		cmocka_unit_test(test_pid_reuse),
+		cmocka_unit_test(test_eviction),
+		cmocka_unit_test(test_clock_offset),
+		cmocka_unit_test(test_graph_many_kernels),
+		cmocka_unit_test(test_nested_driver_once),
+		cmocka_unit_test(test_uprobe_callback),
+		cmocka_unit_test(test_pid_from_launch),
+		cmocka_unit_test(test_stats),
+		cmocka_unit_test(test_json_out),
+		cmocka_unit_test(test_demangle),
+		cmocka_unit_test(test_us_to_ns),
+		cmocka_unit_test(test_api_names),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,569 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * test_replay.c - replay readers on real recordings (../shared/data, skipped
+ * when absent) compared pair by pair with the correlation each trace records,
+ * and on malformed, truncated and garbage inputs made here.
+ *
+ * The reference join is computed independently: jansson (Kineto) or SQL
+ * (nsys) maps each correlation id to the launch's pid, tid and API; every
+ * kernel the correlator emits must agree with it, and a kernel the trace
+ * cannot join must come out unmatched.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <sqlite3.h>
+#include <zlib.h>
+
+#include "correlator.h"
+
+/* ---------------------------------------------------------- helpers ---- */
+
+static char logbuf[8192];
+
+static void cap_log(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
+{
+	size_t n = strlen(logbuf);
+	va_list ap;
+
+	(void)ctx;
+	(void)lvl;
+	va_start(ap, fmt);
+	vsnprintf(logbuf + n, sizeof(logbuf) - n, fmt, ap);
+	va_end(ap);
+	n = strlen(logbuf);
+	if (n + 1 < sizeof(logbuf))
+		strcat(logbuf, "\n");
+}
+
+static const char *data_dir(void)
+{
+	static char dir[1024];
+	const char *env = getenv("INFERTRACE_DATA");
+
+	if (env && !access(env, R_OK))
+		return env;
+	if (!access("../shared/data/README.md", R_OK)) {
+		snprintf(dir, sizeof(dir), "../shared/data");
+		return dir;
+	}
+	return NULL;
+}
+
+static int data_path(char *out, size_t sz, const char *rel)
+{
+	const char *d = data_dir();
+
+	if (!d)
+		return -ENOENT;
+	snprintf(out, sz, "%s/%s", d, rel);
+	return access(out, R_OK) ? -ENOENT : 0;
+}
+
+/* reference: correlation id -> launch (sparse array) */
+struct ref_launch {
+	uint32_t pid, tid;
+	char api[48];
+	bool set;
+};
+
+struct ref {
+	struct ref_launch *by_corr;
+	uint32_t max;
+};
+
+struct check {
+	const struct ref *ref;
+	uint64_t kernels, joined, unmatched, graph_kernels, wrong, missed;
+	uint64_t mem_joined;
+	bool pid_known; /* nsys: GPU records carry the pid */
+};
+
+static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
+{
+	struct check *ck = ctx;
+	const struct ref_launch *r =
+		g->corr_id < ck->ref->max && ck->ref->by_corr[g->corr_id].set ?
+			&ck->ref->by_corr[g->corr_id] :
+			NULL;
+
+	if (g->kind != CORR_KIND_KERNEL) {
+		ck->mem_joined += l != NULL;
+		return;
+	}
+	ck->kernels++;
+	if (!l) {
+		ck->unmatched++;
+		if (r)
+			ck->missed++; /* the trace joins it, we did not */
+		return;
+	}
+	ck->joined++;
+	if (!r || l->corr_id != g->corr_id || l->pid != r->pid || l->tid != r->tid ||
+	    strcmp(l->api, r->api) || g->pid != r->pid)
+		ck->wrong++;
+	if (!strcmp(l->api, "cudaGraphLaunch"))
+		ck->graph_kernels++;
+}
+
+static char *gunzip_file(const char *path, size_t *len)
+{
+	gzFile f = gzopen(path, "rb");
+	size_t cap = 1 << 20, n = 0;
+	char *buf = malloc(cap);
+	int r;
+
+	assert_non_null(f);
+	while ((r = gzread(f, buf + n, (unsigned)(cap - n))) > 0) {
+		n += (size_t)r;
+		if (n == cap) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+		}
+	}
+	gzclose(f);
+	*len = n;
+	return buf;
+}
+
+/* reference from a Kineto trace, parsed with jansson */
+static void kineto_ref(const char *path, struct ref *ref, uint64_t *ref_kernels,
+		       uint64_t *ref_joinable, uint64_t *ref_graph)
+{
+	size_t len;
+	char *txt = gunzip_file(path, &len);
+	json_error_t err;
+	json_t *root = json_loadb(txt, len, 0, &err), *evs, *e;
+	size_t i;
+
+	free(txt);
+	assert_non_null(root);
+	evs = json_object_get(root, "traceEvents");
+	assert_true(json_is_array(evs));
+	ref->max = 0;
+	json_array_foreach(evs, i, e) {
+		json_t *c = json_object_get(json_object_get(e, "args"), "correlation");
+
+		if (json_is_integer(c) && json_integer_value(c) >= (json_int_t)ref->max)
+			ref->max = (uint32_t)json_integer_value(c) + 1;
+	}
+	ref->by_corr = calloc(ref->max + 1, sizeof(*ref->by_corr));
+	json_array_foreach(evs, i, e) {
+		const char *cat = json_string_value(json_object_get(e, "cat"));
+		json_t *c = json_object_get(json_object_get(e, "args"), "correlation");
+		struct ref_launch *r;
+
+		if (!cat || !json_is_integer(c) ||
+		    (strcmp(cat, "cuda_runtime") && strcmp(cat, "cuda_driver")))
+			continue;
+		r = &ref->by_corr[json_integer_value(c)];
+		r->pid = (uint32_t)json_integer_value(json_object_get(e, "pid"));
+		r->tid = (uint32_t)json_integer_value(json_object_get(e, "tid"));
+		snprintf(r->api, sizeof(r->api), "%s", json_string_value(json_object_get(e, "name")));
+		r->set = true;
+	}
+	*ref_kernels = *ref_joinable = *ref_graph = 0;
+	json_array_foreach(evs, i, e) {
+		const char *cat = json_string_value(json_object_get(e, "cat"));
+		json_t *c = json_object_get(json_object_get(e, "args"), "correlation");
+
+		if (!cat || strcmp(cat, "kernel"))
+			continue;
+		(*ref_kernels)++;
+		if (json_is_integer(c) && ref->by_corr[json_integer_value(c)].set) {
+			(*ref_joinable)++;
+			if (!strcmp(ref->by_corr[json_integer_value(c)].api, "cudaGraphLaunch"))
+				(*ref_graph)++;
+		}
+	}
+	json_decref(root);
+}
+
+static void run_kineto(const char *rel, uint64_t want_kernels, uint64_t want_joined)
+{
+	char path[1200];
+	struct ref ref;
+	struct check ck = { .ref = &ref };
+	uint64_t rk, rj, rg;
+	struct corr_opts co = { .sz = sizeof(co), .emit = on_gpu, .emit_ctx = &ck };
+	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct corr_replay_stats st;
+
+	if (data_path(path, sizeof(path), rel))
+		skip(); /* ../shared/data absent: nothing to compare with */
+	kineto_ref(path, &ref, &rk, &rj, &rg);
+	assert_int_equal(rk, want_kernels);
+	assert_int_equal(rj, want_joined);
+	assert_int_equal(corr_replay_file(path, &co, &ro, &st), 0);
+	assert_int_equal(st.format, CORR_FMT_KINETO);
+	assert_int_equal(ck.kernels, want_kernels);
+	assert_int_equal(ck.joined, want_joined);
+	assert_int_equal(ck.unmatched, want_kernels - want_joined);
+	assert_int_equal(ck.wrong, 0);
+	assert_int_equal(ck.missed, 0);
+	assert_int_equal(ck.graph_kernels, rg);
+	assert_int_equal(st.corr.gpu_records, st.corr.joined + st.corr.unmatched);
+	assert_int_equal(st.corr.launches_evicted + st.corr.gpu_evicted, 0);
+	free(ref.by_corr);
+}
+
+/* ---------------------------------------------------------- real data -- */
+
+static void test_vllm_h100(void **state)
+{
+	(void)state;
+	run_kineto("kineto/tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz", 13508, 13508);
+}
+
+static void test_vllm_h100_graphs(void **state)
+{
+	char path[1200];
+	struct ref ref;
+	struct check ck = { .ref = &ref };
+	uint64_t rk, rj, rg;
+	struct corr_opts co = { .sz = sizeof(co), .emit = on_gpu, .emit_ctx = &ck };
+	struct corr_replay_stats st;
+
+	(void)state;
+	if (data_path(path, sizeof(path),
+		      "kineto/tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz"))
+		skip();
+	kineto_ref(path, &ref, &rk, &rj, &rg);
+	assert_int_equal(corr_replay_file(path, &co, NULL, &st), 0);
+	/* 9 decode steps x 963 graph-replayed kernels (data/README.md) */
+	assert_int_equal(rg, 9 * 963);
+	assert_int_equal(ck.graph_kernels, 9 * 963);
+	/* 729 cudaGraphLaunch calls own them all */
+	assert_int_equal(st.markers, 106126);
+	free(ref.by_corr);
+}
+
+static void test_hf_qwen_unmatched(void **state)
+{
+	(void)state;
+	run_kineto("kineto/tracelens_hf_qwen1.5-0.5b_h100.json.gz", 1465, 1029);
+}
+
+static void test_hta_rank0(void **state)
+{
+	(void)state;
+	run_kineto("kineto/hta_sampled_rank-0.json.gz", 1154, 1154);
+}
+
+static void test_hta_rank1(void **state)
+{
+	(void)state;
+	run_kineto("kineto/hta_sampled_rank-1.json.gz", 1104, 1104);
+}
+
+static void test_b200(void **state)
+{
+	(void)state;
+	run_kineto("kineto/tracelens_vllm_tp8_b200_rank0_eager.json.gz", 768, 768);
+}
+
+static void test_ns_resolution(void **state)
+{
+	(void)state;
+	run_kineto("kineto/hta_ddp_v100_rank0_ns_resolution.pt.trace.json.gz", 4350, 4350);
+}
+
+static void test_cloverleaf_nsys(void **state)
+{
+	char path[1200];
+	struct ref ref = { 0 };
+	struct check ck = { .ref = &ref, .pid_known = true };
+	struct corr_opts co = { .sz = sizeof(co), .emit = on_gpu, .emit_ctx = &ck };
+	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct corr_replay_stats st;
+	sqlite3 *db;
+	sqlite3_stmt *s;
+	int bad_pid = 0;
+
+	(void)state;
+	if (data_path(path, sizeof(path), "nsys/pipit_cloverleaf_a100.nsys.sqlite"))
+		skip();
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	/* the globalTid encoding, checked against the PROCESSES table */
+	assert_int_equal(sqlite3_prepare_v2(db,
+					    "SELECT DISTINCT k.globalPid, p.pid FROM "
+					    "CUPTI_ACTIVITY_KIND_KERNEL k JOIN PROCESSES p "
+					    "ON p.globalPid = k.globalPid",
+					    -1, &s, NULL),
+			 SQLITE_OK);
+	while (sqlite3_step(s) == SQLITE_ROW)
+		bad_pid += (((uint64_t)sqlite3_column_int64(s, 0) >> 24) & 0xFFFFFF) !=
+			   (uint64_t)sqlite3_column_int64(s, 1);
+	sqlite3_finalize(s);
+	assert_int_equal(bad_pid, 0);
+	/* reference join, the trace's own: same correlation id within the process */
+	ref.max = 1 << 22;
+	ref.by_corr = calloc(ref.max, sizeof(*ref.by_corr));
+	assert_int_equal(sqlite3_prepare_v2(db,
+					    "SELECT r.correlationId, r.globalTid, s.value FROM "
+					    "CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
+					    "ON s.id = r.nameId",
+					    -1, &s, NULL),
+			 SQLITE_OK);
+	while (sqlite3_step(s) == SQLITE_ROW) {
+		uint32_t c = (uint32_t)sqlite3_column_int64(s, 0);
+		uint64_t gt = (uint64_t)sqlite3_column_int64(s, 1);
+
+		assert_true(c < ref.max);
+		ref.by_corr[c].pid = (uint32_t)((gt >> 24) & 0xFFFFFF);
+		ref.by_corr[c].tid = (uint32_t)(gt & 0xFFFFFF);
+		snprintf(ref.by_corr[c].api, sizeof(ref.by_corr[c].api), "%s",
+			 (const char *)sqlite3_column_text(s, 2));
+		ref.by_corr[c].set = true;
+	}
+	sqlite3_finalize(s);
+	sqlite3_close(db);
+
+	assert_int_equal(corr_replay_file(path, &co, &ro, &st), 0);
+	assert_int_equal(st.format, CORR_FMT_NSYS);
+	assert_int_equal(ck.kernels, 1312);
+	assert_int_equal(ck.joined, 1312);
+	assert_int_equal(ck.wrong, 0);
+	free(ref.by_corr);
+}
+
+/* ------------------------------------------------------ synthetic ------ */
+
+static const char tiny[] =
+	"{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n"
+	"{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 42,"
+	" \"tid\": 43, \"ts\": 12.5, \"dur\": 3, \"args\": {\"cbid\": 211, \"correlation\": 7}},\n"
+	"{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\\\"q\", \"pid\": 0, \"tid\": 7,"
+	" \"ts\": 20.0005, \"dur\": 1.25, \"args\": {\"device\": 0, \"stream\": 7,"
+	" \"correlation\": 7, \"grid\": [1, 2, 3], \"block\": [4, 5, 6]}},\n"
+	"{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"step#1\", \"pid\": 42,"
+	" \"tid\": 43, \"ts\": 10, \"dur\": 100},\n"
+	"{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"orphan\", \"pid\": 0, \"tid\": 7,"
+	" \"ts\": 30, \"dur\": 1, \"args\": {\"device\": 0, \"stream\": 7, \"correlation\": 8}}\n"
+	"]}\n";
+
+struct tiny_got {
+	int n, markers;
+	struct corr_gpu g[4];
+	bool has_l[4];
+	struct corr_launch l[4];
+	char name[4][16];
+};
+
+static void tiny_emit(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
+{
+	struct tiny_got *t = ctx;
+
+	if (t->n >= 4)
+		return;
+	t->g[t->n] = *g;
+	snprintf(t->name[t->n], sizeof(t->name[0]), "%s", g->name ? g->name : "");
+	t->has_l[t->n] = l != NULL;
+	if (l)
+		t->l[t->n] = *l;
+	t->n++;
+}
+
+static void tiny_marker(void *ctx, const struct corr_marker *m)
+{
+	struct tiny_got *t = ctx;
+
+	assert_string_equal(m->name, "step#1");
+	assert_int_equal(m->ts_ns, 10000);
+	assert_int_equal(m->dur_ns, 100000);
+	t->markers++;
+}
+
+static void test_kineto_tiny(void **state)
+{
+	struct tiny_got t = { 0 };
+	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
+	struct corr_replay_opts ro = { .sz = sizeof(ro), .marker = tiny_marker, .marker_ctx = &t };
+	struct corr_replay_stats st;
+
+	(void)state;
+	assert_int_equal(corr_replay_buf(tiny, sizeof(tiny) - 1, &co, &ro, &st), 0);
+	assert_int_equal(t.n, 2);
+	assert_true(t.has_l[0]);
+	assert_int_equal(t.l[0].ts_ns, 12500); /* 12.5 µs */
+	assert_int_equal(t.g[0].start_ns, 20001); /* 20.0005 µs, half up */
+	assert_int_equal(t.g[0].end_ns, 21251);
+	assert_int_equal(t.g[0].pid, 42);
+	assert_int_equal(t.l[0].tid, 43);
+	assert_string_equal(t.name[0], "k\"q");
+	assert_int_equal(t.g[0].grid[2], 3);
+	assert_int_equal(t.g[0].block[0], 4);
+	assert_false(t.has_l[1]);
+	assert_int_equal(t.g[1].pid, 0);
+	assert_int_equal(t.markers, 1);
+	assert_int_equal(st.markers, 1);
+}
+
+static void test_truncated_kineto(void **state)
+{
+	size_t len = sizeof(tiny) - 1;
+	struct tiny_got t;
+	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
+	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+
+	(void)state;
+	/* every cut of the file fails cleanly, naming an offset, never crashes */
+	for (size_t cut = 1; cut < len - 2; cut++) {
+		memset(&t, 0, sizeof(t));
+		logbuf[0] = '\0';
+		char *copy = malloc(cut); /* exact size: ASan sees any overrun */
+
+		memcpy(copy, tiny, cut);
+		assert_int_not_equal(corr_replay_buf(copy, cut, &co, &ro, NULL), 0);
+		assert_true(strstr(logbuf, "offset") || strstr(logbuf, "unknown format"));
+		free(copy);
+	}
+	/* garbage in the middle */
+	{
+		char bad[] = "{\"traceEvents\": [{\"ph\": \"X\", \"ts\": @}]}";
+
+		logbuf[0] = '\0';
+		assert_int_equal(corr_replay_buf(bad, sizeof(bad) - 1, &co, &ro, NULL), -EINVAL);
+		assert_non_null(strstr(logbuf, "byte offset 35"));
+	}
+}
+
+static void write_file(const char *path, const void *buf, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+
+	assert_non_null(f);
+	assert_int_equal(fwrite(buf, 1, len, f), len);
+	fclose(f);
+}
+
+static void test_garbage_and_truncated_files(void **state)
+{
+	char dir[] = "/tmp/infertrace-replay-XXXXXX", path[256];
+	struct tiny_got t = { 0 };
+	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
+	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct corr_replay_stats st;
+	unsigned char junk[4096];
+	gzFile gz;
+	FILE *f;
+	long full;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+
+	/* random bytes */
+	srand(1);
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (unsigned char)rand();
+	junk[0] = 0x01;
+	snprintf(path, sizeof(path), "%s/junk.bin", dir);
+	write_file(path, junk, sizeof(junk));
+	logbuf[0] = '\0';
+	assert_int_equal(corr_replay_file(path, &co, &ro, NULL), -EINVAL);
+	assert_non_null(strstr(logbuf, "unknown format"));
+
+	/* gzip of the tiny trace: whole, then cut in the middle */
+	snprintf(path, sizeof(path), "%s/t.json.gz", dir);
+	gz = gzopen(path, "wb");
+	assert_non_null(gz);
+	for (int i = 0; i < 50; i++) /* enough data for a multi-block stream */
+		gzwrite(gz, i ? " " : tiny, i ? 1 : sizeof(tiny) - 1);
+	gzclose(gz);
+	assert_int_equal(corr_replay_file(path, &co, &ro, &st), 0);
+	assert_int_equal(st.format, CORR_FMT_KINETO);
+	f = fopen(path, "rb");
+	fseek(f, 0, SEEK_END);
+	full = ftell(f);
+	fclose(f);
+	assert_int_equal(truncate(path, full / 2), 0);
+	logbuf[0] = '\0';
+	assert_int_equal(corr_replay_file(path, &co, &ro, NULL), -EINVAL);
+	assert_non_null(strstr(logbuf, "truncated"));
+
+	/* an SQLite header followed by garbage */
+	memcpy(junk, "SQLite format 3", 16);
+	snprintf(path, sizeof(path), "%s/bad.sqlite", dir);
+	write_file(path, junk, sizeof(junk));
+	logbuf[0] = '\0';
+	assert_int_not_equal(corr_replay_file(path, &co, &ro, NULL), 0);
+	assert_non_null(strstr(logbuf, "nsys"));
+	unlink(path);
+
+	/* missing file */
+	snprintf(path, sizeof(path), "%s/none", dir);
+	assert_int_equal(corr_replay_file(path, &co, &ro, NULL), -ENOENT);
+
+	snprintf(path, sizeof(path), "%s/t.json.gz", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/junk.bin", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
+static void test_jsonl_roundtrip(void **state)
+{
+	char buf[8192], line[2048];
+	size_t off = 0;
+	struct corr_json_common cm = { .host = "h", .instance = "i" };
+	struct corr_gpu g = { .kind = CORR_KIND_KERNEL, .corr_id = 5, .stream = 7,
+			      .start_ns = 2000, .end_ns = 2100, .name = "_Z1fv" };
+	struct corr_launch l = { .pid = 9, .tid = 10, .ts_ns = 1500, .corr_id = 5,
+				 .api = "cudaLaunchKernel" };
+	struct tiny_got t = { 0 };
+	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
+	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct corr_replay_stats st;
+	int n;
+
+	(void)state;
+	n = corr_gpu_to_json(line, sizeof(line), &cm, &g, &l);
+	assert_true(n > 0);
+	off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%.*s\n", n, line);
+	n = corr_gpu_to_json(line, sizeof(line), &cm, &g, NULL);
+	off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%.*s\n", n, line);
+	off += (size_t)snprintf(buf + off, sizeof(buf) - off,
+				"{\"schema\":1,\"type\":\"process\",\"pid\":3}\n");
+	assert_int_equal(corr_replay_buf(buf, off, &co, &ro, &st), 0);
+	assert_int_equal(st.format, CORR_FMT_JSONL);
+	assert_int_equal(t.n, 2);
+	assert_true(t.has_l[0]);
+	assert_int_equal(t.l[0].tid, 10);
+	assert_int_equal(t.l[0].ts_ns, 1500);
+	assert_false(t.has_l[1]);
+	assert_int_equal(st.skipped, 1);
+
+	/* a broken third line names line 3 */
+	off = (size_t)snprintf(buf, sizeof(buf), "{\"type\":\"x\"}\n{\"type\":\"y\"}\n{\"type\":\n");
+	logbuf[0] = '\0';
+	assert_int_equal(corr_replay_buf(buf, off, &co, &ro, &st), -EINVAL);
+	assert_non_null(strstr(logbuf, "line 3"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_vllm_h100),
+		cmocka_unit_test(test_vllm_h100_graphs),
+		cmocka_unit_test(test_hf_qwen_unmatched),
+		cmocka_unit_test(test_hta_rank0),
+		cmocka_unit_test(test_hta_rank1),
+		cmocka_unit_test(test_b200),
+		cmocka_unit_test(test_ns_resolution),
+		cmocka_unit_test(test_cloverleaf_nsys),
+		cmocka_unit_test(test_kineto_tiny),
+		cmocka_unit_test(test_truncated_kineto),
+		cmocka_unit_test(test_garbage_and_truncated_files),
+		cmocka_unit_test(test_jsonl_roundtrip),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
