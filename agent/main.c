@@ -288,6 +288,9 @@ static int run_live(struct agent *a)
 		uint64_t now;
 
 		err = ring_buffer__poll(a->rb, 100);
+		/* producers wake us only for batches: drain what is below the mark */
+		if (err >= 0)
+			err = ring_buffer__consume(a->rb);
 		if (err < 0 && err != -EINTR) {
 			pr_err("ring buffer poll: %s", strerror(-err));
 			goto cleanup;

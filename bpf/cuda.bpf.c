@@ -8,8 +8,9 @@
  * the same name in every libcudart / libcuda file that a traced process maps,
  * once per file (pid -1), so the filter below is what keeps other processes out.
  *
- * Sentinel mode: one hash lookup and a counter increment per call.
- * Deep mode: one ring record per call, with a rate-limited user stack.
+ * Sentinel mode: one hash lookup and a counter increment per call; the
+ * arguments are not even read. Deep mode: one ring record per call, with a
+ * rate-limited user stack.
  *
  * Argument positions follow the x86-64 SysV ABI: a dim3 (12 bytes) passed by
  * value takes two registers; arguments past the sixth register live on the
@@ -87,23 +88,44 @@ static __always_inline void fill_launch(struct cuda_launch_event *e, struct laun
 	e->pad = 0;
 }
 
-static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct launch_args *a)
+/*
+ * Sentinel fast path, before any argument is read: count the call for a
+ * traced thread; true when the call also needs a record (deep mode).
+ */
+static __always_inline bool launch_begin(__u32 api, struct thread_stats **tsp,
+					 struct runtime_cfg **rcp)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	struct runtime_cfg *rc;
-	struct thread_stats *ts;
-	__u64 now;
+	struct thread_stats *ts = thread_get(id >> 32, (__u32)id);
 
-	ts = thread_get(id >> 32, (__u32)id);
 	if (!ts)
-		return 0;
+		return false;
 	if (api < API_SLOTS)
 		ts->launches[api]++;
-	rc = get_rcfg();
-	if (!is_deep(rc, id >> 32))
-		return 0;
+	*rcp = get_rcfg();
+	*tsp = ts;
+	return is_deep(*rcp, id >> 32);
+}
 
-	now = bpf_ktime_get_ns();
+/*
+ * Wake the agent only once a batch is waiting: it drains the rings every
+ * 100 ms anyway, and a wake-up per record costs the launching thread.
+ */
+#define WAKEUP_BYTES (256 << 10)
+
+static __always_inline __u64 submit_flags(void)
+{
+	return bpf_ringbuf_query(&rb_cuda, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
+									      : BPF_RB_NO_WAKEUP;
+}
+
+/* deep path: one record, with a user stack when allowed */
+static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct launch_args *a,
+				       struct thread_stats *ts, struct runtime_cfg *rc)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u64 now = bpf_ktime_get_ns();
+
 	if (rc->deep_stacks && stack_allowed(ts, rc, now)) {
 		struct cuda_launch_stack_event *se;
 		long n;
@@ -119,7 +141,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct la
 			if (i * 8 >= n)
 				se->ips[i] = 0;
 		fill_launch(&se->ev, a, api, id, now, sizeof(*se), (__u32)n);
-		bpf_ringbuf_submit(se, 0);
+		bpf_ringbuf_submit(se, submit_flags());
 		return 0;
 	}
 
@@ -128,14 +150,22 @@ static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct la
 	if (!e)
 		return 0;
 	fill_launch(e, a, api, id, now, sizeof(*e), 0);
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, submit_flags());
 	return 0;
 }
+
+/* every decoder starts with this: count, and stop unless a record is due */
+#define LAUNCH_BEGIN(api)                                                                          \
+	struct thread_stats *ts;                                                                   \
+	struct runtime_cfg *rc;                                                                    \
+	struct launch_args a = {};                                                                 \
+	if (!launch_begin(api, &ts, &rc) || !rc)                                                   \
+		return 0
 
 /* cudaLaunchKernel(func, dim3 grid, dim3 block, args, size_t shmem, stream) */
 static __always_inline int rt_launch(struct pt_regs *ctx, __u32 api)
 {
-	struct launch_args a = {};
+	LAUNCH_BEGIN(api);
 	__u64 g_xy = PT_REGS_PARM2(ctx), b_xy = PT_REGS_PARM4(ctx);
 
 	a.func = PT_REGS_PARM1(ctx);
@@ -148,7 +178,7 @@ static __always_inline int rt_launch(struct pt_regs *ctx, __u32 api)
 	/* args in the 6th register; shmem and stream on the stack */
 	a.arg = stack_arg(ctx, 1);
 	a.stream = stack_arg(ctx, 2);
-	return emit_launch(ctx, api, &a);
+	return emit_launch(ctx, api, &a, ts, rc);
 }
 
 /*
@@ -167,8 +197,8 @@ struct launch_config {
 /* cudaLaunchKernelExC(config, func, args) / cuLaunchKernelEx(config, f, params, extra) */
 static __always_inline int launch_ex(struct pt_regs *ctx, __u32 api, bool shmem32)
 {
+	LAUNCH_BEGIN(api);
 	struct launch_config c = {};
-	struct launch_args a = {};
 
 	bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
 	a.func = PT_REGS_PARM2(ctx);
@@ -176,35 +206,35 @@ static __always_inline int launch_ex(struct pt_regs *ctx, __u32 api, bool shmem3
 	__builtin_memcpy(a.block, c.block, sizeof(a.block));
 	a.arg = shmem32 ? (__u32)c.shmem : c.shmem;
 	a.stream = c.stream;
-	return emit_launch(ctx, api, &a);
+	return emit_launch(ctx, api, &a, ts, rc);
 }
 
 /* cudaGraphLaunch(exec, stream) and cuGraphLaunch(exec, stream) */
 static __always_inline int graph_launch(struct pt_regs *ctx, __u32 api)
 {
-	struct launch_args a = {};
+	LAUNCH_BEGIN(api);
 
 	a.func = PT_REGS_PARM1(ctx);
 	a.stream = PT_REGS_PARM2(ctx);
-	return emit_launch(ctx, api, &a);
+	return emit_launch(ctx, api, &a, ts, rc);
 }
 
 /* cudaMemcpyAsync(dst, src, count, kind, stream) */
 static __always_inline int memcpy_async(struct pt_regs *ctx, __u32 api)
 {
-	struct launch_args a = {};
+	LAUNCH_BEGIN(api);
 
 	a.func = PT_REGS_PARM1(ctx);
 	a.arg = PT_REGS_PARM3(ctx);
 	a.kind = (__u32)PT_REGS_PARM4(ctx);
 	a.stream = PT_REGS_PARM5(ctx);
-	return emit_launch(ctx, api, &a);
+	return emit_launch(ctx, api, &a, ts, rc);
 }
 
 /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra) */
 static __always_inline int drv_launch(struct pt_regs *ctx, __u32 api)
 {
-	struct launch_args a = {};
+	LAUNCH_BEGIN(api);
 
 	a.func = PT_REGS_PARM1(ctx);
 	a.grid[0] = (__u32)PT_REGS_PARM2(ctx);
@@ -215,7 +245,7 @@ static __always_inline int drv_launch(struct pt_regs *ctx, __u32 api)
 	a.block[2] = (__u32)stack_arg(ctx, 1);
 	a.arg = (__u32)stack_arg(ctx, 2);
 	a.stream = stack_arg(ctx, 3);
-	return emit_launch(ctx, api, &a);
+	return emit_launch(ctx, api, &a, ts, rc);
 }
 
 /* entry of cudaStreamSynchronize(stream) / cudaDeviceSynchronize() */

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# scripts/demo.sh - `make demo`: the agent at work on this machine, with no
+# GPU and no broker (issue 2, item 7).
+#
+# Starts the agent in sentinel mode, then a small CUDA workload
+# (build/tests/integration/cuda_calls -s: two threads calling the 17 probed
+# CUDA entry points through the real libcudart and the stub libcuda, about
+# once a millisecond, sleeping in between) and some loopback UDP traffic; after
+# a few seconds it stops the agent and shows its readable summary, a few of
+# the JSON lines it wrote, and where they are.
+#
+# Environment: BUILD (default build), DEMO_SECONDS (default 5), DEMO_DIR
+# (default $BUILD/demo).
+set -u
+
+BUILD=${BUILD:-build}
+SECS=${DEMO_SECONDS:-5}
+DIR=${DEMO_DIR:-$BUILD/demo}
+AGENT=$BUILD/infertrace-agent
+CUDA_CALLS=$BUILD/tests/integration/cuda_calls
+WORKLOAD=$BUILD/tests/integration/workload
+OUT=$DIR/events.jsonl
+LOG=$DIR/agent.log
+SUMMARY=$DIR/summary.txt
+UDP_PORT=${DEMO_UDP_PORT:-47999}
+
+bold() { if [ -t 1 ]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n' "$*"; fi; }
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "make demo: the agent loads eBPF programs and needs root; run: sudo make demo"
+	exit 0
+fi
+for f in "$AGENT" "$CUDA_CALLS"; do
+	if [ ! -x "$f" ]; then
+		echo "make demo: $f is missing; run it through make demo (it builds what it needs)"
+		exit 0
+	fi
+done
+
+mkdir -p "$DIR"
+rm -f "$OUT" "$LOG" "$SUMMARY"
+AGENT_PID=""
+PIDS=()
+cleanup() {
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	[ -n "$AGENT_PID" ] && kill -INT "$AGENT_PID" 2>/dev/null
+	wait 2>/dev/null
+}
+trap cleanup EXIT
+
+cat <<EOF
+
+  infertrace demo
+  ---------------
+  infertrace-agent finds the processes on this node that load the CUDA
+  libraries (libcudart, libcuda), attaches uprobes to their launch paths and
+  follows, in the kernel, what those processes do: every CUDA launch and
+  synchronisation, when their threads are off the CPU and why, their slow
+  syscalls, and the node's network traffic. It writes JSON lines.
+
+  This machine has no GPU: the workload's CUDA calls fail at once, but the
+  probes see every call, which is all the agent needs. For ${SECS} s:
+    - a CUDA workload, 2 threads calling all 17 probed CUDA entry points
+      about once a millisecond (sleeping 1 ms between rounds),
+    - loopback UDP traffic, 200 datagrams of 1000 bytes.
+  The agent runs in sentinel mode (the default): per-thread counters kept in
+  the kernel, one summary per thread per second, single events only above
+  the thresholds (1 ms).
+
+EOF
+
+# 1. the agent, first: it finds the workload by itself when it starts
+"$AGENT" --summary -o "$OUT" -d $((SECS + 3)) 2>"$LOG" &
+AGENT_PID=$!
+for ((i = 0; i < 200; i++)); do
+	grep -q 'running in' "$LOG" 2>/dev/null && break
+	if ! kill -0 "$AGENT_PID" 2>/dev/null; then
+		echo "make demo: the agent did not start:"
+		sed 's/^/  /' "$LOG"
+		AGENT_PID=""
+		exit 0
+	fi
+	sleep 0.05
+done
+bold "agent running (pid $AGENT_PID), writing $OUT"
+
+# 2. the CUDA workload; the agent discovers it (a "process" record, event
+#    "attach") and attaches its uprobes to the libraries it maps
+"$CUDA_CALLS" -t 2 -s "$SECS" >"$DIR/workload.out" 2>&1 &
+PIDS+=($!)
+CUDA_PID=$!
+bold "CUDA workload started (pid $CUDA_PID): cuda_calls -t 2 -s $SECS"
+
+# 3. loopback traffic: a receiver and a sender from the test workloads when
+#    built, else bash's /dev/udp (datagrams to a closed port still cross lo)
+if [ -x "$WORKLOAD" ]; then
+	"$WORKLOAD" udp-recv "$UDP_PORT" "$SECS" >/dev/null 2>&1 &
+	PIDS+=($!)
+	sleep 0.2
+	("$WORKLOAD" udp-send 127.0.0.1 "$UDP_PORT" 200 1000 >/dev/null 2>&1 ||
+		for ((i = 0; i < 200; i++)); do printf '%1000s' x >/dev/udp/127.0.0.1/"$UDP_PORT"; done) &
+else
+	(for ((i = 0; i < 200; i++)); do
+		printf '%1000s' x >/dev/udp/127.0.0.1/"$UDP_PORT" 2>/dev/null
+		sleep 0.01
+	done) &
+fi
+PIDS+=($!)
+bold "loopback UDP traffic started (port $UDP_PORT)"
+echo
+printf 'running %s s ' "$SECS"
+for ((i = 0; i < SECS; i++)); do
+	sleep 1
+	printf '.'
+done
+echo
+
+# 4. let the workload end, then stop the agent: it drains, prints its summary
+wait "$CUDA_PID" 2>/dev/null
+sleep 1.2 # one more interval, so the last summaries are in
+kill -INT "$AGENT_PID" 2>/dev/null
+wait "$AGENT_PID"
+rc=$?
+AGENT_PID=""
+if [ "$rc" -ne 0 ]; then
+	echo "make demo: the agent exited with $rc:"
+	sed 's/^/  /' "$LOG"
+	exit 0
+fi
+
+# the summary is the part of the log after the "== infertrace summary" line
+# (without the agent's own log lines, which may follow it)
+sed -n '/^== infertrace summary/,$p' "$LOG" | grep -v '^infertrace-agent: ' >"$SUMMARY"
+echo
+bold "What the agent saw (its --summary, printed at exit)"
+cat <<'EOF'
+  CUDA calls:  calls per entry point and thread, counted in the kernel
+               (per second over the agent's whole run, a little longer
+               than the workload's)
+  Off-CPU:     time the threads were blocked (sleeping, waiting) or
+               preempted, and time spent waiting in the run queue
+  Syscalls:    syscalls that took at least 1 ms (here the 1 ms sleeps)
+  Network:     bytes and packets per device on the whole node (lo here)
+EOF
+if [ -s "$SUMMARY" ]; then
+	cat "$SUMMARY"
+else
+	echo "  (no summary in $LOG)"
+fi
+
+echo
+bold "A few of the JSON lines ($(wc -l <"$OUT") in all; jq makes them readable)"
+if command -v jq >/dev/null; then
+	for t in process thread cuda_sync syscall net stats; do
+		line=$(grep -m1 "\"type\":\"$t\"" "$OUT")
+		[ -n "$line" ] || continue
+		echo "  -- type \"$t\":"
+		printf '%s\n' "$line" | cut -c1-400 | sed 's/^/  /'
+	done
+	echo
+	echo "  records by type:"
+	jq -r .type "$OUT" | sort | uniq -c | sort -rn | sed 's/^/  /'
+else
+	head -n 5 "$OUT" | cut -c1-400 | sed 's/^/  /'
+fi
+
+cat <<EOF
+
+$(bold "Where things are")
+  JSON lines:      $OUT
+  agent log:       $LOG  (summary also in $SUMMARY)
+  record types:    docs/events.md
+  try next:        $AGENT --help
+                   jq 'select(.type=="thread")' $OUT
+                   $AGENT --mode deep --pid PID   # every launch, with stacks
+EOF
+exit 0
