@@ -26,6 +26,7 @@ struct thread_prev {
 	struct thread_stats last; /* previous read */
 	struct thread_stats first; /* first read: totals = last - first + first's counts */
 	bool seen; /* present in this interval's read */
+	bool gone; /* found gone at the previous read: its entries go at this one */
 };
 
 struct sc_prev {
@@ -434,8 +435,15 @@ void aggregate_interval(struct agent *a, bool final)
 		gone = !p || p->start_time == PROC_GONE || !thread_alive(cur.pid, cur.tid);
 		emit_thread(a, tp, &cur);
 		tp->last = cur;
-		if (gone)
+		/*
+		 * Delete one interval after the thread was first found gone: a
+		 * thread leaves /proc before its last context switch, which would
+		 * make a new, zeroed entry behind a deletion done right away (and
+		 * a negative delta at the next read).
+		 */
+		if (gone && tp->gone)
 			push_dead(g, next);
+		tp->gone = gone;
 	}
 	/* the kernel entries of gone threads go; their totals stay for the summary */
 	for (int i = 0; i < g->n_dead; i++)

@@ -170,7 +170,12 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_SYSCALL_T:
 	case OPT_SYNC_T:
 		if (parse_double(arg, 0, 3600e3, &d))
-			argp_error(state, "thresholds take milliseconds >= 0, not '%s'", arg);
+			argp_error(state, "--%s takes milliseconds from 0 to 3600000, not '%s'",
+				   key == OPT_OFFCPU_T ? "offcpu-threshold"
+				   : key == OPT_RUNQ_T ? "runq-threshold"
+				   : key == OPT_SYSCALL_T ? "syscall-threshold"
+							  : "sync-threshold",
+				   arg);
 		if (key == OPT_OFFCPU_T)
 			o->offcpu_thresh_ns = d * 1e6;
 		else if (key == OPT_RUNQ_T)

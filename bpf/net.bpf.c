@@ -151,12 +151,16 @@ static __always_inline int handle_retransmit(const struct sock *sk)
 	fill_hdr(&e->hdr, EV_TCP_RETRANS, sizeof(*e), owner ? *owner : 0, 0, bpf_ktime_get_ns());
 	__builtin_memset(e->saddr, 0, sizeof(e->saddr));
 	__builtin_memset(e->daddr, 0, sizeof(e->daddr));
+	/*
+	 * Explicit sizes: BPF_CORE_READ_INTO copies sizeof(*dst), which for the
+	 * __u8 arrays here is one byte.
+	 */
 	if (family == AF_INET) {
-		BPF_CORE_READ_INTO(e->saddr, sk, __sk_common.skc_rcv_saddr);
-		BPF_CORE_READ_INTO(e->daddr, sk, __sk_common.skc_daddr);
+		bpf_core_read(e->saddr, 4, &sk->__sk_common.skc_rcv_saddr);
+		bpf_core_read(e->daddr, 4, &sk->__sk_common.skc_daddr);
 	} else {
-		BPF_CORE_READ_INTO(e->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
-		BPF_CORE_READ_INTO(e->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+		bpf_core_read(e->saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(e->daddr, 16, &sk->__sk_common.skc_v6_daddr);
 	}
 	e->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	e->dport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
