@@ -108,15 +108,20 @@ static __always_inline bool launch_begin(__u32 api, struct thread_stats **tsp,
 }
 
 /*
- * Wake the agent only once a batch is waiting: it drains the rings every
- * 100 ms anyway, and a wake-up per record costs the launching thread.
+ * Wake the agent once per WAKEUP_BYTES of records: it drains the rings every
+ * 100 ms anyway, and a wake-up costs the launching thread an irq_work (a VM
+ * exit on virtual machines). The record that makes the unread data cross a
+ * multiple of WAKEUP_BYTES wakes; so a falling-behind agent is woken once
+ * per batch, not once per record.
  */
 #define WAKEUP_BYTES (256 << 10)
 
-static __always_inline __u64 submit_flags(void)
+static __always_inline __u64 submit_flags(__u32 size)
 {
-	return bpf_ringbuf_query(&rb_cuda, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
-									      : BPF_RB_NO_WAKEUP;
+	__u64 avail = bpf_ringbuf_query(&rb_cuda, BPF_RB_AVAIL_DATA);
+
+	return avail / WAKEUP_BYTES != (avail - size) / WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
+								      : BPF_RB_NO_WAKEUP;
 }
 
 /* deep path: one record, with a user stack when allowed */
@@ -141,7 +146,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct la
 			if (i * 8 >= n)
 				se->ips[i] = 0;
 		fill_launch(&se->ev, a, api, id, now, sizeof(*se), (__u32)n);
-		bpf_ringbuf_submit(se, submit_flags());
+		bpf_ringbuf_submit(se, submit_flags(sizeof(*se)));
 		return 0;
 	}
 
@@ -150,7 +155,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct la
 	if (!e)
 		return 0;
 	fill_launch(e, a, api, id, now, sizeof(*e), 0);
-	bpf_ringbuf_submit(e, submit_flags());
+	bpf_ringbuf_submit(e, submit_flags(sizeof(*e)));
 	return 0;
 }
 
