@@ -37,7 +37,7 @@ LDFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_COMMON) $(INCLUDES) $(CFLAGS)
 AGENT_LIBS := -lbpf -lelf -lz -ljansson -lsqlite3 -ldl -lpthread
 
-.PHONY: all deps test demo bench fmt check-fmt clean help vmlinux
+.PHONY: all deps test demo bench fmt check-fmt clean help vmlinux docs
 all: $(BUILD)/infertrace-agent $(BUILD)/libinfertrace_cupti.so
 
 # ---------------------------------------------------------------- BPF ------
@@ -253,6 +253,10 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory all $(ITEST_BINS) $(BENCH_BINS) $(BENCH_BPF_OBJS)
 	$(Q)BUILD=$(BUILD) bench/run.sh
 
+# docs generated from the code's own tables (a test checks they are current)
+docs: $(BUILD)/infertrace-agent
+	$(Q)$(BUILD)/infertrace-agent --config-doc > docs/configuration.md
+
 FMT_SRCS = $(shell git ls-files '*.c' '*.h' 2>/dev/null | grep -v '^bpf/vmlinux/')
 fmt:
 	clang-format -i $(FMT_SRCS)
@@ -265,7 +269,7 @@ clean:
 	$(Q)rm -rf $(BUILD)
 
 help:
-	@echo "targets: all deps test demo bench fmt check-fmt clean vmlinux"
+	@echo "targets: all deps test demo bench eval docs fmt check-fmt clean vmlinux"
 	@echo "options: V=1 (show commands)  SAN=address,undefined  BPF_DEBUG=1  BUILD=dir"
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
