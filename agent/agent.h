@@ -50,6 +50,7 @@ struct agent_opts {
 	bool summary; /* readable summary on stderr at exit */
 	bool no_net; /* skip the network family */
 	const char *replay; /* --replay FILE (no BPF) */
+	const char *shim_socket; /* CUPTI shims connect here; "none": off */
 	int verbose;
 };
 

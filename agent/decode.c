@@ -223,6 +223,7 @@ int decode_record(struct agent *a, const void *data, size_t size)
 
 	switch (h->type) {
 	case EV_CUDA_LAUNCH:
+		gpu_on_launch(a, data);
 		return decode_launch(a, data, size);
 	case EV_CUDA_SYNC:
 		return decode_sync(a, data);
@@ -241,6 +242,7 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		discovery_on_exec(a, h->pid);
 		return 0;
 	case EV_PROC_EXIT:
+		gpu_on_exit(a, h->pid, h->ts_ns);
 		discovery_on_exit(a, h->pid);
 		return 0;
 	}

@@ -64,6 +64,7 @@ enum {
 	OPT_NO_NET,
 	OPT_REPLAY,
 	OPT_CONFIG_DOC,
+	OPT_SHIM_SOCKET,
 };
 
 static const struct argp_option options[] = {
@@ -96,6 +97,9 @@ static const struct argp_option options[] = {
 	{ "config", 'c', "FILE", 0,
 	  "Read options from FILE: one 'option = value' per line, option being a long option "
 	  "name; options given after --config override it" },
+	{ "shim-socket", OPT_SHIM_SOCKET, "PATH", 0,
+	  "Unix socket the CUPTI shims (libinfertrace_cupti.so) connect to, or 'none' "
+	  "(default /run/infertrace/shim.sock)" },
 	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for debug)" },
 	{ "config-doc", OPT_CONFIG_DOC, NULL, OPTION_HIDDEN,
 	  "Print docs/configuration.md (generated from this table)" },
@@ -319,6 +323,11 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case 'c':
 		load_config(arg, state);
 		break;
+	case OPT_SHIM_SOCKET:
+		if (!*arg || strlen(arg) >= 108)
+			argp_error(state, "--shim-socket takes a path shorter than 108 bytes or 'none'");
+		o->shim_socket = arg;
+		break;
 	case OPT_CONFIG_DOC:
 		print_config_doc();
 		exit(0);
@@ -355,6 +364,12 @@ static int add_ring(struct agent *a, struct bpf_map *m)
 	return err;
 }
 
+static void on_rings_readable(struct agent *a, void *ctx)
+{
+	(void)ctx;
+	ring_buffer__consume(a->rb);
+}
+
 static void flush_sinks(struct agent *a, int timeout_ms)
 {
 	for (int i = 0; i < a->n_sinks; i++)
@@ -381,6 +396,14 @@ static int run_live(struct agent *a)
 		pr_err("ring buffer setup: %s", strerror(-err));
 		goto cleanup;
 	}
+	err = agent_watch_fd(a, ring_buffer__epoll_fd(a->rb), on_rings_readable, NULL);
+	if (err) {
+		pr_err("event loop: %s", strerror(-err));
+		goto cleanup;
+	}
+	err = gpu_init(a);
+	if (err)
+		goto cleanup;
 	err = discovery_start(a);
 	if (err)
 		goto cleanup;
@@ -395,12 +418,12 @@ static int run_live(struct agent *a)
 	while (!exiting) {
 		uint64_t now;
 
-		err = ring_buffer__poll(a->rb, 100);
+		err = loop_wait(a, 100);
 		/* producers wake us only for batches: drain what is below the mark */
 		if (err >= 0)
 			err = ring_buffer__consume(a->rb);
 		if (err < 0 && err != -EINTR) {
-			pr_err("ring buffer poll: %s", strerror(-err));
+			pr_err("event loop: %s", strerror(-err));
 			goto cleanup;
 		}
 		err = 0;
@@ -415,6 +438,7 @@ static int run_live(struct agent *a)
 			 * interval reaps exited processes (their instance names).
 			 */
 			ring_buffer__consume(a->rb);
+			gpu_interval(a, false);
 			aggregate_interval(a, false);
 			stats_emit(a, span, false);
 			flush_sinks(a, 0);
@@ -428,6 +452,7 @@ static int run_live(struct agent *a)
 	{
 		uint64_t span = now_ns() - a->last_interval_ns;
 
+		gpu_interval(a, true);
 		aggregate_interval(a, true);
 		stats_emit(a, span, true);
 	}
@@ -435,6 +460,8 @@ static int run_live(struct agent *a)
 		aggregate_print_summary(a, stderr);
 
 cleanup:
+	gpu_free(a);
+	loop_free();
 	ring_buffer__free(a->rb);
 	a->rb = NULL;
 	discovery_stop(a);

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent.h"
+#include "state.h"
 #include "correlator.h"
 
 #define JSON_BUF (64 * 1024)
@@ -49,60 +49,9 @@ static void replay_log_cb(void *ctx, enum corr_log_level lvl, const char *fmt, .
 static void emit_summary(void *ctx, const struct corr_summary *s)
 {
 	struct replay *r = ctx;
-	json_t *o, *devs, *streams, *top;
 
-	o = rec_new(r->a, "gpu_summary", s->pid, 0, s->t0_ns);
-	if (!o) {
-		r->err = -ENOMEM;
-		return;
-	}
-	devs = json_array();
-	streams = json_array();
-	top = json_array();
-	json_object_set_new(o, "interval_start_ns", json_integer((json_int_t)s->t0_ns));
-	json_object_set_new(o, "interval_end_ns", json_integer((json_int_t)s->t1_ns));
-	json_object_set_new(o, "kernels", json_integer((json_int_t)s->kernels));
-	json_object_set_new(o, "memcpys", json_integer((json_int_t)s->memcpys));
-	json_object_set_new(o, "memsets", json_integer((json_int_t)s->memsets));
-	json_object_set_new(o, "memcpy_bytes", json_integer((json_int_t)s->memcpy_bytes));
-	json_object_set_new(o, "matched", json_integer((json_int_t)s->matched));
-	json_object_set_new(o, "unmatched", json_integer((json_int_t)s->unmatched));
-	for (uint32_t i = 0; i < s->n_dev; i++)
-		json_array_append_new(devs,
-				      json_pack("{s:I,s:I,s:I,s:I,s:I}", "device",
-						(json_int_t)s->dev[i].device, "busy_ns",
-						(json_int_t)s->dev[i].busy_ns, "idle_gaps",
-						(json_int_t)s->dev[i].gaps, "idle_gap_ns",
-						(json_int_t)s->dev[i].gap_ns, "idle_gap_max_ns",
-						(json_int_t)s->dev[i].gap_max_ns));
-	for (uint32_t i = 0; i < s->n_streams; i++)
-		json_array_append_new(streams,
-				      json_pack("{s:I,s:I,s:I,s:I}", "device",
-						(json_int_t)s->streams[i].device, "stream",
-						(json_int_t)s->streams[i].stream, "busy_ns",
-						(json_int_t)s->streams[i].busy_ns, "records",
-						(json_int_t)s->streams[i].records));
-	for (uint32_t i = 0; i < s->n_top; i++)
-		json_array_append_new(top, json_pack("{s:s,s:I,s:I}", "name",
-						     s->top[i].name ? s->top[i].name : "",
-						     "count", (json_int_t)s->top[i].count,
-						     "total_ns", (json_int_t)s->top[i].total_ns));
-	json_object_set_new(o, "devices", devs);
-	json_object_set_new(o, "streams", streams);
-	if (s->l2s_count)
-		json_object_set_new(o, "launch_to_start_ns",
-				    json_pack("{s:I,s:I,s:I,s:I,s:I}", "count",
-					      (json_int_t)s->l2s_count, "p50",
-					      (json_int_t)s->l2s_p50_ns, "p90",
-					      (json_int_t)s->l2s_p90_ns, "p99",
-					      (json_int_t)s->l2s_p99_ns, "max",
-					      (json_int_t)s->l2s_max_ns));
-	else
-		json_object_set_new(o, "launch_to_start_ns", json_null());
-	json_object_set_new(o, "top_kernels", top);
 	r->summaries++;
-	if (rec_emit(r->a, REC_SUMMARY, o))
-		r->err = -EIO;
+	gpu_emit_summary(r->a, s);
 }
 
 /* cut every whole interval that ends before `upto` */

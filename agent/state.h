@@ -58,6 +58,7 @@ struct agent_counters {
 	uint64_t procs_exited;
 	uint64_t proc_table_full;
 	uint64_t maps_read_errors;
+	uint64_t shim_errors;
 };
 
 struct agent {
@@ -76,7 +77,27 @@ struct agent {
 	uint64_t start_ns;
 	uint64_t last_interval_ns;
 	void *agg; /* aggregate.c state */
+	void *gpu; /* gpu.c state; NULL when GPU-side capture is off */
 };
+
+/* loop.c: fds of the event loop, each with a callback run when readable */
+int loop_init(void);
+int agent_watch_fd(struct agent *a, int fd, void (*fn)(struct agent *a, void *ctx), void *ctx);
+void agent_unwatch_fd(struct agent *a, int fd);
+int loop_wait(struct agent *a, int timeout_ms); /* ready fds handled, or -errno */
+void loop_free(void);
+
+/* gpu.c: CUPTI shims + correlator, live */
+struct corr_summary;
+int gpu_init(struct agent *a);
+void gpu_on_launch(struct agent *a, const struct cuda_launch_event *e);
+void gpu_on_exit(struct agent *a, uint32_t pid, uint64_t ts_ns);
+int gpu_set_mode(struct agent *a, uint32_t pid, enum agent_mode mode);
+void gpu_interval(struct agent *a, bool final);
+void gpu_stats(struct agent *a, json_t *stats_record);
+void gpu_free(struct agent *a);
+/* the "gpu_summary" record, live and in replay */
+void gpu_emit_summary(struct agent *a, const struct corr_summary *s);
 
 /* loader.c: open, configure, load, attach the skeleton */
 int loader_start(struct agent *a);

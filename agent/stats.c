@@ -70,5 +70,7 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	json_object_set_new(r, "processes_exited", json_integer((json_int_t)a->cnt.procs_exited));
 	json_object_set_new(r, "attached_files", json_integer(files));
 	json_object_set_new(r, "attached_probes", json_integer(probes));
+	json_object_set_new(r, "shim_errors", json_integer((json_int_t)a->cnt.shim_errors));
+	gpu_stats(a, r);
 	rec_emit(a, REC_STATS, r);
 }

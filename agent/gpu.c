@@ -1,0 +1,376 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * gpu.c - the live GPU side: records from the CUPTI shims (agent/shim_rx.c)
+ * and launches from the uprobes go through one correlator; joined GPU
+ * activity leaves as "kernel"/"memcpy"/"memset" records (deep mode) or
+ * per-interval "gpu_summary" records (sentinel), the same records --replay
+ * writes (docs/events.md). Shim status changes leave as "shim_status".
+ *
+ * Everything runs on the event loop thread: shim_rx hands records over in
+ * shim_rx_drain(), called when its fd is readable.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "state.h"
+#include "correlator.h"
+#include "shim_rx.h"
+
+#define JSON_BUF (64 * 1024)
+#define MAX_SHIMS 256
+
+struct shim_seen {
+	uint32_t pid;
+	uint32_t clock_mode;
+	uint32_t capture;
+	uint64_t records_dropped;
+	uint64_t cupti_dropped;
+};
+
+struct gpu {
+	struct agent *a;
+	struct corr *corr;
+	struct corr_stats *st; /* sentinel summaries */
+	struct shim_rx *rx;
+	char *buf;
+	uint64_t t_cut; /* start of the next summary interval */
+	struct shim_seen shims[MAX_SHIMS];
+	int n_shims;
+	uint64_t too_long;
+	uint64_t conns_seen; /* shims accepted when the mode was last pushed */
+};
+
+static void gpu_log(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	(void)ctx;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	agent_log((enum log_level)lvl, "correlator: %s", msg);
+}
+
+static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
+{
+	struct gpu *gp = ctx;
+	struct agent *a = gp->a;
+	struct corr_json_common cm;
+	const char *inst;
+	int len;
+
+	if (gp->st) {
+		corr_stats__add(gp->st, g, l);
+		return;
+	}
+	inst = agent_instance_of(a, l ? l->pid : g->pid);
+	cm.host = agent_host(a);
+	cm.instance = inst;
+	len = corr_gpu_to_json(gp->buf, JSON_BUF, &cm, g, l);
+	if (len < 0) {
+		gp->too_long++;
+		return;
+	}
+	rec_emit_raw(a, REC_EVENT, inst, gp->buf, (size_t)len);
+}
+
+static void on_summary(void *ctx, const struct corr_summary *s)
+{
+	gpu_emit_summary(ctx, s);
+}
+
+/* one shim_status record per process whenever its clock, capture or losses change */
+static void on_status(struct gpu *gp, const struct shim_status_event *e)
+{
+	struct shim_seen *s = NULL;
+	json_t *r;
+
+	for (int i = 0; i < gp->n_shims; i++)
+		if (gp->shims[i].pid == e->hdr.pid)
+			s = &gp->shims[i];
+	if (!s) {
+		if (gp->n_shims == MAX_SHIMS)
+			memmove(gp->shims, gp->shims + 1, (MAX_SHIMS - 1) * sizeof(*s)), gp->n_shims--;
+		s = &gp->shims[gp->n_shims++];
+		memset(s, 0, sizeof(*s));
+		s->pid = e->hdr.pid;
+		s->clock_mode = UINT32_MAX; /* first status always reported */
+	}
+	if (s->clock_mode == e->clock_mode && s->capture == e->capture &&
+	    s->records_dropped == e->records_dropped && s->cupti_dropped == e->cupti_dropped)
+		return;
+	s->clock_mode = e->clock_mode;
+	s->capture = e->capture;
+	s->records_dropped = e->records_dropped;
+	s->cupti_dropped = e->cupti_dropped;
+	r = rec_new(gp->a, "shim_status", e->hdr.pid, 0, e->hdr.ts_ns);
+	json_object_set_new(r, "clock",
+			    json_string(e->clock_mode == SHIM_CLOCK_MONOTONIC_CB ? "monotonic"
+					: e->clock_mode == SHIM_CLOCK_OFFSET	 ? "cupti+offset"
+										 : "none"));
+	json_object_set_new(r, "clock_offset_ns", json_integer(e->clock_offset_ns));
+	json_object_set_new(r, "capture", json_string(e->capture == MODE_DEEP ? "deep" : "sentinel"));
+	json_object_set_new(r, "records_sent", json_integer((json_int_t)e->records_sent));
+	json_object_set_new(r, "records_dropped", json_integer((json_int_t)e->records_dropped));
+	json_object_set_new(r, "cupti_dropped", json_integer((json_int_t)e->cupti_dropped));
+	rec_emit(gp->a, REC_STATS, r);
+}
+
+static void on_shim_record(void *ctx, const struct event_hdr *h, size_t len)
+{
+	struct gpu *gp = ctx;
+	const struct gpu_activity_event *ga = (const void *)h;
+	const struct gpu_launch_cb_event *cb = (const void *)h;
+	struct corr_gpu g = {};
+
+	(void)len; /* shim_rx checked every size against its type */
+	switch (h->type) {
+	case EV_GPU_KERNEL:
+	case EV_GPU_MEMCPY:
+	case EV_GPU_MEMSET:
+		g.kind = h->type == EV_GPU_KERNEL	  ? CORR_KIND_KERNEL
+			 : h->type == EV_GPU_MEMCPY ? CORR_KIND_MEMCPY
+						    : CORR_KIND_MEMSET;
+		g.pid = h->pid;
+		g.corr_id = ga->correlation_id;
+		g.device = ga->device;
+		g.context = ga->context;
+		g.stream = ga->stream;
+		g.graph_id = ga->graph_id;
+		g.graph_node_id = (uint64_t)ga->graph_node_id_hi << 32 | ga->graph_node_id_lo;
+		g.start_ns = ga->start_ns;
+		g.end_ns = ga->end_ns;
+		memcpy(g.grid, ga->grid, sizeof(g.grid));
+		memcpy(g.block, ga->block, sizeof(g.block));
+		g.copy_kind = ga->copy_kind;
+		g.bytes = ga->bytes;
+		g.name = ga->name[0] ? ga->name : NULL;
+		corr__add_gpu(gp->corr, &g);
+		break;
+	case EV_GPU_LAUNCH_CB:
+		corr__add_callback(gp->corr, h->pid, h->tid, h->ts_ns, cb->correlation_id, cb->domain,
+				   cb->cbid);
+		break;
+	case EV_SHIM_STATUS:
+		on_status(gp, (const void *)h);
+		break;
+	}
+}
+
+static void on_shim_readable(struct agent *a, void *ctx)
+{
+	(void)a;
+	shim_rx_drain(((struct gpu *)ctx)->rx);
+}
+
+int gpu_init(struct agent *a)
+{
+	const struct agent_opts *o = &a->opts;
+	struct corr_opts co = { .sz = sizeof(co), .log = gpu_log };
+	struct corr_stats_opts so = { .sz = sizeof(so) };
+	struct shim_rx_opts ro = { .sz = sizeof(ro), .on_record = on_shim_record };
+	struct gpu *gp;
+	int err;
+
+	if (o->shim_socket && !strcmp(o->shim_socket, "none"))
+		return 0;
+	gp = calloc(1, sizeof(*gp));
+	if (!gp)
+		return -ENOMEM;
+	gp->a = a;
+	co.emit = on_gpu;
+	co.emit_ctx = gp;
+	gp->buf = malloc(JSON_BUF);
+	gp->corr = corr__new(&co);
+	if (!gp->buf || !gp->corr) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	if (o->mode != MODE_DEEP) {
+		gp->st = corr_stats__new(&so);
+		if (!gp->st) {
+			err = -ENOMEM;
+			goto fail;
+		}
+	}
+	ro.ctx = gp;
+	gp->rx = shim_rx_open(o->shim_socket, &ro);
+	if (!gp->rx) {
+		err = -errno;
+		/* GPU-side capture is optional: the eBPF side works without it */
+		pr_warn("CUPTI shim socket %s: %s; GPU activity from shims is not collected",
+			o->shim_socket ? o->shim_socket : "/run/infertrace/shim.sock", strerror(-err));
+		a->cnt.shim_errors++;
+		goto fail_soft;
+	}
+	err = agent_watch_fd(a, shim_rx_fd(gp->rx), on_shim_readable, gp);
+	if (err)
+		goto fail;
+	a->gpu = gp;
+	return 0;
+
+fail_soft:
+	err = 0;
+fail:
+	shim_rx_close(gp->rx);
+	corr_stats__free(gp->st);
+	corr__free(gp->corr);
+	free(gp->buf);
+	free(gp);
+	return err;
+}
+
+void gpu_on_launch(struct agent *a, const struct cuda_launch_event *e)
+{
+	struct gpu *gp = a->gpu;
+
+	if (gp)
+		corr__add_uprobe_launch(gp->corr, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, e->api);
+}
+
+void gpu_on_exit(struct agent *a, uint32_t pid, uint64_t ts_ns)
+{
+	struct gpu *gp = a->gpu;
+
+	if (gp)
+		corr__process_exit(gp->corr, pid, ts_ns);
+}
+
+int gpu_set_mode(struct agent *a, uint32_t pid, enum agent_mode mode)
+{
+	struct gpu *gp = a->gpu;
+
+	return gp && gp->rx ? shim_rx_set_mode(gp->rx, pid, mode) : -ENOTCONN;
+}
+
+void gpu_interval(struct agent *a, bool final)
+{
+	struct gpu *gp = a->gpu;
+	uint64_t now = now_ns();
+
+	if (!gp)
+		return;
+	shim_rx_drain(gp->rx);
+	if (a->opts.mode == MODE_DEEP) {
+		struct shim_rx_stats s;
+
+		/* shims start in always-on capture: newly connected ones are told */
+		shim_rx_get_stats(gp->rx, &s);
+		if (s.conns_accepted != gp->conns_seen) {
+			gp->conns_seen = s.conns_accepted;
+			shim_rx_set_mode(gp->rx, 0, MODE_DEEP);
+		}
+	}
+	if (final)
+		corr__flush(gp->corr);
+	else
+		corr__advance(gp->corr, now);
+	if (gp->st) {
+		uint64_t first = corr_stats__first_ts(gp->st);
+
+		if (!gp->t_cut)
+			gp->t_cut = a->last_interval_ns;
+		/* GPU records lag their interval: cut up to now, the rest waits */
+		if (first != UINT64_MAX && (now > gp->t_cut || final))
+			corr_stats__cut(gp->st, gp->t_cut < first ? gp->t_cut : first,
+					final ? UINT64_MAX : now, on_summary, a);
+		gp->t_cut = now;
+	}
+}
+
+void gpu_stats(struct agent *a, json_t *r)
+{
+	struct gpu *gp = a->gpu;
+	const struct corr_counters *c;
+	struct shim_rx_stats s;
+
+	if (!gp)
+		return;
+	c = corr__counters(gp->corr);
+	shim_rx_get_stats(gp->rx, &s);
+	json_object_set_new(
+		r, "gpu",
+		json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "shims_connected",
+			  (json_int_t)s.conns_active, "shim_records", (json_int_t)s.records,
+			  "shim_bad_records", (json_int_t)s.bad_records, "shim_bad_msgs",
+			  (json_int_t)s.bad_msgs, "shim_pid_rewritten", (json_int_t)s.pid_rewritten,
+			  "shim_dropped", (json_int_t)s.shim_records_dropped, "cupti_dropped",
+			  (json_int_t)s.shim_cupti_dropped, "gpu_records", (json_int_t)c->gpu_records,
+			  "joined", (json_int_t)c->joined, "unmatched", (json_int_t)c->unmatched,
+			  "launches_evicted", (json_int_t)c->launches_evicted, "gpu_evicted",
+			  (json_int_t)c->gpu_evicted, "refused", (json_int_t)c->refused, "too_long",
+			  (json_int_t)gp->too_long));
+}
+
+void gpu_free(struct agent *a)
+{
+	struct gpu *gp = a->gpu;
+
+	if (!gp)
+		return;
+	agent_unwatch_fd(a, shim_rx_fd(gp->rx));
+	shim_rx_close(gp->rx);
+	corr_stats__free(gp->st);
+	corr__free(gp->corr);
+	free(gp->buf);
+	free(gp);
+	a->gpu = NULL;
+}
+
+/* "gpu_summary", shared with agent/replay.c */
+void gpu_emit_summary(struct agent *a, const struct corr_summary *s)
+{
+	json_t *o, *devs, *streams, *top;
+
+	o = rec_new(a, "gpu_summary", s->pid, 0, s->t0_ns);
+	if (!o)
+		return;
+	devs = json_array();
+	streams = json_array();
+	top = json_array();
+	json_object_set_new(o, "interval_start_ns", json_integer((json_int_t)s->t0_ns));
+	json_object_set_new(o, "interval_end_ns", json_integer((json_int_t)s->t1_ns));
+	json_object_set_new(o, "kernels", json_integer((json_int_t)s->kernels));
+	json_object_set_new(o, "memcpys", json_integer((json_int_t)s->memcpys));
+	json_object_set_new(o, "memsets", json_integer((json_int_t)s->memsets));
+	json_object_set_new(o, "memcpy_bytes", json_integer((json_int_t)s->memcpy_bytes));
+	json_object_set_new(o, "matched", json_integer((json_int_t)s->matched));
+	json_object_set_new(o, "unmatched", json_integer((json_int_t)s->unmatched));
+	for (uint32_t i = 0; i < s->n_dev; i++)
+		json_array_append_new(devs,
+				      json_pack("{s:I,s:I,s:I,s:I,s:I}", "device",
+						(json_int_t)s->dev[i].device, "busy_ns",
+						(json_int_t)s->dev[i].busy_ns, "idle_gaps",
+						(json_int_t)s->dev[i].gaps, "idle_gap_ns",
+						(json_int_t)s->dev[i].gap_ns, "idle_gap_max_ns",
+						(json_int_t)s->dev[i].gap_max_ns));
+	for (uint32_t i = 0; i < s->n_streams; i++)
+		json_array_append_new(streams,
+				      json_pack("{s:I,s:I,s:I,s:I}", "device",
+						(json_int_t)s->streams[i].device, "stream",
+						(json_int_t)s->streams[i].stream, "busy_ns",
+						(json_int_t)s->streams[i].busy_ns, "records",
+						(json_int_t)s->streams[i].records));
+	for (uint32_t i = 0; i < s->n_top; i++)
+		json_array_append_new(top, json_pack("{s:s,s:I,s:I}", "name",
+						     s->top[i].name ? s->top[i].name : "",
+						     "count", (json_int_t)s->top[i].count,
+						     "total_ns", (json_int_t)s->top[i].total_ns));
+	json_object_set_new(o, "devices", devs);
+	json_object_set_new(o, "streams", streams);
+	if (s->l2s_count)
+		json_object_set_new(o, "launch_to_start_ns",
+				    json_pack("{s:I,s:I,s:I,s:I,s:I}", "count",
+					      (json_int_t)s->l2s_count, "p50",
+					      (json_int_t)s->l2s_p50_ns, "p90",
+					      (json_int_t)s->l2s_p90_ns, "p99",
+					      (json_int_t)s->l2s_p99_ns, "max",
+					      (json_int_t)s->l2s_max_ns));
+	else
+		json_object_set_new(o, "launch_to_start_ns", json_null());
+	json_object_set_new(o, "top_kernels", top);
+	rec_emit(a, REC_SUMMARY, o);
+}
