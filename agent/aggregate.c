@@ -24,8 +24,8 @@ struct thread_prev {
 	uint32_t pid;
 	char comm[TASK_COMM_LEN];
 	struct thread_stats last; /* previous read */
-	struct thread_stats first; /* first read: totals = last - first + first's counts */
-	bool seen; /* present in this interval's read */
+	/* intervals in which the thread launched: the summary's rates are over them */
+	uint64_t first_ns, last_ns;
 	bool gone; /* found gone at the previous read: its entries go at this one */
 };
 
@@ -434,6 +434,11 @@ void aggregate_interval(struct agent *a, bool final)
 		p = proc_find(a, cur.pid);
 		gone = !p || p->start_time == PROC_GONE || !thread_alive(cur.pid, cur.tid);
 		emit_thread(a, tp, &cur);
+		if (memcmp(cur.launches, tp->last.launches, sizeof(cur.launches))) {
+			if (!tp->first_ns)
+				tp->first_ns = a->last_interval_ns;
+			tp->last_ns = g->now;
+		}
 		tp->last = cur;
 		/*
 		 * Delete one interval after the thread was first found gone: a
@@ -474,12 +479,15 @@ static void print_thread(const void *node, VISIT v, int depth)
 	if (v != postorder && v != leaf)
 		return;
 	if (walk_section == 0) {
+		/* per second of the intervals in which the thread launched */
+		double secs = tp->last_ns > tp->first_ns ? (tp->last_ns - tp->first_ns) / 1e9
+							 : walk_secs;
+
 		for (unsigned i = 0; i < API_COUNT; i++)
 			if (s->launches[i])
 				fprintf(walk_out, "  %-8u %-8u %-16s %-28s %10llu %12.1f\n", tp->pid,
 					tp->tid, tp->comm, cuda_api_name(i),
-					(unsigned long long)s->launches[i],
-					s->launches[i] / walk_secs);
+					(unsigned long long)s->launches[i], s->launches[i] / secs);
 	} else if (s->offcpu_count || s->runq_count) {
 		fprintf(walk_out, "  %-8u %-8u %-16s %12.1f %14.1f %10.1f %10llu\n", tp->pid,
 			tp->tid, tp->comm, s->offcpu_blocked_ns / 1e6, s->offcpu_preempted_ns / 1e6,
@@ -519,7 +527,7 @@ void aggregate_print_summary(struct agent *a, FILE *out)
 	fprintf(out, "\n== infertrace summary: %.1f s, %llu records ==\n", secs,
 		(unsigned long long)(a->cnt.emitted[REC_EVENT] + a->cnt.emitted[REC_SUMMARY] +
 				     a->cnt.emitted[REC_STATS]));
-	fprintf(out, "\nCUDA calls per entry point and thread\n");
+	fprintf(out, "\nCUDA calls per entry point and thread (rate over the intervals it launched in)\n");
 	fprintf(out, "  %-8s %-8s %-16s %-28s %10s %12s\n", "PID", "TID", "COMM", "ENTRY POINT",
 		"CALLS", "PER SECOND");
 	walk_section = 0;

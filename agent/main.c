@@ -465,6 +465,7 @@ cleanup:
 	ring_buffer__free(a->rb);
 	a->rb = NULL;
 	discovery_stop(a);
+	uprobes_reaper_stop(); /* links go before the programs they hold */
 	aggregate_free(a);
 	loader_stop(a);
 	return err;

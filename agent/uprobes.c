@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <stdlib.h>
@@ -196,13 +197,95 @@ fail:
 	return err;
 }
 
+/*
+ * Detaching a uprobe waits in the kernel (uprobe_unregister synchronises
+ * RCU): 0.1-0.2 s per link on a VM, seconds for a library's 20 links. The
+ * event loop must not stall that long, so links are handed to a reaper
+ * thread that destroys them; the loop only queues. uprobes_reaper_stop()
+ * waits for the queue to empty at shutdown.
+ */
+struct reap {
+	struct bpf_link **links;
+	int n;
+	struct reap *next;
+};
+
+static pthread_mutex_t reap_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t reap_cv = PTHREAD_COND_INITIALIZER;
+static struct reap *reap_head;
+static bool reap_started, reap_stop;
+static pthread_t reaper;
+
+static void destroy_links(struct bpf_link **links, int n)
+{
+	for (int i = 0; i < n; i++)
+		bpf_link__destroy(links[i]);
+	free(links);
+}
+
+static void *reaper_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&reap_mu);
+	for (;;) {
+		struct reap *r = reap_head;
+
+		if (!r) {
+			if (reap_stop)
+				break;
+			pthread_cond_wait(&reap_cv, &reap_mu);
+			continue;
+		}
+		reap_head = r->next;
+		pthread_mutex_unlock(&reap_mu);
+		destroy_links(r->links, r->n);
+		free(r);
+		pthread_mutex_lock(&reap_mu);
+	}
+	pthread_mutex_unlock(&reap_mu);
+	return NULL;
+}
+
+static void reap_links(struct bpf_link **links, int n)
+{
+	struct reap *r = calloc(1, sizeof(*r)), **tail;
+
+	pthread_mutex_lock(&reap_mu);
+	if (!reap_started && r && !reap_stop)
+		reap_started = !pthread_create(&reaper, NULL, reaper_main, NULL);
+	if (!reap_started || !r) {
+		/* no thread or no memory: destroy here, slow but correct */
+		pthread_mutex_unlock(&reap_mu);
+		free(r);
+		destroy_links(links, n);
+		return;
+	}
+	r->links = links;
+	r->n = n;
+	for (tail = &reap_head; *tail; tail = &(*tail)->next)
+		;
+	*tail = r;
+	pthread_cond_signal(&reap_cv);
+	pthread_mutex_unlock(&reap_mu);
+}
+
+void uprobes_reaper_stop(void)
+{
+	pthread_mutex_lock(&reap_mu);
+	reap_stop = true;
+	pthread_cond_signal(&reap_cv);
+	pthread_mutex_unlock(&reap_mu);
+	if (reap_started)
+		pthread_join(reaper, NULL);
+	reap_started = false;
+}
+
 void uprobes_detach_file(struct agent *a, int idx)
 {
 	struct libfile *lf = &a->libs[idx];
 
-	for (int i = 0; i < lf->n_links; i++)
-		bpf_link__destroy(lf->links[i]);
-	free(lf->links);
+	if (lf->links)
+		reap_links(lf->links, lf->n_links);
 	lf->links = NULL;
 	lf->n_links = 0;
 }
