@@ -223,7 +223,7 @@ static int lib_get(struct agent *a, uint32_t pid, const char *path, int kind)
 			continue;
 		}
 		if (lf->dev == st.st_dev && lf->ino == st.st_ino)
-			return i;
+			return lf->rejected ? -ENOENT : i;
 	}
 	if (free_slot < 0) {
 		pr_warn("more than %d distinct CUDA library files: %s not traced", MAX_LIBFILES,
@@ -238,10 +238,13 @@ static int lib_get(struct agent *a, uint32_t pid, const char *path, int kind)
 	lf->is_driver = kind == 2;
 	snprintf(lf->path, sizeof(lf->path), "%s", full);
 	snprintf(lf->display, sizeof(lf->display), "%s", path);
-	err = uprobes_attach_file(a, free_slot);
-	if (err)
-		return err;
 	lf->used = true;
+	err = uprobes_attach_file(a, free_slot);
+	if (err) {
+		/* keep the slot as a tombstone: the error was said once */
+		lf->rejected = true;
+		return err;
+	}
 	return free_slot;
 }
 

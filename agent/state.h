@@ -44,6 +44,7 @@ struct libfile {
 	struct bpf_link **links;
 	int n_links;
 	int missing; /* symbols the file lacks */
+	bool rejected; /* no probe could be attached: said once, never retried */
 };
 
 /* user-space counters; bpf counters live in the maps */

@@ -42,7 +42,7 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	for (int i = 0; i < a->n_procs; i++)
 		procs += a->procs[i].used && a->procs[i].start_time != PROC_GONE;
 	for (int i = 0; i < MAX_LIBFILES; i++)
-		if (a->libs[i].used) {
+		if (a->libs[i].used && !a->libs[i].rejected) {
 			files++;
 			probes += a->libs[i].n_links;
 		}
