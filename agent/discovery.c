@@ -507,11 +507,17 @@ void discovery_tick(struct agent *a)
 	}
 }
 
-/* free the slots of processes that are gone; called after their last report */
+/*
+ * Free the slots of processes that are gone, once their threads have been
+ * reported for the last time: aggregate.c deletes a gone thread's entries
+ * one interval after it first finds it gone, so the slot (and the instance
+ * name those last records carry) stays for two intervals.
+ */
 void discovery_reap(struct agent *a)
 {
 	for (int i = 0; i < a->n_procs; i++)
-		if (a->procs[i].used && a->procs[i].start_time == PROC_GONE)
+		if (a->procs[i].used && a->procs[i].start_time == PROC_GONE &&
+		    ++a->procs[i].gone_intervals >= 2)
 			a->procs[i].used = false;
 	while (a->n_procs && !a->procs[a->n_procs - 1].used)
 		a->n_procs--;

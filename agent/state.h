@@ -30,6 +30,7 @@ struct proc {
 	int libs[MAX_PROC_LIBS]; /* indexes into agent.libs */
 	int n_libs;
 	int maps_pending; /* >0: re-read maps at the next tick (tries so far) */
+	int gone_intervals; /* intervals since it exited: its slot goes after 2 */
 };
 
 /* a library file with probes attached, shared by every process mapping it */
