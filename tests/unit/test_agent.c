@@ -13,6 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "jsonw.h"
 #include "state.h"
 
 /* a sink that keeps the last record */
@@ -243,13 +244,54 @@ static void test_names(void **state)
 	assert_string_equal(tcp_state_name(200), "UNKNOWN");
 }
 
+/* the hand writer's output parses back to the same values, escapes included */
+static void test_jsonw(void **state)
+{
+	const uint32_t d[3] = { 1, 2, 4294967295u };
+	char buf[256], small[16];
+	struct jsonw w;
+	json_t *r;
+	long n;
+
+	(void)state;
+	jw_init(&w, buf, sizeof(buf));
+	jw_str(&w, "s", "a\"b\\c\n\x01/é");
+	jw_int(&w, "neg", -42);
+	jw_hex(&w, "h", 0xdeadbeef);
+	jw_dim3(&w, "d", d);
+	jw_strn(&w, "cut", "abcdef", 3);
+	n = jw_end(&w);
+	assert_true(n > 0);
+	r = json_loadb(buf, (size_t)n, 0, NULL);
+	assert_non_null(r);
+	assert_string_equal(json_string_value(json_object_get(r, "s")), "a\"b\\c\n\x01/é");
+	assert_int_equal(json_integer_value(json_object_get(r, "neg")), -42);
+	assert_string_equal(json_string_value(json_object_get(r, "h")), "0xdeadbeef");
+	assert_int_equal(json_integer_value(json_array_get(json_object_get(r, "d"), 2)), 4294967295LL);
+	assert_string_equal(json_string_value(json_object_get(r, "cut")), "abc");
+	json_decref(r);
+	/* jansson has no unsigned 64-bit integers: check the text itself */
+	jw_init(&w, buf, sizeof(buf));
+	jw_uint(&w, "big", UINT64_MAX);
+	n = jw_end(&w);
+	assert_int_equal(n, strlen("{\"big\":18446744073709551615}"));
+	assert_memory_equal(buf, "{\"big\":18446744073709551615}", (size_t)n);
+
+	/* what does not fit is reported, never written past the buffer */
+	memset(small, 'X', sizeof(small));
+	jw_init(&w, small, sizeof(small) - 1);
+	jw_str(&w, "key", "a value longer than the buffer");
+	assert_int_equal(jw_end(&w), -1);
+	assert_int_equal(small[sizeof(small) - 1], 'X');
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_maps_line),     cmocka_unit_test(test_lib_kind),
 		cmocka_unit_test(test_instance_env),  cmocka_unit_test(test_hist),
 		cmocka_unit_test(test_decode_launch), cmocka_unit_test(test_decode_forged),
-		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_names),	      cmocka_unit_test(test_jsonw),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
