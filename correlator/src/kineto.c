@@ -470,9 +470,9 @@ static int dispatch(struct replay_ctx *rc, const struct kev *e, char *namebuf)
 	}
 	if (IS(&e->cat, "kernel") || IS(&e->cat, "gpu_memcpy") || IS(&e->cat, "gpu_memset")) {
 		memset(&g, 0, sizeof(g));
-		g.kind = e->cat.s[0] == 'k'	   ? CORR_KIND_KERNEL :
-			 e->cat.s[6] == 'c' ? CORR_KIND_MEMCPY :
-					      CORR_KIND_MEMSET;
+		g.kind = IS(&e->cat, "kernel")	   ? CORR_KIND_KERNEL :
+			 IS(&e->cat, "gpu_memcpy") ? CORR_KIND_MEMCPY :
+						     CORR_KIND_MEMSET;
 		g.pid = 0; /* Kineto's pid here is the device */
 		g.corr_id = (uint32_t)e->corr;
 		g.device = (uint32_t)e->device;
