@@ -9,8 +9,10 @@
  * send anything. Each record is checked against its type's exact size and
  * field ranges before the callback sees it; the pid comes from the kernel.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,6 +29,13 @@
 #define RX_MSGS_PER_CONN 64 /* per drain call: one busy shim cannot starve the others */
 #define RX_ACCEPTS_PER_DRAIN 32
 #define RX_MAX_FDS 16 /* fds a sender may try to pass in one message; closed at once */
+#define RX_MAX_TIDS 4096 /* threads mapped per containerised process */
+
+/* a thread of a process in another pid namespace: its id there and here */
+struct tid_pair {
+	uint32_t ns_tid;
+	uint32_t host_tid;
+};
 
 struct rx_conn {
 	int fd;		 /* -1: free slot */
@@ -37,6 +46,10 @@ struct rx_conn {
 	uint64_t sent;
 	uint64_t dropped;
 	uint64_t cupti_dropped;
+	/* ns_pid != pid: the shim's tids -> host tids, from /proc (see map_tid) */
+	struct tid_pair *tids;
+	uint32_t n_tids;
+	uint32_t last_miss; /* ns tid of the last failed lookup: one rescan each */
 };
 
 struct shim_rx {
@@ -48,6 +61,7 @@ struct shim_rx {
 	unsigned int max_conns;
 	struct rx_conn *conns;
 	struct shim_rx_stats st;
+	const char *proc; /* NULL: /proc (tests: a synthetic tree) */
 	/* one message; 8-aligned so validated records can be read in place */
 	uint64_t buf[SHIM_MSG_MAX / 8];
 };
@@ -97,6 +111,138 @@ static bool rec_fields_ok(const struct event_hdr *h)
 	default:
 		return false;
 	}
+}
+
+/* ------------------------------------------------------------ pid ns --- */
+
+int shim_rx_nspid_parse(const char *status, uint32_t *host, uint32_t *inner)
+{
+	const char *p = status;
+
+	while (p && *p) {
+		if (!strncmp(p, "NSpid:", 6)) {
+			unsigned long v, first = 0, last = 0;
+			const char *q = p + 6;
+			char *end;
+			int n = 0;
+
+			for (;;) {
+				while (*q == ' ' || *q == '\t')
+					q++;
+				if (*q < '0' || *q > '9')
+					break;
+				errno = 0;
+				v = strtoul(q, &end, 10);
+				if (errno || v == 0 || v > UINT32_MAX)
+					return -EINVAL;
+				if (!n++)
+					first = v;
+				last = v;
+				q = end;
+			}
+			if (!n || (*q && *q != '\n'))
+				return -EINVAL;
+			*host = (uint32_t)first;
+			*inner = (uint32_t)last;
+			return 0;
+		}
+		p = strchr(p, '\n');
+		if (p)
+			p++;
+	}
+	return -ENOENT; /* kernel < 4.1, or not a status file */
+}
+
+int shim_rx_scan_tids(const char *proc, uint32_t pid, void *ctx,
+		      void (*fn)(void *ctx, uint32_t ns_tid, uint32_t host_tid))
+{
+	char path[512], buf[4096];
+	struct dirent *d;
+	int n = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "%s/%u/task", proc ? proc : "/proc", pid);
+	dir = opendir(path);
+	if (!dir)
+		return -errno;
+	while ((d = readdir(dir))) {
+		uint32_t host, inner;
+		size_t len;
+		FILE *f;
+
+		if (d->d_name[0] < '0' || d->d_name[0] > '9' || strlen(d->d_name) > 10)
+			continue;
+		snprintf(path, sizeof(path), "%s/%u/task/%s/status", proc ? proc : "/proc", pid,
+			 d->d_name);
+		f = fopen(path, "re");
+		if (!f)
+			continue; /* the thread ended meanwhile */
+		len = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[len] = '\0';
+		if (shim_rx_nspid_parse(buf, &host, &inner))
+			continue;
+		fn(ctx, inner, host);
+		n++;
+	}
+	closedir(dir);
+	return n;
+}
+
+/* add or update one pair; a tid reused for a new thread gets the new host id */
+static void add_tid(void *ctx, uint32_t ns_tid, uint32_t host_tid)
+{
+	struct rx_conn *c = ctx;
+	uint32_t i;
+
+	for (i = 0; i < c->n_tids; i++)
+		if (c->tids[i].ns_tid == ns_tid) {
+			c->tids[i].host_tid = host_tid;
+			return;
+		}
+	if (c->n_tids == RX_MAX_TIDS)
+		c->n_tids = 0; /* full: start over, the live threads come back */
+	c->tids[c->n_tids++] = (struct tid_pair){ns_tid, host_tid};
+}
+
+/* (re)read the threads of c's process into its table; 0 or -errno */
+static int scan_conn(struct shim_rx *rx, struct rx_conn *c)
+{
+	int n;
+
+	if (!c->tids) {
+		c->tids = calloc(RX_MAX_TIDS, sizeof(*c->tids));
+		if (!c->tids)
+			return -ENOMEM;
+	}
+	rx->st.tid_scans++;
+	n = shim_rx_scan_tids(rx->proc, c->pid, c, add_tid);
+	return n < 0 ? n : 0;
+}
+
+/*
+ * The host tid of thread ns_tid of connection c's process, 0 when unknown.
+ * The table is read from /proc/PID/task/<tid>/status (NSpid: host id first,
+ * the process's own namespace last) at the hello and again on a miss, once
+ * per new tid: a new thread costs one scan, a thread that is gone does not
+ * cost one per record. Pairs stay known after their thread (or the whole
+ * process) is gone: the last records of a process arrive after its exit.
+ */
+static uint32_t map_tid(struct shim_rx *rx, struct rx_conn *c, uint32_t ns_tid)
+{
+	uint32_t i;
+
+	for (i = 0; i < c->n_tids; i++)
+		if (c->tids[i].ns_tid == ns_tid)
+			return c->tids[i].host_tid;
+	if (c->last_miss == ns_tid)
+		return 0;
+	scan_conn(rx, c);
+	for (i = 0; i < c->n_tids; i++)
+		if (c->tids[i].ns_tid == ns_tid)
+			return c->tids[i].host_tid;
+	c->last_miss = ns_tid;
+	return 0;
 }
 
 /* counters from a status record: only forward movement counts */
@@ -158,10 +304,26 @@ static int process_msg(struct shim_rx *rx, struct rx_conn *c, uint8_t *buf, size
 			}
 			c->hello = true;
 			c->ns_pid = h->pid;
+			/* in a container: learn its threads while the process lives */
+			if (c->ns_pid != c->pid)
+				scan_conn(rx, c);
 		}
 		if (h->pid != c->pid) {
 			rx->st.pid_rewritten++;
 			h->pid = c->pid;
+		}
+		/* a shim in another pid namespace names its threads there */
+		if (h->type == EV_GPU_LAUNCH_CB && c->ns_pid != c->pid) {
+			uint32_t host = map_tid(rx, c, h->tid);
+
+			if (host) {
+				h->tid = host;
+				rx->st.tid_mapped++;
+			} else {
+				/* unknown here: no thread rather than a wrong one */
+				h->tid = 0;
+				rx->st.tid_unmapped++;
+			}
 		}
 		if (h->type == EV_SHIM_STATUS)
 			take_status(rx, c, (const void *)h);
@@ -193,6 +355,7 @@ int shim_rx_feed(struct shim_rx *rx, uint32_t pid, const void *buf, size_t len)
 	}
 	memcpy(rx->buf, buf, len);
 	n = process_msg(rx, &c, (uint8_t *)rx->buf, len);
+	free(c.tids);
 	if (n < 0 || rx->st.bad_msgs != bad)
 		return -EINVAL;
 	return n;
@@ -206,6 +369,7 @@ static void conn_close(struct shim_rx *rx, struct rx_conn *c)
 		return;
 	epoll_ctl(rx->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
+	free(c->tids);
 	memset(c, 0, sizeof(*c));
 	c->fd = -1;
 	rx->st.conns_closed++;
@@ -474,6 +638,8 @@ struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 			sock_mode = opts->sock_mode;
 		if (opts->dir_mode)
 			dir_mode = opts->dir_mode;
+		if (opts->sz >= offsetof(struct shim_rx_opts, proc_root) + sizeof(opts->proc_root))
+			rx->proc = opts->proc_root;
 	}
 	strcpy(rx->path, path);
 	rx->conns = calloc(rx->max_conns, sizeof(*rx->conns));

@@ -25,8 +25,10 @@ struct shim_rx;
  * for the duration of the call only. h->pid is the sending process's pid in
  * the agent's pid namespace (from SCM_CREDENTIALS / SO_PEERCRED, never what
  * the sender wrote). For EV_GPU_LAUNCH_CB h->tid is the thread id in the
- * sender's own pid namespace: equal to the host tid unless
- * shim_rx_pid_ns_differs() says otherwise for that pid.
+ * sender's own pid namespace as the shim sent it; shim_rx maps it to the
+ * host tid when shim_rx_pid_ns_differs() for that pid (NSpid: in
+ * /proc/PID/task/TID/status, cached per connection), or sets it to 0 when
+ * that thread cannot be found (counted in tid_unmapped).
  */
 typedef void (*shim_rx_record_fn)(void *ctx, const struct event_hdr *h, size_t len);
 
@@ -37,6 +39,8 @@ struct shim_rx_opts {
 	unsigned int max_conns; /* 0: 256; further connections are refused and counted */
 	mode_t sock_mode;	/* 0: 0660 */
 	mode_t dir_mode;	/* 0: 0755, for directories created on the way */
+	/* NULL: "/proc"; where /PID/task/TID/status is read (tests) */
+	const char *proc_root;
 };
 
 /* counters; they only grow (the agent reports differences) */
@@ -62,6 +66,10 @@ struct shim_rx_stats {
 	uint64_t shim_records_sent;
 	uint64_t shim_records_dropped;
 	uint64_t shim_cupti_dropped;
+	/* launch callbacks of shims in another pid namespace (containers) */
+	uint64_t tid_mapped;   /* tid rewritten to the host tid */
+	uint64_t tid_unmapped; /* no host tid found: tid set to 0 */
+	uint64_t tid_scans;    /* /proc/PID/task scans to (re)build a map */
 };
 
 /*
@@ -92,6 +100,19 @@ int shim_rx_set_mode(struct shim_rx *rx, uint32_t pid, uint32_t mode);
 
 /* true when pid's shim runs in another pid namespace (its tids are not host tids) */
 int shim_rx_pid_ns_differs(const struct shim_rx *rx, uint32_t pid);
+
+/*
+ * The NSpid: line of a /proc/.../status text: host the first id (the
+ * reader's namespace), inner the last (the process's own). 0, -ENOENT
+ * without the line, -EINVAL when it is malformed.
+ */
+int shim_rx_nspid_parse(const char *status, uint32_t *host, uint32_t *inner);
+/*
+ * fn(ctx, ns_tid, host_tid) for each thread of pid found under
+ * proc (NULL: /proc). Returns the number of threads, or -errno.
+ */
+int shim_rx_scan_tids(const char *proc, uint32_t pid, void *ctx,
+		      void (*fn)(void *ctx, uint32_t ns_tid, uint32_t host_tid));
 
 void shim_rx_get_stats(const struct shim_rx *rx, struct shim_rx_stats *out);
 

@@ -62,6 +62,16 @@ static const struct shim_cbid launch_cbids[] = {
     /* CUDA 13 routes <<<>>> through __cudaLaunchKernel */
     RT(__cudaLaunchKernel_v13000, false),
     RT(__cudaLaunchKernel_ptsz_v13000, false),
+    /*
+     * Async copies and memsets: their MEMCPY/MEMSET records carry a
+     * correlation id like kernels do, and only this callback ties it to a
+     * thread (the uprobes see cudaMemcpyAsync's entry; the correlator joins
+     * the two as for a launch).
+     */
+    RT(cudaMemcpyAsync_v3020, false),
+    RT(cudaMemcpyAsync_ptsz_v7000, false),
+    RT(cudaMemsetAsync_v3020, false),
+    RT(cudaMemsetAsync_ptsz_v7000, false),
     DRV(cuLaunch, false),
     DRV(cuLaunchGrid, false),
     DRV(cuLaunchGridAsync, false),

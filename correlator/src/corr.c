@@ -10,8 +10,11 @@
  *             it leaves by window, capacity or process exit.
  *   pending:  GPU records whose launch has not arrived, in a slab with a
  *             per-key chain and a FIFO list for expiry/eviction.
- *   threads:  per-thread small rings of recent uprobe launches (and of
- *             callbacks that came before their uprobe), for the time match.
+ *   threads:  per-thread FIFOs of uprobe launches not yet claimed by a
+ *             callback (and small rings of callbacks that came before their
+ *             uprobe), for the time match. A FIFO grows to cover the shim's
+ *             batching delay (every launch of a thread between the agent
+ *             reading a uprobe and reading its callback), within a budget.
  *   exits:    last exit time per pid, so a reused pid never joins old state.
  */
 #include <errno.h>
@@ -22,7 +25,9 @@
 #include "internal.h"
 
 #define NO_IDX UINT32_MAX
-#define THR_RING 16 /* uprobe launches remembered per thread */
+#define THR_UP_MIN 16 /* uprobe FIFO of a thread: first size, doubled when full */
+#define THR_UP_MAX 8192 /* ... up to this (~80 ms of launches at 100k/s) */
+#define THR_UP_BUDGET (1u << 20) /* FIFO entries of all threads together (16 MiB) */
 #define THR_CBW 8 /* callbacks waiting for a late uprobe, per thread */
 #define EXIT_CAP 4096
 
@@ -58,10 +63,12 @@ struct thr_cb {
 struct thr {
 	uint64_t key; /* pid << 32 | tid */
 	uint8_t live;
-	uint8_t n_up, head_up; /* ring of uprobe launches */
-	struct thr_up up[THR_RING];
-	struct thr_cb cbw[THR_CBW];
 	uint8_t head_cb;
+	/* uprobe launches in time order (one thread calls one API at a time) */
+	struct thr_up *up;
+	uint32_t up_cap, up_head, up_len;
+	uint64_t last_cb_ts; /* exit of the last call a callback reported */
+	struct thr_cb cbw[THR_CBW];
 };
 
 /*
@@ -101,6 +108,7 @@ struct corr {
 	/* threads */
 	struct thr *thr;
 	uint32_t thr_cap, thr_len, thr_victim;
+	uint32_t up_slots; /* FIFO entries allocated over all threads */
 	uint32_t *tt; /* thread index + 1 */
 	uint32_t tt_mask;
 
@@ -150,6 +158,13 @@ static const struct {
 	{ 2, 312, "cudaGraphLaunch_ptsz" },
 	{ 2, 430, "cudaLaunchKernelExC" },
 	{ 2, 431, "cudaLaunchKernelExC_ptsz" },
+	{ 2, 505, "__cudaLaunchKernel" },
+	{ 2, 506, "__cudaLaunchKernel_ptsz" },
+	/* not launches, but their records carry correlation ids (agent/shim/cupti.c) */
+	{ 2, 41, "cudaMemcpyAsync" },
+	{ 2, 225, "cudaMemcpyAsync_ptsz" },
+	{ 2, 51, "cudaMemsetAsync" },
+	{ 2, 235, "cudaMemsetAsync_ptsz" },
 	{ 1, 115, "cuLaunch" },
 	{ 1, 116, "cuLaunchGrid" },
 	{ 1, 117, "cuLaunchGridAsync" },
@@ -251,6 +266,8 @@ void corr__free(struct corr *c)
 	if (!c)
 		return;
 	names_free(c->names);
+	for (uint32_t i = 0; c->thr && i < c->thr_cap; i++)
+		free(c->thr[i].up);
 	free(c->ring);
 	free(c->lt);
 	free(c->pend);
@@ -538,6 +555,11 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 		 * launch. The outer call entered first, so the earliest wins.
 		 */
 		e = &c->ring[idx];
+		/* the same launch again (a recording repeats it per graph kernel) */
+		if (ts == e->ts && tid == e->tid) {
+			e->from_cb |= from_cb;
+			return 0;
+		}
 		c->cnt.launches_nested++;
 		if (ts < e->ts) {
 			e->ts = ts;
@@ -623,6 +645,14 @@ int corr__add_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
 			     intern_api(c, api), true, false);
 }
 
+int corr_add_launch_src(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
+			uint32_t corr_id, uint32_t cbid, const char *api, bool from_uprobe,
+			bool from_cb)
+{
+	return launch_insert(c, pid, tid, adj(c, CORR_SRC_TRACE, ts_ns), corr_id, cbid,
+			     intern_api(c, api), from_uprobe, from_cb);
+}
+
 /* ---- threads ---- */
 
 static struct thr *thr_get(struct corr *c, uint32_t pid, uint32_t tid, bool create)
@@ -672,7 +702,15 @@ static struct thr *thr_get(struct corr *c, uint32_t pid, uint32_t tid, bool crea
 		c->cnt.threads_evicted++;
 		c->thr_len--;
 		t = &c->thr[victim];
-		memset(t, 0, sizeof(*t));
+		{
+			/* the FIFO's memory stays with the slot */
+			struct thr_up *up = t->up;
+			uint32_t cap = t->up_cap;
+
+			memset(t, 0, sizeof(*t));
+			t->up = up;
+			t->up_cap = cap;
+		}
 		i = (uint32_t)corr_hash64(key) & c->tt_mask;
 		while (c->tt[i])
 			i = (i + 1) & c->tt_mask;
@@ -685,6 +723,33 @@ static struct thr *thr_get(struct corr *c, uint32_t pid, uint32_t tid, bool crea
 	t->key = key;
 	t->live = 1;
 	return t;
+}
+
+/* double a thread's uprobe FIFO within THR_UP_MAX and the budget: 0 or -ENOSPC */
+static int up_grow(struct corr *c, struct thr *t)
+{
+	uint32_t cap = t->up_cap ? t->up_cap * 2 : THR_UP_MIN;
+	struct thr_up *n;
+
+	if (cap > THR_UP_MAX || c->up_slots + (cap - t->up_cap) > THR_UP_BUDGET)
+		return -ENOSPC;
+	n = malloc((size_t)cap * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < t->up_len; i++)
+		n[i] = t->up[(t->up_head + i) % t->up_cap];
+	free(t->up);
+	c->up_slots += cap - t->up_cap;
+	t->up = n;
+	t->up_cap = cap;
+	t->up_head = 0;
+	return 0;
+}
+
+/* driver entry points (cu*) follow the runtime ones in enum cuda_api (bpf/events.h) */
+static inline bool api_is_driver(uint16_t api)
+{
+	return api >= 11; /* API_CU_LAUNCH_KERNEL */
 }
 
 int corr__add_uprobe_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
@@ -725,13 +790,17 @@ int corr__add_uprobe_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t
 		return 0;
 	}
 
-	u = &t->up[t->head_up];
-	if (t->n_up == THR_RING && !u->used)
+	if (t->up_len == t->up_cap && up_grow(c, t)) {
+		/* at its bound: the oldest launch was never claimed */
 		c->cnt.uprobes_evicted++;
+		if (!t->up_cap)
+			return 0; /* budget spent before this thread got any */
+		t->up_head = (t->up_head + 1) % t->up_cap;
+		t->up_len--;
+	}
+	u = &t->up[(t->up_head + t->up_len) % t->up_cap];
+	t->up_len++;
 	*u = (struct thr_up){ .ts = ts, .api = api };
-	t->head_up = (t->head_up + 1) % THR_RING;
-	if (t->n_up < THR_RING)
-		t->n_up++;
 	if (ts > c->watermark)
 		c->watermark = ts;
 	return 0;
@@ -743,28 +812,44 @@ int corr__add_callback(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_n
 	uint64_t ts = adj(c, CORR_SRC_CALLBACK, ts_ns);
 	struct thr *t = thr_get(c, pid, tid, true);
 	const char *name = corr_cbid_name(domain, cbid);
-	struct thr_up *hit = NULL;
+	struct thr_up hit = {};
+	bool found = false;
+	uint32_t n;
 
 	c->cnt.callbacks++;
 	if (!t)
 		return -ENOMEM;
-	/* the latest unmatched uprobe launch of this thread at or before the exit */
-	for (int k = 1; k <= t->n_up; k++) {
-		struct thr_up *u = &t->up[(t->head_up + THR_RING - k) % THR_RING];
+	/*
+	 * One thread makes one API call at a time: this call entered after the
+	 * exit of the previous reported call (last_cb_ts) and at or before this
+	 * exit. Of the uprobe launches in that span, the latest of the
+	 * callback's own API family wins (a runtime launch may enter the
+	 * driver's probed entry point on its way; the runtime callback owns
+	 * the runtime entry), else the latest. The span is consumed: none of
+	 * it can belong to a later call.
+	 */
+	for (n = 0; n < t->up_len; n++) {
+		const struct thr_up *u = &t->up[(t->up_head + n) % t->up_cap];
 
 		if (u->ts > ts)
-			continue;
-		if (ts - u->ts > c->o.match_window_ns)
 			break;
-		if (!u->used)
-			hit = u;
-		break;
+		if (u->ts <= t->last_cb_ts || ts - u->ts > c->o.match_window_ns)
+			continue;
+		/* a later one wins unless it would replace one of the right family */
+		if (!found || api_is_driver(u->api) == (domain == 1) ||
+		    api_is_driver(hit.api) != (domain == 1))
+			hit = *u;
+		found = true;
 	}
-	if (hit) {
-		hit->used = 1;
+	c->cnt.uprobes_evicted += n - (found ? 1 : 0);
+	t->up_head = t->up_cap ? (t->up_head + n) % t->up_cap : 0;
+	t->up_len -= n;
+	if (ts > t->last_cb_ts)
+		t->last_cb_ts = ts;
+	if (found) {
 		c->cnt.callbacks_with_uprobe++;
-		return launch_insert(c, pid, tid, hit->ts, corr_id, cbid,
-				     intern_api(c, corr_api_name(hit->api)), true, true);
+		return launch_insert(c, pid, tid, hit.ts, corr_id, cbid,
+				     intern_api(c, corr_api_name(hit.api)), true, true);
 	}
 	/* no uprobe (yet): keep the callback so a late uprobe can claim it */
 	c->cnt.callbacks_without_uprobe++;
@@ -866,9 +951,9 @@ int corr__process_exit(struct corr *c, uint32_t pid, uint64_t ts_ns)
 	/* its threads' uprobe rings */
 	for (i = 0; i < c->thr_len; i++)
 		if (c->thr[i].live && (uint32_t)(c->thr[i].key >> 32) == pid) {
-			memset(c->thr[i].up, 0, sizeof(c->thr[i].up));
 			memset(c->thr[i].cbw, 0, sizeof(c->thr[i].cbw));
-			c->thr[i].n_up = 0;
+			c->thr[i].up_head = c->thr[i].up_len = 0;
+			c->thr[i].last_cb_ts = 0;
 		}
 	return 0;
 }

@@ -6,6 +6,7 @@
 #define INFERTRACE_CORR_INTERNAL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 
@@ -58,6 +59,14 @@ void replay_log(const struct replay_ctx *rc, enum corr_log_level lvl, const char
 int kineto_read(struct replay_ctx *rc, const char *buf, size_t len);
 int jsonl_read(struct replay_ctx *rc, const char *buf, size_t len);
 int nsys_read(struct replay_ctx *rc, const char *path);
+
+/*
+ * corr__add_launch() with the launch's sources as a live run recorded them
+ * (jsonl.c: a deep recording's launch_src), so a replay says what live said
+ */
+int corr_add_launch_src(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
+			uint32_t corr_id, uint32_t cbid, const char *api, bool from_uprobe,
+			bool from_cb);
 
 /* enum cuda_api value for an entry point name, -1 when unknown */
 int corr_api_from_name(const char *name);

@@ -4,11 +4,16 @@
  * Lines are small, so jansson parses each; errors name the line.
  *
  * Used records:
- *   kernel / memcpy / memset (json_out.c writes them): a joined record
- *     re-creates its launch from pid, tid, launch_ts_ns, launch_api,
- *     correlation_id, then the GPU record itself;
- *   cuda_launch {pid, tid, ts_ns, api}: a uprobe launch (api by name);
- *   gpu_launch_cb {pid, tid, ts_ns, correlation_id, domain, cbid}: a callback.
+ *   kernel / memcpy / memset (json_out.c writes them, live and in replay):
+ *     a joined record re-creates its launch from pid, tid, launch_ts_ns,
+ *     launch_api, launch_cbid, launch_src, correlation_id, then the GPU
+ *     record itself joins it again: a deep-mode recording re-analysed
+ *     offline gives the same joins (tests/integration/gpu_live.sh);
+ *   cuda_launch {pid, tid, ts_ns, api} (agent/decode.c): a uprobe launch
+ *     (api by name). Alone it joins nothing: a recording holds no callbacks;
+ *   gpu_launch_cb {pid, tid, ts_ns, correlation_id, domain, cbid}: a shim
+ *     callback. The agent writes no such record (callbacks only feed its
+ *     correlator); accepted for recordings made by other tools.
  * Others are skipped.
  */
 #include <errno.h>
@@ -67,11 +72,16 @@ static int one(struct replay_ctx *rc, json_t *o)
 		u32x3(o, "block", g.block);
 		g.name = json_string_value(json_object_get(o, "name"));
 		if (g.pid && json_is_integer(json_object_get(o, "launch_ts_ns"))) {
+			const char *src = json_string_value(json_object_get(o, "launch_src"));
+			bool cb = src && (!strcmp(src, "cupti") || !strcmp(src, "uprobe+cupti"));
+			bool up = !src || strcmp(src, "cupti");
+
 			rc->st->launches++;
-			err = corr__add_launch(rc->c, g.pid, (uint32_t)ju(o, "tid"),
-					       ju(o, "launch_ts_ns"), g.corr_id,
-					       (uint32_t)ju(o, "launch_cbid"),
-					       json_string_value(json_object_get(o, "launch_api")));
+			err = corr_add_launch_src(rc->c, g.pid, (uint32_t)ju(o, "tid"),
+						  ju(o, "launch_ts_ns"), g.corr_id,
+						  (uint32_t)ju(o, "launch_cbid"),
+						  json_string_value(json_object_get(o, "launch_api")),
+						  up, cb);
 			if (err)
 				return err;
 		}

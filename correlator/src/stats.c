@@ -107,7 +107,8 @@ int corr_stats__add(struct corr_stats *st, const struct corr_gpu *g, const struc
 	r->start = g->start_ns;
 	r->end = g->end_ns > g->start_ns ? g->end_ns : g->start_ns;
 	r->l2s = l && g->start_ns >= l->ts_ns ? (int64_t)(g->start_ns - l->ts_ns) : l ? 0 : -1;
-	r->pid = l ? l->pid : 0;
+	/* unmatched: the record's own pid when its source knew it (live shim, nsys) */
+	r->pid = l ? l->pid : g->pid;
 	r->device = g->device;
 	r->stream = g->stream;
 	r->kind = (uint8_t)g->kind;
@@ -306,7 +307,8 @@ int corr_stats__cut(struct corr_stats *st, uint64_t t0_ns, uint64_t t1_ns, corr_
 		return -ENOMEM;
 	st->per_name = p;
 	sel = st->recs;
-	qsort(sel, n, sizeof(*sel), cmp_rec);
+	if (n > 1)
+		qsort(sel, n, sizeof(*sel), cmp_rec);
 	for (uint32_t i = 0; i < n;) {
 		uint32_t j = i;
 

@@ -348,6 +348,48 @@ static void test_uprobe_callback(void **state)
 	corr__free(c);
 }
 
+/*
+ * The shim sends callbacks in batches (one per tick): all uprobe entries of a
+ * busy thread arrive before the first callback of the batch. Each callback
+ * still takes its own call's entry: after the previous callback, at or
+ * before its exit, the runtime entry rather than the driver entry nested in
+ * it; a call whose callback never comes is skipped, not taken by the next.
+ */
+static void test_uprobe_batches(void **state)
+{
+	struct got o;
+	struct corr *c = mk(&o, NULL);
+	const int n = 40, skipped = 20;
+	struct corr_gpu g;
+
+	(void)state;
+	for (int i = 0; i < n; i++) {
+		corr__add_uprobe_launch(c, 1, 11, 1000000 + 1000 * i, 0 /* cudaLaunchKernel */);
+		corr__add_uprobe_launch(c, 1, 11, 1000000 + 1000 * i + 100, 11 /* cuLaunchKernel */);
+	}
+	for (int i = 0; i < n; i++)
+		if (i != skipped)
+			corr__add_callback(c, 1, 11, 1000000 + 1000 * i + 500, 100 + i, 2, 211);
+	for (int i = 0; i < n; i++) {
+		g = kern(1, 100 + i, 2000000 + 1000 * i);
+		corr__add_gpu(c, &g);
+	}
+	corr__flush(c);
+	assert_int_equal(o.n, n);
+	for (int i = 0; i < n; i++) {
+		if (o.g[i].corr_id == 100 + skipped) {
+			assert_false(o.has_l[i]);
+			continue;
+		}
+		assert_true(o.has_l[i]);
+		assert_int_equal(o.l[i].ts_ns, 1000000 + 1000 * (o.g[i].corr_id - 100));
+		assert_string_equal(o.api[i], "cudaLaunchKernel");
+		assert_true(o.l[i].from_uprobe && o.l[i].from_callback);
+	}
+	assert_int_equal(corr__counters(c)->callbacks_with_uprobe, n - 1);
+	corr__free(c);
+}
+
 static void test_pid_from_launch(void **state)
 {
 	struct corr_opts opts = { .flags = CORR_F_PID_FROM_LAUNCH };
@@ -530,6 +572,7 @@ int main(void)
 		cmocka_unit_test(test_graph_many_kernels),
 		cmocka_unit_test(test_nested_driver_once),
 		cmocka_unit_test(test_uprobe_callback),
+		cmocka_unit_test(test_uprobe_batches),
 		cmocka_unit_test(test_pid_from_launch),
 		cmocka_unit_test(test_stats),
 		cmocka_unit_test(test_json_out),

@@ -66,12 +66,18 @@ _Static_assert(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz == 653, "cbid");
 _Static_assert(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL == 10 && CUPTI_ACTIVITY_KIND_KERNEL == 3,
 	       "kinds");
 _Static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020 == 20, "cbid");
+_Static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020 == 41, "cbid");
+_Static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000 == 225, "cbid");
+_Static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020 == 51, "cbid");
+_Static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_ptsz_v7000 == 235, "cbid");
 
 /* the exact set the shim must enable: {domain, cbid} */
 static const uint32_t want_cbs[][2] = {
     {2, 13},  {2, 211}, {2, 213}, {2, 214}, {2, 269}, {2, 270}, {2, 272}, {2, 311}, {2, 312},
     {2, 430}, {2, 431}, {2, 505}, {2, 506}, {1, 115}, {1, 116}, {1, 117}, {1, 307}, {1, 442},
     {1, 477}, {1, 478}, {1, 480}, {1, 514}, {1, 515}, {1, 652}, {1, 653},
+    /* async copies and memsets: their records' correlation ids (issue 3) */
+    {2, 41},  {2, 225}, {2, 51},  {2, 235},
 };
 #define N_WANT_CBS (sizeof(want_cbs) / sizeof(want_cbs[0]))
 

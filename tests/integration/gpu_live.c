@@ -1,0 +1,383 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * gpu_live - the live GPU path end to end without a GPU: real CUDA launch
+ * entry points (the agent's uprobes fire), the real libinfertrace_cupti.so
+ * (its shim thread talks to the agent's socket), and the CUPTI test double
+ * (tests/fakes/) standing in for libcupti to play CUPTI's part: the launch
+ * callback on the calling thread right after each call, then activity
+ * records for the work the call would have put on the GPU.
+ *
+ * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE]
+ *   -t  launching threads (default 2)
+ *   -n  rounds per thread (default 5); a round is cudaLaunchKernel (one
+ *       kernel), cudaGraphLaunch (GRAPH_KERNELS kernels sharing its
+ *       correlation id), cuLaunchKernel (one kernel), cudaMemcpyAsync (one
+ *       memcpy) and, in deep mode, a cudaMemsetAsync callback (one memset;
+ *       no uprobe exists for it)
+ *   -w  wait until GO_FILE exists before calling (the agent attaches first)
+ *   -e  after the last line, wait (at most 30 s) until EXIT_FILE exists
+ *       before exiting: the agent sees the process alive while it takes
+ *       the records (it reads a container's thread ids from /proc)
+ *   -m  the capture the agent should put the shim in: deep waits (bounded)
+ *       until the shim enabled MEMSET activity, i.e. the agent's switch came
+ * The environment passes INFERTRACE_SHIM_SOCKET to the shim. Thread 0 also
+ * queues one kernel whose launch never happened (ORPHAN_CORR).
+ *
+ * Prints JSON lines: first {"pid":P,"tids":[...]} (before GO_FILE), then
+ * one line per call {"tid","api","kind","corr","t0","t1","t2","n"} where
+ * [t0, t1] (CLOCK_MONOTONIC, the eBPF clock) brackets the real CUDA call, t2
+ * follows CUPTI's callback (GPU work starts GPU_DELAY_NS after it) and n is
+ * the number of GPU records queued for corr, then {"orphan_corr":C,"tid":T},
+ * then {"done":true,"records":R}. tests/integration/gpu_live.sh reads them.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#include "fake_cupti.h"
+
+#define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
+#define CUDA_DRV "/usr/local/cuda/lib64/stubs/libcuda.so"
+#define MAX_THREADS 8
+#define MAX_ROUNDS 100
+#define CALLS_PER_ROUND 5
+#define GRAPH_KERNELS 3
+#define FIRST_CORR 1000
+#define ORPHAN_CORR 0x40000000u
+#define GPU_DELAY_NS 20000 /* launch -> start on the "GPU" */
+#define KERNEL_NS 3000
+
+typedef int (*launch_fn)(const void *, struct dim3, struct dim3, void **, size_t, void *);
+typedef int (*graph_fn)(void *, void *);
+typedef int (*memcpy_fn)(void *, const void *, size_t, int, void *);
+typedef int (*cu_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			    unsigned, void *, void **, void **);
+
+struct call {
+	pid_t tid;
+	const char *api;
+	const char *kind;
+	uint32_t corr;
+	uint64_t t0, t1, t2;
+	int n;
+};
+
+static struct {
+	launch_fn launch;
+	graph_fn graph;
+	memcpy_fn copy;
+	cu_launch_fn cu_launch;
+} f;
+
+static int rounds = 5;
+static int deep;
+static pid_t tids[MAX_THREADS];
+static struct call calls[MAX_THREADS][MAX_ROUNDS * CALLS_PER_ROUND];
+static int ncalls[MAX_THREADS];
+static _Atomic uint32_t next_corr = FIRST_CORR;
+static _Atomic int add_errors;
+static _Atomic int records;
+static pthread_barrier_t ready;
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void add(const void *rec)
+{
+	if (fake_cupti_add_record(rec))
+		add_errors++;
+	else
+		records++;
+}
+
+static void add_kernel(uint32_t corr, uint64_t start, uint32_t stream, uint32_t graph_id,
+		       uint64_t node, const char *name)
+{
+	CUpti_ActivityKernel10 k;
+
+	memset(&k, 0, sizeof(k));
+	k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+	k.start = start;
+	k.end = start + KERNEL_NS;
+	k.correlationId = corr;
+	k.deviceId = 0;
+	k.contextId = 1;
+	k.streamId = stream;
+	k.gridX = 64;
+	k.gridY = 2;
+	k.gridZ = 1;
+	k.blockX = 128;
+	k.blockY = 1;
+	k.blockZ = 1;
+	k.graphId = graph_id;
+	k.graphNodeId = node;
+	k.name = name;
+	add(&k);
+}
+
+/* the real call on this thread, then CUPTI's callback for it, as CUPTI would */
+static struct call *do_call(int idx, const char *api, const char *kind, int dom, int cbid)
+{
+	struct call *c = &calls[idx][ncalls[idx]++];
+	void *stream = (void *)(0x5000UL + idx);
+	struct dim3 grid = {64, 2, 1}, block = {128, 1, 1}; /* vector_types.h */
+	static char buf[64];
+
+	c->tid = tids[idx];
+	c->api = api;
+	c->kind = kind;
+	c->t0 = mono_ns();
+	if (!strcmp(api, "cudaLaunchKernel"))
+		f.launch((void *)0xabc0, grid, block, NULL, 0, stream);
+	else if (!strcmp(api, "cudaGraphLaunch"))
+		f.graph((void *)0x6000, stream);
+	else if (!strcmp(api, "cuLaunchKernel"))
+		f.cu_launch((void *)0xdef0, 64, 2, 1, 128, 1, 1, 0, stream, NULL, NULL);
+	else if (!strcmp(api, "cudaMemcpyAsync"))
+		f.copy(buf, buf + 32, 32, 1, stream);
+	c->t1 = mono_ns();
+	c->corr = atomic_fetch_add(&next_corr, 1);
+	fake_cupti_api_call((CUpti_CallbackDomain)dom, (CUpti_CallbackId)cbid, c->corr);
+	c->t2 = mono_ns();
+	return c;
+}
+
+static void round_once(int idx)
+{
+	uint32_t stream = 7 + idx;
+	struct call *c;
+
+	c = do_call(idx, "cudaLaunchKernel", "kernel", CUPTI_CB_DOMAIN_RUNTIME_API,
+		    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
+	add_kernel(c->corr, c->t2 + GPU_DELAY_NS, stream, 0, 0, "_Z10gl_eagerPfi");
+	c->n = 1;
+
+	c = do_call(idx, "cudaGraphLaunch", "graph", CUPTI_CB_DOMAIN_RUNTIME_API,
+		    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000);
+	for (int k = 0; k < GRAPH_KERNELS; k++)
+		add_kernel(c->corr, c->t2 + GPU_DELAY_NS + (uint64_t)k * (KERNEL_NS + 500), stream,
+			   100 + idx, ((uint64_t)(idx + 1) << 32) | (uint64_t)(k + 1),
+			   "_Z8gl_graphILi1EEvPf");
+	c->n = GRAPH_KERNELS;
+
+	c = do_call(idx, "cuLaunchKernel", "kernel", CUPTI_CB_DOMAIN_DRIVER_API,
+		    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+	add_kernel(c->corr, c->t2 + GPU_DELAY_NS, stream, 0, 0, "triton_gl_driver");
+	c->n = 1;
+
+	c = do_call(idx, "cudaMemcpyAsync", "memcpy", CUPTI_CB_DOMAIN_RUNTIME_API,
+		    CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020);
+	{
+		CUpti_ActivityMemcpy6 m;
+
+		memset(&m, 0, sizeof(m));
+		m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+		m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+		m.bytes = 4096 + idx;
+		m.start = c->t2 + GPU_DELAY_NS;
+		m.end = m.start + 1000;
+		m.deviceId = 0;
+		m.contextId = 1;
+		m.streamId = stream;
+		m.correlationId = c->corr;
+		add(&m);
+	}
+	c->n = 1;
+
+	if (!deep)
+		return;
+	/* memset: a callback only (no uprobe on cudaMemsetAsync) */
+	c = do_call(idx, "cudaMemsetAsync", "memset", CUPTI_CB_DOMAIN_RUNTIME_API,
+		    CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020);
+	{
+		CUpti_ActivityMemset4 m;
+
+		memset(&m, 0, sizeof(m));
+		m.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+		m.bytes = 512;
+		m.start = c->t2 + GPU_DELAY_NS;
+		m.end = m.start + 500;
+		m.deviceId = 0;
+		m.contextId = 1;
+		m.streamId = stream;
+		m.correlationId = c->corr;
+		add(&m);
+	}
+	c->n = 1;
+}
+
+static void *worker(void *arg)
+{
+	int idx = (int)(long)arg;
+
+	tids[idx] = (pid_t)syscall(SYS_gettid);
+	pthread_barrier_wait(&ready); /* tids known */
+	pthread_barrier_wait(&ready); /* go */
+	for (int r = 0; r < rounds; r++)
+		round_once(idx);
+	if (idx == 0) /* GPU work whose launch the agent never sees */
+		add_kernel(ORPHAN_CORR, mono_ns() + GPU_DELAY_NS, 7, 0, 0, "_Z9gl_orphanv");
+	return NULL;
+}
+
+static void *need(void *h, const char *name)
+{
+	void *p = dlsym(h, name);
+
+	if (!p) {
+		fprintf(stderr, "gpu_live: %s missing\n", name);
+		exit(1);
+	}
+	return p;
+}
+
+/* build/libinfertrace_cupti.so, next to this binary's build tree */
+static const char *shim_path(char *buf, size_t sz)
+{
+	char exe[PATH_MAX];
+	ssize_t n;
+	char *slash;
+
+	if (getenv("INFERTRACE_SHIM_SO"))
+		return getenv("INFERTRACE_SHIM_SO");
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return NULL;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return NULL;
+	*slash = '\0';
+	snprintf(buf, sz, "%s/../../libinfertrace_cupti.so", exe);
+	return buf;
+}
+
+int main(int argc, char **argv)
+{
+	const char *wait_file = NULL, *exit_file = NULL, *mode = "deep", *so_path;
+	char so_buf[PATH_MAX + 32];
+	pthread_t th[MAX_THREADS];
+	int nthreads = 2, opt, (*init)(void);
+	void *rt, *drv, *so;
+
+	while ((opt = getopt(argc, argv, "t:n:w:e:m:")) != -1) {
+		switch (opt) {
+		case 't':
+			nthreads = atoi(optarg);
+			break;
+		case 'n':
+			rounds = atoi(optarg);
+			break;
+		case 'w':
+			wait_file = optarg;
+			break;
+		case 'e':
+			exit_file = optarg;
+			break;
+		case 'm':
+			mode = optarg;
+			break;
+		default:
+			fprintf(stderr,
+				"usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
+				"[-m MODE]\n",
+				argv[0]);
+			return 2;
+		}
+	}
+	if (nthreads < 1 || nthreads > MAX_THREADS || rounds < 1 || rounds > MAX_ROUNDS)
+		return 2;
+	deep = !strcmp(mode, "deep");
+
+	rt = dlopen(CUDA_LIB, RTLD_NOW);
+	drv = dlopen(CUDA_DRV, RTLD_NOW);
+	if (!rt || !drv) {
+		fprintf(stderr, "gpu_live: cannot load %s and %s: %s\n", CUDA_LIB, CUDA_DRV,
+			dlerror());
+		return 1;
+	}
+	f.launch = need(rt, "cudaLaunchKernel");
+	f.graph = need(rt, "cudaGraphLaunch");
+	f.copy = need(rt, "cudaMemcpyAsync");
+	f.cu_launch = need(drv, "cuLaunchKernel");
+
+	/*
+	 * The shim as the driver would load it: its NEEDED libcupti.so.13 binds
+	 * to the double this binary is linked with (same soname). Fast ticks so
+	 * the test does not wait on the shim's 1 s defaults.
+	 */
+	setenv("INFERTRACE_SHIM_TICK_MS", "2", 0);
+	setenv("INFERTRACE_SHIM_FLUSH_MS", "20", 0);
+	setenv("INFERTRACE_SHIM_STATUS_MS", "100", 0);
+	setenv("INFERTRACE_SHIM_RETRY_MS", "20", 0);
+	so_path = shim_path(so_buf, sizeof(so_buf));
+	so = so_path ? dlopen(so_path, RTLD_NOW | RTLD_LOCAL) : NULL;
+	if (!so) {
+		fprintf(stderr, "gpu_live: cannot load the shim %s: %s\n", so_path ? so_path : "?",
+			dlerror());
+		return 1;
+	}
+	init = (int (*)(void))dlsym(so, "InitializeInjection");
+	if (!init || init() != 1) {
+		fprintf(stderr, "gpu_live: InitializeInjection failed\n");
+		return 1;
+	}
+
+	pthread_barrier_init(&ready, NULL, nthreads + 1);
+	for (int i = 0; i < nthreads; i++)
+		pthread_create(&th[i], NULL, worker, (void *)(long)i);
+	pthread_barrier_wait(&ready);
+	printf("{\"pid\":%d,\"tids\":[", getpid());
+	for (int i = 0; i < nthreads; i++)
+		printf("%s%d", i ? "," : "", tids[i]);
+	printf("]}\n");
+	fflush(stdout);
+	if (wait_file)
+		while (access(wait_file, F_OK))
+			usleep(10000);
+	if (deep) {
+		/* the agent switches the shim to deep capture once it is connected */
+		for (int i = 0; i < 1000 && !fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_MEMSET);
+		     i++)
+			usleep(10000);
+		if (!fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_MEMSET)) {
+			fprintf(stderr, "gpu_live: the agent never switched the shim to deep\n");
+			return 3;
+		}
+	}
+	pthread_barrier_wait(&ready);
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(th[i], NULL);
+	/* CUPTI hands the filled buffers back; the shim thread sends them */
+	fake_cupti_complete();
+
+	for (int i = 0; i < nthreads; i++)
+		for (int j = 0; j < ncalls[i]; j++) {
+			const struct call *c = &calls[i][j];
+
+			printf("{\"tid\":%d,\"api\":\"%s\",\"kind\":\"%s\",\"corr\":%u,\"t0\":%llu,"
+			       "\"t1\":%llu,\"t2\":%llu,\"n\":%d}\n",
+			       c->tid, c->api, c->kind, c->corr, (unsigned long long)c->t0,
+			       (unsigned long long)c->t1, (unsigned long long)c->t2, c->n);
+		}
+	printf("{\"orphan_corr\":%u,\"tid\":%d}\n", ORPHAN_CORR, tids[0]);
+	printf("{\"done\":true,\"records\":%d,\"add_errors\":%d}\n", (int)records, (int)add_errors);
+	fflush(stdout);
+	for (int i = 0; exit_file && i < 3000 && access(exit_file, F_OK); i++)
+		usleep(10000);
+	/* exit: the shim's destructor flushes and says goodbye before the process ends */
+	return add_errors ? 4 : 0;
+}

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# replay - `infertrace-agent --replay FILE` as an unprivileged user (uid
+# 65534, no groups, no capabilities) on every recording format (issue 3):
+#
+#   replay_kineto_gz:     vLLM H100 trace: 13,508 kernels, every one joined,
+#                         graph-replayed kernels to their cudaGraphLaunch
+#   replay_kineto_unmatched: HF Qwen H100: 1,029 kernels joined, 436 reported
+#                         unmatched (launched before the window)
+#   replay_kineto_plain:  DeepSeek-V3 (plain JSON): 963 kernels joined
+#   replay_nsys:          CloverLeaf Nsight SQLite export: 1,312 kernels joined
+#   replay_jsonl:         our own deep-mode output replayed gives the same
+#                         records (pairs, counts)
+#   replay_malformed:     truncated gzip / JSON / JSON lines, a corrupt
+#                         SQLite file, an unknown format: exit non-zero (not a
+#                         signal), an error naming the offset, line or table,
+#                         a replay_status with ok=false where a record can be
+#                         written
+#
+# Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
+# when it is absent.
+source "$(dirname "$0")/lib.sh"
+DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
+NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+CASES=(replay_kineto_gz replay_kineto_unmatched replay_kineto_plain replay_nsys replay_jsonl
+	replay_malformed)
+
+if [ ! -x "$AGENT" ] || ! command -v jq >/dev/null; then
+	for n in "${CASES[@]}"; do echo "FAIL $n: $AGENT not built or jq missing"; done
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ] && ! command -v setpriv >/dev/null; then
+	NOBODY=() # already unprivileged
+fi
+chmod 0755 "$T"
+mkdir -p "$T/out" && chmod 0777 "$T/out"
+
+# replay NAME FILE [agent args...]: as nobody; output in $T/out/NAME.jsonl,
+# stderr in $T/NAME.err, exit status in RC
+replay() {
+	local name=$1 file=$2
+	shift 2
+	OUT=$T/out/$name.jsonl ERR=$T/$name.err
+	rm -f "$OUT"
+	"${NOBODY[@]}" "$AGENT" --replay "$file" -o "$OUT" "$@" 2>"$ERR"
+	RC=$?
+}
+status() { jq -c -n -R '[inputs | fromjson? | select(.type == "replay_status")] | .[0] // {}' "$OUT"; }
+# kernel records: total, joined, unmatched
+kernels() {
+	jq -r -n -R '[inputs | fromjson? | select(.type == "kernel")]
+		| "\(length) \(map(select(.matched)) | length) \(map(select(.matched | not)) | length)"' "$OUT"
+}
+
+# check_trace NAME FILE KERNELS JOINED: deep replay, counts exact, every
+# kernel of a graph replay named after a graph launch
+check_trace() {
+	local name=$1 file=$2 want_k=$3 want_j=$4 st n j u bad
+	if [ ! -r "$DATA/$file" ]; then
+		skip "$name" "$DATA/$file absent (set INFERTRACE_DATA)"
+		return
+	fi
+	replay "$name" "$DATA/$file" --mode deep
+	expect "exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
+	st=$(status)
+	expect "replay_status not ok: $st" [ "$(jq -r .ok <<<"$st")" = true ]
+	expect "replay_status.kernels $(jq .kernels <<<"$st"), want $want_k" eq "$(jq .kernels <<<"$st")" "$want_k"
+	read -r n j u <<<"$(kernels)"
+	expect "$n kernel records, want $want_k" eq "$n" "$want_k"
+	expect "$j kernels joined, want $want_j" eq "$j" "$want_j"
+	expect "$u kernels unmatched, want $((want_k - want_j))" eq "$u" $((want_k - want_j))
+	bad=$(jq -r -n -R '[inputs | fromjson? | select(.type == "kernel" and .matched
+		and ((.pid | type) != "number" or (.tid | type) != "number" or (.launch_api | type) != "string"
+		     or .launch_src != "trace" or (.launch_ts_ns | type) != "number"))] | length' "$OUT")
+	expect "$bad joined kernels without pid, tid, launch_api or launch_ts_ns" eq "$bad" 0
+	report "$name"
+}
+
+check_trace replay_kineto_gz kineto/tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz 13508 13508
+# the graph launches of that trace: 729 cudaGraphLaunch own 963 x 9 decode kernels
+if [ -r "$DATA/kineto/tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz" ]; then
+	g=$(jq -r -n -R '[inputs | fromjson? | select(.type == "kernel" and .launch_api == "cudaGraphLaunch")]
+		| "\(length) \(map(.correlation_id) | unique | length)"' "$T/out/replay_kineto_gz.jsonl")
+	read -r gk gl <<<"$g"
+	expect "$gk kernels from cudaGraphLaunch, want 8667 (963 per decode step x 9)" eq "$gk" 8667
+	expect "$gl distinct graph launches, want 729" eq "$gl" 729
+	report replay_kineto_graphs
+fi
+check_trace replay_kineto_unmatched kineto/tracelens_hf_qwen1.5-0.5b_h100.json.gz 1465 1029
+check_trace replay_kineto_plain kineto/deepseek_v3_train_h800_rank0.json 963 963
+check_trace replay_nsys nsys/pipit_cloverleaf_a100.nsys.sqlite 1312 1312
+
+# ------------------------------------------------------------------ jsonl --
+# our deep output of a real trace, replayed: the same records come out
+src=kineto/hta_sampled_rank-0.json.gz
+if [ ! -r "$DATA/$src" ]; then
+	skip replay_jsonl "$DATA/$src absent"
+else
+	replay first "$DATA/$src" --mode deep
+	first=$OUT
+	replay replay_jsonl "$first" --mode deep
+	expect "exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
+	st=$(status)
+	expect "format $(jq -r .format <<<"$st"), want jsonl" [ "$(jq -r .format <<<"$st")" = jsonl ]
+	pairs() {
+		jq -c -n -R '[inputs | fromjson? | select(.type == "kernel" or .type == "memcpy" or .type == "memset")
+			| [.type, .correlation_id, .start_ns, .end_ns, .pid, .tid, .launch_api, .launch_ts_ns, .launch_src, .matched, .name]]
+			| sort' "$1" | md5sum
+	}
+	expect "replayed records differ from the first replay's" [ "$(pairs "$first")" = "$(pairs "$OUT")" ]
+	read -r n j u <<<"$(kernels)"
+	expect "$n kernels / $j joined, want 1154 / 1154" [ "$n $j" = "1154 1154" ]
+	report replay_jsonl
+fi
+
+# -------------------------------------------------------------- malformed --
+# mal NAME FILE REGEX: fails cleanly with an error matching REGEX
+mal() {
+	local name=$1 file=$2 re=$3 st
+	replay "mal_$name" "$file" --mode deep
+	if [ "$RC" = 0 ]; then
+		fail_because "$name: exit 0"
+	elif [ "$RC" -ge 126 ]; then
+		fail_because "$name: exit $RC (crash or signal)"
+	fi
+	grep -qE "$re" "$ERR" || fail_because "$name: no error matching /$re/: $(tail -n 2 "$ERR" | tr '\n' '|')"
+	st=$(status)
+	[ "$(jq -r .ok <<<"$st")" = false ] || fail_because "$name: replay_status $st"
+}
+gz=$DATA/kineto/hta_sampled_rank-0.json.gz
+if [ ! -r "$gz" ]; then
+	skip replay_malformed "$gz absent"
+else
+	size=$(stat -c %s "$gz")
+	head -c $((size / 2)) "$gz" >"$T/cut.json.gz"
+	mal gzip "$T/cut.json.gz" 'gzip: truncated.*offset [0-9]+'
+	gunzip -c "$gz" | head -c 300000 >"$T/cut.json"
+	mal json "$T/cut.json" 'offset [0-9]+'
+	head -n 20 "$T/out/first.jsonl" >"$T/cut.jsonl"
+	printf '{"schema":1,"type":"kernel","pid":1,' >>"$T/cut.jsonl"
+	mal jsonl_truncated "$T/cut.jsonl" 'line 21 .*truncated'
+	{ head -n 5 "$T/out/first.jsonl"; echo '{"type":"kernel",,}'; } >"$T/bad.jsonl"
+	mal jsonl_bad "$T/bad.jsonl" 'line 6'
+	{ printf 'SQLite format 3\000'; head -c 8192 /dev/urandom; } >"$T/bad.sqlite"
+	mal sqlite "$T/bad.sqlite" 'sqlite|SQLite|table'
+	printf 'hello, not a trace\n' >"$T/bad.txt"
+	mal unknown "$T/bad.txt" 'unknown format'
+	mal missing "$T/does-not-exist.json" 'No such file'
+	report replay_malformed
+fi
