@@ -9,14 +9,23 @@
  * rec_emit_raw(). Sentinel mode: per-interval, per-process gpu_summary
  * records; the interval is --interval in the recording's own clock.
  * Both end with one replay_status record (docs/events_gpu.md).
+ *
+ * Diagnosis (issue 5, docs/diagnosis.md): GPU records and markers also go
+ * to a step segmenter; at the end of the recording every step becomes a
+ * `step` record and goes through the detector, whose anomalies become
+ * `anomaly` records. A JSON-lines file of this agent's `step` records is
+ * replayed through the detector alone, as if live (re-detection).
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <zlib.h>
+
 #include "state.h"
 #include "correlator.h"
+#include "diagnose.h"
 
 #define JSON_BUF (64 * 1024)
 /* sentinel: cut finished intervals once this many records are held */
@@ -32,6 +41,8 @@ struct replay {
 	uint64_t max_start;
 	uint64_t emitted, too_long, summaries;
 	int err;
+	struct diag *dg; /* steps and anomalies (agent/diag.c); NULL: off */
+	uint64_t bad_lines, other_lines;
 };
 
 static void replay_log_cb(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
@@ -79,6 +90,13 @@ static void cut_until(struct replay *r, uint64_t upto)
 	}
 }
 
+static void on_marker(void *ctx, const struct corr_marker *m)
+{
+	struct replay *r = ctx;
+
+	diag_on_marker(r->dg, m);
+}
+
 static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
 {
 	struct replay *r = ctx;
@@ -87,6 +105,7 @@ static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch
 	int len;
 
 	r->emitted++;
+	diag_on_gpu(r->dg, g, l);
 	if (!r->deep) {
 		corr_stats__add(r->st, g, l);
 		if (g->start_ns > r->max_start)
@@ -107,6 +126,176 @@ static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch
 	}
 	if (rec_emit_raw(r->a, REC_EVENT, inst, r->buf, (size_t)len))
 		r->err = -EIO;
+}
+
+/* does this JSON-lines file hold step records? (the first 64 lines decide) */
+static bool is_step_stream(const char *path)
+{
+	gzFile f = gzopen(path, "rb");
+	char line[4096];
+	bool yes = false;
+
+	if (!f)
+		return false;
+	for (int i = 0; i < 64 && gzgets(f, line, sizeof(line)); i++)
+		if (strstr(line, "\"type\":\"step\"") || strstr(line, "\"type\": \"step\"")) {
+			yes = true;
+			break;
+		}
+	gzclose(f);
+	return yes;
+}
+
+static int64_t jint(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+
+	return json_is_integer(v) ? (int64_t)json_integer_value(v) : DIAG_UNKNOWN;
+}
+
+/*
+ * Re-detection: every `step` line goes to the detector as if it had just
+ * been measured. Other record types are skipped (counted); a malformed line
+ * is logged with its number, counted, and skipped.
+ */
+static int replay_steps(struct replay *r, const char *path)
+{
+	gzFile f = gzopen(path, "rb");
+	size_t cap = 1 << 16, len;
+	char *line = malloc(cap);
+	unsigned long ln = 0;
+	int err = 0;
+
+	if (!f || !line) {
+		err = f ? -ENOMEM : -errno ? -errno : -EIO;
+		pr_err("replay: %s: %s", path, strerror(-err));
+		goto cleanup;
+	}
+	while (gzgets(f, line, (int)cap)) {
+		json_error_t je;
+		json_t *o, *top;
+		struct diag_step s;
+		const char *phase, *inst;
+
+		len = strlen(line);
+		/* a line longer than the buffer: grow and read the rest */
+		while (len == cap - 1 && line[len - 1] != '\n') {
+			char *nl = realloc(line, cap * 2);
+
+			if (!nl) {
+				err = -ENOMEM;
+				goto cleanup;
+			}
+			line = nl;
+			if (!gzgets(f, line + len, (int)(cap * 2 - len)))
+				break;
+			cap *= 2;
+			len += strlen(line + len);
+		}
+		ln++;
+		if (len <= 1)
+			continue;
+		o = json_loads(line, 0, &je);
+		if (!o || !json_is_object(o)) {
+			if (r->bad_lines++ < 10)
+				pr_warn("replay: %s: line %lu: not a JSON object (%s), skipped",
+					path, ln, o ? "wrong type" : je.text);
+			json_decref(o);
+			continue;
+		}
+		if (!json_is_string(json_object_get(o, "type")) ||
+		    strcmp(json_string_value(json_object_get(o, "type")), "step")) {
+			r->other_lines++;
+			json_decref(o);
+			continue;
+		}
+		diag_step_init(&s);
+		inst = json_string_value(json_object_get(o, "instance"));
+		s.instance = inst ? inst : "";
+		s.rank = json_is_integer(json_object_get(o, "rank"))
+			     ? (int32_t)json_integer_value(json_object_get(o, "rank"))
+			     : -1;
+		s.pid = (uint32_t)(jint(o, "pid") > 0 ? jint(o, "pid") : 0);
+		s.tid = (uint32_t)(jint(o, "tid") > 0 ? jint(o, "tid") : 0);
+		s.start_ns = (uint64_t)(jint(o, "start_ns") > 0 ? jint(o, "start_ns") : 0);
+		s.dur_ns = (uint64_t)(jint(o, "dur_ns") > 0 ? jint(o, "dur_ns") : 0);
+		phase = json_string_value(json_object_get(o, "phase"));
+		if (!s.dur_ns || (phase && diag_phase_parse(phase, &s.phase))) {
+			if (r->bad_lines++ < 10)
+				pr_warn("replay: %s: line %lu: step without a positive dur_ns or "
+					"with an unknown phase, skipped",
+					path, ln);
+			json_decref(o);
+			continue;
+		}
+		s.tokens = jint(o, "tokens");
+		s.batch_size = jint(o, "batch_size");
+		s.kv_tokens = jint(o, "kv_tokens");
+		s.gpu_busy_ns = jint(o, "gpu_busy_ns");
+		s.idle_ns = jint(o, "idle_ns");
+		s.kernels = jint(o, "kernels");
+		s.comm_ns = jint(o, "comm_ns");
+		s.offcpu_ns = jint(o, "offcpu_ns");
+		s.runq_ns = jint(o, "runq_ns");
+		s.slow_syscalls = jint(o, "slow_syscalls");
+		s.slow_syscall_ns = jint(o, "slow_syscall_ns");
+		s.preempt_pid = (uint32_t)(jint(o, "preempt_pid") > 0 ? jint(o, "preempt_pid") : 0);
+		top = json_object_get(o, "top_kernels");
+		for (size_t i = 0;
+		     json_is_array(top) && i < json_array_size(top) && s.n_top < DIAG_TOP_MAX;
+		     i++) {
+			json_t *k = json_array_get(top, i);
+			const char *name = json_string_value(json_object_get(k, "name"));
+
+			if (!name || jint(k, "count") <= 0 || jint(k, "total_ns") < 0)
+				continue;
+			s.top[s.n_top++] = (struct diag_kernel){name, (uint64_t)jint(k, "count"),
+								(uint64_t)jint(k, "total_ns")};
+		}
+		diag_add_step(r->dg, &s);
+		json_decref(o);
+	}
+	if (!gzeof(f)) {
+		int zerr;
+
+		pr_err("replay: %s: read error after line %lu: %s", path, ln, gzerror(f, &zerr));
+		err = -EIO;
+	}
+cleanup:
+	if (f)
+		gzclose(f);
+	free(line);
+	return err;
+}
+
+static void emit_diag_status(struct replay *r, const char *path, int err)
+{
+	const struct diag_det_counters *dc = r->dg ? diag_det__counters(r->dg->det) : NULL;
+	const struct diag_seg_counters *sc = r->dg ? diag_seg__counters(r->dg->seg) : NULL;
+	json_t *o;
+
+	if (!dc)
+		return;
+	o = rec_new(r->a, "diag_status", 0, 0, now_ns());
+	if (!o)
+		return;
+	json_object_set_new(o, "file", json_string(path));
+	json_object_set_new(o, "ok", json_boolean(!err));
+	json_object_set_new(o, "steps", json_integer((json_int_t)r->dg->steps));
+	json_object_set_new(o, "judged", json_integer((json_int_t)dc->judged));
+	json_object_set_new(o, "bootstrapping", json_integer((json_int_t)dc->bootstrapping));
+	json_object_set_new(o, "anomalies", json_integer((json_int_t)dc->anomalies));
+	json_object_set_new(o, "baseline_keys", json_integer((json_int_t)dc->baseline_keys));
+	json_object_set_new(o, "bad_lines", json_integer((json_int_t)r->bad_lines));
+	json_object_set_new(o, "other_lines", json_integer((json_int_t)r->other_lines));
+	json_object_set_new(o, "steps_marker",
+			    json_integer((json_int_t)(sc ? sc->steps_marker + sc->steps_usdt : 0)));
+	json_object_set_new(o, "steps_auto",
+			    json_integer((json_int_t)(sc ? sc->steps_auto + sc->steps_anchor : 0)));
+	json_object_set_new(o, "records_outside_steps",
+			    json_integer((json_int_t)(sc ? sc->outside : 0)));
+	json_object_set_new(o, "records_dropped", json_integer((json_int_t)(sc ? sc->dropped : 0)));
+	rec_emit(r->a, REC_STATS, o);
 }
 
 static void emit_status(struct replay *r, const char *path, const struct corr_replay_stats *st,
@@ -145,15 +334,21 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 int replay_run(struct agent *a, const char *path)
 {
 	const struct agent_opts *ao = agent_opts(a);
-	struct replay r = { .a = a, .deep = ao->mode == MODE_DEEP };
+	struct replay r = {.a = a, .deep = ao->mode == MODE_DEEP};
 	struct corr_opts co = {
-		.sz = sizeof(co),
-		.emit = on_gpu,
-		.emit_ctx = &r,
-		.log = replay_log_cb,
+	    .sz = sizeof(co),
+	    .emit = on_gpu,
+	    .emit_ctx = &r,
+	    .log = replay_log_cb,
 	};
-	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = replay_log_cb };
-	struct corr_stats_opts so = { .sz = sizeof(so) };
+	struct corr_replay_opts ro = {
+	    .sz = sizeof(ro),
+	    .log = replay_log_cb,
+	    .marker = on_marker,
+	    .marker_ctx = &r,
+	};
+	struct corr_stats_opts so = {.sz = sizeof(so)};
+	enum corr_format fmt = CORR_FMT_AUTO;
 	struct corr_replay_stats st;
 	const char *base = strrchr(path, '/');
 	char inst[128];
@@ -169,6 +364,32 @@ int replay_run(struct agent *a, const char *path)
 		!strcmp(dot, ".nsys")))
 		*dot = '\0';
 	agent_set_default_instance(a, inst);
+
+	err = diag_new(a, &r.dg);
+	if (err) {
+		pr_err("replay: diagnosis setup: %s", strerror(-err));
+		goto cleanup;
+	}
+	/* our own step records: re-run the detector on them, nothing else */
+	if (!corr_replay_detect(path, &fmt) && fmt != CORR_FMT_NSYS && is_step_stream(path)) {
+		if (!r.dg) {
+			pr_err("replay: %s holds step records, but --step-markers off disables "
+			       "the detector",
+			       path);
+			err = -EINVAL;
+			goto cleanup;
+		}
+		err = replay_steps(&r, path);
+		if (!err)
+			err = diag_finish(r.dg);
+		emit_diag_status(&r, path, err);
+		pr_info("replay: %s: %llu steps re-judged, %llu anomalies, %llu malformed lines",
+			path, (unsigned long long)r.dg->steps, (unsigned long long)r.dg->anomalies,
+			(unsigned long long)r.bad_lines);
+		if (!err && r.err)
+			err = r.err;
+		goto cleanup;
+	}
 
 	if (r.deep) {
 		r.buf = malloc(JSON_BUF);
@@ -192,17 +413,29 @@ int replay_run(struct agent *a, const char *path)
 		/* the rest: whole intervals, or one summary when no interval is set */
 		if (r.interval_ns)
 			cut_until(&r, UINT64_MAX - r.interval_ns);
-		corr_stats__cut(r.st, r.t_next ? r.t_next : corr_stats__first_ts(r.st),
-				UINT64_MAX, emit_summary, &r);
+		corr_stats__cut(r.st, r.t_next ? r.t_next : corr_stats__first_ts(r.st), UINT64_MAX,
+				emit_summary, &r);
 	}
 	emit_status(&r, path, &st, err);
+	if (r.dg) {
+		int derr = diag_finish(r.dg);
+
+		if (derr && !err)
+			err = derr;
+		emit_diag_status(&r, path, err);
+		pr_info("replay: %s: %llu steps, %llu anomalies", path,
+			(unsigned long long)r.dg->steps, (unsigned long long)r.dg->anomalies);
+	}
 	pr_info("replay: %s (%s): %llu GPU records, %llu joined, %llu unmatched, %llu markers",
 		path, corr_format_name(st.format), (unsigned long long)st.gpu_records,
 		(unsigned long long)st.corr.joined, (unsigned long long)st.corr.unmatched,
 		(unsigned long long)st.markers);
 	if (!err && r.err)
 		err = r.err;
+	if (!err && r.dg && r.dg->err)
+		err = r.dg->err;
 cleanup:
+	diag_free(r.dg);
 	corr_stats__free(r.st);
 	free(r.buf);
 	return err;

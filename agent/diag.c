@@ -1,0 +1,300 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * diag.c - inference steps and anomalies (correlator/include/diagnose.h),
+ * for the live loop and for --replay alike: GPU records, markers and CPU
+ * events of launching threads go to the segmenter; each finished step
+ * becomes a "step" record and goes through the detector, whose verdicts
+ * become "anomaly" records (docs/events.md, docs/diagnosis.md).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "state.h"
+#include "diagnose.h"
+
+/*
+ * Diagnosis options from the command line (main.c calls
+ * replay_diag_option()); replay only for now, the live loop wires the same
+ * library later.
+ */
+static struct {
+	const char *markers; /* NULL: the library's defaults */
+	bool auto_only, no_anchor, off;
+	const char *baseline, *baseline_save;
+	struct diag_det_opts det;
+} dopt = {.det = {.sz = sizeof(struct diag_det_opts)}};
+
+/* ------------------------------------------------------------ diagnosis -- */
+
+static json_t *int_or_null(int64_t v)
+{
+	return v < 0 ? json_null() : json_integer((json_int_t)v);
+}
+
+static void emit_anomaly(void *ctx, const struct diag_anomaly *an)
+{
+	struct diag *d = ctx;
+	json_t *o = rec_new(d->a, "anomaly", 0, 0, an->step_start_ns), *sus;
+
+	if (!o) {
+		d->err = -ENOMEM;
+		return;
+	}
+	sus = json_array();
+	/* the detector's instance (a step stream names its own) */
+	json_object_set_new(o, "instance", json_string(an->instance));
+	json_object_set_new(o, "rank", an->rank < 0 ? json_null() : json_integer(an->rank));
+	json_object_set_new(o, "phase", json_string(diag_phase_name(an->phase)));
+	json_object_set_new(o, "step_start_ns", json_integer((json_int_t)an->step_start_ns));
+	json_object_set_new(o, "dur_ns", json_integer((json_int_t)an->dur_ns));
+	json_object_set_new(o, "expected_ns", json_integer((json_int_t)an->expected_ns));
+	json_object_set_new(o, "score", json_real(an->score));
+	json_object_set_new(o, "kind", json_string(diag_kind_name(an->kind)));
+	json_object_set_new(o, "chart", json_string(an->chart));
+	for (uint32_t i = 0; i < an->n_suspects; i++)
+		json_array_append_new(
+		    sus, json_pack("{s:s,s:s,s:f,s:f}", "what", an->suspects[i].what, "evidence",
+				   an->suspects[i].evidence, "value", an->suspects[i].value,
+				   "ratio", an->suspects[i].ratio));
+	json_object_set_new(o, "suspects", sus);
+	d->anomalies++;
+	if (rec_emit(d->a, REC_ANOMALY, o))
+		d->err = -EIO;
+}
+
+static void emit_step(void *ctx, const struct diag_step *cs)
+{
+	struct diag *d = ctx;
+	struct diag_step s = *cs;
+	json_t *o, *top;
+
+	s.instance = agent_instance_of(d->a, s.pid);
+	o = rec_new(d->a, "step", s.pid, s.tid, s.start_ns);
+	if (!o) {
+		d->err = -ENOMEM;
+		return;
+	}
+	top = json_array();
+	json_object_set_new(o, "rank", s.rank < 0 ? json_null() : json_integer(s.rank));
+	json_object_set_new(o, "seq", json_integer((json_int_t)s.seq));
+	json_object_set_new(o, "start_ns", json_integer((json_int_t)s.start_ns));
+	json_object_set_new(o, "dur_ns", json_integer((json_int_t)s.dur_ns));
+	json_object_set_new(o, "phase", json_string(diag_phase_name(s.phase)));
+	json_object_set_new(o, "tokens", int_or_null(s.tokens));
+	json_object_set_new(o, "batch_size", int_or_null(s.batch_size));
+	json_object_set_new(o, "kv_tokens", int_or_null(s.kv_tokens));
+	json_object_set_new(o, "source", json_string(s.source));
+	json_object_set_new(o, "marker", s.marker ? json_string(s.marker) : json_null());
+	json_object_set_new(o, "gpu_busy_ns", int_or_null(s.gpu_busy_ns));
+	json_object_set_new(o, "idle_ns", int_or_null(s.idle_ns));
+	json_object_set_new(o, "idle_gaps", int_or_null(s.idle_gaps));
+	json_object_set_new(o, "idle_max_ns", int_or_null(s.idle_max_ns));
+	json_object_set_new(o, "kernels", int_or_null(s.kernels));
+	json_object_set_new(o, "graph_kernels", int_or_null(s.graph_kernels));
+	json_object_set_new(o, "memcpys", int_or_null(s.memcpys));
+	json_object_set_new(o, "comm_ns", int_or_null(s.comm_ns));
+	if (s.l2s_p50_ns >= 0)
+		json_object_set_new(o, "launch_to_start_ns",
+				    json_pack("{s:I,s:I,s:I}", "p50", (json_int_t)s.l2s_p50_ns,
+					      "p90", (json_int_t)s.l2s_p90_ns, "p99",
+					      (json_int_t)s.l2s_p99_ns));
+	else
+		json_object_set_new(o, "launch_to_start_ns", json_null());
+	json_object_set_new(o, "offcpu_ns", int_or_null(s.offcpu_ns));
+	json_object_set_new(o, "runq_ns", int_or_null(s.runq_ns));
+	json_object_set_new(o, "slow_syscalls", int_or_null(s.slow_syscalls));
+	json_object_set_new(o, "slow_syscall_ns", int_or_null(s.slow_syscall_ns));
+	json_object_set_new(o, "net_bytes", int_or_null(s.net_bytes));
+	json_object_set_new(o, "preempt_pid",
+			    s.preempt_pid ? json_integer(s.preempt_pid) : json_null());
+	for (uint32_t i = 0; i < s.n_top; i++)
+		json_array_append_new(top, json_pack("{s:s,s:I,s:I}", "name",
+						     s.top[i].name ? s.top[i].name : "", "count",
+						     (json_int_t)s.top[i].count, "total_ns",
+						     (json_int_t)s.top[i].total_ns));
+	json_object_set_new(o, "top_kernels", top);
+	d->steps++;
+	if (rec_emit(d->a, REC_SUMMARY, o))
+		d->err = -EIO;
+	if (d->det)
+		diag_det__add_step(d->det, &s, NULL);
+}
+
+static void diag_log_cb(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void diag_log_cb(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	(void)ctx;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	agent_log((enum log_level)lvl, "%s", msg);
+}
+
+int diag_option(const char *name, const char *arg)
+{
+	char *end;
+	double v;
+
+	if (!strcmp(name, "step-markers")) {
+		if (!strcmp(arg, "auto")) {
+			dopt.auto_only = true;
+		} else if (!strcmp(arg, "launches")) {
+			dopt.auto_only = dopt.no_anchor = true;
+		} else if (!strcmp(arg, "off")) {
+			dopt.off = true;
+		} else {
+			dopt.markers = arg;
+		}
+		return 0;
+	}
+	if (!strcmp(name, "baseline")) {
+		dopt.baseline = arg;
+		return 0;
+	}
+	if (!strcmp(name, "baseline-save")) {
+		dopt.baseline_save = arg;
+		return 0;
+	}
+	if (strcmp(name, "detect"))
+		return -ENOENT;
+	/* KEY=VALUE */
+	{
+		const char *eq = strchr(arg, '=');
+		size_t kl = eq ? (size_t)(eq - arg) : 0;
+
+		if (!eq)
+			return -EINVAL;
+		errno = 0;
+		v = strtod(eq + 1, &end);
+		if (errno || end == eq + 1 || *end || !(v > 0) || v > 1e9)
+			return -EINVAL;
+#define KEY(k) (kl == strlen(k) && !strncmp(arg, k, kl))
+		if (KEY("k"))
+			dopt.det.k_single = dopt.det.k_window = v;
+		else if (KEY("floor"))
+			dopt.det.floor_single = v;
+		else if (KEY("window-floor"))
+			dopt.det.floor_window = v;
+		else if (KEY("window") && v <= 32)
+			dopt.det.window = (uint32_t)v;
+		else if (KEY("bootstrap"))
+			dopt.det.bootstrap = (uint32_t)v;
+		else if (KEY("straggler"))
+			dopt.det.straggler_rel = v;
+		else if (KEY("regression"))
+			dopt.det.regression_rel = v;
+		else
+			return -EINVAL;
+#undef KEY
+	}
+	return 0;
+}
+
+int diag_new(struct agent *a, struct diag **out)
+{
+	struct diag *d;
+	struct diag_seg_opts so = {
+	    .sz = sizeof(so),
+	    .markers = dopt.markers,
+	    .auto_only = dopt.auto_only,
+	    .no_anchor = dopt.no_anchor,
+	    .step = emit_step,
+	    .log = diag_log_cb,
+	};
+	struct diag_det_opts o = dopt.det;
+	int err;
+
+	*out = NULL;
+	if (dopt.off)
+		return 0;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->a = a;
+	so.step_ctx = d;
+	o.sz = sizeof(o);
+	o.anomaly = emit_anomaly;
+	o.anomaly_ctx = d;
+	o.log = diag_log_cb;
+	d->det = diag_det__new(&o);
+	if (!d->det) {
+		err = -errno;
+		goto fail;
+	}
+	if (dopt.baseline) {
+		err = diag_det__load(d->det, dopt.baseline);
+		if (err)
+			goto fail;
+		pr_info("baseline %s: %llu keys", dopt.baseline,
+			(unsigned long long)diag_det__counters(d->det)->baseline_keys);
+	}
+	d->seg = diag_seg__new(&so);
+	if (!d->seg) {
+		err = -errno;
+		goto fail;
+	}
+	*out = d;
+	return 0;
+fail:
+	diag_free(d);
+	return err;
+}
+
+void diag_on_gpu(struct diag *d, const struct corr_gpu *g, const struct corr_launch *l)
+{
+	if (d)
+		diag_seg__add_gpu(d->seg, g, l);
+}
+
+void diag_on_marker(struct diag *d, const struct corr_marker *m)
+{
+	if (d)
+		diag_seg__add_marker(d->seg, m);
+}
+
+void diag_on_cpu(struct diag *d, const struct diag_cpu_event *e)
+{
+	if (d)
+		diag_seg__add_cpu(d->seg, e);
+}
+
+void diag_add_step(struct diag *d, const struct diag_step *s)
+{
+	if (!d)
+		return;
+	d->steps++;
+	diag_det__add_step(d->det, s, NULL);
+}
+
+void diag_advance(struct diag *d, uint64_t now)
+{
+	if (d)
+		diag_seg__advance(d->seg, now);
+}
+
+int diag_finish(struct diag *d)
+{
+	int err = 0;
+
+	if (!d)
+		return 0;
+	err = diag_seg__flush(d->seg);
+	if (!err && dopt.baseline_save)
+		err = diag_det__save(d->det, dopt.baseline_save);
+	return err;
+}
+
+void diag_free(struct diag *d)
+{
+	if (!d)
+		return;
+	diag_seg__free(d->seg);
+	diag_det__free(d->det);
+	free(d);
+}

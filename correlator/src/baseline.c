@@ -1,0 +1,436 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * baseline.c - how long a step of a given workload takes: an empirical
+ * roofline learned online (docs/diagnosis.md, "The baseline").
+ *
+ * Two layers, because neither alone is good enough:
+ *  - workload cells (tokens x KV tokens, about 5% and 10% wide) hold the
+ *    recent durations of accepted steps; their median follows the bends a
+ *    line cannot (overlap, CUDA graph buckets, attention kernel variants);
+ *  - a global line dur = c0 + c1 * tokens + c2 * kv fit by least absolute
+ *    deviations on a reservoir of recent steps, refitted periodically. It
+ *    predicts cells never seen, and scales a neighbour cell's median to a
+ *    new cell, which is what keeps a heavier batch from being an anomaly.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag_internal.h"
+#include "internal.h"
+
+/* tokens: exact up to 32 (small decode batches differ a lot), then 5% cells */
+static uint32_t bucket_t(double t)
+{
+	if (t < 0)
+		return 0xffff;
+	if (t <= 32)
+		return (uint32_t)t;
+	return 32 + (uint32_t)(log(t / 32.0) / log(1.05));
+}
+
+static uint32_t bucket_kv(double kv)
+{
+	if (kv <= 0)
+		return 0xffff;
+	return (uint32_t)(log(kv) / log(1.1));
+}
+
+uint64_t dm_bin_key(double t, double kv)
+{
+	return ((uint64_t)bucket_t(t) << 32) | bucket_kv(kv);
+}
+
+int dm_init(struct dmodel *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->cap = 64;
+	m->bins = malloc(sizeof(*m->bins) * m->cap);
+	if (!m->bins)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < m->cap; i++)
+		m->bins[i].key = BIN_EMPTY;
+	return 0;
+}
+
+void dm_free(struct dmodel *m)
+{
+	free(m->bins);
+	m->bins = NULL;
+	m->cap = m->used = 0;
+}
+
+struct dbin *dm_find(const struct dmodel *m, uint64_t key)
+{
+	uint32_t mask = m->cap - 1, i = (uint32_t)corr_hash64(key) & mask;
+
+	for (;; i = (i + 1) & mask) {
+		if (m->bins[i].key == key)
+			return &m->bins[i];
+		if (m->bins[i].key == BIN_EMPTY)
+			return NULL;
+	}
+}
+
+static struct dbin *slot_for(struct dbin *tab, uint32_t cap, uint64_t key)
+{
+	uint32_t mask = cap - 1, i = (uint32_t)corr_hash64(key) & mask;
+
+	while (tab[i].key != BIN_EMPTY && tab[i].key != key)
+		i = (i + 1) & mask;
+	return &tab[i];
+}
+
+static int grow(struct dmodel *m)
+{
+	uint32_t ncap = m->cap * 2;
+	struct dbin *nt;
+
+	if (ncap > (1u << 20))
+		return -ENOSPC;
+	nt = malloc(sizeof(*nt) * ncap);
+	if (!nt)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < ncap; i++)
+		nt[i].key = BIN_EMPTY;
+	for (uint32_t i = 0; i < m->cap; i++)
+		if (m->bins[i].key != BIN_EMPTY)
+			*slot_for(nt, ncap, m->bins[i].key) = m->bins[i];
+	free(m->bins);
+	m->bins = nt;
+	m->cap = ncap;
+	return 0;
+}
+
+float dm_bin_median(const struct dbin *b)
+{
+	if (!b->cnt)
+		return 0;
+	if (b->cnt & 1)
+		return b->sorted[b->cnt / 2];
+	return 0.5f * (b->sorted[b->cnt / 2 - 1] + b->sorted[b->cnt / 2]);
+}
+
+/* replace `old` (when the ring is full) by `v` in the sorted copy */
+static void sorted_update(struct dbin *b, bool full, float old, float v)
+{
+	int n = b->cnt, i;
+
+	if (full) {
+		for (i = 0; i < n && b->sorted[i] != old; i++)
+			;
+		if (i == n)
+			i = n - 1; /* cannot happen; stay in bounds */
+		memmove(&b->sorted[i], &b->sorted[i + 1], sizeof(float) * (size_t)(n - 1 - i));
+		n--;
+	}
+	for (i = n; i > 0 && b->sorted[i - 1] > v; i--)
+		b->sorted[i] = b->sorted[i - 1];
+	b->sorted[i] = v;
+}
+
+int dm_add(struct dmodel *m, double t, double kv, double dur)
+{
+	uint64_t key = dm_bin_key(t, kv);
+	struct dbin *b;
+	bool full;
+	float old = 0;
+	int err;
+
+	if ((m->used + 1) * 4 > m->cap * 3) {
+		err = grow(m);
+		if (err)
+			return err;
+	}
+	b = slot_for(m->bins, m->cap, key);
+	if (b->key == BIN_EMPTY) {
+		memset(b, 0, sizeof(*b));
+		b->key = key;
+		m->used++;
+	}
+	full = b->cnt == BIN_RING;
+	if (full) {
+		old = b->ring[b->pos];
+		/* the mean workload follows the ring; sums of dropped samples leave */
+		b->sum_t -= b->sum_t / BIN_RING;
+		b->sum_kv -= b->sum_kv / BIN_RING;
+	}
+	b->ring[b->pos] = (float)dur;
+	b->pos = (uint8_t)((b->pos + 1) % BIN_RING);
+	sorted_update(b, full, old, (float)dur);
+	if (!full)
+		b->cnt++;
+	b->sum_t += t > 0 ? t : 0;
+	b->sum_kv += kv > 0 ? kv : 0;
+	b->n++;
+	return 0;
+}
+
+int dm_put_bin(struct dmodel *m, uint64_t key, double med, uint32_t cnt, double mean_t,
+	       double mean_kv)
+{
+	struct dbin *b;
+	int err;
+
+	if (!cnt || cnt > BIN_RING || key == BIN_EMPTY)
+		return -EINVAL;
+	if ((m->used + 1) * 4 > m->cap * 3) {
+		err = grow(m);
+		if (err)
+			return err;
+	}
+	b = slot_for(m->bins, m->cap, key);
+	if (b->key == BIN_EMPTY)
+		m->used++;
+	memset(b, 0, sizeof(*b));
+	b->key = key;
+	for (uint32_t i = 0; i < cnt; i++)
+		b->ring[i] = b->sorted[i] = (float)med;
+	b->cnt = (uint8_t)cnt;
+	b->pos = (uint8_t)(cnt % BIN_RING);
+	b->n = cnt;
+	b->sum_t = mean_t * cnt;
+	b->sum_kv = mean_kv * cnt;
+	return 0;
+}
+
+void dm_lin_sample(struct dmodel *m, double t, double kv, double dur)
+{
+	struct dlin *l = &m->lin;
+
+	l->t[l->pos] = (float)(t > 0 ? t : 0);
+	l->kv[l->pos] = (float)(kv > 0 ? kv : 0);
+	l->dur[l->pos] = (float)dur;
+	l->pos = (l->pos + 1) % RES_CAP;
+	if (l->n < RES_CAP)
+		l->n++;
+}
+
+double dm_lin_pred(const struct dlin *l, double t, double kv)
+{
+	return l->c[0] + l->c[1] * (t > 0 ? t : 0) + l->c[2] * (kv > 0 ? kv : 0);
+}
+
+/* solve the 3x3 system a x = b by Gaussian elimination with pivoting */
+static int solve3(double a[3][3], double b[3], double x[3])
+{
+	for (int c = 0; c < 3; c++) {
+		int p = c;
+
+		for (int r = c + 1; r < 3; r++)
+			if (fabs(a[r][c]) > fabs(a[p][c]))
+				p = r;
+		if (fabs(a[p][c]) < 1e-30)
+			return -EDOM;
+		if (p != c) {
+			for (int k = 0; k < 3; k++) {
+				double tmp = a[c][k];
+
+				a[c][k] = a[p][k];
+				a[p][k] = tmp;
+			}
+			double tb = b[c];
+
+			b[c] = b[p];
+			b[p] = tb;
+		}
+		for (int r = c + 1; r < 3; r++) {
+			double f = a[r][c] / a[c][c];
+
+			for (int k = c; k < 3; k++)
+				a[r][k] -= f * a[c][k];
+			b[r] -= f * b[c];
+		}
+	}
+	for (int r = 2; r >= 0; r--) {
+		double s = b[r];
+
+		for (int k = r + 1; k < 3; k++)
+			s -= a[r][k] * x[k];
+		x[r] = s / a[r][r];
+	}
+	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Least absolute deviations by iteratively reweighted least squares: robust
+ * to the slow steps still in the reservoir (a median line, not a mean one).
+ * Features are scaled to their maxima so the ridge term means the same for
+ * tokens and KV tokens; a column that is always 0 gets its coefficient 0.
+ */
+int dm_lin_fit(struct dlin *l)
+{
+	double sc[3] = {1, 0, 0}, c[3] = {0, 0, 0};
+	double *u;
+	uint32_t n = l->n;
+
+	if (n < 8)
+		return -EAGAIN;
+	for (uint32_t i = 0; i < n; i++) {
+		if (l->t[i] > sc[1])
+			sc[1] = l->t[i];
+		if (l->kv[i] > sc[2])
+			sc[2] = l->kv[i];
+	}
+	for (int it = 0; it < 8; it++) {
+		double a[3][3] = {{0}}, b[3] = {0}, x[3] = {0};
+
+		for (uint32_t i = 0; i < n; i++) {
+			double f[3] = {1, sc[1] ? l->t[i] / sc[1] : 0,
+				       sc[2] ? l->kv[i] / sc[2] : 0};
+			double r = it ? l->dur[i] - (c[0] * f[0] + c[1] * f[1] + c[2] * f[2]) : 1;
+			/* relative deviations: a 1 ms miss matters more on a 10 ms step */
+			double w = 1.0 / ((double)l->dur[i] *
+					  (it ? fmax(fabs(r), 1e-3 * l->dur[i] + 1) : 1.0));
+
+			for (int p = 0; p < 3; p++) {
+				for (int q = 0; q < 3; q++)
+					a[p][q] += w * f[p] * f[q];
+				b[p] += w * f[p] * l->dur[i];
+			}
+		}
+		/* ridge: keeps an unused or collinear column from blowing up */
+		for (int p = 1; p < 3; p++)
+			a[p][p] += 1e-6 * a[0][0] + 1e-12;
+		if (solve3(a, b, x))
+			return -EDOM;
+		memcpy(c, x, sizeof(c));
+	}
+	l->c[0] = c[0];
+	l->c[1] = sc[1] ? c[1] / sc[1] : 0;
+	l->c[2] = sc[2] ? c[2] / sc[2] : 0;
+	u = malloc(sizeof(*u) * n);
+	if (!u)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		double p = dm_lin_pred(l, l->t[i], l->kv[i]);
+
+		u[i] = p > 0 ? l->dur[i] / p - 1 : 0;
+	}
+	qsort(u, n, sizeof(*u), cmp_double);
+	l->q50 = u[n / 2];
+	l->q99 = u[(size_t)(n * 0.99)];
+	free(u);
+	l->ok = true;
+	return 0;
+}
+
+/*
+ * Neighbour cells, nearest first: along KV tokens (which grow step by step
+ * as requests decode), along tokens, and diagonally (prefill steps, where
+ * both are the prompt length). A neighbour's median is scaled to this
+ * workload by the roofline's ratio between the two workloads.
+ */
+static const int8_t nb_off[][2] = {
+    {0, -1},  {0, 1},  {-1, 0}, {1, 0}, {-1, -1}, {1, 1}, {0, -2},  {0, 2},
+    {-1, 1},  {1, -1}, {-2, 0}, {2, 0}, {-1, -2}, {1, 2}, {-2, -1}, {2, 1},
+    {-2, -2}, {2, 2},  {0, -3}, {0, 3}, {-3, 0},  {3, 0}, {-3, -3}, {3, 3},
+};
+
+double dm_predict(const struct dmodel *m, double t, double kv, int *src)
+{
+	uint64_t key = dm_bin_key(t, kv);
+	const struct dbin *b = dm_find(m, key);
+	int bt = (int)(key >> 32), bk = (int)(uint32_t)key;
+
+	if (b && b->cnt >= BIN_MIN) {
+		*src = 0;
+		return dm_bin_median(b);
+	}
+	for (unsigned i = 0; i < sizeof(nb_off) / sizeof(nb_off[0]); i++) {
+		int nt = bt + nb_off[i][0], nk = bk + nb_off[i][1];
+
+		if ((nb_off[i][0] && bt == 0xffff) || (nb_off[i][1] && bk == 0xffff) || nt < 0 ||
+		    nk < 0)
+			continue;
+		b = dm_find(m, ((uint64_t)(uint32_t)nt << 32) | (uint32_t)nk);
+		if (b && b->cnt >= BIN_MIN) {
+			double med = dm_bin_median(b), ratio = 1;
+
+			if (m->lin.ok) {
+				double pt = dm_lin_pred(&m->lin, t, kv);
+				double pn =
+				    dm_lin_pred(&m->lin, b->sum_t / b->cnt, b->sum_kv / b->cnt);
+
+				if (pt > 0 && pn > 0)
+					ratio = fmin(fmax(pt / pn, 0.5), 2.0);
+			}
+			*src = 1;
+			return med * ratio;
+		}
+	}
+	if (m->lin.ok) {
+		double p = dm_lin_pred(&m->lin, t, kv) * (1 + m->lin.q50);
+
+		*src = 2;
+		return p > 0 ? p : 0;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ kernels -- */
+
+struct dkern *dk_get(struct dkerns *k, const char *name, bool create)
+{
+	uint64_t h = 1469598103934665603ULL;
+	uint32_t mask, i;
+
+	for (const char *p = name; *p; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+	if (create && (k->used + 1) * 4 > k->cap * 3) {
+		uint32_t ncap = k->cap ? k->cap * 2 : 64;
+		struct dkern *nt;
+
+		if (ncap > (1u << 16))
+			return NULL; /* bounded: kernels beyond 48k names are not tracked */
+		nt = calloc(ncap, sizeof(*nt));
+		if (!nt)
+			return NULL;
+		for (uint32_t j = 0; j < k->cap; j++) {
+			uint64_t hh = 1469598103934665603ULL;
+
+			if (!k->tab[j].name)
+				continue;
+			for (const char *p = k->tab[j].name; *p; p++)
+				hh = (hh ^ (uint8_t)*p) * 1099511628211ULL;
+			for (i = (uint32_t)corr_hash64(hh) & (ncap - 1); nt[i].name;
+			     i = (i + 1) & (ncap - 1))
+				;
+			nt[i] = k->tab[j];
+		}
+		free(k->tab);
+		k->tab = nt;
+		k->cap = ncap;
+	}
+	if (!k->cap)
+		return NULL;
+	mask = k->cap - 1;
+	for (i = (uint32_t)corr_hash64(h) & mask; k->tab[i].name; i = (i + 1) & mask)
+		if (!strcmp(k->tab[i].name, name))
+			return &k->tab[i];
+	if (!create)
+		return NULL;
+	k->tab[i].name = strdup(name);
+	if (!k->tab[i].name)
+		return NULL;
+	k->tab[i].log_ns = 0;
+	k->tab[i].steps = 0;
+	k->used++;
+	return &k->tab[i];
+}
+
+void dk_free(struct dkerns *k)
+{
+	for (uint32_t i = 0; i < k->cap; i++)
+		free(k->tab[i].name);
+	free(k->tab);
+	memset(k, 0, sizeof(*k));
+}

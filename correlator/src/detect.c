@@ -1,0 +1,1002 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * detect.c - judge each step against its workload's baseline when it
+ * arrives (docs/diagnosis.md).
+ *
+ * Per (instance, rank, phase):
+ *  - the baseline (baseline.c) predicts the median duration m for the
+ *    step's workload; u = dur / m - 1 is the relative residual;
+ *  - control chart on the positive residuals u+: a step is flagged when u+
+ *    exceeds UCL1 = max(floor, mean + k * sd) of the accepted steps' u+
+ *    (the single-step chart: a host stall, a 2x step), or when the mean of
+ *    u+ over the last `window` steps not already flagged exceeds its own
+ *    UCL (the smoothed chart: a run of 1.2x steps that no single step
+ *    betrays) and the step itself is above the window floor;
+ *  - flagged steps never teach the baseline (a run of slow steps must not
+ *    become the norm), unless they persist for LEVEL_SHIFT steps: then the
+ *    new level is accepted and said so, and only a saved baseline
+ *    (--baseline) still sees the regression.
+ * Per instance: ranks of one instance run the same steps; the last step of
+ * each rank is kept and, once every known rank has a step in the same round
+ * (starts within half a step), each rank is compared with its peers' median.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag_internal.h"
+#include "internal.h"
+
+#define W_MAX 32
+#define LEVEL_SHIFT 64 /* consecutive flagged steps after which a key relearns */
+#define MAX_RANKS 64
+#define MAX_INST 1024
+#define EW_ALPHA 0.02 /* EWMA weight of the chart's statistics (~50 steps) */
+#define CHART_WARM 16 /* chart samples before k*sd counts (floor only before) */
+
+static const char *const kind_names[DIAG_KIND_COUNT] = {
+    "host_stall", "cpu_contention", "gpu_slow", "communication", "straggler", "regression",
+};
+static const char *const phase_names[DIAG_PHASE_COUNT] = {"unknown", "prefill", "decode", "mixed"};
+
+const char *diag_kind_name(enum diag_kind k)
+{
+	return (unsigned)k < DIAG_KIND_COUNT ? kind_names[k] : "unknown";
+}
+
+const char *diag_phase_name(enum diag_phase p)
+{
+	return (unsigned)p < DIAG_PHASE_COUNT ? phase_names[p] : "unknown";
+}
+
+int diag_phase_parse(const char *s, enum diag_phase *out)
+{
+	for (int i = 0; i < DIAG_PHASE_COUNT; i++)
+		if (s && !strcmp(s, phase_names[i])) {
+			*out = (enum diag_phase)i;
+			return 0;
+		}
+	*out = DIAG_PHASE_UNKNOWN;
+	return -EINVAL;
+}
+
+void diag_step_init(struct diag_step *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->rank = -1;
+	s->tokens = s->batch_size = s->kv_tokens = DIAG_UNKNOWN;
+	s->gpu_busy_ns = s->idle_ns = s->idle_gaps = s->idle_max_ns = DIAG_UNKNOWN;
+	s->kernels = s->graph_kernels = s->memcpys = s->comm_ns = DIAG_UNKNOWN;
+	s->l2s_p50_ns = s->l2s_p90_ns = s->l2s_p99_ns = DIAG_UNKNOWN;
+	s->offcpu_ns = s->runq_ns = s->slow_syscalls = s->slow_syscall_ns = DIAG_UNKNOWN;
+	s->net_bytes = DIAG_UNKNOWN;
+}
+
+/* a saved baseline for one key: the reference regressions are measured against */
+struct dref {
+	char *instance;
+	int32_t rank;
+	enum diag_phase phase;
+	struct dmodel m;
+	struct dkerns kern;
+};
+
+/* running mean and variance with an EWMA once warm (plain mean before) */
+struct ewstat {
+	double mean, var;
+	uint32_t n;
+};
+
+static void ew_add(struct ewstat *s, double x)
+{
+	double a = s->n < 1 / EW_ALPHA ? 1.0 / (s->n + 1) : EW_ALPHA, d = x - s->mean;
+
+	s->mean += a * d;
+	s->var = (1 - a) * (s->var + a * d * d);
+	s->n++;
+}
+
+struct dkey {
+	char *instance;
+	int32_t rank;
+	enum diag_phase phase;
+	struct dmodel m;
+	struct dkerns kern;
+	uint64_t steps, accepted, since_refit, consec;
+	struct ewstat u1; /* u+ of accepted steps */
+	struct ewstat uw; /* window mean of u+ */
+	float win[W_MAX];
+	uint32_t wpos, wcnt;
+	/* breakdown of accepted steps, as fractions of the step or ns */
+	struct ewstat f_idle, f_busy, f_comm, offcpu, runq;
+	/* regression against the reference */
+	const struct dref *ref;
+	bool ref_looked;
+	double reg[W_MAX * 8];
+	uint32_t reg_pos, reg_cnt;
+	bool reg_active;
+};
+
+struct dinst {
+	char *instance;
+	uint32_t n_ranks;
+	struct {
+		int32_t rank;
+		bool valid, judged;
+		uint64_t start, dur;
+		int64_t idle, offcpu;
+		enum diag_phase phase;
+	} r[MAX_RANKS];
+};
+
+struct diag_det {
+	struct diag_det_opts o;
+	struct dkey **keys; /* open addressing by (instance, rank, phase) */
+	uint32_t kcap, kused;
+	struct dref *refs;
+	uint32_t n_refs;
+	struct dinst *inst;
+	uint32_t n_inst;
+	struct diag_det_counters cnt;
+};
+
+static void dlog(const struct diag_det *d, enum corr_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void dlog(const struct diag_det *d, enum corr_log_level lvl, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (!d->o.log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	d->o.log(d->o.log_ctx, lvl, "%s", msg);
+}
+
+struct diag_det *diag_det__new(const struct diag_det_opts *opts)
+{
+	struct diag_det *d;
+
+	if (!opts || opts->sz < offsetof(struct diag_det_opts, anomaly)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	memcpy(&d->o, opts, opts->sz < sizeof(d->o) ? opts->sz : sizeof(d->o));
+	d->o.sz = sizeof(d->o);
+	if (!d->o.bootstrap)
+		d->o.bootstrap = 24;
+	if (!d->o.window)
+		d->o.window = 4;
+	if (d->o.window > W_MAX)
+		d->o.window = W_MAX;
+	if (d->o.k_single <= 0)
+		d->o.k_single = 5;
+	if (d->o.k_window <= 0)
+		d->o.k_window = 5;
+	if (d->o.floor_single <= 0)
+		d->o.floor_single = 0.10;
+	if (d->o.floor_window <= 0)
+		d->o.floor_window = 0.05;
+	if (!d->o.refit)
+		d->o.refit = 1024;
+	if (d->o.straggler_rel <= 0)
+		d->o.straggler_rel = 0.15;
+	if (!d->o.straggler_abs_ns)
+		d->o.straggler_abs_ns = 1000000;
+	if (d->o.regression_rel <= 0)
+		d->o.regression_rel = 0.10;
+	if (!d->o.regression_window)
+		d->o.regression_window = 32;
+	if (d->o.regression_window > W_MAX * 8)
+		d->o.regression_window = W_MAX * 8;
+	if (!d->o.max_keys)
+		d->o.max_keys = 4096;
+	d->kcap = corr_pow2((uint64_t)d->o.max_keys * 2);
+	d->keys = calloc(d->kcap, sizeof(*d->keys));
+	d->inst = calloc(MAX_INST, sizeof(*d->inst));
+	if (!d->keys || !d->inst) {
+		free(d->keys);
+		free(d->inst);
+		free(d);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return d;
+}
+
+static void key_free(struct dkey *k)
+{
+	if (!k)
+		return;
+	dm_free(&k->m);
+	dk_free(&k->kern);
+	free(k->instance);
+	free(k);
+}
+
+void diag_det__free(struct diag_det *d)
+{
+	if (!d)
+		return;
+	for (uint32_t i = 0; i < d->kcap; i++)
+		key_free(d->keys[i]);
+	for (uint32_t i = 0; i < d->n_refs; i++) {
+		dm_free(&d->refs[i].m);
+		dk_free(&d->refs[i].kern);
+		free(d->refs[i].instance);
+	}
+	for (uint32_t i = 0; i < d->n_inst; i++)
+		free(d->inst[i].instance);
+	free(d->refs);
+	free(d->inst);
+	free(d->keys);
+	free(d);
+}
+
+const struct diag_det_counters *diag_det__counters(const struct diag_det *d)
+{
+	return &d->cnt;
+}
+
+static uint64_t key_hash(const char *inst, int32_t rank, enum diag_phase ph)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (const char *p = inst; *p; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+	return corr_hash64(h ^ ((uint64_t)(uint32_t)rank << 8) ^ (uint64_t)ph);
+}
+
+static struct dkey *key_get(struct diag_det *d, const char *inst, int32_t rank, enum diag_phase ph)
+{
+	uint32_t mask = d->kcap - 1, i = (uint32_t)key_hash(inst, rank, ph) & mask;
+	struct dkey *k;
+
+	for (; d->keys[i]; i = (i + 1) & mask) {
+		k = d->keys[i];
+		if (k->rank == rank && k->phase == ph && !strcmp(k->instance, inst))
+			return k;
+	}
+	if (d->kused >= d->o.max_keys) {
+		d->cnt.keys_dropped++;
+		return NULL;
+	}
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return NULL;
+	k->instance = strdup(inst);
+	if (!k->instance || dm_init(&k->m)) {
+		key_free(k);
+		return NULL;
+	}
+	k->rank = rank;
+	k->phase = ph;
+	d->keys[i] = k;
+	d->kused++;
+	d->cnt.keys++;
+	return k;
+}
+
+static const struct dref *ref_for(const struct diag_det *d, const struct dkey *k)
+{
+	const struct dref *any = NULL;
+
+	for (uint32_t i = 0; i < d->n_refs; i++) {
+		const struct dref *r = &d->refs[i];
+
+		if (r->phase != k->phase || strcmp(r->instance, k->instance))
+			continue;
+		if (r->rank == k->rank)
+			return r;
+		if (!any)
+			any = r;
+	}
+	return any;
+}
+
+/* ------------------------------------------------------------- kinds ---- */
+
+static void add_suspect(struct diag_anomaly *an, const char *what, double value, double ratio,
+			const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void add_suspect(struct diag_anomaly *an, const char *what, double value, double ratio,
+			const char *fmt, ...)
+{
+	struct diag_suspect *s;
+	va_list ap;
+
+	if (an->n_suspects >= DIAG_SUSPECTS_MAX)
+		return;
+	s = &an->suspects[an->n_suspects++];
+	s->what = what;
+	s->value = value;
+	s->ratio = ratio;
+	va_start(ap, fmt);
+	vsnprintf(s->evidence, sizeof(s->evidence), fmt, ap);
+	va_end(ap);
+}
+
+static int cmp_suspect(const void *a, const void *b)
+{
+	const struct diag_suspect *x = a, *y = b;
+
+	return x->value < y->value ? 1 : x->value > y->value ? -1 : 0;
+}
+
+/* kernels of this step slower per call than their own history */
+static void kernel_suspects(struct dkey *k, const struct diag_step *s, struct diag_anomaly *an,
+			    double excess)
+{
+	struct diag_suspect ks[DIAG_TOP_MAX];
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->n_top && i < DIAG_TOP_MAX; i++) {
+		const struct diag_kernel *t = &s->top[i];
+		struct dkern *h;
+		double per, med;
+
+		if (!t->name || !t->count)
+			continue;
+		h = dk_get(&k->kern, t->name, false);
+		if (!h || h->steps < 3)
+			continue;
+		per = (double)t->total_ns / t->count;
+		med = exp(h->log_ns);
+		if (per < 1.3 * med)
+			continue;
+		ks[n].what = "kernel";
+		ks[n].value = (per - med) * t->count; /* its share of the excess */
+		ks[n].ratio = per / med;
+		snprintf(ks[n].evidence, sizeof(ks[n].evidence),
+			 "kernel %.80s %.1fx its median (%.1f -> %.1f us per call, %llu calls, "
+			 "%.0f%% of the excess)",
+			 t->name, per / med, med / 1e3, per / 1e3, (unsigned long long)t->count,
+			 excess > 0 ? 100 * (per - med) * t->count / excess : 0);
+		n++;
+	}
+	qsort(ks, n, sizeof(ks[0]), cmp_suspect);
+	for (uint32_t i = 0; i < n && an->n_suspects < DIAG_SUSPECTS_MAX; i++)
+		an->suspects[an->n_suspects++] = ks[i];
+}
+
+/*
+ * Why was the step slow? The excess over the median is split over what the
+ * breakdown measured against its own history: GPU busy beyond normal means
+ * the GPU was slow (or given more work); GPU idle beyond normal means the
+ * GPU waited for the CPU, and the launching thread's run-queue wait or
+ * off-CPU time says whether it was preempted (contention) or blocked (a
+ * stall). Without a breakdown the shape decides: one slow step is a stall,
+ * a run is contention.
+ */
+static void classify(struct dkey *k, const struct diag_step *s, double med, bool window,
+		     struct diag_anomaly *an)
+{
+	double excess = (double)s->dur_ns - med, dur = (double)s->dur_ns;
+	double d_idle = -1, d_busy = -1, d_comm = -1, runq = -1, offcpu = -1;
+
+	if (excess <= 0)
+		excess = 1;
+	if (s->idle_ns >= 0 && k->f_idle.n)
+		d_idle = s->idle_ns - k->f_idle.mean * med;
+	if (s->gpu_busy_ns >= 0 && k->f_busy.n)
+		d_busy = s->gpu_busy_ns - k->f_busy.mean * med;
+	if (s->comm_ns >= 0 && k->f_comm.n)
+		d_comm = s->comm_ns - k->f_comm.mean * med;
+	if (s->runq_ns >= 0)
+		runq = s->runq_ns - (k->runq.n ? k->runq.mean : 0);
+	if (s->offcpu_ns >= 0)
+		offcpu = s->offcpu_ns - (k->offcpu.n ? k->offcpu.mean : 0);
+
+	if (d_comm >= 0.5 * excess) {
+		an->kind = DIAG_KIND_COMMUNICATION;
+		add_suspect(an, "comm", d_comm, 0,
+			    "communication kernels %.2f ms longer than usual (%.2f ms in the step)",
+			    d_comm / 1e6, s->comm_ns / 1e6);
+	} else if (d_busy >= 0.5 * excess) {
+		an->kind = DIAG_KIND_GPU_SLOW;
+		add_suspect(an, "gpu_busy", d_busy, s->gpu_busy_ns / fmax(k->f_busy.mean * med, 1),
+			    "GPU busy %.2f ms, %.2f ms more than usual for this workload",
+			    s->gpu_busy_ns / 1e6, d_busy / 1e6);
+		kernel_suspects(k, s, an, excess);
+	} else if (runq >= 0.3 * excess) {
+		an->kind = DIAG_KIND_CPU_CONTENTION;
+	} else if (offcpu >= 0.3 * excess || d_idle >= 0.3 * excess) {
+		an->kind = DIAG_KIND_HOST_STALL;
+	} else {
+		an->kind = window ? DIAG_KIND_CPU_CONTENTION : DIAG_KIND_HOST_STALL;
+	}
+	if (d_idle > 0 && an->kind != DIAG_KIND_GPU_SLOW) {
+		if (offcpu > 0)
+			add_suspect(an, "gpu_idle", d_idle, 0,
+				    "%.2f ms GPU idle (%.2f ms more than usual) while the "
+				    "launching thread was off-CPU %.2f ms",
+				    s->idle_ns / 1e6, d_idle / 1e6, s->offcpu_ns / 1e6);
+		else
+			add_suspect(an, "gpu_idle", d_idle, 0,
+				    "%.2f ms GPU idle, %.2f ms more than usual: the GPU waited "
+				    "for the CPU",
+				    s->idle_ns / 1e6, d_idle / 1e6);
+	}
+	if (runq > 0.1 * excess) {
+		if (s->preempt_pid)
+			add_suspect(
+			    an, "runq", runq, 0,
+			    "launching thread waited %.2f ms for a CPU, preempted by pid %u",
+			    s->runq_ns / 1e6, s->preempt_pid);
+		else
+			add_suspect(an, "runq", runq, 0,
+				    "launching thread waited %.2f ms for a CPU", s->runq_ns / 1e6);
+	}
+	if (offcpu > 0.1 * excess)
+		add_suspect(an, "offcpu", offcpu, 0, "launching thread off-CPU %.2f ms",
+			    s->offcpu_ns / 1e6);
+	if (s->slow_syscall_ns > 0.1 * excess)
+		add_suspect(an, "syscall", (double)s->slow_syscall_ns, 0,
+			    "%lld slow syscalls took %.2f ms", (long long)s->slow_syscalls,
+			    s->slow_syscall_ns / 1e6);
+	if (an->kind != DIAG_KIND_GPU_SLOW && s->n_top)
+		kernel_suspects(k, s, an, excess);
+	if (!an->n_suspects)
+		add_suspect(an, "step", excess, dur / med,
+			    "step %.2f ms, %.2fx the median %.2f ms for its workload; no breakdown "
+			    "to say more (kind from the shape: %s)",
+			    dur / 1e6, dur / med, med / 1e6, window ? "a run" : "one step");
+	/* the first suspect names the kind; the rest by size */
+	if (an->n_suspects > 2)
+		qsort(&an->suspects[1], an->n_suspects - 1, sizeof(an->suspects[0]), cmp_suspect);
+}
+
+static void learn_breakdown(struct dkey *k, const struct diag_step *s)
+{
+	double dur = (double)s->dur_ns;
+
+	if (s->idle_ns >= 0)
+		ew_add(&k->f_idle, s->idle_ns / dur);
+	if (s->gpu_busy_ns >= 0)
+		ew_add(&k->f_busy, s->gpu_busy_ns / dur);
+	if (s->comm_ns >= 0)
+		ew_add(&k->f_comm, s->comm_ns / dur);
+	if (s->offcpu_ns >= 0)
+		ew_add(&k->offcpu, (double)s->offcpu_ns);
+	if (s->runq_ns >= 0)
+		ew_add(&k->runq, (double)s->runq_ns);
+	for (uint32_t i = 0; i < s->n_top && i < DIAG_TOP_MAX; i++) {
+		const struct diag_kernel *t = &s->top[i];
+		struct dkern *h;
+		double l;
+
+		if (!t->name || !t->count || !t->total_ns)
+			continue;
+		h = dk_get(&k->kern, t->name, true);
+		if (!h)
+			continue;
+		l = log((double)t->total_ns / t->count);
+		h->log_ns = h->steps ? h->log_ns + 0.1 * (l - h->log_ns) : l;
+		h->steps++;
+	}
+}
+
+/* ------------------------------------------------------------- peers ---- */
+
+static struct dinst *inst_get(struct diag_det *d, const char *name)
+{
+	for (uint32_t i = 0; i < d->n_inst; i++)
+		if (!strcmp(d->inst[i].instance, name))
+			return &d->inst[i];
+	if (d->n_inst >= MAX_INST)
+		return NULL;
+	d->inst[d->n_inst].instance = strdup(name);
+	if (!d->inst[d->n_inst].instance)
+		return NULL;
+	return &d->inst[d->n_inst++];
+}
+
+static double median_excl(const double *x, uint32_t n, uint32_t skip)
+{
+	double v[MAX_RANKS];
+	uint32_t m = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (i != skip)
+			v[m++] = x[i];
+	for (uint32_t i = 1; i < m; i++)
+		for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			double t = v[j];
+
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	return m ? ((m & 1) ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2])) : 0;
+}
+
+static void peers(struct diag_det *d, const char *instance, const struct diag_step *s)
+{
+	static const char *const metric[3] = {"step time", "GPU idle", "launcher off-CPU"};
+	struct dinst *in;
+	uint32_t idx[MAX_RANKS], n = 0, slot = MAX_RANKS, worst_i = 0, worst_m = 0;
+	double x[3][MAX_RANKS], worst = 0, worst_med = 0;
+	uint64_t maxdur = 0;
+
+	if (s->rank < 0 || !(in = inst_get(d, instance)))
+		return;
+	for (uint32_t i = 0; i < in->n_ranks; i++)
+		if (in->r[i].rank == s->rank)
+			slot = i;
+	if (slot == MAX_RANKS) {
+		if (in->n_ranks >= MAX_RANKS)
+			return;
+		slot = in->n_ranks++;
+		in->r[slot].rank = s->rank;
+	}
+	in->r[slot].valid = true;
+	in->r[slot].judged = false;
+	in->r[slot].start = s->start_ns;
+	in->r[slot].dur = s->dur_ns;
+	in->r[slot].idle = s->idle_ns;
+	in->r[slot].offcpu = s->offcpu_ns;
+	in->r[slot].phase = s->phase;
+	if (in->n_ranks < 2)
+		return;
+	for (uint32_t i = 0; i < in->n_ranks; i++) {
+		uint64_t a = in->r[i].start, b = s->start_ns;
+
+		if (!in->r[i].valid || in->r[i].judged)
+			return; /* the round is not complete yet */
+		if ((a > b ? a - b : b - a) > s->dur_ns / 2 + in->r[i].dur / 2)
+			return;
+		if (in->r[i].dur > maxdur)
+			maxdur = in->r[i].dur;
+		idx[n++] = i;
+	}
+	for (uint32_t j = 0; j < n; j++) {
+		x[0][j] = (double)in->r[idx[j]].dur;
+		x[1][j] = (double)in->r[idx[j]].idle;
+		x[2][j] = (double)in->r[idx[j]].offcpu;
+	}
+	for (uint32_t m = 0; m < 3; m++) {
+		bool known = true;
+
+		for (uint32_t j = 0; j < n; j++)
+			known &= x[m][j] >= 0;
+		if (!known)
+			continue;
+		for (uint32_t j = 0; j < n; j++) {
+			double med = median_excl(x[m], n, j), dev = x[m][j] - med;
+			/* step time relative to itself; idle and off-CPU relative to the step */
+			double rel = m == 0 ? (med > 0 ? dev / med : 0) : dev / (double)maxdur;
+
+			if (dev >= (double)d->o.straggler_abs_ns && rel > d->o.straggler_rel &&
+			    rel / d->o.straggler_rel > worst) {
+				worst = rel / d->o.straggler_rel;
+				worst_i = j;
+				worst_m = m;
+				worst_med = med;
+			}
+		}
+	}
+	for (uint32_t j = 0; j < n; j++)
+		in->r[idx[j]].judged = true;
+	if (worst > 0) {
+		struct diag_anomaly an = {0};
+		uint32_t ri = idx[worst_i];
+		double v = x[worst_m][worst_i];
+
+		an.instance = instance;
+		an.rank = in->r[ri].rank;
+		an.phase = in->r[ri].phase;
+		an.step_start_ns = in->r[ri].start;
+		an.dur_ns = in->r[ri].dur;
+		an.expected_ns =
+		    (uint64_t)(worst_m == 0 ? worst_med : (double)in->r[ri].dur - (v - worst_med));
+		an.score = worst;
+		an.kind = DIAG_KIND_STRAGGLER;
+		an.chart = "peers";
+		add_suspect(&an, "rank", v - worst_med, worst_med > 0 ? v / worst_med : 0,
+			    "rank %d %s %.2f ms vs its %u peers' median %.2f ms", an.rank,
+			    metric[worst_m], v / 1e6, n - 1, worst_med / 1e6);
+		d->cnt.anomalies++;
+		d->cnt.by_kind[DIAG_KIND_STRAGGLER]++;
+		if (d->o.anomaly)
+			d->o.anomaly(d->o.anomaly_ctx, &an);
+	}
+}
+
+/* -------------------------------------------------------- regression ---- */
+
+static void regression(struct diag_det *d, struct dkey *k, const struct diag_step *s, double t,
+		       double kv)
+{
+	struct diag_anomaly an = {0};
+	double ref_med, sum = 0, mean;
+	uint32_t w = d->o.regression_window;
+	int src;
+
+	if (!k->ref_looked) {
+		k->ref = ref_for(d, k);
+		k->ref_looked = true;
+	}
+	if (!k->ref)
+		return;
+	ref_med = dm_predict(&k->ref->m, t, kv, &src);
+	if (ref_med <= 0)
+		return;
+	k->reg[k->reg_pos] = (double)s->dur_ns / ref_med;
+	k->reg_pos = (k->reg_pos + 1) % w;
+	if (k->reg_cnt < w)
+		k->reg_cnt++;
+	if (k->reg_cnt < w)
+		return;
+	for (uint32_t i = 0; i < w; i++)
+		sum += k->reg[i];
+	mean = sum / w;
+	if (k->reg_active) {
+		/* re-arm once the level is back within half the limit */
+		if (mean < 1 + d->o.regression_rel / 2)
+			k->reg_active = false;
+		return;
+	}
+	if (mean < 1 + d->o.regression_rel)
+		return;
+	k->reg_active = true;
+	an.instance = k->instance;
+	an.rank = k->rank;
+	an.phase = k->phase;
+	an.step_start_ns = s->start_ns;
+	an.dur_ns = s->dur_ns;
+	an.expected_ns = (uint64_t)ref_med;
+	an.score = (mean - 1) / d->o.regression_rel;
+	an.kind = DIAG_KIND_REGRESSION;
+	an.chart = "baseline";
+	add_suspect(&an, "baseline", mean, mean,
+		    "the last %u steps took %.2fx the saved baseline for their workload", w, mean);
+	/* kernels whose name set or per-call time changed against the reference */
+	for (uint32_t i = 0; i < k->kern.cap && an.n_suspects < DIAG_SUSPECTS_MAX; i++) {
+		const struct dkern *h = &k->kern.tab[i];
+		struct dkern *r;
+
+		if (!h->name || h->steps < 3)
+			continue;
+		r = dk_get((struct dkerns *)&k->ref->kern, h->name, false);
+		if (!r)
+			add_suspect(&an, "kernel_new", exp(h->log_ns), 0,
+				    "kernel %.100s is new (%.1f us per call), not in the baseline",
+				    h->name, exp(h->log_ns) / 1e3);
+		else if (exp(h->log_ns - r->log_ns) >= 1.2)
+			add_suspect(
+			    &an, "kernel_slower", exp(h->log_ns), exp(h->log_ns - r->log_ns),
+			    "kernel %.100s %.1f -> %.1f us per call (%.2fx the baseline)", h->name,
+			    exp(r->log_ns) / 1e3, exp(h->log_ns) / 1e3, exp(h->log_ns - r->log_ns));
+	}
+	for (uint32_t i = 0; i < k->ref->kern.cap && an.n_suspects < DIAG_SUSPECTS_MAX; i++) {
+		const struct dkern *r = &k->ref->kern.tab[i];
+
+		if (r->name && r->steps >= 3 && k->kern.used && !dk_get(&k->kern, r->name, false))
+			add_suspect(&an, "kernel_gone", exp(r->log_ns), 0,
+				    "kernel %.100s of the baseline no longer runs", r->name);
+	}
+	d->cnt.anomalies++;
+	d->cnt.by_kind[DIAG_KIND_REGRESSION]++;
+	if (d->o.anomaly)
+		d->o.anomaly(d->o.anomaly_ctx, &an);
+}
+
+/* ------------------------------------------------------------- judge ---- */
+
+int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct diag_verdict *v)
+{
+	const char *inst = s->instance ? s->instance : "";
+	double t, kv, med, u, up, ucl1, uclw, wsum = 0, dur;
+	bool flag1 = false, flagw = false, judged = false;
+	struct dkey *k;
+	uint32_t wn = 0;
+	int src = -1;
+
+	if (v)
+		memset(v, 0, sizeof(*v));
+	d->cnt.steps++;
+	if (!s->dur_ns) {
+		d->cnt.bad_steps++;
+		return -EINVAL;
+	}
+	peers(d, inst, s);
+	k = key_get(d, inst, s->rank, s->phase);
+	if (!k)
+		return d->kused >= d->o.max_keys ? -ENOSPC : -ENOMEM;
+	k->steps++;
+	dur = (double)s->dur_ns;
+	t = s->tokens >= 0 ? (double)s->tokens : (double)s->batch_size;
+	kv = (double)s->kv_tokens;
+	med = dm_predict(&k->m, t, kv, &src);
+	u = med > 0 ? dur / med - 1 : 0;
+	up = u > 0 ? u : 0;
+
+	/* limits from the residuals' own spread, with floors */
+	ucl1 = k->u1.n >= CHART_WARM ? k->u1.mean + d->o.k_single * sqrt(k->u1.var) : 0;
+	if (ucl1 < d->o.floor_single)
+		ucl1 = d->o.floor_single;
+	/* a roofline guess (no cell near) is only as good as the fit's own spread */
+	if (src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
+		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
+	uclw = k->uw.n >= CHART_WARM ? k->uw.mean + d->o.k_window * sqrt(k->uw.var) : 0;
+	if (uclw < d->o.floor_window)
+		uclw = d->o.floor_window;
+
+	if (med > 0 && k->steps > d->o.bootstrap) {
+		judged = true;
+		flag1 = up > ucl1;
+		/* smoothed chart over the steps the single chart did not flag */
+		for (uint32_t i = 0; i < k->wcnt; i++)
+			if (k->win[i] >= 0) {
+				wsum += k->win[i];
+				wn++;
+			}
+		if (!flag1) {
+			double wm = (wsum + up) / (wn + 1);
+
+			flagw = src != 2 && wn + 1 >= d->o.window && wm > uclw &&
+				up > d->o.floor_window / 2;
+		}
+	}
+	/* the window remembers u+ of unflagged steps, -1 for flagged ones */
+	k->win[k->wpos] = flag1 ? -1.0f : (float)up;
+	k->wpos = (k->wpos + 1) % d->o.window;
+	if (k->wcnt < d->o.window)
+		k->wcnt++;
+
+	if (judged)
+		d->cnt.judged++;
+	else
+		d->cnt.bootstrapping++;
+	if (v) {
+		v->judged = judged;
+		v->median_ns = (uint64_t)med;
+		v->expected_ns =
+		    med > 0 ? (uint64_t)(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var))) : 0;
+		v->score = ucl1 > 0 ? up / ucl1 : 0;
+	}
+	if (flag1 || flagw) {
+		struct diag_anomaly an = {0};
+
+		k->consec++;
+		an.instance = inst;
+		an.rank = s->rank;
+		an.phase = s->phase;
+		an.step_start_ns = s->start_ns;
+		an.dur_ns = s->dur_ns;
+		an.expected_ns = (uint64_t)(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var)));
+		an.score = flag1 ? up / ucl1 : ((wsum + up) / (wn + 1)) / uclw;
+		an.chart = flag1 ? "single" : "window";
+		classify(k, s, med, flagw, &an);
+		d->cnt.anomalies++;
+		d->cnt.by_kind[an.kind]++;
+		if (v) {
+			v->anomalous = true;
+			v->score = an.score;
+		}
+		if (d->o.anomaly)
+			d->o.anomaly(d->o.anomaly_ctx, &an);
+		if (k->consec < LEVEL_SHIFT)
+			goto regress;
+		dlog(d, CORR_LOG_WARN,
+		     "diag: %s rank %d %s: %llu slow steps in a row, accepting the new level", inst,
+		     s->rank, diag_phase_name(s->phase), (unsigned long long)k->consec);
+		k->consec = 0;
+		dm_free(&k->m);
+		if (dm_init(&k->m))
+			return -ENOMEM;
+		k->steps = 0;
+		goto regress;
+	}
+	k->consec = 0;
+	/* accepted: it teaches the baseline and the chart */
+	if (judged && src != 2) {
+		double wm = (wsum + up) / (wn + 1);
+
+		ew_add(&k->u1, up);
+		if (wn + 1 >= d->o.window)
+			ew_add(&k->uw, wm);
+	} else if (!judged && med > 0 && src == 0) {
+		ew_add(&k->u1, up); /* bootstrap warms the chart too */
+	}
+	learn_breakdown(k, s);
+	if (dm_add(&k->m, t, kv, dur) == -ENOMEM)
+		return -ENOMEM;
+	dm_lin_sample(&k->m, t, kv, dur);
+	k->accepted++;
+	if (++k->since_refit >= d->o.refit || (!k->m.lin.ok && k->accepted == d->o.bootstrap)) {
+		k->since_refit = 0;
+		if (!dm_lin_fit(&k->m.lin))
+			d->cnt.refits++;
+	}
+regress:
+	regression(d, k, s, t, kv);
+	return 0;
+}
+
+/* ------------------------------------------------------- save / load ---- */
+
+/*
+ * Text, one item per line, tab separated (docs/diagnosis.md):
+ *   infertrace-baseline 1
+ *   key <rank> <phase> <steps> <c0> <c1> <c2> <q50> <q99> <instance>
+ *   bin <bin key hex> <median ns> <count> <mean tokens> <mean kv>
+ *   kern <log ns per call> <steps> <name>
+ * bin and kern lines belong to the key line above them.
+ */
+int diag_det__save(const struct diag_det *d, const char *path)
+{
+	FILE *f = fopen(path, "w");
+	int err = 0;
+
+	if (!f) {
+		err = -errno;
+		dlog(d, CORR_LOG_ERROR, "diag: cannot write baseline %s: %s", path, strerror(-err));
+		return err;
+	}
+	fprintf(f, "infertrace-baseline 1\n");
+	for (uint32_t i = 0; i < d->kcap; i++) {
+		const struct dkey *k = d->keys[i];
+
+		if (!k || strpbrk(k->instance, "\t\n"))
+			continue;
+		fprintf(f, "key\t%d\t%s\t%llu\t%.9g\t%.9g\t%.9g\t%.6g\t%.6g\t%s\n", k->rank,
+			diag_phase_name(k->phase), (unsigned long long)k->steps, k->m.lin.c[0],
+			k->m.lin.c[1], k->m.lin.c[2], k->m.lin.ok ? k->m.lin.q50 : 0,
+			k->m.lin.ok ? k->m.lin.q99 : -1, k->instance);
+		for (uint32_t j = 0; j < k->m.cap; j++) {
+			const struct dbin *b = &k->m.bins[j];
+
+			if (b->key == BIN_EMPTY || !b->cnt)
+				continue;
+			fprintf(f, "bin\t%llx\t%.9g\t%u\t%.6g\t%.6g\n", (unsigned long long)b->key,
+				dm_bin_median(b), b->cnt, b->sum_t / b->cnt, b->sum_kv / b->cnt);
+		}
+		for (uint32_t j = 0; j < k->kern.cap; j++) {
+			const struct dkern *h = &k->kern.tab[j];
+
+			if (h->name && !strpbrk(h->name, "\t\n"))
+				fprintf(f, "kern\t%.9g\t%llu\t%s\n", h->log_ns,
+					(unsigned long long)h->steps, h->name);
+		}
+	}
+	if (ferror(f))
+		err = -EIO;
+	if (fclose(f) && !err)
+		err = -errno;
+	if (err)
+		dlog(d, CORR_LOG_ERROR, "diag: writing baseline %s failed: %s", path,
+		     strerror(-err));
+	return err;
+}
+
+static int load_bin(struct dref *r, char *rest)
+{
+	unsigned long long key;
+	double med, mt, mkv;
+	unsigned cnt;
+
+	if (sscanf(rest, "%llx\t%lf\t%u\t%lf\t%lf", &key, &med, &cnt, &mt, &mkv) != 5 || med <= 0 ||
+	    !cnt || cnt > BIN_RING || key == BIN_EMPTY)
+		return -EINVAL;
+	return dm_put_bin(&r->m, key, med, cnt, mt, mkv);
+}
+
+int diag_det__load(struct diag_det *d, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	struct dref *cur = NULL;
+	unsigned long lineno = 0;
+	int err = 0;
+
+	if (!f) {
+		err = -errno;
+		dlog(d, CORR_LOG_ERROR, "diag: cannot read baseline %s: %s", path, strerror(-err));
+		return err;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		size_t n = strlen(line);
+		char *tab;
+
+		lineno++;
+		if (n && line[n - 1] == '\n')
+			line[--n] = '\0';
+		else if (!feof(f)) {
+			err = -EINVAL;
+			break;
+		}
+		if (lineno == 1) {
+			if (strcmp(line, "infertrace-baseline 1")) {
+				err = -EINVAL;
+				break;
+			}
+			continue;
+		}
+		tab = strchr(line, '\t');
+		if (!tab) {
+			err = -EINVAL;
+			break;
+		}
+		*tab++ = '\0';
+		if (!strcmp(line, "key")) {
+			int rank, off = 0;
+			char phase[16];
+			unsigned long long steps;
+			double c0, c1, c2, q50, q99;
+			struct dref *nr;
+
+			if (sscanf(tab, "%d\t%15[a-z]\t%llu\t%lf\t%lf\t%lf\t%lf\t%lf\t%n", &rank,
+				   phase, &steps, &c0, &c1, &c2, &q50, &q99, &off) != 8 ||
+			    !off || !tab[off]) {
+				err = -EINVAL;
+				break;
+			}
+			nr = realloc(d->refs, sizeof(*d->refs) * (d->n_refs + 1));
+			if (!nr) {
+				err = -ENOMEM;
+				break;
+			}
+			d->refs = nr;
+			cur = &d->refs[d->n_refs];
+			memset(cur, 0, sizeof(*cur));
+			if (dm_init(&cur->m) || !(cur->instance = strdup(tab + off))) {
+				dm_free(&cur->m);
+				err = -ENOMEM;
+				break;
+			}
+			d->n_refs++;
+			cur->rank = rank;
+			diag_phase_parse(phase, &cur->phase);
+			cur->m.lin.c[0] = c0;
+			cur->m.lin.c[1] = c1;
+			cur->m.lin.c[2] = c2;
+			cur->m.lin.q50 = q50;
+			cur->m.lin.q99 = q99;
+			cur->m.lin.ok = q99 >= 0;
+			d->cnt.baseline_keys++;
+		} else if (!strcmp(line, "bin") && cur) {
+			err = load_bin(cur, tab);
+			if (err)
+				break;
+		} else if (!strcmp(line, "kern") && cur) {
+			double lns;
+			unsigned long long steps;
+			int off = 0;
+			struct dkern *h;
+
+			if (sscanf(tab, "%lf\t%llu\t%n", &lns, &steps, &off) != 2 || !off ||
+			    !tab[off]) {
+				err = -EINVAL;
+				break;
+			}
+			h = dk_get(&cur->kern, tab + off, true);
+			if (h) {
+				h->log_ns = lns;
+				h->steps = steps;
+			}
+		} else {
+			err = -EINVAL;
+			break;
+		}
+	}
+	if (!err && ferror(f))
+		err = -EIO;
+	fclose(f);
+	if (err)
+		dlog(d, CORR_LOG_ERROR, "diag: baseline %s: line %lu: %s", path, lineno,
+		     err == -EINVAL ? "malformed" : strerror(-err));
+	/* keys already looking at references must look again */
+	for (uint32_t i = 0; i < d->kcap; i++)
+		if (d->keys[i])
+			d->keys[i]->ref_looked = false;
+	return err;
+}

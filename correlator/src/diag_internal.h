@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * diag_internal.h - the workload model shared by baseline.c (fit, save,
+ * load) and detect.c (control chart, kinds, peers). Not installed.
+ */
+#ifndef INFERTRACE_DIAG_INTERNAL_H
+#define INFERTRACE_DIAG_INTERNAL_H
+
+#include <stdint.h>
+
+#include "diagnose.h"
+
+/*
+ * A workload cell: steps with about the same tokens and KV tokens. The ring
+ * keeps the last BIN_RING accepted durations (a sorted copy gives the median
+ * in O(BIN_RING) per update), sums give the cell's mean workload, used to
+ * scale a neighbour cell's median to this one.
+ */
+#define BIN_RING 16
+#define BIN_MIN 4 /* durations a cell needs before it predicts */
+#define BIN_EMPTY UINT64_MAX
+
+struct dbin {
+	uint64_t key; /* BIN_EMPTY: free slot */
+	uint32_t n;   /* accepted steps ever */
+	uint8_t pos, cnt;
+	float ring[BIN_RING];
+	float sorted[BIN_RING];
+	double sum_t, sum_kv; /* of the samples in the ring, for the mean workload */
+};
+
+/* the empirical roofline: dur = c0 + c1 * t + c2 * kv, fit by least absolute deviations */
+#define RES_CAP 512
+struct dlin {
+	bool ok;
+	double c[3];
+	double q50, q99; /* relative residuals of the fit */
+	uint32_t n, pos; /* samples in the reservoir (ring) */
+	float t[RES_CAP], kv[RES_CAP], dur[RES_CAP];
+};
+
+struct dmodel {
+	struct dbin *bins;
+	uint32_t cap, used;
+	struct dlin lin;
+};
+
+/* workload coordinates: t = tokens (else batch size), kv = KV tokens; < 0 unknown */
+uint64_t dm_bin_key(double t, double kv);
+int dm_init(struct dmodel *m);
+void dm_free(struct dmodel *m);
+struct dbin *dm_find(const struct dmodel *m, uint64_t key);
+int dm_add(struct dmodel *m, double t, double kv, double dur);
+/* the reservoir sample for the global fit */
+void dm_lin_sample(struct dmodel *m, double t, double kv, double dur);
+int dm_lin_fit(struct dlin *l);
+double dm_lin_pred(const struct dlin *l, double t, double kv);
+float dm_bin_median(const struct dbin *b);
+/* a cell restored from a saved baseline: cnt copies of its median */
+int dm_put_bin(struct dmodel *m, uint64_t key, double med, uint32_t cnt, double mean_t,
+	       double mean_kv);
+/*
+ * Median duration expected for (t, kv): the cell, else a neighbour cell
+ * scaled by the roofline, else the roofline. Returns 0 when nothing can
+ * predict yet. *src: 0 cell, 1 neighbour, 2 roofline.
+ */
+double dm_predict(const struct dmodel *m, double t, double kv, int *src);
+
+/* kernels: per-call time history, name -> EWMA of log(ns per call) */
+struct dkern {
+	char *name; /* NULL: free */
+	double log_ns;
+	uint64_t steps;
+};
+struct dkerns {
+	struct dkern *tab;
+	uint32_t cap, used;
+};
+struct dkern *dk_get(struct dkerns *k, const char *name, bool create);
+void dk_free(struct dkerns *k);
+
+#endif /* INFERTRACE_DIAG_INTERNAL_H */

@@ -1,0 +1,975 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * steps.c - cut each process's GPU activity into inference steps and
+ * measure each step (docs/diagnosis.md, "Steps").
+ *
+ * Sources, first available wins per process:
+ *  1. step markers (names from opts.markers, USDT begin/end): the innermost
+ *     matching marker of a thread is a step;
+ *  2. automatic: the launching thread (most launches) cycles through
+ *     "launch the step's work, copy the sampled tokens device-to-host,
+ *     synchronise". Each device-to-host copy it launches ends a step; the
+ *     step starts at the first launch after the previous copy. Without such
+ *     copies, launch gaps far above the usual spacing cut instead;
+ *  3. anchor: when markers of the launching thread exist but none is named
+ *     as a step, the recurring marker (any name) whose spans each hold at
+ *     most one automatic cycle and together hold all of them, with the
+ *     least total time, is the step function (LatencyPrism's recurring
+ *     function). Its spans give exact boundaries and also the steps that
+ *     launched nothing.
+ *
+ * Everything is held until cut: live, diag_seg__advance() cuts what ended
+ * hold_ns ago; replay calls diag_seg__flush() at the end (the recording's
+ * events are not in time order).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag_internal.h"
+#include "internal.h"
+
+#define DEFAULT_MARKERS "execute_model,run_batch,forward_batch,ProfilerStep#"
+#define MAX_PATTERNS 16
+#define GAP_MIN_NS 50000   /* idle gaps shorter than this are launch jitter */
+#define CUDA_MEMCPY_DTOH 2 /* CUpti_ActivityMemcpyKind */
+
+struct srec {
+	uint64_t launch, start, end;
+	uint32_t pid, tid; /* tid 0: no launch joined */
+	int32_t name;
+	uint8_t kind, d2h, graph, comm;
+};
+
+struct smark {
+	uint64_t ts, end;
+	uint32_t pid, tid;
+	int32_t name;
+	bool step, usdt;
+	int64_t tokens, batch, kv;
+	enum diag_phase phase;
+};
+
+struct scpu {
+	struct diag_cpu_event e;
+};
+
+struct pstate {
+	uint32_t pid;
+	uint64_t seq;
+	uint64_t done_until; /* steps ending at or before this were emitted */
+};
+
+struct usdt_open {
+	uint32_t pid, tid;
+	uint64_t ts;
+	int64_t tokens, batch, kv;
+	enum diag_phase phase;
+};
+
+struct diag_seg {
+	struct diag_seg_opts o;
+	char pat[MAX_PATTERNS][64];
+	int n_pat;
+	struct names *names;
+	struct srec *r;
+	size_t nr, cr;
+	struct smark *m;
+	size_t nm, cm;
+	struct scpu *c;
+	size_t nc, cc;
+	struct pstate *ps;
+	size_t nps;
+	struct usdt_open uo[64];
+	int nuo;
+	bool cpu_seen; /* live: the CPU side is traced, so no event means 0 */
+	struct diag_seg_counters cnt;
+};
+
+static void slog(const struct diag_seg *sg, enum corr_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void slog(const struct diag_seg *sg, enum corr_log_level lvl, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (!sg->o.log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	sg->o.log(sg->o.log_ctx, lvl, "%s", msg);
+}
+
+struct diag_seg *diag_seg__new(const struct diag_seg_opts *opts)
+{
+	struct diag_seg *sg;
+	const char *p;
+
+	if (!opts || opts->sz < offsetof(struct diag_seg_opts, step)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	sg = calloc(1, sizeof(*sg));
+	if (!sg) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	memcpy(&sg->o, opts, opts->sz < sizeof(sg->o) ? opts->sz : sizeof(sg->o));
+	sg->o.sz = sizeof(sg->o);
+	if (!sg->o.hold_ns)
+		sg->o.hold_ns = 2000000000ULL;
+	if (!sg->o.capacity)
+		sg->o.capacity = 1u << 20;
+	p = sg->o.markers ? sg->o.markers : DEFAULT_MARKERS;
+	while (*p && sg->n_pat < MAX_PATTERNS) {
+		size_t n = strcspn(p, ",");
+
+		if (n && n < sizeof(sg->pat[0])) {
+			memcpy(sg->pat[sg->n_pat], p, n);
+			sg->pat[sg->n_pat++][n] = '\0';
+		}
+		p += n;
+		if (*p == ',')
+			p++;
+	}
+	sg->o.markers = NULL; /* not kept: the patterns are copied */
+	sg->names = names_new(1u << 20);
+	if (!sg->names) {
+		free(sg);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return sg;
+}
+
+void diag_seg__free(struct diag_seg *sg)
+{
+	if (!sg)
+		return;
+	names_free(sg->names);
+	free(sg->r);
+	free(sg->m);
+	free(sg->c);
+	free(sg->ps);
+	free(sg);
+}
+
+const struct diag_seg_counters *diag_seg__counters(const struct diag_seg *sg)
+{
+	return &sg->cnt;
+}
+
+static int grow(void **p, size_t *cap, size_t elem)
+{
+	size_t nc = *cap ? *cap * 2 : 1024;
+	void *np = realloc(*p, nc * elem);
+
+	if (!np)
+		return -ENOMEM;
+	*p = np;
+	*cap = nc;
+	return 0;
+}
+
+static bool is_comm(const char *n)
+{
+	return n && (strstr(n, "nccl") || strstr(n, "all_reduce") || strstr(n, "allreduce") ||
+		     strstr(n, "all_gather") || strstr(n, "reduce_scatter") ||
+		     strstr(n, "cross_device") || strstr(n, "multimem"));
+}
+
+int diag_seg__add_gpu(struct diag_seg *sg, const struct corr_gpu *g, const struct corr_launch *l)
+{
+	struct srec *r;
+	int32_t id = -1;
+
+	sg->cnt.gpu_records++;
+	if (sg->nr >= sg->o.capacity) {
+		sg->cnt.dropped++;
+		return -ENOSPC;
+	}
+	if (sg->nr == sg->cr && grow((void **)&sg->r, &sg->cr, sizeof(*sg->r)))
+		return -ENOMEM;
+	if (g->name) {
+		id = names_intern(sg->names, g->name, strlen(g->name));
+		if (id < 0)
+			id = -1;
+	}
+	r = &sg->r[sg->nr++];
+	r->launch = l ? l->ts_ns : g->start_ns;
+	r->start = g->start_ns;
+	r->end = g->end_ns > g->start_ns ? g->end_ns : g->start_ns;
+	r->pid = l ? l->pid : g->pid;
+	r->tid = l ? l->tid : 0;
+	r->name = id;
+	r->kind = (uint8_t)g->kind;
+	/*
+	 * Kineto records often lack the copy kind: the name says "Memcpy DtoH".
+	 * The name also wins over the kind (the Kineto reader files
+	 * gpu_memcpy under memset as of this writing).
+	 */
+	if (g->name && !strncmp(g->name, "Memcpy", 6))
+		r->kind = CORR_KIND_MEMCPY;
+	r->d2h = r->kind == CORR_KIND_MEMCPY &&
+		 (g->copy_kind == CUDA_MEMCPY_DTOH || (g->name && strstr(g->name, "DtoH")));
+	/* graph ids are often not recorded: a kernel of a graph launch is a graph kernel */
+	r->graph = g->graph_id != 0 || (l && l->api && strstr(l->api, "GraphLaunch"));
+	r->comm = g->kind == CORR_KIND_KERNEL && is_comm(g->name);
+	return 0;
+}
+
+/*
+ * Where "name key=value ..." metadata starts: at the first ' ' or '|'
+ * followed by a lower-case key and '=' (Python function names have spaces
+ * of their own).
+ */
+static size_t meta_start(const char *s)
+{
+	for (const char *p = s; *p; p++) {
+		const char *q = p + 1;
+
+		if (*p != ' ' && *p != '|')
+			continue;
+		while ((*q >= 'a' && *q <= 'z') || *q == '_')
+			q++;
+		if (q > p + 1 && *q == '=')
+			return (size_t)(p - s);
+	}
+	return strlen(s);
+}
+
+/* "name key=value ..." metadata: tokens=, batch=, kv=, phase= */
+static void parse_meta(struct diag_seg *sg, const char *s, struct smark *m)
+{
+	const char *p = s[meta_start(s)] ? s + meta_start(s) : NULL;
+
+	while (p && *p) {
+		char key[16], val[32];
+		char *end;
+		long long v;
+
+		while (*p == ' ' || *p == '|' || *p == ',')
+			p++;
+		if (sscanf(p, "%15[a-z_]=%31[^ |,]", key, val) == 2) {
+			if (!strcmp(key, "phase")) {
+				if (diag_phase_parse(val, &m->phase))
+					sg->cnt.bad_metadata++;
+			} else {
+				errno = 0;
+				v = strtoll(val, &end, 10);
+				if (errno || *end || v < 0) {
+					sg->cnt.bad_metadata++;
+				} else if (!strcmp(key, "tokens")) {
+					m->tokens = v;
+				} else if (!strcmp(key, "batch")) {
+					m->batch = v;
+				} else if (!strcmp(key, "kv")) {
+					m->kv = v;
+				}
+			}
+		}
+		p = strpbrk(p, " |,");
+	}
+}
+
+static int push_marker(struct diag_seg *sg, const struct smark *m)
+{
+	if (sg->nm == sg->cm && grow((void **)&sg->m, &sg->cm, sizeof(*sg->m)))
+		return -ENOMEM;
+	sg->m[sg->nm++] = *m;
+	return 0;
+}
+
+int diag_seg__add_marker(struct diag_seg *sg, const struct corr_marker *m)
+{
+	struct smark k = {.ts = m->ts_ns,
+			  .end = m->ts_ns + m->dur_ns,
+			  .pid = m->pid,
+			  .tid = m->tid,
+			  .tokens = -1,
+			  .batch = -1,
+			  .kv = -1};
+	size_t n;
+
+	sg->cnt.markers++;
+	if (!m->name)
+		return -EINVAL;
+	n = meta_start(m->name);
+	k.name = names_intern(sg->names, m->name, n);
+	if (k.name < 0)
+		return k.name;
+	for (int i = 0; i < sg->n_pat && !sg->o.auto_only; i++)
+		if (strstr(m->name, sg->pat[i]))
+			k.step = true;
+	if (k.step) {
+		sg->cnt.step_markers++;
+		parse_meta(sg, m->name, &k);
+	}
+	return push_marker(sg, &k);
+}
+
+int diag_seg__usdt_begin(struct diag_seg *sg, uint32_t pid, uint32_t tid, uint64_t ts_ns,
+			 int64_t tokens, int64_t batch, int64_t kv_tokens, enum diag_phase phase)
+{
+	int i;
+
+	for (i = 0; i < sg->nuo; i++)
+		if (sg->uo[i].pid == pid && sg->uo[i].tid == tid)
+			break;
+	if (i == sg->nuo) {
+		if (sg->nuo == (int)(sizeof(sg->uo) / sizeof(sg->uo[0])))
+			return -ENOSPC;
+		sg->nuo++;
+	}
+	sg->uo[i] = (struct usdt_open){pid, tid, ts_ns, tokens, batch, kv_tokens, phase};
+	return 0;
+}
+
+int diag_seg__usdt_end(struct diag_seg *sg, uint32_t pid, uint32_t tid, uint64_t ts_ns)
+{
+	for (int i = 0; i < sg->nuo; i++) {
+		struct smark k;
+
+		if (sg->uo[i].pid != pid || sg->uo[i].tid != tid)
+			continue;
+		k = (struct smark){.ts = sg->uo[i].ts,
+				   .end = ts_ns,
+				   .pid = pid,
+				   .tid = tid,
+				   .name = names_intern(sg->names, "usdt", 4),
+				   .step = true,
+				   .usdt = true,
+				   .tokens = sg->uo[i].tokens,
+				   .batch = sg->uo[i].batch,
+				   .kv = sg->uo[i].kv,
+				   .phase = sg->uo[i].phase};
+		sg->uo[i] = sg->uo[--sg->nuo];
+		if (ts_ns < k.ts)
+			return -EINVAL;
+		sg->cnt.step_markers++;
+		return push_marker(sg, &k);
+	}
+	return -ENOENT;
+}
+
+int diag_seg__add_cpu(struct diag_seg *sg, const struct diag_cpu_event *e)
+{
+	sg->cnt.cpu_events++;
+	sg->cpu_seen = true;
+	if (sg->nc >= sg->o.capacity) {
+		sg->cnt.dropped++;
+		return -ENOSPC;
+	}
+	if (sg->nc == sg->cc && grow((void **)&sg->c, &sg->cc, sizeof(*sg->c)))
+		return -ENOMEM;
+	sg->c[sg->nc++].e = *e;
+	return 0;
+}
+
+/* ------------------------------------------------------------ cutting --- */
+
+struct cut {
+	uint64_t start, end;
+	uint32_t tid;
+	const struct smark *m; /* marker steps */
+	const char *source;
+};
+
+static int cmp_rec(const void *a, const void *b)
+{
+	const struct srec *x = a, *y = b;
+
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	return x->launch < y->launch ? -1 : x->launch > y->launch;
+}
+
+static int cmp_mark(const void *a, const void *b)
+{
+	const struct smark *x = a, *y = b;
+
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	if (x->ts != y->ts)
+		return x->ts < y->ts ? -1 : 1;
+	/* outer first at equal start */
+	return x->end > y->end ? -1 : x->end < y->end;
+}
+
+static int cmp_mark_name(const void *a, const void *b)
+{
+	const struct smark *const *x = a, *const *y = b;
+
+	if ((*x)->name != (*y)->name)
+		return (*x)->name < (*y)->name ? -1 : 1;
+	return (*x)->ts < (*y)->ts ? -1 : (*x)->ts > (*y)->ts;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_iv(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* marker steps: step markers of the pid, the innermost of nested ones per thread */
+static size_t marker_cuts(struct smark *m, size_t n, struct cut *out)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		bool outer = false;
+
+		if (!m[i].step)
+			continue;
+		for (size_t j = i + 1; j < n && m[j].ts <= m[i].end; j++)
+			if (m[j].step && m[j].tid == m[i].tid && m[j].end <= m[i].end) {
+				outer = true;
+				break;
+			}
+		if (outer)
+			continue;
+		out[k++] =
+		    (struct cut){m[i].ts, m[i].end, m[i].tid, &m[i], m[i].usdt ? "usdt" : "marker"};
+	}
+	return k;
+}
+
+/* automatic cycles of the launching thread */
+static size_t auto_cuts(struct srec *r, size_t n, struct cut *out, uint32_t *launcher)
+{
+	uint32_t best = 0;
+	size_t bestn = 0, k = 0, nd2h = 0;
+	uint64_t prev = 0;
+	bool open = false;
+	struct cut cur = {0};
+
+	/* the launching thread: most records */
+	{
+		struct {
+			uint32_t tid;
+			size_t n;
+		} t[64];
+		int nt = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			int j;
+
+			if (!r[i].tid)
+				continue;
+			for (j = 0; j < nt && t[j].tid != r[i].tid; j++)
+				;
+			if (j == nt) {
+				if (nt == 64)
+					continue; /* threads beyond 64 never launch the most */
+				t[nt].tid = r[i].tid;
+				t[nt++].n = 0;
+			}
+			if (++t[j].n > bestn) {
+				bestn = t[j].n;
+				best = t[j].tid;
+			}
+		}
+	}
+	*launcher = best;
+	if (!best)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		nd2h += r[i].tid == best && r[i].d2h;
+	if (nd2h) {
+		for (size_t i = 0; i < n; i++) {
+			if (r[i].tid != best)
+				continue;
+			if (!open) {
+				cur = (struct cut){r[i].launch, r[i].end, best, NULL, "auto"};
+				open = true;
+			}
+			if (r[i].end > cur.end)
+				cur.end = r[i].end;
+			if (r[i].d2h) {
+				/* the copy that hands the sampled tokens back ends the step */
+				cur.end = r[i].end;
+				out[k++] = cur;
+				open = false;
+			}
+		}
+		return k;
+	}
+	/* no copies back: cut where the launch spacing jumps */
+	{
+		uint64_t *gaps = malloc(sizeof(*gaps) * (bestn + 1)), med, lim;
+		size_t ng = 0;
+
+		if (!gaps)
+			return 0;
+		for (size_t i = 0; i < n; i++) {
+			if (r[i].tid != best)
+				continue;
+			if (prev)
+				gaps[ng++] = r[i].launch - prev;
+			prev = r[i].launch;
+		}
+		qsort(gaps, ng, sizeof(*gaps), cmp_u64);
+		med = ng ? gaps[ng / 2] : 0;
+		free(gaps);
+		lim = med * 20 > 1000000 ? med * 20 : 1000000;
+		prev = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (r[i].tid != best)
+				continue;
+			if (open && r[i].launch - prev > lim) {
+				out[k++] = cur;
+				open = false;
+			}
+			if (!open) {
+				cur = (struct cut){r[i].launch, r[i].end, best, NULL, "auto"};
+				open = true;
+			}
+			if (r[i].end > cur.end)
+				cur.end = r[i].end;
+			prev = r[i].launch;
+		}
+		if (open)
+			out[k++] = cur;
+	}
+	return k;
+}
+
+/*
+ * The recurring marker that brackets the automatic cycles: every cycle
+ * inside exactly one of its spans (1% slack for the copy's end), no span
+ * holding two, at most 2x as many spans as cycles; the tightest wins.
+ */
+static size_t anchor_cuts(struct smark *m, size_t nm, uint32_t tid, const struct cut *cyc,
+			  size_t nc, struct cut *out)
+{
+	struct smark **v;
+	size_t nv = 0, k = 0;
+	int32_t best = -1;
+	uint64_t best_total = UINT64_MAX;
+
+	if (!nc)
+		return 0;
+	v = malloc(sizeof(*v) * (nm + 1));
+	if (!v)
+		return 0;
+	for (size_t i = 0; i < nm; i++)
+		if (m[i].tid == tid)
+			v[nv++] = &m[i];
+	qsort(v, nv, sizeof(*v), cmp_mark_name);
+	for (size_t a = 0, b; a < nv; a = b) {
+		size_t cnt, c = 0;
+		uint64_t total = 0;
+		bool ok = true;
+
+		for (b = a; b < nv && v[b]->name == v[a]->name; b++)
+			;
+		cnt = b - a;
+		if (cnt < nc || cnt > 2 * nc + 2)
+			continue;
+		/* spans sorted by start; walk the cycles alongside */
+		for (size_t s = a; s < b && ok; s++) {
+			uint64_t slack = 0;
+			int held = 0;
+
+			total += v[s]->end - v[s]->ts;
+			if (s + 1 < b && v[s + 1]->ts < v[s]->end)
+				ok = false; /* overlapping spans: recursion, not a step */
+			while (c < nc && cyc[c].start < v[s]->ts) {
+				ok = false; /* a cycle outside every span */
+				c++;
+			}
+			while (c < nc && cyc[c].start <= v[s]->end) {
+				slack = (cyc[c].end - cyc[c].start) / 100;
+				if (cyc[c].end > v[s]->end + slack)
+					ok = false;
+				held++;
+				c++;
+			}
+			if (held > 1)
+				ok = false;
+		}
+		if (!ok || c < nc)
+			continue;
+		if (total < best_total) {
+			best_total = total;
+			best = v[a]->name;
+		}
+	}
+	if (best >= 0)
+		for (size_t i = 0; i < nv; i++)
+			if (v[i]->name == best)
+				out[k++] = (struct cut){v[i]->ts, v[i]->end, tid, v[i], "anchor"};
+	free(v);
+	return k;
+}
+
+/* measure one step from the records launched inside it */
+static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, size_t n,
+		    struct diag_step *s, uint64_t *ivbuf, uint64_t *l2s, int32_t *ids)
+{
+	size_t niv = 0, nl = 0, nid = 0;
+	uint64_t busy = 0, cs = 0, ce = 0, lo = ct->start, hi = ct->end, last;
+	int64_t comm = 0;
+
+	s->kernels = s->graph_kernels = s->memcpys = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct srec *x = &r[i];
+
+		if (x->launch < ct->start || x->launch > ct->end)
+			continue;
+		if (x->kind == CORR_KIND_KERNEL) {
+			s->kernels++;
+			s->graph_kernels += x->graph;
+			if (x->comm)
+				comm += (int64_t)(x->end - x->start);
+			if (x->name >= 0)
+				ids[nid++] = (int32_t)i;
+		} else if (x->kind == CORR_KIND_MEMCPY) {
+			s->memcpys++;
+		}
+		if (x->tid && !x->graph && x->start >= x->launch)
+			l2s[nl++] = x->start - x->launch;
+		if (x->end > lo && x->start < hi) {
+			ivbuf[2 * niv] = x->start > lo ? x->start : lo;
+			ivbuf[2 * niv + 1] = x->end < hi ? x->end : hi;
+			niv++;
+		}
+	}
+	s->comm_ns = comm;
+	qsort(ivbuf, niv, 2 * sizeof(uint64_t), cmp_iv);
+	s->idle_gaps = 0;
+	s->idle_max_ns = 0;
+	last = lo; /* end of the previous busy run (or the step start) */
+	for (size_t i = 0; i <= niv; i++) {
+		bool have = i > 0;
+		uint64_t a = i < niv ? ivbuf[2 * i] : hi, b = i < niv ? ivbuf[2 * i + 1] : hi;
+
+		if (i < niv && have && a <= ce) {
+			if (b > ce)
+				ce = b;
+			continue;
+		}
+		if (have) {
+			busy += ce - cs;
+			last = ce;
+		}
+		if (a > last && a - last >= GAP_MIN_NS) {
+			s->idle_gaps++;
+			if ((int64_t)(a - last) > s->idle_max_ns)
+				s->idle_max_ns = (int64_t)(a - last);
+		}
+		cs = a;
+		ce = b;
+	}
+	s->gpu_busy_ns = (int64_t)busy;
+	s->idle_ns = (int64_t)(ct->end - ct->start) - (int64_t)busy;
+	if (s->idle_ns < 0)
+		s->idle_ns = 0;
+	if (nl) {
+		qsort(l2s, nl, sizeof(*l2s), cmp_u64);
+		s->l2s_p50_ns = (int64_t)l2s[nl / 2];
+		s->l2s_p90_ns = (int64_t)l2s[nl * 9 / 10];
+		s->l2s_p99_ns = (int64_t)l2s[nl * 99 / 100];
+	}
+	/* top kernels: group by name */
+	for (size_t i = 1; i < nid; i++)
+		for (size_t j = i; j > 0 && r[ids[j - 1]].name > r[ids[j]].name; j--) {
+			int32_t t = ids[j];
+
+			ids[j] = ids[j - 1];
+			ids[j - 1] = t;
+		}
+	s->n_top = 0;
+	for (size_t a = 0, b; a < nid; a = b) {
+		uint64_t tot = 0, cnt = 0;
+		uint32_t pos;
+
+		for (b = a; b < nid && r[ids[b]].name == r[ids[a]].name; b++) {
+			tot += r[ids[b]].end - r[ids[b]].start;
+			cnt++;
+		}
+		pos = s->n_top;
+		if (pos == DIAG_TOP_MAX) {
+			if (tot <= s->top[DIAG_TOP_MAX - 1].total_ns)
+				continue;
+			pos = DIAG_TOP_MAX - 1;
+		} else {
+			s->n_top++;
+		}
+		while (pos > 0 && s->top[pos - 1].total_ns < tot) {
+			s->top[pos] = s->top[pos - 1];
+			pos--;
+		}
+		s->top[pos] = (struct diag_kernel){names_str(sg->names, r[ids[a]].name), cnt, tot};
+	}
+	/* the launching thread's CPU side (live) */
+	for (size_t i = 0; i < sg->nc; i++) {
+		const struct diag_cpu_event *e = &sg->c[i].e;
+		uint64_t a, b;
+
+		if (e->pid != s->pid || e->tid != ct->tid || e->ts_ns > ct->end ||
+		    e->ts_ns + e->dur_ns < ct->start)
+			continue;
+		a = e->ts_ns > ct->start ? e->ts_ns : ct->start;
+		b = e->ts_ns + e->dur_ns < ct->end ? e->ts_ns + e->dur_ns : ct->end;
+		switch (e->kind) {
+		case DIAG_CPU_OFFCPU:
+			s->offcpu_ns = (s->offcpu_ns < 0 ? 0 : s->offcpu_ns) + (int64_t)(b - a);
+			break;
+		case DIAG_CPU_RUNQ:
+			s->runq_ns = (s->runq_ns < 0 ? 0 : s->runq_ns) + (int64_t)(b - a);
+			if (e->other_pid)
+				s->preempt_pid = e->other_pid;
+			break;
+		case DIAG_CPU_SYSCALL:
+			s->slow_syscalls = (s->slow_syscalls < 0 ? 0 : s->slow_syscalls) + 1;
+			s->slow_syscall_ns =
+			    (s->slow_syscall_ns < 0 ? 0 : s->slow_syscall_ns) + (int64_t)(b - a);
+			break;
+		case DIAG_CPU_NET:
+			s->net_bytes = (s->net_bytes < 0 ? 0 : s->net_bytes) + (int64_t)e->bytes;
+			break;
+		}
+	}
+	/* the launcher was traced live but never left the CPU: zeros, not unknown */
+	if (sg->cpu_seen) {
+		if (s->offcpu_ns < 0)
+			s->offcpu_ns = 0;
+		if (s->runq_ns < 0)
+			s->runq_ns = 0;
+	}
+}
+
+/*
+ * Phase without metadata: CUDA-graph replay is how engines run decode
+ * (fixed shapes); a process that uses graphs but ran a step eagerly was
+ * prefilling (or mixed). Without graphs, a step whose kernels take much
+ * longer on average than the process's typical step is a prefill.
+ */
+static void classify_phases(struct diag_step *st, size_t n)
+{
+	bool graphs = false;
+	double *avg = malloc(sizeof(*avg) * (n + 1)), med = 0;
+	size_t na = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (st[i].kernels > 0 && st[i].graph_kernels * 10 >= st[i].kernels * 3)
+			graphs = true;
+		if (avg && st[i].kernels > 0)
+			avg[na++] = (double)st[i].gpu_busy_ns / st[i].kernels;
+	}
+	if (avg && na) {
+		for (size_t i = 1; i < na; i++)
+			for (size_t j = i; j > 0 && avg[j - 1] > avg[j]; j--) {
+				double t = avg[j];
+
+				avg[j] = avg[j - 1];
+				avg[j - 1] = t;
+			}
+		med = avg[na / 2];
+	}
+	free(avg);
+	for (size_t i = 0; i < n; i++) {
+		struct diag_step *s = &st[i];
+
+		if (s->phase != DIAG_PHASE_UNKNOWN || s->kernels <= 0)
+			continue;
+		if (graphs)
+			s->phase = s->graph_kernels * 10 >= s->kernels * 3 ? DIAG_PHASE_DECODE
+				   : s->graph_kernels			   ? DIAG_PHASE_MIXED
+									   : DIAG_PHASE_PREFILL;
+		else if (med > 0 && (double)s->gpu_busy_ns / s->kernels > 2 * med)
+			s->phase = DIAG_PHASE_PREFILL;
+	}
+}
+
+static struct pstate *pstate_get(struct diag_seg *sg, uint32_t pid)
+{
+	struct pstate *np;
+
+	for (size_t i = 0; i < sg->nps; i++)
+		if (sg->ps[i].pid == pid)
+			return &sg->ps[i];
+	np = realloc(sg->ps, sizeof(*np) * (sg->nps + 1));
+	if (!np)
+		return NULL;
+	sg->ps = np;
+	np[sg->nps] = (struct pstate){.pid = pid};
+	return &np[sg->nps++];
+}
+
+/* cut the steps of one pid ending at or before `upto`; returns the last end cut */
+static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, struct smark *m,
+		   size_t nm, uint64_t upto)
+{
+	struct cut *cuts = NULL, *cyc = NULL;
+	struct diag_step *st = NULL;
+	uint64_t *iv = NULL, *l2s = NULL;
+	int32_t *ids = NULL;
+	size_t nc = 0, ncyc;
+	uint32_t launcher = 0;
+	struct pstate *ps = pstate_get(sg, pid);
+	int err = 0;
+
+	if (!ps)
+		return -ENOMEM;
+	cuts = calloc(n + nm + 1, sizeof(*cuts));
+	cyc = calloc(n + 1, sizeof(*cyc));
+	iv = malloc(sizeof(*iv) * 2 * (n + 1));
+	l2s = malloc(sizeof(*l2s) * (n + 1));
+	ids = malloc(sizeof(*ids) * (n + 1));
+	if (!cuts || !cyc || !iv || !l2s || !ids) {
+		err = -ENOMEM;
+		goto cleanup;
+	}
+	nc = marker_cuts(m, nm, cuts);
+	if (!nc) {
+		ncyc = auto_cuts(r, n, cyc, &launcher);
+		if (!sg->o.no_anchor)
+			nc = anchor_cuts(m, nm, launcher, cyc, ncyc, cuts);
+		if (!nc) {
+			memcpy(cuts, cyc, ncyc * sizeof(*cuts));
+			nc = ncyc;
+		}
+	}
+	st = calloc(nc + 1, sizeof(*st));
+	if (!st) {
+		err = -ENOMEM;
+		goto cleanup;
+	}
+	size_t ns = 0;
+
+	for (size_t i = 0; i < nc; i++) {
+		struct diag_step *s = &st[ns];
+
+		if (cuts[i].end > upto || cuts[i].end <= ps->done_until)
+			continue;
+		diag_step_init(s);
+		s->pid = pid;
+		s->tid = cuts[i].tid;
+		s->start_ns = cuts[i].start;
+		s->dur_ns = cuts[i].end - cuts[i].start;
+		s->source = cuts[i].source;
+		if (cuts[i].m) {
+			s->marker = names_str(sg->names, cuts[i].m->name);
+			s->tokens = cuts[i].m->tokens;
+			s->batch_size = cuts[i].m->batch;
+			s->kv_tokens = cuts[i].m->kv;
+			s->phase = cuts[i].m->phase;
+		}
+		measure(sg, &cuts[i], r, n, s, iv, l2s, ids);
+		ns++;
+	}
+	classify_phases(st, ns);
+	for (size_t i = 0; i < ns; i++) {
+		st[i].seq = ps->seq++;
+		sg->cnt.steps++;
+		if (!strcmp(st[i].source, "marker"))
+			sg->cnt.steps_marker++;
+		else if (!strcmp(st[i].source, "usdt"))
+			sg->cnt.steps_usdt++;
+		else if (!strcmp(st[i].source, "anchor"))
+			sg->cnt.steps_anchor++;
+		else
+			sg->cnt.steps_auto++;
+		if (st[i].start_ns + st[i].dur_ns > ps->done_until)
+			ps->done_until = st[i].start_ns + st[i].dur_ns;
+		if (sg->o.step)
+			sg->o.step(sg->o.step_ctx, &st[i]);
+	}
+cleanup:
+	free(st);
+	free(cuts);
+	free(cyc);
+	free(iv);
+	free(l2s);
+	free(ids);
+	return err;
+}
+
+static int cut_all(struct diag_seg *sg, uint64_t upto)
+{
+	size_t i = 0, j = 0, keep_r = 0, keep_m = 0, keep_c = 0;
+	int err = 0;
+
+	/* qsort(NULL, 0) is undefined: the arrays are unallocated while empty */
+	if (sg->nr > 1)
+		qsort(sg->r, sg->nr, sizeof(*sg->r), cmp_rec);
+	if (sg->nm > 1)
+		qsort(sg->m, sg->nm, sizeof(*sg->m), cmp_mark);
+	while (i < sg->nr || j < sg->nm) {
+		uint32_t pid;
+		size_t ie = i, je = j;
+
+		if (i < sg->nr && (j >= sg->nm || sg->r[i].pid <= sg->m[j].pid))
+			pid = sg->r[i].pid;
+		else
+			pid = sg->m[j].pid;
+		while (ie < sg->nr && sg->r[ie].pid == pid)
+			ie++;
+		while (je < sg->nm && sg->m[je].pid == pid)
+			je++;
+		err = cut_pid(sg, pid, sg->r + i, ie - i, sg->m + j, je - j, upto);
+		if (err)
+			return err;
+		i = ie;
+		j = je;
+	}
+	/* keep what a later cut may still need */
+	for (i = 0; i < sg->nr; i++) {
+		struct pstate *ps = pstate_get(sg, sg->r[i].pid);
+
+		if (ps && sg->r[i].launch > ps->done_until)
+			sg->r[keep_r++] = sg->r[i];
+		else if (upto == UINT64_MAX && ps && !ps->done_until)
+			sg->cnt.outside++;
+	}
+	for (i = 0; i < sg->nm; i++) {
+		struct pstate *ps = pstate_get(sg, sg->m[i].pid);
+
+		if (ps && sg->m[i].end > ps->done_until)
+			sg->m[keep_m++] = sg->m[i];
+	}
+	for (i = 0; i < sg->nc; i++) {
+		struct pstate *ps = pstate_get(sg, sg->c[i].e.pid);
+
+		if (ps && sg->c[i].e.ts_ns + sg->c[i].e.dur_ns > ps->done_until)
+			sg->c[keep_c++] = sg->c[i];
+	}
+	if (upto == UINT64_MAX) {
+		sg->cnt.outside += keep_r;
+		keep_r = keep_m = keep_c = 0;
+	}
+	sg->nr = keep_r;
+	sg->nm = keep_m;
+	sg->nc = keep_c;
+	return 0;
+}
+
+int diag_seg__advance(struct diag_seg *sg, uint64_t now_ns)
+{
+	if (now_ns < sg->o.hold_ns)
+		return 0;
+	return cut_all(sg, now_ns - sg->o.hold_ns);
+}
+
+int diag_seg__flush(struct diag_seg *sg)
+{
+	int err = cut_all(sg, UINT64_MAX);
+
+	if (!err && sg->cnt.bad_metadata)
+		slog(sg, CORR_LOG_WARN, "diag: %llu step markers with malformed key=value metadata",
+		     (unsigned long long)sg->cnt.bad_metadata);
+	return err;
+}

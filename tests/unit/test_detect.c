@@ -1,0 +1,438 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * test_detect.c - the step detector (correlator/src/{baseline,detect}.c):
+ * a single 2x step and a run of 1.2x steps are caught, a heavier batch is
+ * not an anomaly, kinds and suspects follow the breakdown, the two real HTA
+ * ranks are not stragglers while an injected one is named, a saved
+ * baseline catches a regression the self-learned one absorbs and lists the
+ * kernel that changed, a malformed baseline file is refused with its line.
+ *
+ * Noise comes from a fixed xorshift seed: same numbers every run.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "diagnose.h"
+
+static uint64_t rs = 88172645463325252ULL;
+
+static double noise(double amp)
+{
+	rs ^= rs << 13;
+	rs ^= rs >> 7;
+	rs ^= rs << 17;
+	return 1 + amp * (((rs >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1);
+}
+
+static const char *data_dir(void)
+{
+	const char *env = getenv("INFERTRACE_DATA");
+
+	if (env && !access(env, R_OK))
+		return env;
+	if (!access("../shared/data/README.md", R_OK))
+		return "../shared/data";
+	return NULL;
+}
+
+#define MAXA 256
+struct got {
+	struct diag_anomaly a[MAXA];
+	int n;
+	char ev[MAXA][2][192];
+};
+
+static void on_anomaly(void *ctx, const struct diag_anomaly *an)
+{
+	struct got *g = ctx;
+
+	if (g->n >= MAXA)
+		return;
+	g->a[g->n] = *an;
+	for (uint32_t i = 0; i < an->n_suspects && i < 2; i++)
+		snprintf(g->ev[g->n][i], sizeof(g->ev[0][0]), "%s", an->suspects[i].evidence);
+	g->n++;
+}
+
+static struct diag_det *det(struct got *g)
+{
+	struct diag_det_opts o = {.sz = sizeof(o), .anomaly = on_anomaly, .anomaly_ctx = g};
+	struct diag_det *d = diag_det__new(&o);
+
+	assert_non_null(d);
+	return d;
+}
+
+/* a decode step of `batch` requests: 20 ms + 0.5 ms per request, +-1% noise */
+static void mk(struct diag_step *s, uint64_t *ts, int batch, double factor)
+{
+	double base = (20e6 + 0.5e6 * batch) * noise(0.01);
+
+	diag_step_init(s);
+	s->instance = "test";
+	s->phase = DIAG_PHASE_DECODE;
+	s->tokens = batch;
+	s->batch_size = batch;
+	s->kv_tokens = batch * 1000;
+	s->start_ns = *ts;
+	s->dur_ns = (uint64_t)(base * factor);
+	s->gpu_busy_ns = (int64_t)(0.9 * base);
+	s->idle_ns = (int64_t)s->dur_ns - s->gpu_busy_ns;
+	*ts += s->dur_ns + 100000;
+}
+
+static void test_single_and_run(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+	int run_flags = 0;
+
+	(void)state;
+	for (int i = 0; i < 300; i++) {
+		mk(&s, &ts, 8 + i % 4, 1);
+		assert_int_equal(diag_det__add_step(d, &s, &v), 0);
+	}
+	assert_int_equal(g->n, 0);
+	/* one 2x step: flagged when it arrives, with its own start */
+	mk(&s, &ts, 9, 2.0);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	assert_int_equal(g->n, 1);
+	assert_int_equal(g->a[0].step_start_ns, s.start_ns);
+	assert_int_equal(g->a[0].dur_ns, s.dur_ns);
+	assert_true(g->a[0].expected_ns > 0 && g->a[0].expected_ns < s.dur_ns);
+	assert_true(g->a[0].score > 1);
+	for (int i = 0; i < 50; i++) {
+		mk(&s, &ts, 8 + i % 4, 1);
+		diag_det__add_step(d, &s, &v);
+	}
+	assert_int_equal(g->n, 1);
+	/* a run of 1.2x steps: every one flagged */
+	for (int i = 0; i < 10; i++) {
+		mk(&s, &ts, 8 + i % 4, 1.2);
+		diag_det__add_step(d, &s, &v);
+		run_flags += v.anomalous;
+	}
+	assert_int_equal(run_flags, 10);
+	/* a run of 1.07x steps, under the single-step limit: the smoothed chart */
+	run_flags = 0;
+	for (int i = 0; i < 30; i++) {
+		mk(&s, &ts, 8 + i % 4, 1);
+		diag_det__add_step(d, &s, &v);
+	}
+	for (int i = 0; i < 10; i++) {
+		mk(&s, &ts, 8 + i % 4, 1.07);
+		diag_det__add_step(d, &s, &v);
+		run_flags += v.anomalous;
+	}
+	assert_true(run_flags >= 6);
+	assert_string_equal(g->a[g->n - 1].chart, "window");
+	diag_det__free(d);
+	free(g);
+}
+
+/* a heavier batch takes longer and is not an anomaly: the workload explains it */
+static void test_heavier_batch_ok(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	uint64_t ts = 1;
+
+	(void)state;
+	for (int i = 0; i < 2000; i++) {
+		/* batches sweep 1..64 and back: every batch size is new for a while */
+		int b = 1 + (i / 4) % 64;
+
+		mk(&s, &ts, i / 256 % 2 ? 65 - b : b, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	diag_det__free(d);
+	free(g);
+}
+
+/* kinds and suspects from the breakdown */
+static void test_kinds(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	uint64_t ts = 1;
+
+	(void)state;
+	for (int i = 0; i < 200; i++) {
+		mk(&s, &ts, 4, 1);
+		s.offcpu_ns = 100000;
+		s.runq_ns = 50000;
+		s.n_top = 1;
+		s.top[0] = (struct diag_kernel){"flash_fwd_kernel<128>", 32,
+						(uint64_t)(32 * 140000 * noise(0.01))};
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	/* host stall: 60 ms GPU idle while the launcher was off-CPU */
+	mk(&s, &ts, 4, 1);
+	s.dur_ns += 60000000;
+	s.idle_ns += 60000000;
+	s.offcpu_ns = 58000000;
+	s.runq_ns = 50000;
+	diag_det__add_step(d, &s, NULL);
+	assert_int_equal(g->n, 1);
+	assert_string_equal(diag_kind_name(g->a[0].kind), "host_stall");
+	assert_non_null(strstr(g->ev[0][0], "GPU idle"));
+	assert_non_null(strstr(g->ev[0][0], "off-CPU 58.00 ms"));
+	/* contention: the launcher waited for a CPU, preempted by pid 4242 */
+	mk(&s, &ts, 4, 1);
+	s.dur_ns += 15000000;
+	s.idle_ns += 15000000;
+	s.offcpu_ns = 100000;
+	s.runq_ns = 14000000;
+	s.preempt_pid = 4242;
+	diag_det__add_step(d, &s, NULL);
+	assert_int_equal(g->n, 2);
+	assert_string_equal(diag_kind_name(g->a[1].kind), "cpu_contention");
+	assert_true(strstr(g->ev[1][0], "pid 4242") || strstr(g->ev[1][1], "pid 4242"));
+	/* GPU slow: the attention kernel 2.1x its median per call */
+	mk(&s, &ts, 4, 1);
+	s.dur_ns += 32 * 154000;
+	s.gpu_busy_ns += 32 * 154000;
+	s.offcpu_ns = 100000;
+	s.runq_ns = 50000;
+	s.n_top = 1;
+	s.top[0] = (struct diag_kernel){"flash_fwd_kernel<128>", 32, 32 * 294000};
+	diag_det__add_step(d, &s, NULL);
+	assert_int_equal(g->n, 3);
+	assert_string_equal(diag_kind_name(g->a[2].kind), "gpu_slow");
+	assert_non_null(strstr(g->ev[2][1], "flash_fwd_kernel<128> 2.1x its median"));
+	diag_det__free(d);
+	free(g);
+}
+
+/* --------------------------------------------------------------- ranks -- */
+
+struct segctx {
+	struct diag_seg *sg;
+	struct diag_step s[8];
+	int n;
+};
+
+static void seg_step(void *ctx, const struct diag_step *s)
+{
+	struct segctx *c = ctx;
+
+	if (c->n < 8) {
+		c->s[c->n] = *s;
+		c->s[c->n].n_top = 0;
+		c->s[c->n].marker = NULL;
+		c->n++;
+	}
+}
+
+static void seg_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
+{
+	diag_seg__add_gpu(((struct segctx *)ctx)->sg, g, l);
+}
+
+static void seg_marker(void *ctx, const struct corr_marker *m)
+{
+	diag_seg__add_marker(((struct segctx *)ctx)->sg, m);
+}
+
+static void hta_steps(const char *file, struct segctx *c)
+{
+	char path[1024];
+	struct diag_seg_opts so = {.sz = sizeof(so), .step = seg_step, .step_ctx = c};
+	struct corr_opts co = {.sz = sizeof(co), .emit = seg_gpu, .emit_ctx = c};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .marker = seg_marker, .marker_ctx = c};
+	struct corr_replay_stats st;
+
+	snprintf(path, sizeof(path), "%s/kineto/%s", data_dir(), file);
+	c->sg = diag_seg__new(&so);
+	assert_non_null(c->sg);
+	assert_int_equal(corr_replay_file(path, &co, &ro, &st), 0);
+	assert_int_equal(diag_seg__flush(c->sg), 0);
+	diag_seg__free(c->sg);
+	assert_int_equal(c->n, 2);
+}
+
+static void test_hta_ranks(void **state)
+{
+	struct segctx *r0 = calloc(1, sizeof(*r0)), *r1 = calloc(1, sizeof(*r1));
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d;
+
+	(void)state;
+	if (!data_dir()) {
+		free(r0);
+		free(r1);
+		free(g);
+		skip();
+	}
+	hta_steps("hta_sampled_rank-0.json.gz", r0);
+	hta_steps("hta_sampled_rank-1.json.gz", r1);
+	/* as recorded: neither rank is a straggler */
+	d = det(g);
+	for (int i = 0; i < 2; i++) {
+		r0->s[i].instance = r1->s[i].instance = "hta";
+		r0->s[i].rank = 0;
+		r1->s[i].rank = 1;
+		diag_det__add_step(d, &r0->s[i], NULL);
+		diag_det__add_step(d, &r1->s[i], NULL);
+	}
+	assert_int_equal(g->n, 0);
+	diag_det__free(d);
+	/* rank 1's second step held up 150 ms (its launcher off-CPU, GPU idle) */
+	d = det(g);
+	for (int i = 0; i < 2; i++) {
+		struct diag_step a = r0->s[i], b = r1->s[i];
+
+		a.instance = b.instance = "hta";
+		a.rank = 0;
+		b.rank = 1;
+		if (i == 1) {
+			b.dur_ns += 150000000;
+			b.idle_ns += 150000000;
+		}
+		diag_det__add_step(d, &a, NULL);
+		diag_det__add_step(d, &b, NULL);
+	}
+	assert_int_equal(g->n, 1);
+	assert_string_equal(diag_kind_name(g->a[0].kind), "straggler");
+	assert_int_equal(g->a[0].rank, 1);
+	assert_int_equal(g->a[0].step_start_ns, r1->s[1].start_ns);
+	assert_non_null(strstr(g->ev[0][0], "rank 1"));
+	diag_det__free(d);
+	free(r0);
+	free(r1);
+	free(g);
+}
+
+/* ---------------------------------------------------------- baselines -- */
+
+static void test_saved_baseline_regression(void **state)
+{
+	char path[] = "/tmp/test_detect_baseline_XXXXXX";
+	int fd = mkstemp(path);
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	uint64_t ts = 1;
+	bool listed = false;
+
+	(void)state;
+	assert_true(fd >= 0);
+	close(fd);
+	for (int i = 0; i < 400; i++) {
+		mk(&s, &ts, 8, 1);
+		s.n_top = 1;
+		s.top[0] = (struct diag_kernel){"flash_fwd_kernel<128,64>", 32, 32 * 140000};
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(diag_det__save(d, path), 0);
+	diag_det__free(d);
+
+	/* a new run, with the saved baseline: a slower kernel variant from the start */
+	g->n = 0;
+	d = det(g);
+	assert_int_equal(diag_det__load(d, path), 0);
+	assert_int_equal(diag_det__counters(d)->baseline_keys, 1);
+	for (int i = 0; i < 300; i++) {
+		mk(&s, &ts, 8, 1.15);
+		s.n_top = 1;
+		s.top[0] = (struct diag_kernel){"flash_fwd_kernel<128,128>", 32, 32 * 210000};
+		diag_det__add_step(d, &s, NULL);
+	}
+	/* the self-learned baseline saw nothing wrong; the saved one did, once */
+	assert_int_equal(g->n, 1);
+	assert_string_equal(diag_kind_name(g->a[0].kind), "regression");
+	assert_string_equal(g->a[0].chart, "baseline");
+	for (uint32_t i = 0; i < g->a[0].n_suspects; i++)
+		;
+	listed = strstr(g->ev[0][1], "flash_fwd_kernel<128,128> is new") != NULL;
+	assert_true(listed);
+	diag_det__free(d);
+
+	/* without the saved baseline the same run raises nothing */
+	g->n = 0;
+	d = det(g);
+	for (int i = 0; i < 300; i++) {
+		mk(&s, &ts, 8, 1.15);
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	diag_det__free(d);
+	unlink(path);
+	free(g);
+}
+
+static char logbuf[1024];
+
+static void cap_log(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
+{
+	va_list ap;
+
+	(void)ctx;
+	(void)lvl;
+	va_start(ap, fmt);
+	vsnprintf(logbuf, sizeof(logbuf), fmt, ap);
+	va_end(ap);
+}
+
+static void test_bad_baseline_and_steps(void **state)
+{
+	char path[] = "/tmp/test_detect_bad_XXXXXX";
+	int fd = mkstemp(path);
+	FILE *f;
+	struct diag_det_opts o = {.sz = sizeof(o), .log = cap_log};
+	struct diag_det *d = diag_det__new(&o);
+	struct diag_step s;
+
+	(void)state;
+	assert_true(fd >= 0);
+	f = fdopen(fd, "w");
+	fprintf(f, "infertrace-baseline 1\nkey\t0\tdecode\t10\t1\t2\t3\t0\t0.1\tx\nbin\tzz\n");
+	fclose(f);
+	assert_int_equal(diag_det__load(d, path), -EINVAL);
+	assert_non_null(strstr(logbuf, "line 3"));
+	assert_int_equal(diag_det__load(d, "/nonexistent/baseline"), -ENOENT);
+	f = fopen(path, "w");
+	fprintf(f, "something else\n");
+	fclose(f);
+	assert_int_equal(diag_det__load(d, path), -EINVAL);
+	diag_step_init(&s);
+	s.dur_ns = 0;
+	assert_int_equal(diag_det__add_step(d, &s, NULL), -EINVAL);
+	assert_int_equal(diag_det__counters(d)->bad_steps, 1);
+	diag_det__free(d);
+	unlink(path);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_single_and_run),
+	    cmocka_unit_test(test_heavier_batch_ok),
+	    cmocka_unit_test(test_kinds),
+	    cmocka_unit_test(test_hta_ranks),
+	    cmocka_unit_test(test_saved_baseline_regression),
+	    cmocka_unit_test(test_bad_baseline_and_steps),
+	};
+
+	if (!data_dir())
+		printf("test_detect: $INFERTRACE_DATA (../shared/data) absent: real-trace tests "
+		       "skipped\n");
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

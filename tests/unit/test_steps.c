@@ -1,0 +1,400 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * test_steps.c - step segmentation (correlator/src/steps.c) on the real vLLM
+ * H100 trace (skipped when $INFERTRACE_DATA is absent) and on made-up
+ * records: marker steps, automatic cycles, the anchor, metadata, USDT.
+ *
+ * The reference for the vLLM trace is the trace's own
+ * `gpu_model_runner.py(1002): execute_model` python_function spans, taken
+ * from the marker stream independently of the segmenter.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "diagnose.h"
+
+static const char *data_dir(void)
+{
+	const char *env = getenv("INFERTRACE_DATA");
+
+	if (env && !access(env, R_OK))
+		return env;
+	if (!access("../shared/data/README.md", R_OK))
+		return "../shared/data";
+	return NULL;
+}
+
+#define MAXS 64
+struct got {
+	struct diag_seg *sg;
+	struct diag_step s[MAXS];
+	char marker[MAXS][128];
+	int n;
+	struct {
+		uint64_t ts, end;
+	} ref[MAXS];
+	int nref;
+	bool feed_markers;
+};
+
+static void on_step(void *ctx, const struct diag_step *s)
+{
+	struct got *g = ctx;
+
+	if (g->n >= MAXS)
+		return;
+	g->s[g->n] = *s;
+	snprintf(g->marker[g->n], sizeof(g->marker[0]), "%s", s->marker ? s->marker : "");
+	g->s[g->n].marker = g->marker[g->n];
+	g->s[g->n].n_top = 0; /* names die with the callback */
+	g->n++;
+}
+
+static void on_gpu(void *ctx, const struct corr_gpu *gp, const struct corr_launch *l)
+{
+	struct got *g = ctx;
+
+	diag_seg__add_gpu(g->sg, gp, l);
+}
+
+static void on_marker(void *ctx, const struct corr_marker *m)
+{
+	struct got *g = ctx;
+
+	if (strstr(m->name, "gpu_model_runner.py(1002): execute_model") && g->nref < MAXS) {
+		g->ref[g->nref].ts = m->ts_ns;
+		g->ref[g->nref].end = m->ts_ns + m->dur_ns;
+		g->nref++;
+	}
+	if (g->feed_markers)
+		diag_seg__add_marker(g->sg, m);
+}
+
+static int run_trace(const char *file, struct got *g, const struct diag_seg_opts *so)
+{
+	char path[1024];
+	const char *dir = data_dir();
+	struct diag_seg_opts o = *so;
+	struct corr_opts co = {.sz = sizeof(co), .emit = on_gpu, .emit_ctx = g};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .marker = on_marker, .marker_ctx = g};
+	struct corr_replay_stats st;
+	int err;
+
+	snprintf(path, sizeof(path), "%s/kineto/%s", dir, file);
+	o.step = on_step;
+	o.step_ctx = g;
+	g->sg = diag_seg__new(&o);
+	assert_non_null(g->sg);
+	err = corr_replay_file(path, &co, &ro, &st);
+	assert_int_equal(err, 0);
+	assert_int_equal(diag_seg__flush(g->sg), 0);
+	return 0;
+}
+
+static int cmp_start(const void *a, const void *b)
+{
+	const struct diag_step *x = a, *y = b;
+
+	return x->start_ns < y->start_ns ? -1 : x->start_ns > y->start_ns;
+}
+
+/* every step within 1% of its reference span at both ends */
+static void check_vs_ref(struct got *g, int first_ref, int n)
+{
+	for (int i = 0; i < n; i++) {
+		const struct diag_step *s = &g->s[i];
+		uint64_t ts = g->ref[first_ref + i].ts, end = g->ref[first_ref + i].end;
+		double dur = (double)(end - ts), tol = 0.01 * dur;
+		double ds = (double)s->start_ns - (double)ts;
+		double de = (double)(s->start_ns + s->dur_ns) - (double)end;
+
+		if (ds > tol || ds < -tol || de > tol || de < -tol)
+			fail_msg("step %d: [%llu, +%llu] vs execute_model [%llu, +%llu]: start off "
+				 "%.1f us, end off %.1f us, 1%% is %.1f us",
+				 i, (unsigned long long)s->start_ns, (unsigned long long)s->dur_ns,
+				 (unsigned long long)ts, (unsigned long long)(end - ts), ds / 1e3,
+				 de / 1e3, tol / 1e3);
+	}
+}
+
+#define VLLM "tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz"
+
+/* automatic (marker names ignored): the same 11 steps, 1 prefill + 9 decode + 1 empty */
+static void test_vllm_auto(void **state)
+{
+	struct diag_seg_opts o = {.sz = sizeof(o), .auto_only = true};
+	struct got *g = calloc(1, sizeof(*g));
+	int pre = 0, dec = 0, empty = 0;
+
+	(void)state;
+	if (!data_dir()) {
+		free(g);
+		skip();
+	}
+	g->feed_markers = true;
+	run_trace(VLLM, g, &o);
+	assert_int_equal(g->nref, 11);
+	assert_int_equal(g->n, 11);
+	qsort(g->s, g->n, sizeof(g->s[0]), cmp_start);
+	check_vs_ref(g, 0, 11);
+	for (int i = 0; i < g->n; i++) {
+		assert_string_equal(g->s[i].source, "anchor");
+		if (g->s[i].phase == DIAG_PHASE_PREFILL)
+			pre++;
+		else if (g->s[i].phase == DIAG_PHASE_DECODE)
+			dec++;
+		else if (g->s[i].phase == DIAG_PHASE_UNKNOWN && g->s[i].kernels == 0)
+			empty++;
+	}
+	assert_int_equal(pre, 1);
+	assert_int_equal(dec, 9);
+	assert_int_equal(empty, 1);
+	assert_int_equal(g->s[0].phase, DIAG_PHASE_PREFILL);
+	assert_int_equal(g->s[10].kernels, 0);
+	/* the breakdown is there and consistent */
+	for (int i = 0; i < 10; i++) {
+		assert_true(g->s[i].kernels > 1000);
+		assert_true(g->s[i].gpu_busy_ns > 0);
+		assert_true(g->s[i].gpu_busy_ns + g->s[i].idle_ns == (int64_t)g->s[i].dur_ns);
+		assert_true(g->s[i].l2s_p50_ns >= 0);
+		assert_true(g->s[i].comm_ns > 0); /* all-reduce every layer (TP 4) */
+		assert_int_equal(g->s[i].offcpu_ns, DIAG_UNKNOWN); /* replay: no CPU side */
+	}
+	for (int i = 1; i < 10; i++)
+		assert_true(g->s[i].graph_kernels * 2 > g->s[i].kernels);
+	diag_seg__free(g->sg);
+	free(g);
+}
+
+/*
+ * The launch stream alone (no markers at all): the 10 steps that launch
+ * work. The empty step launches nothing, so it cannot be seen, and the
+ * prefill step's first 2.4 ms of CPU preparation precede its first launch
+ * (the trace has no runtime call before it): its start is late by that much,
+ * its end within 1%; the 9 decode steps are within 1% at both ends.
+ */
+static void test_vllm_launch_stream_only(void **state)
+{
+	struct diag_seg_opts o = {.sz = sizeof(o), .auto_only = true, .no_anchor = true};
+	struct got *g = calloc(1, sizeof(*g));
+
+	(void)state;
+	if (!data_dir()) {
+		free(g);
+		skip();
+	}
+	run_trace(VLLM, g, &o);
+	assert_int_equal(g->n, 10);
+	qsort(g->s, g->n, sizeof(g->s[0]), cmp_start);
+	assert_int_equal(g->nref, 11); /* the reference came through */
+	/* decode steps: both ends within 1% */
+	{
+		struct got *h = calloc(1, sizeof(*h));
+
+		memcpy(h->ref, g->ref + 1, sizeof(h->ref[0]) * 9);
+		memcpy(h->s, g->s + 1, sizeof(h->s[0]) * 9);
+		h->n = h->nref = 9;
+		check_vs_ref(h, 0, 9);
+		free(h);
+	}
+	/* prefill: end within 1%, start late by the CPU preparation */
+	{
+		int64_t de = (int64_t)(g->s[0].start_ns + g->s[0].dur_ns) - (int64_t)g->ref[0].end;
+		int64_t ds = (int64_t)g->s[0].start_ns - (int64_t)g->ref[0].ts;
+
+		assert_true(llabs(de) < (int64_t)(g->ref[0].end - g->ref[0].ts) / 100);
+		assert_true(ds > 2000000 && ds < 3000000);
+		assert_int_equal(g->s[0].phase, DIAG_PHASE_PREFILL);
+	}
+	for (int i = 1; i < 10; i++)
+		assert_int_equal(g->s[i].phase, DIAG_PHASE_DECODE);
+	diag_seg__free(g->sg);
+	free(g);
+}
+
+/* named markers: the innermost execute_model spans, exactly */
+static void test_vllm_markers(void **state)
+{
+	struct diag_seg_opts o = {.sz = sizeof(o)};
+	struct got *g = calloc(1, sizeof(*g));
+
+	(void)state;
+	if (!data_dir()) {
+		free(g);
+		skip();
+	}
+	g->feed_markers = true;
+	run_trace(VLLM, g, &o);
+	assert_int_equal(g->n, 11);
+	qsort(g->s, g->n, sizeof(g->s[0]), cmp_start);
+	for (int i = 0; i < 11; i++) {
+		assert_int_equal(g->s[i].start_ns, g->ref[i].ts);
+		assert_int_equal(g->s[i].dur_ns, g->ref[i].end - g->ref[i].ts);
+		assert_string_equal(g->s[i].source, "marker");
+		assert_non_null(strstr(g->s[i].marker, "gpu_model_runner.py(1002)"));
+	}
+	diag_seg__free(g->sg);
+	free(g);
+}
+
+/* HTA ranks: ProfilerStep#551 and #552 on each */
+static void test_hta_profiler_steps(void **state)
+{
+	static const char *const f[2] = {"hta_sampled_rank-0.json.gz",
+					 "hta_sampled_rank-1.json.gz"};
+
+	(void)state;
+	if (!data_dir())
+		skip();
+	for (int r = 0; r < 2; r++) {
+		struct diag_seg_opts o = {.sz = sizeof(o)};
+		struct got *g = calloc(1, sizeof(*g));
+
+		g->feed_markers = true;
+		run_trace(f[r], g, &o);
+		assert_int_equal(g->n, 2);
+		assert_non_null(strstr(g->s[0].marker, "ProfilerStep#"));
+		assert_true(g->s[0].dur_ns > 600000000 && g->s[0].dur_ns < 640000000);
+		assert_true(g->s[0].kernels > 100);
+		diag_seg__free(g->sg);
+		free(g);
+	}
+}
+
+/* ------------------------------------------------------- made-up input -- */
+
+static void add_k(struct diag_seg *sg, uint32_t tid, uint64_t launch, uint64_t start, uint64_t dur,
+		  const char *name, enum corr_kind kind, uint32_t copy_kind)
+{
+	struct corr_gpu g = {.kind = kind,
+			     .pid = 7,
+			     .start_ns = start,
+			     .end_ns = start + dur,
+			     .name = name,
+			     .copy_kind = copy_kind};
+	struct corr_launch l = {.pid = 7, .tid = tid, .ts_ns = launch, .api = "cudaLaunchKernel"};
+
+	assert_int_equal(diag_seg__add_gpu(sg, &g, &l), 0);
+}
+
+/* metadata on markers, USDT steps, malformed metadata counted */
+static void test_metadata_and_usdt(void **state)
+{
+	struct diag_seg_opts o = {.sz = sizeof(o), .markers = "step"};
+	struct got *g = calloc(1, sizeof(*g));
+	struct corr_marker m = {.pid = 7,
+				.tid = 7,
+				.ts_ns = 1000,
+				.dur_ns = 100000,
+				.cat = "nvtx",
+				.name = "step tokens=512 batch=4 kv=8192 phase=prefill"};
+
+	(void)state;
+	o.step = on_step;
+	o.step_ctx = g;
+	g->sg = diag_seg__new(&o);
+	assert_non_null(g->sg);
+	assert_int_equal(diag_seg__add_marker(g->sg, &m), 0);
+	add_k(g->sg, 7, 2000, 3000, 50000, "gemm", CORR_KIND_KERNEL, 0);
+	m.ts_ns = 200000;
+	m.name = "step tokens=abc phase=sideways";
+	assert_int_equal(diag_seg__add_marker(g->sg, &m), 0);
+	assert_int_equal(diag_seg__usdt_begin(g->sg, 7, 8, 400000, 3, 3, 900, DIAG_PHASE_DECODE),
+			 0);
+	assert_int_equal(diag_seg__usdt_end(g->sg, 7, 8, 450000), 0);
+	assert_int_equal(diag_seg__usdt_end(g->sg, 7, 8, 460000), -ENOENT);
+	assert_int_equal(diag_seg__flush(g->sg), 0);
+	assert_int_equal(g->n, 3);
+	assert_int_equal(g->s[0].tokens, 512);
+	assert_int_equal(g->s[0].batch_size, 4);
+	assert_int_equal(g->s[0].kv_tokens, 8192);
+	assert_int_equal(g->s[0].phase, DIAG_PHASE_PREFILL);
+	assert_int_equal(g->s[0].kernels, 1);
+	assert_string_equal(g->s[0].marker, "step");
+	assert_int_equal(g->s[1].tokens, DIAG_UNKNOWN);
+	assert_int_equal(g->s[1].phase, DIAG_PHASE_UNKNOWN);
+	assert_int_equal(diag_seg__counters(g->sg)->bad_metadata, 2);
+	assert_string_equal(g->s[2].source, "usdt");
+	assert_int_equal(g->s[2].tokens, 3);
+	assert_int_equal(g->s[2].phase, DIAG_PHASE_DECODE);
+	diag_seg__free(g->sg);
+	free(g);
+}
+
+/*
+ * Automatic cycles on made-up records: a device-to-host copy ends each
+ * step; GPU idle, busy, gaps and top kernels add up; live CPU events land
+ * in the step they overlap; advance() cuts only what is old enough.
+ */
+static void test_auto_cycles_and_breakdown(void **state)
+{
+	struct diag_seg_opts o = {.sz = sizeof(o), .hold_ns = 1000000};
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_cpu_event ev = {.kind = DIAG_CPU_RUNQ,
+				    .pid = 7,
+				    .tid = 7,
+				    .ts_ns = 10200000,
+				    .dur_ns = 300000,
+				    .other_pid = 99};
+
+	(void)state;
+	o.step = on_step;
+	o.step_ctx = g;
+	g->sg = diag_seg__new(&o);
+	for (int st = 0; st < 3; st++) {
+		uint64_t t0 = 10000000ULL * (st + 1);
+
+		add_k(g->sg, 7, t0, t0 + 10000, 2000000, "gemm", CORR_KIND_KERNEL, 0);
+		add_k(g->sg, 7, t0 + 20000, t0 + 2010000, 1000000, "attn", CORR_KIND_KERNEL, 0);
+		/* 1 ms bubble, then the copy back */
+		add_k(g->sg, 7, t0 + 30000, t0 + 4010000, 5000, "Memcpy DtoH", CORR_KIND_MEMCPY, 2);
+	}
+	assert_int_equal(diag_seg__add_cpu(g->sg, &ev), 0);
+	assert_int_equal(diag_seg__advance(g->sg, 25000000), 0);
+	assert_int_equal(g->n, 1); /* only the first step ended before now - hold */
+	assert_int_equal(diag_seg__flush(g->sg), 0);
+	assert_int_equal(g->n, 3);
+	for (int i = 0; i < 3; i++) {
+		assert_string_equal(g->s[i].source, "auto");
+		assert_int_equal(g->s[i].start_ns, 10000000ULL * (i + 1));
+		assert_int_equal(g->s[i].dur_ns, 4015000);
+		assert_int_equal(g->s[i].kernels, 2);
+		assert_int_equal(g->s[i].memcpys, 1);
+		assert_int_equal(g->s[i].gpu_busy_ns, 3005000);
+		assert_int_equal(g->s[i].idle_ns, 1010000);
+		assert_int_equal(g->s[i].idle_gaps, 1); /* the 10 us lead-in is jitter */
+		assert_int_equal(g->s[i].idle_max_ns, 1000000);
+		assert_int_equal(g->s[i].l2s_p50_ns, 1990000);
+		assert_int_equal(g->s[i].seq, (uint64_t)i);
+	}
+	assert_int_equal(g->s[0].runq_ns, 300000);
+	assert_int_equal(g->s[0].preempt_pid, 99);
+	assert_int_equal(g->s[1].runq_ns, 0);
+	diag_seg__free(g->sg);
+	free(g);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_vllm_auto),
+	    cmocka_unit_test(test_vllm_launch_stream_only),
+	    cmocka_unit_test(test_vllm_markers),
+	    cmocka_unit_test(test_hta_profiler_steps),
+	    cmocka_unit_test(test_metadata_and_usdt),
+	    cmocka_unit_test(test_auto_cycles_and_breakdown),
+	};
+
+	if (!data_dir())
+		printf("test_steps: $INFERTRACE_DATA (../shared/data) absent: real-trace tests "
+		       "skipped\n");
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
