@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+# shellcheck shell=bash
+#
+# tests/integration/kafka_lib.sh - helpers of the Kafka tests (kafka*.sh),
+# sourced after lib.sh. Run on its own (tests/run.sh runs every *.sh) it
+# does nothing.
+#
+# A test starts librdkafka's mock cluster in its own process
+# (build/tests/integration/kafka_mock, on loopback), runs the agent with
+# --kafka and --output (both sinks get the same records, in the same
+# order), reads every topic back with kcat and compares: per topic and key,
+# the values in Kafka must be the JSON lines of the file, in file order.
+[ "${BASH_SOURCE[0]}" = "$0" ] && exit 0
+
+KAFKA_MOCK=$BUILD/tests/integration/kafka_mock
+KTOPICS="infertrace.steps infertrace.anomalies infertrace.events infertrace.stats"
+MOCK_PID=
+BROKERS=
+
+# kafka_preflight NAME...: SKIP (or FAIL when something of ours is missing)
+# every name when the tests cannot run here
+kafka_preflight() {
+	local why= fail= n
+	if ! command -v kcat >/dev/null; then
+		why="kcat missing (make deps)"
+	elif ! command -v jq >/dev/null; then
+		why="jq missing (make deps)"
+	elif [ ! -x "$AGENT" ]; then
+		fail="$AGENT not built"
+	elif [ ! -x "$KAFKA_MOCK" ]; then
+		fail="$KAFKA_MOCK not built (make test builds it)"
+	fi
+	[ -z "$why$fail" ] && return 0
+	for n in "$@"; do
+		if [ -n "$fail" ]; then echo "FAIL $n: $fail"; else skip "$n" "$why"; fi
+	done
+	exit 0
+}
+
+# mock_start: a cluster of one broker with the four topics (4 partitions
+# each); BROKERS is its bootstrap address, MOCK_PID its pid. SIGUSR1 sets
+# the broker down, SIGUSR2 up again.
+mock_start() {
+	local i t args=()
+	for t in $KTOPICS "$@"; do args+=(-t "$t"); done
+	"$KAFKA_MOCK" -p 4 "${args[@]}" </dev/null >"$T/mock.out" 2>"$T/mock.err" &
+	MOCK_PID=$!
+	_it_pids+=("$MOCK_PID")
+	for ((i = 0; i < 100; i++)); do
+		BROKERS=$(sed -n 's/^bootstrap=//p' "$T/mock.out")
+		[ -n "$BROKERS" ] && return 0
+		sleep 0.05
+	done
+	return 1
+}
+mock_cmd() { # mock_cmd down|up: signal the mock, wait for its "ok" line
+	local n i sig=USR2
+	[ "$1" = down ] && sig=USR1
+	n=$(grep -c "^ok $1" "$T/mock.out")
+	kill -"$sig" "$MOCK_PID" 2>/dev/null ||
+		{ echo "kafka_mock is gone: $(tail -c 300 "$T/mock.err")" >&2; return 1; }
+	for ((i = 0; i < 200; i++)); do
+		[ "$(grep -c "^ok $1" "$T/mock.out")" -gt "$n" ] && return 0
+		sleep 0.05
+	done
+	echo "kafka_mock did not confirm '$1' in 10 s: $(tail -c 300 "$T/mock.out")" >&2
+	return 1
+}
+mock_down() { mock_cmd down; }
+mock_stop() { # quietly, before the EXIT trap would kill it
+	[ -n "$MOCK_PID" ] || return 0
+	kill -TERM "$MOCK_PID" 2>/dev/null
+	wait_exit "$MOCK_PID" 5
+	MOCK_PID=
+}
+mock_up() { mock_cmd up; }
+
+# kafka_dump OUT [TOPIC...]: every message of the topics (default: the
+# four) as kcat JSON envelopes, one a line
+kafka_dump() {
+	local out=$1 t
+	shift
+	: >"$out"
+	for t in ${@:-$KTOPICS}; do
+		timeout 30 kcat -C -b "$BROKERS" -t "$t" -e -q -J -X topic.metadata.refresh.interval.ms=1000 \
+			>>"$out" 2>>"$out.err" || echo "kcat $t: exit $?" >>"$out.err"
+	done
+}
+
+# kafka_compare DUMP MODE FILE...: compare Kafka with the JSON lines of the
+# files (one agent run after the other). Prints one JSON object:
+#   messages, bad_json (values that are not JSON objects), bad_key (key !=
+#   .instance), split (topic+key spread over several partitions), types
+#   (record types found in more than one topic: "type:topic,topic"),
+#   mismatch (per topic and key, "topic key: why"; at most 5), file_records,
+#   unmapped (file records of a type Kafka never saw), type_topic (type ->
+#   [topics]), kafka_by_topic (topic -> messages).
+# MODE exact: per topic and key, Kafka holds exactly the file's values in
+#   file order (each once).
+# MODE suffix: Kafka holds a suffix of them (the first ones may be lost:
+#   kill -9 loses what the producer held in memory), each once, in order.
+# Records of the class "events" compare the same way unless EVENTS=subseq:
+#   then Kafka must hold a subsequence (shed records), each once, in order.
+kafka_compare() {
+	local dump=$1 mode=$2
+	shift 2
+	cat "$@" >"$T/cmp.lines"
+	jq -n -c --arg mode "$mode" --arg events "${EVENTS:-same}" \
+		--slurpfile k "$dump" --rawfile f "$T/cmp.lines" '
+	def parse: try fromjson catch null;
+	def is_subseq($a; $b): # $a a subsequence of $b
+		reduce $a[] as $x ({i: 0, ok: true};
+			if .ok then (($b[.i:] | index([$x])) as $j |
+				if $j == null then .ok = false else .i += $j + 1 end) else . end) | .ok;
+	($k | map(. + {rec: (.payload | parse)})) as $msgs |
+	($f | split("\n") | map(select(length > 0))) as $lines |
+	# which topic each record type went to
+	($msgs | map(select(.rec | type == "object") | {t: .rec.type, topic}) | group_by(.t) |
+		map({key: .[0].t, value: (map(.topic) | unique)}) | from_entries) as $tmap |
+	($msgs | group_by([.topic, .key]) | map({key: "\(.[0].topic) \(.[0].key)",
+		value: {parts: (map(.partition) | unique | length),
+			vals: (sort_by(.partition, .offset) | map(.payload))}}) | from_entries) as $kseq |
+	($lines | map(parse) | to_entries | map(select(.value | type == "object")) |
+		map(. + {topic: ($tmap[.value.type] // [null])[0]})) as $recs |
+	($recs | map(select(.topic != null)) | group_by([.topic, .value.instance]) |
+		map({key: "\(.[0].topic) \(.[0].value.instance)",
+		     value: map($lines[.key])}) | from_entries) as $fseq |
+	[($kseq + $fseq) | keys[] | . as $tk |
+		($kseq[$tk].vals // []) as $kv | ($fseq[$tk] // []) as $fv |
+		(if ($tk | test("\\.events ")) and $events == "subseq" then
+			(if is_subseq($kv; $fv) then null
+			 else "\($tk): not a subsequence of the file (kafka \($kv | length), file \($fv | length))" end)
+		 elif $mode == "exact" then
+			(if $kv == $fv then null else
+			 "\($tk): kafka \($kv | length) file \($fv | length), first difference at " +
+			 "\(first(range(0; [$kv, $fv] | map(length) | max) | select($kv[.] != $fv[.])) // "?")" end)
+		 else
+			(if ($kv | length) <= ($fv | length) and
+			    $fv[($fv | length) - ($kv | length):] == $kv then null
+			 else "\($tk): kafka \($kv | length) not a suffix of file \($fv | length)" end)
+		 end) | select(. != null)] as $mismatch |
+	{messages: ($msgs | length),
+	 bad_json: ([$msgs[] | select(.rec | type != "object")] | length),
+	 bad_key: ([$msgs[] | select(.rec | type == "object") | select(.rec.instance != .key)] | length),
+	 split: ([$kseq | to_entries[] | select(.value.parts > 1) | .key]),
+	 types: ([$tmap | to_entries[] | select(.value | length > 1) | "\(.key):\(.value | join(","))"]),
+	 file_records: ($recs | length),
+	 unmapped: ([$recs[] | select(.topic == null) | .value.type] | unique),
+	 mismatch: $mismatch[:5], n_mismatch: ($mismatch | length),
+	 type_topic: $tmap,
+	 kafka_by_topic: ($msgs | group_by(.topic) | map({key: .[0].topic, value: length}) | from_entries)}'
+}
+
+# expect_compare JSON: the usual expectations on a kafka_compare result
+expect_compare() {
+	local c=$1
+	expect "no messages in Kafka" ge "$(jq .messages <<<"$c")" 1
+	expect "values that are not JSON objects: $(jq .bad_json <<<"$c")" eq "$(jq .bad_json <<<"$c")" 0
+	expect "keys that are not the record's instance: $(jq .bad_key <<<"$c")" eq "$(jq .bad_key <<<"$c")" 0
+	expect "an instance in several partitions: $(jq -c .split <<<"$c")" eq "$(jq '.split | length' <<<"$c")" 0
+	expect "a record type in several topics: $(jq -c .types <<<"$c")" eq "$(jq '.types | length' <<<"$c")" 0
+	expect "record types never seen in Kafka: $(jq -c .unmapped <<<"$c")" eq "$(jq '.unmapped | length' <<<"$c")" 0
+	expect "$(jq .n_mismatch <<<"$c") topic/key sequences differ: $(jq -c .mismatch <<<"$c")" \
+		eq "$(jq .n_mismatch <<<"$c")" 0
+}
+
+# last_kafka FILE FIELD: FIELD of the kafka object of the last stats record
+last_kafka() {
+	jq -r "select(.type == \"stats\" and .kafka != null) | .kafka.$2" "$1" 2>/dev/null | tail -n 1
+}
+
+# wait_spill_empty FILE SECS: until a stats record shows an empty spill
+# (what the producer holds then is delivered by the exit flush)
+wait_spill_empty() {
+	local f=$1 secs=$2 i
+	for ((i = 0; i < secs * 5; i++)); do
+		[ "$(last_kafka "$f" spill_records)" = 0 ] && return 0
+		sleep 0.2
+	done
+	return 1
+}
