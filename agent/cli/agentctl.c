@@ -1,0 +1,565 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * agentctl - talk to the infertrace agent of this node over its control
+ * socket (agent/control.c, protocol in agent/control_proto.h), or to every
+ * agent of a fleet through the <prefix>.control Kafka topic.
+ *
+ * One request, one reply; exit status 0 when the agent said ok, 1 when it
+ * refused (the reply's message is printed), 2 for bad usage, 3 when the
+ * agent could not be reached.
+ */
+#include <argp.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+
+#include "control_proto.h"
+
+#define AGENTCTL_VERSION "0.1.0"
+#define MAX_KAFKA_PROPS 64
+
+const char *argp_program_version = "agentctl " AGENTCTL_VERSION;
+const char *argp_program_bug_address = "<https://github.com/infertrace/infertrace/issues>";
+
+static const char doc[] =
+    "agentctl: look at and steer the infertrace agent of this node.\n"
+    "\n"
+    "USAGE: agentctl [OPTION...] COMMAND\n"
+    "\n"
+    "COMMANDS:\n"
+    "  status                 instances, processes, modes, event rates, drops, queue\n"
+    "                         and spill fill, broker state (--json: the agent's reply)\n"
+    "  deep-dive              full-detail capture for one instance for a while\n"
+    "                         (--instance NAME [--duration SECS] [--off]); every\n"
+    "                         event, user stacks and GPU kernel records are sent, and\n"
+    "                         the flight recorder's last seconds go first\n"
+    "  export                 write the flight recorder's window as a Perfetto /\n"
+    "                         Chrome trace (--perfetto FILE [--instance NAME]); open\n"
+    "                         it in ui.perfetto.dev\n"
+    "  ping                   is the agent there\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  agentctl status\n"
+    "  agentctl status --json | jq '.event_rates'\n"
+    "  agentctl deep-dive --instance vllm-llama-70b --duration 120\n"
+    "  agentctl deep-dive --instance vllm-llama-70b --off\n"
+    "  agentctl export --perfetto /tmp/last10s.json --instance vllm-llama-70b\n"
+    "  # fleet-wide: every agent consumes infertrace.control and switches the\n"
+    "  # instance on whichever node serves it\n"
+    "  agentctl deep-dive --instance vllm-llama-70b --kafka kafka-0:9092 \\\n"
+    "      -X security.protocol=SASL_SSL -X sasl.mechanism=PLAIN ...\n"
+    "\n"
+    "The socket accepts root and the agent's --control-group. Exit status: 0 done,\n"
+    "1 refused by the agent, 2 bad usage, 3 agent unreachable.\n"
+    "\n"
+    "OPTIONS:";
+
+enum {
+	OPT_SOCKET = 0x100,
+	OPT_JSON,
+	OPT_INSTANCE,
+	OPT_DURATION,
+	OPT_OFF,
+	OPT_PERFETTO,
+	OPT_KAFKA,
+	OPT_KAFKA_PREFIX,
+	OPT_TIMEOUT,
+};
+
+static const struct argp_option options[] = {
+    {"socket", OPT_SOCKET, "PATH", 0,
+     "The agent's control socket (default /run/infertrace/agent.sock)"},
+    {"timeout", OPT_TIMEOUT, "SECS", 0, "Wait at most SECS for a reply (default 10)"},
+    {"json", OPT_JSON, NULL, 0, "status: print the agent's JSON reply"},
+    {"instance", OPT_INSTANCE, "NAME", 0, "deep-dive, export: the instance"},
+    {"duration", OPT_DURATION, "SECS", 0,
+     "deep-dive: how long (default 60; the agent caps it at its --deep-dive-max)"},
+    {"off", OPT_OFF, NULL, 0, "deep-dive: end the instance's deep-dive now"},
+    {"perfetto", OPT_PERFETTO, "FILE", 0, "export: write the trace to FILE"},
+    {"kafka", OPT_KAFKA, "BROKERS", 0,
+     "deep-dive: publish to the control topic on these brokers instead of the local "
+     "socket; every agent of the fleet consumes it"},
+    {"kafka-topic-prefix", OPT_KAFKA_PREFIX, "PREFIX", 0,
+     "The agents' --kafka-topic-prefix (default infertrace: topic infertrace.control)"},
+    {"kafka-property", 'X', "KEY=VALUE", 0,
+     "librdkafka property for --kafka (repeatable): TLS, SASL, ..., as the agents take "
+     "them"},
+    {},
+};
+
+struct opts {
+	const char *cmd;
+	const char *socket;
+	double timeout_s;
+	bool json;
+	const char *instance;
+	double duration_s;
+	bool off;
+	const char *perfetto;
+	const char *kafka;
+	const char *prefix;
+	const char *props[MAX_KAFKA_PROPS];
+	int n_props;
+};
+
+static int parse_secs(const char *arg, double min, double max, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(arg, &end);
+	if (errno || end == arg || *end || !isfinite(v) || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static error_t parse_arg(int key, char *arg, struct argp_state *state)
+{
+	struct opts *o = state->input;
+
+	switch (key) {
+	case OPT_SOCKET:
+		if (!*arg || strlen(arg) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+			argp_error(state, "--socket takes a path shorter than 108 bytes");
+		o->socket = arg;
+		break;
+	case OPT_TIMEOUT:
+		if (parse_secs(arg, 0.1, 3600, &o->timeout_s))
+			argp_error(state, "--timeout takes seconds from 0.1 to 3600, not '%s'",
+				   arg);
+		break;
+	case OPT_JSON:
+		o->json = true;
+		break;
+	case OPT_INSTANCE:
+		if (!*arg || strlen(arg) > CTL_INSTANCE_MAX)
+			argp_error(state, "--instance takes a name of 1 to %d characters",
+				   CTL_INSTANCE_MAX);
+		o->instance = arg;
+		break;
+	case OPT_DURATION:
+		if (parse_secs(arg, 0.001, 86400, &o->duration_s))
+			argp_error(state, "--duration takes seconds (up to 86400), not '%s'", arg);
+		break;
+	case OPT_OFF:
+		o->off = true;
+		break;
+	case OPT_PERFETTO:
+		o->perfetto = arg;
+		break;
+	case OPT_KAFKA:
+		o->kafka = arg;
+		break;
+	case OPT_KAFKA_PREFIX:
+		o->prefix = arg;
+		break;
+	case 'X':
+		if (!strchr(arg, '=') || arg[0] == '=')
+			argp_error(state, "-X takes KEY=VALUE, not '%s'", arg);
+		if (o->n_props == MAX_KAFKA_PROPS)
+			argp_error(state, "at most %d -X options", MAX_KAFKA_PROPS);
+		o->props[o->n_props++] = arg;
+		break;
+	case ARGP_KEY_ARG:
+		if (o->cmd)
+			argp_error(state, "one command at a time ('%s' after '%s')", arg, o->cmd);
+		if (strcmp(arg, "status") && strcmp(arg, "deep-dive") && strcmp(arg, "export") &&
+		    strcmp(arg, "ping"))
+			argp_error(state, "unknown command '%s' (status, deep-dive, export, ping)",
+				   arg);
+		o->cmd = arg;
+		break;
+	case ARGP_KEY_END:
+		if (!o->cmd)
+			argp_error(state, "which command? (status, deep-dive, export, ping)");
+		if (!strcmp(o->cmd, "deep-dive") && !o->instance)
+			argp_error(state, "deep-dive needs --instance NAME");
+		if (!strcmp(o->cmd, "export") && !o->perfetto)
+			argp_error(state, "export needs --perfetto FILE");
+		if (o->off && o->duration_s > 0)
+			argp_error(state, "--off and --duration exclude each other");
+		if ((o->duration_s > 0 || o->off) && strcmp(o->cmd, "deep-dive"))
+			argp_error(state, "--duration and --off belong to deep-dive");
+		if (o->kafka && strcmp(o->cmd, "deep-dive"))
+			argp_error(state, "--kafka publishes deep-dive requests only");
+		if (o->perfetto && strcmp(o->cmd, "export"))
+			argp_error(state, "--perfetto belongs to export");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ socket -- */
+
+static int connect_agent(const char *path)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun))) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+/* send req (stolen), read the reply; *data gets the export frame when asked */
+static int call(const struct opts *o, json_t *req, json_t **reply, char **data, size_t *dlen)
+{
+	const char *path = o->socket ? o->socket : CTL_SOCK_DEFAULT;
+	int tmo = (int)(o->timeout_s * 1000), fd, err;
+	char *s = json_dumps(req, JSON_COMPACT), *buf = NULL;
+	json_error_t jerr;
+	size_t len;
+
+	json_decref(req);
+	*reply = NULL;
+	if (!s)
+		return -ENOMEM;
+	fd = connect_agent(path);
+	if (fd < 0) {
+		err = fd;
+		if (err == -EACCES)
+			fprintf(stderr,
+				"agentctl: %s: permission denied (the agent serves root and "
+				"its --control-group)\n",
+				path);
+		else if (err == -ENOENT || err == -ECONNREFUSED)
+			fprintf(stderr,
+				"agentctl: no agent listens on %s (%s): is it running, with "
+				"--control-socket?\n",
+				path, strerror(-err));
+		else
+			fprintf(stderr, "agentctl: %s: %s\n", path, strerror(-err));
+		free(s);
+		return err;
+	}
+	err = ctl_send(fd, s, strlen(s));
+	free(s);
+	/* a refused peer gets its reply at accept, then the agent hangs up */
+	if (!err || err == -EPIPE || err == -ECONNRESET) {
+		int serr = err;
+
+		err = ctl_recv(fd, &buf, &len, CTL_MAX_REQUEST * 16, tmo);
+		if (err && serr)
+			err = serr;
+	}
+	if (!err) {
+		*reply = json_loadb(buf, len, 0, &jerr);
+		if (!*reply)
+			err = -EBADMSG;
+	}
+	free(buf);
+	if (!err && data && json_is_true(json_object_get(*reply, "ok")))
+		err = ctl_recv(fd, data, dlen, CTL_MAX_REPLY, tmo);
+	close(fd);
+	if (err)
+		fprintf(stderr, "agentctl: %s: %s\n", path,
+			err == -ETIMEDOUT    ? "no reply in time (--timeout)"
+			: err == -ECONNRESET ? "the agent closed the connection"
+					     : strerror(-err));
+	return err;
+}
+
+/* 0 when ok; prints the agent's refusal otherwise */
+static int check_ok(const json_t *r)
+{
+	if (json_is_true(json_object_get(r, "ok")))
+		return 0;
+	fprintf(stderr, "agentctl: the agent refused: %s (%s)\n",
+		json_string_value(json_object_get(r, "message")) ?: "no reason given",
+		json_string_value(json_object_get(r, "error")) ?: "error");
+	return 1;
+}
+
+/* ------------------------------------------------------------ status -- */
+
+static double num(const json_t *o, const char *k)
+{
+	return json_number_value(json_object_get(o, k));
+}
+
+static const char *str(const json_t *o, const char *k, const char *dflt)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+
+	return s ? s : dflt;
+}
+
+static void print_counts(const char *title, const json_t *obj, bool rates)
+{
+	const char *k;
+	json_t *v;
+	int n = 0;
+
+	printf("%-10s", title);
+	json_object_foreach((json_t *)obj, k, v)
+	{
+		if (json_number_value(v) == 0)
+			continue;
+		printf(rates ? " %s %.1f/s" : " %s %.0f", k, json_number_value(v));
+		n++;
+	}
+	printf("%s\n", n ? "" : " none");
+}
+
+static void print_status(const json_t *r)
+{
+	const json_t *st = json_object_get(r, "last_stats"), *x, *v;
+	size_t i;
+
+	printf("agent %s on %s (pid %.0f): %s mode, up %.0f s, BPF %s\n", str(r, "version", "?"),
+	       str(r, "host", "?"), num(r, "agent_pid"), str(r, "mode", "?"), num(r, "uptime_s"),
+	       json_is_true(json_object_get(r, "bpf_loaded")) ? "loaded" : "not loaded");
+
+	printf("\n%-32s %-9s %-10s %s\n", "INSTANCE", "MODE", "DEEP LEFT", "PIDS");
+	json_array_foreach(json_object_get(r, "instances"), i, x)
+	{
+		char left[32] = "-", pids[128] = "";
+		size_t j, off = 0;
+
+		if (json_object_get(x, "deep_remaining_s"))
+			snprintf(left, sizeof(left), "%.0f s", num(x, "deep_remaining_s"));
+		json_array_foreach(json_object_get(x, "pids"), j, v) if (off < sizeof(pids) - 12)
+		    off += snprintf(pids + off, sizeof(pids) - off, "%s%lld", j ? "," : "",
+				    (long long)json_integer_value(v));
+		printf("%-32s %-9s %-10s %s\n", str(x, "name", "?"), str(x, "mode", "?"), left,
+		       off ? pids : "(none yet)");
+	}
+	printf("\n%-8s %-16s %-32s %-9s %s\n", "PID", "COMM", "INSTANCE", "MODE", "LIBS");
+	json_array_foreach(json_object_get(r, "processes"), i, x)
+	    printf("%-8.0f %-16s %-32s %-9s %.0f\n", num(x, "pid"), str(x, "comm", "?"),
+		   str(x, "instance", "?"), str(x, "mode", "?"), num(x, "libraries"));
+	printf("\n");
+	if (json_object_get(r, "event_rates"))
+		print_counts("rates", json_object_get(r, "event_rates"), true);
+	else
+		printf("%-10s n/a (after the second interval)\n", "rates");
+	if (st) {
+		print_counts("bpf drops", json_object_get(st, "bpf_drops"), false);
+		printf("%-10s decoded %.0f, malformed %.0f, sink errors %.0f, json errors %.0f\n",
+		       "records", num(st, "records_decoded"), num(st, "bad_records"),
+		       num(st, "sink_errors"), num(st, "json_errors"));
+		print_counts("emitted", json_object_get(st, "emitted"), false);
+	}
+	json_array_foreach(json_object_get(r, "sinks"), i, x)
+	    printf("%-10s %s: %.0f written, %.0f errors\n", "sink", str(x, "name", "?"),
+		   num(x, "written"), num(x, "errors"));
+	x = st ? json_object_get(st, "kafka") : NULL;
+	if (x) {
+		const char *k;
+
+		printf("%-10s", "kafka");
+		json_object_foreach((json_t *)x, k, v) if (json_is_number(v) || json_is_string(v) ||
+							   json_is_boolean(v))
+		{
+			char *s = json_dumps(v, JSON_ENCODE_ANY);
+
+			printf(" %s %s", k, s ? s : "?");
+			free(s);
+		}
+		printf("\n");
+	} else {
+		printf("%-10s queue n/a, spill n/a, broker n/a (no Kafka sink)\n", "kafka");
+	}
+	x = json_object_get(r, "recorder");
+	if (json_is_object(x))
+		printf("%-10s window %.0f s, %.1f of %.0f MiB, %.0f records held, %.0f flushes, "
+		       "%.0f evicted by the budget\n",
+		       "recorder", num(x, "window_s"), num(x, "used_bytes") / 1048576.0,
+		       num(x, "budget_bytes") / 1048576.0, num(x, "records_held"),
+		       num(x, "flushes"), num(x, "evicted_budget"));
+	else
+		printf("%-10s off\n", "recorder");
+	x = json_object_get(r, "control");
+	if (x)
+		printf("%-10s %.0f requests, %.0f malformed, %.0f oversized, %.0f peers refused\n",
+		       "control", num(x, "requests"), num(x, "malformed"), num(x, "oversized"),
+		       num(x, "refused_peer"));
+}
+
+/* ------------------------------------------------------------- Kafka -- */
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	(void)rk;
+	*(rd_kafka_resp_err_t *)opaque = m->err;
+}
+
+static int publish(const struct opts *o, json_t *req)
+{
+	char topic[256], errstr[512], *val = NULL;
+	rd_kafka_resp_err_t derr = RD_KAFKA_RESP_ERR__IN_PROGRESS, err;
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_t *rk = NULL;
+	int ret = 3;
+
+	snprintf(topic, sizeof(topic), "%s.control", o->prefix ? o->prefix : "infertrace");
+	if (rd_kafka_conf_set(conf, "bootstrap.servers", o->kafka, errstr, sizeof(errstr)) ||
+	    rd_kafka_conf_set(conf, "acks", "all", errstr, sizeof(errstr)) ||
+	    rd_kafka_conf_set(conf, "message.timeout.ms", "10000", errstr, sizeof(errstr))) {
+		fprintf(stderr, "agentctl: --kafka: %s\n", errstr);
+		goto out;
+	}
+	for (int i = 0; i < o->n_props; i++) {
+		char kv[512], *eq;
+
+		snprintf(kv, sizeof(kv), "%s", o->props[i]);
+		eq = strchr(kv, '=');
+		*eq = '\0';
+		if (rd_kafka_conf_set(conf, kv, eq + 1, errstr, sizeof(errstr))) {
+			fprintf(stderr, "agentctl: -X %s: %s\n", o->props[i], errstr);
+			ret = 2;
+			goto out;
+		}
+	}
+	rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+	rd_kafka_conf_set_opaque(conf, &derr);
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	if (!rk) {
+		fprintf(stderr, "agentctl: Kafka producer: %s\n", errstr);
+		goto out;
+	}
+	conf = NULL; /* owned by rk */
+	val = json_dumps(req, JSON_COMPACT);
+	/* keyed by instance: one instance's requests stay in order */
+	err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic),
+				RD_KAFKA_V_KEY(o->instance, strlen(o->instance)),
+				RD_KAFKA_V_VALUE(val, strlen(val)),
+				RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+	if (err) {
+		fprintf(stderr, "agentctl: produce to %s: %s\n", topic, rd_kafka_err2str(err));
+		goto out;
+	}
+	rd_kafka_flush(rk, (int)(o->timeout_s * 1000));
+	if (derr == RD_KAFKA_RESP_ERR__IN_PROGRESS)
+		fprintf(stderr, "agentctl: %s: not delivered in time (--timeout)\n", topic);
+	else if (derr)
+		fprintf(stderr, "agentctl: %s: %s\n", topic, rd_kafka_err2str(derr));
+	else {
+		printf("deep-dive %s %s published to %s\n", o->instance, o->off ? "off" : "on",
+		       topic);
+		ret = 0;
+	}
+out:
+	free(val);
+	if (conf)
+		rd_kafka_conf_destroy(conf);
+	if (rk)
+		rd_kafka_destroy(rk);
+	return ret;
+}
+
+/* -------------------------------------------------------------- main -- */
+
+static int write_file(const char *path, const char *data, size_t len)
+{
+	FILE *f = fopen(path, "we");
+	int err = 0;
+
+	if (!f)
+		return -errno;
+	if (fwrite(data, 1, len, f) != len)
+		err = -EIO;
+	if (fclose(f) && !err)
+		err = -errno;
+	return err;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = {.timeout_s = 10};
+	const struct argp argp = {options, parse_arg, NULL, doc};
+	json_t *req = NULL, *r = NULL;
+	char *data = NULL;
+	size_t dlen = 0;
+	int ret = 0, err;
+
+	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
+		return 2;
+
+	if (!strcmp(o.cmd, "deep-dive")) {
+		char id[96];
+
+		snprintf(id, sizeof(id), "agentctl-%d-%ld", (int)getpid(), (long)time(NULL));
+		req = json_pack("{s:s,s:s,s:s}", "cmd", "deep_dive", "instance", o.instance, "id",
+				id);
+		if (o.off)
+			json_object_set_new(req, "off", json_true());
+		if (o.duration_s > 0)
+			json_object_set_new(req, "duration_s", json_real(o.duration_s));
+		if (o.kafka) {
+			ret = publish(&o, req);
+			json_decref(req);
+			return ret;
+		}
+	} else if (!strcmp(o.cmd, "export")) {
+		req = json_pack("{s:s,s:s}", "cmd", "export", "format", "perfetto");
+		if (o.instance)
+			json_object_set_new(req, "instance", json_string(o.instance));
+	} else {
+		req = json_pack("{s:s}", "cmd", o.cmd);
+	}
+
+	err = call(&o, req, &r, !strcmp(o.cmd, "export") ? &data : NULL, &dlen);
+	if (err)
+		return 3;
+	if (o.json && !strcmp(o.cmd, "status")) {
+		char *s = json_dumps(r, JSON_INDENT(2));
+
+		printf("%s\n", s ? s : "null");
+		free(s);
+		ret = check_ok(r) ? 1 : 0;
+		goto out;
+	}
+	if (check_ok(r)) {
+		ret = 1;
+		goto out;
+	}
+	if (!strcmp(o.cmd, "status")) {
+		print_status(r);
+	} else if (!strcmp(o.cmd, "deep-dive")) {
+		if (o.off)
+			printf("deep-dive %s off after %.1f s\n", o.instance, num(r, "ran_s"));
+		else
+			printf("deep-dive %s on for %.1f s: %.0f processes now (more as they "
+			       "appear)\n",
+			       o.instance, num(r, "remaining_s"), num(r, "processes"));
+	} else if (!strcmp(o.cmd, "export")) {
+		err = write_file(o.perfetto, data, dlen);
+		if (err) {
+			fprintf(stderr, "agentctl: %s: %s\n", o.perfetto, strerror(-err));
+			ret = 1;
+			goto out;
+		}
+		printf("%s: %zu bytes, %.0f trace events, %.0f flows from %.0f records\n",
+		       o.perfetto, dlen, num(r, "events"), num(r, "flows"), num(r, "records"));
+		if (num(r, "records") == 0)
+			fprintf(stderr, "agentctl: the window is empty%s\n",
+				o.instance ? " for this instance" : "");
+	} else {
+		printf("agent %s is there\n", str(r, "version", "?"));
+	}
+out:
+	free(data);
+	json_decref(r);
+	return ret;
+}

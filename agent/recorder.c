@@ -1,0 +1,441 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * recorder.c - the flight recorder: the last --recorder-seconds of detail
+ * per instance, in memory, so that when a step is flagged anomalous (a
+ * REC_ANOMALY record) or a deep-dive starts, the seconds before the trigger
+ * are sent too.
+ *
+ * What it holds (docs/operations.md, "Flight recorder"): every record of
+ * class REC_EVENT or REC_ANOMALY the agent produces, whether or not it was
+ * sent. In sentinel mode that is the detail the agent produces anyway at no
+ * extra kernel cost: single events above the thresholds (off-CPU, run-queue,
+ * syscalls, CUDA synchronisations, retransmits) - sent as before - and the
+ * GPU activity records of the CUPTI shims (kernels and copies, joined with
+ * the sampled launch callbacks) - which sentinel mode only summarises, so
+ * they are kept here and sent only on a trigger. During a deep-dive or in
+ * deep mode the instance's records are all sent and also kept, so that an
+ * export covers them.
+ *
+ * Layout: per instance a FIFO of 256 KiB chunks; a record is one entry
+ * (16-byte header + its JSON text, 8-byte aligned), appended with one
+ * memcpy. Chunks leave whole: when their newest entry is older than the
+ * window, or when a new chunk would exceed the global budget (the oldest
+ * chunk of any instance goes first, counted in evicted_budget). So the
+ * window holds at least --recorder-seconds unless the budget is reached.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "state.h"
+#include "ops.h"
+
+#define REC_CHUNK (256 * 1024)
+#define REC_MAX_INST 64
+#define ENT_SENT 1u
+
+struct ent_hdr {
+	uint32_t len;	/* JSON bytes */
+	uint32_t flags; /* ENT_SENT: already delivered to the sinks */
+	uint64_t t_ns;	/* when it was recorded (CLOCK_MONOTONIC) */
+};
+
+struct chunk {
+	struct chunk *next;
+	size_t cap, used;
+	uint64_t n; /* entries */
+	uint64_t first_ns, last_ns;
+	unsigned char data[];
+};
+
+struct rinst {
+	char name[INSTANCE_LEN];
+	struct chunk *head, *tail;
+	uint64_t records; /* entries held */
+	uint64_t lost;	  /* entries evicted by the budget since the last flush */
+	uint64_t last_use_ns;
+};
+
+struct recorder {
+	uint64_t window_ns;
+	size_t budget, used;
+	struct rinst inst[REC_MAX_INST];
+	int n_inst;
+	struct rinst *last;
+	bool flushing;
+	uint64_t kept, kept_unsent, kept_bytes;
+	uint64_t evicted_age, evicted_budget, too_large, instances_evicted;
+	uint64_t flushes, flushed;
+};
+
+static size_t ent_size(size_t len)
+{
+	return sizeof(struct ent_hdr) + ((len + 7) & ~(size_t)7);
+}
+
+int recorder_init(struct agent *a)
+{
+	const struct agent_opts *o = &a->opts;
+	struct recorder *r;
+
+	if (o->recorder_s <= 0 || !o->recorder_mib)
+		return 0;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->window_ns = (uint64_t)(o->recorder_s * 1e9);
+	r->budget = (size_t)o->recorder_mib << 20;
+	a->ops->rec = r;
+	return 0;
+}
+
+bool recorder_enabled(struct agent *a)
+{
+	return a->ops && a->ops->rec;
+}
+
+static void chunk_drop(struct recorder *r, struct rinst *ri)
+{
+	struct chunk *c = ri->head;
+
+	ri->head = c->next;
+	if (!ri->head)
+		ri->tail = NULL;
+	ri->records -= c->n;
+	r->used -= sizeof(*c) + c->cap;
+	free(c);
+}
+
+static void inst_clear(struct recorder *r, struct rinst *ri)
+{
+	while (ri->head)
+		chunk_drop(r, ri);
+}
+
+/* drop the oldest chunk of any instance; false when nothing is held */
+static bool evict_oldest(struct recorder *r)
+{
+	struct rinst *old = NULL;
+
+	for (int i = 0; i < r->n_inst; i++) {
+		struct rinst *ri = &r->inst[i];
+
+		if (ri->head && (!old || ri->head->first_ns < old->head->first_ns))
+			old = ri;
+	}
+	if (!old)
+		return false;
+	r->evicted_budget += old->head->n;
+	old->lost += old->head->n;
+	chunk_drop(r, old);
+	return true;
+}
+
+static struct rinst *inst_get(struct recorder *r, const char *key, uint64_t now)
+{
+	struct rinst *ri = NULL, *lru = NULL;
+
+	if (r->last && !strcmp(r->last->name, key))
+		return r->last;
+	for (int i = 0; i < r->n_inst; i++) {
+		if (!strcmp(r->inst[i].name, key)) {
+			ri = &r->inst[i];
+			break;
+		}
+		if (!lru || r->inst[i].last_use_ns < lru->last_use_ns)
+			lru = &r->inst[i];
+	}
+	if (!ri) {
+		if (r->n_inst < REC_MAX_INST) {
+			ri = &r->inst[r->n_inst++];
+		} else {
+			/* more instances than slots: the least recently active goes */
+			ri = lru;
+			inst_clear(r, ri);
+			r->instances_evicted++;
+		}
+		memset(ri, 0, sizeof(*ri));
+		snprintf(ri->name, sizeof(ri->name), "%s", key);
+	}
+	ri->last_use_ns = now;
+	r->last = ri;
+	return ri;
+}
+
+static void append(struct recorder *r, const char *key, const char *json, size_t len,
+		   uint32_t flags)
+{
+	size_t need = ent_size(len);
+	uint64_t now = now_ns();
+	struct ent_hdr h = {.len = (uint32_t)len, .flags = flags, .t_ns = now};
+	struct rinst *ri;
+	struct chunk *c;
+
+	if (need > r->budget / 4 || len > UINT32_MAX) {
+		r->too_large++;
+		return;
+	}
+	ri = inst_get(r, key && *key ? key : "", now);
+	c = ri->tail;
+	if (!c || c->cap - c->used < need) {
+		size_t cap = need > REC_CHUNK ? need : REC_CHUNK;
+
+		while (r->used + sizeof(*c) + cap > r->budget && evict_oldest(r))
+			;
+		if (r->used + sizeof(*c) + cap > r->budget) {
+			r->too_large++;
+			return;
+		}
+		c = malloc(sizeof(*c) + cap);
+		if (!c) {
+			r->too_large++;
+			return;
+		}
+		c->next = NULL;
+		c->cap = cap;
+		c->used = 0;
+		c->n = 0;
+		c->first_ns = now;
+		if (ri->tail)
+			ri->tail->next = c;
+		else
+			ri->head = c;
+		ri->tail = c;
+		r->used += sizeof(*c) + cap;
+	}
+	memcpy(c->data + c->used, &h, sizeof(h));
+	memcpy(c->data + c->used + sizeof(h), json, len);
+	c->used += need;
+	c->n++;
+	c->last_ns = now;
+	ri->records++;
+	r->kept++;
+	r->kept_bytes += len;
+	if (!(flags & ENT_SENT))
+		r->kept_unsent++;
+}
+
+void recorder_tap(struct agent *a, enum rec_class cls, const char *key, const char *json,
+		  size_t len)
+{
+	struct recorder *r = a->ops ? a->ops->rec : NULL;
+
+	if (!r || r->flushing || (cls != REC_EVENT && cls != REC_ANOMALY))
+		return;
+	if (!key)
+		key = agent_host(a);
+	append(r, key, json, len, ENT_SENT);
+	if (cls == REC_ANOMALY)
+		recorder_flush(a, key, "anomaly");
+}
+
+void recorder_keep(struct agent *a, const char *key, const char *json, size_t len)
+{
+	struct recorder *r = a->ops ? a->ops->rec : NULL;
+
+	if (r && !r->flushing)
+		append(r, key ? key : agent_host(a), json, len, 0);
+}
+
+void recorder_tick(struct agent *a)
+{
+	struct recorder *r = a->ops->rec;
+	uint64_t now = now_ns();
+
+	if (!r || now < r->window_ns)
+		return;
+	for (int i = 0; i < r->n_inst; i++) {
+		struct rinst *ri = &r->inst[i];
+
+		while (ri->head && ri->head->last_ns < now - r->window_ns) {
+			r->evicted_age += ri->head->n;
+			chunk_drop(r, ri);
+		}
+	}
+}
+
+/* walk the entries of ri inside the window */
+#define for_each_entry(ri, c, off, h, since)                                                       \
+	for (c = (ri)->head; c; c = c->next)                                                       \
+		for (off = 0; off < c->used; off += ent_size(h->len))                              \
+			if ((h = (struct ent_hdr *)(c->data + off))->t_ns >= (since))
+
+static struct rinst *inst_find(struct recorder *r, const char *key)
+{
+	for (int i = 0; i < r->n_inst; i++)
+		if (!strcmp(r->inst[i].name, key))
+			return &r->inst[i];
+	return NULL;
+}
+
+int recorder_flush(struct agent *a, const char *key, const char *trigger)
+{
+	struct recorder *r = a->ops ? a->ops->rec : NULL;
+	uint64_t now = now_ns(), since, first = 0, n = 0, bytes = 0, old = 0;
+	struct ent_hdr *h = NULL;
+	struct rinst *ri;
+	struct chunk *c;
+	size_t off;
+	json_t *m;
+
+	if (!r || r->flushing || !key)
+		return 0;
+	since = now > r->window_ns ? now - r->window_ns : 0;
+	ri = inst_find(r, key);
+	if (!ri)
+		return 0; /* nothing was recorded for it here (a fleet-wide deep-dive) */
+	{
+		for_each_entry(ri, c, off, h, since)
+		{
+			if (!first)
+				first = h->t_ns;
+			if (h->flags & ENT_SENT) {
+				old++;
+				continue;
+			}
+			n++;
+			bytes += h->len;
+		}
+	}
+	r->flushing = true;
+	r->flushes++;
+	m = rec_new(a, "flight_recorder", 0, 0, now);
+	if (m) {
+		json_object_set_new(m, "instance", json_string(key));
+		json_object_set_new(m, "trigger", json_string(trigger));
+		json_object_set_new(m, "window_ns", json_integer((json_int_t)r->window_ns));
+		json_object_set_new(m, "window_start_ns",
+				    json_integer((json_int_t)(first ? first : now)));
+		json_object_set_new(m, "window_end_ns", json_integer((json_int_t)now));
+		json_object_set_new(m, "records", json_integer((json_int_t)n));
+		json_object_set_new(m, "bytes", json_integer((json_int_t)bytes));
+		json_object_set_new(m, "already_sent", json_integer((json_int_t)old));
+		json_object_set_new(m, "evicted", json_integer((json_int_t)(ri ? ri->lost : 0)));
+	}
+	rec_emit(a, REC_EVENT, m);
+	if (ri) {
+		ri->lost = 0;
+		for_each_entry(ri, c, off, h, since)
+		{
+			if (h->flags & ENT_SENT)
+				continue;
+			rec_emit_raw(a, REC_EVENT, key, (const char *)(h + 1), h->len);
+			h->flags |= ENT_SENT;
+			r->flushed++;
+		}
+	}
+	r->flushing = false;
+	return (int)n;
+}
+
+int recorder_foreach(struct agent *a, const char *instance,
+		     int (*fn)(void *ctx, const char *json, size_t len), void *ctx)
+{
+	struct recorder *r = a->ops ? a->ops->rec : NULL;
+	uint64_t now = now_ns(), since;
+	struct ent_hdr *h = NULL;
+	struct chunk *c;
+	size_t off;
+	int ret;
+
+	if (!r)
+		return 0;
+	since = now > r->window_ns ? now - r->window_ns : 0;
+	for (int i = 0; i < r->n_inst; i++) {
+		struct rinst *ri = &r->inst[i];
+
+		if (instance && strcmp(ri->name, instance))
+			continue;
+		for_each_entry(ri, c, off, h, since)
+		{
+			ret = fn(ctx, (const char *)(h + 1), h->len);
+			if (ret)
+				return ret;
+		}
+	}
+	return 0;
+}
+
+int recorder_snapshot(struct agent *a, const char *instance, char **buf, size_t *len,
+		      uint64_t *records)
+{
+	struct recorder *r = a->ops ? a->ops->rec : NULL;
+	uint64_t now = now_ns(), since;
+	struct ent_hdr *h = NULL;
+	size_t total = 0, off, pos = 0;
+	struct chunk *c;
+	char *out;
+
+	*buf = NULL;
+	*len = 0;
+	*records = 0;
+	if (!r)
+		return 0;
+	since = now > r->window_ns ? now - r->window_ns : 0;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < r->n_inst; i++) {
+			struct rinst *ri = &r->inst[i];
+
+			if (instance && strcmp(ri->name, instance))
+				continue;
+			for_each_entry(ri, c, off, h, since)
+			{
+				if (!pass) {
+					total += 4 + h->len;
+					continue;
+				}
+				memcpy(*buf + pos, &h->len, 4);
+				memcpy(*buf + pos + 4, h + 1, h->len);
+				pos += 4 + h->len;
+				(*records)++;
+			}
+		}
+		if (pass || !total)
+			break;
+		out = malloc(total);
+		if (!out)
+			return -ENOMEM;
+		*buf = out;
+	}
+	*len = pos;
+	return 0;
+}
+
+void recorder_stats(struct agent *a, json_t *obj)
+{
+	struct recorder *r = a->ops->rec;
+	uint64_t held = 0;
+	int inst = 0;
+
+	if (!r) {
+		json_object_set_new(obj, "recorder", json_null());
+		return;
+	}
+	for (int i = 0; i < r->n_inst; i++) {
+		held += r->inst[i].records;
+		inst += r->inst[i].head != NULL;
+	}
+	json_object_set_new(
+	    obj, "recorder",
+	    json_pack("{s:f,s:I,s:I,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "window_s",
+		      r->window_ns / 1e9, "budget_bytes", (json_int_t)r->budget, "used_bytes",
+		      (json_int_t)r->used, "instances", inst, "records_held", (json_int_t)held,
+		      "kept", (json_int_t)r->kept, "kept_unsent", (json_int_t)r->kept_unsent,
+		      "kept_bytes", (json_int_t)r->kept_bytes, "evicted_age",
+		      (json_int_t)r->evicted_age, "evicted_budget", (json_int_t)r->evicted_budget,
+		      "too_large", (json_int_t)r->too_large, "instances_evicted",
+		      (json_int_t)r->instances_evicted, "flushes", (json_int_t)r->flushes,
+		      "flushed", (json_int_t)r->flushed));
+}
+
+void recorder_free(struct agent *a)
+{
+	struct recorder *r = a->ops ? a->ops->rec : NULL;
+
+	if (!r)
+		return;
+	for (int i = 0; i < r->n_inst; i++)
+		inst_clear(r, &r->inst[i]);
+	free(r);
+	a->ops->rec = NULL;
+}

@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# control - the control socket and agentctl (agent/control.c, issue 4):
+#
+#   control_deep_dive_on_off:    sentinel agent, two CUDA workloads of two
+#                                instances; `agentctl deep-dive` on one:
+#                                its cuda_launch records appear, the other
+#                                stays in sentinel (none), status says so;
+#                                `--off`: none after the stop record
+#   control_deep_dive_duration:  --duration 2 ends by itself (expire record
+#                                within generous bounds), none after it
+#   control_peer_refused:        a non-root peer (uid 65534) is refused with
+#                                a reply that says why, and counted; with
+#                                --control-group its group may talk
+#   control_malformed:           not JSON, wrong types, unknown command or
+#                                keys, empty and oversized frames: an error
+#                                reply each, counted, the agent still answers
+source "$(dirname "$0")/lib.sh"
+CTL=$BUILD/agentctl
+RAW=$BUILD/tests/integration/ctl_raw
+it_preflight control_deep_dive_on_off control_deep_dive_duration control_peer_refused \
+	control_malformed
+if [ ! -x "$CTL" ] || [ ! -x "$RAW" ]; then
+	for n in control_deep_dive_on_off control_deep_dive_duration control_peer_refused \
+		control_malformed; do
+		echo "FAIL $n: $CTL or $RAW not built (make test)"
+	done
+	exit 0
+fi
+
+# fast forms of wait_record/jqo for big deep-dive outputs: grep -F FILTER
+# picks the candidate lines first (FILTER: a literal every match contains)
+wait_rec() { # wait_rec FILTER JQ_COND SECS
+	local i
+	for ((i = 0; i < $3 * 10; i++)); do
+		grep -F -- "$1" "$AGENT_OUT" 2>/dev/null |
+			jq -e -n -R "[inputs | fromjson? | select($2)] | length > 0" >/dev/null 2>&1 && return 0
+		kill -0 "$AGENT_PID" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+jqf() { # jqf FILTER [jq options] JQ: like jqo on the lines holding FILTER
+	local flt=$1
+	shift
+	grep -F -- "$flt" "$AGENT_OUT" | jq -c -n -R "${@:1:$#-1}" "[inputs | fromjson?] | ${*: -1}"
+}
+launches() { # launches PID [AFTER_NS]: cuda_launch records of PID (ts_ns > AFTER_NS)
+	grep -F '"type":"cuda_launch"' "$AGENT_OUT" | grep -F "\"pid\":$1," |
+		jq -n -R --argjson after "${2:-0}" '[inputs | fromjson? | select(.ts_ns > $after)] | length'
+}
+
+SOCK=$T/ctl/agent.sock
+chmod 711 "$T" # uid 65534 must reach the socket to be refused by the agent
+ctl() { "$CTL" --socket "$SOCK" "$@"; }
+
+# start_workload NAME INSTANCE SECS: a looping cuda_calls of that instance;
+# its pid in WPID once the agent has attached both libraries
+start_workload() {
+	local name=$1 inst=$2 secs=$3
+	bg_start "$T/$name.out" env INFERTRACE_INSTANCE="$inst" "$CUDA_CALLS" -t 2 -s "$secs"
+	WPID=$BG_PID
+	cuda_attached "$WPID" 10 || { fail_because "no attach record for $name (pid $WPID): $(agent_tail)"; return 1; }
+}
+
+
+# ------------------------------------------------------- deep-dive on/off ----
+A=it-ctl-a-$$ B=it-ctl-b-$$
+if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; then
+	start_workload wa "$A" 40 && PA=$WPID
+	start_workload wb "$B" 40 && PB=$WPID
+	if [ -n "${PA:-}" ] && [ -n "${PB:-}" ]; then
+		sleep 0.5
+		expect "sentinel: cuda_launch records before any deep-dive" eq "$(launches "$PA")" 0
+		out=$(ctl deep-dive --instance "$A" --duration 60 2>&1)
+		expect "deep-dive on failed: $out" grep -q "deep-dive $A on" <<<"$out"
+		wait_rec "\"pid\":$PA," ".type == \"cuda_launch\" and .pid == $PA" 10 ||
+			fail_because "no cuda_launch for $A (pid $PA) within 10 s of the deep-dive"
+		st=$(ctl status --json)
+		expect "status: $A not deep: $(jq -c '.instances' <<<"$st")" \
+			test "$(jq -r --arg i "$A" '.instances[] | select(.name == $i) | .mode' <<<"$st")" = deep
+		expect "status: $B not sentinel" \
+			test "$(jq -r --arg i "$B" '.instances[] | select(.name == $i) | .mode' <<<"$st")" = sentinel
+		expect "status: pid $PA not deep" \
+			test "$(jq -r --argjson p "$PA" '.processes[] | select(.pid == $p) | .mode' <<<"$st")" = deep
+		expect "status lacks the deep-dive" \
+			test "$(jq -r --arg i "$A" '[.deep_dives[] | select(.instance == $i)] | length' <<<"$st")" = 1
+		# the table form names both instances
+		tbl=$(ctl status)
+		expect "status table lacks $A / $B" eval 'grep -q "$A *deep" <<<"$tbl" && grep -q "$B *sentinel" <<<"$tbl"'
+		wait_rec "\"type\":\"flight_recorder\"" ".type == \"flight_recorder\" and .instance == \"$A\" and .trigger == \"deep_dive\"" 5 ||
+			fail_because "no flight_recorder record at the deep-dive's start"
+		out=$(ctl deep-dive --instance "$A" --off 2>&1)
+		expect "deep-dive off failed: $out" grep -q "deep-dive $A off" <<<"$out"
+		wait_rec "\"type\":\"deep_dive\"" ".type == \"deep_dive\" and .instance == \"$A\" and .action == \"stop\"" 5 ||
+			fail_because "no deep_dive stop record"
+		sleep 1.5 # the workload goes on calling; the rings are drained
+		stop=$(jqf '"type":"deep_dive"' --arg i "$A" '[.[] | select(.type == "deep_dive" and .instance == $i and .action == "stop") | .ts_ns][0] // 0')
+		expect "cuda_launch of $A after --off: $(launches "$PA" "$stop")" eq "$(launches "$PA" "$stop")" 0
+		expect "cuda_launch of $B (never deep-dived): $(launches "$PB")" eq "$(launches "$PB")" 0
+		expect "cuda_launch of $A during the deep-dive: none" ge "$(launches "$PA")" 1
+		out=$(ctl deep-dive --instance "$A" --off 2>&1)
+		rc=$?
+		expect "a second --off: exit $rc, want 1 (not_found): $out" eval '[ "$rc" = 1 ] && grep -q not_found <<<"$out"'
+	fi
+	kill "${PA:-}" "${PB:-}" 2>/dev/null
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
+else
+	fail_because "agent did not start: $(agent_tail)"
+fi
+report control_deep_dive_on_off
+
+# ------------------------------------------------------ deep-dive duration ----
+A=it-ctl-d-$$
+if agent_start ctl_dur -i 0.25 --control-socket "$SOCK" --shim-socket none --deep-dive-max 30; then
+	if start_workload wd "$A" 40; then
+		PA=$WPID
+		t0=$(date +%s%N)
+		out=$(ctl deep-dive --instance "$A" --duration 2 2>&1)
+		expect "deep-dive failed: $out" grep -q "on for 2.0 s" <<<"$out"
+		wait_rec "\"type\":\"deep_dive\"" ".type == \"deep_dive\" and .instance == \"$A\" and .action == \"expire\"" 15 ||
+			fail_because "the 2 s deep-dive did not expire within 15 s"
+		t1=$(date +%s%N)
+		expect "expired after $(((t1 - t0) / 1000000)) ms, want >= 1900" ge $(((t1 - t0) / 1000000)) 1900
+		sleep 1
+		exp=$(jqf '"type":"deep_dive"' --arg i "$A" '[.[] | select(.type == "deep_dive" and .instance == $i and .action == "expire") | .ts_ns][0] // 0')
+		expect "no cuda_launch during the deep-dive" ge "$(launches "$PA")" 1
+		expect "cuda_launch after the expiry: $(launches "$PA" "$exp")" eq "$(launches "$PA" "$exp")" 0
+		# a duration above --deep-dive-max is cut to it
+		out=$(ctl deep-dive --instance "$A" --duration 9999 2>&1)
+		expect "--duration 9999 not capped at 30: $out" grep -q "on for 30.0 s" <<<"$out"
+		kill "$PA" 2>/dev/null
+	fi
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
+else
+	fail_because "agent did not start: $(agent_tail)"
+fi
+report control_deep_dive_duration
+
+# ----------------------------------------------------------- peer refused ----
+if ! command -v setpriv >/dev/null; then
+	skip control_peer_refused "setpriv missing (util-linux)"
+elif agent_start ctl_peer --control-socket "$SOCK" --shim-socket none; then
+	out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$CTL" --socket "$SOCK" status 2>&1)
+	rc=$?
+	expect "uid 65534: exit $rc, want 1" [ "$rc" = 1 ]
+	expect "uid 65534: no 'permission denied' in: $out" grep -q "permission denied" <<<"$out"
+	out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$CTL" --socket "$SOCK" \
+		deep-dive --instance x 2>&1)
+	expect "uid 65534 could ask for a deep-dive: $out" grep -q "permission denied" <<<"$out"
+	n=$(ctl status --json | jq '.control.refused_peer')
+	expect "control.refused_peer = $n, want 2" eq "$n" 2
+	expect "a refused peer started a deep-dive" eq "$(ctl status --json | jq '.deep_dive.started')" 0
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	# the configured group may talk
+	grp=$(getent group 65534 | cut -d: -f1)
+	if [ -n "$grp" ] && agent_start ctl_grp --control-socket "$SOCK" --shim-socket none --control-group "$grp"; then
+		out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$CTL" --socket "$SOCK" ping 2>&1)
+		expect "--control-group $grp: uid 65534 refused: $out" grep -q "is there" <<<"$out"
+		out=$(setpriv --reuid=65534 --regid=0 --groups=65534 "$CTL" --socket "$SOCK" ping 2>&1)
+		expect "--control-group $grp as a supplementary group refused: $out" grep -q "is there" <<<"$out"
+		agent_stop INT || fail_because "agent did not exit on SIGINT"
+	else
+		fail_because "no group 65534 or agent with --control-group did not start: $(agent_tail)"
+	fi
+else
+	fail_because "agent did not start: $(agent_tail)"
+fi
+report control_peer_refused
+
+# -------------------------------------------------------------- malformed ----
+# raw PAYLOAD [ctl_raw options]: the replies, one per line, then EOF/OPEN
+raw() { local p=$1; shift; printf '%s' "$p" | "$RAW" "$SOCK" "$@"; }
+if agent_start ctl_bad --control-socket "$SOCK" --shim-socket none; then
+	for p in 'not json' '[1,2]' '{"cmd":7}' '{"cmd":"reboot"}' '{"cmd":"deep_dive"}' \
+		'{"cmd":"deep_dive","instance":"x","duration_s":-3}' \
+		'{"cmd":"deep_dive","instance":"x","duration_s":"long"}' \
+		'{"cmd":"deep_dive","instance":"a\"b"}' '{"cmd":"status","extra":1}' \
+		'{"cmd":"export","format":"pprof"}' '{"cmd":"ping","id":{"x":1}}' \
+		'{"cmd":"ping","cmd":"status"}' '{"cmd":"ping"'; do
+		r=$(raw "$p")
+		expect "'$p': no bad_request reply, got: $r" \
+			eval 'head -n 1 <<<"$r" | jq -e ".ok == false and .error == \"bad_request\" and (.message | length > 0)" >/dev/null'
+		expect "'$p': connection closed after a malformed request" grep -qx OPEN <<<"$r"
+	done
+	# the id of a request comes back, also on errors
+	r=$(raw '{"cmd":"reboot","id":42}')
+	expect "id not echoed on an error: $r" eval 'head -n 1 <<<"$r" | jq -e ".id == 42" >/dev/null'
+	# oversized: the header announces 1 MiB; empty frame
+	r=$(head -c 2000 /dev/zero | "$RAW" "$SOCK" -l 1048576)
+	expect "oversized: no too_large reply then close: $r" \
+		eval 'head -n 1 <<<"$r" | jq -e ".error == \"too_large\"" >/dev/null && grep -qx EOF <<<"$r"'
+	r=$(printf '' | "$RAW" "$SOCK" -l 0)
+	expect "empty frame: no error reply then close: $r" \
+		eval 'head -n 1 <<<"$r" | jq -e ".ok == false" >/dev/null && grep -qx EOF <<<"$r"'
+	# random bytes with no header at all
+	r=$(head -c 300 /dev/urandom | "$RAW" "$SOCK" -n)
+	expect "random bytes: the agent did not answer or hang up: $r" test -n "$r"
+	# two requests in one write: two replies, in order
+	r=$( { printf '\0\0\0\x0e{"cmd":"ping"}\0\0\0\x10{"cmd":"status"}'; } | "$RAW" "$SOCK" -n)
+	expect "pipelined requests: want ping then status replies: $(head -c 200 <<<"$r")" \
+		eval '[ "$(sed -n 1p <<<"$r" | jq -r .version)" != null ] && sed -n 2p <<<"$r" | jq -e ".ok and .processes" >/dev/null'
+	out=$(ctl ping 2>&1)
+	expect "agent does not answer after the abuse: $out" grep -q "is there" <<<"$out"
+	kill -0 "$AGENT_PID" 2>/dev/null || fail_because "agent died"
+	st=$(ctl status --json)
+	expect "control.malformed = $(jq .control.malformed <<<"$st"), want >= 14" ge "$(jq .control.malformed <<<"$st")" 14
+	expect "control.oversized = $(jq .control.oversized <<<"$st"), want >= 2" ge "$(jq .control.oversized <<<"$st")" 2
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
+	n=$(jqf '"final":true' '[.[] | select(.type == "stats" and .final) | .control.malformed][0] // 0')
+	expect "final stats record: control.malformed = $n" ge "$n" 14
+else
+	fail_because "agent did not start: $(agent_tail)"
+fi
+report control_malformed

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * test_ops.c - the operating modules without BPF or sockets: the control
+ * request parser, the flight recorder (what it keeps, what an anomaly
+ * sends, the memory budget) and the Perfetto writer (tracks, names, flows,
+ * lanes for overlapping slices).
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "state.h"
+#include "ops.h"
+#include "control_proto.h"
+
+/* a sink that keeps every record */
+struct cap_sink {
+	struct sink s;
+	char *recs[4096];
+	enum rec_class cls[4096];
+	int n;
+};
+
+static int cap_write(struct sink *s, enum rec_class cls, const char *key, const char *json,
+		     size_t len)
+{
+	struct cap_sink *c = (struct cap_sink *)s;
+
+	(void)key;
+	if (c->n < 4096) {
+		c->cls[c->n] = cls;
+		c->recs[c->n++] = strndup(json, len);
+	}
+	return 0;
+}
+
+static int cap_flush(struct sink *s, int t)
+{
+	(void)s;
+	(void)t;
+	return 0;
+}
+
+static void cap_close(struct sink *s)
+{
+	struct cap_sink *c = (struct cap_sink *)s;
+
+	for (int i = 0; i < c->n; i++)
+		free(c->recs[i]);
+	c->n = 0;
+}
+
+static struct agent *agent_new(struct cap_sink *c, unsigned mib)
+{
+	struct agent *a = calloc(1, sizeof(*a));
+
+	assert_non_null(a);
+	snprintf(a->host, sizeof(a->host), "testhost");
+	memset(c, 0, sizeof(*c));
+	c->s.name = "cap";
+	c->s.write = cap_write;
+	c->s.flush = cap_flush;
+	c->s.close = cap_close;
+	a->sinks[0] = &c->s;
+	a->n_sinks = 1;
+	a->opts.recorder_s = 10;
+	a->opts.recorder_mib = mib;
+	a->opts.control_socket = "none";
+	a->opts.deep_dive_max_s = 600;
+	assert_int_equal(ops_init(a), 0);
+	return a;
+}
+
+static void agent_del(struct agent *a, struct cap_sink *c)
+{
+	ops_free(a);
+	cap_close(&c->s);
+	free(a);
+}
+
+static void emit(struct agent *a, enum rec_class cls, const char *inst, const char *json)
+{
+	rec_emit_raw(a, cls, inst, json, strlen(json));
+}
+
+static void keep(struct agent *a, const char *inst, const char *json)
+{
+	recorder_keep(a, inst, json, strlen(json));
+}
+
+/* ------------------------------------------------------------- parser -- */
+
+static void test_parse_ok(void **state)
+{
+	struct ctl_request r;
+	char err[128];
+	static const char dd[] =
+	    "{\"cmd\":\"deep_dive\",\"instance\":\"vllm-a\",\"duration_s\":12.5,\"id\":\"x1\"}";
+	static const char ex[] = "{\"cmd\":\"export\",\"format\":\"perfetto\"}";
+
+	(void)state;
+	assert_int_equal(ctl_parse_request(dd, strlen(dd), &r, err, sizeof(err)), 0);
+	assert_int_equal(r.cmd, CTL_DEEP_DIVE);
+	assert_string_equal(r.instance, "vllm-a");
+	assert_true(r.duration_s == 12.5);
+	assert_false(r.off);
+	assert_string_equal(json_string_value(r.id), "x1");
+	ctl_request_release(&r);
+	assert_int_equal(ctl_parse_request(ex, strlen(ex), &r, err, sizeof(err)), 0);
+	assert_int_equal(r.cmd, CTL_EXPORT);
+	assert_string_equal(r.instance, "");
+	ctl_request_release(&r);
+}
+
+static void test_parse_bad(void **state)
+{
+	static const char *const bad[] = {
+	    "",
+	    "nope",
+	    "[]",
+	    "{}",
+	    "{\"cmd\":1}",
+	    "{\"cmd\":\"rm\"}",
+	    "{\"cmd\":\"deep_dive\"}",
+	    "{\"cmd\":\"deep_dive\",\"instance\":\"\"}",
+	    "{\"cmd\":\"deep_dive\",\"instance\":\"a b\"}",
+	    "{\"cmd\":\"deep_dive\",\"instance\":\"a\",\"duration_s\":0}",
+	    "{\"cmd\":\"deep_dive\",\"instance\":\"a\",\"duration_s\":1e9}",
+	    "{\"cmd\":\"deep_dive\",\"instance\":\"a\",\"off\":\"yes\"}",
+	    "{\"cmd\":\"status\",\"instance\":\"a\"}",
+	    "{\"cmd\":\"export\"}",
+	    "{\"cmd\":\"ping\",\"id\":[1]}",
+	    "{\"cmd\":\"ping\",\"cmd\":\"ping\"}",
+	    "{\"cmd\":\"ping\"} trailing",
+	};
+	struct ctl_request r;
+	char err[128];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(ctl_parse_request(bad[i], strlen(bad[i]), &r, err, sizeof(err)),
+				 -EINVAL);
+		assert_true(strlen(err) > 0);
+		ctl_request_release(&r);
+	}
+	/* an id survives an error, for the error reply */
+	assert_int_equal(ctl_parse_request("{\"cmd\":\"rm\",\"id\":7}", 19, &r, err, sizeof(err)),
+			 -EINVAL);
+	assert_int_equal(json_integer_value(r.id), 7);
+	ctl_request_release(&r);
+}
+
+/* ----------------------------------------------------------- recorder -- */
+
+static void test_recorder_anomaly_sends_window(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c, 4);
+	json_t *fr;
+
+	(void)state;
+	emit(a, REC_EVENT, "i1", "{\"type\":\"offcpu\",\"instance\":\"i1\",\"n\":1}");
+	keep(a, "i1", "{\"type\":\"kernel\",\"instance\":\"i1\",\"n\":2}");
+	keep(a, "i2", "{\"type\":\"kernel\",\"instance\":\"i2\",\"n\":3}");
+	emit(a, REC_SUMMARY, "i1", "{\"type\":\"thread\",\"instance\":\"i1\"}");
+	assert_int_equal(c.n, 2); /* kept records are not sent */
+	emit(a, REC_ANOMALY, "i1", "{\"type\":\"anomaly\",\"instance\":\"i1\"}");
+	/* the anomaly, the marker, then the kept record of i1 only */
+	assert_int_equal(c.n, 5);
+	assert_int_equal(c.cls[2], REC_ANOMALY);
+	fr = json_loads(c.recs[3], 0, NULL);
+	assert_non_null(fr);
+	assert_string_equal(json_string_value(json_object_get(fr, "type")), "flight_recorder");
+	assert_string_equal(json_string_value(json_object_get(fr, "instance")), "i1");
+	assert_string_equal(json_string_value(json_object_get(fr, "trigger")), "anomaly");
+	assert_int_equal(json_integer_value(json_object_get(fr, "records")), 1);
+	assert_int_equal(json_integer_value(json_object_get(fr, "already_sent")), 2);
+	json_decref(fr);
+	assert_non_null(strstr(c.recs[4], "\"n\":2"));
+	assert_int_equal(c.cls[4], REC_EVENT);
+	/* a second anomaly: nothing new to send, no repeats */
+	emit(a, REC_ANOMALY, "i1", "{\"type\":\"anomaly\",\"instance\":\"i1\"}");
+	assert_int_equal(c.n, 7);
+	assert_non_null(strstr(c.recs[6], "\"records\":0"));
+	/* an instance without records here: no marker */
+	assert_int_equal(recorder_flush(a, "elsewhere", "deep_dive"), 0);
+	assert_int_equal(c.n, 7);
+	agent_del(a, &c);
+}
+
+static int count_cb(void *ctx, const char *json, size_t len)
+{
+	(void)json;
+	(void)len;
+	(*(int *)ctx)++;
+	return 0;
+}
+
+static void test_recorder_budget(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c, 1); /* 1 MiB: four chunks */
+	char rec[1024];
+	json_t *st = json_object();
+	int n = 0;
+
+	(void)state;
+	memset(rec, 'x', sizeof(rec));
+	memcpy(rec, "{\"a\":\"", 6);
+	memcpy(rec + sizeof(rec) - 3, "\"}", 3);
+	for (int i = 0; i < 5000; i++)
+		recorder_keep(a, i % 2 ? "i1" : "i2", rec, strlen(rec));
+	recorder_stats(a, st);
+	assert_true(json_integer_value(
+			json_object_get(json_object_get(st, "recorder"), "used_bytes")) <= 1 << 20);
+	assert_true(json_integer_value(
+			json_object_get(json_object_get(st, "recorder"), "evicted_budget")) > 0);
+	recorder_foreach(a, NULL, count_cb, &n);
+	assert_true(n > 500 && n < 1100);
+	json_decref(st);
+	agent_del(a, &c);
+}
+
+/* ----------------------------------------------------------- perfetto -- */
+
+static void test_perfetto_tracks_and_flows(void **state)
+{
+	static const char *const recs[] = {
+	    "{\"type\":\"cuda_launch\",\"instance\":\"i\",\"pid\":10,\"tid\":11,\"ts_ns\":1000,"
+	    "\"api\":\"cudaGraphLaunch\"}",
+	    "{\"type\":\"offcpu\",\"instance\":\"i\",\"pid\":10,\"tid\":11,\"ts_ns\":5000,"
+	    "\"dur_ns\":9000,\"comm\":\"worker\",\"cause\":\"blocked\"}",
+	    /* two kernels of one graph launch, overlapping on one stream */
+	    "{\"type\":\"kernel\",\"instance\":\"i\",\"pid\":10,\"tid\":11,\"start_ns\":3000,"
+	    "\"end_ns\":8000,\"device\":0,\"context\":1,\"stream\":7,\"correlation_id\":5,"
+	    "\"matched\":true,\"launch_ts_ns\":1000,\"launch_api\":\"cudaGraphLaunch\","
+	    "\"name\":\"k1\"}",
+	    "{\"type\":\"kernel\",\"instance\":\"i\",\"pid\":10,\"tid\":11,\"start_ns\":6000,"
+	    "\"end_ns\":9000,\"device\":0,\"context\":1,\"stream\":7,\"correlation_id\":5,"
+	    "\"matched\":true,\"launch_ts_ns\":1000,\"launch_api\":\"cudaGraphLaunch\","
+	    "\"name\":\"k2\"}",
+	    "{\"type\":\"memcpy\",\"instance\":\"i\",\"pid\":null,\"tid\":null,\"start_ns\":9500,"
+	    "\"end_ns\":9900,\"device\":1,\"context\":1,\"stream\":3,\"matched\":false,"
+	    "\"copy_kind\":1,\"bytes\":64}",
+	    "{\"type\":\"stats\",\"ts_ns\":1}",
+	    "not json",
+	};
+	struct perfetto *p = perfetto_new();
+	struct perfetto_stats st;
+	char *buf = NULL;
+	size_t len = 0, i;
+	FILE *f = open_memstream(&buf, &len);
+	json_t *doc, *ev;
+	int s = 0, fl = 0, tn = 0, pn = 0, x = 0, overlap = 0;
+
+	(void)state;
+	for (i = 0; i < sizeof(recs) / sizeof(recs[0]); i++)
+		perfetto_add_json(p, recs[i], strlen(recs[i]));
+	assert_int_equal(perfetto_write(p, f), 0);
+	fclose(f);
+	perfetto_get_stats(p, &st);
+	assert_int_equal(st.flows, 2);
+	assert_int_equal(st.ignored, 1);
+	assert_int_equal(st.bad, 1);
+	doc = json_loadb(buf, len, 0, NULL);
+	assert_non_null(doc);
+	json_array_foreach(json_object_get(doc, "traceEvents"), i, ev)
+	{
+		const char *ph = json_string_value(json_object_get(ev, "ph"));
+		const char *name = json_string_value(json_object_get(ev, "name"));
+
+		s += !strcmp(ph, "s");
+		fl += !strcmp(ph, "f");
+		x += !strcmp(ph, "X");
+		if (!strcmp(ph, "M") && !strcmp(name, "thread_name")) {
+			const char *tname =
+			    json_string_value(json_object_get(json_object_get(ev, "args"), "name"));
+
+			tn++;
+			overlap += strstr(tname, "(overlap 1)") != NULL;
+		}
+		pn += !strcmp(ph, "M") && !strcmp(name, "process_name");
+	}
+	/* one launch slice (the graph launch, once), off-CPU, three GPU slices */
+	assert_int_equal(x, 5);
+	assert_int_equal(s, 2);
+	assert_int_equal(fl, 2);
+	/* worker thread; stream 7, its overlap lane; stream 3 of GPU 1 */
+	assert_int_equal(tn, 4);
+	assert_int_equal(overlap, 1);
+	/* the process, GPU 0, GPU 1 */
+	assert_int_equal(pn, 3);
+	json_decref(doc);
+	free(buf);
+	perfetto_free(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_parse_ok),
+	    cmocka_unit_test(test_parse_bad),
+	    cmocka_unit_test(test_recorder_anomaly_sends_window),
+	    cmocka_unit_test(test_recorder_budget),
+	    cmocka_unit_test(test_perfetto_tracks_and_flows),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
