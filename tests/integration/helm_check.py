@@ -1,0 +1,801 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# tests/integration/helm_check.py - checks of deploy/helm/infertrace without
+# Helm. Called by tests/integration/helm.sh; prints one "PASS name",
+# "FAIL name: why" or "SKIP name: why" line per case (tests/run.sh counts
+# them).
+#
+# Helm is not installable everywhere this runs, so the chart is checked in
+# two layers:
+#   1. Static: every `.Values.a.b` path a template uses exists in values.yaml;
+#      every key of a CI values file exists in values.yaml (Helm silently
+#      ignores a misspelt key); every value is used by some template; every
+#      paragraph of values.yaml starts with a comment.
+#   2. Rendered: with `--rendered FILE` (helm.sh passes `helm template`
+#      output when helm is on the PATH) the real render is checked; otherwise
+#      each template is rendered by the partial evaluator below, which is NOT
+#      Helm. It resolves what these templates use: `.Values` paths, `if`/`with`
+#      on values, `range` over values, `toYaml ... | nindent`, constant
+#      `include`s, `int` and `quote`; anything else becomes the scalar
+#      TEMPLATED. Control-flow lines vanish as with `{{-`. That keeps the YAML
+#      structure exact for these templates, so the documents parse, and the
+#      DaemonSet's security context, mounts and probes and the agent's config
+#      file are checked with the values that produced them.
+import re
+import sys
+
+import yaml
+
+PLACEHOLDER = "TEMPLATED"
+CHART_META = {"Name": "infertrace", "Version": "0.0.0", "AppVersion": "0.0.0"}
+RELEASE = {"Name": "it", "Namespace": "infertrace", "Service": "Helm"}
+
+# what the DaemonSet must grant and mount (issue 6; docs/operations.md)
+REQUIRED_CAPS = {"BPF", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE", "DAC_READ_SEARCH"}
+REQUIRED_HOST_MOUNTS = {  # container path -> (node path, read-only required)
+    "/sys/kernel/btf": ("/sys/kernel/btf", True),
+    "/sys/fs/bpf": ("/sys/fs/bpf", False),
+    "/sys/kernel/tracing": ("/sys/kernel/tracing", False),
+    "/sys/kernel/debug": ("/sys/kernel/debug", False),
+}
+
+results = []
+DUMP = None  # --dump DIR: renders and agent.conf files go there
+
+
+def out(status, name, why=""):
+    line = f"{status} {name}" + (f": {why}" if why else "")
+    results.append(line)
+    print(line, flush=True)
+
+
+def case(name, problems):
+    if problems:
+        more = f" (+{len(problems) - 4} more)" if len(problems) > 4 else ""
+        out("FAIL", name, "; ".join(problems[:4]) + more)
+    else:
+        out("PASS", name)
+
+
+# ------------------------------------------------------------ values -------
+def load_yaml(path):
+    with open(path) as f:
+        return yaml.safe_load(f) or {}
+
+
+def lookup(values, path):
+    """value at dotted path, or KeyError"""
+    cur = values
+    for part in path:
+        if not isinstance(cur, dict) or part not in cur:
+            raise KeyError(".".join(path))
+        cur = cur[part]
+    return cur
+
+
+def truthy(v):
+    # Go templates: false, 0, nil and empty strings/collections are false
+    return v not in (None, False, 0, "", [], {}) and not (isinstance(v, float) and v == 0)
+
+
+def leaves(d, prefix=()):
+    if isinstance(d, dict) and d:
+        for k, v in d.items():
+            yield from leaves(v, prefix + (k,))
+    else:
+        yield prefix
+
+
+ACTION = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.S)
+VALUES_REF = re.compile(r"\$?\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+
+
+def template_refs(text):
+    return {tuple(m.group(1)[1:].split(".")) for m in VALUES_REF.finditer(text)}
+
+
+def freeform_paths(text):
+    """values handed to toYaml/toJson/range whole: their sub-keys are free"""
+    free = set()
+    for m in re.finditer(r"(?:toYaml|toJson|:=|range)\s+\$?\.Values((?:\.\w+)+)", text):
+        free.add(tuple(m.group(1)[1:].split(".")))
+    for m in re.finditer(r"with\s+\$?\.Values((?:\.\w+)+)\s*-?\}\}(.*?)\{\{-?\s*end", text, re.S):
+        if re.search(r"toYaml\s+\.\s", m.group(2)):
+            free.add(tuple(m.group(1)[1:].split(".")))
+    return free
+
+
+def check_static(values_path, templates, ci_files):
+    defaults = load_yaml(values_path)
+    texts = {}
+    for t in templates:
+        with open(t) as f:
+            texts[t] = f.read()
+    refs = set()
+    for t, text in texts.items():
+        for r in template_refs(text):
+            refs.add(r)
+    problems = []
+    for r in sorted(refs):
+        try:
+            lookup(defaults, r)
+        except KeyError:
+            where = [t.rsplit("/", 1)[-1] for t, x in texts.items() if r in template_refs(x)]
+            problems.append(f".Values.{'.'.join(r)} ({', '.join(where)}) missing from values.yaml")
+    case("helm_values_refs_exist", problems)
+
+    free = set()
+    for text in texts.values():
+        free |= freeform_paths(text)
+
+    def is_free(path):
+        return any(path[: len(f)] == f for f in free)
+
+    # every value is read by a template: an unused value documents a lie
+    problems = []
+    for leaf in leaves(defaults):
+        if is_free(leaf):
+            continue
+        if not any(leaf[: len(r)] == r or r[: len(leaf)] == leaf for r in refs):
+            problems.append(f"{'.'.join(leaf)} is used by no template")
+    case("helm_values_all_used", problems)
+
+    for ci in ci_files:
+        problems = []
+        for leaf in leaves(load_yaml(ci)):
+            if is_free(leaf[:-1]) or is_free(leaf):
+                continue
+            try:
+                lookup(defaults, leaf)
+            except KeyError:
+                # a parent that is free-form admits any key below it
+                if not any(is_free(leaf[:i]) for i in range(1, len(leaf))):
+                    problems.append(f"{'.'.join(leaf)} is not a value of the chart")
+        case(f"helm_ci_values_known[{ci.rsplit('/', 1)[-1]}]", problems)
+
+    # "values.yaml documents every value": each paragraph opens with a comment
+    problems = []
+    with open(values_path) as f:
+        lines = f.read().split("\n")
+    prev_blank = True
+    for i, line in enumerate(lines, 1):
+        s = line.strip()
+        if not s:
+            prev_blank = True
+            continue
+        if prev_blank and not s.startswith("#"):
+            problems.append(f"values.yaml:{i}: '{s[:40]}' starts a paragraph without a comment")
+        prev_blank = False
+    case("helm_values_documented", problems)
+
+
+# ---------------------------------------------------- partial evaluator ----
+def split_pipeline(expr):
+    parts, depth, quote, cur = [], 0, None, ""
+    for ch in expr:
+        if quote:
+            cur += ch
+            if ch == quote:
+                quote = None
+            continue
+        if ch in "\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+            continue
+        cur += ch
+    parts.append(cur.strip())
+    return parts
+
+
+class Unknown(Exception):
+    pass
+
+
+class Evaluator:
+    def __init__(self, values, defines, errors):
+        self.values = values
+        self.defines = defines
+        self.errors = errors
+
+    def operand(self, tok, scope):
+        tok = tok.strip()
+        if tok.startswith("(") and tok.endswith(")"):
+            return self.expr(tok[1:-1], scope)
+        if tok.startswith('"') and tok.endswith('"'):
+            return tok[1:-1]
+        if re.fullmatch(r"-?\d+", tok):
+            return int(tok)
+        if tok in ("true", "false"):
+            return tok == "true"
+        m = VALUES_REF.fullmatch(tok)
+        if m:
+            path = tuple(m.group(1)[1:].split("."))
+            try:
+                return lookup(self.values, path)
+            except KeyError:
+                self.errors.append(f".Values.{'.'.join(path)} undefined")
+                return None
+        if tok == ".":
+            return scope["."]
+        if re.fullmatch(r"\$\w+", tok) and tok in scope:
+            return scope[tok]
+        m = re.fullmatch(r"\.(Release|Chart)\.(\w+)", tok)
+        if m:
+            return (RELEASE if m.group(1) == "Release" else CHART_META).get(m.group(2), "")
+        raise Unknown(tok)
+
+    def call(self, words, scope, piped=None):
+        fn, args = words[0], words[1:]
+        vals = lambda: [self.operand(a, scope) for a in args] + (  # noqa: E731
+            [piped] if piped is not None else [])
+        if fn == "not":
+            return not truthy(vals()[0])
+        if fn == "and":
+            return all(truthy(v) for v in vals())
+        if fn == "or":
+            return any(truthy(v) for v in vals())
+        if fn == "int":
+            v = vals()[0]
+            return int(v) if isinstance(v, (int, float)) else Unknown
+        if fn == "until":
+            return list(range(int(vals()[0])))
+        if fn == "quote":
+            return '"%s"' % vals()[0]
+        if fn == "ternary":
+            a, b, c = vals()
+            return a if truthy(c) else b
+        if fn == "include":
+            name, dot = vals()[:2]
+            if name not in self.defines:
+                self.errors.append(f"include of undefined template {name}")
+                raise Unknown(fn)
+            return self.render_tokens(self.defines[name], {".": dot})
+        if fn == "default":
+            d, v = vals()
+            return v if truthy(v) else d
+        if fn == "trunc":
+            n, v = vals()
+            return str(v)[:int(n)]
+        if fn == "trimSuffix":
+            suf, v = vals()
+            return str(v)[: -len(suf)] if suf and str(v).endswith(suf) else str(v)
+        if fn == "replace":
+            old, new, v = vals()
+            return str(v).replace(old, new)
+        if fn == "contains":
+            sub, v = vals()
+            return sub in str(v)
+        if fn == "printf":
+            f, *rest = vals()
+            return f.replace("%s", "{}").format(*rest) if "%" not in f.replace("%s", "") \
+                else Unknown
+        if fn in ("toYaml", "toJson"):
+            v = vals()[0]
+            if fn == "toJson":
+                import json
+                return json.dumps(v)
+            return yaml.safe_dump(v, default_flow_style=False, sort_keys=False).rstrip("\n") \
+                if truthy(v) else ("{}" if isinstance(v, dict) else "[]" if isinstance(v, list) else "")
+        if fn in ("nindent", "indent"):
+            n, text = vals()
+            pad = " " * int(n)
+            body = "\n".join(pad + ln if ln else ln for ln in str(text).split("\n"))
+            return "\n" + body if fn == "nindent" else body
+        if len(words) == 1 and piped is None:
+            return self.operand(fn, scope)
+        raise Unknown(fn)
+
+    def expr(self, text, scope):
+        val = None
+        for i, stage in enumerate(split_pipeline(text)):
+            words = re.findall(r'"[^"]*"|\([^)]*\)|\S+', stage)
+            val = self.call(words, scope, None if i == 0 else val)
+            if val is Unknown:
+                raise Unknown(stage)
+        return val
+
+    def render_tokens(self, text, scope):
+        """token-level render of a define body: if / else if / else / end,
+        $var := assignments, trim markers; enough for _helpers.tpl"""
+        toks = []
+        pos = 0
+        for m in ACTION.finditer(text):
+            toks.append(("text", text[pos:m.start()]))
+            toks.append(("act", m.group(2), m.group(1) == "-", m.group(3) == "-"))
+            pos = m.end()
+        toks.append(("text", text[pos:]))
+        # trim markers eat the whitespace of the neighbouring text
+        for i, t in enumerate(toks):
+            if t[0] == "act":
+                if t[2] and i > 0:
+                    toks[i - 1] = ("text", toks[i - 1][1].rstrip())
+                if t[3] and i + 1 < len(toks):
+                    toks[i + 1] = ("text", toks[i + 1][1].lstrip())
+        scope = dict(scope)
+
+        def run(i, emit):
+            buf = ""
+            while i < len(toks):
+                t = toks[i]
+                if t[0] == "text":
+                    buf += t[1] if emit else ""
+                    i += 1
+                    continue
+                act = t[1]
+                word = act.split()[0] if act.split() else ""
+                if act.startswith("/*"):
+                    i += 1
+                elif word in ("end", "else"):
+                    return buf, i, act
+                elif word == "if":
+                    cond, done = act[2:].strip(), False
+                    i += 1
+                    while True:
+                        take = emit and not done and truthy(self.expr(cond, scope))
+                        sub, i, stop = run(i, take)
+                        buf += sub if take else ""
+                        done = done or take
+                        i += 1
+                        if stop.startswith("else if"):
+                            cond = stop[len("else if"):].strip()
+                        elif stop == "else":
+                            cond = "true"
+                        else:
+                            break
+                elif re.match(r"\$\w+\s*:?=", act):
+                    var, e = re.split(r"\s*:?=\s*", act, 1)
+                    if emit:
+                        scope[var] = self.expr(e, scope)
+                    i += 1
+                else:
+                    if emit:
+                        v = self.expr(act, scope)
+                        buf += "" if v is None else str(v)
+                    i += 1
+            return buf, i, "eof"
+
+        return run(0, True)[0]
+
+    def scalar(self, text, scope):
+        try:
+            v = self.expr(text, scope)
+        except Unknown:
+            return PLACEHOLDER
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, float) and v.is_integer():
+            return str(int(v))
+        return "" if v is None else str(v)
+
+
+def parse_defines(text):
+    """name -> body; the define's own trim markers applied (`-}}` / `{{- end`)"""
+    defines = {}
+    pat = r'\{\{-?\s*define\s+"([^"]+)"\s*(-?)\}\}(.*?)\{\{(-?)\s*end\s*-?\}\}'
+    # a define body holds nested ends: match the end at the define's depth
+    for m in re.finditer(r'\{\{-?\s*define\s+"([^"]+)"\s*(-?)\}\}', text):
+        depth, pos = 1, m.end()
+        for a in ACTION.finditer(text, m.end()):
+            word = (a.group(2).split() or [""])[0]
+            if word in ("if", "with", "range", "define"):
+                depth += 1
+            elif word == "end":
+                depth -= 1
+                if depth == 0:
+                    body = text[pos:a.start()]
+                    if m.group(2):
+                        body = body.lstrip()
+                    if a.group(1):
+                        body = body.rstrip()
+                    defines[m.group(1)] = body
+                    break
+    del pat
+    return defines
+
+
+def render(text, values, defines, errors):
+    """line-based partial render: see the header comment"""
+    ev = Evaluator(values, defines, errors)
+    lines = text.split("\n")
+    rendered = []
+
+    def block(i, scope, emit):
+        """render lines from i until the matching end; returns the index after it"""
+        while i < len(lines):
+            line = lines[i]
+            m = re.fullmatch(r"\s*\{\{-?\s*(.*?)\s*-?\}\}\s*", line)
+            if m and not re.search(r"\}\}.*\{\{", line):
+                act = m.group(1)
+                word = act.split()[0] if act.split() else ""
+                if act.startswith("/*"):
+                    i += 1
+                    continue
+                if word == "end":
+                    return i + 1, "end"
+                if word == "else":
+                    return i + 1, "else"
+                if word in ("if", "with", "range"):
+                    i = control(i + 1, word, act[len(word):].strip(), scope, emit)
+                    continue
+                # a directive alone on its line inserts text (nindent) or nothing
+                val = ev.scalar(act, scope)
+                if emit:
+                    if val.startswith("\n"):
+                        rendered.extend(val[1:].split("\n"))
+                    elif val == PLACEHOLDER and "nindent" in act:
+                        n = int(re.search(r"nindent\s+(\d+)", act).group(1))
+                        rendered.append(" " * n + f"templated-{len(rendered)}: {PLACEHOLDER}")
+                    elif val.strip():
+                        rendered.append(val)
+                i += 1
+                continue
+            if emit:
+                rendered.append(ACTION.sub(lambda mm: ev.scalar(mm.group(2), scope), line))
+            i += 1
+        return i, "eof"
+
+    def control(i, word, arg, scope, emit):
+        if word == "range":
+            m = re.fullmatch(r"(?:(\$\w+)\s*,\s*)?(\$\w+)\s*:=\s*(.*)", arg)
+            kvar, vvar, src = (m.group(1), m.group(2), m.group(3)) if m else (None, None, arg)
+            try:
+                coll = ev.expr(src, scope)
+            except Unknown:
+                coll = [PLACEHOLDER]
+            items = list(coll.items()) if isinstance(coll, dict) else list(enumerate(coll or []))
+            end = None
+            for k, v in items or [(None, None)]:
+                sub = dict(scope)
+                if m:
+                    if kvar:
+                        sub[kvar] = k
+                    sub[vvar] = v
+                else:
+                    sub["."] = v
+                end, _ = block(i, sub, emit and bool(items))
+            return end
+        try:
+            cond = ev.expr(arg, scope)
+            known = True
+        except Unknown:
+            cond, known = None, False
+        sub = dict(scope)
+        if word == "with":
+            sub["."] = cond
+        take = truthy(cond) if known else True
+        j, how = block(i, sub, emit and take)
+        while how == "else":
+            # `else` / `else if X`: only plain else appears in YAML templates
+            j, how = block(j, scope, emit and known and not take)
+        return j
+
+    block(0, {".": None}, True)
+    return "\n".join(rendered)
+
+
+# ------------------------------------------------------ rendered checks ----
+def docs_of(text, name, problems):
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        problems.append(f"{name}: not YAML after rendering: {str(e).splitlines()[0]}")
+        return []
+
+
+def option_table(doc_path):
+    """long option -> 'flag' or value name, from docs/configuration.md or --config-doc"""
+    table = {}
+    with open(doc_path) as f:
+        for line in f:
+            m = re.match(r"\|\s*`--([a-z0-9-]+)`\s*\|[^|]*\|\s*([^|]+?)\s*\|", line)
+            if m:
+                table[m.group(1)] = m.group(2)
+    return table
+
+
+def agent_conf_lines(conf):
+    """(option, value) per line, as agent/main.c load_config() splits them"""
+    pairs = []
+    for line in conf.split("\n"):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        k = re.split(r"[ \t=]", line, 1)[0]
+        v = line[len(k):].lstrip(" \t=").rstrip()
+        pairs.append((k, v))
+    return pairs
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if isinstance(d, dict) and d.get("kind") == kind]
+
+
+def check_rendered(label, docs, values, table, table_src):
+    get = lambda *p: lookup(values, p)  # noqa: E731
+    problems = []
+    for d in docs:
+        if not isinstance(d, dict) or not d.get("apiVersion") or not d.get("kind") or \
+                not (d.get("metadata") or {}).get("name"):
+            problems.append(f"document without apiVersion/kind/metadata.name: {str(d)[:80]}")
+    kinds = sorted(d.get("kind", "?") for d in docs if isinstance(d, dict))
+    want = {"DaemonSet", "ConfigMap"} | ({"ServiceAccount"} if get("serviceAccount", "create") else set())
+    if get("serviceMonitor", "enabled") and get("metrics", "enabled"):
+        want |= {"ServiceMonitor", "Service"}
+    elif "ServiceMonitor" in kinds:
+        problems.append("ServiceMonitor rendered although serviceMonitor.enabled is false")
+    for k in sorted(want - set(kinds)):
+        problems.append(f"no {k} rendered")
+    case(f"helm_render_{label}", problems)
+
+    ds = by_kind(docs, "DaemonSet")
+    cm = by_kind(docs, "ConfigMap")
+    if not ds or not cm:
+        out("FAIL", f"helm_daemonset_security_{label}", "no DaemonSet/ConfigMap to check")
+        return
+    pod = ds[0]["spec"]["template"]["spec"]
+    agent = next((c for c in pod.get("containers", []) if c.get("name") == "agent"), None)
+    if agent is None:
+        out("FAIL", f"helm_daemonset_security_{label}", "no container named agent")
+        return
+
+    # --- security context: exactly the capabilities, privileged only on request
+    problems = []
+    sc = agent.get("securityContext") or {}
+    if pod.get("hostPID") is not True:
+        problems.append(f"hostPID is {pod.get('hostPID')!r}, not true")
+    want_priv = bool(get("securityContext", "privileged"))
+    if label == "default" and (want_priv or sc.get("privileged") is not False):
+        problems.append("privileged by default: only securityContext.privileged=true may ask")
+    if sc.get("privileged") is not want_priv:
+        problems.append(f"privileged is {sc.get('privileged')!r} with "
+                        f"securityContext.privileged={want_priv}")
+    caps = sc.get("capabilities") or {}
+    added = set(caps.get("add") or [])
+    if added != REQUIRED_CAPS:
+        problems.append(f"capabilities.add {sorted(added)} != {sorted(REQUIRED_CAPS)}")
+    if "ALL" not in (caps.get("drop") or []):
+        problems.append("capabilities.drop lacks ALL (the runtime's defaults would stay)")
+    if sc.get("runAsUser") != 0:
+        problems.append("runAsUser is not 0 (added capabilities reach uid 0 only)")
+    for c in pod.get("initContainers") or []:
+        csc = c.get("securityContext") or {}
+        if csc.get("privileged") or (csc.get("capabilities") or {}).get("add"):
+            problems.append(f"init container {c.get('name')} gets privileges it does not need")
+    case(f"helm_daemonset_security_{label}", problems)
+
+    # --- mounts: the node paths the agent needs, from hostPath volumes
+    problems = []
+    vols = {v["name"]: v for v in pod.get("volumes") or []}
+
+    def host_path(mount):
+        v = vols.get(mount.get("name"), {})
+        return (v.get("hostPath") or {}).get("path")
+
+    mounts = {m["mountPath"]: m for m in agent.get("volumeMounts") or []}
+    need = dict(REQUIRED_HOST_MOUNTS)
+    need["/run/infertrace"] = (get("control", "runHostPath"), False)
+    if get("kafka", "brokers"):
+        need[get("spill", "hostPath")] = (get("spill", "hostPath"), False)
+    for path, (node, ro) in sorted(need.items()):
+        m = mounts.get(path)
+        if not m:
+            problems.append(f"agent does not mount {path}")
+        elif host_path(m) != node:
+            problems.append(f"{path} is not hostPath {node} (is {host_path(m)})")
+        elif ro and not m.get("readOnly"):
+            problems.append(f"{path} is not read-only")
+    if "/proc" in mounts:
+        problems.append("/proc is mounted: hostPID already gives the host's /proc")
+    if get("shim", "install"):
+        inits = [c for c in pod.get("initContainers") or []
+                 if "libinfertrace_cupti.so" in " ".join(map(str, c.get("command") or []))]
+        if not inits:
+            problems.append("no init container copies libinfertrace_cupti.so")
+        elif not any(host_path(m) == get("shim", "hostPath")
+                     for m in inits[0].get("volumeMounts") or []):
+            problems.append(f"the shim init container does not mount {get('shim', 'hostPath')}")
+    case(f"helm_daemonset_mounts_{label}", problems)
+
+    # --- scheduling, resources, probes
+    problems = []
+    for k, v in (get("nodeSelector") or {}).items():
+        if (pod.get("nodeSelector") or {}).get(k) != v:
+            problems.append(f"nodeSelector lacks {k}={v!r}")
+    if label == "default":
+        if (pod.get("nodeSelector") or {}).get("nvidia.com/gpu.present") != "true":
+            problems.append("default nodeSelector is not nvidia.com/gpu.present=\"true\"")
+        if not any(t.get("key") == "nvidia.com/gpu" and t.get("effect") == "NoSchedule"
+                   for t in pod.get("tolerations") or []):
+            problems.append("no toleration for nvidia.com/gpu NoSchedule")
+    res = agent.get("resources") or {}
+    for kind in ("requests", "limits"):
+        for r in ("cpu", "memory"):
+            if r not in (res.get(kind) or {}):
+                problems.append(f"resources.{kind}.{r} missing")
+    if get("metrics", "enabled"):
+        ports = {p.get("name"): p.get("containerPort") for p in agent.get("ports") or []}
+        if ports.get("metrics") != get("metrics", "port"):
+            problems.append(f"metrics containerPort {ports.get('metrics')} != {get('metrics', 'port')}")
+        for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            hg = (agent.get(probe) or {}).get("httpGet") or {}
+            if hg.get("path") != path or hg.get("port") not in ("metrics", get("metrics", "port")):
+                problems.append(f"{probe} is not GET {path} on the metrics port: {hg}")
+        if str(get("metrics", "address")).startswith("127."):
+            problems.append("metrics.address is loopback: the kubelet's probes cannot reach it")
+    elif agent.get("livenessProbe") or agent.get("readinessProbe"):
+        problems.append("probes without the metrics endpoint")
+    if pod.get("hostNetwork") and pod.get("dnsPolicy") != "ClusterFirstWithHostNet":
+        problems.append("hostNetwork without dnsPolicy ClusterFirstWithHostNet: no cluster DNS")
+    case(f"helm_daemonset_scheduling_{label}", problems)
+
+    # --- the agent's config file: mounted where the args say, every option known
+    problems = []
+    conf = (cm[0].get("data") or {}).get("agent.conf")
+    args = [str(a) for a in agent.get("args") or []]
+    conf_args = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"]
+    if conf is None:
+        problems.append("ConfigMap has no agent.conf")
+        conf = ""
+    cm_mount = next((m for m in agent.get("volumeMounts") or []
+                     if (vols.get(m["name"], {}).get("configMap") or {}).get("name")
+                     == cm[0]["metadata"]["name"]), None)
+    if not cm_mount or not conf_args or conf_args[0] != cm_mount["mountPath"] + "/agent.conf":
+        problems.append(f"--config {conf_args[:1]} is not agent.conf of the mounted ConfigMap")
+    if DUMP:
+        with open(f"{DUMP}/{label}-agent.conf", "w") as f:
+            f.write(conf)
+    pairs = agent_conf_lines(conf)
+    seen = {}
+    for k, v in pairs:
+        seen.setdefault(k, v)
+        if k not in table:
+            problems.append(f"agent.conf option '{k}' is not in the agent's option table ({table_src})")
+        elif table[k] == "flag" and v not in ("true", "false"):
+            problems.append(f"flag '{k}' = '{v}' (the agent takes true or false)")
+        elif table[k] != "flag" and not v:
+            problems.append(f"option '{k}' has no value")
+        if PLACEHOLDER in v:
+            problems.append(f"option '{k}' was not rendered: {v}")
+    for k, path in (("mode", ("agent", "mode")), ("kafka", ("kafka", "brokers"))):
+        want = get(*path)
+        if want and seen.get(k) != str(want):
+            problems.append(f"{k} = {seen.get(k)!r}, values say {want!r}")
+    # workloads mount <runHostPath>/shim at /run/infertrace (NOTES.txt) and
+    # the shim looks for /run/infertrace/shim.sock by default
+    shim = seen.get("shim-socket", "/run/infertrace/shim.sock")
+    run = mounts.get("/run/infertrace")
+    if shim != "/run/infertrace/shim/shim.sock" or not run or \
+            host_path(run) != get("control", "runHostPath"):
+        problems.append(f"shim-socket {shim} is not shim/shim.sock of the "
+                        f"{get('control', 'runHostPath')} mount that NOTES.txt tells workloads to mount")
+    if get("metrics", "enabled") and seen.get("metrics") != \
+            f"{get('metrics', 'address')}:{get('metrics', 'port')}":
+        problems.append(f"metrics = {seen.get('metrics')!r}")
+    case(f"helm_agent_config_{label}", problems)
+
+    # --- Kafka TLS/SASL from existing Secrets, credentials never in the ConfigMap
+    problems = []
+    props = dict(v.split("=", 1) for k, v in pairs if k == "kafka-property" and "=" in v)
+    # the Secrets are used only with brokers (values.yaml)
+    kafka = bool(get("kafka", "brokers"))
+    tls = get("kafka", "tls", "secretName") if kafka else ""
+    sasl = get("kafka", "sasl", "secretName") if kafka else ""
+    if get("kafka", "brokers"):
+        proto = {(True, True): "SASL_SSL", (False, True): "SASL_PLAINTEXT",
+                 (True, False): "SSL", (False, False): "PLAINTEXT"}[(bool(tls), bool(sasl))]
+        if props.get("security.protocol") != proto:
+            problems.append(f"security.protocol {props.get('security.protocol')!r}, want {proto}")
+    for name, secret in (("tls", tls), ("sasl", sasl)):
+        if not secret:
+            continue
+        if not any((v.get("secret") or {}).get("secretName") == secret for v in vols.values()):
+            problems.append(f"Secret {secret} ({name}) is not a volume")
+    if tls:
+        for key, prop in (("caKey", "ssl.ca.location"), ("certKey", "ssl.certificate.location"),
+                          ("keyKey", "ssl.key.location")):
+            k = get("kafka", "tls", key)
+            if k and not (props.get(prop, "").endswith("/" + k) and any(
+                    props[prop] == m["mountPath"] + "/" + k for m in agent.get("volumeMounts") or []
+                    if (vols.get(m["name"], {}).get("secret") or {}).get("secretName") == tls)):
+                problems.append(f"{prop} does not name {k} in the mounted Secret {tls}")
+    if sasl:
+        if len(conf_args) < 2:
+            problems.append("SASL set but the agent reads no second --config file")
+        if any(p in props for p in ("sasl.username", "sasl.password")):
+            problems.append("SASL credentials in the ConfigMap")
+        ssc = (next((c for c in pod.get("initContainers") or []
+                     if any((vols.get(m["name"], {}).get("secret") or {}).get("secretName") == sasl
+                            for m in c.get("volumeMounts") or [])), None))
+        if not ssc:
+            problems.append("no init container reads the SASL Secret")
+        elif conf_args[1:] and not any(conf_args[1].startswith(m["mountPath"] + "/")
+                                       for m in ssc.get("volumeMounts") or []):
+            problems.append("the second --config file is not where the init container writes")
+        mem = [v for v in vols.values() if (v.get("emptyDir") or {}).get("medium") == "Memory"]
+        if not mem:
+            problems.append("SASL credentials are not on a memory-backed volume")
+    if not get("kafka", "brokers"):
+        # no brokers: no Kafka line, no spill, no Secret mounted for nothing
+        stray = sorted({k for k, _ in pairs if k.startswith(("kafka", "spill", "flush"))})
+        if stray:
+            problems.append(f"Kafka options without kafka.brokers: {stray}")
+        if any(v.get("secret") for v in vols.values()) and not (tls or sasl):
+            problems.append("a Secret volume without kafka.tls/sasl")
+    case(f"helm_kafka_secrets_{label}", problems)
+
+
+def main(argv):
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chart", required=True)
+    ap.add_argument("--options", required=True, help="docs/configuration.md or --config-doc output")
+    ap.add_argument("--options-source", default="docs/configuration.md")
+    ap.add_argument("--values", action="append", default=[], help="LABEL=FILE (non-default)")
+    ap.add_argument("--rendered", action="append", default=[], help="LABEL=FILE (helm template)")
+    ap.add_argument("--dump", help="write the partial renders into this directory")
+    a = ap.parse_args(argv)
+
+    import glob
+    import os
+    global DUMP
+    DUMP = a.dump
+    if DUMP:
+        os.makedirs(DUMP, exist_ok=True)
+    chart = a.chart
+    tmpls = sorted(glob.glob(f"{chart}/templates/*"))
+    ci = sorted(glob.glob(f"{chart}/ci/*.yaml"))
+    check_static(f"{chart}/values.yaml", tmpls, ci)
+
+    table = option_table(a.options)
+    if not table:
+        out("FAIL", "helm_option_table", f"no options read from {a.options}")
+        return 1
+    defaults = load_yaml(f"{chart}/values.yaml")
+
+    def merged(over):
+        def merge(base, o):
+            if isinstance(base, dict) and isinstance(o, dict):
+                r = dict(base)
+                for k, v in o.items():
+                    r[k] = merge(base.get(k), v)
+                return r
+            return o
+        return merge(defaults, over)
+
+    sets = [("default", defaults)] + [
+        (lbl, merged(load_yaml(f))) for lbl, f in (v.split("=", 1) for v in a.values)]
+    rendered = dict(v.split("=", 1) for v in a.rendered)
+    helpers = "".join(open(t).read() for t in tmpls if t.endswith(".tpl"))
+    defines = parse_defines(helpers)
+    for label, values in sets:
+        problems, docs = [], []
+        if label in rendered:
+            with open(rendered[label]) as f:
+                docs = docs_of(f.read(), "helm template", problems)
+        else:
+            for t in tmpls:
+                if not t.endswith((".yaml", ".yml")):
+                    continue
+                errors = []
+                with open(t) as f:
+                    text = render(f.read(), values, defines, errors)
+                if a.dump:
+                    os.makedirs(a.dump, exist_ok=True)
+                    with open(f"{a.dump}/{label}-{os.path.basename(t)}", "w") as f:
+                        f.write(text)
+                problems += [f"{os.path.basename(t)}: {e}" for e in errors]
+                docs += docs_of(text, os.path.basename(t), problems)
+        case(f"helm_templates_yaml_{label}", problems)
+        check_rendered(label, docs, values, table, a.options_source)
+    return 1 if any(r.startswith("FAIL") for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
