@@ -19,6 +19,7 @@
 
 #define AGENT_VERSION "0.1.0"
 #define MAX_PID_FILTER 64
+#define MAX_KAFKA_PROPS 64
 
 /* what a record is for: the sink routes it (Kafka topics later) */
 enum rec_class {
@@ -51,6 +52,24 @@ struct agent_opts {
 	bool no_net; /* skip the network family */
 	const char *replay; /* --replay FILE (no BPF) */
 	const char *shim_socket; /* CUPTI shims connect here; "none": off */
+	/* Kafka sink (agent/sink_kafka.h); kafka NULL: no Kafka */
+	const char *kafka; /* --kafka BROKERS (bootstrap.servers) */
+	const char *kafka_prefix; /* topics <prefix>.steps, .anomalies, .events, .stats */
+	const char *kafka_topics[REC_CLASS_COUNT]; /* --kafka-topic CLASS=NAME overrides */
+	const char *kafka_props[MAX_KAFKA_PROPS]; /* -X key=value, in order */
+	int n_kafka_props;
+	uint32_t kafka_queue_max; /* records held in memory by the producer */
+	const char *spill_dir;
+	uint32_t spill_max_mib;
+	double flush_timeout_s; /* exit: wait this long for delivery */
+	/* operating the agent (agent/ops.h, docs/operations.md) */
+	const char *control_socket; /* NULL: CTL_SOCK_DEFAULT; "none": off */
+	const char *control_group; /* besides root, members may use the socket */
+	double deep_dive_max_s; /* cap of one deep-dive's duration */
+	double recorder_s; /* flight-recorder window; 0: off */
+	uint32_t recorder_mib; /* flight-recorder memory budget */
+	const char *metrics; /* ADDR:PORT of the Prometheus endpoint; NULL: off */
+	const char *perfetto; /* --replay ... --perfetto OUT */
 	int verbose;
 };
 
@@ -66,6 +85,8 @@ struct sink {
 		     size_t len);
 	int (*flush)(struct sink *s, int timeout_ms);
 	void (*close)(struct sink *s);
+	/* optional: add the sink's counters to a stats record (stats.c) */
+	void (*stats)(struct sink *s, json_t *stats_record);
 	uint64_t written;
 	uint64_t errors;
 	void *priv;

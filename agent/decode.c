@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "state.h"
+#include "diagnose.h"
 #include "jsonw.h"
 #include "syscall_names.h"
 
@@ -246,6 +247,26 @@ static int decode_retrans(struct agent *a, const struct tcp_retrans_event *e)
 	return rec_emit(a, REC_EVENT, r);
 }
 
+static void to_diag(struct agent *a, const struct event_hdr *h)
+{
+	struct diag_cpu_event e = { .pid = h->pid, .tid = h->tid, .ts_ns = h->ts_ns };
+
+	if (h->type == EV_OFFCPU) {
+		const struct offcpu_event *o = (const void *)h;
+
+		/* a preempted thread waits in the run queue: that is CPU contention */
+		e.kind = o->cause == OFFCPU_PREEMPTED ? DIAG_CPU_RUNQ : DIAG_CPU_OFFCPU;
+		e.dur_ns = o->dur_ns;
+		e.other_pid = o->by_tid;
+	} else if (h->type == EV_RUNQ) {
+		return; /* already counted in the off-CPU interval that holds it */
+	} else {
+		e.kind = DIAG_CPU_SYSCALL;
+		e.dur_ns = ((const struct syscall_event *)h)->dur_ns;
+	}
+	diag_on_cpu(a->diag, &e);
+}
+
 int decode_record(struct agent *a, const void *data, size_t size)
 {
 	const struct event_hdr *h = data;
@@ -269,6 +290,10 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		a->cnt.bad_records++;
 		return -EINVAL;
 	}
+
+	/* a step's breakdown counts its launching thread's CPU events */
+	if (a->diag && (h->type == EV_OFFCPU || h->type == EV_RUNQ || h->type == EV_SYSCALL))
+		to_diag(a, data);
 
 	switch (h->type) {
 	case EV_CUDA_LAUNCH:

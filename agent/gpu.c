@@ -13,8 +13,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <bpf/libbpf.h>
 
 #include "state.h"
+#include "ops.h"
 #include "correlator.h"
 #include "shim_rx.h"
 
@@ -60,11 +62,16 @@ static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch
 	struct agent *a = gp->a;
 	struct corr_json_common cm;
 	const char *inst;
+	bool deep = true;
 	int len;
 
+	diag_on_gpu(a->diag, g, l); /* steps are cut from the GPU stream */
 	if (gp->st) {
 		corr_stats__add(gp->st, g, l);
-		return;
+		/* sentinel: deep-dived processes send, the flight recorder keeps (ops.h) */
+		deep = deepdive_pid_deep(a, l ? l->pid : g->pid);
+		if (!deep && !recorder_enabled(a))
+			return;
 	}
 	inst = agent_instance_of(a, l ? l->pid : g->pid);
 	cm.host = agent_host(a);
@@ -74,7 +81,10 @@ static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch
 		gp->too_long++;
 		return;
 	}
-	rec_emit_raw(a, REC_EVENT, inst, gp->buf, (size_t)len);
+	if (deep)
+		rec_emit_raw(a, REC_EVENT, inst, gp->buf, (size_t)len);
+	else
+		recorder_keep(a, inst, gp->buf, (size_t)len);
 }
 
 static void on_summary(void *ctx, const struct corr_summary *s)
@@ -160,9 +170,16 @@ static void on_shim_record(void *ctx, const struct event_hdr *h, size_t len)
 	}
 }
 
+/*
+ * A launch's uprobe record (API entry) is in the BPF ring before its shim
+ * callback (API exit) can be in the socket, but the rings wake us only per
+ * batch: decode what they hold first, or the callback would stand alone and
+ * its kernels leave with the callback's time instead of the entry's.
+ */
 static void on_shim_readable(struct agent *a, void *ctx)
 {
-	(void)a;
+	if (a->rb)
+		ring_buffer__consume(a->rb);
 	shim_rx_drain(((struct gpu *)ctx)->rx);
 }
 
@@ -231,12 +248,20 @@ void gpu_on_launch(struct agent *a, const struct cuda_launch_event *e)
 		corr__add_uprobe_launch(gp->corr, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, e->api);
 }
 
+/*
+ * The shim flushes its last records from its destructor, before the process
+ * ends: they are in the socket when the exit event is decoded. Take them
+ * first, or their launches would already be dropped with the process.
+ */
 void gpu_on_exit(struct agent *a, uint32_t pid, uint64_t ts_ns)
 {
 	struct gpu *gp = a->gpu;
 
-	if (gp)
-		corr__process_exit(gp->corr, pid, ts_ns);
+	if (!gp)
+		return;
+	for (int i = 0; gp->rx && i < 64 && shim_rx_drain(gp->rx) > 0; i++)
+		;
+	corr__process_exit(gp->corr, pid, ts_ns);
 }
 
 int gpu_set_mode(struct agent *a, uint32_t pid, enum agent_mode mode)
@@ -293,10 +318,13 @@ void gpu_stats(struct agent *a, json_t *r)
 	shim_rx_get_stats(gp->rx, &s);
 	json_object_set_new(
 		r, "gpu",
-		json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "shims_connected",
+		json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+			  "shims_connected",
 			  (json_int_t)s.conns_active, "shim_records", (json_int_t)s.records,
 			  "shim_bad_records", (json_int_t)s.bad_records, "shim_bad_msgs",
 			  (json_int_t)s.bad_msgs, "shim_pid_rewritten", (json_int_t)s.pid_rewritten,
+			  "shim_tid_mapped", (json_int_t)s.tid_mapped, "shim_tid_unmapped",
+			  (json_int_t)s.tid_unmapped,
 			  "shim_dropped", (json_int_t)s.shim_records_dropped, "cupti_dropped",
 			  (json_int_t)s.shim_cupti_dropped, "gpu_records", (json_int_t)c->gpu_records,
 			  "joined", (json_int_t)c->joined, "unmatched", (json_int_t)c->unmatched,

@@ -21,6 +21,7 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "ops.h"
 #include "infertrace.skel.h"
 
 enum hook_kind { HOOK_TP_BTF, HOOK_FENTRY };
@@ -182,6 +183,7 @@ int loader_update_runtime_cfg(struct agent *a)
 	rc.mode = o->mode;
 	rc.deep_stacks = o->stacks;
 	rc.stack_rate = o->stack_rate;
+	rc.deep_procs = deepdive_proc_count(a); /* per-instance deep-dives (ops.h) */
 	/* deep mode reports every interval unless thresholds were given */
 	rc.offcpu_thresh_ns = deep && !o->thresholds_set ? 0 : o->offcpu_thresh_ns;
 	rc.runq_thresh_ns = deep && !o->thresholds_set ? 0 : o->runq_thresh_ns;

@@ -17,6 +17,8 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "ops.h"
+#include "sink_kafka.h"
 #include "infertrace.skel.h"
 
 static volatile sig_atomic_t exiting;
@@ -44,6 +46,10 @@ static const char doc[] =
 	"  infertrace-agent --offcpu-threshold 5 --syscall-threshold 10\n"
 	"  # offline, a PyTorch profiler or Nsight Systems export:\n"
 	"  infertrace-agent --replay trace.json.gz -o kernels.jsonl\n"
+	"  # the same recording as a Perfetto / Chrome trace (ui.perfetto.dev):\n"
+	"  infertrace-agent --replay trace.json.gz --perfetto trace.perfetto.json\n"
+	"  # Prometheus metrics, agentctl for group 'infertrace', 30 s flight recorder:\n"
+	"  infertrace-agent --metrics :9464 --control-group infertrace --recorder-seconds 30\n"
 	"\n"
 	"Needs root (or CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE, CAP_SYS_PTRACE,\n"
 	"CAP_DAC_READ_SEARCH) and a kernel >= 5.8 with BTF, except for --replay.\n"
@@ -65,7 +71,30 @@ enum {
 	OPT_REPLAY,
 	OPT_CONFIG_DOC,
 	OPT_SHIM_SOCKET,
+	OPT_CONTROL_SOCKET,
+	OPT_CONTROL_GROUP,
+	OPT_DEEP_DIVE_MAX,
+	OPT_RECORDER_S,
+	OPT_RECORDER_MIB,
+	OPT_METRICS,
+	OPT_PERFETTO,
+	OPT_KAFKA,
+	OPT_KAFKA_PREFIX,
+	OPT_KAFKA_TOPIC,
+	OPT_KAFKA_QUEUE_MAX,
+	OPT_SPILL_DIR,
+	OPT_SPILL_MAX,
+	OPT_FLUSH_TIMEOUT,
+	OPT_STEP_MARKERS, /* diagnosis (issue 5): agent/replay.c */
+	OPT_BASELINE,
+	OPT_BASELINE_SAVE,
+	OPT_DETECT,
 };
+
+/*
+ * Diagnosis options are kept by agent/replay.c (issue 5); the prototype
+ * moves to agent.h when the live loop wires the detector.
+ */
 
 static const struct argp_option options[] = {
 	{ "mode", 'm', "MODE", 0, "sentinel (default): per-thread aggregates every interval "
@@ -100,6 +129,60 @@ static const struct argp_option options[] = {
 	{ "shim-socket", OPT_SHIM_SOCKET, "PATH", 0,
 	  "Unix socket the CUPTI shims (libinfertrace_cupti.so) connect to, or 'none' "
 	  "(default /run/infertrace/shim.sock)" },
+	{ "control-socket", OPT_CONTROL_SOCKET, "PATH", 0,
+	  "Unix socket agentctl talks to (status, deep-dive, export), or 'none' "
+	  "(default /run/infertrace/agent.sock)" },
+	{ "control-group", OPT_CONTROL_GROUP, "GROUP", 0,
+	  "Members of GROUP may use the control socket too (default: root only)" },
+	{ "deep-dive-max", OPT_DEEP_DIVE_MAX, "SECS", 0,
+	  "Longest deep-dive a request may ask for; longer ones are cut (default 600; "
+	  "a request without duration gets 60)" },
+	{ "recorder-seconds", OPT_RECORDER_S, "SECS", 0,
+	  "Flight recorder: keep the last SECS of detail per instance, sent when an anomaly "
+	  "is flagged or a deep-dive starts; 0 turns it off (default 10)" },
+	{ "recorder-mib", OPT_RECORDER_MIB, "MIB", 0,
+	  "Memory budget of the flight recorder, all instances together (default 64)" },
+	{ "metrics", OPT_METRICS, "ADDR:PORT", 0,
+	  "Serve Prometheus metrics (/metrics, /healthz, /readyz) over HTTP on ADDR:PORT, "
+	  "e.g. :9464 or 127.0.0.1:9464 (default: off)" },
+	{ "perfetto", OPT_PERFETTO, "FILE", 0,
+	  "With --replay: write the recording as a Perfetto / Chrome trace JSON to FILE "
+	  "(JSON lines only with --output)" },
+	{ "step-markers", OPT_STEP_MARKERS, "LIST", 0,
+	  "Steps: marker names that delimit a step, comma separated (default "
+	  "execute_model,run_batch,forward_batch,ProfilerStep#); 'auto' ignores names and cuts "
+	  "steps from the launch stream; 'launches' uses the launch stream only; 'off' disables "
+	  "steps and detection" },
+	{ "baseline", OPT_BASELINE, "FILE", 0,
+	  "Compare steps with the baseline saved in FILE: sustained regressions and changed "
+	  "kernels become anomalies" },
+	{ "baseline-save", OPT_BASELINE_SAVE, "FILE", 0,
+	  "Save the learned step baseline to FILE at the end" },
+	{ "detect", OPT_DETECT, "KEY=VALUE", 0,
+	  "Detector setting (repeatable): k (UCL sigmas, 5), floor (0.10), window-floor (0.05), "
+	  "window (steps, 4), bootstrap (steps, 24), straggler (0.15), regression (0.10)" },
+	{ "kafka", OPT_KAFKA, "BROKERS", 0,
+	  "Produce every record to Kafka (bootstrap servers host:port,...) instead of stdout; "
+	  "with --output, to both (default: off)" },
+	{ "kafka-topic-prefix", OPT_KAFKA_PREFIX, "PREFIX", 0,
+	  "Topics PREFIX.steps, PREFIX.anomalies, PREFIX.events, PREFIX.stats "
+	  "(default infertrace)" },
+	{ "kafka-topic", OPT_KAFKA_TOPIC, "CLASS=TOPIC", 0,
+	  "Another topic for one class: steps, anomalies, events or stats (repeatable)" },
+	{ "kafka-property", 'X', "KEY=VALUE", 0,
+	  "librdkafka property, e.g. security.protocol=SASL_SSL (repeatable; overrides the "
+	  "agent's producer defaults)" },
+	{ "kafka-queue-max", OPT_KAFKA_QUEUE_MAX, "N", 0,
+	  "Records the producer holds in memory before the spill takes them (default 100000)" },
+	{ "spill-dir", OPT_SPILL_DIR, "DIR", 0,
+	  "On-disk buffer for records Kafka cannot take now, resent in order and after a "
+	  "restart (default /var/lib/infertrace/spill)" },
+	{ "spill-max-mib", OPT_SPILL_MAX, "MIB", 0,
+	  "Size bound of the spill; when full, events are shed first, then summaries and "
+	  "stats, anomalies last (default 1024)" },
+	{ "flush-timeout", OPT_FLUSH_TIMEOUT, "SECS", 0,
+	  "At exit, wait up to SECS for Kafka to confirm what is queued; the rest stays in the "
+	  "spill for the next start (default 10)" },
 	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for debug)" },
 	{ "config-doc", OPT_CONFIG_DOC, NULL, OPTION_HIDDEN,
 	  "Print docs/configuration.md (generated from this table)" },
@@ -141,6 +224,39 @@ static const struct argp_option *option_by_name(const char *name)
 		    strcmp(name, "config"))
 			return o;
 	return NULL;
+}
+
+/*
+ * Values from a config file outlive the file's line buffer (options keep
+ * pointers to paths and names): they are kept here and freed at exit.
+ */
+static char **config_strs;
+static size_t n_config_strs;
+
+static char *config_keep(const char *v)
+{
+	char **n = realloc(config_strs, (n_config_strs + 1) * sizeof(*n));
+	char *d = strdup(v);
+
+	if (!n || !d) {
+		free(d);
+		if (n)
+			config_strs = n;
+		fprintf(stderr, "infertrace-agent: out of memory reading --config\n");
+		exit(1);
+	}
+	config_strs = n;
+	config_strs[n_config_strs++] = d;
+	return d;
+}
+
+static void config_free(void)
+{
+	for (size_t i = 0; i < n_config_strs; i++)
+		free(config_strs[i]);
+	free(config_strs);
+	config_strs = NULL;
+	n_config_strs = 0;
 }
 
 static bool is_true(const char *v)
@@ -199,7 +315,7 @@ static void load_config(const char *path, struct argp_state *state)
 			argp_error(state, "%s:%d: '%s' needs a value", path, lineno, k);
 		}
 		/* parse_arg may keep the pointer (paths, names): keep the string */
-		parse_arg(o->key, strdup(v), state);
+		parse_arg(o->key, config_keep(v), state);
 	}
 	fclose(f);
 }
@@ -317,6 +433,61 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_REPLAY:
 		o->replay = arg;
 		break;
+	case OPT_KAFKA:
+		if (!*arg)
+			argp_error(state, "--kafka takes host:port[,host:port...]");
+		o->kafka = arg;
+		break;
+	case OPT_KAFKA_PREFIX:
+		if (!*arg || strlen(arg) > 200)
+			argp_error(state, "--kafka-topic-prefix takes 1 to 200 characters");
+		o->kafka_prefix = arg;
+		break;
+	case OPT_KAFKA_TOPIC: {
+		const char *eq = strchr(arg, '=');
+		char cls[16];
+		int c = -1;
+
+		if (eq && eq[1] && (size_t)(eq - arg) < sizeof(cls)) {
+			snprintf(cls, sizeof(cls), "%.*s", (int)(eq - arg), arg);
+			c = kafka_class_of_suffix(cls);
+		}
+		if (c < 0)
+			argp_error(state, "--kafka-topic takes CLASS=TOPIC, CLASS one of steps, "
+					  "anomalies, events, stats; not '%s'",
+				   arg);
+		o->kafka_topics[c] = eq + 1;
+		break;
+	}
+	case 'X':
+		if (!strchr(arg, '=') || *arg == '=')
+			argp_error(state, "-X takes KEY=VALUE, not '%s'", arg);
+		if (o->n_kafka_props >= MAX_KAFKA_PROPS)
+			argp_error(state, "at most %d -X options", MAX_KAFKA_PROPS);
+		o->kafka_props[o->n_kafka_props++] = arg;
+		break;
+	case OPT_KAFKA_QUEUE_MAX:
+		if (parse_long(arg, 10, 10000000, &l))
+			argp_error(state, "--kafka-queue-max takes 10 to 10000000 records, not '%s'",
+				   arg);
+		o->kafka_queue_max = l;
+		break;
+	case OPT_SPILL_DIR:
+		if (!*arg || strlen(arg) >= 3800)
+			argp_error(state, "--spill-dir takes a directory");
+		o->spill_dir = arg;
+		break;
+	case OPT_SPILL_MAX:
+		if (parse_long(arg, 1, 1 << 20, &l))
+			argp_error(state, "--spill-max-mib takes 1 to 1048576 MiB, not '%s'", arg);
+		o->spill_max_mib = l;
+		break;
+	case OPT_FLUSH_TIMEOUT:
+		if (parse_double(arg, 0, 3600, &d))
+			argp_error(state, "--flush-timeout takes seconds from 0 to 3600, not '%s'",
+				   arg);
+		o->flush_timeout_s = d;
+		break;
 	case 'v':
 		o->verbose++;
 		break;
@@ -327,6 +498,60 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		if (!*arg || strlen(arg) >= 108)
 			argp_error(state, "--shim-socket takes a path shorter than 108 bytes or 'none'");
 		o->shim_socket = arg;
+		break;
+	case OPT_CONTROL_SOCKET:
+		if (!*arg || strlen(arg) >= 108)
+			argp_error(state,
+				   "--control-socket takes a path shorter than 108 bytes or 'none'");
+		o->control_socket = arg;
+		break;
+	case OPT_CONTROL_GROUP:
+		if (!*arg)
+			argp_error(state, "--control-group takes a group name");
+		o->control_group = arg;
+		break;
+	case OPT_DEEP_DIVE_MAX:
+		if (parse_double(arg, 1, 86400, &d))
+			argp_error(state, "--deep-dive-max takes seconds from 1 to 86400, not '%s'",
+				   arg);
+		o->deep_dive_max_s = d;
+		break;
+	case OPT_RECORDER_S:
+		if (parse_double(arg, 0, 3600, &d))
+			argp_error(state, "--recorder-seconds takes seconds from 0 to 3600, not '%s'",
+				   arg);
+		o->recorder_s = d;
+		break;
+	case OPT_RECORDER_MIB:
+		if (parse_long(arg, 1, 65536, &l))
+			argp_error(state, "--recorder-mib takes MiB from 1 to 65536, not '%s'", arg);
+		o->recorder_mib = l;
+		break;
+	case OPT_METRICS:
+		if (!strchr(arg, ':') || !strrchr(arg, ':')[1])
+			argp_error(state, "--metrics takes ADDR:PORT (e.g. :9464), not '%s'", arg);
+		o->metrics = arg;
+		break;
+	case OPT_PERFETTO:
+		o->perfetto = arg;
+		break;
+	case OPT_STEP_MARKERS:
+	case OPT_BASELINE:
+	case OPT_BASELINE_SAVE:
+	case OPT_DETECT: {
+		const char *name = key == OPT_STEP_MARKERS ? "step-markers"
+				   : key == OPT_BASELINE    ? "baseline"
+				   : key == OPT_BASELINE_SAVE ? "baseline-save"
+							      : "detect";
+
+		if (diag_option(name, arg))
+			argp_error(state, "--%s: bad value '%s'", name, arg);
+		break;
+	}
+	case ARGP_KEY_END:
+		if (o->perfetto && !o->replay)
+			argp_error(state, "--perfetto needs --replay FILE (live: agentctl export "
+					  "--perfetto)");
 		break;
 	case OPT_CONFIG_DOC:
 		print_config_doc();
@@ -404,7 +629,15 @@ static int run_live(struct agent *a)
 	err = gpu_init(a);
 	if (err)
 		goto cleanup;
+	err = diag_new(a, &a->diag);
+	if (err) {
+		pr_err("step detection: %s", strerror(-err));
+		goto cleanup;
+	}
 	err = discovery_start(a);
+	if (err)
+		goto cleanup;
+	err = ops_init(a); /* control socket, metrics, deep-dive, flight recorder */
 	if (err)
 		goto cleanup;
 	pr_info("running in %s mode, interval %.2f s%s",
@@ -428,6 +661,7 @@ static int run_live(struct agent *a)
 		}
 		err = 0;
 		discovery_tick(a);
+		ops_tick(a);
 		now = now_ns();
 		if (now - a->last_interval_ns >= interval) {
 			uint64_t span = now - a->last_interval_ns;
@@ -439,6 +673,7 @@ static int run_live(struct agent *a)
 			 */
 			ring_buffer__consume(a->rb);
 			gpu_interval(a, false);
+			diag_advance(a->diag, now);
 			aggregate_interval(a, false);
 			stats_emit(a, span, false);
 			flush_sinks(a, 0);
@@ -453,6 +688,7 @@ static int run_live(struct agent *a)
 		uint64_t span = now_ns() - a->last_interval_ns;
 
 		gpu_interval(a, true);
+		diag_finish(a->diag);
 		aggregate_interval(a, true);
 		stats_emit(a, span, true);
 	}
@@ -460,6 +696,9 @@ static int run_live(struct agent *a)
 		aggregate_print_summary(a, stderr);
 
 cleanup:
+	ops_free(a); /* first: deep-dived shims are told to go back to sentinel */
+	diag_free(a->diag);
+	a->diag = NULL;
 	gpu_free(a);
 	loop_free();
 	ring_buffer__free(a->rb);
@@ -490,6 +729,10 @@ int main(int argc, char **argv)
 		.stack_rate = 100,
 		.ringbuf_kib = 1024,
 		.max_threads = 16384,
+		.deep_dive_max_s = 600,
+		.recorder_s = 10,
+		.recorder_mib = 64,
+		.flush_timeout_s = FLUSH_TIMEOUT_DEFAULT,
 	};
 	err = argp_parse(&argp, argc, argv, 0, NULL, &a->opts);
 	if (err)
@@ -504,20 +747,47 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	a->sinks[0] = sink_file_open(a->opts.output);
+	/* --perfetto without --output: the trace only, no JSON lines on stdout */
+	a->sinks[0] = sink_file_open(a->opts.perfetto && !a->opts.output ? "/dev/null"
+									   : a->opts.output);
 	if (!a->sinks[0]) {
 		pr_err("cannot open output %s: %s", a->opts.output, strerror(errno));
 		return 1;
 	}
 	a->n_sinks = 1;
+	/* --replay FILE --perfetto OUT: a sink draws the deep-mode records (ops.h) */
+	if (a->opts.perfetto) {
+		a->opts.mode = MODE_DEEP;
+		a->sinks[a->n_sinks] = sink_perfetto_open(a->opts.perfetto);
+		if (!a->sinks[a->n_sinks]) {
+			pr_err("--perfetto %s: %s", a->opts.perfetto, strerror(errno));
+			return 1;
+		}
+		a->n_sinks++;
+	}
+	/* --kafka: Kafka instead of stdout, or besides --output (sink_kafka.h) */
+	if (a->opts.kafka) {
+		struct sink *ks;
+
+		if (!a->opts.output && !a->opts.perfetto) {
+			a->sinks[0]->close(a->sinks[0]);
+			a->n_sinks = 0;
+		}
+		ks = sink_kafka_open(a);
+		if (!ks)
+			return 1;
+		a->sinks[a->n_sinks++] = ks;
+	}
 
 	if (a->opts.replay)
 		err = replay_run(a, a->opts.replay);
 	else
 		err = run_live(a);
 
-	flush_sinks(a, 1000);
+	/* bounded wait for delivery (Kafka); what is left stays in the spill */
+	flush_sinks(a, (int)(a->opts.flush_timeout_s * 1000));
 	for (int i = 0; i < a->n_sinks; i++)
 		a->sinks[i]->close(a->sinks[i]);
+	config_free();
 	return err ? 1 : 0;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "state.h"
+#include "ops.h"
 
 const struct agent_opts *agent_opts(struct agent *a)
 {
@@ -72,6 +73,8 @@ int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const cha
 	}
 	if (cls < REC_CLASS_COUNT)
 		a->cnt.emitted[cls]++;
+	/* the flight recorder keeps detail; an anomaly sends its window (ops.h) */
+	recorder_tap(a, cls, key, json, len);
 	return err;
 }
 

@@ -12,6 +12,7 @@
 struct infertrace_bpf;
 struct ring_buffer;
 struct bpf_link;
+struct ops;
 
 #define MAX_SINKS 4
 #define MAX_PROCS 4096
@@ -80,6 +81,8 @@ struct agent {
 	uint64_t last_interval_ns;
 	void *agg; /* aggregate.c state */
 	void *gpu; /* gpu.c state; NULL when GPU-side capture is off */
+	struct diag *diag; /* diag.c: steps and anomalies; NULL when off */
+	struct ops *ops; /* ops.h: deep-dive, flight recorder, control, metrics */
 };
 
 /* loop.c: fds of the event loop, each with a callback run when readable */
@@ -98,6 +101,31 @@ int gpu_set_mode(struct agent *a, uint32_t pid, enum agent_mode mode);
 void gpu_interval(struct agent *a, bool final);
 void gpu_stats(struct agent *a, json_t *stats_record);
 void gpu_free(struct agent *a);
+/* diag.c: steps and anomalies, live and in replay */
+struct diag_seg;
+struct diag_det;
+struct diag_step;
+struct diag_cpu_event;
+struct corr_gpu;
+struct corr_launch;
+struct corr_marker;
+struct diag {
+	struct agent *a;
+	struct diag_seg *seg;
+	struct diag_det *det;
+	uint64_t steps, anomalies;
+	int err; /* first sink error */
+};
+int diag_option(const char *name, const char *arg); /* --step-markers, --baseline ... */
+int diag_new(struct agent *a, struct diag **out); /* *out NULL: diagnosis is off */
+void diag_on_gpu(struct diag *d, const struct corr_gpu *g, const struct corr_launch *l);
+void diag_on_marker(struct diag *d, const struct corr_marker *m);
+void diag_on_cpu(struct diag *d, const struct diag_cpu_event *e);
+void diag_add_step(struct diag *d, const struct diag_step *s); /* recorded steps: judge only */
+void diag_advance(struct diag *d, uint64_t now_ns);
+int diag_finish(struct diag *d); /* flush, save the baseline */
+void diag_free(struct diag *d);
+
 /* the "gpu_summary" record, live and in replay */
 void gpu_emit_summary(struct agent *a, const struct corr_summary *s);
 

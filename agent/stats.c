@@ -7,6 +7,7 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "ops.h"
 #include "infertrace.skel.h"
 
 static const char *const type_names[EV_TYPE_MAX] = {
@@ -72,5 +73,10 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	json_object_set_new(r, "attached_probes", json_integer(probes));
 	json_object_set_new(r, "shim_errors", json_integer((json_int_t)a->cnt.shim_errors));
 	gpu_stats(a, r);
+	ops_stats(a, r);
+	/* sinks with counters of their own (the Kafka sink: "kafka") */
+	for (int i = 0; i < a->n_sinks; i++)
+		if (a->sinks[i]->stats)
+			a->sinks[i]->stats(a->sinks[i], r);
 	rec_emit(a, REC_STATS, r);
 }

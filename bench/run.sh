@@ -269,4 +269,11 @@ say "  (averages per round; sentinel counts calls, deep counts cuda_launch recor
 say "   DROP % = ring reservations that failed because the agent fell behind: those calls paid less)"
 
 replay_bench
+# diagnosis (issue 5, owner: correlator/src/detect.c): step detector speed,
+# printed, not asserted (target >= 1 M steps/s per core)
+[ -x "$BUILD/bench/bench_detect" ] && "$BUILD/bench/bench_detect"
+# Kafka sink (issue 4, item 9, owner: bench/bench_kafka*): records/s to the
+# mock cluster, bytes per record, bytes per hour sentinel vs deep; printed
+say ""
+BUILD=$BUILD bench/bench_kafka.sh || say "bench/bench_kafka.sh exited with $?"
 exit 0
