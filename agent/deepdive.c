@@ -320,6 +320,15 @@ bool deepdive_pid_deep(struct agent *a, uint32_t pid)
 	return dd->cache_deep;
 }
 
+bool deepdive_instance_deep(struct agent *a, const char *instance)
+{
+	struct deepdive *dd = dd_of(a);
+
+	if (a->opts.mode == MODE_DEEP)
+		return true;
+	return dd && instance && dive_find(dd, instance);
+}
+
 uint32_t deepdive_proc_count(struct agent *a)
 {
 	struct deepdive *dd = dd_of(a);

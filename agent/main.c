@@ -651,7 +651,13 @@ static int run_live(struct agent *a)
 	while (!exiting) {
 		uint64_t now;
 
-		err = loop_wait(a, 100);
+		/* wake for the next interval on time, and at least every 100 ms */
+		{
+			uint64_t due = a->last_interval_ns + interval, t = now_ns();
+			int wait_ms = due > t ? (int)((due - t + 999999) / 1000000) : 0;
+
+			err = loop_wait(a, wait_ms < 100 ? wait_ms : 100);
+		}
 		/* producers wake us only for batches: drain what is below the mark */
 		if (err >= 0)
 			err = ring_buffer__consume(a->rb);

@@ -93,6 +93,8 @@ int deepdive_start(struct agent *a, const char *name, double duration_s, const c
 int deepdive_stop(struct agent *a, const char *name, json_t *info);
 /* is pid in deep capture (global deep mode or a deep-dive)? cheap when none runs */
 bool deepdive_pid_deep(struct agent *a, uint32_t pid);
+/* every event of this instance is sent: deep mode, or a deep-dive on it */
+bool deepdive_instance_deep(struct agent *a, const char *instance);
 /* number of traced processes flagged PROC_F_DEEP by deep-dives (runtime_cfg.deep_procs) */
 uint32_t deepdive_proc_count(struct agent *a);
 /* active deep-dives as a JSON array of {instance, remaining_s, processes, source} */
@@ -117,6 +119,8 @@ void recorder_keep(struct agent *a, const char *key, const char *json, size_t le
  * "deep_dive". Returns the number of records sent.
  */
 int recorder_flush(struct agent *a, const char *key, const char *trigger);
+/* inside recorder_flush(): the records being emitted are a window */
+bool recorder_flushing(struct agent *a);
 /*
  * Call fn for each record in the window (instance NULL: every instance),
  * oldest first per instance. Returns 0, or the first non-zero fn result.

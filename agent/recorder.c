@@ -89,6 +89,11 @@ int recorder_init(struct agent *a)
 	return 0;
 }
 
+bool recorder_flushing(struct agent *a)
+{
+	return a->ops && a->ops->rec && a->ops->rec->flushing;
+}
+
 bool recorder_enabled(struct agent *a)
 {
 	return a->ops && a->ops->rec;
