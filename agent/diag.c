@@ -122,20 +122,6 @@ static void emit_step(void *ctx, const struct diag_step *cs)
 		diag_det__add_step(d->det, &s, NULL);
 }
 
-static void diag_log_cb(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void diag_log_cb(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	(void)ctx;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	agent_log((enum log_level)lvl, "%s", msg);
-}
-
 int diag_option(const char *name, const char *arg)
 {
 	char *end;
@@ -205,7 +191,7 @@ int diag_new(struct agent *a, struct diag **out)
 	    .auto_only = dopt.auto_only,
 	    .no_anchor = dopt.no_anchor,
 	    .step = emit_step,
-	    .log = diag_log_cb,
+	    .log = agent_lib_log,
 	};
 	struct diag_det_opts o = dopt.det;
 	int err;
@@ -221,7 +207,7 @@ int diag_new(struct agent *a, struct diag **out)
 	o.sz = sizeof(o);
 	o.anomaly = emit_anomaly;
 	o.anomaly_ctx = d;
-	o.log = diag_log_cb;
+	o.log = agent_lib_log;
 	d->det = diag_det__new(&o);
 	if (!d->det) {
 		err = -errno;

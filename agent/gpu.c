@@ -44,18 +44,6 @@ struct gpu {
 	uint64_t conns_seen; /* shims accepted when the mode was last pushed */
 };
 
-static void gpu_log(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	(void)ctx;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	agent_log((enum log_level)lvl, "correlator: %s", msg);
-}
-
 static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
 {
 	struct gpu *gp = ctx;
@@ -186,7 +174,8 @@ static void on_shim_readable(struct agent *a, void *ctx)
 int gpu_init(struct agent *a)
 {
 	const struct agent_opts *o = &a->opts;
-	struct corr_opts co = { .sz = sizeof(co), .log = gpu_log };
+	struct corr_opts co = { .sz = sizeof(co), .log = agent_lib_log,
+				.log_ctx = "correlator: " };
 	struct corr_stats_opts so = { .sz = sizeof(so) };
 	struct shim_rx_opts ro = { .sz = sizeof(ro), .on_record = on_shim_record };
 	struct gpu *gp;

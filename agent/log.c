@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "agent.h"
+#include "correlator.h"
 
 static int log_level = LOG_INFO;
 
@@ -33,4 +34,19 @@ uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/*
+ * The log callback handed to the libraries (correlator, diagnosis): their
+ * messages go through agent_log with ctx as a prefix (a string or NULL).
+ */
+void agent_lib_log(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	agent_log((enum log_level)lvl, "%s%s", ctx ? (const char *)ctx : "", msg);
 }

@@ -45,18 +45,6 @@ struct replay {
 	uint64_t bad_lines, other_lines;
 };
 
-static void replay_log_cb(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	(void)ctx;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	agent_log((enum log_level)lvl, "replay: %s", msg);
-}
-
 static void emit_summary(void *ctx, const struct corr_summary *s)
 {
 	struct replay *r = ctx;
@@ -339,11 +327,13 @@ int replay_run(struct agent *a, const char *path)
 	    .sz = sizeof(co),
 	    .emit = on_gpu,
 	    .emit_ctx = &r,
-	    .log = replay_log_cb,
+	    .log = agent_lib_log,
+	    .log_ctx = "replay: ",
 	};
 	struct corr_replay_opts ro = {
 	    .sz = sizeof(ro),
-	    .log = replay_log_cb,
+	    .log = agent_lib_log,
+	    .log_ctx = "replay: ",
 	    .marker = on_marker,
 	    .marker_ctx = &r,
 	};

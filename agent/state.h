@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 #include "agent.h"
+#include "correlator.h"
 
 struct infertrace_bpf;
 struct ring_buffer;
@@ -84,6 +85,10 @@ struct agent {
 	struct diag *diag; /* diag.c: steps and anomalies; NULL when off */
 	struct ops *ops; /* ops.h: deep-dive, flight recorder, control, metrics */
 };
+
+/* log.c: the libraries' log callback (corr_log_fn); ctx is a message prefix */
+void agent_lib_log(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* loop.c: fds of the event loop, each with a callback run when readable */
 int loop_init(void);
