@@ -166,6 +166,29 @@ else
 	head -n 5 "$OUT" | cut -c1-400 | sed 's/^/  /'
 fi
 
+# Part 2: the GPU side, offline. No GPU here, so the correlator and the step
+# detector run on a real trace recorded on an H100 (vLLM, Llama, TP=4), if the
+# shared data set is next to the repository.
+DATA=${INFERTRACE_DATA:-$(cd "$(dirname "$0")/../.." && pwd)/shared/data}
+TRACE=$DATA/kineto/tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz
+if [ -f "$TRACE" ] && command -v jq >/dev/null; then
+	GOUT=$DIR/gpu-replay.jsonl
+	echo
+	bold "GPU side: a real vLLM H100 trace through the same correlator (--replay)"
+	"$AGENT" --replay "$TRACE" --mode deep -o "$GOUT" 2>"$DIR/gpu-replay.log"
+	echo "  every kernel and copy joined to the CPU launch that caused it:"
+	jq -r 'select(.type == "replay_status") |
+		"    \(.gpu_records) GPU records (\(.kernels) kernels): \(.joined) joined to their launch, \(.unmatched) unmatched"' "$GOUT"
+	echo "  kernels per launch entry point (graph replays map to their cudaGraphLaunch):"
+	jq -r 'select(.type == "kernel") | .launch_api' "$GOUT" | sort | uniq -c | sort -rn | sed 's/^/    /'
+	echo "  inference steps found in the kernel stream, with their GPU breakdown:"
+	jq -r 'select(.type == "step") |
+		"    step \(.seq): \(.phase) \(.dur_ns / 1e6 | floor) ms, \(.kernels) kernels (\(.graph_kernels) from CUDA graphs), GPU busy \(.gpu_busy_ns / 1e6 | floor) ms"' "$GOUT"
+	echo "  one kernel record:"
+	grep -m1 '"type":"kernel"' "$GOUT" | cut -c1-400 | sed 's/^/    /'
+	echo "  (all of it: $GOUT)"
+fi
+
 cat <<EOF
 
 $(bold "Where things are")
