@@ -255,6 +255,21 @@ static void copy_name(char *dst, const char *src)
 	dst[n] = '\0';
 }
 
+/*
+ * Kernel, memcpy and memset records (CUpti_ActivityKernel10, Memcpy6,
+ * Memset4) name their placement fields alike: one copy for the three types.
+ */
+#define copy_placement(e, r)                                                                       \
+	do {                                                                                       \
+		(e)->correlation_id = (r)->correlationId;                                          \
+		(e)->device = (r)->deviceId;                                                       \
+		(e)->context = (r)->contextId;                                                     \
+		(e)->stream = (r)->streamId;                                                       \
+		(e)->graph_id = (r)->graphId;                                                      \
+		(e)->graph_node_id_lo = (__u32)(r)->graphNodeId;                                   \
+		(e)->graph_node_id_hi = (__u32)((r)->graphNodeId >> 32);                           \
+	} while (0)
+
 static void send_activity(const CUpti_Activity *rec, int64_t off, unsigned int *kernels,
 			  unsigned int *zero_kernels)
 {
@@ -271,13 +286,7 @@ static void send_activity(const CUpti_Activity *rec, int64_t off, unsigned int *
 			goto no_time;
 		}
 		fill_hdr(&e, EV_GPU_KERNEL, k->start, k->end, off);
-		e.correlation_id = k->correlationId;
-		e.device = k->deviceId;
-		e.context = k->contextId;
-		e.stream = k->streamId;
-		e.graph_id = k->graphId;
-		e.graph_node_id_lo = (__u32)k->graphNodeId;
-		e.graph_node_id_hi = (__u32)(k->graphNodeId >> 32);
+		copy_placement(&e, k);
 		e.grid[0] = (__u32)k->gridX;
 		e.grid[1] = (__u32)k->gridY;
 		e.grid[2] = (__u32)k->gridZ;
@@ -293,13 +302,7 @@ static void send_activity(const CUpti_Activity *rec, int64_t off, unsigned int *
 		if (!m->start && !m->end)
 			goto no_time;
 		fill_hdr(&e, EV_GPU_MEMCPY, m->start, m->end, off);
-		e.correlation_id = m->correlationId;
-		e.device = m->deviceId;
-		e.context = m->contextId;
-		e.stream = m->streamId;
-		e.graph_id = m->graphId;
-		e.graph_node_id_lo = (__u32)m->graphNodeId;
-		e.graph_node_id_hi = (__u32)(m->graphNodeId >> 32);
+		copy_placement(&e, m);
 		e.copy_kind = m->copyKind;
 		e.bytes = m->bytes;
 		break;
@@ -310,13 +313,7 @@ static void send_activity(const CUpti_Activity *rec, int64_t off, unsigned int *
 		if (!m->start && !m->end)
 			goto no_time;
 		fill_hdr(&e, EV_GPU_MEMSET, m->start, m->end, off);
-		e.correlation_id = m->correlationId;
-		e.device = m->deviceId;
-		e.context = m->contextId;
-		e.stream = m->streamId;
-		e.graph_id = m->graphId;
-		e.graph_node_id_lo = (__u32)m->graphNodeId;
-		e.graph_node_id_hi = (__u32)(m->graphNodeId >> 32);
+		copy_placement(&e, m);
 		e.bytes = m->bytes;
 		break;
 	}
