@@ -191,7 +191,7 @@ $(BUILD)/tests/integration/gpu_live: tests/integration/gpu_live.c $(FAKE_CUPTI) 
 AGENTCTL_SRCS := $(sort $(wildcard agent/cli/*.c))
 AGENTCTL_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(AGENTCTL_SRCS))
 
-$(BUILD)/agentctl: $(AGENTCTL_OBJS) $(BUILD)/agent/control_proto.o
+$(BUILD)/agentctl: $(AGENTCTL_OBJS) $(BUILD)/agent/control_proto.o $(BUILD)/agent/numparse.o
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ -ljansson -lrdkafka
 

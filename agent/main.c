@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <bpf/libbpf.h>
 
+#include "numparse.h"
 #include "state.h"
 #include "ops.h"
 #include "sink_kafka.h"
@@ -188,32 +189,6 @@ static const struct argp_option options[] = {
 	  "Print docs/configuration.md (generated from this table)" },
 	{},
 };
-
-static int parse_double(const char *arg, double min, double max, double *out)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(arg, &end);
-	if (errno || end == arg || *end || !isfinite(v) || v < min || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-static int parse_long(const char *arg, long min, long max, long *out)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(arg, &end, 10);
-	if (errno || end == arg || *end || v < min || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
 
 static error_t parse_arg(int key, char *arg, struct argp_state *state);
 

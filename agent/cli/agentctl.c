@@ -22,6 +22,7 @@
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
 
+#include "numparse.h"
 #include "control_proto.h"
 
 #define AGENTCTL_VERSION "0.1.0"
@@ -111,19 +112,6 @@ struct opts {
 	int n_props;
 };
 
-static int parse_secs(const char *arg, double min, double max, double *out)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(arg, &end);
-	if (errno || end == arg || *end || !isfinite(v) || v < min || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
 	struct opts *o = state->input;
@@ -135,7 +123,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		o->socket = arg;
 		break;
 	case OPT_TIMEOUT:
-		if (parse_secs(arg, 0.1, 3600, &o->timeout_s))
+		if (parse_double(arg, 0.1, 3600, &o->timeout_s))
 			argp_error(state, "--timeout takes seconds from 0.1 to 3600, not '%s'",
 				   arg);
 		break;
@@ -149,7 +137,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		o->instance = arg;
 		break;
 	case OPT_DURATION:
-		if (parse_secs(arg, 0.001, 86400, &o->duration_s))
+		if (parse_double(arg, 0.001, 86400, &o->duration_s))
 			argp_error(state, "--duration takes seconds (up to 86400), not '%s'", arg);
 		break;
 	case OPT_OFF:

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "jsonw.h"
+#include "numparse.h"
 #include "state.h"
 
 /* a sink that keeps the last record */
@@ -285,6 +286,29 @@ static void test_jsonw(void **state)
 	assert_int_equal(small[sizeof(small) - 1], 'X');
 }
 
+/* option numbers: the whole string, within bounds, else untouched */
+static void test_numparse(void **state)
+{
+	double d = -1;
+	long l = -1;
+
+	(void)state;
+	assert_int_equal(parse_double("0.25", 0.01, 3600, &d), 0);
+	assert_true(d == 0.25);
+	assert_int_equal(parse_double("0.001", 0.01, 3600, &d), -EINVAL);
+	assert_int_equal(parse_double("1e9999", 0, 1e300, &d), -EINVAL);
+	assert_int_equal(parse_double("nan", 0, 1, &d), -EINVAL);
+	assert_int_equal(parse_double("2s", 0, 10, &d), -EINVAL);
+	assert_int_equal(parse_double("", 0, 10, &d), -EINVAL);
+	assert_true(d == 0.25);
+	assert_int_equal(parse_long("4096", 64, 1 << 20, &l), 0);
+	assert_int_equal(l, 4096);
+	assert_int_equal(parse_long("12abc", 0, 100, &l), -EINVAL);
+	assert_int_equal(parse_long("99999999999999999999", 0, 100, &l), -EINVAL);
+	assert_int_equal(parse_long("-1", 0, 100, &l), -EINVAL);
+	assert_int_equal(l, 4096);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -292,6 +316,7 @@ int main(void)
 		cmocka_unit_test(test_instance_env),  cmocka_unit_test(test_hist),
 		cmocka_unit_test(test_decode_launch), cmocka_unit_test(test_decode_forged),
 		cmocka_unit_test(test_names),	      cmocka_unit_test(test_jsonw),
+		cmocka_unit_test(test_numparse),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
