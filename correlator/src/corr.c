@@ -79,6 +79,7 @@ struct thr {
 struct lt_slot {
 	uint64_t key;
 	uint32_t idx; /* ring index + 1, 0 = empty */
+	uint32_t home; /* lt_home(key), so the backward shift never rehashes */
 };
 
 struct exit_ent {
@@ -95,7 +96,7 @@ struct corr {
 	struct launch_ent *ring;
 	uint32_t ring_cap, ring_head, ring_len;
 	struct lt_slot *lt; /* launch table */
-	uint32_t lt_mask;
+	uint32_t lt_mask, lt_shift;
 	uint64_t watermark; /* newest launch / advance() ts */
 
 	/* pending GPU records */
@@ -114,6 +115,7 @@ struct corr {
 
 	struct exit_ent exits[EXIT_CAP]; /* small: direct-mapped by pid */
 	int32_t last_api; /* name id of the last launch's API */
+	const char *last_api_str; /* the string it was last asked for */
 };
 
 static const char *const api_names[] = {
@@ -235,6 +237,7 @@ struct corr *corr__new(const struct corr_opts *opts)
 	size = corr_pow2((uint64_t)c->ring_cap * 2);
 	c->lt = calloc(size, sizeof(*c->lt));
 	c->lt_mask = size - 1;
+	c->lt_shift = 64 - (uint32_t)__builtin_ctz(size);
 
 	c->pend_cap = c->o.gpu_capacity;
 	c->pend = malloc((size_t)c->pend_cap * sizeof(*c->pend));
@@ -301,10 +304,15 @@ static inline uint64_t adj(const struct corr *c, enum corr_src src, uint64_t ts)
 
 /* ---- launch table ---- */
 
-/* home slot of a launch key */
+/*
+ * Home slot of a launch key: Fibonacci hashing (the top bits of key * 2^64/phi).
+ * Correlation ids of a process are consecutive, and this spreads consecutive
+ * keys evenly over the table, so probe runs stay short at a third of the
+ * cost of a full mix; the pid in the high half moves the whole sequence.
+ */
 static inline uint32_t lt_home(const struct corr *c, uint64_t key)
 {
-	return (uint32_t)corr_hash64(key) & c->lt_mask;
+	return (uint32_t)((key * 0x9e3779b97f4a7c15ULL) >> c->lt_shift);
 }
 
 static uint32_t lt_find(const struct corr *c, uint64_t key, uint32_t *slot)
@@ -333,7 +341,7 @@ static void lt_delete_slot(struct corr *c, uint32_t i)
 		j = (j + 1) & c->lt_mask;
 		if (!c->lt[j].idx)
 			return;
-		home = lt_home(c, c->lt[j].key);
+		home = c->lt[j].home;
 		/* move j to i unless home lies cyclically in (i, j] */
 		if ((i <= j) ? (home <= i || home > j) : (home <= i && home > j)) {
 			c->lt[i] = c->lt[j];
@@ -573,13 +581,18 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 		e->from_cb |= from_cb;
 		return 0;
 	}
-	if (c->ring_len == c->ring_cap) {
-		ring_pop(c, false);
-		idx = lt_find(c, key, &slot); /* the table moved */
-	}
 	idx = c->ring_head + c->ring_len; /* both < ring_cap */
 	if (idx >= c->ring_cap)
 		idx -= c->ring_cap;
+	/*
+	 * Claim the free slot before evicting: the eviction's backward shift
+	 * then moves the new slot if it must, and no second lookup is needed.
+	 * When full, idx is the oldest's ring entry; its slot still holds its
+	 * own key, so ring_pop() finds that one.
+	 */
+	c->lt[slot] = (struct lt_slot){ .key = key, .idx = idx + 1, .home = lt_home(c, key) };
+	if (c->ring_len == c->ring_cap)
+		ring_pop(c, false);
 	c->ring_len++;
 	e = &c->ring[idx];
 	*e = (struct launch_ent){
@@ -594,11 +607,18 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 		.from_uprobe = from_uprobe,
 		.from_cb = from_cb,
 	};
-	c->lt[slot].key = key;
-	c->lt[slot].idx = idx + 1;
 	c->cnt.launches++;
 	if (ts > c->watermark)
 		c->watermark = ts;
+	/*
+	 * The join is bound by two random table accesses per launch: this
+	 * insert and the eviction of the oldest. Start both of the next
+	 * launch's now: the oldest's slot, and the slot of the next
+	 * correlation id (a process numbers its calls consecutively).
+	 */
+	if (c->ring_len == c->ring_cap)
+		__builtin_prefetch(&c->lt[lt_home(c, c->ring[c->ring_head].key)], 1);
+	__builtin_prefetch(&c->lt[lt_home(c, key + 1)], 1);
 
 	/* GPU records that came first */
 	if (c->pend_len && (head = pt_find(c, key, &slot)) != NO_IDX) {
@@ -624,21 +644,30 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 	return 0;
 }
 
-static int32_t intern_api(struct corr *c, const char *api)
+static int32_t intern_api(struct corr *c, const char *api, bool is_static)
 {
 	const char *last;
 	int32_t id;
 
 	if (!api)
 		api = "unknown";
-	/* launches come in runs of one API: skip the hash for a repeat */
-	last = names_str(c->names, c->last_api);
-	if (last && !strcmp(last, api))
+	/*
+	 * launches come in runs of one API: skip the hash for a repeat, and
+	 * the compare too for the same static string (our own name tables;
+	 * a caller's buffer may hold another name at the same address)
+	 */
+	if (api == c->last_api_str)
 		return c->last_api;
+	last = names_str(c->names, c->last_api);
+	if (last && !strcmp(last, api)) {
+		c->last_api_str = is_static ? api : NULL;
+		return c->last_api;
+	}
 	id = names_intern(c->names, api, strlen(api));
 	if (id < 0)
 		return -1;
 	c->last_api = id;
+	c->last_api_str = is_static ? api : NULL;
 	return id;
 }
 
@@ -646,7 +675,7 @@ int corr__add_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
 		     uint32_t corr_id, uint32_t cbid, const char *api)
 {
 	return launch_insert(c, pid, tid, adj(c, CORR_SRC_TRACE, ts_ns), corr_id, cbid,
-			     intern_api(c, api), true, false);
+			     intern_api(c, api, false), true, false);
 }
 
 int corr_add_launch_src(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
@@ -654,7 +683,7 @@ int corr_add_launch_src(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_
 			bool from_cb)
 {
 	return launch_insert(c, pid, tid, adj(c, CORR_SRC_TRACE, ts_ns), corr_id, cbid,
-			     intern_api(c, api), from_uprobe, from_cb);
+			     intern_api(c, api, false), from_uprobe, from_cb);
 }
 
 /* ---- threads ---- */
@@ -786,7 +815,7 @@ int corr__add_uprobe_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t
 			struct launch_ent *e = &c->ring[idx];
 
 			e->ts = ts;
-			e->api = intern_api(c, corr_api_name(api));
+			e->api = intern_api(c, corr_api_name(api), true);
 			e->from_uprobe = 1;
 			c->cnt.callbacks_with_uprobe++;
 			c->cnt.callbacks_without_uprobe--;
@@ -853,14 +882,14 @@ int corr__add_callback(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_n
 	if (found) {
 		c->cnt.callbacks_with_uprobe++;
 		return launch_insert(c, pid, tid, hit.ts, corr_id, cbid,
-				     intern_api(c, corr_api_name(hit.api)), true, true);
+				     intern_api(c, corr_api_name(hit.api), true), true, true);
 	}
 	/* no uprobe (yet): keep the callback so a late uprobe can claim it */
 	c->cnt.callbacks_without_uprobe++;
 	t->cbw[t->head_cb] = (struct thr_cb){ .ts = ts, .corr = corr_id };
 	t->head_cb = (t->head_cb + 1) % THR_CBW;
 	return launch_insert(c, pid, tid, ts, corr_id, cbid,
-			     intern_api(c, name ? name : "unknown"), false, true);
+			     intern_api(c, name ? name : "unknown", true), false, true);
 }
 
 int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)

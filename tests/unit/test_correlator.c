@@ -191,6 +191,74 @@ static void test_pid_reuse(void **state)
 	corr__free(c);
 }
 
+/*
+ * The launch table against a model: a FIFO of the last CAP distinct launches.
+ * Several pids with interleaved, sometimes sparse, sometimes repeated ids
+ * drive the open-addressing table through inserts, evictions (and their
+ * backward shifts) and lookups; every GPU record must join exactly when the
+ * model still holds its launch, and to that launch.
+ */
+#define MODEL_CAP 64
+static void test_launch_table_model(void **state)
+{
+	struct corr_opts opts = { .launch_capacity = MODEL_CAP, .gpu_capacity = 1 };
+	struct got o;
+	struct corr *c = mk(&o, &opts);
+	uint64_t fifo[MODEL_CAP]; /* pid << 32 | corr, oldest at head */
+	uint32_t next[5] = { 1, 1, 1, 1, 1 }, head = 0, len = 0;
+	uint64_t rnd = 12345, ts = 1000;
+
+	(void)state;
+	for (int step = 0; step < 200000; step++) {
+		uint32_t pid, id;
+		uint64_t key;
+		bool in_model = false;
+		struct corr_gpu g;
+
+		rnd = rnd * 6364136223846793005ULL + 1442695040888963407ULL;
+		pid = 100 + (uint32_t)(rnd >> 60) % 5;
+		if ((rnd >> 20) % 4) {
+			/* a launch: usually the next id, sometimes a gap */
+			id = next[pid - 100];
+			next[pid - 100] += 1 + (uint32_t)((rnd >> 30) % 3 == 0 ? (rnd >> 40) % 50 : 0);
+			key = (uint64_t)pid << 32 | id;
+			ts += 10;
+			corr__add_launch(c, pid, pid + 1, ts, id, 211, "cudaLaunchKernel");
+			if (len == MODEL_CAP) {
+				head = (head + 1) % MODEL_CAP;
+				len--;
+			}
+			fifo[(head + len++) % MODEL_CAP] = key;
+			continue;
+		}
+		/* a GPU record for a recent or an old id of this pid */
+		id = next[pid - 100] - 1 - (uint32_t)((rnd >> 24) % 100);
+		if (id == 0 || id > next[pid - 100])
+			continue;
+		key = (uint64_t)pid << 32 | id;
+		for (uint32_t i = 0; i < len; i++)
+			in_model |= fifo[(head + i) % MODEL_CAP] == key;
+		o.n = 0;
+		g = kern(pid, id, ts + 5);
+		corr__add_gpu(c, &g);
+		if (in_model) {
+			assert_int_equal(o.n, 1);
+			assert_true(o.has_l[0]);
+			assert_int_equal(o.l[0].pid, pid);
+			assert_int_equal(o.l[0].corr_id, id);
+			assert_int_equal(o.l[0].tid, pid + 1);
+		} else {
+			/* waits (a queue of one: the previous waiter leaves unmatched) */
+			assert_true(o.n <= 1);
+			if (o.n)
+				assert_false(o.has_l[0]);
+		}
+	}
+	corr__flush(c);
+	assert_true(corr__counters(c)->launches_evicted > 100000);
+	corr__free(c);
+}
+
 static void test_eviction(void **state)
 {
 	struct corr_opts opts = { .launch_capacity = 4, .gpu_capacity = 2 };
@@ -576,6 +644,7 @@ int main(void)
 		cmocka_unit_test(test_pid_from_launch),
 		cmocka_unit_test(test_stats),
 		cmocka_unit_test(test_json_out),
+		cmocka_unit_test(test_launch_table_model),
 		cmocka_unit_test(test_demangle),
 		cmocka_unit_test(test_us_to_ns),
 		cmocka_unit_test(test_api_names),
