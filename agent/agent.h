@@ -68,6 +68,7 @@ struct agent_opts {
 	double deep_dive_max_s; /* cap of one deep-dive's duration */
 	double recorder_s; /* flight-recorder window; 0: off */
 	uint32_t recorder_mib; /* flight-recorder memory budget */
+	uint32_t recorder_launches; /* kernel flight queue entries; 0: none */
 	const char *metrics; /* ADDR:PORT of the Prometheus endpoint; NULL: off */
 	const char *perfetto; /* --replay ... --perfetto OUT */
 	int verbose;

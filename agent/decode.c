@@ -96,12 +96,12 @@ static void jw_common(struct agent *a, struct jsonw *w, const char *type,
  * jsonw rather than a jansson tree (about 5x cheaper; make bench shows the
  * agent's CPU per million records).
  */
-static int decode_launch(struct agent *a, const struct cuda_launch_event *e, size_t size)
+long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size_t size,
+			char *buf, size_t cap)
 {
 	bool is_copy = e->api == API_CUDA_MEMCPY_ASYNC || e->api == API_CUDA_MEMCPY_ASYNC_PTSZ;
 	bool is_graph = e->api == API_CUDA_GRAPH_LAUNCH || e->api == API_CUDA_GRAPH_LAUNCH_PTSZ ||
 			e->api == API_CU_GRAPH_LAUNCH || e->api == API_CU_GRAPH_LAUNCH_PTSZ;
-	char buf[1024 + MAX_STACK_DEPTH * 24];
 	struct jsonw w;
 	long len;
 
@@ -112,17 +112,33 @@ static int decode_launch(struct agent *a, const struct cuda_launch_event *e, siz
 			return -EINVAL;
 		}
 	}
-	jw_init(&w, buf, sizeof(buf));
+	jw_init(&w, buf, cap);
 	jw_common(a, &w, "cuda_launch", &e->hdr);
 	jw_str(&w, "api", cuda_api_name(e->api));
-	jw_hex(&w, "stream", e->stream);
 	if (is_copy) {
+		jw_hex(&w, "stream", e->stream);
 		jw_hex(&w, "dst", e->func);
 		jw_uint(&w, "bytes", e->arg);
 		jw_uint(&w, "copy_kind", e->kind);
 	} else if (is_graph) {
+		jw_hex(&w, "stream", e->stream);
 		jw_hex(&w, "graph_exec", e->func);
+	} else if (e->flags & LAUNCH_F_REGS_ONLY) {
+		/* what was not read is left out, never written as 0 */
+		bool ex = e->api == API_CUDA_LAUNCH_KERNEL_EXC ||
+			  e->api == API_CUDA_LAUNCH_KERNEL_EXC_PTSZ ||
+			  e->api == API_CU_LAUNCH_KERNEL_EX || e->api == API_CU_LAUNCH_KERNEL_EX_PTSZ;
+
+		jw_hex(&w, "func", e->func);
+		if (!ex) {
+			jw_dim3(&w, "grid", e->grid);
+			if (e->api == API_CUDA_LAUNCH_KERNEL || e->api == API_CUDA_LAUNCH_KERNEL_PTSZ)
+				jw_dim3(&w, "block", e->block);
+		}
+		jw_key(&w, "regs_only");
+		jw_raw(&w, "true", 4);
 	} else {
+		jw_hex(&w, "stream", e->stream);
 		jw_hex(&w, "func", e->func);
 		jw_dim3(&w, "grid", e->grid);
 		jw_dim3(&w, "block", e->block);
@@ -148,6 +164,16 @@ static int decode_launch(struct agent *a, const struct cuda_launch_event *e, siz
 		a->cnt.json_errors++;
 		return -ENOSPC;
 	}
+	return len;
+}
+
+static int decode_launch(struct agent *a, const struct cuda_launch_event *e, size_t size)
+{
+	char buf[DECODE_LAUNCH_MAX];
+	long len = decode_launch_json(a, e, size, buf, sizeof(buf));
+
+	if (len < 0)
+		return (int)len;
 	return rec_emit_raw(a, REC_EVENT, agent_instance_of(a, e->hdr.pid), buf, (size_t)len);
 }
 

@@ -235,8 +235,14 @@ int deepdive_start(struct agent *a, const char *name, double duration_s, const c
 		dd->refused++;
 		return -ENOSPC;
 	}
-	/* the seconds before the trigger first, then the deep detail */
+	/*
+	 * the seconds before the trigger first, then the deep detail; the
+	 * dive's time starts after the window went out (popping the kernel's
+	 * flight queue can take a few hundred ms)
+	 */
 	recorder_flush(a, name, "deep_dive");
+	now = now_ns();
+	until = now + (uint64_t)(duration_s * 1e9);
 	d = &dd->dives[dd->n++];
 	memset(d, 0, sizeof(*d));
 	snprintf(d->instance, sizeof(d->instance), "%s", name);

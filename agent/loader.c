@@ -183,7 +183,10 @@ int loader_update_runtime_cfg(struct agent *a)
 	rc.mode = o->mode;
 	rc.deep_stacks = o->stacks;
 	rc.stack_rate = o->stack_rate;
+	rc.stack_period_ns = o->stack_rate ? 1000000000ULL / o->stack_rate : 0;
 	rc.deep_procs = deepdive_proc_count(a); /* per-instance deep-dives (ops.h) */
+	rc.flight = recorder_kernel_per_cpu(a);
+	rc.flight_cpus = rc.flight ? recorder_kernel_cpus() : 0;
 	/* deep mode reports every interval unless thresholds were given */
 	rc.offcpu_thresh_ns = deep && !o->thresholds_set ? 0 : o->offcpu_thresh_ns;
 	rc.runq_thresh_ns = deep && !o->thresholds_set ? 0 : o->runq_thresh_ns;
@@ -258,6 +261,14 @@ int loader_start(struct agent *a)
 	bpf_map__set_max_entries(skel->maps.thread_stats, a->opts.max_threads);
 	bpf_map__set_max_entries(skel->maps.syscall_stats, a->opts.max_threads * 4);
 	bpf_map__set_max_entries(skel->maps.traced_procs, MAX_PROCS);
+	/* the flight recorder's kernel half: a queue of launches, stack ids */
+	if (recorder_kernel_enabled(a)) {
+		bpf_map__set_max_entries(skel->maps.flight,
+					 recorder_kernel_per_cpu(a) * recorder_kernel_cpus());
+		bpf_map__set_max_entries(skel->maps.flight_cur, recorder_kernel_cpus());
+		if (a->opts.stacks)
+			bpf_map__set_max_entries(skel->maps.flight_stacks, FLIGHT_STACKS);
+	}
 	err = choose_programs(a);
 	if (err < 0)
 		goto cleanup;

@@ -77,6 +77,7 @@ enum {
 	OPT_DEEP_DIVE_MAX,
 	OPT_RECORDER_S,
 	OPT_RECORDER_MIB,
+	OPT_RECORDER_LAUNCHES,
 	OPT_METRICS,
 	OPT_PERFETTO,
 	OPT_KAFKA,
@@ -143,6 +144,11 @@ static const struct argp_option options[] = {
 	  "is flagged or a deep-dive starts; 0 turns it off (default 10)" },
 	{ "recorder-mib", OPT_RECORDER_MIB, "MIB", 0,
 	  "Memory budget of the flight recorder, all instances together (default 64)" },
+	{ "recorder-launches", OPT_RECORDER_LAUNCHES, "N", 0,
+	  "Flight recorder in sentinel mode: every CUDA launch goes into a ring of N entries "
+	  "per CPU (rounded up to a power of 2; 104 bytes each) that the agent copies into the "
+	  "window every 100 ms, with the arguments passed in registers and user stacks at "
+	  "--stack-rate; 0 keeps no launches (default 4096)" },
 	{ "metrics", OPT_METRICS, "ADDR:PORT", 0,
 	  "Serve Prometheus metrics (/metrics, /healthz, /readyz) over HTTP on ADDR:PORT, "
 	  "e.g. :9464 or 127.0.0.1:9464 (default: off)" },
@@ -502,6 +508,12 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "--recorder-mib takes MiB from 1 to 65536, not '%s'", arg);
 		o->recorder_mib = l;
 		break;
+	case OPT_RECORDER_LAUNCHES:
+		if (parse_long(arg, 0, 1L << 20, &l))
+			argp_error(state,
+				   "--recorder-launches takes a count from 0 to 1048576, not '%s'", arg);
+		o->recorder_launches = (uint32_t)l;
+		break;
 	case OPT_METRICS:
 		if (!strchr(arg, ':') || !strrchr(arg, ':')[1])
 			argp_error(state, "--metrics takes ADDR:PORT (e.g. :9464), not '%s'", arg);
@@ -713,6 +725,7 @@ int main(int argc, char **argv)
 		.deep_dive_max_s = 600,
 		.recorder_s = 10,
 		.recorder_mib = 64,
+		.recorder_launches = 4096,
 		.flush_timeout_s = FLUSH_TIMEOUT_DEFAULT,
 	};
 	err = argp_parse(&argp, argc, argv, 0, NULL, &a->opts);

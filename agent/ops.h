@@ -110,6 +110,16 @@ json_t *deepdive_list(struct agent *a);
  * --recorder-mib.
  */
 bool recorder_enabled(struct agent *a);
+/*
+ * The kernel half (bpf/events.h, struct flight_launch): in sentinel mode BPF
+ * writes every launch into per-CPU rings of an mmap'able array map, which
+ * the agent copies at every tick. Sized from the options alone, before the
+ * BPF object is loaded: entries per CPU (a power of 2; 0: off), and CPUs.
+ */
+#define FLIGHT_STACKS 4096 /* distinct user stacks (256 bytes each) */
+uint32_t recorder_kernel_per_cpu(struct agent *a);
+uint32_t recorder_kernel_cpus(void);
+bool recorder_kernel_enabled(struct agent *a);
 void recorder_tap(struct agent *a, enum rec_class cls, const char *key, const char *json,
 		  size_t len);
 void recorder_keep(struct agent *a, const char *key, const char *json, size_t len);

@@ -7,8 +7,8 @@
  *
  * What it holds (docs/operations.md, "Flight recorder"): every record of
  * class REC_EVENT or REC_ANOMALY the agent produces, whether or not it was
- * sent. In sentinel mode that is the detail the agent produces anyway at no
- * extra kernel cost: single events above the thresholds (off-CPU, run-queue,
+ * sent. In sentinel mode that is the detail the agent produces anyway:
+ * single events above the thresholds (off-CPU, run-queue,
  * syscalls, CUDA synchronisations, retransmits) - sent as before - and the
  * GPU activity records of the CUPTI shims (kernels and copies, joined with
  * the sampled launch callbacks) - which sentinel mode only summarises, so
@@ -16,8 +16,14 @@
  * deep mode the instance's records are all sent and also kept, so that an
  * export covers them.
  *
+ * The kernel half (bpf/events.h, struct flight_launch): in sentinel mode the
+ * BPF side also writes every launch of a traced thread into per-CPU rings of
+ * an mmap'able array map. recorder_tick() copies what is new into the
+ * instances' windows as binary entries (ENT_LAUNCH: no JSON work per launch);
+ * they become cuda_launch JSON only when a window is sent or exported.
+ *
  * Layout: per instance a FIFO of 256 KiB chunks; a record is one entry
- * (16-byte header + its JSON text, 8-byte aligned), appended with one
+ * (16-byte header + its JSON text or binary launch, 8-byte aligned), appended with one
  * memcpy. Chunks leave whole: when their newest entry is older than the
  * window, or when a new chunk would exceed the global budget (the oldest
  * chunk of any instance goes first, counted in evicted_budget). So the
@@ -26,17 +32,23 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
 #include "state.h"
 #include "ops.h"
+#include "infertrace.skel.h"
 
 #define REC_CHUNK (256 * 1024)
 #define REC_MAX_INST 64
 #define ENT_SENT 1u
+#define ENT_LAUNCH 2u /* the payload is a struct flight_launch, not JSON */
 
 struct ent_hdr {
 	uint32_t len;	/* JSON bytes */
-	uint32_t flags; /* ENT_SENT: already delivered to the sinks */
+	uint32_t flags; /* ENT_SENT: already delivered to the sinks; ENT_LAUNCH */
 	uint64_t t_ns;	/* when it was recorded (CLOCK_MONOTONIC) */
 };
 
@@ -66,11 +78,81 @@ struct recorder {
 	uint64_t kept, kept_unsent, kept_bytes;
 	uint64_t evicted_age, evicted_budget, too_large, instances_evicted;
 	uint64_t flushes, flushed;
+	/* the kernel half: the maps' memory, and what became of the launches */
+	struct flight_launch *k_ring;
+	volatile struct flight_cursor *k_cur;
+	size_t k_ring_len, k_cur_len;
+	uint32_t k_per_cpu, k_cpus;
+	uint64_t *k_read; /* per CPU: entries consumed */
+	uint64_t k_copied, k_overwritten, k_old, k_no_stack;
 };
+
+static void pull_kernel(struct agent *a, struct recorder *r);
 
 static size_t ent_size(size_t len)
 {
 	return sizeof(struct ent_hdr) + ((len + 7) & ~(size_t)7);
+}
+
+uint32_t recorder_kernel_per_cpu(struct agent *a)
+{
+	const struct agent_opts *o = &a->opts;
+	uint32_t n = 16;
+
+	if (o->recorder_s <= 0 || !o->recorder_mib || !o->recorder_launches || o->replay ||
+	    o->mode == MODE_DEEP)
+		return 0;
+	while (n < o->recorder_launches && n < (1u << 24))
+		n <<= 1;
+	return n;
+}
+
+bool recorder_kernel_enabled(struct agent *a)
+{
+	return recorder_kernel_per_cpu(a) != 0;
+}
+
+uint32_t recorder_kernel_cpus(void)
+{
+	int n = libbpf_num_possible_cpus();
+
+	return n > 0 ? (uint32_t)n : 1;
+}
+
+/* map the flight and flight_cur arrays (BPF_F_MMAPABLE) into the agent */
+static int kernel_map(struct agent *a, struct recorder *r)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	void *ring, *cur;
+
+	if (!a->skel || !recorder_kernel_enabled(a))
+		return 0;
+	r->k_per_cpu = recorder_kernel_per_cpu(a);
+	r->k_cpus = recorder_kernel_cpus();
+	r->k_ring_len = ((size_t)r->k_per_cpu * r->k_cpus * sizeof(struct flight_launch) + pg - 1) /
+			pg * pg;
+	r->k_cur_len = ((size_t)r->k_cpus * sizeof(struct flight_cursor) + pg - 1) / pg * pg;
+	ring = mmap(NULL, r->k_ring_len, PROT_READ, MAP_SHARED,
+		    bpf_map__fd(a->skel->maps.flight), 0);
+	cur = mmap(NULL, r->k_cur_len, PROT_READ, MAP_SHARED,
+		   bpf_map__fd(a->skel->maps.flight_cur), 0);
+	r->k_read = calloc(r->k_cpus, sizeof(*r->k_read));
+	if (ring == MAP_FAILED || cur == MAP_FAILED || !r->k_read) {
+		int err = -errno;
+
+		pr_err("flight recorder: cannot map the kernel's launch rings: %s",
+		       strerror(err ? -err : ENOMEM));
+		if (ring != MAP_FAILED)
+			munmap(ring, r->k_ring_len);
+		if (cur != MAP_FAILED)
+			munmap(cur, r->k_cur_len);
+		free(r->k_read);
+		r->k_read = NULL;
+		return err ? err : -ENOMEM;
+	}
+	r->k_ring = ring;
+	r->k_cur = cur;
+	return 0;
 }
 
 int recorder_init(struct agent *a)
@@ -86,7 +168,7 @@ int recorder_init(struct agent *a)
 	r->window_ns = (uint64_t)(o->recorder_s * 1e9);
 	r->budget = (size_t)o->recorder_mib << 20;
 	a->ops->rec = r;
-	return 0;
+	return kernel_map(a, r);
 }
 
 bool recorder_flushing(struct agent *a)
@@ -247,7 +329,10 @@ void recorder_tick(struct agent *a)
 	struct recorder *r = a->ops->rec;
 	uint64_t now = now_ns();
 
-	if (!r || now < r->window_ns)
+	if (!r)
+		return;
+	pull_kernel(a, r);
+	if (now < r->window_ns)
 		return;
 	for (int i = 0; i < r->n_inst; i++) {
 		struct rinst *ri = &r->inst[i];
@@ -257,6 +342,105 @@ void recorder_tick(struct agent *a)
 			chunk_drop(r, ri);
 		}
 	}
+}
+
+/* launches the BPF side wrote so far, all CPUs */
+static uint64_t kernel_written(const struct recorder *r)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t c = 0; c < r->k_cpus; c++)
+		sum += __atomic_load_n(&r->k_cur[c].n, __ATOMIC_ACQUIRE);
+	return sum;
+}
+
+/*
+ * Copy what the BPF side wrote since the last call into the instances'
+ * windows, as binary entries. An entry overwritten before it was read (the
+ * CPU wrote more than its ring holds in one tick), or while it was read, is
+ * counted in k_overwritten; one older than the window is skipped.
+ */
+static void pull_kernel(struct agent *a, struct recorder *r)
+{
+	uint64_t now = now_ns(), since = now > r->window_ns ? now - r->window_ns : 0;
+
+	if (!r->k_ring)
+		return;
+	for (uint32_t c = 0; c < r->k_cpus; c++) {
+		uint64_t n = __atomic_load_n(&r->k_cur[c].n, __ATOMIC_ACQUIRE);
+		uint64_t i = r->k_read[c];
+
+		if (n - i > r->k_per_cpu) {
+			r->k_overwritten += n - i - r->k_per_cpu;
+			i = n - r->k_per_cpu;
+		}
+		for (; i < n; i++) {
+			const struct flight_launch *e =
+			    &r->k_ring[(size_t)c * r->k_per_cpu + (i & (r->k_per_cpu - 1))];
+			struct flight_launch copy;
+
+			if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != i + 1) {
+				r->k_overwritten++;
+				continue;
+			}
+			memcpy(&copy, e, sizeof(copy));
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) != i + 1 || copy.seq != i + 1) {
+				r->k_overwritten++;
+				continue;
+			}
+			if (copy.ev.hdr.ts_ns < since) {
+				r->k_old++;
+				continue;
+			}
+			r->k_copied++;
+			append(r, agent_instance_of(a, copy.ev.hdr.pid), (const char *)&copy,
+			       sizeof(copy), ENT_LAUNCH);
+		}
+		r->k_read[c] = n;
+	}
+}
+
+/*
+ * The JSON text of an entry: the payload itself, or a binary launch made
+ * into the cuda_launch record deep mode would have sent (with its stack,
+ * looked up now). NULL when it cannot be formatted (counted).
+ */
+static const char *ent_json(struct agent *a, struct recorder *r, const struct ent_hdr *h,
+			    char *buf, size_t cap, size_t *len)
+{
+	struct cuda_launch_stack_event se;
+	struct flight_launch f;
+	size_t size = sizeof(se.ev);
+	long n;
+
+	if (!(h->flags & ENT_LAUNCH)) {
+		*len = h->len;
+		return (const char *)(h + 1);
+	}
+	memcpy(&f, h + 1, sizeof(f));
+	se.ev = f.ev;
+	if (f.stack_id >= 0) {
+		if (!bpf_map__lookup_elem(a->skel->maps.flight_stacks, &f.stack_id,
+					  sizeof(f.stack_id), se.ips, sizeof(se.ips), 0)) {
+			unsigned depth = 0;
+
+			while (depth < MAX_STACK_DEPTH && se.ips[depth])
+				depth++;
+			se.ev.flags |= LAUNCH_F_STACK;
+			se.ev.stack_sz = depth * 8;
+			size = sizeof(se);
+		} else {
+			r->k_no_stack++;
+		}
+	} else if (f.stack_id != -1) {
+		r->k_no_stack++; /* bpf_get_stackid() failed: its bucket held another stack */
+	}
+	n = decode_launch_json(a, &se.ev, size, buf, cap);
+	if (n < 0)
+		return NULL;
+	*len = (size_t)n;
+	return buf;
 }
 
 /* walk the entries of ri inside the window */
@@ -277,6 +461,7 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 {
 	struct recorder *r = a->ops ? a->ops->rec : NULL;
 	uint64_t now = now_ns(), since, first = 0, n = 0, bytes = 0, old = 0;
+	char jbuf[DECODE_LAUNCH_MAX];
 	struct ent_hdr *h = NULL;
 	struct rinst *ri;
 	struct chunk *c;
@@ -285,6 +470,7 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 
 	if (!r || r->flushing || !key)
 		return 0;
+	pull_kernel(a, r);
 	since = now > r->window_ns ? now - r->window_ns : 0;
 	ri = inst_find(r, key);
 	if (!ri)
@@ -322,9 +508,14 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 		ri->lost = 0;
 		for_each_entry(ri, c, off, h, since)
 		{
+			const char *json;
+			size_t len;
+
 			if (h->flags & ENT_SENT)
 				continue;
-			rec_emit_raw(a, REC_EVENT, key, (const char *)(h + 1), h->len);
+			json = ent_json(a, r, h, jbuf, sizeof(jbuf), &len);
+			if (json)
+				rec_emit_raw(a, REC_EVENT, key, json, len);
 			h->flags |= ENT_SENT;
 			r->flushed++;
 		}
@@ -338,6 +529,7 @@ int recorder_foreach(struct agent *a, const char *instance,
 {
 	struct recorder *r = a->ops ? a->ops->rec : NULL;
 	uint64_t now = now_ns(), since;
+	char jbuf[DECODE_LAUNCH_MAX];
 	struct ent_hdr *h = NULL;
 	struct chunk *c;
 	size_t off;
@@ -345,6 +537,7 @@ int recorder_foreach(struct agent *a, const char *instance,
 
 	if (!r)
 		return 0;
+	pull_kernel(a, r);
 	since = now > r->window_ns ? now - r->window_ns : 0;
 	for (int i = 0; i < r->n_inst; i++) {
 		struct rinst *ri = &r->inst[i];
@@ -353,7 +546,12 @@ int recorder_foreach(struct agent *a, const char *instance,
 			continue;
 		for_each_entry(ri, c, off, h, since)
 		{
-			ret = fn(ctx, (const char *)(h + 1), h->len);
+			size_t len;
+			const char *json = ent_json(a, r, h, jbuf, sizeof(jbuf), &len);
+
+			if (!json)
+				continue;
+			ret = fn(ctx, json, len);
 			if (ret)
 				return ret;
 		}
@@ -361,49 +559,50 @@ int recorder_foreach(struct agent *a, const char *instance,
 	return 0;
 }
 
+struct snap {
+	char *out;
+	size_t pos, cap;
+	uint64_t records;
+};
+
+static int snap_add(void *ctx, const char *json, size_t n)
+{
+	struct snap *sn = ctx;
+	uint32_t n32 = (uint32_t)n;
+
+	if (sn->pos + 4 + n > sn->cap) {
+		size_t ncap = sn->cap ? sn->cap * 2 : 1 << 20;
+		char *nb;
+
+		while (ncap < sn->pos + 4 + n)
+			ncap *= 2;
+		nb = realloc(sn->out, ncap);
+		if (!nb)
+			return -ENOMEM;
+		sn->out = nb;
+		sn->cap = ncap;
+	}
+	memcpy(sn->out + sn->pos, &n32, 4);
+	memcpy(sn->out + sn->pos + 4, json, n);
+	sn->pos += 4 + n;
+	sn->records++;
+	return 0;
+}
+
 int recorder_snapshot(struct agent *a, const char *instance, char **buf, size_t *len,
 		      uint64_t *records)
 {
-	struct recorder *r = a->ops ? a->ops->rec : NULL;
-	uint64_t now = now_ns(), since;
-	struct ent_hdr *h = NULL;
-	size_t total = 0, off, pos = 0;
-	struct chunk *c;
-	char *out;
+	struct snap sn = {};
+	int err = recorder_foreach(a, instance, snap_add, &sn);
 
-	*buf = NULL;
-	*len = 0;
-	*records = 0;
-	if (!r)
-		return 0;
-	since = now > r->window_ns ? now - r->window_ns : 0;
-	for (int pass = 0; pass < 2; pass++) {
-		for (int i = 0; i < r->n_inst; i++) {
-			struct rinst *ri = &r->inst[i];
-
-			if (instance && strcmp(ri->name, instance))
-				continue;
-			for_each_entry(ri, c, off, h, since)
-			{
-				if (!pass) {
-					total += 4 + h->len;
-					continue;
-				}
-				memcpy(*buf + pos, &h->len, 4);
-				memcpy(*buf + pos + 4, h + 1, h->len);
-				pos += 4 + h->len;
-				(*records)++;
-			}
-		}
-		if (pass || !total)
-			break;
-		out = malloc(total);
-		if (!out)
-			return -ENOMEM;
-		*buf = out;
+	if (err) {
+		free(sn.out);
+		sn = (struct snap){};
 	}
-	*len = pos;
-	return 0;
+	*buf = sn.out;
+	*len = sn.pos;
+	*records = sn.records;
+	return err;
 }
 
 void recorder_stats(struct agent *a, json_t *obj)
@@ -431,6 +630,16 @@ void recorder_stats(struct agent *a, json_t *obj)
 		      "too_large", (json_int_t)r->too_large, "instances_evicted",
 		      (json_int_t)r->instances_evicted, "flushes", (json_int_t)r->flushes,
 		      "flushed", (json_int_t)r->flushed));
+	if (r->k_ring) {
+		json_t *k = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "per_cpu",
+				      (json_int_t)r->k_per_cpu, "cpus", (json_int_t)r->k_cpus,
+				      "written", (json_int_t)kernel_written(r), "copied",
+				      (json_int_t)r->k_copied, "overwritten",
+				      (json_int_t)r->k_overwritten, "older_than_window",
+				      (json_int_t)r->k_old, "stacks_missing", (json_int_t)r->k_no_stack);
+
+		json_object_set_new(json_object_get(obj, "recorder"), "kernel_launches", k);
+	}
 }
 
 void recorder_free(struct agent *a)
@@ -441,6 +650,11 @@ void recorder_free(struct agent *a)
 		return;
 	for (int i = 0; i < r->n_inst; i++)
 		inst_clear(r, &r->inst[i]);
+	if (r->k_ring)
+		munmap(r->k_ring, r->k_ring_len);
+	if (r->k_cur)
+		munmap((void *)r->k_cur, r->k_cur_len);
+	free(r->k_read);
 	free(r);
 	a->ops->rec = NULL;
 }

@@ -170,6 +170,10 @@ const char *instance_from_environ(const char *env, size_t len, char *out, size_t
 
 /* decode.c: ring records -> JSON */
 int decode_record(struct agent *a, const void *data, size_t size);
+/* a cuda_launch record's JSON (deep mode, and the flight recorder's kernel half) */
+#define DECODE_LAUNCH_MAX (1024 + MAX_STACK_DEPTH * 24)
+long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size_t size,
+			char *buf, size_t cap); /* length, or -errno (counted) */
 const char *syscall_name(unsigned nr);
 const char *tcp_state_name(unsigned state);
 

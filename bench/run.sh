@@ -6,11 +6,13 @@
 #
 # One traced process (build/bench/bench_launch) calls cudaLaunchKernel of the
 # real libcudart in a tight loop, pinned to one CPU. Each round measures the
-# same loop under five configurations, in turn, so that drift on the machine
+# same loop under six configurations, in turn, so that drift on the machine
 # touches all of them alike:
 #   none       no probe at all
 #   bare       a bare counting uprobe (bench/bare_uprobe.bpf.c): the floor
-#   sentinel   the agent, default mode (per-thread counters in the kernel)
+#   sentinel   the agent, default mode (per-thread counters in the kernel, and
+#              every launch pushed on the flight recorder's kernel queue)
+#   sent-norec sentinel with --recorder-launches 0 (counters only)
 #   deep       the agent, --mode deep --no-stacks (one ring record per call)
 #   deep+stk   the agent, --mode deep (user stacks, --stack-rate 100)
 # The agent writes to /dev/null: what is measured is the traced process and
@@ -32,7 +34,7 @@ AGENT=$BUILD/infertrace-agent
 LOOP=$BUILD/bench/bench_launch
 BARE=$BUILD/bench/bare_uprobe
 HZ=$(getconf CLK_TCK)
-CONFIGS=(none bare sentinel deep deep+stk)
+CONFIGS=(none bare sentinel sent-norec deep deep+stk)
 
 say() { printf '%s\n' "$*"; }
 
@@ -140,6 +142,7 @@ run_one() {
 	*)
 		agent_args=(--pid "$lp" -o /dev/null)
 		case $cfg in
+		sent-norec) agent_args+=(--recorder-launches 0) ;;
 		deep) agent_args+=(--mode deep --no-stacks) ;;
 		deep+stk) agent_args+=(--mode deep) ;;
 		esac
@@ -229,12 +232,14 @@ paired() { awk -v c="$1" '$1 == "none" { b[$2] = $3 } $1 == "bare" { bb[$2] = $3
 	sort -g | awk '{ v[NR] = $1 } END { if (!NR) { print "nan"; exit }
 		printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 RS=$(paired sentinel)
+RS0=$(paired sent-norec)
 RD=$(paired deep)
 RDS=$(paired deep+stk)
 say "ratio of the medians above: sentinel/bare $(ratio sentinel), deep/bare $(ratio deep), deep+stk/bare $(ratio deep+stk)"
 verdict() { awk -v r="$1" -v t="$2" 'BEGIN { if (r == "nan") print "NO DATA"; else if (r + 0 <= t + 0) print "met"; else print "MISSED" }'; }
 say "targets (added ns relative to the bare uprobe's added ns; median of the per-round ratios):"
 say "  sentinel / bare = $RS  (target <= 1.3): $(verdict "$RS" 1.3)"
+say "    (of which the flight recorder's queue: sentinel without it, sent-norec / bare = $RS0)"
 say "  deep     / bare = $RD  (target <= 2.0): $(verdict "$RD" 2.0)"
 say "  deep+stk / bare = $RDS  (no target)"
 if [ "$(verdict "$RS" 1.3)" = MISSED ]; then
@@ -255,7 +260,7 @@ say ""
 # agent CPU per million traced events
 say "agent CPU (utime+stime, loop start to rings drained), per million events:"
 printf '  %-10s %10s %12s %12s %8s %16s\n' CONFIG "CPU S" "CALLS" "RECORDS" "DROP %" "CPU S / M EVENTS"
-for cfg in sentinel deep deep+stk; do
+for cfg in sentinel sent-norec deep deep+stk; do
 	awk -v c="$cfg" -v calls="$CALLS" '$1 == c { cpu += $4; rec += $5; drop += $6; n++ }
 	END {
 		if (!n) { printf "  %-10s no data\n", c; exit }

@@ -8,9 +8,11 @@
  * the same name in every libcudart / libcuda file that a traced process maps,
  * once per file (pid -1), so the filter below is what keeps other processes out.
  *
- * Sentinel mode: one hash lookup and a counter increment per call; the
- * arguments are not even read. Deep mode: one ring record per call, with a
- * rate-limited user stack.
+ * Sentinel mode: one hash lookup and a counter increment per call; with the
+ * flight recorder on (the default), also the call's register arguments
+ * written into this CPU's ring of the flight map, which the agent copies
+ * through mmap. Deep mode: one ring record per call, with a rate-limited
+ * user stack.
  *
  * Argument positions follow the x86-64 SysV ABI: a dim3 (12 bytes) passed by
  * value takes two registers; arguments past the sixth register live on the
@@ -32,26 +34,35 @@ struct launch_args {
 	__u32 grid[3];
 	__u32 block[3];
 	__u32 kind;
+	__u32 flags; /* LAUNCH_F_REGS_ONLY */
 };
 
-static __always_inline __u64 stack_arg(struct pt_regs *ctx, int n)
+/*
+ * Arguments past the sixth register, read in one go: each
+ * bpf_probe_read_user() costs a few hundred ns on a VM (make bench), more
+ * than the rest of the program.
+ */
+static __always_inline void stack_args(struct pt_regs *ctx, __u64 *v, __u32 n)
 {
-	__u64 v = 0;
-
-	bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * n));
-	return v;
+	if (bpf_probe_read_user(v, n * sizeof(__u64), (void *)(PT_REGS_SP(ctx) + 8)))
+		__builtin_memset(v, 0, n * sizeof(__u64));
 }
 
-/* per-thread token bucket: at most rc->stack_rate stacks per second */
+/*
+ * Per-thread token bucket: at most rc->stack_rate stacks per second. The
+ * divisions only run when a token is due (once per period, not per call).
+ */
 static __always_inline bool stack_allowed(struct thread_stats *ts, struct runtime_cfg *rc, __u64 now)
 {
 	__u64 period, add;
 
 	if (!rc->stack_rate)
 		return false;
-	period = 1000000000ULL / rc->stack_rate;
-	if (!period)
-		period = 1;
+	if (!ts->stack_tokens && now - ts->stack_refill_ns < rc->stack_period_ns) {
+		ts->stacks_limited++;
+		return false;
+	}
+	period = rc->stack_period_ns ? rc->stack_period_ns : 1;
 	add = (now - ts->stack_refill_ns) / period;
 	if (add) {
 		__u64 tokens = ts->stack_tokens + add;
@@ -73,7 +84,7 @@ static __always_inline void fill_launch(struct cuda_launch_event *e, struct laun
 {
 	fill_hdr(&e->hdr, EV_CUDA_LAUNCH, size, id >> 32, (__u32)id, now);
 	e->api = api;
-	e->flags = stack_sz ? LAUNCH_F_STACK : 0;
+	e->flags = (stack_sz ? LAUNCH_F_STACK : 0) | a->flags;
 	e->stack_sz = stack_sz;
 	e->func = a->func;
 	e->stream = a->stream;
@@ -88,23 +99,33 @@ static __always_inline void fill_launch(struct cuda_launch_event *e, struct laun
 	e->pad = 0;
 }
 
+enum launch_dest {
+	DEST_NONE, /* counted only */
+	DEST_FLIGHT, /* sentinel with the flight recorder: this CPU's flight ring */
+	DEST_RING, /* deep: a ring record */
+};
+
 /*
  * Sentinel fast path, before any argument is read: count the call for a
- * traced thread; true when the call also needs a record (deep mode).
+ * traced thread, and say where its record goes, if anywhere.
  */
-static __always_inline bool launch_begin(__u32 api, struct thread_stats **tsp,
-					 struct runtime_cfg **rcp)
+static __always_inline enum launch_dest launch_begin(__u32 api, struct thread_stats **tsp,
+						     struct runtime_cfg **rcp)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct thread_stats *ts = thread_get(id >> 32, (__u32)id);
 
 	if (!ts)
-		return false;
+		return DEST_NONE;
 	if (api < API_SLOTS)
 		ts->launches[api]++;
 	*rcp = get_rcfg();
 	*tsp = ts;
-	return is_deep(*rcp, id >> 32);
+	if (!*rcp)
+		return DEST_NONE;
+	if (is_deep(*rcp, id >> 32))
+		return DEST_RING;
+	return (*rcp)->flight ? DEST_FLIGHT : DEST_NONE;
 }
 
 /*
@@ -124,13 +145,55 @@ static __always_inline __u64 submit_flags(__u32 size)
 								      : BPF_RB_NO_WAKEUP;
 }
 
+/*
+ * Flight path: the record deep mode would send (register arguments only),
+ * written in place into this CPU's slice of the flight map, which the agent
+ * reads through mmap; the stack, when the thread's token bucket allows, as
+ * an id in flight_stacks. No lock: a slice has one writer, its CPU (uprobe
+ * programs run with migration disabled).
+ */
+static __always_inline int flight_push(struct pt_regs *ctx, __u32 api, struct launch_args *a,
+				       struct thread_stats *ts, struct runtime_cfg *rc, __u64 id,
+				       __u64 now)
+{
+	__u32 cpu = bpf_get_smp_processor_id(), idx;
+	struct flight_cursor *cur;
+	struct flight_launch *f;
+	__u64 n;
+
+	if (cpu >= rc->flight_cpus)
+		return 0;
+	cur = bpf_map_lookup_elem(&flight_cur, &cpu);
+	if (!cur)
+		return 0;
+	n = cur->n;
+	idx = cpu * rc->flight + (__u32)(n & (rc->flight - 1));
+	f = bpf_map_lookup_elem(&flight, &idx);
+	if (!f)
+		return 0;
+	f->seq = 0;
+	asm volatile("" ::: "memory");
+	f->stack_id = -1;
+	f->pad = 0;
+	if (rc->deep_stacks && stack_allowed(ts, rc, now))
+		f->stack_id = (__s32)bpf_get_stackid(ctx, &flight_stacks, BPF_F_USER_STACK);
+	fill_launch(&f->ev, a, api, id, now, sizeof(f->ev), 0);
+	asm volatile("" ::: "memory");
+	f->seq = n + 1;
+	cur->n = n + 1;
+	return 0;
+}
+
 /* deep path: one record, with a user stack when allowed */
 static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct launch_args *a,
-				       struct thread_stats *ts, struct runtime_cfg *rc)
+				       struct thread_stats *ts, struct runtime_cfg *rc,
+				       enum launch_dest dest)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
 
+	if (dest == DEST_FLIGHT)
+		return flight_push(ctx, api, a, ts, rc, id, now);
 	if (rc->deep_stacks && stack_allowed(ts, rc, now)) {
 		struct cuda_launch_stack_event *se;
 		long n;
@@ -164,7 +227,8 @@ static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct la
 	struct thread_stats *ts;                                                                   \
 	struct runtime_cfg *rc;                                                                    \
 	struct launch_args a = {};                                                                 \
-	if (!launch_begin(api, &ts, &rc) || !rc)                                                   \
+	enum launch_dest dest = launch_begin(api, &ts, &rc);                                       \
+	if (dest == DEST_NONE || !rc)                                                              \
 		return 0
 
 /* cudaLaunchKernel(func, dim3 grid, dim3 block, args, size_t shmem, stream) */
@@ -181,9 +245,16 @@ static __always_inline int rt_launch(struct pt_regs *ctx, __u32 api)
 	a.block[1] = b_xy >> 32;
 	a.block[2] = (__u32)PT_REGS_PARM5(ctx);
 	/* args in the 6th register; shmem and stream on the stack */
-	a.arg = stack_arg(ctx, 1);
-	a.stream = stack_arg(ctx, 2);
-	return emit_launch(ctx, api, &a, ts, rc);
+	__u64 st[2];
+
+	if (dest == DEST_RING) {
+		stack_args(ctx, st, 2);
+		a.arg = st[0];
+		a.stream = st[1];
+	} else {
+		a.flags = LAUNCH_F_REGS_ONLY;
+	}
+	return emit_launch(ctx, api, &a, ts, rc, dest);
 }
 
 /*
@@ -205,13 +276,17 @@ static __always_inline int launch_ex(struct pt_regs *ctx, __u32 api, bool shmem3
 	LAUNCH_BEGIN(api);
 	struct launch_config c = {};
 
-	bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
 	a.func = PT_REGS_PARM2(ctx);
+	if (dest != DEST_RING) {
+		a.flags = LAUNCH_F_REGS_ONLY;
+		return emit_launch(ctx, api, &a, ts, rc, dest);
+	}
+	bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
 	__builtin_memcpy(a.grid, c.grid, sizeof(a.grid));
 	__builtin_memcpy(a.block, c.block, sizeof(a.block));
 	a.arg = shmem32 ? (__u32)c.shmem : c.shmem;
 	a.stream = c.stream;
-	return emit_launch(ctx, api, &a, ts, rc);
+	return emit_launch(ctx, api, &a, ts, rc, dest);
 }
 
 /* cudaGraphLaunch(exec, stream) and cuGraphLaunch(exec, stream) */
@@ -221,7 +296,7 @@ static __always_inline int graph_launch(struct pt_regs *ctx, __u32 api)
 
 	a.func = PT_REGS_PARM1(ctx);
 	a.stream = PT_REGS_PARM2(ctx);
-	return emit_launch(ctx, api, &a, ts, rc);
+	return emit_launch(ctx, api, &a, ts, rc, dest);
 }
 
 /* cudaMemcpyAsync(dst, src, count, kind, stream) */
@@ -233,7 +308,7 @@ static __always_inline int memcpy_async(struct pt_regs *ctx, __u32 api)
 	a.arg = PT_REGS_PARM3(ctx);
 	a.kind = (__u32)PT_REGS_PARM4(ctx);
 	a.stream = PT_REGS_PARM5(ctx);
-	return emit_launch(ctx, api, &a, ts, rc);
+	return emit_launch(ctx, api, &a, ts, rc, dest);
 }
 
 /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra) */
@@ -247,10 +322,17 @@ static __always_inline int drv_launch(struct pt_regs *ctx, __u32 api)
 	a.grid[2] = (__u32)PT_REGS_PARM4(ctx);
 	a.block[0] = (__u32)PT_REGS_PARM5(ctx);
 	a.block[1] = (__u32)PT_REGS_PARM6(ctx);
-	a.block[2] = (__u32)stack_arg(ctx, 1);
-	a.arg = (__u32)stack_arg(ctx, 2);
-	a.stream = stack_arg(ctx, 3);
-	return emit_launch(ctx, api, &a, ts, rc);
+	__u64 st[3];
+
+	if (dest == DEST_RING) {
+		stack_args(ctx, st, 3);
+		a.block[2] = (__u32)st[0];
+		a.arg = (__u32)st[1];
+		a.stream = st[2];
+	} else {
+		a.flags = LAUNCH_F_REGS_ONLY;
+	}
+	return emit_launch(ctx, api, &a, ts, rc, dest);
 }
 
 /* entry of cudaStreamSynchronize(stream) / cudaDeviceSynchronize() */

@@ -100,6 +100,14 @@ enum cuda_api {
 };
 
 #define LAUNCH_F_STACK (1u << 0) /* a user stack follows the record */
+/*
+ * Flight recorder (sentinel): only the arguments passed in registers were
+ * taken; those the ABI passes on the stack or behind a pointer (stream and
+ * shared memory of cudaLaunchKernel, block z, shared memory and stream of
+ * cuLaunchKernel, the launch config of the Ex calls) were not read, because
+ * one bpf_probe_read_user() costs more than the rest of the probe.
+ */
+#define LAUNCH_F_REGS_ONLY (1u << 1)
 
 /*
  * EV_CUDA_LAUNCH, 88 bytes (+ 8 * MAX_STACK_DEPTH with LAUNCH_F_STACK).
@@ -339,8 +347,39 @@ struct runtime_cfg {
 	__u64 sync_thresh_ns;
 	__u32 stack_rate; /* stacks per thread per second */
 	__u32 deep_procs; /* number of traced_procs entries with PROC_F_DEEP */
+	__u32 flight; /* sentinel: entries per CPU in the flight map (a power of 2); 0: off */
+	__u32 flight_cpus; /* CPUs the flight map has slices for */
+	__u64 stack_period_ns; /* 1e9 / stack_rate: no division per call */
 };
-_Static_assert(sizeof(struct runtime_cfg) == 48, "runtime_cfg ABI");
+_Static_assert(sizeof(struct runtime_cfg) == 64, "runtime_cfg ABI");
+
+/*
+ * The kernel half of the flight recorder (agent/recorder.c): in sentinel
+ * mode every launch of a traced thread is written, with the arguments its
+ * registers hold, into its CPU's slice of the array map "flight" (a ring
+ * of flight_per_cpu entries per CPU, overwritten in turn; no lock, no
+ * wakeup). The agent reads the slices through mmap at every tick of its
+ * loop (<= 100 ms) into its own window, in this binary form, and formats
+ * JSON only when a window is sent or exported. The user stack, at the
+ * deep-mode rate, is an id in the stack map "flight_stacks".
+ *
+ * seq is 0 while BPF writes an entry and n + 1 once entry n of that CPU is
+ * complete; a reader that sees seq change under it drops the copy.
+ */
+struct flight_launch {
+	__u64 seq;
+	__s32 stack_id; /* < 0: no stack */
+	__u32 pad;
+	struct cuda_launch_event ev; /* flags has LAUNCH_F_REGS_ONLY where it applies */
+};
+_Static_assert(sizeof(struct flight_launch) == 104, "flight_launch ABI");
+
+/* per-CPU write cursor, one cache line each (array map "flight_cur") */
+struct flight_cursor {
+	__u64 n; /* entries written on this CPU so far */
+	__u64 pad[7];
+};
+_Static_assert(sizeof(struct flight_cursor) == 64, "flight_cursor ABI");
 
 /* load-time settings, written into .rodata between open and load */
 struct agent_cfg {

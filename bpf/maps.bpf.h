@@ -93,6 +93,30 @@ struct {
 	__uint(max_entries, 1 << 20);
 } rb_misc SEC(".maps") __weak;
 
+/* the flight recorder's kernel half (struct flight_launch); sizes: agent */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flight_launch);
+} flight SEC(".maps") __weak;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flight_cursor);
+} flight_cur SEC(".maps") __weak;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+} flight_stacks SEC(".maps") __weak;
+
 /* zeroed template used to create map values too large for the stack */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -4,10 +4,12 @@
  * number of times from known threads, through the real libcudart and the
  * stub libcuda (no GPU: the calls fail, the probes fire).
  *
- * usage: cuda_calls [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECONDS]
+ * usage: cuda_calls [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECONDS] [-l SECONDS]
  *   -n  calls of each entry point per thread (default 10)
  *   -w  wait until WAIT_FILE exists before calling (lets the agent attach)
  *   -s  instead of -n: call in a loop for SECONDS (demo, benchmarks)
+ *   -l  linger SECONDS after the calls, printing {"done":true} first, so the
+ *       process is still there when the test looks (flight recorder)
  * Prints one JSON line: {"pid":P,"tids":[...],"calls":N,"rt":R,"drv":D}
  * where R/D are 1 when the runtime/driver library loaded.
  */
@@ -66,7 +68,7 @@ static struct {
 } f;
 
 static long calls = 10;
-static double seconds;
+static double seconds, linger;
 static pid_t tids[MAX_THREADS];
 
 static void *sym(void *h, const char *name)
@@ -148,7 +150,7 @@ int main(int argc, char **argv)
 	int nthreads = 2, opt;
 	void *rt, *drv;
 
-	while ((opt = getopt(argc, argv, "t:n:w:s:")) != -1) {
+	while ((opt = getopt(argc, argv, "t:n:w:s:l:")) != -1) {
 		switch (opt) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -162,8 +164,12 @@ int main(int argc, char **argv)
 		case 's':
 			seconds = atof(optarg);
 			break;
+		case 'l':
+			linger = atof(optarg);
+			break;
 		default:
-			fprintf(stderr, "usage: %s [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECS]\n",
+			fprintf(stderr,
+				"usage: %s [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECS] [-l SECS]\n",
 				argv[0]);
 			return 2;
 		}
@@ -221,5 +227,13 @@ int main(int argc, char **argv)
 	pthread_barrier_wait(&ready);
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);
+	if (linger > 0) {
+		printf("{\"done\":true}\n");
+		fflush(stdout);
+		struct timespec ts = { (time_t)linger,
+				       (long)((linger - (double)(time_t)linger) * 1e9) };
+
+		nanosleep(&ts, NULL);
+	}
 	return 0;
 }
