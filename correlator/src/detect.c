@@ -726,7 +726,16 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	/* a roofline guess (no cell near) is only as good as the fit's own spread */
 	if (src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
 		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
-	uclw = k->uw.n >= CHART_WARM ? k->uw.mean + d->o.k_window * sqrt(k->uw.var) : 0;
+	/*
+	 * the smoothed chart's own spread once it has some; before, the single
+	 * chart's (bootstrap included), scaled to a mean of `window` steps: a
+	 * floor alone flags every jittery window of a fresh key
+	 */
+	if (k->uw.n >= CHART_WARM)
+		uclw = k->uw.mean + d->o.k_window * sqrt(k->uw.var);
+	else
+		uclw = k->u1.n >= 2 ? k->u1.mean + d->o.k_window * sqrt(k->u1.var / d->o.window)
+				    : 0;
 	if (uclw < d->o.floor_window)
 		uclw = d->o.floor_window;
 

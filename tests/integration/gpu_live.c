@@ -7,7 +7,7 @@
  * callback on the calling thread right after each call, then activity
  * records for the work the call would have put on the GPU.
  *
- * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE]
+ * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL]
  *   -t  launching threads (default 2)
  *   -n  rounds per thread (default 5); a round is cudaLaunchKernel (one
  *       kernel), cudaGraphLaunch (GRAPH_KERNELS kernels sharing its
@@ -20,6 +20,10 @@
  *       the records (it reads a container's thread ids from /proc)
  *   -m  the capture the agent should put the shim in: deep waits (bounded)
  *       until the shim enabled MEMSET activity, i.e. the agent's switch came
+ *   -s  steps: the copy is device-to-host (an engine's sampled tokens, which
+ *       ends a step), rounds are STEP_GAP_US apart, and round STALL (from 0)
+ *       of each thread stalls STALL_MS on the host between its graph launch
+ *       and its cuLaunchKernel (the GPU waits: a host stall)
  * The environment passes INFERTRACE_SHIM_SOCKET to the shim. Thread 0 also
  * queues one kernel whose launch never happened (ORPHAN_CORR).
  *
@@ -54,6 +58,8 @@
 #define ORPHAN_CORR 0x40000000u
 #define GPU_DELAY_NS 20000 /* launch -> start on the "GPU" */
 #define KERNEL_NS 3000
+#define STEP_GAP_US 2000
+#define STALL_MS 40
 
 typedef int (*launch_fn)(const void *, struct dim3, struct dim3, void **, size_t, void *);
 typedef int (*graph_fn)(void *, void *);
@@ -78,6 +84,7 @@ static struct {
 } f;
 
 static int rounds = 5;
+static int stall_round = -1; /* -s: steps mode */
 static int deep;
 static pid_t tids[MAX_THREADS];
 static struct call calls[MAX_THREADS][MAX_ROUNDS * CALLS_PER_ROUND];
@@ -147,7 +154,7 @@ static struct call *do_call(int idx, const char *api, const char *kind, int dom,
 	else if (!strcmp(api, "cuLaunchKernel"))
 		f.cu_launch((void *)0xdef0, 64, 2, 1, 128, 1, 1, 0, stream, NULL, NULL);
 	else if (!strcmp(api, "cudaMemcpyAsync"))
-		f.copy(buf, buf + 32, 32, 1, stream);
+		f.copy(buf, buf + 32, 32, stall_round >= 0 ? 2 : 1, stream);
 	c->t1 = mono_ns();
 	c->corr = atomic_fetch_add(&next_corr, 1);
 	fake_cupti_api_call((CUpti_CallbackDomain)dom, (CUpti_CallbackId)cbid, c->corr);
@@ -155,7 +162,7 @@ static struct call *do_call(int idx, const char *api, const char *kind, int dom,
 	return c;
 }
 
-static void round_once(int idx)
+static void round_once(int idx, int round)
 {
 	uint32_t stream = 7 + idx;
 	struct call *c;
@@ -173,6 +180,11 @@ static void round_once(int idx)
 			   "_Z8gl_graphILi1EEvPf");
 	c->n = GRAPH_KERNELS;
 
+	if (round == stall_round) {
+		struct timespec ts = { 0, STALL_MS * 1000000L };
+
+		nanosleep(&ts, NULL);
+	}
 	c = do_call(idx, "cuLaunchKernel", "kernel", CUPTI_CB_DOMAIN_DRIVER_API,
 		    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
 	add_kernel(c->corr, c->t2 + GPU_DELAY_NS, stream, 0, 0, "triton_gl_driver");
@@ -185,7 +197,8 @@ static void round_once(int idx)
 
 		memset(&m, 0, sizeof(m));
 		m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
-		m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+		m.copyKind = stall_round >= 0 ? CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
+					      : CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
 		m.bytes = 4096 + idx;
 		m.start = c->t2 + GPU_DELAY_NS;
 		m.end = m.start + 1000;
@@ -226,8 +239,11 @@ static void *worker(void *arg)
 	tids[idx] = (pid_t)syscall(SYS_gettid);
 	pthread_barrier_wait(&ready); /* tids known */
 	pthread_barrier_wait(&ready); /* go */
-	for (int r = 0; r < rounds; r++)
-		round_once(idx);
+	for (int r = 0; r < rounds; r++) {
+		round_once(idx, r);
+		if (stall_round >= 0)
+			usleep(STEP_GAP_US);
+	}
 	if (idx == 0) /* GPU work whose launch the agent never sees */
 		add_kernel(ORPHAN_CORR, mono_ns() + GPU_DELAY_NS, 7, 0, 0, "_Z9gl_orphanv");
 	return NULL;
@@ -273,7 +289,7 @@ int main(int argc, char **argv)
 	int nthreads = 2, opt, (*init)(void);
 	void *rt, *drv, *so;
 
-	while ((opt = getopt(argc, argv, "t:n:w:e:m:")) != -1) {
+	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:")) != -1) {
 		switch (opt) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -290,10 +306,13 @@ int main(int argc, char **argv)
 		case 'm':
 			mode = optarg;
 			break;
+		case 's':
+			stall_round = atoi(optarg);
+			break;
 		default:
 			fprintf(stderr,
 				"usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
-				"[-m MODE]\n",
+				"[-m MODE] [-s STALL_ROUND]\n",
 				argv[0]);
 			return 2;
 		}

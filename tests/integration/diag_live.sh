@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# diag_live - steps, anomalies and the flight recorder's anomaly trigger live
+# (issues 5 and 4), with the real uprobes, the real CUPTI shim and the CUPTI
+# test double (tests/integration/gpu_live.c -s): one launching thread runs 40
+# steps (kernel, graph of 3, driver kernel, device-to-host copy; 2 ms apart),
+# and step 34 stalls 40 ms on the host between its graph and its driver
+# launch. The agent runs in sentinel mode with its defaults (automatic
+# segmentation: a device-to-host copy ends a step).
+#
+#   diag_live_steps:        40 step records for the workload, in order, one
+#                           per round: 5 kernels each, phase decode (graph
+#                           kernels), the launching thread's tid; step 34
+#                           lasts >= 40 ms, every other < 10 ms
+#   diag_live_anomaly:      exactly one anomaly for the instance: step 34
+#                           (step_start_ns = its start_ns), kind host_stall,
+#                           suspects naming the GPU idle and the launching
+#                           thread's ~40 ms off-CPU
+#   recorder_anomaly_window: the anomaly sends the instance's window: a
+#                           flight_recorder record (trigger anomaly) and
+#                           after it every launch (cuda_launch, regs_only)
+#                           and every kernel of the 40 steps, the stalled
+#                           step's included; none of them before it
+source "$(dirname "$0")/lib.sh"
+jqe() { jq -e "$@" >/dev/null 2>&1; }
+GPU_LIVE=$BUILD/tests/integration/gpu_live
+NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window"
+# shellcheck disable=SC2086
+it_preflight $NAMES
+if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
+	for n in $NAMES; do
+		echo "FAIL $n: $GPU_LIVE or $BUILD/libinfertrace_cupti.so not built (make test)"
+	done
+	exit 0
+fi
+
+STEPS=40
+STALL=34
+INST=it-diag-$$
+go=$T/go ex=$T/exit sock=$T/shim.d/shim.sock WOUT=$T/work
+ok=
+bg_start "$WOUT" env INFERTRACE_INSTANCE="$INST" INFERTRACE_SHIM_SOCKET="$sock" \
+	"$GPU_LIVE" -t 1 -n "$STEPS" -s "$STALL" -w "$go" -e "$ex" -m sentinel
+wp=$BG_PID
+if ! wait_line "$WOUT" 10; then
+	fail_because "gpu_live printed nothing: $(head -c 300 "$WOUT.err")"
+else
+	WPID=$(head -n 1 "$WOUT" | jq -r .pid)
+	TID=$(head -n 1 "$WOUT" | jq -r '.tids[0]')
+	if ! agent_start diag -i 0.25 --pid "$WPID" --shim-socket "$sock"; then
+		fail_because "agent did not start: $(agent_tail)"
+	elif ! cuda_attached "$WPID" 10; then
+		fail_because "no attach record for pid $WPID"
+	elif ! wait_record ".type == \"shim_status\" and .pid == $WPID" 10; then
+		fail_because "no shim_status for pid $WPID: $(agent_tail)"
+	else
+		sleep 0.2
+		touch "$go"
+		# steps are cut 2 s after their end (hold_ns); 40 of them, then the anomaly
+		wait_record ".type == \"step\" and .pid == $WPID and .instance == \"$INST\"" 15 &&
+			for ((i = 0; i < 100; i++)); do
+				[ "$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | length')" -ge "$STEPS" ] && break
+				sleep 0.1
+			done
+		wait_record ".type == \"flight_recorder\" and .instance == \"$INST\"" 5
+		sleep 0.5
+		ok=1
+	fi
+	touch "$ex"
+	wait_exit "$wp" 30 || fail_because "gpu_live did not finish"
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+fi
+WHY=("${_why[@]}")
+
+# ------------------------------------------------------------------ steps --
+if [ -n "$ok" ]; then
+	steps=$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
+	n=$(jq length <<<"$steps")
+	expect "$n steps, want $STEPS" eq "$n" "$STEPS"
+	bad=$(jq -c --argjson tid "$TID" --argjson stall "$STALL" '
+		[ to_entries[] | .key as $i | .value
+		  | (if .kernels != 5 then "step \($i): \(.kernels) kernels" else empty end),
+		    (if .phase != "decode" then "step \($i): phase \(.phase)" else empty end),
+		    (if .tid != $tid then "step \($i): tid \(.tid)" else empty end),
+		    (if $i == $stall and .dur_ns < 40000000 then "stalled step \($i): \(.dur_ns) ns" else empty end),
+		    (if $i != $stall and .dur_ns >= 10000000 then "step \($i): \(.dur_ns) ns" else empty end)
+		] | .[:5]' <<<"$steps")
+	expect "steps: $bad" [ "$bad" = "[]" ]
+fi
+report diag_live_steps
+
+# ---------------------------------------------------------------- anomaly --
+_why=("${WHY[@]}")
+if [ -n "$ok" ]; then
+	stall_start=$(jq --argjson s "$STALL" '.[$s].start_ns' <<<"$steps")
+	an=$(jqo --arg i "$INST" '[.[] | select(.type == "anomaly" and .instance == $i)]')
+	expect "$(jq length <<<"$an") anomalies, want 1: $(jq -c '[.[] | {step_start_ns, dur_ns, chart, kind}]' <<<"$an")" \
+		eq "$(jq length <<<"$an")" 1
+	expect "the anomaly is not the stalled step (start $stall_start): $(jq -c '.[0] | {step_start_ns, dur_ns}' <<<"$an")" \
+		jqe --argjson s "$stall_start" '.[0].step_start_ns == $s' <<<"$an"
+	expect "kind $(jq -r '.[0].kind' <<<"$an"), want host_stall" \
+		jqe '.[0].kind == "host_stall"' <<<"$an"
+	expect "no off-CPU suspect of about 40 ms: $(jq -c '.[0].suspects' <<<"$an")" \
+		jqe '[.[0].suspects[] | select(.what == "offcpu" and .value >= 35000000 and .value < 200000000)] | length == 1' <<<"$an"
+	expect "no GPU idle suspect: $(jq -c '.[0].suspects' <<<"$an")" \
+		jqe '[.[0].suspects[] | select(.what == "gpu_idle" and .value >= 35000000)] | length == 1' <<<"$an"
+fi
+report diag_live_anomaly
+
+# ---------------------------------------------------------------- window --
+_why=("${WHY[@]}")
+if [ -n "$ok" ]; then
+	# the records in output order after the flight_recorder record
+	res=$(jq -c -n -R --arg i "$INST" --argjson p "$WPID" '
+		[inputs | fromjson?] as $r
+		| ($r | map(.type == "flight_recorder" and .instance == $i and .trigger == "anomaly") | index(true)) as $f
+		| if $f == null then {f: null} else
+		  { f: $f, rec: $r[$f],
+		    before_launch: ([$r[:$f][] | select(.pid == $p and .type == "cuda_launch")] | length),
+		    before_kernel: ([$r[:$f][] | select(.pid == $p and .type == "kernel")] | length),
+		    launches: [$r[$f + 1:][] | select(.pid == $p and .type == "cuda_launch") | {ts_ns, api, regs_only}],
+		    kernels: ([$r[$f + 1:][] | select(.pid == $p and .type == "kernel")] | length) } end' "$AGENT_OUT")
+	if [ "$(jq .f <<<"$res")" = null ]; then
+		fail_because "no flight_recorder record with trigger anomaly for $INST"
+	else
+		nl=$(jq '.launches | length' <<<"$res")
+		nk=$(jq .kernels <<<"$res")
+		expect "launches sent before the window: $(jq .before_launch <<<"$res")" eq "$(jq .before_launch <<<"$res")" 0
+		expect "kernels sent before the window: $(jq .before_kernel <<<"$res")" eq "$(jq .before_kernel <<<"$res")" 0
+		# 4 probed launches per round (cudaLaunchKernel, cudaGraphLaunch, cuLaunchKernel, cudaMemcpyAsync)
+		expect "the window holds $nl launches, want $((4 * STEPS))" eq "$nl" $((4 * STEPS))
+		expect "the window holds $nk kernels, want $((5 * STEPS))" eq "$nk" $((5 * STEPS))
+		expect "a kernel launch in the window without regs_only" \
+			jqe '[.launches[] | select(.api == "cudaLaunchKernel" and .regs_only != true)] | length == 0' <<<"$res"
+		# the stalled round's launches: after the previous step's end, before its own
+		prev_end=$(jq --argjson s "$STALL" '.[$s - 1].start_ns + .[$s - 1].dur_ns' <<<"$steps")
+		st_end=$(jq --argjson s "$STALL" '.[$s].start_ns + .[$s].dur_ns' <<<"$steps")
+		inside=$(jq --argjson a "$prev_end" --argjson b "$st_end" '[.launches[] | select(.ts_ns > $a and .ts_ns <= $b)] | length' <<<"$res")
+		expect "the stalled step's 4 launches are not all in the window ($inside)" eq "$inside" 4
+		expect "flight_recorder records $(jq .rec.records <<<"$res") < $((nl + nk))" \
+			ge "$(jq .rec.records <<<"$res")" $((nl + nk))
+	fi
+fi
+report recorder_anomaly_window
