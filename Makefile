@@ -46,7 +46,11 @@ all: $(BUILD)/infertrace-agent $(BUILD)/libinfertrace_cupti.so $(BUILD)/agentctl
 # object and generates one skeleton (bpf/maps.bpf.h holds the __weak maps).
 BPF_SRCS := $(sort $(wildcard bpf/*.bpf.c))
 BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
+# libbpf's usdt.bpf.h includes <linux/errno.h>, whose <asm/errno.h> lives in
+# the host's multiarch include directory (searched last: vmlinux.h comes first)
+MULTIARCH_INC := $(shell $(CC) -print-multiarch 2>/dev/null)
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Ibpf -Ibpf/vmlinux/$(ARCH) \
+	$(if $(MULTIARCH_INC),-idirafter /usr/include/$(MULTIARCH_INC)) \
 	-Wall -Werror -Wno-unused-function -MMD -MP
 ifeq ($(BPF_DEBUG),1)
 BPF_CFLAGS += -DBPF_DEBUG

@@ -27,6 +27,7 @@ static const struct {
 	{ EV_PROC_EXEC, sizeof(struct process_event) },
 	{ EV_PROC_EXIT, sizeof(struct process_event) },
 	{ EV_LIB_MAP, sizeof(struct process_event) },
+	{ EV_STEP_MARK, sizeof(struct step_mark_event) },
 };
 
 const char *syscall_name(unsigned nr)
@@ -344,6 +345,10 @@ int decode_record(struct agent *a, const void *data, size_t size)
 	case EV_PROC_EXIT:
 		gpu_on_exit(a, h->pid, h->ts_ns);
 		discovery_on_exit(a, h->pid);
+		return 0;
+	case EV_STEP_MARK:
+		a->cnt.step_marks++;
+		diag_on_step_mark(a->diag, data);
 		return 0;
 	}
 	return 0;

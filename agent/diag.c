@@ -250,6 +250,19 @@ void diag_on_cpu(struct diag *d, const struct diag_cpu_event *e)
 		diag_seg__add_cpu(d->seg, e);
 }
 
+void diag_on_step_mark(struct diag *d, const struct step_mark_event *e)
+{
+	if (!d)
+		return;
+	if (e->kind == STEP_MARK_BEGIN)
+		diag_seg__usdt_begin(d->seg, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, e->tokens, e->batch,
+				     e->kv_tokens,
+				     e->phase >= 0 && e->phase <= DIAG_PHASE_MIXED ? (enum diag_phase)e->phase
+										   : DIAG_PHASE_UNKNOWN);
+	else
+		diag_seg__usdt_end(d->seg, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
+}
+
 void diag_add_step(struct diag *d, const struct diag_step *s)
 {
 	if (!d)

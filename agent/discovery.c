@@ -391,6 +391,7 @@ static void proc_trace(struct agent *a, uint32_t pid)
 		p->maps_pending = true;
 	pr_info("tracing pid %u (%s), instance %s, %d CUDA libraries", pid, p->comm,
 		agent_instance_of(a, pid), p->n_libs);
+	usdt_attach(a, p);
 	emit_proc_record(a, p, "attach");
 }
 
@@ -399,6 +400,7 @@ static void proc_release(struct agent *a, struct proc *p, const char *why)
 	uint32_t pid = p->pid;
 
 	bpf_map__delete_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), 0);
+	usdt_detach(p);
 	emit_proc_record(a, p, why);
 	for (int i = 0; i < p->n_libs; i++)
 		lib_put(a, p->libs[i]);
@@ -530,6 +532,7 @@ void discovery_stop(struct agent *a)
 
 		if (!p->used || p->start_time == PROC_GONE)
 			continue;
+		usdt_detach(p);
 		for (int j = 0; j < p->n_libs; j++)
 			lib_put(a, p->libs[j]);
 		p->n_libs = 0;

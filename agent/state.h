@@ -32,6 +32,7 @@ struct proc {
 	int libs[MAX_PROC_LIBS]; /* indexes into agent.libs */
 	int n_libs;
 	int maps_pending; /* >0: re-read maps at the next tick (tries so far) */
+	struct bpf_link *usdt[2]; /* USDT_LINKS: step probes of its executable (usdt.c) */
 	int gone_intervals; /* intervals since it exited: its slot goes after 2 */
 };
 
@@ -63,6 +64,9 @@ struct agent_counters {
 	uint64_t proc_table_full;
 	uint64_t maps_read_errors;
 	uint64_t shim_errors;
+	uint64_t usdt_procs; /* processes with the step probes attached */
+	uint64_t usdt_errors; /* attaches that failed */
+	uint64_t step_marks; /* step probe hits decoded */
 };
 
 struct agent {
@@ -126,6 +130,7 @@ int diag_new(struct agent *a, struct diag **out); /* *out NULL: diagnosis is off
 void diag_on_gpu(struct diag *d, const struct corr_gpu *g, const struct corr_launch *l);
 void diag_on_marker(struct diag *d, const struct corr_marker *m);
 void diag_on_cpu(struct diag *d, const struct diag_cpu_event *e);
+void diag_on_step_mark(struct diag *d, const struct step_mark_event *e);
 void diag_add_step(struct diag *d, const struct diag_step *s); /* recorded steps: judge only */
 void diag_advance(struct diag *d, uint64_t now_ns);
 int diag_finish(struct diag *d); /* flush, save the baseline */
@@ -170,6 +175,11 @@ const char *instance_from_environ(const char *env, size_t len, char *out, size_t
 
 /* decode.c: ring records -> JSON */
 int decode_record(struct agent *a, const void *data, size_t size);
+
+/* usdt.c: the step probes of include/infertrace/step.h */
+#define USDT_LINKS 2
+void usdt_attach(struct agent *a, struct proc *p);
+void usdt_detach(struct proc *p);
 /* a cuda_launch record's JSON (deep mode, and the flight recorder's kernel half) */
 #define DECODE_LAUNCH_MAX (1024 + MAX_STACK_DEPTH * 24)
 long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size_t size,

@@ -41,7 +41,8 @@ enum event_type {
 	EV_PROC_EXEC = 7, /* struct process_event */
 	EV_PROC_EXIT = 8, /* struct process_event */
 	EV_LIB_MAP = 9, /* struct process_event: a CUDA library was mapped */
-	/* 10..15 reserved for further BPF families */
+	EV_STEP_MARK = 10, /* struct step_mark_event: a USDT probe of infertrace/step.h */
+	/* 11..15 reserved for further BPF families */
 	/* GPU side, written by the CUPTI shim (agent/shim) */
 	EV_GPU_KERNEL = 16, /* struct gpu_activity_event */
 	EV_GPU_MEMCPY = 17, /* struct gpu_activity_event */
@@ -336,6 +337,24 @@ enum agent_mode {
 	MODE_SENTINEL = 0,
 	MODE_DEEP = 1,
 };
+
+/*
+ * EV_STEP_MARK, 56 bytes: INFERTRACE_STEP_BEGIN / INFERTRACE_STEP_END of
+ * include/infertrace/step.h in a traced process (bpf/usdt.bpf.c). The agent
+ * feeds them to the step segmenter (docs/diagnosis.md); they are not records
+ * of their own.
+ */
+enum step_mark_kind {
+	STEP_MARK_BEGIN = 0,
+	STEP_MARK_END = 1,
+};
+struct step_mark_event {
+	struct event_hdr hdr;
+	__u32 kind; /* enum step_mark_kind */
+	__s32 phase; /* INFERTRACE_PHASE_* (begin) */
+	__s64 tokens, batch, kv_tokens; /* begin; -1 when unknown */
+};
+_Static_assert(sizeof(struct step_mark_event) == 56, "step_mark_event ABI");
 
 /* one-entry array map runtime_cfg: settings the agent changes while running */
 struct runtime_cfg {

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# usdt - steps marked by a native engine with include/infertrace/step.h
+# (issue 5): the agent finds the USDT notes in a traced process's
+# executable, attaches bpf/usdt.bpf.c to them for that pid, and the step
+# segmenter makes one step per begin/end pair.
+#
+#   usdt_steps:     30 steps of tests/integration/usdt_steps.c: 30 step
+#                   records with source usdt, in order, each with the
+#                   tokens, batch, KV tokens and phase the engine passed, the
+#                   engine's thread, and start/end inside the engine's own
+#                   clock brackets around the probes; the semaphore was set
+#                   while attached (arguments evaluated); 60 probe hits
+#                   counted, one process with probes, no attach error
+#   usdt_no_notes:  a CUDA process without the notes (cuda_calls) gets no
+#                   probes, no error and no USDT steps
+source "$(dirname "$0")/lib.sh"
+jqe() { jq -e "$@" >/dev/null 2>&1; }
+USDT_STEPS=$BUILD/tests/integration/usdt_steps
+it_preflight usdt_steps usdt_no_notes
+if [ ! -x "$USDT_STEPS" ]; then
+	for n in usdt_steps usdt_no_notes; do echo "FAIL $n: $USDT_STEPS not built (make test)"; done
+	exit 0
+fi
+
+N=30
+go=$T/go ex=$T/exit WOUT=$T/work
+bg_start "$WOUT" "$USDT_STEPS" -n "$N" -w "$go" -e "$ex"
+wp=$BG_PID
+if ! wait_line "$WOUT" 10; then
+	fail_because "usdt_steps printed nothing: $(head -c 300 "$WOUT.err")"
+else
+	WPID=$(head -n 1 "$WOUT" | jq -r .pid)
+	TID=$(head -n 1 "$WOUT" | jq -r .tid)
+	if ! agent_start usdt -i 0.25 --pid "$WPID"; then
+		fail_because "agent did not start: $(agent_tail)"
+	elif ! wait_record ".type == \"process\" and .pid == $WPID" 10; then
+		fail_because "no attach record for pid $WPID: $(agent_tail)"
+	else
+		sleep 0.2
+		touch "$go"
+		for ((i = 0; i < 100; i++)); do
+			grep -q '"done"' "$WOUT" && break
+			sleep 0.1
+		done
+		# steps are cut 2 s after their end
+		for ((i = 0; i < 60; i++)); do
+			[ "$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | length')" -ge "$N" ] && break
+			sleep 0.1
+		done
+		touch "$ex"
+		wait_exit "$wp" 30 || fail_because "usdt_steps did not finish"
+		agent_stop INT || fail_because "agent did not exit on SIGINT"
+		steps=$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
+		marks=$(jq -s -c '[.[] | select(has("step"))]' "$WOUT")
+		expect "$(jq length <<<"$steps") steps, want $N" eq "$(jq length <<<"$steps")" "$N"
+		bad=$(jq -c -n --argjson s "$steps" --argjson m "$marks" --argjson tid "$TID" '
+			[ range(0; [$s | length, $m | length] | min) as $i | $s[$i] as $x | $m[$i] as $w
+			  | (if $x.source != "usdt" then "step \($i): source \($x.source)" else empty end),
+			    (if $x.tokens != 100 + $i or $x.batch_size != 1 + $i % 4 or $x.kv_tokens != 1000 * ($i + 1)
+			     then "step \($i): tokens \($x.tokens) batch \($x.batch_size) kv \($x.kv_tokens)" else empty end),
+			    (if $x.phase != (if $i == 0 then "prefill" else "decode" end) then "step \($i): phase \($x.phase)" else empty end),
+			    (if $x.tid != $tid then "step \($i): tid \($x.tid)" else empty end),
+			    (if $x.start_ns < $w.begin or $x.start_ns + $x.dur_ns > $w.end or $x.dur_ns < 2000000
+			     then "step \($i): [\($x.start_ns), +\($x.dur_ns)] outside [\($w.begin), \($w.end)]" else empty end),
+			    (if $w.semaphore < 1 then "step \($i): semaphore \($w.semaphore)" else empty end)
+			] | .[:5]')
+		expect "steps: $bad" [ "$bad" = "[]" ]
+		st=$(jqo '[.[] | select(.type == "stats")][-1] | {usdt_processes, usdt_errors, step_marks}')
+		expect "stats $st: want 60 step marks" jqe '.step_marks == 60' <<<"$st"
+		expect "stats $st: want 1 process with probes, no error" \
+			jqe '.usdt_processes == 1 and .usdt_errors == 0' <<<"$st"
+	fi
+fi
+report usdt_steps
+
+# ------------------------------------------------------------- no notes --
+go=$T/go2 out=$T/calls
+if agent_start usdt_none -i 0.25; then
+	bg_start "$out" "$CUDA_CALLS" -t 1 -n 5 -w "$go"
+	cp=$BG_PID
+	if wait_line "$out" 10; then
+		CPID=$(jq -r .pid "$out")
+		cuda_attached "$CPID" 10 || fail_because "no attach record for cuda_calls (pid $CPID)"
+		touch "$go"
+		wait_exit "$cp" 30 || fail_because "cuda_calls did not finish"
+		sleep 0.5
+	else
+		fail_because "cuda_calls printed nothing"
+	fi
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	st=$(jqo '[.[] | select(.type == "stats")][-1] | {usdt_processes, usdt_errors, step_marks}')
+	expect "stats $st: want no USDT process, error or mark" \
+		jqe '.usdt_processes == 0 and .usdt_errors == 0 and .step_marks == 0' <<<"$st"
+	expect "a USDT step for cuda_calls" eq "$(jqo '[.[] | select(.type == "step" and .source == "usdt")] | length')" 0
+	expect "the agent warned: $(agent_tail)" [ -z "$(grep -i 'usdt' "$AGENT_ERR")" ]
+else
+	fail_because "agent did not start: $(agent_tail)"
+fi
+report usdt_no_notes
