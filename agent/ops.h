@@ -116,7 +116,7 @@ bool recorder_enabled(struct agent *a);
  * the agent copies at every tick. Sized from the options alone, before the
  * BPF object is loaded: entries per CPU (a power of 2; 0: off), and CPUs.
  */
-#define FLIGHT_STACKS 4096 /* distinct user stacks (256 bytes each) */
+#define FLIGHT_STACKS 16384 /* stack map buckets (256 bytes each): few collisions */
 uint32_t recorder_kernel_per_cpu(struct agent *a);
 uint32_t recorder_kernel_cpus(void);
 bool recorder_kernel_enabled(struct agent *a);

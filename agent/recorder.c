@@ -393,6 +393,9 @@ static void pull_kernel(struct agent *a, struct recorder *r)
 				r->k_old++;
 				continue;
 			}
+			/* bpf_get_stackid() failed: another stack held its bucket */
+			if (copy.stack_id < -1)
+				r->k_no_stack++;
 			r->k_copied++;
 			append(r, agent_instance_of(a, copy.ev.hdr.pid), (const char *)&copy,
 			       sizeof(copy), ENT_LAUNCH);
@@ -406,8 +409,8 @@ static void pull_kernel(struct agent *a, struct recorder *r)
  * into the cuda_launch record deep mode would have sent (with its stack,
  * looked up now). NULL when it cannot be formatted (counted).
  */
-static const char *ent_json(struct agent *a, struct recorder *r, const struct ent_hdr *h,
-			    char *buf, size_t cap, size_t *len)
+static const char *ent_json(struct agent *a, const struct ent_hdr *h, char *buf, size_t cap,
+			    size_t *len)
 {
 	struct cuda_launch_stack_event se;
 	struct flight_launch f;
@@ -420,21 +423,17 @@ static const char *ent_json(struct agent *a, struct recorder *r, const struct en
 	}
 	memcpy(&f, h + 1, sizeof(f));
 	se.ev = f.ev;
-	if (f.stack_id >= 0) {
-		if (!bpf_map__lookup_elem(a->skel->maps.flight_stacks, &f.stack_id,
-					  sizeof(f.stack_id), se.ips, sizeof(se.ips), 0)) {
-			unsigned depth = 0;
+	/* ids are never reused for another stack: a failed lookup only loses one */
+	if (f.stack_id >= 0 &&
+	    !bpf_map__lookup_elem(a->skel->maps.flight_stacks, &f.stack_id, sizeof(f.stack_id),
+				  se.ips, sizeof(se.ips), 0)) {
+		unsigned depth = 0;
 
-			while (depth < MAX_STACK_DEPTH && se.ips[depth])
-				depth++;
-			se.ev.flags |= LAUNCH_F_STACK;
-			se.ev.stack_sz = depth * 8;
-			size = sizeof(se);
-		} else {
-			r->k_no_stack++;
-		}
-	} else if (f.stack_id != -1) {
-		r->k_no_stack++; /* bpf_get_stackid() failed: its bucket held another stack */
+		while (depth < MAX_STACK_DEPTH && se.ips[depth])
+			depth++;
+		se.ev.flags |= LAUNCH_F_STACK;
+		se.ev.stack_sz = depth * 8;
+		size = sizeof(se);
 	}
 	n = decode_launch_json(a, &se.ev, size, buf, cap);
 	if (n < 0)
@@ -513,7 +512,7 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 
 			if (h->flags & ENT_SENT)
 				continue;
-			json = ent_json(a, r, h, jbuf, sizeof(jbuf), &len);
+			json = ent_json(a, h, jbuf, sizeof(jbuf), &len);
 			if (json)
 				rec_emit_raw(a, REC_EVENT, key, json, len);
 			h->flags |= ENT_SENT;
@@ -547,7 +546,7 @@ int recorder_foreach(struct agent *a, const char *instance,
 		for_each_entry(ri, c, off, h, since)
 		{
 			size_t len;
-			const char *json = ent_json(a, r, h, jbuf, sizeof(jbuf), &len);
+			const char *json = ent_json(a, h, jbuf, sizeof(jbuf), &len);
 
 			if (!json)
 				continue;
