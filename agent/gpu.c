@@ -31,8 +31,41 @@ struct shim_seen {
 	uint64_t cupti_dropped;
 };
 
+/*
+ * NVTX ranges from the shims become markers for the step segmenter: push
+ * and pop pair per thread (a bounded stack), start and end by range id.
+ * Bounded tables; what does not fit or does not pair is counted.
+ */
+#define MK_THREADS 256 /* direct-mapped by tid */
+#define MK_DEPTH 16
+#define MK_OPEN 256 /* start/end ranges open at once */
+
+struct mk_open {
+	uint64_t ts;
+	char name[MARKER_NAME_LEN];
+};
+
+struct mk_thread {
+	uint32_t pid, tid;
+	uint32_t depth;
+	struct mk_open st[MK_DEPTH];
+};
+
+struct mk_range {
+	uint32_t pid, tid;
+	uint64_t id;
+	struct mk_open o;
+};
+
+struct markers {
+	struct mk_thread thr[MK_THREADS];
+	struct mk_range rng[MK_OPEN];
+	uint64_t ranges, unpaired, overflow;
+};
+
 struct gpu {
 	struct agent *a;
+	struct markers *mk;
 	struct corr *corr;
 	struct corr_stats *st; /* sentinel summaries */
 	struct shim_rx *rx;
@@ -117,6 +150,83 @@ static void on_status(struct gpu *gp, const struct shim_status_event *e)
 	rec_emit(gp->a, REC_STATS, r);
 }
 
+static void marker_close(struct gpu *gp, uint32_t pid, uint32_t tid, const struct mk_open *o,
+			 uint64_t end)
+{
+	struct corr_marker m = { .pid = pid, .tid = tid, .ts_ns = o->ts, .cat = "nvtx",
+				 .name = o->name };
+
+	if (end < o->ts) {
+		gp->mk->unpaired++;
+		return;
+	}
+	m.dur_ns = end - o->ts;
+	gp->mk->ranges++;
+	diag_on_marker(gp->a->diag, &m);
+}
+
+static void on_marker(struct gpu *gp, const struct gpu_marker_event *e)
+{
+	struct markers *mk = gp->mk;
+	struct mk_thread *t;
+	struct mk_range *free_r = NULL;
+
+	if (!mk)
+		return;
+	t = &mk->thr[e->hdr.tid % MK_THREADS];
+	switch (e->kind) {
+	case MARKER_PUSH:
+		if (t->pid != e->hdr.pid || t->tid != e->hdr.tid) {
+			if (t->depth)
+				mk->overflow += t->depth; /* another thread's open ranges go */
+			*t = (struct mk_thread){ .pid = e->hdr.pid, .tid = e->hdr.tid };
+		}
+		if (t->depth == MK_DEPTH) {
+			mk->overflow++;
+			return;
+		}
+		t->st[t->depth].ts = e->hdr.ts_ns;
+		memcpy(t->st[t->depth].name, e->name, sizeof(e->name));
+		t->depth++;
+		return;
+	case MARKER_POP:
+		if (t->pid != e->hdr.pid || t->tid != e->hdr.tid || !t->depth) {
+			mk->unpaired++;
+			return;
+		}
+		t->depth--;
+		marker_close(gp, e->hdr.pid, e->hdr.tid, &t->st[t->depth], e->hdr.ts_ns);
+		return;
+	case MARKER_START:
+		for (int i = 0; i < MK_OPEN; i++)
+			if (!mk->rng[i].pid) {
+				free_r = &mk->rng[i];
+				break;
+			}
+		if (!free_r) {
+			mk->overflow++;
+			return;
+		}
+		*free_r = (struct mk_range){ .pid = e->hdr.pid, .tid = e->hdr.tid, .id = e->range_id,
+					     .o.ts = e->hdr.ts_ns };
+		memcpy(free_r->o.name, e->name, sizeof(e->name));
+		return;
+	case MARKER_END:
+		for (int i = 0; i < MK_OPEN; i++) {
+			struct mk_range *r = &mk->rng[i];
+
+			if (r->pid == e->hdr.pid && r->id == e->range_id) {
+				/* a start/end range belongs to the thread that started it */
+				marker_close(gp, r->pid, r->tid, &r->o, e->hdr.ts_ns);
+				r->pid = 0;
+				return;
+			}
+		}
+		mk->unpaired++;
+		return;
+	}
+}
+
 static void on_shim_record(void *ctx, const struct event_hdr *h, size_t len)
 {
 	struct gpu *gp = ctx;
@@ -155,6 +265,9 @@ static void on_shim_record(void *ctx, const struct event_hdr *h, size_t len)
 	case EV_SHIM_STATUS:
 		on_status(gp, (const void *)h);
 		break;
+	case EV_GPU_MARKER:
+		on_marker(gp, (const void *)h);
+		break;
 	}
 }
 
@@ -191,7 +304,8 @@ int gpu_init(struct agent *a)
 	co.emit_ctx = gp;
 	gp->buf = malloc(JSON_BUF);
 	gp->corr = corr__new(&co);
-	if (!gp->buf || !gp->corr) {
+	gp->mk = calloc(1, sizeof(*gp->mk));
+	if (!gp->buf || !gp->corr || !gp->mk) {
 		err = -ENOMEM;
 		goto fail;
 	}
@@ -225,6 +339,7 @@ fail:
 	corr_stats__free(gp->st);
 	corr__free(gp->corr);
 	free(gp->buf);
+	free(gp->mk);
 	free(gp);
 	return err;
 }
@@ -320,6 +435,12 @@ void gpu_stats(struct agent *a, json_t *r)
 			  "launches_evicted", (json_int_t)c->launches_evicted, "gpu_evicted",
 			  (json_int_t)c->gpu_evicted, "refused", (json_int_t)c->refused, "too_long",
 			  (json_int_t)gp->too_long));
+	if (gp->mk)
+		json_object_set_new(json_object_get(r, "gpu"), "nvtx",
+				    json_pack("{s:I,s:I,s:I}", "ranges",
+					      (json_int_t)gp->mk->ranges, "unpaired",
+					      (json_int_t)gp->mk->unpaired, "overflow",
+					      (json_int_t)gp->mk->overflow));
 }
 
 void gpu_free(struct agent *a)
@@ -333,6 +454,7 @@ void gpu_free(struct agent *a)
 	corr_stats__free(gp->st);
 	corr__free(gp->corr);
 	free(gp->buf);
+	free(gp->mk);
 	free(gp);
 	a->gpu = NULL;
 }

@@ -80,6 +80,8 @@ static size_t shim_rec_size(__u16 type)
 		return sizeof(struct gpu_launch_cb_event);
 	case EV_SHIM_STATUS:
 		return sizeof(struct shim_status_event);
+	case EV_GPU_MARKER:
+		return sizeof(struct gpu_marker_event);
 	default:
 		return 0;
 	}
@@ -107,6 +109,11 @@ static bool rec_fields_ok(const struct event_hdr *h)
 
 		return e->clock_mode <= SHIM_CLOCK_NONE && e->capture <= MODE_DEEP &&
 		       e->abi_version == INFERTRACE_ABI_VERSION;
+	}
+	case EV_GPU_MARKER: {
+		const struct gpu_marker_event *e = (const void *)h;
+
+		return e->kind <= MARKER_END && memchr(e->name, '\0', sizeof(e->name)) != NULL;
 	}
 	default:
 		return false;
@@ -313,7 +320,8 @@ static int process_msg(struct shim_rx *rx, struct rx_conn *c, uint8_t *buf, size
 			h->pid = c->pid;
 		}
 		/* a shim in another pid namespace names its threads there */
-		if (h->type == EV_GPU_LAUNCH_CB && c->ns_pid != c->pid) {
+		if ((h->type == EV_GPU_LAUNCH_CB || h->type == EV_GPU_MARKER) &&
+		    c->ns_pid != c->pid) {
 			uint32_t host = map_tid(rx, c, h->tid);
 
 			if (host) {

@@ -49,6 +49,7 @@ enum event_type {
 	EV_GPU_MEMSET = 18, /* struct gpu_activity_event */
 	EV_GPU_LAUNCH_CB = 19, /* struct gpu_launch_cb_event */
 	EV_SHIM_STATUS = 20, /* struct shim_status_event */
+	EV_GPU_MARKER = 21, /* struct gpu_marker_event: an NVTX range call */
 	EV_TYPE_MAX = 32, /* size of the per-type counter arrays */
 };
 
@@ -444,6 +445,28 @@ struct gpu_launch_cb_event {
 	__u32 pad;
 };
 _Static_assert(sizeof(struct gpu_launch_cb_event) == 40, "gpu_launch_cb_event ABI");
+
+/*
+ * EV_GPU_MARKER, 136 bytes: one NVTX range call seen by the shim's NVTX
+ * callbacks (nvtxRangePush/Pop, nvtxRangeStart/End and their domain forms),
+ * on the calling thread at hdr.ts_ns. The agent pairs push with pop per
+ * thread and start with end by id into markers for the step segmenter.
+ */
+enum gpu_marker_kind {
+	MARKER_PUSH = 0,
+	MARKER_POP = 1,
+	MARKER_START = 2,
+	MARKER_END = 3,
+};
+#define MARKER_NAME_LEN 96
+struct gpu_marker_event {
+	struct event_hdr hdr;
+	__u32 kind; /* enum gpu_marker_kind */
+	__u32 pad;
+	__u64 range_id; /* START/END: nvtxRangeId_t */
+	char name[MARKER_NAME_LEN]; /* PUSH/START: the message, NUL-terminated, cut */
+};
+_Static_assert(sizeof(struct gpu_marker_event) == 136, "gpu_marker_event ABI");
 
 #define SHIM_CLOCK_MONOTONIC_CB 0 /* CUPTI converts with our callback */
 #define SHIM_CLOCK_OFFSET 1 /* CUPTI clock + measured offset (fallback) */

@@ -33,7 +33,7 @@ static uint64_t s_tx_data; /* data records in s_tx */
  * with one CAS on the head and publishes it by storing seq = pos + 1; the
  * consumer frees it with seq = pos + CAP. A full ring fails at once.
  */
-int shim_ring_push(const struct gpu_launch_cb_event *ev)
+int shim_ring_push(const union shim_ring_ev *ev)
 {
 	uint64_t pos = atomic_load_explicit(&g_shim.ring_head, memory_order_relaxed);
 	struct shim_ring_cell *c;
@@ -64,14 +64,14 @@ static void ring_drain(void)
 	for (;;) {
 		uint64_t pos = g_shim.ring_tail;
 		struct shim_ring_cell *c = &g_shim.ring[pos & (SHIM_RING_CAP - 1)];
-		struct gpu_launch_cb_event ev;
+		union shim_ring_ev ev;
 
 		if (atomic_load_explicit(&c->seq, memory_order_acquire) != pos + 1)
 			return;
 		ev = c->ev;
 		atomic_store_explicit(&c->seq, pos + SHIM_RING_CAP, memory_order_release);
 		g_shim.ring_tail = pos + 1;
-		shim_tx_append(&ev, sizeof(ev), true);
+		shim_tx_append(&ev, ev.hdr.size, true);
 	}
 }
 

@@ -20,6 +20,8 @@
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 
+#include <generated_nvtx_meta.h>
+
 #include "shim.h"
 
 struct shim g_shim = {
@@ -411,17 +413,114 @@ static bool take_token(uint64_t now)
 	return true;
 }
 
+/* ----------------------------------------------------------------- NVTX --- */
+
+/* the NVTX range calls whose callbacks the shim enables (cupti_nvtx_cbid.h) */
+static const CUpti_CallbackId nvtx_cbids[] = {
+    CUPTI_CBID_NVTX_nvtxRangePushA,	  CUPTI_CBID_NVTX_nvtxRangePushEx,
+    CUPTI_CBID_NVTX_nvtxRangePop,	  CUPTI_CBID_NVTX_nvtxRangeStartA,
+    CUPTI_CBID_NVTX_nvtxRangeStartEx,	  CUPTI_CBID_NVTX_nvtxRangeEnd,
+    CUPTI_CBID_NVTX_nvtxDomainRangePushEx, CUPTI_CBID_NVTX_nvtxDomainRangePop,
+    CUPTI_CBID_NVTX_nvtxDomainRangeStartEx, CUPTI_CBID_NVTX_nvtxDomainRangeEnd,
+};
+
+/* the ASCII message of an event attribute structure, or NULL */
+static const char *attr_message(const nvtxEventAttributes_t *a)
+{
+	if (!a || a->messageType != NVTX_MESSAGE_TYPE_ASCII)
+		return NULL;
+	return a->message.ascii;
+}
+
+/*
+ * An NVTX range call, on the calling thread: one marker record through the
+ * same lock-free ring as the launch callbacks. Wide-character messages and
+ * registered strings carry no ASCII text here: the range keeps an empty
+ * name (it still nests and times). A full ring drops and counts.
+ */
+static void nvtx_cb(CUpti_CallbackId cbid, const void *data)
+{
+	const CUpti_NvtxData *nd = data;
+	const void *p = nd ? nd->functionParams : NULL;
+	union shim_ring_ev u;
+	struct gpu_marker_event *mk = &u.mk;
+	const char *msg = NULL;
+
+	if (!p)
+		return;
+	memset(mk, 0, sizeof(*mk));
+	switch (cbid) {
+	case CUPTI_CBID_NVTX_nvtxRangePushA:
+		mk->kind = MARKER_PUSH;
+		msg = ((const nvtxRangePushA_params *)p)->message;
+		break;
+	case CUPTI_CBID_NVTX_nvtxRangePushEx:
+		mk->kind = MARKER_PUSH;
+		msg = attr_message(((const nvtxRangePushEx_params *)p)->eventAttrib);
+		break;
+	case CUPTI_CBID_NVTX_nvtxDomainRangePushEx:
+		mk->kind = MARKER_PUSH;
+		msg = attr_message(((const nvtxDomainRangePushEx_params *)p)->core.eventAttrib);
+		break;
+	case CUPTI_CBID_NVTX_nvtxRangePop:
+	case CUPTI_CBID_NVTX_nvtxDomainRangePop:
+		mk->kind = MARKER_POP;
+		break;
+	case CUPTI_CBID_NVTX_nvtxRangeStartA:
+	case CUPTI_CBID_NVTX_nvtxRangeStartEx:
+	case CUPTI_CBID_NVTX_nvtxDomainRangeStartEx:
+		mk->kind = MARKER_START;
+		if (cbid == CUPTI_CBID_NVTX_nvtxRangeStartA)
+			msg = ((const nvtxRangeStartA_params *)p)->message;
+		else if (cbid == CUPTI_CBID_NVTX_nvtxRangeStartEx)
+			msg = attr_message(((const nvtxRangeStartEx_params *)p)->eventAttrib);
+		else
+			msg = attr_message(
+			    ((const nvtxDomainRangeStartEx_params *)p)->core.eventAttrib);
+		if (!nd->functionReturnValue)
+			return; /* no id: its end could not be told apart */
+		mk->range_id = *(const nvtxRangeId_t *)nd->functionReturnValue;
+		break;
+	case CUPTI_CBID_NVTX_nvtxRangeEnd:
+		mk->kind = MARKER_END;
+		mk->range_id = ((const nvtxRangeEnd_params *)p)->id;
+		break;
+	case CUPTI_CBID_NVTX_nvtxDomainRangeEnd:
+		mk->kind = MARKER_END;
+		mk->range_id = ((const nvtxDomainRangeEnd_params *)p)->core.id;
+		break;
+	default:
+		return;
+	}
+	if (msg)
+		strncpy(mk->name, msg, sizeof(mk->name) - 1);
+	if (!t_tid)
+		t_tid = (uint32_t)syscall(SYS_gettid);
+	mk->hdr.type = EV_GPU_MARKER;
+	mk->hdr.size = sizeof(*mk);
+	mk->hdr.pid = g_shim.pid;
+	mk->hdr.tid = t_tid;
+	mk->hdr.ts_ns = shim_mono_ns();
+	if (shim_ring_push(&u))
+		atomic_fetch_add_explicit(&g_shim.dropped, 1, memory_order_relaxed);
+}
+
 /* runs on the CUDA thread that called the API: lock-free, no syscall */
 static void CUPTIAPI launch_cb(void *userdata, CUpti_CallbackDomain dom, CUpti_CallbackId cbid,
 			       const void *data)
 {
 	const CUpti_CallbackData *cb = data;
-	struct gpu_launch_cb_event ev;
+	union shim_ring_ev u;
+	struct gpu_launch_cb_event *ev = &u.cb;
 	uint64_t now;
 
 	(void)userdata;
 	if (!cb || atomic_load_explicit(&g_shim.forked, memory_order_relaxed))
 		return;
+	if (dom == CUPTI_CB_DOMAIN_NVTX) {
+		nvtx_cb(cbid, data);
+		return;
+	}
 	if (dom == CUPTI_CB_DOMAIN_RUNTIME_API) {
 		if (cb->callbackSite == CUPTI_API_ENTER) {
 			t_rt_corr = cb->correlationId;
@@ -447,16 +546,16 @@ static void CUPTIAPI launch_cb(void *userdata, CUpti_CallbackDomain dom, CUpti_C
 
 	if (!t_tid)
 		t_tid = (uint32_t)syscall(SYS_gettid);
-	memset(&ev, 0, sizeof(ev));
-	ev.hdr.type = EV_GPU_LAUNCH_CB;
-	ev.hdr.size = sizeof(ev);
-	ev.hdr.pid = g_shim.pid;
-	ev.hdr.tid = t_tid;
-	ev.hdr.ts_ns = now;
-	ev.correlation_id = cb->correlationId;
-	ev.cbid = cbid;
-	ev.domain = dom;
-	if (shim_ring_push(&ev))
+	memset(ev, 0, sizeof(*ev));
+	ev->hdr.type = EV_GPU_LAUNCH_CB;
+	ev->hdr.size = sizeof(*ev);
+	ev->hdr.pid = g_shim.pid;
+	ev->hdr.tid = t_tid;
+	ev->hdr.ts_ns = now;
+	ev->correlation_id = cb->correlationId;
+	ev->cbid = cbid;
+	ev->domain = dom;
+	if (shim_ring_push(&u))
 		atomic_fetch_add_explicit(&g_shim.dropped, 1, memory_order_relaxed);
 }
 
@@ -564,6 +663,17 @@ int shim_cupti_setup(bool ts_callback)
 		if (r != CUPTI_SUCCESS)
 			shim_log("cuptiEnableCallback(%d, %u): %s", launch_cbids[i].domain,
 				 launch_cbids[i].cbid, res_str(r));
+	}
+	/*
+	 * NVTX ranges: step markers. They arrive once the process's NVTX loads
+	 * CUPTI as its injection (NVTX_INJECTION64_PATH=<libcupti.so>, set by
+	 * the user with CUDA_INJECTION64_PATH: setting it from here would race
+	 * with the process's own getenv calls).
+	 */
+	for (i = 0; g_shim.sub && i < sizeof(nvtx_cbids) / sizeof(nvtx_cbids[0]); i++) {
+		r = cuptiEnableCallback(1, g_shim.sub, CUPTI_CB_DOMAIN_NVTX, nvtx_cbids[i]);
+		if (r != CUPTI_SUCCESS)
+			shim_log("cuptiEnableCallback(NVTX, %u): %s", nvtx_cbids[i], res_str(r));
 	}
 
 	r = kinds_apply(atomic_load(&g_shim.capture) == MODE_DEEP ? KINDS_DEEP : KINDS_ALWAYS);

@@ -32,10 +32,17 @@
 #define SHIM_MAX_BUFS 8	   /* pool bound; bitmaps below are 32 bits */
 #define SHIM_RING_CAP 4096 /* launch records in flight; power of two */
 
+/* what CUDA threads hand to the shim thread: launch callbacks, NVTX ranges */
+union shim_ring_ev {
+	struct event_hdr hdr; /* hdr.size: the member's size */
+	struct gpu_launch_cb_event cb;
+	struct gpu_marker_event mk;
+};
+
 /* one slot of the launch ring (bounded MPSC queue, sequence per cell) */
 struct shim_ring_cell {
 	_Atomic uint64_t seq;
-	struct gpu_launch_cb_event ev;
+	union shim_ring_ev ev;
 };
 
 struct shim {
@@ -104,7 +111,7 @@ int64_t shim_measure_offset(void);
 /* chan.c */
 int shim_chan_start(void);
 void shim_chan_stop(void);
-int shim_ring_push(const struct gpu_launch_cb_event *ev);
+int shim_ring_push(const union shim_ring_ev *ev);
 /* shim thread only: queue one record for the agent; counted when data */
 void shim_tx_append(const void *rec, size_t len, bool data);
 

@@ -218,18 +218,26 @@ bool fake_cupti_subscribed(void)
 	return on;
 }
 
+/* the subscriber's callback if (dom, cbid) is enabled, else NULL */
+static CUpti_CallbackFunc enabled_cb(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, void **user)
+{
+	CUpti_CallbackFunc cb;
+
+	lk();
+	cb = f.subscribed && cb_index(dom, cbid) >= 0 ? f.cb : NULL;
+	*user = f.cb_user;
+	ulk();
+	return cb;
+}
+
 /* deliver one callback if enabled, with no lock held (CUPTI calls inline) */
 static int deliver(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, CUpti_ApiCallbackSite site,
 		   uint32_t corr)
 {
 	CUpti_CallbackData d;
-	CUpti_CallbackFunc cb;
 	void *user;
+	CUpti_CallbackFunc cb = enabled_cb(dom, cbid, &user);
 
-	lk();
-	cb = f.subscribed && cb_index(dom, cbid) >= 0 ? f.cb : NULL;
-	user = f.cb_user;
-	ulk();
 	if (!cb)
 		return 0;
 	memset(&d, 0, sizeof(d));
@@ -237,6 +245,22 @@ static int deliver(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, CUpti_ApiCal
 	d.functionName = "fake";
 	d.correlationId = corr;
 	cb(user, dom, cbid, &d);
+	return 1;
+}
+
+int fake_cupti_nvtx(CUpti_CallbackId cbid, const void *params, const void *ret)
+{
+	CUpti_NvtxData d;
+	void *user;
+	CUpti_CallbackFunc cb = enabled_cb(CUPTI_CB_DOMAIN_NVTX, cbid, &user);
+
+	if (!cb)
+		return 0;
+	memset(&d, 0, sizeof(d));
+	d.functionName = "nvtx";
+	d.functionParams = params;
+	d.functionReturnValue = ret;
+	cb(user, CUPTI_CB_DOMAIN_NVTX, cbid, &d);
 	return 1;
 }
 

@@ -56,6 +56,12 @@ bool fake_cupti_subscribed(void);
  * if (dom, cbid) is enabled. Returns the number of callbacks delivered.
  */
 int fake_cupti_api_call(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, uint32_t corr);
+/*
+ * An NVTX call as CUPTI reports it once NVTX is routed to it: one callback
+ * of domain CUPTI_CB_DOMAIN_NVTX with CUpti_NvtxData (params: the call's
+ * generated_nvtx_meta.h struct; ret: its return value or NULL), if enabled.
+ */
+int fake_cupti_nvtx(CUpti_CallbackId cbid, const void *params, const void *ret);
 /* a runtime call with its nested driver call, one correlation id */
 int fake_cupti_api_nested(CUpti_CallbackId rt_cbid, CUpti_CallbackId drv_cbid, uint32_t corr);
 

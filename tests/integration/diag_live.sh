@@ -22,10 +22,14 @@
 #                           after it every launch (cuda_launch, regs_only)
 #                           and every kernel of the 40 steps, the stalled
 #                           step's included; none of them before it
+#   diag_live_nvtx:         30 rounds marked by NVTX ranges as CUPTI reports
+#                           them to the shim: 30 steps with source marker,
+#                           the tokens and batch of each range's message;
+#                           gpu.nvtx counts 36 ranges, none unpaired or lost
 source "$(dirname "$0")/lib.sh"
 jqe() { jq -e "$@" >/dev/null 2>&1; }
 GPU_LIVE=$BUILD/tests/integration/gpu_live
-NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window"
+NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window diag_live_nvtx"
 # shellcheck disable=SC2086
 it_preflight $NAMES
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
@@ -37,18 +41,26 @@ fi
 
 STEPS=40
 STALL=34
-INST=it-diag-$$
-go=$T/go ex=$T/exit sock=$T/shim.d/shim.sock WOUT=$T/work
-ok=
-bg_start "$WOUT" env INFERTRACE_INSTANCE="$INST" INFERTRACE_SHIM_SOCKET="$sock" \
-	"$GPU_LIVE" -t 1 -n "$STEPS" -s "$STALL" -w "$go" -e "$ex" -m sentinel
-wp=$BG_PID
-if ! wait_line "$WOUT" 10; then
-	fail_because "gpu_live printed nothing: $(head -c 300 "$WOUT.err")"
-else
-	WPID=$(head -n 1 "$WOUT" | jq -r .pid)
-	TID=$(head -n 1 "$WOUT" | jq -r '.tids[0]')
-	if ! agent_start diag -i 0.25 --pid "$WPID" --shim-socket "$sock"; then
+
+# run NAME GPU_LIVE_ARGS...: gpu_live (one thread, instance it-NAME-$$) and a
+# sentinel agent on it, until the agent wrote a step for each of its rounds
+# (steps are cut 2 s after their end) and, when WAIT_WINDOW is set, the
+# flight recorder's window; workload released, agent stopped. Sets WPID,
+# TID, INST, OK, and leaves AGENT_OUT.
+run() {
+	local name=$1 go=$T/$1.go ex=$T/$1.exit sock=$T/$1.d/shim.sock wout=$T/$1.work wp i
+	shift
+	INST=it-$name-$$ OK=
+	bg_start "$wout" env INFERTRACE_INSTANCE="$INST" INFERTRACE_SHIM_SOCKET="$sock" \
+		"$GPU_LIVE" -t 1 -w "$go" -e "$ex" -m sentinel "$@"
+	wp=$BG_PID
+	if ! wait_line "$wout" 10; then
+		fail_because "gpu_live printed nothing: $(head -c 300 "$wout.err")"
+		return 1
+	fi
+	WPID=$(head -n 1 "$wout" | jq -r .pid)
+	TID=$(head -n 1 "$wout" | jq -r '.tids[0]')
+	if ! agent_start "$name" -i 0.25 --pid "$WPID" --shim-socket "$sock"; then
 		fail_because "agent did not start: $(agent_tail)"
 	elif ! cuda_attached "$WPID" 10; then
 		fail_because "no attach record for pid $WPID"
@@ -57,20 +69,22 @@ else
 	else
 		sleep 0.2
 		touch "$go"
-		# steps are cut 2 s after their end (hold_ns); 40 of them, then the anomaly
-		wait_record ".type == \"step\" and .pid == $WPID and .instance == \"$INST\"" 15 &&
-			for ((i = 0; i < 100; i++)); do
-				[ "$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | length')" -ge "$STEPS" ] && break
+		wait_record ".type == \"step\" and .pid == $WPID" 20 &&
+			for ((i = 0; i < 150; i++)); do
+				[ "$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | length')" -ge "$ROUNDS" ] && break
 				sleep 0.1
 			done
-		wait_record ".type == \"flight_recorder\" and .instance == \"$INST\"" 5
+		[ -n "${WAIT_WINDOW:-}" ] && wait_record ".type == \"flight_recorder\" and .instance == \"$INST\"" 5
 		sleep 0.5
-		ok=1
+		OK=1
 	fi
 	touch "$ex"
 	wait_exit "$wp" 30 || fail_because "gpu_live did not finish"
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
-fi
+}
+
+ROUNDS=$STEPS WAIT_WINDOW=1 run diag -n "$STEPS" -s "$STALL"
+ok=$OK
 WHY=("${_why[@]}")
 
 # ------------------------------------------------------------------ steps --
@@ -143,3 +157,27 @@ if [ -n "$ok" ]; then
 	fi
 fi
 report recorder_anomaly_window
+
+# ------------------------------------------------------------------- nvtx --
+# 30 rounds marked with NVTX as CUPTI reports it (gpu_live -M): each a
+# push/pop "execute_model tokens=<100+r> batch=<1+r%4>", every 5th also
+# inside a start/end range "gl_io"
+_why=()
+NV=30
+ROUNDS=$NV run nvtx -n "$NV" -s 1000 -M
+if [ -n "$OK" ]; then
+	steps=$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
+	expect "$(jq length <<<"$steps") steps, want $NV" eq "$(jq length <<<"$steps")" "$NV"
+	bad=$(jq -c --argjson tid "$TID" '
+		[ to_entries[] | .key as $i | .value
+		  | (if .source != "marker" then "step \($i): source \(.source)" else empty end),
+		    (if .tokens != 100 + $i or .batch_size != 1 + $i % 4 then "step \($i): tokens \(.tokens) batch \(.batch_size)" else empty end),
+		    (if .kernels != 5 then "step \($i): \(.kernels) kernels" else empty end),
+		    (if .tid != $tid then "step \($i): tid \(.tid)" else empty end)
+		] | .[:5]' <<<"$steps")
+	expect "steps: $bad" [ "$bad" = "[]" ]
+	nv=$(jqo '[.[] | select(.type == "stats")][-1].gpu.nvtx')
+	expect "gpu.nvtx $nv: want 36 ranges (30 push/pop, 6 start/end), none unpaired or lost" \
+		jqe '.ranges == 36 and .unpaired == 0 and .overflow == 0' <<<"$nv"
+fi
+report diag_live_nvtx

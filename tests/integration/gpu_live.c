@@ -7,7 +7,7 @@
  * callback on the calling thread right after each call, then activity
  * records for the work the call would have put on the GPU.
  *
- * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL]
+ * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL] [-M]
  *   -t  launching threads (default 2)
  *   -n  rounds per thread (default 5); a round is cudaLaunchKernel (one
  *       kernel), cudaGraphLaunch (GRAPH_KERNELS kernels sharing its
@@ -20,8 +20,14 @@
  *       the records (it reads a container's thread ids from /proc)
  *   -m  the capture the agent should put the shim in: deep waits (bounded)
  *       until the shim enabled MEMSET activity, i.e. the agent's switch came
+ *   -M  steps marked with NVTX (as CUPTI reports them): each round is one
+ *       nvtxRangePushA("execute_model tokens=<100+r> batch=<1+r%4>") ..
+ *       nvtxRangePop(), and every 5th round (r % 5 == 4) an
+ *       nvtxRangeStartA/End("gl_io") around it
  *   -s  steps: the copy is device-to-host (an engine's sampled tokens, which
- *       ends a step), rounds are STEP_GAP_US apart, and round STALL (from 0)
+ *       ends a step), kernels take STEP_KERNEL_NS on one in-order stream per
+ *       thread, each round waits for its copy to end (as an engine
+ *       synchronises) and then STEP_GAP_US, and round STALL (from 0)
  *       of each thread stalls STALL_MS on the host between its graph launch
  *       and its cuLaunchKernel (the GPU waits: a host stall)
  * The environment passes INFERTRACE_SHIM_SOCKET to the shim. Thread 0 also
@@ -46,6 +52,8 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
+#include <generated_nvtx_meta.h>
+
 #include "fake_cupti.h"
 
 #define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
@@ -59,6 +67,7 @@
 #define GPU_DELAY_NS 20000 /* launch -> start on the "GPU" */
 #define KERNEL_NS 3000
 #define STEP_GAP_US 2000
+#define STEP_KERNEL_NS 1000000 /* -s: kernels of 1 ms, one stream in order */
 #define STALL_MS 40
 
 typedef int (*launch_fn)(const void *, struct dim3, struct dim3, void **, size_t, void *);
@@ -85,6 +94,8 @@ static struct {
 
 static int rounds = 5;
 static int stall_round = -1; /* -s: steps mode */
+static bool nvtx_marks; /* -M */
+static uint64_t stream_end[MAX_THREADS]; /* -s: when each thread's stream is free */
 static int deep;
 static pid_t tids[MAX_THREADS];
 static struct call calls[MAX_THREADS][MAX_ROUNDS * CALLS_PER_ROUND];
@@ -100,6 +111,23 @@ static uint64_t mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * When GPU work launched at t2 starts: GPU_DELAY_NS later; with -s also not
+ * before the thread's stream finished its previous work (one stream runs in
+ * order), so that a step lasts as long as its GPU work, as on a real GPU.
+ */
+static uint64_t gpu_start(int idx, uint64_t t2, uint64_t dur)
+{
+	uint64_t start = t2 + GPU_DELAY_NS;
+
+	if (stall_round < 0)
+		return start;
+	if (start < stream_end[idx])
+		start = stream_end[idx];
+	stream_end[idx] = start + dur;
+	return start;
 }
 
 static void add(const void *rec)
@@ -118,7 +146,7 @@ static void add_kernel(uint32_t corr, uint64_t start, uint32_t stream, uint32_t 
 	memset(&k, 0, sizeof(k));
 	k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
 	k.start = start;
-	k.end = start + KERNEL_NS;
+	k.end = start + (stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS);
 	k.correlationId = corr;
 	k.deviceId = 0;
 	k.contextId = 1;
@@ -165,17 +193,21 @@ static struct call *do_call(int idx, const char *api, const char *kind, int dom,
 static void round_once(int idx, int round)
 {
 	uint32_t stream = 7 + idx;
+	uint64_t kdur = stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS;
 	struct call *c;
 
 	c = do_call(idx, "cudaLaunchKernel", "kernel", CUPTI_CB_DOMAIN_RUNTIME_API,
 		    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
-	add_kernel(c->corr, c->t2 + GPU_DELAY_NS, stream, 0, 0, "_Z10gl_eagerPfi");
+	add_kernel(c->corr, gpu_start(idx, c->t2, kdur), stream, 0, 0, "_Z10gl_eagerPfi");
 	c->n = 1;
 
 	c = do_call(idx, "cudaGraphLaunch", "graph", CUPTI_CB_DOMAIN_RUNTIME_API,
 		    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000);
 	for (int k = 0; k < GRAPH_KERNELS; k++)
-		add_kernel(c->corr, c->t2 + GPU_DELAY_NS + (uint64_t)k * (KERNEL_NS + 500), stream,
+		add_kernel(c->corr,
+			   stall_round >= 0 ? gpu_start(idx, c->t2, kdur)
+					    : c->t2 + GPU_DELAY_NS + (uint64_t)k * (KERNEL_NS + 500),
+			   stream,
 			   100 + idx, ((uint64_t)(idx + 1) << 32) | (uint64_t)(k + 1),
 			   "_Z8gl_graphILi1EEvPf");
 	c->n = GRAPH_KERNELS;
@@ -187,7 +219,7 @@ static void round_once(int idx, int round)
 	}
 	c = do_call(idx, "cuLaunchKernel", "kernel", CUPTI_CB_DOMAIN_DRIVER_API,
 		    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
-	add_kernel(c->corr, c->t2 + GPU_DELAY_NS, stream, 0, 0, "triton_gl_driver");
+	add_kernel(c->corr, gpu_start(idx, c->t2, kdur), stream, 0, 0, "triton_gl_driver");
 	c->n = 1;
 
 	c = do_call(idx, "cudaMemcpyAsync", "memcpy", CUPTI_CB_DOMAIN_RUNTIME_API,
@@ -200,7 +232,7 @@ static void round_once(int idx, int round)
 		m.copyKind = stall_round >= 0 ? CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
 					      : CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
 		m.bytes = 4096 + idx;
-		m.start = c->t2 + GPU_DELAY_NS;
+		m.start = gpu_start(idx, c->t2, 1000);
 		m.end = m.start + 1000;
 		m.deviceId = 0;
 		m.contextId = 1;
@@ -240,7 +272,25 @@ static void *worker(void *arg)
 	pthread_barrier_wait(&ready); /* tids known */
 	pthread_barrier_wait(&ready); /* go */
 	for (int r = 0; r < rounds; r++) {
+		char msg[96];
+		nvtxRangePushA_params push = { msg };
+		nvtxRangeStartA_params start = { "gl_io" };
+		nvtxRangeEnd_params end = { (nvtxRangeId_t)(1000 + r) };
+		nvtxRangeId_t id = end.id;
+
+		snprintf(msg, sizeof(msg), "execute_model tokens=%d batch=%d", 100 + r, 1 + r % 4);
+		if (nvtx_marks && r % 5 == 4)
+			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangeStartA, &start, &id);
+		if (nvtx_marks)
+			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangePushA, &push, NULL);
 		round_once(idx, r);
+		/* -s: the engine waits for its copy (synchronises) */
+		if (stall_round >= 0 && stream_end[idx] > mono_ns())
+			usleep((useconds_t)((stream_end[idx] - mono_ns()) / 1000 + 1));
+		if (nvtx_marks)
+			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangePop, &(nvtxRangePop_params){ 0 }, NULL);
+		if (nvtx_marks && r % 5 == 4)
+			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangeEnd, &end, NULL);
 		if (stall_round >= 0)
 			usleep(STEP_GAP_US);
 	}
@@ -289,7 +339,7 @@ int main(int argc, char **argv)
 	int nthreads = 2, opt, (*init)(void);
 	void *rt, *drv, *so;
 
-	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:")) != -1) {
+	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:M")) != -1) {
 		switch (opt) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -309,10 +359,13 @@ int main(int argc, char **argv)
 		case 's':
 			stall_round = atoi(optarg);
 			break;
+		case 'M':
+			nvtx_marks = true;
+			break;
 		default:
 			fprintf(stderr,
 				"usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
-				"[-m MODE] [-s STALL_ROUND]\n",
+				"[-m MODE] [-s STALL_ROUND] [-M]\n",
 				argv[0]);
 			return 2;
 		}

@@ -78,6 +78,9 @@ static const uint32_t want_cbs[][2] = {
     {1, 477}, {1, 478}, {1, 480}, {1, 514}, {1, 515}, {1, 652}, {1, 653},
     /* async copies and memsets: their records' correlation ids (issue 3) */
     {2, 41},  {2, 225}, {2, 51},  {2, 235},
+    /* NVTX ranges (domain 5): step markers (issue 5) */
+    {5, 8},   {5, 10},  {5, 11},  {5, 4},   {5, 6},   {5, 7},   {5, 33},  {5, 34},
+    {5, 31},  {5, 32},
 };
 #define N_WANT_CBS (sizeof(want_cbs) / sizeof(want_cbs[0]))
 
