@@ -166,7 +166,63 @@ else
 	head -n 5 "$OUT" | cut -c1-400 | sed 's/^/  /'
 fi
 
-# Part 2: the GPU side, offline. No GPU here, so the correlator and the step
+# Part 2: live diagnosis. No GPU here, so the CUPTI test double (tests/fakes)
+# plays the GPU inside the workload (tests/integration/gpu_live -s): the
+# agent, its uprobes and the CUPTI shim are the real ones. 40 steps, one of
+# which stalls 40 ms on the host; the agent cuts the steps, flags the stalled
+# one and sends the flight recorder's window from before it.
+GPU_LIVE=$BUILD/tests/integration/gpu_live
+if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq >/dev/null; then
+	LOUT=$DIR/live-diagnosis.jsonl
+	LDIR=$DIR/live.d
+	rm -rf "$LDIR" "$LOUT"
+	mkdir -p "$LDIR"
+	echo
+	bold "Live diagnosis: steps, an anomaly and the flight recorder (simulated GPU)"
+	echo "  a workload runs 40 inference-like steps (kernel, CUDA graph, driver kernel, copy of"
+	echo "  the sampled tokens); step 34 stalls 40 ms on the host. The GPU is the CUPTI test double"
+	echo "  of tests/fakes; the agent, its probes and the CUPTI shim are the production ones."
+	INFERTRACE_INSTANCE=demo/llm INFERTRACE_SHIM_SOCKET=$LDIR/shim.sock \
+		"$GPU_LIVE" -t 1 -n 40 -s 34 -w "$LDIR/go" -e "$LDIR/exit" -m sentinel \
+		>"$LDIR/work" 2>"$LDIR/work.err" &
+	WP=$!
+	PIDS+=("$WP")
+	for ((i = 0; i < 100; i++)); do [ -s "$LDIR/work" ] && break; sleep 0.05; done
+	LPID=$(head -n 1 "$LDIR/work" | jq -r .pid 2>/dev/null)
+	"$AGENT" -i 0.25 --pid "$LPID" --shim-socket "$LDIR/shim.sock" \
+		--control-socket "$LDIR/ctl.sock" -o "$LOUT" 2>"$LDIR/agent.log" &
+	LAP=$!
+	for ((i = 0; i < 100; i++)); do
+		grep -q '"type":"shim_status"' "$LOUT" 2>/dev/null && break
+		sleep 0.1
+	done
+	touch "$LDIR/go"
+	# steps are cut 2 s after they end; the anomaly sends the window
+	for ((i = 0; i < 100; i++)); do
+		grep -q '"type":"flight_recorder"' "$LOUT" 2>/dev/null && break
+		sleep 0.1
+	done
+	sleep 0.5
+	touch "$LDIR/exit"
+	wait "$WP" 2>/dev/null
+	kill -INT "$LAP" 2>/dev/null
+	wait "$LAP" 2>/dev/null
+	jq -r -s '[.[] | select(.type == "step")] |
+		"  \(length) steps: median \(map(.dur_ns) | sort | .[length / 2 | floor] / 1e6 * 10 | floor / 10) ms, longest \(map(.dur_ns) | max / 1e6 * 10 | floor / 10) ms"' "$LOUT"
+	echo "  the anomaly (one record, within a step of the stall):"
+	jq -r 'select(.type == "anomaly") |
+		"    \(.kind): \(.dur_ns / 1e6 * 10 | floor / 10) ms, expected \(.expected_ns / 1e6 * 100 | floor / 100) ms",
+		(.suspects[] | "      - \(.evidence)")' "$LOUT"
+	echo "  what the flight recorder sent with it (detail sentinel mode keeps but does not send):"
+	jq -r -s '(map(.type == "flight_recorder") | index(true)) as $f |
+		if $f == null then "    (no window: see \($f))" else
+		.[$f] as $w | .[$f + 1:] as $r |
+		"    window of \($w.window_ns / 1e9) s: \([$r[] | select(.type == "cuda_launch")] | length) CUDA launches, \([$r[] | select(.type == "kernel")] | length) GPU kernels"
+		end' "$LOUT"
+	echo "  (all of it: $LOUT)"
+fi
+
+# Part 3: the GPU side, offline. No GPU here, so the correlator and the step
 # detector run on a real trace recorded on an H100 (vLLM, Llama, TP=4), if the
 # shared data set is next to the repository.
 DATA=${INFERTRACE_DATA:-$(cd "$(dirname "$0")/../.." && pwd)/shared/data}
@@ -198,5 +254,6 @@ $(bold "Where things are")
   try next:        $AGENT --help
                    jq 'select(.type=="thread")' $OUT
                    $AGENT --mode deep --pid PID   # every launch, with stacks
+                   jq 'select(.type=="anomaly")' $DIR/live-diagnosis.jsonl
 EOF
 exit 0
