@@ -237,8 +237,8 @@ int deepdive_start(struct agent *a, const char *name, double duration_s, const c
 	}
 	/*
 	 * the seconds before the trigger first, then the deep detail; the
-	 * dive's time starts after the window went out (popping the kernel's
-	 * flight queue can take a few hundred ms)
+	 * dive's time starts after the window went out (formatting a window
+	 * of kernel-kept launches can take a few hundred ms)
 	 */
 	recorder_flush(a, name, "deep_dive");
 	now = now_ns();

@@ -261,7 +261,7 @@ int loader_start(struct agent *a)
 	bpf_map__set_max_entries(skel->maps.thread_stats, a->opts.max_threads);
 	bpf_map__set_max_entries(skel->maps.syscall_stats, a->opts.max_threads * 4);
 	bpf_map__set_max_entries(skel->maps.traced_procs, MAX_PROCS);
-	/* the flight recorder's kernel half: a queue of launches, stack ids */
+	/* the flight recorder's kernel half: per-CPU launch rings, their cursors, stacks */
 	if (recorder_kernel_enabled(a)) {
 		bpf_map__set_max_entries(skel->maps.flight,
 					 recorder_kernel_per_cpu(a) * recorder_kernel_cpus());

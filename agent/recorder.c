@@ -94,13 +94,25 @@ static size_t ent_size(size_t len)
 	return sizeof(struct ent_hdr) + ((len + 7) & ~(size_t)7);
 }
 
+/* the options turn the recorder on (its kernel half has more conditions) */
+static bool recorder_on(const struct agent_opts *o)
+{
+	return o->recorder_s > 0 && o->recorder_mib;
+}
+
+static size_t page_round(size_t n)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (n + pg - 1) / pg * pg;
+}
+
 uint32_t recorder_kernel_per_cpu(struct agent *a)
 {
 	const struct agent_opts *o = &a->opts;
 	uint32_t n = 16;
 
-	if (o->recorder_s <= 0 || !o->recorder_mib || !o->recorder_launches || o->replay ||
-	    o->mode == MODE_DEEP)
+	if (!recorder_on(o) || !o->recorder_launches || o->replay || o->mode == MODE_DEEP)
 		return 0;
 	while (n < o->recorder_launches && n < (1u << 24))
 		n <<= 1;
@@ -122,16 +134,14 @@ uint32_t recorder_kernel_cpus(void)
 /* map the flight and flight_cur arrays (BPF_F_MMAPABLE) into the agent */
 static int kernel_map(struct agent *a, struct recorder *r)
 {
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	void *ring, *cur;
 
-	if (!a->skel || !recorder_kernel_enabled(a))
-		return 0;
 	r->k_per_cpu = recorder_kernel_per_cpu(a);
+	if (!a->skel || !r->k_per_cpu)
+		return 0;
 	r->k_cpus = recorder_kernel_cpus();
-	r->k_ring_len = ((size_t)r->k_per_cpu * r->k_cpus * sizeof(struct flight_launch) + pg - 1) /
-			pg * pg;
-	r->k_cur_len = ((size_t)r->k_cpus * sizeof(struct flight_cursor) + pg - 1) / pg * pg;
+	r->k_ring_len = page_round((size_t)r->k_per_cpu * r->k_cpus * sizeof(struct flight_launch));
+	r->k_cur_len = page_round((size_t)r->k_cpus * sizeof(struct flight_cursor));
 	ring = mmap(NULL, r->k_ring_len, PROT_READ, MAP_SHARED,
 		    bpf_map__fd(a->skel->maps.flight), 0);
 	cur = mmap(NULL, r->k_cur_len, PROT_READ, MAP_SHARED,
@@ -160,7 +170,7 @@ int recorder_init(struct agent *a)
 	const struct agent_opts *o = &a->opts;
 	struct recorder *r;
 
-	if (o->recorder_s <= 0 || !o->recorder_mib)
+	if (!recorder_on(o))
 		return 0;
 	r = calloc(1, sizeof(*r));
 	if (!r)
