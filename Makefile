@@ -354,4 +354,4 @@ help:
 	@echo "targets: all deps test demo bench eval docs fmt check-fmt clean vmlinux"
 	@echo "options: V=1 (show commands)  SAN=address,undefined  BPF_DEBUG=1  BUILD=dir"
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -type f -name '*.d' 2>/dev/null)

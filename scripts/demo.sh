@@ -174,7 +174,7 @@ fi
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq >/dev/null; then
 	LOUT=$DIR/live-diagnosis.jsonl
-	LDIR=$DIR/live.d
+	LDIR=$DIR/live-run
 	rm -rf "$LDIR" "$LOUT"
 	mkdir -p "$LDIR"
 	echo
