@@ -433,6 +433,10 @@ static void on_anomaly(void *ctx, const struct diag_anomaly *an)
 	r->flagged = true;
 }
 
+/* --dump: one line per step of the single-fault and mixed campaigns */
+static FILE *dump;
+static const char *dump_campaign;
+
 static double avg_episode(enum fault f)
 {
 	return f == F_STALL ? 1 : f == F_CONT ? 11.5 : f == F_GPU ? 5.5 : 3;
@@ -555,6 +559,12 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 		busy_sum += v.dur;
 		run.flagged = false;
 		diag_det__add_step(d, &s, &vd);
+		if (dump)
+			fprintf(dump, "%s\t%s\t%zu\t%s\t%s\t%lld\t%lld\t%.0f\t%llu\t%d\t%d\t%s\t%d\n",
+				dump_campaign, x->name, i, fault_name[f], diag_phase_name(v.phase),
+				(long long)s.tokens, (long long)s.kv_tokens, v.dur,
+				(unsigned long long)vd.median_ns, vd.judged, run.flagged,
+				run.flagged ? run.last.chart : "-", vd.source);
 		if (f == F_NONE) {
 			res->clean++;
 			res->fp += run.flagged;
@@ -732,7 +742,7 @@ static void print_res(const char *label, unsigned types, const struct res *r, bo
 }
 
 struct args {
-	const char *data;
+	const char *data, *dump;
 	uint64_t seed;
 	double rate;
 	size_t max_steps;
@@ -743,6 +753,10 @@ static const struct argp_option options[] = {
     {"seed", 's', "N", 0, "Fault seed (default 7, the reporting seed; 1 is the tuning seed)"},
     {"rate", 'r', "FRAC", 0, "Fraction of steps faulted per campaign (default 0.05)"},
     {"steps", 'n', "N", 0, "Steps synthesised per request trace (default 40000)"},
+    {"dump", 'o', "FILE", 0,
+     "Write every step of every campaign to FILE, tab separated: campaign, stream, index, "
+     "fault, phase, tokens, kv_tokens, dur_ns, median_ns, judged, flagged, chart, source "
+     "(0 cell, 1 neighbour, 2 roofline)"},
     {},
 };
 
@@ -754,6 +768,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	switch (key) {
 	case 'D':
 		a->data = arg;
+		break;
+	case 'o':
+		a->dump = arg;
 		break;
 	case 's':
 		errno = 0;
@@ -814,6 +831,10 @@ int main(int argc, char **argv)
 		printf("eval_detect: SKIPPED: data folder %s is absent\n", a.data);
 		return 0;
 	}
+	if (a.dump && !(dump = fopen(a.dump, "w"))) {
+		fprintf(stderr, "eval_detect: cannot write %s: %s\n", a.dump, strerror(errno));
+		return 1;
+	}
 	rng_s = a.seed * 0x9e3779b97f4a7c15ULL + 1;
 	err = load_lp(a.data, &streams[ns]);
 	if (err) {
@@ -861,6 +882,7 @@ int main(int argc, char **argv)
 		for (int i = 0; i < ns; i++) {
 			struct res r = {0};
 
+			dump_campaign = fault_name[f];
 			campaign(&streams[i], 1u << f, a.rate, &o, &r, &sps);
 			print_res(streams[i].name, 1u << f, &r, &miss);
 			for (int g = 0; g < F_COUNT; g++) {
@@ -891,6 +913,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < ns; i++) {
 		struct res r = {0};
 
+		dump_campaign = "mixed";
 		campaign(&streams[i], mixed, a.rate, &o, &r, NULL);
 		print_res(streams[i].name, mixed, &r, &miss);
 		for (int g = 0; g < F_COUNT; g++) {
@@ -916,5 +939,7 @@ int main(int argc, char **argv)
 	       miss ? "MISSED (see the rows above)" : "met");
 	for (int i = 0; i < ns; i++)
 		free(streams[i].s);
+	if (dump)
+		fclose(dump);
 	return 0;
 }

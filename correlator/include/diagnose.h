@@ -257,6 +257,9 @@ struct diag_verdict {
 	uint64_t expected_ns; /* P99 for the workload; 0 when none yet */
 	uint64_t median_ns;
 	double score;
+	/* where median_ns came from: 0 the workload's own cell, 1 a neighbour
+	 * cell scaled to this workload, 2 the roofline alone; -1 none */
+	int source;
 };
 
 struct diag_det_counters {

@@ -148,7 +148,15 @@ int dm_add(struct dmodel *m, double t, double kv, double dur)
 		memset(b, 0, sizeof(*b));
 		b->key = key;
 		m->used++;
+	} else if (m->stale && m->now - b->last > m->stale) {
+		/* the workload is back after a long time: learn it again */
+		uint32_t n = b->n;
+
+		memset(b, 0, sizeof(*b));
+		b->key = key;
+		b->n = n;
 	}
+	b->last = m->now;
 	full = b->cnt == BIN_RING;
 	if (full) {
 		old = b->ring[b->pos];
@@ -265,27 +273,20 @@ static int cmp_double(const void *a, const void *b)
  * to the slow steps still in the reservoir (a median line, not a mean one).
  * Features are scaled to their maxima so the ridge term means the same for
  * tokens and KV tokens; a column that is always 0 gets its coefficient 0.
+ * The ridge is relative to the weights (durations are in ns, the weights
+ * about 1 / (dur * |r|)): an absolute term would shrink the slopes.
  */
-int dm_lin_fit(struct dlin *l)
+static int lad_fit(const struct dlin *l, const double sc[3], const bool use[3], double c[3])
 {
-	double sc[3] = {1, 0, 0}, c[3] = {0, 0, 0};
-	double *u;
 	uint32_t n = l->n;
 
-	if (n < 8)
-		return -EAGAIN;
-	for (uint32_t i = 0; i < n; i++) {
-		if (l->t[i] > sc[1])
-			sc[1] = l->t[i];
-		if (l->kv[i] > sc[2])
-			sc[2] = l->kv[i];
-	}
+	c[0] = c[1] = c[2] = 0;
 	for (int it = 0; it < 8; it++) {
 		double a[3][3] = {{0}}, b[3] = {0}, x[3] = {0};
 
 		for (uint32_t i = 0; i < n; i++) {
-			double f[3] = {1, sc[1] ? l->t[i] / sc[1] : 0,
-				       sc[2] ? l->kv[i] / sc[2] : 0};
+			double f[3] = {1, use[1] && sc[1] ? l->t[i] / sc[1] : 0,
+				       use[2] && sc[2] ? l->kv[i] / sc[2] : 0};
 			double r = it ? l->dur[i] - (c[0] * f[0] + c[1] * f[1] + c[2] * f[2]) : 1;
 			/* relative deviations: a 1 ms miss matters more on a 10 ms step */
 			double w = 1.0 / ((double)l->dur[i] *
@@ -299,11 +300,52 @@ int dm_lin_fit(struct dlin *l)
 		}
 		/* ridge: keeps an unused or collinear column from blowing up */
 		for (int p = 1; p < 3; p++)
-			a[p][p] += 1e-6 * a[0][0] + 1e-12;
+			a[p][p] += 1e-6 * a[0][0] * (use[p] ? 1 : 1e6);
 		if (solve3(a, b, x))
 			return -EDOM;
-		memcpy(c, x, sizeof(c));
+		memcpy(c, x, sizeof(x));
 	}
+	return 0;
+}
+
+/*
+ * The roofline is monotone: more tokens or more KV tokens never make a step
+ * faster. Tokens and KV tokens rise together in most streams, and a free fit
+ * trades one against the other (a negative slope that extrapolates wildly);
+ * a column whose slope comes out negative is dropped and the rest refitted.
+ */
+int dm_lin_fit(struct dlin *l)
+{
+	double sc[3] = {1, 0, 0}, c[3];
+	bool use[3] = {true, true, true};
+	double *u;
+	uint32_t n = l->n;
+	int err;
+
+	if (n < 8)
+		return -EAGAIN;
+	for (uint32_t i = 0; i < n; i++) {
+		if (l->t[i] > sc[1])
+			sc[1] = l->t[i];
+		if (l->kv[i] > sc[2])
+			sc[2] = l->kv[i];
+	}
+	for (;;) {
+		int worst = 0;
+
+		err = lad_fit(l, sc, use, c);
+		if (err)
+			return err;
+		for (int p = 1; p < 3; p++)
+			if (use[p] && c[p] < 0 && (!worst || c[p] < c[worst]))
+				worst = p;
+		if (!worst)
+			break;
+		use[worst] = false;
+	}
+	for (int p = 1; p < 3; p++)
+		if (!use[p])
+			c[p] = 0;
 	l->c[0] = c[0];
 	l->c[1] = sc[1] ? c[1] / sc[1] : 0;
 	l->c[2] = sc[2] ? c[2] / sc[2] : 0;
@@ -329,13 +371,19 @@ int dm_lin_fit(struct dlin *l)
  * both are the prompt length). A neighbour's median is scaled to this
  * workload by the roofline's ratio between the two workloads.
  */
+#define NB_NEAR 6 /* the first six are one cell away */
 static const int8_t nb_off[][2] = {
     {0, -1},  {0, 1},  {-1, 0}, {1, 0}, {-1, -1}, {1, 1}, {0, -2},  {0, 2},
     {-1, 1},  {1, -1}, {-2, 0}, {2, 0}, {-1, -2}, {1, 2}, {-2, -1}, {2, 1},
     {-2, -2}, {2, 2},  {0, -3}, {0, 3}, {-3, 0},  {3, 0}, {-3, -3}, {3, 3},
 };
 
-double dm_predict(const struct dmodel *m, double t, double kv, int *src)
+static bool bin_fresh(const struct dmodel *m, const struct dbin *b)
+{
+	return !m->stale || m->now - b->last <= m->stale;
+}
+
+double dm_predict(const struct dmodel *m, double t, double kv, int *src, bool *novel)
 {
 	uint64_t key = dm_bin_key(t, kv);
 	const struct dbin *b = dm_find(m, key);
@@ -343,6 +391,7 @@ double dm_predict(const struct dmodel *m, double t, double kv, int *src)
 
 	if (b && b->cnt >= BIN_MIN) {
 		*src = 0;
+		*novel = !bin_fresh(m, b);
 		return dm_bin_median(b);
 	}
 	for (unsigned i = 0; i < sizeof(nb_off) / sizeof(nb_off[0]); i++) {
@@ -364,6 +413,7 @@ double dm_predict(const struct dmodel *m, double t, double kv, int *src)
 					ratio = fmin(fmax(pt / pn, 0.5), 2.0);
 			}
 			*src = 1;
+			*novel = i >= NB_NEAR || !bin_fresh(m, b);
 			return med * ratio;
 		}
 	}
@@ -371,8 +421,10 @@ double dm_predict(const struct dmodel *m, double t, double kv, int *src)
 		double p = dm_lin_pred(&m->lin, t, kv) * (1 + m->lin.q50);
 
 		*src = 2;
+		*novel = true;
 		return p > 0 ? p : 0;
 	}
+	*novel = true;
 	return 0;
 }
 

@@ -36,6 +36,15 @@
 #define MAX_INST 1024
 #define EW_ALPHA 0.02 /* EWMA weight of the chart's statistics (~50 steps) */
 #define CHART_WARM 16 /* chart samples before k*sd counts (floor only before) */
+/* a workload cell untouched for this many steps of its key is learned again */
+#define STALE_STEPS 1000
+/*
+ * A novel workload (baseline.c: dm_predict) is judged against a wide limit:
+ * the roofline or a distant cell guesses it within tens of percent, so only a
+ * step far beyond the guess (a stall) is flagged; the others teach the
+ * model, which then knows the workload after BIN_MIN steps.
+ */
+#define NOVEL_FLOOR 0.5
 
 static const char *const kind_names[DIAG_KIND_COUNT] = {
     "host_stall", "cpu_contention", "gpu_slow", "communication", "straggler", "regression",
@@ -618,6 +627,7 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 	struct diag_anomaly an = {0};
 	double ref_med, sum = 0, mean;
 	uint32_t w = d->o.regression_window;
+	bool novel;
 	int src;
 
 	if (!k->ref_looked) {
@@ -626,7 +636,7 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 	}
 	if (!k->ref)
 		return;
-	ref_med = dm_predict(&k->ref->m, t, kv, &src);
+	ref_med = dm_predict(&k->ref->m, t, kv, &src, &novel);
 	if (ref_med <= 0)
 		return;
 	k->reg[k->reg_pos] = (double)s->dur_ns / ref_med;
@@ -695,7 +705,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 {
 	const char *inst = s->instance ? s->instance : "";
 	double t, kv, med, u, up, ucl1, uclw, wsum = 0, dur;
-	bool flag1 = false, flagw = false, judged = false;
+	bool flag1 = false, flagw = false, judged = false, novel = true;
 	struct dkey *k;
 	uint32_t wn = 0;
 	int src = -1;
@@ -715,7 +725,9 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	dur = (double)s->dur_ns;
 	t = s->tokens >= 0 ? (double)s->tokens : (double)s->batch_size;
 	kv = (double)s->kv_tokens;
-	med = dm_predict(&k->m, t, kv, &src);
+	k->m.now = k->steps;
+	k->m.stale = STALE_STEPS;
+	med = dm_predict(&k->m, t, kv, &src, &novel);
 	u = med > 0 ? dur / med - 1 : 0;
 	up = u > 0 ? u : 0;
 
@@ -726,6 +738,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	/* a roofline guess (no cell near) is only as good as the fit's own spread */
 	if (src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
 		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
+	if (novel && ucl1 < NOVEL_FLOOR)
+		ucl1 = NOVEL_FLOOR;
 	/*
 	 * the smoothed chart's own spread once it has some; before, the single
 	 * chart's (bootstrap included), scaled to a mean of `window` steps: a
@@ -751,7 +765,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		if (!flag1) {
 			double wm = (wsum + up) / (wn + 1);
 
-			flagw = src != 2 && wn + 1 >= d->o.window && wm > uclw &&
+			flagw = !novel && wn + 1 >= d->o.window && wm > uclw &&
 				up > d->o.floor_window / 2;
 		}
 	}
@@ -768,6 +782,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	if (v) {
 		v->judged = judged;
 		v->median_ns = (uint64_t)med;
+		v->source = src;
 		v->expected_ns =
 		    med > 0 ? (uint64_t)(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var))) : 0;
 		v->score = ucl1 > 0 ? up / ucl1 : 0;
@@ -807,7 +822,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	}
 	k->consec = 0;
 	/* accepted: it teaches the baseline and the chart */
-	if (judged && src != 2) {
+	if (judged && !novel) {
 		double wm = (wsum + up) / (wn + 1);
 
 		ew_add(&k->u1, up);
@@ -821,7 +836,14 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		return -ENOMEM;
 	dm_lin_sample(&k->m, t, kv, dur);
 	k->accepted++;
-	if (++k->since_refit >= d->o.refit || (!k->m.lin.ok && k->accepted == d->o.bootstrap)) {
+	/*
+	 * refit at the end of the bootstrap, then each time the accepted steps
+	 * double (a line from 24 steps extrapolates badly), then every `refit`
+	 */
+	if (++k->since_refit >= d->o.refit ||
+	    (k->accepted >= d->o.bootstrap && k->accepted < d->o.refit &&
+	     !(k->accepted % d->o.bootstrap) &&
+	     !((k->accepted / d->o.bootstrap) & (k->accepted / d->o.bootstrap - 1)))) {
 		k->since_refit = 0;
 		if (!dm_lin_fit(&k->m.lin))
 			d->cnt.refits++;

@@ -21,8 +21,9 @@
 #define BIN_EMPTY UINT64_MAX
 
 struct dbin {
-	uint64_t key; /* BIN_EMPTY: free slot */
-	uint32_t n;   /* accepted steps ever */
+	uint64_t key;  /* BIN_EMPTY: free slot */
+	uint64_t last; /* dmodel.now when a duration last came in */
+	uint32_t n;    /* accepted steps ever */
 	uint8_t pos, cnt;
 	float ring[BIN_RING];
 	float sorted[BIN_RING];
@@ -39,9 +40,17 @@ struct dlin {
 	float t[RES_CAP], kv[RES_CAP], dur[RES_CAP];
 };
 
+/*
+ * now: the owner's step clock (steps of the key). A cell that got no
+ * duration for more than `stale` steps (0: never stale) is not trusted: the
+ * workload it describes has not run for a long time and may run at another
+ * speed now (another job mix, a driver, clocks). Its next duration restarts
+ * it.
+ */
 struct dmodel {
 	struct dbin *bins;
 	uint32_t cap, used;
+	uint64_t now, stale;
 	struct dlin lin;
 };
 
@@ -62,9 +71,11 @@ int dm_put_bin(struct dmodel *m, uint64_t key, double med, uint32_t cnt, double 
 /*
  * Median duration expected for (t, kv): the cell, else a neighbour cell
  * scaled by the roofline, else the roofline. Returns 0 when nothing can
- * predict yet. *src: 0 cell, 1 neighbour, 2 roofline.
+ * predict yet. *src: 0 cell, 1 neighbour, 2 roofline. *novel: the workload
+ * is new to the model (the prediction comes from the roofline, a cell more
+ * than one step away, or a stale cell), so it is a guess, not a measurement.
  */
-double dm_predict(const struct dmodel *m, double t, double kv, int *src);
+double dm_predict(const struct dmodel *m, double t, double kv, int *src, bool *novel);
 
 /* kernels: per-call time history, name -> EWMA of log(ns per call) */
 struct dkern {
