@@ -99,11 +99,55 @@ static int push(struct stream *x, const struct st *v)
 
 static unsigned long bad_lines;
 
+/*
+ * Real step-to-step jitter: each LatencyPrism step over the median of its
+ * neighbours (up to 10 on each side) of the same job and batch size, for the
+ * steps with at least 6 such neighbours. The synthetic streams draw their
+ * per-step noise from it, natural outliers included.
+ */
+static double *jit;
+static size_t n_jit;
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int build_jitter(const struct stream *x, const uint32_t *job)
+{
+	jit = malloc(sizeof(*jit) * (x->n ? x->n : 1));
+	if (!jit)
+		return -ENOMEM;
+	for (size_t i = 0; i < x->n; i++) {
+		double nb[20];
+		int m = 0;
+
+		for (size_t j = i >= 10 ? i - 10 : 0; j <= i + 10 && j < x->n; j++)
+			if (j != i && job[j] == job[i] && x->s[j].batch == x->s[i].batch)
+				nb[m++] = x->s[j].dur;
+		if (m < 6)
+			continue;
+		qsort(nb, (size_t)m, sizeof(nb[0]), cmp_dbl);
+		jit[n_jit++] = x->s[i].dur / (m & 1 ? nb[m / 2] : 0.5 * (nb[m / 2 - 1] + nb[m / 2]));
+	}
+	return n_jit ? 0 : -ENOENT;
+}
+
+static double jitter(void)
+{
+	return jit[rnd() % n_jit];
+}
+
 static int load_lp(const char *dir, struct stream *x)
 {
-	char path[1024], line[1024];
+	char path[1024], line[1024], prev[128] = "";
 	FILE *f;
 	unsigned long ln = 0;
+	uint32_t *jobs = NULL, njob = 0;
+	size_t jcap = 0;
+	int err;
 
 	snprintf(path, sizeof(path), "%s/latency/latencyprism_sentinel_normal_vllm.csv", dir);
 	f = fopen(path, "r");
@@ -146,13 +190,31 @@ static int load_lp(const char *dir, struct stream *x)
 			v.phase = DIAG_PHASE_DECODE;
 			v.t = bs;
 		}
+		if (strcmp(job, prev)) {
+			snprintf(prev, sizeof(prev), "%s", job);
+			njob++;
+		}
+		if (x->n == jcap) {
+			uint32_t *nj = realloc(jobs, sizeof(*nj) * (jcap = jcap ? jcap * 2 : 4096));
+
+			if (!nj) {
+				fclose(f);
+				free(jobs);
+				return -ENOMEM;
+			}
+			jobs = nj;
+		}
+		jobs[x->n] = njob;
 		if (push(x, &v)) {
 			fclose(f);
+			free(jobs);
 			return -ENOMEM;
 		}
 	}
 	fclose(f);
-	return 0;
+	err = build_jitter(x, jobs);
+	free(jobs);
+	return err;
 }
 
 /* the Splitwise perf model for one (model, hardware, TP) */
@@ -190,22 +252,22 @@ static int load_pm(const char *dir)
 	return pm.n ? 0 : -ENOENT;
 }
 
-/* mean over repeats of (prompt, batch), and one repeat's ratio to it */
-static double pm_at(double ps, double bs, bool prompt, double *noise)
+/*
+ * mean over the measured repeats of (prompt, batch). A repeat is a separate
+ * run, so their spread (one warm-up run 24% slower at 128 tokens) is
+ * run-to-run, not step-to-step noise: the steps take theirs from jitter().
+ */
+static double pm_at(double ps, double bs, bool prompt)
 {
-	double sum = 0, vals[16];
+	double sum = 0;
 	int n = 0;
 
 	for (int i = 0; i < pm.n; i++)
-		if (pm.prompt[i] == ps && pm.batch[i] == bs && n < 16) {
-			vals[n] = prompt ? pm.ptime[i] : pm.ttime[i];
-			sum += vals[n++];
+		if (pm.prompt[i] == ps && pm.batch[i] == bs) {
+			sum += prompt ? pm.ptime[i] : pm.ttime[i];
+			n++;
 		}
-	if (!n)
-		return -1;
-	if (noise)
-		*noise = vals[rnd() % n] / (sum / n);
-	return sum / n;
+	return n ? sum / n : -1;
 }
 
 /* piecewise-linear interpolation in log space along a 1-D grid */
@@ -225,7 +287,7 @@ static double interp(const double *gx, const double *gy, int n, double x)
 
 /* prefill: time against total prompt tokens (prompt x batch points of the grid) */
 static const double pf_tok[] = {128, 256, 512, 1024, 2048, 4096, 8192};
-static double pf_ms[7], pf_noise_pts[7][2];
+static double pf_ms[7];
 /* decode: time against batch at prompt 512, scaled by context (batch 1 curve) */
 static const double dc_b[] = {1, 2, 4, 8, 16, 32, 64};
 static const double dc_ctx[] = {128, 256, 512, 1024, 2048, 4096, 8192};
@@ -234,31 +296,13 @@ static double dc_ms[7], ctx_ms[7];
 static int pm_prepare(void)
 {
 	for (int i = 0; i < 7; i++) {
-		pf_ms[i] = pm_at(pf_tok[i], 1, true, NULL);
-		dc_ms[i] = pm_at(512, dc_b[i], false, NULL);
-		ctx_ms[i] = pm_at(dc_ctx[i], 1, false, NULL);
-		pf_noise_pts[i][0] = pf_tok[i];
+		pf_ms[i] = pm_at(pf_tok[i], 1, true);
+		dc_ms[i] = pm_at(512, dc_b[i], false);
+		ctx_ms[i] = pm_at(dc_ctx[i], 1, false);
 		if (pf_ms[i] <= 0 || dc_ms[i] <= 0 || ctx_ms[i] <= 0)
 			return -ENOENT;
 	}
 	return 0;
-}
-
-/* the measured repeat noise at the nearest grid point */
-static double noise_near(bool prompt, double x)
-{
-	int best = 0;
-	double nz = 1;
-
-	for (int i = 1; i < 7; i++)
-		if (fabs(log(x / (prompt ? pf_tok[i] : dc_b[i]))) <
-		    fabs(log(x / (prompt ? pf_tok[best] : dc_b[best]))))
-			best = i;
-	if (prompt)
-		pm_at(pf_tok[best], 1, true, &nz);
-	else
-		pm_at(512, dc_b[best], false, &nz);
-	return nz;
 }
 
 struct req {
@@ -361,7 +405,7 @@ static int synth(const char *name, const struct req *rq, size_t nrq, size_t max_
 			v.t = tok;
 			v.batch = add;
 			v.kv = tok;
-			v.dur = interp(pf_tok, pf_ms, 7, tok) * noise_near(true, tok) * 1e6;
+			v.dur = interp(pf_tok, pf_ms, 7, tok) * jitter() * 1e6;
 			nfl += add;
 		} else {
 			double ctx = 0, r;
@@ -373,7 +417,7 @@ static int synth(const char *name, const struct req *rq, size_t nrq, size_t max_
 			v.batch = nfl;
 			v.kv = ctx;
 			r = interp(dc_ctx, ctx_ms, 7, ctx / nfl) / ctx_ms[2];
-			v.dur = interp(dc_b, dc_ms, 7, nfl) * r * noise_near(false, nfl) * 1e6;
+			v.dur = interp(dc_b, dc_ms, 7, nfl) * r * jitter() * 1e6;
 			for (int i = 0; i < nfl;) {
 				fl[i].ctx++;
 				if (--fl[i].left <= 0)

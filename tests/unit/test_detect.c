@@ -126,14 +126,17 @@ static void test_single_and_run(void **state)
 		run_flags += v.anomalous;
 	}
 	assert_int_equal(run_flags, 10);
-	/* a run of 1.07x steps, under the single-step limit: the smoothed chart */
+	/*
+	 * a run of 1.11x steps, under the single-step floor (0.15) and over the
+	 * smoothed chart's (0.08): the smoothed chart
+	 */
 	run_flags = 0;
 	for (int i = 0; i < 30; i++) {
 		mk(&s, &ts, 8 + i % 4, 1);
 		diag_det__add_step(d, &s, &v);
 	}
 	for (int i = 0; i < 10; i++) {
-		mk(&s, &ts, 8 + i % 4, 1.07);
+		mk(&s, &ts, 8 + i % 4, 1.11);
 		diag_det__add_step(d, &s, &v);
 		run_flags += v.anomalous;
 	}
