@@ -6,10 +6,11 @@
  * At start the agent scans /proc for processes that map libcudart or libcuda
  * (or takes the --pid set). Afterwards bpf/proc.bpf.c reports every
  * executable mapping of a libcud* file (a process that just loaded CUDA),
- * and exec/exit of traced processes. Libraries are opened through
- * /proc/PID/root so that a container's own copy is the file probed; files
- * are told apart by (device, inode), attached once, and detached when their
- * last traced user exits.
+ * every executable mapping a traced process makes (a library it dlopen()s,
+ * which may hold the step probes: usdt.c), and exec/exit of traced
+ * processes. Libraries are opened through /proc/PID/root so that a
+ * container's own copy is the file probed; files are told apart by (device,
+ * inode), attached once, and detached when their last traced user exits.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -261,13 +262,15 @@ static void lib_put(struct agent *a, int idx)
 
 /*
  * Read /proc/PID/maps and attach every CUDA library the process maps that
- * it did not map before. Returns the number of CUDA libraries mapped, or
- * -errno when maps cannot be read.
+ * it did not map before, and the step probes of every executable file that
+ * has them (usdt.c). Returns the number of CUDA libraries mapped, or -errno
+ * when maps cannot be read; p->n_exec_maps gets the number of executable
+ * file mappings.
  */
 static int proc_scan_libs(struct agent *a, struct proc *p)
 {
 	char path[64], line[1024], lpath[512];
-	int count = 0;
+	int count = 0, n_exec = 0;
 	FILE *f;
 
 	snprintf(path, sizeof(path), "/proc/%u/maps", p->pid);
@@ -282,6 +285,9 @@ static int proc_scan_libs(struct agent *a, struct proc *p)
 		if (maps_parse_line(line, &maj, &min, &ino, lpath, sizeof(lpath), &exec) || !exec ||
 		    !ino)
 			continue;
+		n_exec++;
+		if (lpath[0] == '/')
+			usdt_on_mapping(a, p, makedev(maj, min), ino, lpath);
 		kind = cuda_lib_kind(lpath);
 		if (!kind)
 			continue;
@@ -301,6 +307,7 @@ static int proc_scan_libs(struct agent *a, struct proc *p)
 		a->libs[idx].users++;
 	}
 	fclose(f);
+	p->n_exec_maps = n_exec;
 	return count;
 }
 
@@ -391,7 +398,6 @@ static void proc_trace(struct agent *a, uint32_t pid)
 		p->maps_pending = true;
 	pr_info("tracing pid %u (%s), instance %s, %d CUDA libraries", pid, p->comm,
 		agent_instance_of(a, pid), p->n_libs);
-	usdt_attach(a, p);
 	emit_proc_record(a, p, "attach");
 }
 
@@ -472,6 +478,8 @@ void discovery_on_exec(struct agent *a, uint32_t pid)
 	for (int i = 0; i < p->n_libs; i++)
 		lib_put(a, p->libs[i]);
 	p->n_libs = 0;
+	usdt_detach(p);
+	p->n_exec_maps = 0;
 	read_comm(pid, p->comm, sizeof(p->comm));
 	read_instance(a, p);
 	p->maps_pending = true;
@@ -499,12 +507,20 @@ void discovery_tick(struct agent *a)
 			continue;
 		}
 		if (p->maps_pending) {
-			int before = p->n_libs, n = proc_scan_libs(a, p);
+			int before = p->n_libs, maps_before = p->n_exec_maps;
+			int n = proc_scan_libs(a, p);
 
 			if (n >= 0 && p->n_libs > before)
 				emit_proc_record(a, p, "libraries");
-			if (p->n_libs > before || ++p->maps_pending > MAPS_RETRIES)
+			/*
+			 * The mapping is reported at mmap's entry: read again until
+			 * it shows, then once more, since a burst of dlopen()s may
+			 * have had a mapping still in flight during this read.
+			 */
+			if (++p->maps_pending > MAPS_RETRIES)
 				p->maps_pending = 0;
+			else if (p->n_libs > before || p->n_exec_maps > maps_before)
+				p->maps_pending = MAPS_RETRIES;
 		}
 	}
 }
@@ -542,4 +558,5 @@ void discovery_stop(struct agent *a)
 			uprobes_detach_file(a, i);
 			a->libs[i].used = false;
 		}
+	usdt_free(a);
 }

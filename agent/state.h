@@ -14,6 +14,8 @@ struct infertrace_bpf;
 struct ring_buffer;
 struct bpf_link;
 struct ops;
+struct usdt_link;
+struct usdt_cache;
 
 #define MAX_SINKS 4
 #define MAX_PROCS 4096
@@ -32,7 +34,10 @@ struct proc {
 	int libs[MAX_PROC_LIBS]; /* indexes into agent.libs */
 	int n_libs;
 	int maps_pending; /* >0: re-read maps at the next tick (tries so far) */
-	struct bpf_link *usdt[2]; /* USDT_LINKS: step probes of its executable (usdt.c) */
+	int n_exec_maps; /* executable file mappings at the last maps read */
+	struct usdt_link *usdt; /* files with step probes it maps (usdt.c) */
+	int n_usdt;
+	bool usdt_counted; /* counted in usdt_procs (once per process) */
 	int gone_intervals; /* intervals since it exited: its slot goes after 2 */
 };
 
@@ -65,7 +70,9 @@ struct agent_counters {
 	uint64_t maps_read_errors;
 	uint64_t shim_errors;
 	uint64_t usdt_procs; /* processes with the step probes attached */
-	uint64_t usdt_errors; /* attaches that failed */
+	uint64_t usdt_errors; /* attaches that failed, per process and file */
+	uint64_t usdt_files; /* distinct files found carrying the step probes */
+	uint64_t usdt_files_read; /* distinct files whose ELF notes were read */
 	uint64_t step_marks; /* step probe hits decoded */
 };
 
@@ -88,6 +95,7 @@ struct agent {
 	void *gpu; /* gpu.c state; NULL when GPU-side capture is off */
 	struct diag *diag; /* diag.c: steps and anomalies; NULL when off */
 	struct ops *ops; /* ops.h: deep-dive, flight recorder, control, metrics */
+	struct usdt_cache *usdt; /* usdt.c: which files carry step probes */
 };
 
 /* log.c: the libraries' log callback (corr_log_fn); ctx is a message prefix */
@@ -178,8 +186,10 @@ int decode_record(struct agent *a, const void *data, size_t size);
 
 /* usdt.c: the step probes of include/infertrace/step.h */
 #define USDT_LINKS 2
-void usdt_attach(struct agent *a, struct proc *p);
-void usdt_detach(struct proc *p);
+/* an executable mapping of path (dev, ino as in /proc/PID/maps): attach if it has the probes */
+int usdt_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const char *path);
+void usdt_detach(struct proc *p); /* every file of the process */
+void usdt_free(struct agent *a); /* the file cache, at shutdown */
 /* a cuda_launch record's JSON (deep mode, and the flight recorder's kernel half) */
 #define DECODE_LAUNCH_MAX (1024 + MAX_STACK_DEPTH * 24)
 long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size_t size,

@@ -68,6 +68,8 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	json_object_set_new(r, "proc_table_full", json_integer((json_int_t)a->cnt.proc_table_full));
 	json_object_set_new(r, "usdt_processes", json_integer((json_int_t)a->cnt.usdt_procs));
 	json_object_set_new(r, "usdt_errors", json_integer((json_int_t)a->cnt.usdt_errors));
+	json_object_set_new(r, "usdt_files", json_integer((json_int_t)a->cnt.usdt_files));
+	json_object_set_new(r, "usdt_files_read", json_integer((json_int_t)a->cnt.usdt_files_read));
 	json_object_set_new(r, "step_marks", json_integer((json_int_t)a->cnt.step_marks));
 	json_object_set_new(r, "traced_processes", json_integer(procs));
 	json_object_set_new(r, "processes_seen", json_integer((json_int_t)a->cnt.procs_seen));

@@ -40,7 +40,7 @@ enum event_type {
 	EV_TCP_RETRANS = 6, /* struct tcp_retrans_event */
 	EV_PROC_EXEC = 7, /* struct process_event */
 	EV_PROC_EXIT = 8, /* struct process_event */
-	EV_LIB_MAP = 9, /* struct process_event: a CUDA library was mapped */
+	EV_LIB_MAP = 9, /* struct process_event: exec mapping of libcud*, or any by a traced process */
 	EV_STEP_MARK = 10, /* struct step_mark_event: a USDT probe of infertrace/step.h */
 	/* 11..15 reserved for further BPF families */
 	/* GPU side, written by the CUPTI shim (agent/shim) */

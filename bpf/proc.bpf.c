@@ -5,8 +5,11 @@
  * A CUDA library is loaded long after exec (python imports torch late), so
  * exec alone cannot find CUDA processes: the hook that matters is the
  * executable mapping of a file named libcud* (libcudart, libcuda), seen at
- * security_mmap_file() before the mapping exists; the agent then reads
- * /proc/PID/maps. exec and exit are reported only for traced processes.
+ * mmap's entry before the mapping exists; the agent then reads
+ * /proc/PID/maps. A traced process has every executable mapping reported,
+ * whatever the file's name: an engine library it dlopen()s may carry the
+ * step probes (agent/usdt.c). exec and exit are reported only for traced
+ * processes.
  */
 #include "lib/common.bpf.h"
 #include <bpf/bpf_tracing.h>
@@ -43,11 +46,10 @@ static __always_inline int handle_mmap_file(struct file *file)
 	if (!file || (id >> 32) == cfg.self_pid)
 		return 0;
 	dname = BPF_CORE_READ(file, f_path.dentry, d_name.name);
-	if (bpf_probe_read_kernel_str(name, sizeof(name), dname) < 7)
-		return 0;
-	/* "libcud": libcudart.so*, libcuda.so* */
-	if (name[0] != 'l' || name[1] != 'i' || name[2] != 'b' || name[3] != 'c' ||
-	    name[4] != 'u' || name[5] != 'd')
+	/* "libcud": libcudart.so*, libcuda.so*; any file for a traced process */
+	if (!traced(id >> 32) &&
+	    (bpf_probe_read_kernel_str(name, sizeof(name), dname) < 7 || name[0] != 'l' ||
+	     name[1] != 'i' || name[2] != 'b' || name[3] != 'c' || name[4] != 'u' || name[5] != 'd'))
 		return 0;
 	e = proc_reserve(EV_LIB_MAP, id >> 32, (__u32)id);
 	if (!e)
