@@ -219,8 +219,10 @@ fuzz-shim-rx: $(BUILD)/tests/fuzz/fuzz_shim_rx
 # tests/integration/*.c: workloads the integration scripts run (no cmocka).
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRCS))
-ITEST_SRCS := $(sort $(wildcard tests/integration/*.c))
-ITEST_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(ITEST_SRCS))
+# tests/integration/usdt_lib.c is a library, not a workload (rule below).
+ITEST_SRCS := $(sort $(filter-out tests/integration/usdt_lib.c,$(wildcard tests/integration/*.c)))
+ITEST_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(ITEST_SRCS)) \
+	$(BUILD)/tests/integration/libusdt_steps.so
 TEST_BINS := $(UNIT_BINS) $(ITEST_BINS)
 
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(AGENT_LIB) $(CORR_LIB)
@@ -243,6 +245,15 @@ $(BUILD)/tests/integration/kafka_mock: tests/integration/kafka_mock.c
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LDFLAGS_SAN) $(LDFLAGS) -lrdkafka -lpthread
+
+# tests/integration/libusdt_steps.so (owner: tests/integration/usdt*): the
+# step probes in a shared library, as a Python extension carries them, for
+# usdt_dlopen to load late. Hidden visibility, as an engine is built: the
+# semaphores its code reads are its own, never another module's.
+$(BUILD)/tests/integration/libusdt_steps.so: tests/integration/usdt_lib.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -shared -o $@ $< $(LDFLAGS_SAN) $(LDFLAGS)
 
 # workloads load libcudart / libcuda with dlopen, as inference engines do
 $(BUILD)/tests/integration/%: tests/integration/%.c

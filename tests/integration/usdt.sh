@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #
 # usdt - steps marked by a native engine with include/infertrace/step.h
-# (issue 5): the agent finds the USDT notes in a traced process's
-# executable, attaches bpf/usdt.bpf.c to them for that pid, and the step
-# segmenter makes one step per begin/end pair.
+# (issue 5): the agent finds the USDT notes in the files a traced process
+# maps executable (its executable, its libraries, one dlopen()ed late),
+# attaches bpf/usdt.bpf.c to them for that pid, and the step segmenter
+# makes one step per begin/end pair.
 #
 #   usdt_steps:     30 steps of tests/integration/usdt_steps.c: 30 step
 #                   records with source usdt, in order, each with the
@@ -12,17 +13,60 @@
 #                   engine's thread, and start/end inside the engine's own
 #                   clock brackets around the probes; the semaphore was set
 #                   while attached (arguments evaluated); 60 probe hits
-#                   counted, one process with probes, no attach error
+#                   counted, one process with probes, one file with
+#                   probes, no attach error; each distinct executable file
+#                   the process maps read once (usdt_files_read equals the
+#                   distinct (dev, inode) of its executable mappings)
+#   usdt_library:   the probes in a shared library (libusdt_steps.so, from
+#                   usdt_lib.c) that usdt_dlopen, whose executable has no
+#                   notes, dlopen()s only after the agent traces it: the
+#                   agent finds and attaches them (the library's semaphores
+#                   go up), and 30 steps give 30 step records with source
+#                   usdt, in order, with the library's tokens, batch, KV
+#                   tokens and phase, the thread, start/end inside the
+#                   brackets, semaphore set; 60 probe hits, one process,
+#                   one file with probes, the attach log names the library,
+#                   no attach error; each distinct file read once
 #   usdt_no_notes:  a CUDA process without the notes (cuda_calls) gets no
 #                   probes, no error and no USDT steps
 source "$(dirname "$0")/lib.sh"
 jqe() { jq -e "$@" >/dev/null 2>&1; }
 USDT_STEPS=$BUILD/tests/integration/usdt_steps
-it_preflight usdt_steps usdt_no_notes
-if [ ! -x "$USDT_STEPS" ]; then
-	for n in usdt_steps usdt_no_notes; do echo "FAIL $n: $USDT_STEPS not built (make test)"; done
-	exit 0
-fi
+USDT_DLOPEN=$BUILD/tests/integration/usdt_dlopen
+USDT_LIB=$BUILD/tests/integration/libusdt_steps.so
+it_preflight usdt_steps usdt_library usdt_no_notes
+for f in "$USDT_STEPS" "$USDT_DLOPEN" "$USDT_LIB"; do
+	if [ ! -f "$f" ]; then
+		for n in usdt_steps usdt_library usdt_no_notes; do echo "FAIL $n: $f not built (make test)"; done
+		exit 0
+	fi
+done
+
+# distinct (device, inode) of the executable file mappings of PID
+exec_files() { awk '$2 ~ /x/ && $5 != 0 { print $4, $5 }' "/proc/$1/maps" | sort -u | wc -l; }
+
+# check_steps PID TID WORKLOAD_OUT TOKENS_BASE: the workload's N steps
+# (tokens TOKENS_BASE + i, batch 1 + i % 4, kv 1000 * (i + 1), prefill then
+# decode) against the agent's step records of PID, one by one
+check_steps() {
+	local pid=$1 tid=$2 wout=$3 tb=$4 steps marks bad
+	steps=$(jqo --argjson p "$pid" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
+	marks=$(jq -s -c '[.[] | select(has("step"))]' "$wout")
+	expect "$(jq length <<<"$marks") workload steps, want $N" eq "$(jq length <<<"$marks")" "$N"
+	expect "$(jq length <<<"$steps") steps, want $N" eq "$(jq length <<<"$steps")" "$N"
+	bad=$(jq -c -n --argjson s "$steps" --argjson m "$marks" --argjson tid "$tid" --argjson tb "$tb" '
+		[ range(0; [$s | length, $m | length] | min) as $i | $s[$i] as $x | $m[$i] as $w
+		  | (if $x.source != "usdt" then "step \($i): source \($x.source)" else empty end),
+		    (if $x.tokens != $tb + $i or $x.batch_size != 1 + $i % 4 or $x.kv_tokens != 1000 * ($i + 1)
+		     then "step \($i): tokens \($x.tokens) batch \($x.batch_size) kv \($x.kv_tokens)" else empty end),
+		    (if $x.phase != (if $i == 0 then "prefill" else "decode" end) then "step \($i): phase \($x.phase)" else empty end),
+		    (if $x.tid != $tid then "step \($i): tid \($x.tid)" else empty end),
+		    (if $x.start_ns < $w.begin or $x.start_ns + $x.dur_ns > $w.end or $x.dur_ns < 2000000
+		     then "step \($i): [\($x.start_ns), +\($x.dur_ns)] outside [\($w.begin), \($w.end)]" else empty end),
+		    (if $w.semaphore < 1 then "step \($i): semaphore \($w.semaphore)" else empty end)
+		] | .[:5]')
+	expect "steps: $bad" [ "$bad" = "[]" ]
+}
 
 N=30
 go=$T/go ex=$T/exit WOUT=$T/work
@@ -49,31 +93,69 @@ else
 			[ "$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | length')" -ge "$N" ] && break
 			sleep 0.1
 		done
+		nfiles=$(exec_files "$WPID")
 		touch "$ex"
 		wait_exit "$wp" 30 || fail_because "usdt_steps did not finish"
 		agent_stop INT || fail_because "agent did not exit on SIGINT"
-		steps=$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
-		marks=$(jq -s -c '[.[] | select(has("step"))]' "$WOUT")
-		expect "$(jq length <<<"$steps") steps, want $N" eq "$(jq length <<<"$steps")" "$N"
-		bad=$(jq -c -n --argjson s "$steps" --argjson m "$marks" --argjson tid "$TID" '
-			[ range(0; [$s | length, $m | length] | min) as $i | $s[$i] as $x | $m[$i] as $w
-			  | (if $x.source != "usdt" then "step \($i): source \($x.source)" else empty end),
-			    (if $x.tokens != 100 + $i or $x.batch_size != 1 + $i % 4 or $x.kv_tokens != 1000 * ($i + 1)
-			     then "step \($i): tokens \($x.tokens) batch \($x.batch_size) kv \($x.kv_tokens)" else empty end),
-			    (if $x.phase != (if $i == 0 then "prefill" else "decode" end) then "step \($i): phase \($x.phase)" else empty end),
-			    (if $x.tid != $tid then "step \($i): tid \($x.tid)" else empty end),
-			    (if $x.start_ns < $w.begin or $x.start_ns + $x.dur_ns > $w.end or $x.dur_ns < 2000000
-			     then "step \($i): [\($x.start_ns), +\($x.dur_ns)] outside [\($w.begin), \($w.end)]" else empty end),
-			    (if $w.semaphore < 1 then "step \($i): semaphore \($w.semaphore)" else empty end)
-			] | .[:5]')
-		expect "steps: $bad" [ "$bad" = "[]" ]
-		st=$(jqo '[.[] | select(.type == "stats")][-1] | {usdt_processes, usdt_errors, step_marks}')
+		check_steps "$WPID" "$TID" "$WOUT" 100
+		st=$(jqo '[.[] | select(.type == "stats")][-1] | {usdt_processes, usdt_errors, usdt_files, usdt_files_read, step_marks}')
 		expect "stats $st: want 60 step marks" jqe '.step_marks == 60' <<<"$st"
-		expect "stats $st: want 1 process with probes, no error" \
-			jqe '.usdt_processes == 1 and .usdt_errors == 0' <<<"$st"
+		expect "stats $st: want 1 process with probes, 1 file with probes, no error" \
+			jqe '.usdt_processes == 1 and .usdt_files == 1 and .usdt_errors == 0' <<<"$st"
+		expect "stats $st: want each of the $nfiles executable files read once" \
+			jqe --argjson n "${nfiles:-0}" '$n > 2 and .usdt_files_read == $n' <<<"$st"
 	fi
 fi
 report usdt_steps
+
+# ----------------------------------------------------- shared library --
+go=$T/go3 ex=$T/exit3 WOUT=$T/work3
+bg_start "$WOUT" "$USDT_DLOPEN" -l "$USDT_LIB" -n "$N" -w "$go" -e "$ex"
+wp=$BG_PID
+if ! wait_line "$WOUT" 10; then
+	fail_because "usdt_dlopen printed nothing: $(head -c 300 "$WOUT.err")"
+else
+	WPID=$(head -n 1 "$WOUT" | jq -r .pid)
+	TID=$(head -n 1 "$WOUT" | jq -r .tid)
+	if ! agent_start usdt_lib -i 0.25 --pid "$WPID"; then
+		fail_because "agent did not start: $(agent_tail)"
+	elif ! wait_record ".type == \"process\" and .pid == $WPID" 10; then
+		fail_because "no attach record for pid $WPID: $(agent_tail)"
+	else
+		# not loaded yet: nothing to attach to
+		expect "libusdt_steps.so mapped before the go" [ -z "$(grep libusdt_steps "/proc/$WPID/maps")" ]
+		touch "$go"
+		for ((i = 0; i < 150; i++)); do
+			grep -q '"done"' "$WOUT" && break
+			sleep 0.1
+		done
+		expect "the library's semaphores never went up: $(grep loaded "$WOUT")" \
+			jqe -s 'map(select(has("loaded"))) | length == 1 and .[0].semaphore >= 1' "$WOUT"
+		for ((i = 0; i < 60; i++)); do
+			[ "$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | length')" -ge "$N" ] && break
+			sleep 0.1
+		done
+		nfiles=$(exec_files "$WPID")
+		touch "$ex"
+		wait_exit "$wp" 30 || fail_because "usdt_dlopen did not finish"
+		agent_stop INT || fail_because "agent did not exit on SIGINT"
+		check_steps "$WPID" "$TID" "$WOUT" 200
+		st=$(jqo '[.[] | select(.type == "stats")][-1] | {usdt_processes, usdt_errors, usdt_files, usdt_files_read, step_marks}')
+		expect "stats $st: want 60 step marks" jqe '.step_marks == 60' <<<"$st"
+		expect "stats $st: want 1 process with probes, 1 file with probes, no error" \
+			jqe '.usdt_processes == 1 and .usdt_files == 1 and .usdt_errors == 0' <<<"$st"
+		expect "stats $st: want each of the $nfiles executable files read once" \
+			jqe --argjson n "${nfiles:-0}" '$n > 2 and .usdt_files_read == $n' <<<"$st"
+		att=$(grep -c "pid $WPID: step probes .* attached in .*/libusdt_steps.so\$" "$AGENT_ERR")
+		expect "$att attach lines for the library, want 1: $(grep 'step probes' "$AGENT_ERR" | head -3)" \
+			eq "$att" 1
+		expect "step probes attached elsewhere: $(grep 'step probes' "$AGENT_ERR" | head -3)" \
+			eq "$(grep -c 'step probes' "$AGENT_ERR")" 1
+		expect "the agent warned: $(grep -iE 'warn|error' "$AGENT_ERR" | grep -iv 'control socket' | head -2)" \
+			[ -z "$(grep -iE 'warn|error' "$AGENT_ERR" | grep -iv 'control socket')" ]
+	fi
+fi
+report usdt_library
 
 # ------------------------------------------------------------- no notes --
 go=$T/go2 out=$T/calls

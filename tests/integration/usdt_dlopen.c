@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * usdt_dlopen - a process whose step probes are not in its executable (this
+ * file has none) but in a library it dlopen()s late, as Python loads a
+ * native engine: tests/integration/usdt_lib.c.
+ *
+ * usage: usdt_dlopen -l LIB [-n STEPS] [-w GO_FILE] [-e EXIT_FILE]
+ *   Loads the real libcudart (no GPU: the calls fail, the probes fire) and
+ *   prints {"pid":P,"tid":T}; waits for GO_FILE (at most 30 s), then
+ *   dlopen()s LIB and waits (at most 10 s) for its two semaphores to be
+ *   counted up, i.e. for a tracer to have found and attached the probes,
+ *   then 0.5 s more (see below), and prints
+ *   {"loaded":true,"waited_ms":W,"semaphore":S}; runs STEPS steps of LIB,
+ *   each launching 3 kernels (usdt_lib.c prints one line per step); prints
+ *   {"done":true} and waits for EXIT_FILE (at most 30 s).
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
+
+struct dim3 {
+	unsigned x, y, z;
+};
+typedef int (*launch_fn)(const void *, struct dim3, struct dim3, void **, size_t, void *);
+typedef unsigned (*semaphore_fn)(int end);
+typedef void (*steps_fn)(int, void (*)(void *), void *);
+
+static void wait_file(const char *path, int secs)
+{
+	for (int i = 0; path && i < secs * 100 && access(path, F_OK); i++)
+		usleep(10000);
+}
+
+/* a step's GPU work: what the engine would launch */
+static void launch3(void *arg)
+{
+	struct dim3 grid = { 4, 1, 1 }, block = { 64, 1, 1 };
+	launch_fn launch = (launch_fn)arg;
+
+	for (int k = 0; k < 3; k++)
+		launch((void *)0xabc0, grid, block, NULL, 0, NULL);
+}
+
+int main(int argc, char **argv)
+{
+	const char *go = NULL, *ex = NULL, *lib = NULL;
+	int steps = 30, opt, waited = 0;
+	semaphore_fn semaphore;
+	launch_fn launch;
+	steps_fn run;
+	void *rt, *h;
+
+	while ((opt = getopt(argc, argv, "l:n:w:e:")) != -1) {
+		switch (opt) {
+		case 'l':
+			lib = optarg;
+			break;
+		case 'n':
+			steps = atoi(optarg);
+			break;
+		case 'w':
+			go = optarg;
+			break;
+		case 'e':
+			ex = optarg;
+			break;
+		default:
+			lib = NULL;
+			optind = argc;
+			break;
+		}
+	}
+	if (!lib) {
+		fprintf(stderr, "usage: %s -l LIB [-n STEPS] [-w GO_FILE] [-e EXIT_FILE]\n",
+			argv[0]);
+		return 2;
+	}
+	rt = dlopen(CUDA_LIB, RTLD_NOW);
+	launch = rt ? (launch_fn)dlsym(rt, "cudaLaunchKernel") : NULL;
+	if (!launch) {
+		fprintf(stderr, "usdt_dlopen: cannot load %s: %s\n", CUDA_LIB, dlerror());
+		return 1;
+	}
+	printf("{\"pid\":%d,\"tid\":%ld}\n", getpid(), (long)syscall(SYS_gettid));
+	fflush(stdout);
+	wait_file(go, 30);
+
+	h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	semaphore = h ? (semaphore_fn)dlsym(h, "usdt_lib_semaphore") : NULL;
+	run = h ? (steps_fn)dlsym(h, "usdt_lib_steps") : NULL;
+	if (!semaphore || !run) {
+		fprintf(stderr, "usdt_dlopen: cannot load %s: %s\n", lib, dlerror());
+		return 1;
+	}
+	/*
+	 * The agent attaches at its next look at the maps: steps before that
+	 * are lost. A semaphore is counted up when the kernel registers the
+	 * probe, before libbpf has attached the program to it; a probe hit in
+	 * that window makes the kernel remove the breakpoint from this process
+	 * for good (seen on 6.18 with pid-filtered uprobes), so the steps start
+	 * a while after both semaphores are up, as an engine that was loaded
+	 * before it started serving would.
+	 */
+	while ((!semaphore(0) || !semaphore(1)) && waited < 10000) {
+		usleep(10000);
+		waited += 10;
+	}
+	usleep(500000);
+	printf("{\"loaded\":true,\"waited_ms\":%d,\"semaphore\":%u}\n", waited, semaphore(0));
+	fflush(stdout);
+	run(steps, launch3, (void *)launch);
+	printf("{\"done\":true}\n");
+	fflush(stdout);
+	wait_file(ex, 30);
+	return 0;
+}
