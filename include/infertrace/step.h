@@ -21,6 +21,12 @@
  *   kv_tokens  sum of the requests' context lengths (-1 when unknown)
  *   phase      INFERTRACE_PHASE_*
  *
+ * The probes may live in the executable or in a shared library (a Python
+ * extension, loaded with dlopen() at any time): the agent looks in every
+ * file a traced process maps executable. In a library, build with
+ * -fvisibility=hidden (or one module's semaphores may interpose another's,
+ * and the code would read a semaphore the kernel does not count up).
+ *
  * The agent turns each begin/end pair into one `step` record with
  * "source":"usdt" (docs/events.md, docs/diagnosis.md); the values must
  * match enum diag_phase in correlator/include/diagnose.h.
