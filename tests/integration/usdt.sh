@@ -68,6 +68,30 @@ check_steps() {
 	expect "steps: $bad" [ "$bad" = "[]" ]
 }
 
+# finish_steps NAME TOKENS_BASE: once the workload (WPID, TID, WOUT, BG pid
+# wp, exit file ex) has run its N steps: wait until the agent cut them (2 s
+# after their end), let the workload exit, stop the agent, check the steps
+# one by one, and the stats: 2 probe hits a step, 1 process and 1 file with
+# probes, no error, each distinct executable file of the process read once
+finish_steps() {
+	local name=$1 tb=$2 nfiles st
+	for ((i = 0; i < 60; i++)); do
+		[ "$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | length')" -ge "$N" ] && break
+		sleep 0.1
+	done
+	nfiles=$(exec_files "$WPID")
+	touch "$ex"
+	wait_exit "$wp" 30 || fail_because "$name did not finish"
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	check_steps "$WPID" "$TID" "$WOUT" "$tb"
+	st=$(jqo '[.[] | select(.type == "stats")][-1] | {usdt_processes, usdt_errors, usdt_files, usdt_files_read, step_marks}')
+	expect "stats $st: want 60 step marks" jqe '.step_marks == 60' <<<"$st"
+	expect "stats $st: want 1 process with probes, 1 file with probes, no error" \
+		jqe '.usdt_processes == 1 and .usdt_files == 1 and .usdt_errors == 0' <<<"$st"
+	expect "stats $st: want each of the $nfiles executable files read once" \
+		jqe --argjson n "${nfiles:-0}" '$n > 2 and .usdt_files_read == $n' <<<"$st"
+}
+
 N=30
 go=$T/go ex=$T/exit WOUT=$T/work
 bg_start "$WOUT" "$USDT_STEPS" -n "$N" -w "$go" -e "$ex"
@@ -88,22 +112,7 @@ else
 			grep -q '"done"' "$WOUT" && break
 			sleep 0.1
 		done
-		# steps are cut 2 s after their end
-		for ((i = 0; i < 60; i++)); do
-			[ "$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | length')" -ge "$N" ] && break
-			sleep 0.1
-		done
-		nfiles=$(exec_files "$WPID")
-		touch "$ex"
-		wait_exit "$wp" 30 || fail_because "usdt_steps did not finish"
-		agent_stop INT || fail_because "agent did not exit on SIGINT"
-		check_steps "$WPID" "$TID" "$WOUT" 100
-		st=$(jqo '[.[] | select(.type == "stats")][-1] | {usdt_processes, usdt_errors, usdt_files, usdt_files_read, step_marks}')
-		expect "stats $st: want 60 step marks" jqe '.step_marks == 60' <<<"$st"
-		expect "stats $st: want 1 process with probes, 1 file with probes, no error" \
-			jqe '.usdt_processes == 1 and .usdt_files == 1 and .usdt_errors == 0' <<<"$st"
-		expect "stats $st: want each of the $nfiles executable files read once" \
-			jqe --argjson n "${nfiles:-0}" '$n > 2 and .usdt_files_read == $n' <<<"$st"
+		finish_steps usdt_steps 100
 	fi
 fi
 report usdt_steps
@@ -131,21 +140,7 @@ else
 		done
 		expect "the library's semaphores never went up: $(grep loaded "$WOUT")" \
 			jqe -s 'map(select(has("loaded"))) | length == 1 and .[0].semaphore >= 1' "$WOUT"
-		for ((i = 0; i < 60; i++)); do
-			[ "$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | length')" -ge "$N" ] && break
-			sleep 0.1
-		done
-		nfiles=$(exec_files "$WPID")
-		touch "$ex"
-		wait_exit "$wp" 30 || fail_because "usdt_dlopen did not finish"
-		agent_stop INT || fail_because "agent did not exit on SIGINT"
-		check_steps "$WPID" "$TID" "$WOUT" 200
-		st=$(jqo '[.[] | select(.type == "stats")][-1] | {usdt_processes, usdt_errors, usdt_files, usdt_files_read, step_marks}')
-		expect "stats $st: want 60 step marks" jqe '.step_marks == 60' <<<"$st"
-		expect "stats $st: want 1 process with probes, 1 file with probes, no error" \
-			jqe '.usdt_processes == 1 and .usdt_files == 1 and .usdt_errors == 0' <<<"$st"
-		expect "stats $st: want each of the $nfiles executable files read once" \
-			jqe --argjson n "${nfiles:-0}" '$n > 2 and .usdt_files_read == $n' <<<"$st"
+		finish_steps usdt_dlopen 200
 		att=$(grep -c "pid $WPID: step probes .* attached in .*/libusdt_steps.so\$" "$AGENT_ERR")
 		expect "$att attach lines for the library, want 1: $(grep 'step probes' "$AGENT_ERR" | head -3)" \
 			eq "$att" 1
