@@ -12,10 +12,10 @@
  *           replayed through a continuous-batching loop (max batch 64) whose
  *           step times come from the Splitwise perf model (llama2-70b,
  *           A100-80GB, TP 4): prefill time interpolated in prompt tokens,
- *           decode time in batch size and context; each step's time is
- *           scaled by one of the measured repeats at that grid point, so the
- *           noise is the measured run-to-run noise. GPU busy is 92% of the
- *           step (the rest launch gaps), which lets faults move the breakdown;
+ *           decode time in batch size and context (the mean of the
+ *           measured repeats); each step's time is scaled by the real
+ *           step-to-step jitter (jitter()). GPU busy is 92% of the step (the
+ *           rest launch gaps), which lets faults move the breakdown;
  *  - ranks: 4 tensor-parallel ranks built from the azure-conv stream
  *           (synchronised steps, per-rank idle noise) for the straggler.
  *
@@ -102,11 +102,14 @@ static unsigned long bad_lines;
 /*
  * Real step-to-step jitter: each LatencyPrism step over the median of its
  * neighbours (up to 10 on each side) of the same job and batch size, for the
- * steps with at least 6 such neighbours. The synthetic streams draw their
- * per-step noise from it, natural outliers included.
+ * steps with at least 6 such neighbours, in file order. A synthetic stream
+ * walks this series from a random point, so it gets the real noise with its
+ * real time structure: natural outliers included, and clustered where they
+ * were (most steps over 1.15x come from one noisy run), not spread evenly
+ * over every stream as independent draws would.
  */
 static double *jit;
-static size_t n_jit;
+static size_t n_jit, jit_pos;
 
 static int cmp_dbl(const void *a, const void *b)
 {
@@ -137,7 +140,8 @@ static int build_jitter(const struct stream *x, const uint32_t *job)
 
 static double jitter(void)
 {
-	return jit[rnd() % n_jit];
+	jit_pos = (jit_pos + 1) % n_jit;
+	return jit[jit_pos];
 }
 
 static int load_lp(const char *dir, struct stream *x)
@@ -270,12 +274,15 @@ static double pm_at(double ps, double bs, bool prompt)
 	return n ? sum / n : -1;
 }
 
-/* piecewise-linear interpolation in log space along a 1-D grid */
-static double interp(const double *gx, const double *gy, int n, double x)
+/*
+ * piecewise-linear interpolation in log space along a 1-D grid; below the
+ * grid, linear from y_one at x = 1 to the first point, above it
+ * proportional to x
+ */
+static double interp(const double *gx, const double *gy, int n, double x, double y_one)
 {
 	if (x <= gx[0])
-		return gy[0] * x / gx[0] > gy[0] * 0.3 ? gy[0] * (0.5 + 0.5 * x / gx[0])
-						       : gy[0] * 0.3;
+		return gx[0] > 1 ? y_one + (gy[0] - y_one) * (fmax(x, 1) - 1) / (gx[0] - 1) : gy[0];
 	for (int i = 1; i < n; i++)
 		if (x <= gx[i]) {
 			double a = log(x / gx[i - 1]) / log(gx[i] / gx[i - 1]);
@@ -384,6 +391,7 @@ static int synth(const char *name, const struct req *rq, size_t nrq, size_t max_
 
 	x->name = name;
 	x->breakdown = true;
+	jit_pos = rnd() % n_jit;
 	while (x->n < max_steps && (next < nrq || nfl)) {
 		struct st v = {0};
 		int add = 0;
@@ -405,7 +413,7 @@ static int synth(const char *name, const struct req *rq, size_t nrq, size_t max_
 			v.t = tok;
 			v.batch = add;
 			v.kv = tok;
-			v.dur = interp(pf_tok, pf_ms, 7, tok) * jitter() * 1e6;
+			v.dur = interp(pf_tok, pf_ms, 7, tok, dc_ms[0]) * jitter() * 1e6;
 			nfl += add;
 		} else {
 			double ctx = 0, r;
@@ -416,8 +424,8 @@ static int synth(const char *name, const struct req *rq, size_t nrq, size_t max_
 			v.t = nfl;
 			v.batch = nfl;
 			v.kv = ctx;
-			r = interp(dc_ctx, ctx_ms, 7, ctx / nfl) / ctx_ms[2];
-			v.dur = interp(dc_b, dc_ms, 7, nfl) * r * jitter() * 1e6;
+			r = interp(dc_ctx, ctx_ms, 7, ctx / nfl, ctx_ms[0]) / ctx_ms[2];
+			v.dur = interp(dc_b, dc_ms, 7, nfl, dc_ms[0]) * r * jitter() * 1e6;
 			for (int i = 0; i < nfl;) {
 				fl[i].ctx++;
 				if (--fl[i].left <= 0)
