@@ -217,7 +217,9 @@ void dm_lin_sample(struct dmodel *m, double t, double kv, double dur)
 
 double dm_lin_pred(const struct dlin *l, double t, double kv)
 {
-	return l->c[0] + l->c[1] * (t > 0 ? t : 0) + l->c[2] * (kv > 0 ? kv : 0);
+	double p = l->c[0] + l->c[1] * (t > 0 ? t : 0) + l->c[2] * (kv > 0 ? kv : 0);
+
+	return p > l->floor ? p : l->floor;
 }
 
 /* solve the 3x3 system a x = b by Gaussian elimination with pivoting */
@@ -346,6 +348,15 @@ int dm_lin_fit(struct dlin *l)
 	for (int p = 1; p < 3; p++)
 		if (!use[p])
 			c[p] = 0;
+	/*
+	 * the line never predicts less than the quickest step it was fitted
+	 * on: a convex tail (attention) gives it a negative intercept, and a
+	 * small novel workload would be judged against a few milliseconds
+	 */
+	l->floor = 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (!i || l->dur[i] < l->floor)
+			l->floor = l->dur[i];
 	l->c[0] = c[0];
 	l->c[1] = sc[1] ? c[1] / sc[1] : 0;
 	l->c[2] = sc[2] ? c[2] / sc[2] : 0;
