@@ -45,6 +45,14 @@
  * model, which then knows the workload after BIN_MIN steps.
  */
 #define NOVEL_FLOOR 0.5
+/*
+ * The workload's own cell gone stale measured this very workload, only long
+ * ago: a speed drift since (clocks, a driver) is tens of percent at most, and
+ * a new job that starts with a 1.4x slow GPU must not teach it.
+ */
+#define STALE_FLOOR 0.3
+/* a lone flagged step under this many times its limit is a spike (see below) */
+#define SPIKE_TEACH 3
 
 static const char *const kind_names[DIAG_KIND_COUNT] = {
     "host_stall", "cpu_contention", "gpu_slow", "communication", "straggler", "regression",
@@ -115,6 +123,7 @@ struct dkey {
 	struct dmodel m;
 	struct dkerns kern;
 	uint64_t steps, accepted, since_refit, consec;
+	double flag_u; /* limit the last flagged step crossed; < 0: not a spike */
 	struct ewstat u1; /* u+ of accepted steps */
 	struct ewstat uw; /* window mean of u+ */
 	float win[W_MAX];
@@ -738,8 +747,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	/* a roofline guess (no cell near) is only as good as the fit's own spread */
 	if (src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
 		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
-	if (novel && ucl1 < NOVEL_FLOOR)
-		ucl1 = NOVEL_FLOOR;
+	if (novel && ucl1 < (src == 0 ? STALE_FLOOR : NOVEL_FLOOR))
+		ucl1 = src == 0 ? STALE_FLOOR : NOVEL_FLOOR;
 	/*
 	 * the smoothed chart's own spread once it has some; before, the single
 	 * chart's (bootstrap included), scaled to a mean of `window` steps: a
@@ -791,6 +800,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		struct diag_anomaly an = {0};
 
 		k->consec++;
+		k->flag_u = up < SPIKE_TEACH * ucl1 ? ucl1 : -1;
 		an.instance = inst;
 		an.rank = s->rank;
 		an.phase = s->phase;
@@ -820,6 +830,14 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		k->steps = 0;
 		goto regress;
 	}
+	/*
+	 * a lone, moderate flagged step (a spike) between accepted ones teaches
+	 * the chart, clipped at the limit it crossed: in a noisy stretch the
+	 * limit rises with the spikes instead of flagging each one. A run of
+	 * slow steps (contention, a slow GPU) or a big stall never teaches it.
+	 */
+	if (k->consec == 1 && judged && !novel && k->flag_u >= 0)
+		ew_add(&k->u1, k->flag_u);
 	k->consec = 0;
 	/* accepted: it teaches the baseline and the chart */
 	if (judged && !novel) {
