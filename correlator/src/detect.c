@@ -936,6 +936,9 @@ static int load_bin(struct dref *r, char *rest)
 	if (sscanf(rest, "%llx\t%lf\t%u\t%lf\t%lf", &key, &med, &cnt, &mt, &mkv) != 5 || med <= 0 ||
 	    !cnt || cnt > BIN_RING || key == BIN_EMPTY)
 		return -EINVAL;
+	/* the saved line's floor (baseline.c: dm_lin_fit): its quickest cell */
+	if (!r->m.lin.floor || med < r->m.lin.floor)
+		r->m.lin.floor = med;
 	return dm_put_bin(&r->m, key, med, cnt, mt, mkv);
 }
 

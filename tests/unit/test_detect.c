@@ -394,6 +394,94 @@ static void cap_log(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
 	va_end(ap);
 }
 
+/*
+ * Spikes among normal steps raise the single chart's limit (a noisy stretch
+ * is not flagged spike after spike) while a big stall still is; a small
+ * novel prefill is judged against the line's floor (the quickest step seen),
+ * not a negative intercept; a stale cell of the workload itself flags a new
+ * run that starts 1.4x slow.
+ */
+static void test_spikes_and_floors(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+	int first = 0, last = 0, total = 0;
+
+	(void)state;
+	for (int i = 0; i < 300; i++) {
+		mk(&s, &ts, 8 + i % 4, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	/*
+	 * 30 lone 1.2x spikes, one every 4 steps: the first ones are flagged,
+	 * then the limit has risen over them (measured: 6 of the first 7)
+	 */
+	for (int i = 0; i < 120; i++) {
+		mk(&s, &ts, 8 + i % 4, i % 4 == 3 ? 1.2 : 1);
+		diag_det__add_step(d, &s, &v);
+		if (i == 3)
+			first = v.anomalous;
+		if (i % 4 == 3 && i >= 40)
+			last += v.anomalous;
+		else if (i % 4 == 3)
+			total += v.anomalous;
+	}
+	assert_int_equal(first, 1);
+	assert_true(total >= 4 && total <= 8);
+	assert_int_equal(last, 0);
+	/* a big stall still is one */
+	mk(&s, &ts, 9, 2.0);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	diag_det__free(d);
+
+	/* prefill, convex in tokens (attention): 30 ms + 2e-4 ms x tokens^1.5 */
+	d = det(g);
+	g->n = 0;
+	for (int i = 0; i < 400; i++) {
+		int t = 2000 + (int)(3000 * noise(1));
+
+		diag_step_init(&s);
+		s.instance = "prefill";
+		s.phase = DIAG_PHASE_PREFILL;
+		s.tokens = s.kv_tokens = t;
+		s.batch_size = 1;
+		s.start_ns = ts;
+		s.dur_ns = (uint64_t)((30e6 + 200.0 * pow(t, 1.5)) * noise(0.01));
+		ts += s.dur_ns + 100000;
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	/* a 60-token prompt the key never saw, at its normal 30 ms */
+	s.tokens = s.kv_tokens = 60;
+	s.start_ns = ts;
+	s.dur_ns = (uint64_t)(30e6 + 200.0 * pow(60, 1.5));
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.judged);
+	assert_int_equal(v.source, 2);
+	assert_false(v.anomalous);
+	assert_true(v.median_ns >= 30000000);
+	diag_det__free(d);
+
+	/* batches 4 and 30 learned, then 1100 steps of 30: batch 4's cell is stale */
+	d = det(g);
+	g->n = 0;
+	for (int i = 0; i < 1200; i++) {
+		mk(&s, &ts, i < 100 && i % 2 ? 4 : 30, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	mk(&s, &ts, 4, 1.4);
+	diag_det__add_step(d, &s, &v);
+	assert_int_equal(v.source, 0);
+	assert_true(v.anomalous);
+	diag_det__free(d);
+	free(g);
+}
+
 static void test_bad_baseline_and_steps(void **state)
 {
 	char path[] = "/tmp/test_detect_bad_XXXXXX";
@@ -432,6 +520,7 @@ int main(void)
 	    cmocka_unit_test(test_hta_ranks),
 	    cmocka_unit_test(test_saved_baseline_regression),
 	    cmocka_unit_test(test_bad_baseline_and_steps),
+	    cmocka_unit_test(test_spikes_and_floors),
 	};
 
 	if (!data_dir())
