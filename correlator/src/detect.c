@@ -713,7 +713,7 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct diag_verdict *v)
 {
 	const char *inst = s->instance ? s->instance : "";
-	double t, kv, med, u, up, ucl1, uclw, wsum = 0, dur;
+	double t, kv, med, u, up, ucl1, uclw, wsum = 0, dur, guess_floor;
 	bool flag1 = false, flagw = false, judged = false, novel = true;
 	struct dkey *k;
 	uint32_t wn = 0;
@@ -747,8 +747,9 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	/* a roofline guess (no cell near) is only as good as the fit's own spread */
 	if (src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
 		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
-	if (novel && ucl1 < (src == 0 ? STALE_FLOOR : NOVEL_FLOOR))
-		ucl1 = src == 0 ? STALE_FLOOR : NOVEL_FLOOR;
+	guess_floor = src == 0 ? STALE_FLOOR : NOVEL_FLOOR;
+	if (novel && ucl1 < guess_floor)
+		ucl1 = guess_floor;
 	/*
 	 * the smoothed chart's own spread once it has some; before, the single
 	 * chart's (bootstrap included), scaled to a mean of `window` steps: a
