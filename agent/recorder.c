@@ -85,6 +85,7 @@ struct recorder {
 	uint32_t k_per_cpu, k_cpus;
 	uint64_t *k_read; /* per CPU: entries consumed */
 	uint64_t k_copied, k_overwritten, k_old, k_no_stack;
+	uint64_t k_pulls; /* pull_kernel calls that copied at least one launch */
 };
 
 static void pull_kernel(struct agent *a, struct recorder *r);
@@ -373,6 +374,7 @@ static uint64_t kernel_written(const struct recorder *r)
 static void pull_kernel(struct agent *a, struct recorder *r)
 {
 	uint64_t now = now_ns(), since = now > r->window_ns ? now - r->window_ns : 0;
+	uint64_t copied = r->k_copied;
 
 	if (!r->k_ring)
 		return;
@@ -412,6 +414,9 @@ static void pull_kernel(struct agent *a, struct recorder *r)
 		}
 		r->k_read[c] = n;
 	}
+	/* each pull copies at most k_per_cpu per CPU: copied <= pulls x that */
+	if (r->k_copied != copied)
+		r->k_pulls++;
 }
 
 /*
@@ -640,10 +645,11 @@ void recorder_stats(struct agent *a, json_t *obj)
 		      (json_int_t)r->instances_evicted, "flushes", (json_int_t)r->flushes,
 		      "flushed", (json_int_t)r->flushed));
 	if (r->k_ring) {
-		json_t *k = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "per_cpu",
+		json_t *k = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "per_cpu",
 				      (json_int_t)r->k_per_cpu, "cpus", (json_int_t)r->k_cpus,
 				      "written", (json_int_t)kernel_written(r), "copied",
-				      (json_int_t)r->k_copied, "overwritten",
+				      (json_int_t)r->k_copied, "pulls", (json_int_t)r->k_pulls,
+				      "overwritten",
 				      (json_int_t)r->k_overwritten, "older_than_window",
 				      (json_int_t)r->k_old, "stacks_missing", (json_int_t)r->k_no_stack);
 
