@@ -272,15 +272,24 @@ static void on_shim_record(void *ctx, const struct event_hdr *h, size_t len)
 }
 
 /*
- * A launch's uprobe record (API entry) is in the BPF ring before its shim
- * callback (API exit) can be in the socket, but the rings wake us only per
- * batch: decode what they hold first, or the callback would stand alone and
- * its kernels leave with the callback's time instead of the entry's.
+ * A launch's uprobe record (API entry) is in the BPF ring before the shim
+ * message with its callback (API exit) is sent, but the rings wake us only
+ * per batch: decode what they hold after each message is received and
+ * before its records are, or the callback would stand alone and its kernels
+ * leave with the callback's time instead of the entry's. Once per drain is
+ * not enough: messages sent while a drain runs arrive in it.
  */
+static void on_shim_msg(void *ctx)
+{
+	struct gpu *gp = ctx;
+
+	if (gp->a->rb)
+		ring_buffer__consume(gp->a->rb);
+}
+
 static void on_shim_readable(struct agent *a, void *ctx)
 {
-	if (a->rb)
-		ring_buffer__consume(a->rb);
+	(void)a;
 	shim_rx_drain(((struct gpu *)ctx)->rx);
 }
 
@@ -290,7 +299,8 @@ int gpu_init(struct agent *a)
 	struct corr_opts co = { .sz = sizeof(co), .log = agent_lib_log,
 				.log_ctx = "correlator: " };
 	struct corr_stats_opts so = { .sz = sizeof(so) };
-	struct shim_rx_opts ro = { .sz = sizeof(ro), .on_record = on_shim_record };
+	struct shim_rx_opts ro = { .sz = sizeof(ro), .on_record = on_shim_record,
+				   .on_msg = on_shim_msg };
 	struct gpu *gp;
 	int err;
 

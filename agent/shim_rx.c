@@ -57,6 +57,7 @@ struct shim_rx {
 	int epfd;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	shim_rx_record_fn on_record;
+	void (*on_msg)(void *ctx);
 	void *ctx;
 	unsigned int max_conns;
 	struct rx_conn *conns;
@@ -500,6 +501,8 @@ static int conn_read(struct shim_rx *rx, struct rx_conn *c)
 			c->pid = conn_pid;
 			continue;
 		}
+		if (rx->on_msg)
+			rx->on_msg(rx->ctx);
 		n = process_msg(rx, c, (uint8_t *)rx->buf, (size_t)len);
 		c->pid = conn_pid;
 		if (n < 0) {
@@ -648,6 +651,8 @@ struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 			dir_mode = opts->dir_mode;
 		if (opts->sz >= offsetof(struct shim_rx_opts, proc_root) + sizeof(opts->proc_root))
 			rx->proc = opts->proc_root;
+		if (opts->sz >= offsetof(struct shim_rx_opts, on_msg) + sizeof(opts->on_msg))
+			rx->on_msg = opts->on_msg;
 	}
 	strcpy(rx->path, path);
 	rx->conns = calloc(rx->max_conns, sizeof(*rx->conns));

@@ -41,6 +41,12 @@ struct shim_rx_opts {
 	mode_t dir_mode;	/* 0: 0755, for directories created on the way */
 	/* NULL: "/proc"; where /PID/task/TID/status is read (tests) */
 	const char *proc_root;
+	/*
+	 * Called after each message is received and before its records are
+	 * delivered: what the sender did before sending it (a uprobe hit in
+	 * the BPF ring) can be taken in first. NULL: nothing.
+	 */
+	void (*on_msg)(void *ctx);
 };
 
 /* counters; they only grow (the agent reports differences) */

@@ -90,6 +90,7 @@ static const uint32_t want_cbs[][2] = {
 
 struct rec {
 	size_t len;
+	uint64_t msg; /* on_msg calls before it was delivered */
 	union {
 		struct event_hdr h;
 		struct gpu_activity_event act;
@@ -108,7 +109,13 @@ struct t {
 	size_t nrecs, cap;
 	uint64_t data_seen; /* data records received so far */
 	bool status_invariant_broken;
+	uint64_t msgs; /* on_msg calls */
 };
+
+static void on_msg(void *ctx)
+{
+	((struct t *)ctx)->msgs++;
+}
 
 static void on_record(void *ctx, const struct event_hdr *h, size_t len)
 {
@@ -122,6 +129,7 @@ static void on_record(void *ctx, const struct event_hdr *h, size_t len)
 	}
 	r = &t->recs[t->nrecs++];
 	r->len = len;
+	r->msg = t->msgs;
 	memcpy(r->raw, h, len);
 	if (h->type == EV_SHIM_STATUS) {
 		/* ordered channel: everything counted as sent arrived before it */
@@ -222,7 +230,8 @@ static void load(struct t *t)
 
 static void rx_open(struct t *t)
 {
-	struct shim_rx_opts o = {.sz = sizeof(o), .on_record = on_record, .ctx = t};
+	struct shim_rx_opts o = {
+	    .sz = sizeof(o), .on_record = on_record, .ctx = t, .on_msg = on_msg};
 
 	t->rx = shim_rx_open(t->path, &o);
 	if (!t->rx)
@@ -892,6 +901,10 @@ static void test_rx_forged_and_garbage(void **state)
 	assert_int_equal(send(fd, &cb, sizeof(cb), 0), sizeof(cb));
 	pump(t, 20);
 	assert_int_equal(t->nrecs, 2);
+	/* on_msg ran after each message came in and before its record left */
+	assert_int_equal(t->msgs, 3);
+	assert_int_equal(t->recs[0].msg, 2);
+	assert_int_equal(t->recs[1].msg, 3);
 	assert_int_equal(t->recs[0].h.pid, getpid());
 	assert_int_equal(t->recs[1].h.pid, getpid());
 	assert_true(shim_rx_pid_ns_differs(t->rx, getpid()));
