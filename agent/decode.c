@@ -343,8 +343,7 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		discovery_on_exec(a, h->pid);
 		return 0;
 	case EV_PROC_EXIT:
-		gpu_on_exit(a, h->pid, h->ts_ns);
-		discovery_on_exit(a, h->pid);
+		gpu_on_exit(a, h->pid, h->ts_ns); /* then discovery_on_exit() */
 		return 0;
 	case EV_STEP_MARK:
 		a->cnt.step_marks++;

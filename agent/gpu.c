@@ -22,6 +22,7 @@
 
 #define JSON_BUF (64 * 1024)
 #define MAX_SHIMS 256
+#define EXITS_HELD 64 /* exits decoded during one drain */
 
 struct shim_seen {
 	uint32_t pid;
@@ -75,6 +76,11 @@ struct gpu {
 	int n_shims;
 	uint64_t too_long;
 	uint64_t conns_seen; /* shims accepted when the mode was last pushed */
+	/* exits decoded while a drain delivers messages wait for its end */
+	bool draining;
+	struct { uint32_t pid; uint64_t ts_ns; } exits[EXITS_HELD];
+	int n_exits;
+	uint64_t exits_early; /* EXITS_HELD full: handled at once */
 };
 
 static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
@@ -283,14 +289,42 @@ static void on_shim_msg(void *ctx)
 {
 	struct gpu *gp = ctx;
 
-	if (gp->a->rb)
+	/* not from a ring callback (an exit's drain): libbpf would deliver again */
+	if (gp->a->rb && !gp->a->in_ring)
 		ring_buffer__consume(gp->a->rb);
+}
+
+static void exit_now(struct gpu *gp, uint32_t pid, uint64_t ts_ns)
+{
+	corr__process_exit(gp->corr, pid, ts_ns);
+	discovery_on_exit(gp->a, pid);
+}
+
+/*
+ * Read the shim sockets (rounds drains at most, fewer once one finds
+ * nothing), then take the exits decoded meanwhile: the message being
+ * delivered when one was decoded was sent before it, and its records still
+ * need the process's launches.
+ */
+static void drain(struct gpu *gp, int rounds)
+{
+	gp->draining = true;
+	for (int i = 0; i < rounds && shim_rx_drain(gp->rx) > 0; i++)
+		;
+	gp->draining = false;
+	while (gp->n_exits > 0) {
+		uint32_t pid = gp->exits[0].pid;
+		uint64_t ts = gp->exits[0].ts_ns;
+
+		memmove(gp->exits, gp->exits + 1, --gp->n_exits * sizeof(gp->exits[0]));
+		gpu_on_exit(gp->a, pid, ts);
+	}
 }
 
 static void on_shim_readable(struct agent *a, void *ctx)
 {
 	(void)a;
-	shim_rx_drain(((struct gpu *)ctx)->rx);
+	drain(ctx, 1);
 }
 
 int gpu_init(struct agent *a)
@@ -365,17 +399,28 @@ void gpu_on_launch(struct agent *a, const struct cuda_launch_event *e)
 /*
  * The shim flushes its last records from its destructor, before the process
  * ends: they are in the socket when the exit event is decoded. Take them
- * first, or their launches would already be dropped with the process.
+ * first, or their launches would already be dropped with the process. An
+ * exit decoded during a drain (on_shim_msg) waits for the drain's end.
  */
 void gpu_on_exit(struct agent *a, uint32_t pid, uint64_t ts_ns)
 {
 	struct gpu *gp = a->gpu;
 
-	if (!gp)
+	if (!gp) {
+		discovery_on_exit(a, pid);
 		return;
-	for (int i = 0; gp->rx && i < 64 && shim_rx_drain(gp->rx) > 0; i++)
-		;
-	corr__process_exit(gp->corr, pid, ts_ns);
+	}
+	if (gp->draining) {
+		if (gp->n_exits < EXITS_HELD) {
+			gp->exits[gp->n_exits].pid = pid;
+			gp->exits[gp->n_exits++].ts_ns = ts_ns;
+			return;
+		}
+		gp->exits_early++; /* records still in flight go unmatched */
+	} else {
+		drain(gp, 64);
+	}
+	exit_now(gp, pid, ts_ns);
 }
 
 int gpu_set_mode(struct agent *a, uint32_t pid, enum agent_mode mode)
@@ -392,7 +437,7 @@ void gpu_interval(struct agent *a, bool final)
 
 	if (!gp)
 		return;
-	shim_rx_drain(gp->rx);
+	drain(gp, 1);
 	if (a->opts.mode == MODE_DEEP) {
 		struct shim_rx_stats s;
 
@@ -432,7 +477,7 @@ void gpu_stats(struct agent *a, json_t *r)
 	shim_rx_get_stats(gp->rx, &s);
 	json_object_set_new(
 		r, "gpu",
-		json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+		json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
 			  "shims_connected",
 			  (json_int_t)s.conns_active, "shim_records", (json_int_t)s.records,
 			  "shim_bad_records", (json_int_t)s.bad_records, "shim_bad_msgs",
@@ -444,7 +489,8 @@ void gpu_stats(struct agent *a, json_t *r)
 			  "joined", (json_int_t)c->joined, "unmatched", (json_int_t)c->unmatched,
 			  "launches_evicted", (json_int_t)c->launches_evicted, "gpu_evicted",
 			  (json_int_t)c->gpu_evicted, "refused", (json_int_t)c->refused, "too_long",
-			  (json_int_t)gp->too_long));
+			  (json_int_t)gp->too_long, "exits_early", (json_int_t)gp->exits_early,
+			  "shim_reentered", (json_int_t)s.reentered));
 	if (gp->mk)
 		json_object_set_new(json_object_get(r, "gpu"), "nvtx",
 				    json_pack("{s:I,s:I,s:I}", "ranges",

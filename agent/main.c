@@ -560,7 +560,11 @@ static void on_signal(int sig)
 
 static int on_ring(void *ctx, void *data, size_t size)
 {
-	decode_record(ctx, data, size);
+	struct agent *a = ctx;
+
+	a->in_ring = true;
+	decode_record(a, data, size);
+	a->in_ring = false;
 	return 0;
 }
 

@@ -63,6 +63,7 @@ struct shim_rx {
 	struct rx_conn *conns;
 	struct shim_rx_stats st;
 	const char *proc; /* NULL: /proc (tests: a synthetic tree) */
+	bool draining;	  /* in shim_rx_drain(): rx->buf holds a message */
 	/* one message; 8-aligned so validated records can be read in place */
 	uint64_t buf[SHIM_MSG_MAX / 8];
 };
@@ -357,6 +358,10 @@ int shim_rx_feed(struct shim_rx *rx, uint32_t pid, const void *buf, size_t len)
 	uint64_t bad = rx->st.bad_msgs;
 	int n;
 
+	if (rx->draining) {
+		rx->st.reentered++;
+		return -EBUSY;
+	}
 	if (len > sizeof(rx->buf)) {
 		rx->st.msgs++;
 		rx->st.truncated++;
@@ -519,9 +524,15 @@ int shim_rx_drain(struct shim_rx *rx)
 	struct epoll_event evs[64];
 	int i, n, delivered = 0;
 
+	/* from a callback: the next read would overwrite the message in hand */
+	if (rx->draining) {
+		rx->st.reentered++;
+		return -EBUSY;
+	}
 	n = epoll_wait(rx->epfd, evs, 64, 0);
 	if (n < 0)
 		return errno == EINTR ? 0 : -errno;
+	rx->draining = true;
 	for (i = 0; i < n; i++) {
 		uint64_t id = evs[i].data.u64;
 
@@ -532,6 +543,7 @@ int shim_rx_drain(struct shim_rx *rx)
 		if (id - 1 < rx->max_conns && rx->conns[id - 1].fd >= 0)
 			delivered += conn_read(rx, &rx->conns[id - 1]);
 	}
+	rx->draining = false;
 	return delivered;
 }
 

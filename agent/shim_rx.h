@@ -76,6 +76,7 @@ struct shim_rx_stats {
 	uint64_t tid_mapped;   /* tid rewritten to the host tid */
 	uint64_t tid_unmapped; /* no host tid found: tid set to 0 */
 	uint64_t tid_scans;    /* /proc/PID/task scans to (re)build a map */
+	uint64_t reentered;    /* shim_rx_drain() called from its own callbacks: refused */
 };
 
 /*
@@ -92,7 +93,9 @@ int shim_rx_fd(const struct shim_rx *rx);
  * Accept pending connections and read what is there without blocking, at
  * most a bounded number of messages per connection per call (call again
  * while it returns > 0 to empty everything). Returns the number of valid
- * records delivered, or -errno on a failure of the receiver itself.
+ * records delivered, or -errno on a failure of the receiver itself. Not
+ * re-entrant: called from on_record or on_msg it returns -EBUSY (counted
+ * in reentered) and the message in hand is delivered whole.
  */
 int shim_rx_drain(struct shim_rx *rx);
 

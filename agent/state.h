@@ -82,6 +82,7 @@ struct agent {
 	char default_instance[INSTANCE_LEN];
 	struct infertrace_bpf *skel;
 	struct ring_buffer *rb;
+	bool in_ring; /* a ring callback runs: ring_buffer__consume() must not nest */
 	struct sink *sinks[MAX_SINKS];
 	int n_sinks;
 	struct agent_counters cnt;
@@ -113,6 +114,7 @@ void loop_free(void);
 struct corr_summary;
 int gpu_init(struct agent *a);
 void gpu_on_launch(struct agent *a, const struct cuda_launch_event *e);
+/* a traced process ended: its shim's last records, then the correlator and discovery */
 void gpu_on_exit(struct agent *a, uint32_t pid, uint64_t ts_ns);
 int gpu_set_mode(struct agent *a, uint32_t pid, enum agent_mode mode);
 void gpu_interval(struct agent *a, bool final);

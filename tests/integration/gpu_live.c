@@ -7,7 +7,7 @@
  * callback on the calling thread right after each call, then activity
  * records for the work the call would have put on the GPU.
  *
- * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL] [-M]
+ * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL] [-M] [-L]
  *   -t  launching threads (default 2)
  *   -n  rounds per thread (default 5); a round is cudaLaunchKernel (one
  *       kernel), cudaGraphLaunch (GRAPH_KERNELS kernels sharing its
@@ -30,6 +30,9 @@
  *       synchronises) and then STEP_GAP_US, and round STALL (from 0)
  *       of each thread stalls STALL_MS on the host between its graph launch
  *       and its cuLaunchKernel (the GPU waits: a host stall)
+ *   -L  CUPTI keeps the GPU records until the process ends: the shim's
+ *       destructor flushes them, so they are in its last message, sent just
+ *       before the exit (after EXIT_FILE)
  * The environment passes INFERTRACE_SHIM_SOCKET to the shim. Thread 0 also
  * queues one kernel whose launch never happened (ORPHAN_CORR).
  *
@@ -95,6 +98,7 @@ static struct {
 static int rounds = 5;
 static int stall_round = -1; /* -s: steps mode */
 static bool nvtx_marks; /* -M */
+static bool hold_records; /* -L */
 static uint64_t stream_end[MAX_THREADS]; /* -s: when each thread's stream is free */
 static int deep;
 static pid_t tids[MAX_THREADS];
@@ -339,7 +343,7 @@ int main(int argc, char **argv)
 	int nthreads = 2, opt, (*init)(void);
 	void *rt, *drv, *so;
 
-	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:M")) != -1) {
+	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:ML")) != -1) {
 		switch (opt) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -362,10 +366,13 @@ int main(int argc, char **argv)
 		case 'M':
 			nvtx_marks = true;
 			break;
+		case 'L':
+			hold_records = true;
+			break;
 		default:
 			fprintf(stderr,
 				"usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
-				"[-m MODE] [-s STALL_ROUND] [-M]\n",
+				"[-m MODE] [-s STALL_ROUND] [-M] [-L]\n",
 				argv[0]);
 			return 2;
 		}
@@ -434,7 +441,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);
 	/* CUPTI hands the filled buffers back; the shim thread sends them */
-	fake_cupti_complete();
+	if (!hold_records)
+		fake_cupti_complete();
 
 	for (int i = 0; i < nthreads; i++)
 		for (int j = 0; j < ncalls[i]; j++) {

@@ -19,11 +19,17 @@
 #   gpu_live_pidns:      the workload in its own pid namespace (unshare
 #                        --pid --fork, as in a container): the shim's tids
 #                        are mapped to host tids, the joins are the same
+#   gpu_live_exit:       the agent stopped (SIGSTOP) while the workload runs
+#                        and exits, or over the exit only with the GPU
+#                        records in the shim's last message: it wakes to
+#                        them and the exit at once; every pair still joins,
+#                        the exit is reported once and every ring record is
+#                        decoded once
 source "$(dirname "$0")/lib.sh"
 GPU_LIVE=$BUILD/tests/integration/gpu_live
-it_preflight gpu_live_deep gpu_live_sentinel gpu_live_replay gpu_live_pidns
+it_preflight gpu_live_deep gpu_live_sentinel gpu_live_replay gpu_live_pidns gpu_live_exit
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
-	for n in gpu_live_deep gpu_live_sentinel gpu_live_replay gpu_live_pidns; do
+	for n in gpu_live_deep gpu_live_sentinel gpu_live_replay gpu_live_pidns gpu_live_exit; do
 		echo "FAIL $n: $GPU_LIVE or $BUILD/libinfertrace_cupti.so not built (make test)"
 	done
 	exit 0
@@ -43,7 +49,7 @@ run_live() {
 	shift 2
 	WOUT=$T/$name.work WPID= TIDMAP='{}'
 	bg_start "$WOUT" env INFERTRACE_SHIM_SOCKET="$sock" "$@" "$GPU_LIVE" -t "$THREADS" -n "$ROUNDS" \
-		-w "$go" -e "$ex" -m "$mode"
+		-w "$go" -e "$ex" -m "$mode" ${FROZEN:+$([ "$FROZEN" = exit ] && echo -L)}
 	wp=$BG_PID
 	wait_line "$WOUT" 10 || { fail_because "gpu_live printed nothing: $(head -c 300 "$WOUT.err")"; return 1; }
 	WPID=$(head -n 1 "$WOUT" | jq -r .pid)
@@ -55,7 +61,9 @@ run_live() {
 			awk '/^NSpid:/ { printf "{\"%s\":%s}\n", $NF, $2 }' "$st"
 		done | jq -s -c 'add // {}')
 	fi
-	agent_start "$name" -i 0.25 --mode "$mode" --pid "$WPID" --shim-socket "$sock" ||
+	# FROZEN: no off-CPU, run-queue or syscall record while the workload waits
+	agent_start "$name" -i 0.25 --mode "$mode" --pid "$WPID" --shim-socket "$sock" \
+		${FROZEN:+--offcpu-threshold 60000 --runq-threshold 60000 --syscall-threshold 60000} ||
 		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
 	cuda_attached "$WPID" 10 || { fail_because "no attach record with libcudart and libcuda for pid $WPID"; return 1; }
 	# the shim retries its connection every 20 ms; deep: the agent's switch acknowledged
@@ -63,17 +71,45 @@ run_live() {
 	[ "$mode" = deep ] && cond="$cond and .capture == \"deep\""
 	wait_record "$cond" 10 || { fail_because "no shim_status ($mode) for pid $WPID: $(agent_tail)"; return 1; }
 	sleep 0.2 # slack after the attach record: the probes are in place before it is written
-	touch "$go"
-	# the process stays until the agent has joined what it sent (bounded)
-	for ((st = 0; st < 200; st++)); do
-		jq -e -s 'any(.[]; has("done"))' "$WOUT" >/dev/null 2>&1 && break
-		sleep 0.05
-	done
-	want=$(jq -s '[.[] | select(has("corr")) | .n] | add // 0' "$WOUT")
-	wait_record ".type == \"stats\" and .gpu.joined >= $want" 10 ||
-		fail_because "stats never counted $want joined GPU records before the exit"
-	touch "$ex"
-	wait_exit "$wp" 30 || { fail_because "gpu_live did not finish"; return 1; }
+	if [ "${FROZEN:-}" = run ]; then
+		# the agent stopped while the workload runs and exits: it wakes to
+		# the uprobes, the shim's messages and the exit all at once
+		kill -STOP "$AGENT_PID"
+		touch "$ex" "$go"
+		st=0
+		wait_exit "$wp" 30 || st=1
+		kill -CONT "$AGENT_PID"
+		[ "$st" = 0 ] || { fail_because "gpu_live did not finish with the agent stopped"; return 1; }
+	elif [ "${FROZEN:-}" = exit ]; then
+		# (gpu_live -L) the GPU records leave in the shim's last message:
+		# the agent takes the launch callbacks, then is stopped over the exit
+		touch "$go"
+		for ((st = 0; st < 200; st++)); do
+			jq -e -s 'any(.[]; has("done"))' "$WOUT" >/dev/null 2>&1 && break
+			sleep 0.05
+		done
+		want=$(jq -s '[.[] | select(has("corr"))] | length' "$WOUT")
+		wait_record ".type == \"stats\" and .gpu.shim_records >= $want" 10 ||
+			fail_because "the agent never took the $want launch callbacks before the exit"
+		kill -STOP "$AGENT_PID"
+		touch "$ex"
+		st=0
+		wait_exit "$wp" 30 || st=1
+		kill -CONT "$AGENT_PID"
+		[ "$st" = 0 ] || { fail_because "gpu_live did not finish with the agent stopped"; return 1; }
+	else
+		touch "$go"
+		# the process stays until the agent has joined what it sent (bounded)
+		for ((st = 0; st < 200; st++)); do
+			jq -e -s 'any(.[]; has("done"))' "$WOUT" >/dev/null 2>&1 && break
+			sleep 0.05
+		done
+		want=$(jq -s '[.[] | select(has("corr")) | .n] | add // 0' "$WOUT")
+		wait_record ".type == \"stats\" and .gpu.joined >= $want" 10 ||
+			fail_because "stats never counted $want joined GPU records before the exit"
+		touch "$ex"
+		wait_exit "$wp" 30 || { fail_because "gpu_live did not finish"; return 1; }
+	fi
 	[ "$WAIT_RC" = 0 ] || fail_because "gpu_live exit $WAIT_RC: $(head -c 300 "$WOUT.err")"
 	wait_record ".type==\"process\" and .event==\"exit\" and .pid==$WPID" 10 ||
 		fail_because "no process exit record for pid $WPID"
@@ -237,3 +273,35 @@ elif run_live gpu_pidns deep unshare --pid --fork; then
 	expect "stats.gpu.shim_tid_unmapped $unmapped" eq "$unmapped" 0
 fi
 report gpu_live_pidns
+
+# ------------------------------------------------------------------- exit --
+# The exit must not overtake the records the shim sent before it (every
+# pair still joins), nor be decoded twice. run: the agent is stopped while
+# the workload runs and exits; it wakes to the uprobes, the shim's messages
+# and the exit at once. exit: the GPU records wait in the shim's last
+# message (gpu_live -L), sent as the process ends; the agent is stopped
+# over the exit only. Sentinel mode with thresholds no wait reaches keeps
+# the rings quiet but for the exit (the joins are read from gpu_summary).
+for FROZEN in run exit; do
+	mode=deep
+	[ "$FROZEN" = exit ] && mode=sentinel
+	run_live gpu_exit_$FROZEN $mode || continue
+	if [ $mode = deep ]; then
+		bad=$(check_joins "$AGENT_OUT" "$AGENT_OUT" "$WPID" "$(calls_json)" "$(orphan_corr)")
+		expect "$FROZEN: joins: $bad" [ -z "$bad" ]
+	else
+		want=$(calls_json | jq '[.[] | select(.kind != "memset") | .n] | add')
+		read -r matched unmatched <<<"$(jqo -r --argjson pid "$WPID" '
+			[.[] | select(.type == "gpu_summary" and .pid == $pid)]
+			| "\(map(.matched) | add) \(map(.unmatched) | add)"')"
+		expect "$FROZEN: gpu_summary matched $matched, want $want" eq "$matched" "$want"
+		expect "$FROZEN: gpu_summary unmatched $unmatched, want 1 (the orphan)" eq "$unmatched" 1
+	fi
+	n=$(jqo --argjson p "$WPID" '[.[] | select(.type == "process" and .event == "exit" and .pid == $p)] | length')
+	expect "$FROZEN: $n process exit records for pid $WPID, want 1" eq "$n" 1
+	read -r dec put <<<"$(jqo -r '[.[] | select(.type == "stats" and .final)][0]
+		| "\(.records_decoded) \([.bpf_events[]] | add)"')"
+	expect "$FROZEN: $dec ring records decoded, $put written by BPF" eq "$dec" "$put"
+done
+FROZEN=
+report gpu_live_exit

@@ -110,11 +110,21 @@ struct t {
 	uint64_t data_seen; /* data records received so far */
 	bool status_invariant_broken;
 	uint64_t msgs; /* on_msg calls */
+	bool reenter;	/* on_msg calls shim_rx_drain() and shim_rx_feed() */
+	int drain_rc, feed_rc;
 };
 
 static void on_msg(void *ctx)
 {
-	((struct t *)ctx)->msgs++;
+	struct t *t = ctx;
+
+	t->msgs++;
+	if (t->reenter) {
+		uint8_t junk[64] = {0};
+
+		t->drain_rc = shim_rx_drain(t->rx);
+		t->feed_rc = shim_rx_feed(t->rx, 1, junk, sizeof(junk));
+	}
 }
 
 static void on_record(void *ctx, const struct event_hdr *h, size_t len)
@@ -1009,6 +1019,49 @@ static void test_rx_forged_and_garbage(void **state)
 	assert_int_equal(st.conns_active, 0);
 }
 
+/*
+ * The agent's on_msg decodes its BPF rings, and a process exit found there
+ * drains the shims: a drain from inside a drain would read the next message
+ * over the one being delivered. It is refused; both messages arrive whole.
+ */
+static void test_rx_not_reentrant(void **state)
+{
+	struct t *t = *state;
+	struct shim_status_event hello = mk_hello(INFERTRACE_ABI_VERSION);
+	struct gpu_launch_cb_event cb;
+	struct shim_rx_stats st;
+	int fd;
+
+	rx_open(t);
+	fd = raw_connect(t->path);
+	assert_int_equal(send(fd, &hello, sizeof(hello), 0), sizeof(hello));
+	memset(&cb, 0, sizeof(cb));
+	cb.hdr.type = EV_GPU_LAUNCH_CB;
+	cb.hdr.size = sizeof(cb);
+	cb.domain = 1;
+	cb.correlation_id = 41;
+	assert_int_equal(send(fd, &cb, sizeof(cb), 0), sizeof(cb));
+	cb.correlation_id = 42;
+	assert_int_equal(send(fd, &cb, sizeof(cb), 0), sizeof(cb));
+	t->reenter = true;
+	pump(t, 20);
+	t->reenter = false;
+	assert_int_equal(t->drain_rc, -EBUSY);
+	assert_int_equal(t->feed_rc, -EBUSY);
+	assert_int_equal(t->nrecs, 3);
+	assert_int_equal(t->recs[0].h.type, EV_SHIM_STATUS);
+	assert_int_equal(t->recs[1].cb.correlation_id, 41);
+	assert_int_equal(t->recs[2].cb.correlation_id, 42);
+	assert_int_equal(t->recs[2].h.pid, getpid());
+	shim_rx_get_stats(t->rx, &st);
+	assert_int_equal(st.reentered, 6); /* a drain and a feed per message */
+	assert_int_equal(st.records, 3);
+	assert_int_equal(st.bad_msgs, 0);
+	/* outside a drain both work again */
+	assert_int_equal(shim_rx_drain(t->rx), 0);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1024,6 +1077,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_buffer_pool_bounded, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_mode_switch, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_rx_forged_and_garbage, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_rx_not_reentrant, setup, teardown),
 	};
 
 	/* a hang (a blocking CUDA thread, a lost wake-up) fails instead of stalling CI */
