@@ -159,6 +159,8 @@ int loader_read_type_counts(struct agent *a, int map_fd, uint64_t *out);
 /* uprobes.c: CUDA library probes, once per file */
 int uprobes_attach_file(struct agent *a, int lib_idx);
 void uprobes_detach_file(struct agent *a, int lib_idx); /* asynchronous: see uprobes.c */
+/* takes links (a malloc()ed array) and destroys them off the event loop */
+void uprobes_reap_links(struct bpf_link **links, int n);
 void uprobes_reaper_stop(void); /* waits for queued detaches */
 extern const char *const cuda_api_names[API_COUNT];
 const char *cuda_api_name(unsigned api);

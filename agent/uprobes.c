@@ -200,8 +200,9 @@ fail:
 /*
  * Detaching a uprobe waits in the kernel (uprobe_unregister synchronises
  * RCU): 0.1-0.2 s per link on a VM, seconds for a library's 20 links. The
- * event loop must not stall that long, so links are handed to a reaper
- * thread that destroys them; the loop only queues. uprobes_reaper_stop()
+ * event loop must not stall that long, so links (the CUDA libraries' here,
+ * usdt.c's step probes) are handed to a reaper thread that destroys them;
+ * the loop only queues. uprobes_reaper_stop()
  * waits for the queue to empty at shutdown.
  */
 struct reap {
@@ -246,7 +247,7 @@ static void *reaper_main(void *arg)
 	return NULL;
 }
 
-static void reap_links(struct bpf_link **links, int n)
+void uprobes_reap_links(struct bpf_link **links, int n)
 {
 	struct reap *r = calloc(1, sizeof(*r)), **tail;
 
@@ -285,7 +286,7 @@ void uprobes_detach_file(struct agent *a, int idx)
 	struct libfile *lf = &a->libs[idx];
 
 	if (lf->links)
-		reap_links(lf->links, lf->n_links);
+		uprobes_reap_links(lf->links, lf->n_links);
 	lf->links = NULL;
 	lf->n_links = 0;
 }

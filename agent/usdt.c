@@ -12,7 +12,8 @@
  * attached for that pid (libbpf finds the probe sites, the argument
  * locations and the semaphores, which the kernel then counts up so the
  * engine evaluates the arguments; it also translates a library's addresses).
- * The links go with the process, or with its image at exec.
+ * The links go with the process, or with its image at exec, destroyed off
+ * the event loop (uprobes_reap_links()).
  *
  * Reading a file's notes means parsing its ELF headers, and a Python
  * process maps hundreds of libraries that the same and other processes map
@@ -242,11 +243,27 @@ int usdt_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const
 	return 0;
 }
 
+/* the links leave through uprobes.c's reaper: each detach waits in the kernel */
 void usdt_detach(struct proc *p)
 {
+	struct bpf_link **links = NULL;
+	int n = 0;
+
+	if (p->n_usdt)
+		links = malloc(p->n_usdt * USDT_LINKS * sizeof(*links));
 	for (int i = 0; i < p->n_usdt; i++)
-		for (int j = 0; j < USDT_LINKS; j++)
-			bpf_link__destroy(p->usdt[i].links[j]);
+		for (int j = 0; j < USDT_LINKS; j++) {
+			if (!p->usdt[i].links[j])
+				continue;
+			if (links)
+				links[n++] = p->usdt[i].links[j];
+			else
+				bpf_link__destroy(p->usdt[i].links[j]); /* no memory: here */
+		}
+	if (n)
+		uprobes_reap_links(links, n);
+	else
+		free(links);
 	free(p->usdt);
 	p->usdt = NULL;
 	p->n_usdt = 0;
