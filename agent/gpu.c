@@ -300,31 +300,38 @@ static void exit_now(struct gpu *gp, uint32_t pid, uint64_t ts_ns)
 	discovery_on_exit(gp->a, pid);
 }
 
-/*
- * Read the shim sockets (rounds drains at most, fewer once one finds
- * nothing), then take the exits decoded meanwhile: the message being
- * delivered when one was decoded was sent before it, and its records still
- * need the process's launches.
- */
-static void drain(struct gpu *gp, int rounds)
+/* read the shim sockets: rounds drains at most, fewer once one finds nothing */
+static void read_shims(struct gpu *gp, int rounds)
 {
 	gp->draining = true;
 	for (int i = 0; i < rounds && shim_rx_drain(gp->rx) > 0; i++)
 		;
 	gp->draining = false;
+}
+
+/*
+ * The exits decoded while shim messages were being delivered, in order:
+ * the message in hand when one was decoded was sent before it, and its
+ * records still needed the process's launches. Each takes what its shim
+ * sent last first, as gpu_on_exit() does (which may hold more exits).
+ */
+static void take_exits(struct gpu *gp)
+{
 	while (gp->n_exits > 0) {
 		uint32_t pid = gp->exits[0].pid;
 		uint64_t ts = gp->exits[0].ts_ns;
 
 		memmove(gp->exits, gp->exits + 1, --gp->n_exits * sizeof(gp->exits[0]));
-		gpu_on_exit(gp->a, pid, ts);
+		read_shims(gp, 64);
+		exit_now(gp, pid, ts);
 	}
 }
 
 static void on_shim_readable(struct agent *a, void *ctx)
 {
 	(void)a;
-	drain(ctx, 1);
+	read_shims(ctx, 1);
+	take_exits(ctx);
 }
 
 int gpu_init(struct agent *a)
@@ -417,10 +424,12 @@ void gpu_on_exit(struct agent *a, uint32_t pid, uint64_t ts_ns)
 			return;
 		}
 		gp->exits_early++; /* records still in flight go unmatched */
-	} else {
-		drain(gp, 64);
+		exit_now(gp, pid, ts_ns);
+		return;
 	}
+	read_shims(gp, 64);
 	exit_now(gp, pid, ts_ns);
+	take_exits(gp);
 }
 
 int gpu_set_mode(struct agent *a, uint32_t pid, enum agent_mode mode)
@@ -437,7 +446,8 @@ void gpu_interval(struct agent *a, bool final)
 
 	if (!gp)
 		return;
-	drain(gp, 1);
+	read_shims(gp, 1);
+	take_exits(gp);
 	if (a->opts.mode == MODE_DEEP) {
 		struct shim_rx_stats s;
 
