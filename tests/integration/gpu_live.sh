@@ -38,6 +38,29 @@ fi
 THREADS=2
 ROUNDS=6
 
+# wait_done: (bounded) until the workload has printed its last line
+wait_done() {
+	local i
+	for ((i = 0; i < 200; i++)); do
+		jq -e -s 'any(.[]; has("done"))' "$WOUT" >/dev/null 2>&1 && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+# exit_stopped WP FILE...: the agent stopped (SIGSTOP) while FILEs are
+# created and the workload WP runs to its exit, then continued
+exit_stopped() {
+	local wp=$1 rc=0
+	shift
+	kill -STOP "$AGENT_PID"
+	touch "$@"
+	wait_exit "$wp" 30 || rc=1
+	kill -CONT "$AGENT_PID"
+	[ "$rc" = 0 ] || fail_because "gpu_live did not finish with the agent stopped"
+	return $rc
+}
+
 # run_live NAME MODE [PREFIX...]: workload up (shim loaded, pointed at a
 # fresh socket), agent in MODE on its pid with that socket, shim connected,
 # workload released, exited, agent stopped. Sets WPID (host pid), WOUT (the
@@ -72,43 +95,26 @@ run_live() {
 	wait_record "$cond" 10 || { fail_because "no shim_status ($mode) for pid $WPID: $(agent_tail)"; return 1; }
 	sleep 0.2 # slack after the attach record: the probes are in place before it is written
 	if [ "${FROZEN:-}" = run ]; then
-		# the agent stopped while the workload runs and exits: it wakes to
-		# the uprobes, the shim's messages and the exit all at once
-		kill -STOP "$AGENT_PID"
-		touch "$ex" "$go"
-		st=0
-		wait_exit "$wp" 30 || st=1
-		kill -CONT "$AGENT_PID"
-		[ "$st" = 0 ] || { fail_because "gpu_live did not finish with the agent stopped"; return 1; }
-	elif [ "${FROZEN:-}" = exit ]; then
-		# (gpu_live -L) the GPU records leave in the shim's last message:
-		# the agent takes the launch callbacks, then is stopped over the exit
-		touch "$go"
-		for ((st = 0; st < 200; st++)); do
-			jq -e -s 'any(.[]; has("done"))' "$WOUT" >/dev/null 2>&1 && break
-			sleep 0.05
-		done
-		want=$(jq -s '[.[] | select(has("corr"))] | length' "$WOUT")
-		wait_record ".type == \"stats\" and .gpu.shim_records >= $want" 10 ||
-			fail_because "the agent never took the $want launch callbacks before the exit"
-		kill -STOP "$AGENT_PID"
-		touch "$ex"
-		st=0
-		wait_exit "$wp" 30 || st=1
-		kill -CONT "$AGENT_PID"
-		[ "$st" = 0 ] || { fail_because "gpu_live did not finish with the agent stopped"; return 1; }
+		# it wakes to the uprobes, the shim's messages and the exit at once
+		exit_stopped "$wp" "$ex" "$go" || return 1
 	else
 		touch "$go"
-		# the process stays until the agent has joined what it sent (bounded)
-		for ((st = 0; st < 200; st++)); do
-			jq -e -s 'any(.[]; has("done"))' "$WOUT" >/dev/null 2>&1 && break
-			sleep 0.05
-		done
-		want=$(jq -s '[.[] | select(has("corr")) | .n] | add // 0' "$WOUT")
-		wait_record ".type == \"stats\" and .gpu.joined >= $want" 10 ||
-			fail_because "stats never counted $want joined GPU records before the exit"
-		touch "$ex"
-		wait_exit "$wp" 30 || { fail_because "gpu_live did not finish"; return 1; }
+		wait_done
+		if [ "${FROZEN:-}" = exit ]; then
+			# (gpu_live -L) the GPU records leave in the shim's last message:
+			# the agent takes the launch callbacks, then is stopped over the exit
+			want=$(jq -s '[.[] | select(has("corr"))] | length' "$WOUT")
+			wait_record ".type == \"stats\" and .gpu.shim_records >= $want" 10 ||
+				fail_because "the agent never took the $want launch callbacks before the exit"
+			exit_stopped "$wp" "$ex" || return 1
+		else
+			# the process stays until the agent has joined what it sent
+			want=$(jq -s '[.[] | select(has("corr")) | .n] | add // 0' "$WOUT")
+			wait_record ".type == \"stats\" and .gpu.joined >= $want" 10 ||
+				fail_because "stats never counted $want joined GPU records before the exit"
+			touch "$ex"
+			wait_exit "$wp" 30 || { fail_because "gpu_live did not finish"; return 1; }
+		fi
 	fi
 	[ "$WAIT_RC" = 0 ] || fail_because "gpu_live exit $WAIT_RC: $(head -c 300 "$WOUT.err")"
 	wait_record ".type==\"process\" and .event==\"exit\" and .pid==$WPID" 10 ||
