@@ -875,6 +875,19 @@ static struct shim_status_event mk_hello(uint32_t abi)
 	return s;
 }
 
+/* a runtime-API launch callback with correlation id corr, pid and tid 0 */
+static struct gpu_launch_cb_event mk_cb(uint32_t corr)
+{
+	struct gpu_launch_cb_event cb;
+
+	memset(&cb, 0, sizeof(cb));
+	cb.hdr.type = EV_GPU_LAUNCH_CB;
+	cb.hdr.size = sizeof(cb);
+	cb.domain = 1;
+	cb.correlation_id = corr;
+	return cb;
+}
+
 static void test_rx_forged_and_garbage(void **state)
 {
 	struct t *t = *state;
@@ -893,11 +906,7 @@ static void test_rx_forged_and_garbage(void **state)
 
 	/* a record before the hello is not accepted */
 	fd = raw_connect(t->path);
-	memset(&cb, 0, sizeof(cb));
-	cb.hdr.type = EV_GPU_LAUNCH_CB;
-	cb.hdr.size = sizeof(cb);
-	cb.domain = 1;
-	cb.correlation_id = 1;
+	cb = mk_cb(1);
 	assert_int_equal(send(fd, &cb, sizeof(cb), 0), sizeof(cb));
 	pump(t, 20);
 	shim_rx_get_stats(t->rx, &st);
@@ -1035,11 +1044,7 @@ static void test_rx_not_reentrant(void **state)
 	rx_open(t);
 	fd = raw_connect(t->path);
 	assert_int_equal(send(fd, &hello, sizeof(hello), 0), sizeof(hello));
-	memset(&cb, 0, sizeof(cb));
-	cb.hdr.type = EV_GPU_LAUNCH_CB;
-	cb.hdr.size = sizeof(cb);
-	cb.domain = 1;
-	cb.correlation_id = 41;
+	cb = mk_cb(41);
 	assert_int_equal(send(fd, &cb, sizeof(cb), 0), sizeof(cb));
 	cb.correlation_id = 42;
 	assert_int_equal(send(fd, &cb, sizeof(cb), 0), sizeof(cb));
