@@ -76,7 +76,7 @@ struct shim_rx_stats {
 	uint64_t tid_mapped;   /* tid rewritten to the host tid */
 	uint64_t tid_unmapped; /* no host tid found: tid set to 0 */
 	uint64_t tid_scans;    /* /proc/PID/task scans to (re)build a map */
-	uint64_t reentered;    /* shim_rx_drain() called from its own callbacks: refused */
+	uint64_t reentered;    /* drain or feed called from a drain's callbacks: refused */
 };
 
 /*
@@ -129,7 +129,8 @@ void shim_rx_get_stats(const struct shim_rx *rx, struct shim_rx_stats *out);
  * Validate and deliver one message as if it came from pid over a fresh
  * connection (its first record must be the hello). For the fuzzer and the
  * tests; the socket path uses the same code. Returns records delivered or
- * -EINVAL when the message was rejected (counted as for a socket).
+ * -EINVAL when the message was rejected (counted as for a socket); -EBUSY
+ * from inside shim_rx_drain()'s callbacks, like shim_rx_drain() itself.
  */
 int shim_rx_feed(struct shim_rx *rx, uint32_t pid, const void *buf, size_t len);
 
