@@ -47,14 +47,6 @@ struct metrics {
 	uint64_t requests, scrapes, bad_requests, not_found, refused, timeouts;
 };
 
-static const char *const type_names[EV_TYPE_MAX] = {
-    [EV_CUDA_LAUNCH] = "cuda_launch", [EV_CUDA_SYNC] = "cuda_sync",
-    [EV_OFFCPU] = "offcpu",	      [EV_RUNQ] = "runq",
-    [EV_SYSCALL] = "syscall",	      [EV_TCP_RETRANS] = "tcp_retransmit",
-    [EV_PROC_EXEC] = "proc_exec",     [EV_PROC_EXIT] = "proc_exit",
-    [EV_LIB_MAP] = "lib_map",
-}; /* BPF types; must match agent/stats.c */
-
 static void help(FILE *f, const char *name, const char *type, const char *text)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
@@ -116,16 +108,17 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 		a->opts.mode == MODE_DEEP ? "deep" : "sentinel");
 	help(f, "infertrace_bpf_events_total", "counter",
 	     "Records the BPF programs wrote to the rings, by event type.");
-	for (int t = 0; t < EV_TYPE_MAX; t++)
-		if (type_names[t])
-			fprintf(f, "infertrace_bpf_events_total{type=\"%s\"} %llu\n", type_names[t],
-				(unsigned long long)ev[t]);
+	/* the BPF families only (the GPU types are the shims') */
+	for (int t = 0; t < EV_GPU_KERNEL; t++)
+		if (event_type_name(t))
+			fprintf(f, "infertrace_bpf_events_total{type=\"%s\"} %llu\n",
+				event_type_name(t), (unsigned long long)ev[t]);
 	help(f, "infertrace_bpf_drops_total", "counter",
 	     "Records lost in the kernel because a ring was full, by event type.");
-	for (int t = 0; t < EV_TYPE_MAX; t++)
-		if (type_names[t]) {
-			fprintf(f, "infertrace_bpf_drops_total{type=\"%s\"} %llu\n", type_names[t],
-				(unsigned long long)dr[t]);
+	for (int t = 0; t < EV_GPU_KERNEL; t++)
+		if (event_type_name(t)) {
+			fprintf(f, "infertrace_bpf_drops_total{type=\"%s\"} %llu\n",
+				event_type_name(t), (unsigned long long)dr[t]);
 			bpf_drops += dr[t];
 		}
 	one(f, "infertrace_records_decoded_total", "counter", "Ring records decoded.",

@@ -214,6 +214,8 @@ json_t *hist_to_json(const __u64 *slots, const __u64 *prev, unsigned n);
 
 /* stats.c: the agent's own counters as a "stats" record */
 void stats_emit(struct agent *a, uint64_t interval_ns, bool final);
+/* the name of an event type in stats and metrics ("step_mark"); NULL: none */
+const char *event_type_name(int type);
 
 /* thread names */
 const char *thread_comm(uint32_t pid, uint32_t tid, char *buf, size_t sz);

@@ -15,10 +15,16 @@ static const char *const type_names[EV_TYPE_MAX] = {
 	[EV_OFFCPU] = "offcpu",		  [EV_RUNQ] = "runq",
 	[EV_SYSCALL] = "syscall",	  [EV_TCP_RETRANS] = "tcp_retransmit",
 	[EV_PROC_EXEC] = "proc_exec",	  [EV_PROC_EXIT] = "proc_exit",
-	[EV_LIB_MAP] = "lib_map",	  [EV_GPU_KERNEL] = "gpu_kernel",
-	[EV_GPU_MEMCPY] = "gpu_memcpy",	  [EV_GPU_MEMSET] = "gpu_memset",
-	[EV_GPU_LAUNCH_CB] = "gpu_launch_cb", [EV_SHIM_STATUS] = "shim_status",
+	[EV_LIB_MAP] = "lib_map",	  [EV_STEP_MARK] = "step_mark",
+	[EV_GPU_KERNEL] = "gpu_kernel",	  [EV_GPU_MEMCPY] = "gpu_memcpy",
+	[EV_GPU_MEMSET] = "gpu_memset",	  [EV_GPU_LAUNCH_CB] = "gpu_launch_cb",
+	[EV_SHIM_STATUS] = "shim_status",
 };
+
+const char *event_type_name(int t)
+{
+	return t >= 0 && t < EV_TYPE_MAX ? type_names[t] : NULL;
+}
 
 static json_t *by_type(const uint64_t *v)
 {

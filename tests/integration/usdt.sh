@@ -84,8 +84,10 @@ finish_steps() {
 	wait_exit "$wp" 30 || fail_because "$name did not finish"
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
 	check_steps "$WPID" "$TID" "$WOUT" "$tb"
-	st=$(jqo '[.[] | select(.type == "stats")][-1] | {usdt_processes, usdt_errors, usdt_files, usdt_files_read, step_marks}')
+	st=$(jqo '[.[] | select(.type == "stats")][-1] | {usdt_processes, usdt_errors, usdt_files, usdt_files_read, step_marks,
+		bpf: .bpf_events.step_mark, lost: .bpf_drops.step_mark}')
 	expect "stats $st: want 60 step marks" jqe '.step_marks == 60' <<<"$st"
+	expect "stats $st: want 60 step_mark records from BPF, none lost" jqe '.bpf == 60 and .lost == 0' <<<"$st"
 	expect "stats $st: want 1 process with probes, 1 file with probes, no error" \
 		jqe '.usdt_processes == 1 and .usdt_files == 1 and .usdt_errors == 0' <<<"$st"
 	expect "stats $st: want each of the $nfiles executable files read once" \
