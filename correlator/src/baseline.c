@@ -318,7 +318,7 @@ static int lad_fit(const struct dlin *l, const double sc[3], const bool use[3], 
  */
 int dm_lin_fit(struct dlin *l)
 {
-	double sc[3] = {1, 0, 0}, c[3];
+	double sc[3] = {1, 0, 0}, c[3], quickest = 0;
 	bool use[3] = {true, true, true};
 	double *u;
 	uint32_t n = l->n;
@@ -331,6 +331,8 @@ int dm_lin_fit(struct dlin *l)
 			sc[1] = l->t[i];
 		if (l->kv[i] > sc[2])
 			sc[2] = l->kv[i];
+		if (!i || l->dur[i] < quickest)
+			quickest = l->dur[i];
 	}
 	for (;;) {
 		int worst = 0;
@@ -353,10 +355,7 @@ int dm_lin_fit(struct dlin *l)
 	 * on: a convex tail (attention) gives it a negative intercept, and a
 	 * small novel workload would be judged against a few milliseconds
 	 */
-	l->floor = 0;
-	for (uint32_t i = 0; i < n; i++)
-		if (!i || l->dur[i] < l->floor)
-			l->floor = l->dur[i];
+	l->floor = quickest;
 	l->c[0] = c[0];
 	l->c[1] = sc[1] ? c[1] / sc[1] : 0;
 	l->c[2] = sc[2] ? c[2] / sc[2] : 0;
