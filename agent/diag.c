@@ -175,6 +175,8 @@ int diag_option(const char *name, const char *arg)
 			dopt.det.straggler_rel = v;
 		else if (KEY("regression"))
 			dopt.det.regression_rel = v;
+		else if (KEY("gap"))
+			dopt.det.gap_floor_ns = (uint64_t)(v * 1e6);
 		else
 			return -EINVAL;
 #undef KEY

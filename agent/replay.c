@@ -221,6 +221,8 @@ static int replay_steps(struct replay *r, const char *path)
 		s.kv_tokens = jint(o, "kv_tokens");
 		s.gpu_busy_ns = jint(o, "gpu_busy_ns");
 		s.idle_ns = jint(o, "idle_ns");
+		s.idle_gaps = jint(o, "idle_gaps");
+		s.idle_max_ns = jint(o, "idle_max_ns");
 		s.kernels = jint(o, "kernels");
 		s.comm_ns = jint(o, "comm_ns");
 		s.offcpu_ns = jint(o, "offcpu_ns");

@@ -15,14 +15,17 @@
  *           decode time in batch size and context (the mean of the
  *           measured repeats); each step's time is scaled by the real
  *           step-to-step jitter (jitter()). GPU busy is 92% of the step (the
- *           rest launch gaps), which lets faults move the breakdown;
+ *           rest launch gaps), which lets faults move the breakdown; the
+ *           longest GPU idle gap of a step comes from the real H100 vLLM
+ *           trace (load_gaps());
  *  - ranks: 4 tensor-parallel ranks built from the azure-conv stream
  *           (synchronised steps, per-rank idle noise) for the straggler.
  *
  * Faults, drawn from --seed, never in a stream's first 200 steps (the
  * baseline's bootstrap): host stall (one step +20..200 ms, GPU idle and
- * launcher off-CPU grow with it), CPU contention (a run of 3..20 steps
- * 1.2..2x slower, run-queue time grows), GPU slowdown (a run of 1..10 steps
+ * launcher off-CPU grow with it, in one idle gap), CPU contention (a run of
+ * 3..20 steps 1.2..2x slower, run-queue time grows, idle gaps of 1..6 ms),
+ * GPU slowdown (a run of 1..10 steps
  * whose GPU part is x1.3..3), straggler (a run of 1..5 steps where one rank's
  * launcher is off-CPU for 20..100% of a step and every rank waits for it).
  * Each fault type is one campaign with ~5% of steps faulted, then a mixed
@@ -42,18 +45,29 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "correlator.h"
 #include "diagnose.h"
 
 /* ------------------------------------------------------------ random ---- */
 
-static uint64_t rng_s;
+/*
+ * Two streams from the seed: rng_s draws the streams and the faults, rng_g
+ * the GPU idle gaps, so that modelling the gaps leaves every other draw
+ * (and the results of a duration-only detector) as they were.
+ */
+static uint64_t rng_s, rng_g;
+
+static uint64_t xorshift(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
 
 static uint64_t rnd(void)
 {
-	rng_s ^= rng_s << 13;
-	rng_s ^= rng_s >> 7;
-	rng_s ^= rng_s << 17;
-	return rng_s;
+	return xorshift(&rng_s);
 }
 
 static double urand(void)
@@ -73,6 +87,7 @@ struct st {
 	double t, kv, batch;
 	enum diag_phase phase;
 	double busy; /* GPU part, ns; < 0 unknown */
+	double gap;  /* longest GPU idle gap, ns; < 0 unknown */
 };
 
 struct stream {
@@ -144,6 +159,77 @@ static double jitter(void)
 	return jit[jit_pos];
 }
 
+/*
+ * Real longest GPU idle gaps per step: the steps our segmenter cuts from
+ * the vLLM llama TP4 H100 trace (its execute_model spans; the nearest real
+ * relative of the Splitwise llama2-70b TP4 model), decode and prefill.
+ * They are host work at fixed points of the step (prefill: 2.4 ms building
+ * sampling metadata before the first kernel; decode: 0.4-0.8 ms), not a
+ * share of the step: the GPU-bound layers in between leave no gap. A
+ * synthetic step's longest gap is its phase's median times a measured
+ * decode step's gap over the decode median (the only measured spread).
+ */
+#define GAP_MAX 64
+static double gap_pool[2][GAP_MAX], gap_med[2];
+static size_t n_gap[2];
+
+static void gap_step(void *ctx, const struct diag_step *s)
+{
+	int ph = s->phase == DIAG_PHASE_PREFILL ? 0 : s->phase == DIAG_PHASE_DECODE ? 1 : -1;
+
+	(void)ctx;
+	if (ph >= 0 && s->idle_max_ns > 0 && n_gap[ph] < GAP_MAX)
+		gap_pool[ph][n_gap[ph]++] = (double)s->idle_max_ns;
+}
+
+static void gap_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
+{
+	diag_seg__add_gpu(ctx, g, l);
+}
+
+static void gap_marker(void *ctx, const struct corr_marker *m)
+{
+	diag_seg__add_marker(ctx, m);
+}
+
+static int cmp_dbl(const void *a, const void *b);
+
+static int load_gaps(const char *dir)
+{
+	char path[1024];
+	struct diag_seg_opts so = {.sz = sizeof(so), .step = gap_step};
+	struct diag_seg *sg = diag_seg__new(&so);
+	struct corr_opts co = {.sz = sizeof(co), .emit = gap_gpu, .emit_ctx = sg};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .marker = gap_marker, .marker_ctx = sg};
+	struct corr_replay_stats st;
+	int err;
+
+	if (!sg)
+		return -errno;
+	snprintf(path, sizeof(path), "%s/kineto/tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz",
+		 dir);
+	err = corr_replay_file(path, &co, &ro, &st);
+	if (!err)
+		err = diag_seg__flush(sg);
+	diag_seg__free(sg);
+	if (err)
+		return err;
+	for (int ph = 0; ph < 2; ph++) {
+		if (!n_gap[ph])
+			return -ENODATA;
+		qsort(gap_pool[ph], n_gap[ph], sizeof(double), cmp_dbl);
+		gap_med[ph] = gap_pool[ph][n_gap[ph] / 2];
+	}
+	return 0;
+}
+
+static double gap_draw(enum diag_phase ph)
+{
+	double r = gap_pool[1][xorshift(&rng_g) % n_gap[1]] / gap_med[1];
+
+	return gap_med[ph == DIAG_PHASE_PREFILL ? 0 : 1] * r;
+}
+
 static int load_lp(const char *dir, struct stream *x)
 {
 	char path[1024], line[1024], prev[128] = "";
@@ -178,6 +264,7 @@ static int load_lp(const char *dir, struct stream *x)
 		v.batch = bs;
 		v.kv = bs * (ain + aout);
 		v.busy = -1;
+		v.gap = -1;
 		/*
 		 * The rows carry no prefill count. The runs are closed loops of
 		 * `conc` clients: a step whose batch is below the concurrency also
@@ -435,6 +522,7 @@ static int synth(const char *name, const struct req *rq, size_t nrq, size_t max_
 			}
 		}
 		v.busy = 0.92 * v.dur;
+		v.gap = gap_draw(v.phase);
 		now += v.dur / 1e6;
 		if (push(x, &v))
 			return -ENOMEM;
@@ -579,6 +667,7 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 			s.idle_ns = (int64_t)(v.dur - v.busy);
 			s.offcpu_ns = (int64_t)(0.02 * v.dur * urand());
 			s.runq_ns = (int64_t)(0.01 * v.dur * urand());
+			s.idle_max_ns = (int64_t)v.gap;
 		}
 		if (f == F_STALL) {
 			double st = uni(20e6, 200e6);
@@ -587,6 +676,8 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 			if (x->breakdown) {
 				s.idle_ns += (int64_t)st;
 				s.offcpu_ns += (int64_t)(st * 0.95);
+				/* the step grew by st because the GPU waited st in one go */
+				s.idle_max_ns = (int64_t)fmax(v.gap, st);
 			}
 		} else if (f == F_CONT) {
 			double ex = v.dur * (cont_f - 1);
@@ -596,6 +687,11 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 				s.idle_ns += (int64_t)ex;
 				s.runq_ns += (int64_t)(ex * 0.8);
 				s.preempt_pid = 4242;
+				/*
+				 * the wait is spread over many run-queue waits of a
+				 * slice or two of the competing tasks (EEVDF: ~3 ms)
+				 */
+				s.idle_max_ns = (int64_t)fmax(v.gap, fmin(ex, 1e6 + 5e6 * (xorshift(&rng_g) >> 11) / 9007199254740992.0));
 			}
 		} else if (f == F_GPU) {
 			double gpu = v.busy > 0 ? v.busy : v.dur;
@@ -888,12 +984,19 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	rng_s = a.seed * 0x9e3779b97f4a7c15ULL + 1;
+	rng_g = a.seed * 0xbf58476d1ce4e5b9ULL + 3;
 	err = load_lp(a.data, &streams[ns]);
 	if (err) {
 		fprintf(stderr, "eval_detect: LatencyPrism steps: %s\n", strerror(-err));
 		return 1;
 	}
 	ns++;
+	err = load_gaps(a.data);
+	if (err) {
+		fprintf(stderr, "eval_detect: GPU idle gaps of the H100 vLLM trace: %s\n",
+			strerror(-err));
+		return 1;
+	}
 	err = load_pm(a.data);
 	if (!err)
 		err = pm_prepare();

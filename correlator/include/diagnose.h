@@ -223,7 +223,7 @@ struct diag_anomaly {
 	uint64_t expected_ns; /* the baseline's P99 for this workload */
 	double score;	      /* (dur - median) / UCL distance: > 1 is beyond the limit */
 	enum diag_kind kind;
-	const char *chart; /* "single", "window", "peers", "baseline" */
+	const char *chart; /* "single", "window", "gap", "peers", "baseline" */
 	uint32_t n_suspects;
 	struct diag_suspect suspects[DIAG_SUSPECTS_MAX]; /* most likely first */
 };
@@ -244,6 +244,11 @@ struct diag_det_opts {
 	double regression_rel;	    /* sustained excess over a saved baseline; 0: 0.10 */
 	uint32_t regression_window; /* steps averaged for it; 0: 32 */
 	uint32_t max_keys;	    /* (instance, rank, phase) tracked; 0: 4096 */
+	/*
+	 * the gap chart: a step whose longest GPU idle gap exceeds the usual
+	 * longest gap by k sd and by at least this much; 0: 10 ms
+	 */
+	uint64_t gap_floor_ns;
 	diag_anomaly_fn anomaly;
 	void *anomaly_ctx;
 	diag_log_fn log; /* may be NULL */

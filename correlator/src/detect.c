@@ -12,6 +12,12 @@
  *    u+ over the last `window` steps not already flagged exceeds its own
  *    UCL (the smoothed chart: a run of 1.2x steps that no single step
  *    betrays) and the step itself is above the window floor;
+ *  - the gap chart: a host stall is one long GPU idle gap, and a step's
+ *    longest gap does not grow with the step (the GPU-bound middle of a
+ *    long prefill has none; the longest are the host's per-step work). A
+ *    step whose longest gap exceeds the usual longest gap by k sd and by
+ *    the gap floor is a stall even where +20 ms hides in a 2 s step's
+ *    jitter;
  *  - flagged steps never teach the baseline (a run of slow steps must not
  *    become the norm), unless they persist for LEVEL_SHIFT steps: then the
  *    new level is accepted and said so, and only a saved baseline
@@ -130,6 +136,7 @@ struct dkey {
 	uint32_t wpos, wcnt;
 	/* breakdown of accepted steps, as fractions of the step or ns */
 	struct ewstat f_idle, f_busy, f_comm, offcpu, runq;
+	struct ewstat gap; /* longest GPU idle gap, ns */
 	/* regression against the reference */
 	const struct dref *ref;
 	bool ref_looked;
@@ -219,6 +226,8 @@ struct diag_det *diag_det__new(const struct diag_det_opts *opts)
 		d->o.regression_window = W_MAX * 8;
 	if (!d->o.max_keys)
 		d->o.max_keys = 4096;
+	if (!d->o.gap_floor_ns)
+		d->o.gap_floor_ns = 10000000;
 	d->kcap = corr_pow2((uint64_t)d->o.max_keys * 2);
 	d->keys = calloc(d->kcap, sizeof(*d->keys));
 	d->inst = calloc(MAX_INST, sizeof(*d->inst));
@@ -393,14 +402,18 @@ static void kernel_suspects(struct dkey *k, const struct diag_step *s, struct di
  * GPU waited for the CPU, and the launching thread's run-queue wait or
  * off-CPU time says whether it was preempted (contention) or blocked (a
  * stall). Without a breakdown the shape decides: one slow step is a stall,
- * a run is contention.
+ * a run is contention. gap > 0: the gap chart caught one idle gap that much
+ * longer than usual, a stall (or, with the run-queue wait to match, the
+ * CPU was taken), whatever the step's duration says.
  */
 static void classify(struct dkey *k, const struct diag_step *s, double med, bool window,
-		     struct diag_anomaly *an)
+		     double gap, struct diag_anomaly *an)
 {
 	double excess = (double)s->dur_ns - med, dur = (double)s->dur_ns;
 	double d_idle = -1, d_busy = -1, d_comm = -1, runq = -1, offcpu = -1;
 
+	if (gap > 0)
+		excess = gap; /* the stall, not the step's jitter around it */
 	if (excess <= 0)
 		excess = 1;
 	if (s->idle_ns >= 0 && k->f_idle.n)
@@ -414,7 +427,13 @@ static void classify(struct dkey *k, const struct diag_step *s, double med, bool
 	if (s->offcpu_ns >= 0)
 		offcpu = s->offcpu_ns - (k->offcpu.n ? k->offcpu.mean : 0);
 
-	if (d_comm >= 0.5 * excess) {
+	if (gap > 0) {
+		an->kind = runq >= 0.3 * excess ? DIAG_KIND_CPU_CONTENTION : DIAG_KIND_HOST_STALL;
+		add_suspect(an, "gpu_gap", gap, s->idle_max_ns / fmax(k->gap.mean, 1),
+			    "one GPU idle gap of %.2f ms, where the longest is usually %.2f ms: "
+			    "the GPU waited for the CPU",
+			    s->idle_max_ns / 1e6, k->gap.mean / 1e6);
+	} else if (d_comm >= 0.5 * excess) {
 		an->kind = DIAG_KIND_COMMUNICATION;
 		add_suspect(an, "comm", d_comm, 0,
 			    "communication kernels %.2f ms longer than usual (%.2f ms in the step)",
@@ -487,6 +506,8 @@ static void learn_breakdown(struct dkey *k, const struct diag_step *s)
 		ew_add(&k->offcpu, (double)s->offcpu_ns);
 	if (s->runq_ns >= 0)
 		ew_add(&k->runq, (double)s->runq_ns);
+	if (s->idle_max_ns >= 0)
+		ew_add(&k->gap, (double)s->idle_max_ns);
 	for (uint32_t i = 0; i < s->n_top && i < DIAG_TOP_MAX; i++) {
 		const struct diag_kernel *t = &s->top[i];
 		struct dkern *h;
@@ -713,8 +734,8 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct diag_verdict *v)
 {
 	const char *inst = s->instance ? s->instance : "";
-	double t, kv, med, u, up, ucl1, uclw, wsum = 0, dur, guess_floor;
-	bool flag1 = false, flagw = false, judged = false, novel = true;
+	double t, kv, med, u, up, ucl1, uclw, uclg = 0, gx = 0, wsum = 0, dur, guess_floor;
+	bool flag1 = false, flagw = false, flagg = false, judged = false, novel = true;
 	struct dkey *k;
 	uint32_t wn = 0;
 	int src = -1;
@@ -778,6 +799,14 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 			flagw = !novel && wn + 1 >= d->o.window && wm > uclw &&
 				up > d->o.floor_window / 2;
 		}
+		/* the gap chart knows no workload: novel ones are judged too */
+		if (!flag1 && !flagw && s->idle_max_ns >= 0 && k->gap.n >= CHART_WARM) {
+			gx = (double)s->idle_max_ns - k->gap.mean;
+			uclg = d->o.k_single * sqrt(k->gap.var);
+			if (uclg < (double)d->o.gap_floor_ns)
+				uclg = (double)d->o.gap_floor_ns;
+			flagg = gx > uclg;
+		}
 	}
 	/* the window remembers u+ of unflagged steps, -1 for flagged ones */
 	k->win[k->wpos] = flag1 ? -1.0f : (float)up;
@@ -797,20 +826,25 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		    med > 0 ? (uint64_t)(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var))) : 0;
 		v->score = ucl1 > 0 ? up / ucl1 : 0;
 	}
-	if (flag1 || flagw) {
+	if (flag1 || flagw || flagg) {
 		struct diag_anomaly an = {0};
 
 		k->consec++;
-		k->flag_u = up < SPIKE_TEACH * ucl1 ? ucl1 : -1;
+		k->flag_u = !flagg && up < SPIKE_TEACH * ucl1 ? ucl1 : -1;
 		an.instance = inst;
 		an.rank = s->rank;
 		an.phase = s->phase;
 		an.step_start_ns = s->start_ns;
 		an.dur_ns = s->dur_ns;
 		an.expected_ns = (uint64_t)(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var)));
-		an.score = flag1 ? up / ucl1 : ((wsum + up) / (wn + 1)) / uclw;
-		an.chart = flag1 ? "single" : "window";
-		classify(k, s, med, flagw, &an);
+		if (flagg) {
+			an.score = gx / uclg;
+			an.chart = "gap";
+		} else {
+			an.score = flag1 ? up / ucl1 : ((wsum + up) / (wn + 1)) / uclw;
+			an.chart = flag1 ? "single" : "window";
+		}
+		classify(k, s, med, flagw, flagg ? gx : 0, &an);
 		d->cnt.anomalies++;
 		d->cnt.by_kind[an.kind]++;
 		if (v) {
@@ -825,6 +859,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		     "diag: %s rank %d %s: %llu slow steps in a row, accepting the new level", inst,
 		     s->rank, diag_phase_name(s->phase), (unsigned long long)k->consec);
 		k->consec = 0;
+		memset(&k->gap, 0, sizeof(k->gap));
 		dm_free(&k->m);
 		if (dm_init(&k->m))
 			return -ENOMEM;

@@ -22,6 +22,19 @@
 #                           after it every launch (cuda_launch, regs_only)
 #                           and every kernel of the 40 steps, the stalled
 #                           step's included; none of them before it
+#   diag_replay_steps:      the run's own step records (as a steps topic
+#                           carries them; its stats records among them)
+#                           through --replay (issue 5 item 4): the detector
+#                           alone finds the same one anomaly (step, kind,
+#                           chart); diag_status counts every step record and
+#                           every other record
+#   diag_replay_gap:        a step stream of 2 s prefills (made up here)
+#                           whose step 150 hides a 20 ms stall in one GPU
+#                           idle gap, plus 2 malformed lines: one anomaly,
+#                           that step, chart gap, kind host_stall; bad_lines
+#                           2, each logged with its line number. Without
+#                           idle_max_ns in the records: no anomaly (the
+#                           step's duration alone cannot show it)
 #   diag_live_nvtx:         30 rounds marked by NVTX ranges as CUPTI reports
 #                           them to the shim: 30 steps with source marker,
 #                           the tokens and batch of each range's message;
@@ -29,7 +42,8 @@
 source "$(dirname "$0")/lib.sh"
 jqe() { jq -e "$@" >/dev/null 2>&1; }
 GPU_LIVE=$BUILD/tests/integration/gpu_live
-NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window diag_live_nvtx"
+NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
+	diag_live_nvtx"
 # shellcheck disable=SC2086
 it_preflight $NAMES
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
@@ -157,6 +171,71 @@ if [ -n "$ok" ]; then
 	fi
 fi
 report recorder_anomaly_window
+
+# ----------------------------------------------------------------- replay --
+# anomalies of instance $2 in file $1: [{step_start_ns, kind, chart}]
+anomalies() {
+	jq -c -n -R --arg i "$2" '[inputs | fromjson? | select(.type == "anomaly" and .instance == $i)
+		| {step_start_ns, kind, chart}]' "$1"
+}
+# replay_steps NAME FILE: --replay FILE, output $T/NAME.jsonl, sets RE_ST (diag_status)
+replay_steps() {
+	local rc=0
+	timeout 60 "$AGENT" --replay "$2" -o "$T/$1.jsonl" 2>"$T/$1.err" || rc=$?
+	expect "replay of $2 exit $rc: $(tail -n 2 "$T/$1.err" | tr '\n' '|')" [ "$rc" = 0 ]
+	RE_ST=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$T/$1.jsonl")
+}
+_why=()
+if [ -n "$ok" ]; then
+	live=$T/diag.steps.jsonl
+	jq -c 'select(.type == "step" or .type == "stats")' "$AGENT_OUT" >"$live"
+	replay_steps re_live "$live"
+	nstep=$(jq -n -R '[inputs | fromjson? | select(.type == "step")] | length' "$live")
+	nother=$(jq -n -R '[inputs | fromjson? | select(.type != "step")] | length' "$live")
+	expect "diag_status $RE_ST: want ok, steps $nstep, other_lines $nother, bad_lines 0" \
+		jqe --argjson n "$nstep" --argjson o "$nother" \
+		'.ok and .steps == $n and .other_lines == $o and .bad_lines == 0' <<<"$RE_ST"
+	re=$(anomalies "$T/re_live.jsonl" "$INST")
+	lv=$(anomalies "$AGENT_OUT" "$INST")
+	expect "replayed anomalies $re, live ones $lv" [ "$re" = "$lv" ]
+	expect "no live anomaly to compare with" [ "$(jq length <<<"$lv")" = 1 ]
+else
+	fail_because "no live run (diag_live_steps failed)"
+fi
+report diag_replay_steps
+
+# 200 prefills of 2 s +-1.5%, longest gap 2.4 ms +-40%; step 150 (line 152
+# of the file) +20 ms in one gap; line 51 is not JSON, line 102 has no dur_ns
+_why=()
+awk 'BEGIN {
+	srand(7); t = 1000000000
+	for (i = 0; i < 200; i++) {
+		if (i == 50) print "{not json"
+		if (i == 100) print "{\"type\":\"step\",\"instance\":\"gapsyn\",\"phase\":\"prefill\"}"
+		d = int(2e9 * (1 + 0.03 * (rand() - 0.5))); g = int(2.4e6 * (1 + 0.8 * (rand() - 0.5)))
+		if (i == 150) { d += 20000000; g = 20000000; start = t }
+		printf "{\"type\":\"step\",\"instance\":\"gapsyn\",\"start_ns\":%.0f,\"dur_ns\":%.0f,", t, d
+		printf "\"phase\":\"prefill\",\"tokens\":8192,\"batch_size\":1,\"kv_tokens\":8192,"
+		printf "\"gpu_busy_ns\":%.0f,\"idle_ns\":%.0f,\"idle_gaps\":4,\"idle_max_ns\":%.0f}\n", d - 3 * g, 3 * g, g
+		t += d + 100000
+	}
+	printf "%.0f", start > "/dev/stderr"
+}' >"$T/gap.jsonl" 2>"$T/gap.start"
+replay_steps re_gap "$T/gap.jsonl"
+expect "diag_status $RE_ST: want ok, steps 200, bad_lines 2" \
+	jqe '.ok and .steps == 200 and .bad_lines == 2 and .anomalies == 1' <<<"$RE_ST"
+want="[{\"step_start_ns\":$(cat "$T/gap.start"),\"kind\":\"host_stall\",\"chart\":\"gap\"}]"
+got=$(anomalies "$T/re_gap.jsonl" gapsyn)
+expect "anomalies $got, want $want" [ "$got" = "$want" ]
+for l in 51 102; do
+	expect "line $l not named in the replay's errors: $(head -c 300 "$T/re_gap.err")" \
+		grep -q "line $l:" "$T/re_gap.err"
+done
+sed 's/,"idle_max_ns":[0-9]*//' "$T/gap.jsonl" >"$T/nogap.jsonl"
+replay_steps re_nogap "$T/nogap.jsonl"
+expect "without idle_max_ns: $(anomalies "$T/re_nogap.jsonl" gapsyn), want none" \
+	[ "$(anomalies "$T/re_nogap.jsonl" gapsyn)" = "[]" ]
+report diag_replay_gap
 
 # ------------------------------------------------------------------- nvtx --
 # 30 rounds marked with NVTX as CUPTI reports it (gpu_live -M): each a

@@ -5,7 +5,8 @@
  * not an anomaly, kinds and suspects follow the breakdown, the two real HTA
  * ranks are not stragglers while an injected one is named, a saved
  * baseline catches a regression the self-learned one absorbs and lists the
- * kernel that changed, a malformed baseline file is refused with its line.
+ * kernel that changed, a malformed baseline file is refused with its line,
+ * a 20 ms stall inside a 2 s prefill is caught by its GPU idle gap.
  *
  * Noise comes from a fixed xorshift seed: same numbers every run.
  */
@@ -221,6 +222,118 @@ static void test_kinds(void **state)
 	assert_string_equal(diag_kind_name(g->a[2].kind), "gpu_slow");
 	assert_non_null(strstr(g->ev[2][1], "flash_fwd_kernel<128> 2.1x its median"));
 	diag_det__free(d);
+	free(g);
+}
+
+/* a 2 s prefill step, +-1.5% noise, longest GPU idle gap 2.4 ms +-40% */
+static void mk_prefill(struct diag_step *s, uint64_t *ts, bool gap_known)
+{
+	diag_step_init(s);
+	s->instance = "gap";
+	s->phase = DIAG_PHASE_PREFILL;
+	s->tokens = s->kv_tokens = 8192;
+	s->batch_size = 1;
+	s->start_ns = *ts;
+	s->dur_ns = (uint64_t)(2e9 * noise(0.015));
+	s->gpu_busy_ns = (int64_t)(0.97 * s->dur_ns);
+	s->idle_ns = (int64_t)s->dur_ns - s->gpu_busy_ns;
+	if (gap_known)
+		s->idle_max_ns = (int64_t)(2.4e6 * noise(0.4));
+	s->offcpu_ns = 200000;
+	s->runq_ns = 100000;
+	*ts += s->dur_ns + 100000;
+}
+
+/* one 20 ms stall, as one GPU idle gap, in a 2 s prefill */
+static void stall(struct diag_step *s, int64_t gap)
+{
+	s->dur_ns += (uint64_t)gap;
+	s->idle_ns += gap;
+	s->idle_max_ns = s->idle_max_ns >= 0 ? gap : s->idle_max_ns;
+	s->offcpu_ns += gap - 1000000;
+}
+
+/*
+ * +20 ms is 1% of a 2 s step, inside its jitter: the duration charts cannot
+ * see it, the gap chart does (and only it); a gap under the floor is not a
+ * stall; a gap with the run-queue wait to match is contention; a longer gap
+ * that stays becomes the norm after LEVEL_SHIFT steps, like any level.
+ */
+static void test_gap_chart(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d;
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1;
+	int flagged;
+
+	(void)state;
+	for (int known = 0; known < 2; known++) {
+		d = det(g);
+		g->n = 0;
+		for (int i = 0; i < 200; i++) {
+			mk_prefill(&s, &ts, known);
+			diag_det__add_step(d, &s, NULL);
+		}
+		assert_int_equal(g->n, 0);
+		flagged = 0;
+		for (int e = 0; e < 20; e++) {
+			mk_prefill(&s, &ts, known);
+			stall(&s, 20000000);
+			diag_det__add_step(d, &s, &v);
+			flagged += v.anomalous;
+			for (int i = 0; i < 10; i++) {
+				mk_prefill(&s, &ts, known);
+				diag_det__add_step(d, &s, NULL);
+			}
+		}
+		if (!known) {
+			/* the step's duration alone: not one of them */
+			assert_int_equal(flagged, 0);
+			assert_int_equal(g->n, 0);
+			diag_det__free(d);
+			continue;
+		}
+		assert_int_equal(flagged, 20);
+		assert_int_equal(g->n, 20); /* and not one clean step */
+		for (int i = 0; i < 20; i++) {
+			assert_string_equal(g->a[i].chart, "gap");
+			assert_string_equal(diag_kind_name(g->a[i].kind), "host_stall");
+			assert_true(g->a[i].score > 1);
+			assert_non_null(strstr(g->ev[i][0], "one GPU idle gap of 20.00 ms"));
+			assert_non_null(strstr(g->ev[i][0], "the GPU waited for the CPU"));
+		}
+		/* 9 ms: far beyond the usual spread, under the 10 ms floor */
+		mk_prefill(&s, &ts, known);
+		stall(&s, 9000000);
+		diag_det__add_step(d, &s, &v);
+		assert_false(v.anomalous);
+		/* the CPU was taken: the run-queue wait matches the gap */
+		mk_prefill(&s, &ts, known);
+		stall(&s, 15000000);
+		s.offcpu_ns = 1000000;
+		s.runq_ns = 14000000;
+		s.preempt_pid = 4242;
+		diag_det__add_step(d, &s, &v);
+		assert_true(v.anomalous);
+		assert_string_equal(g->a[20].chart, "gap");
+		assert_string_equal(diag_kind_name(g->a[20].kind), "cpu_contention");
+		/* a 30 ms gap in every step from now on: flagged until it is the norm */
+		mk_prefill(&s, &ts, known);
+		diag_det__add_step(d, &s, NULL);
+		flagged = 0;
+		for (int i = 0; i < 200; i++) {
+			mk_prefill(&s, &ts, known);
+			stall(&s, 30000000);
+			diag_det__add_step(d, &s, &v);
+			flagged += v.anomalous;
+			if (i >= 100)
+				assert_false(v.anomalous);
+		}
+		assert_int_equal(flagged, 64);
+		diag_det__free(d);
+	}
 	free(g);
 }
 
@@ -521,6 +634,7 @@ int main(void)
 	    cmocka_unit_test(test_saved_baseline_regression),
 	    cmocka_unit_test(test_bad_baseline_and_steps),
 	    cmocka_unit_test(test_spikes_and_floors),
+	    cmocka_unit_test(test_gap_chart),
 	};
 
 	if (!data_dir())
