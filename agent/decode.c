@@ -28,6 +28,7 @@ static const struct {
 	{ EV_PROC_EXIT, sizeof(struct process_event) },
 	{ EV_LIB_MAP, sizeof(struct process_event) },
 	{ EV_STEP_MARK, sizeof(struct step_mark_event) },
+	{ EV_NET_IO, sizeof(struct net_io_event) },
 };
 
 const char *syscall_name(unsigned nr)
@@ -287,6 +288,12 @@ static void to_diag(struct agent *a, const struct event_hdr *h)
 		e.other_pid = o->by_tid;
 	} else if (h->type == EV_RUNQ) {
 		return; /* already counted in the off-CPU interval that holds it */
+	} else if (h->type == EV_NET_IO) {
+		const struct net_io_event *n = (const void *)h;
+
+		e.kind = DIAG_CPU_NET;
+		e.dur_ns = n->dur_ns;
+		e.bytes = n->tx_bytes + n->rx_bytes;
 	} else {
 		e.kind = DIAG_CPU_SYSCALL;
 		e.dur_ns = ((const struct syscall_event *)h)->dur_ns;
@@ -319,7 +326,8 @@ int decode_record(struct agent *a, const void *data, size_t size)
 	}
 
 	/* a step's breakdown counts its launching thread's CPU events */
-	if (a->diag && (h->type == EV_OFFCPU || h->type == EV_RUNQ || h->type == EV_SYSCALL))
+	if (a->diag && (h->type == EV_OFFCPU || h->type == EV_RUNQ || h->type == EV_SYSCALL ||
+			h->type == EV_NET_IO))
 		to_diag(a, data);
 
 	switch (h->type) {
@@ -349,6 +357,8 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		a->cnt.step_marks++;
 		diag_on_step_mark(a->diag, data);
 		return 0;
+	case EV_NET_IO:
+		return 0; /* only the steps use them (to_diag above) */
 	}
 	return 0;
 }

@@ -48,6 +48,8 @@ static const struct prog_spec progs[] = {
 	{ "net", "on_tcp_retransmit", "on_tcp_retransmit_raw", HOOK_TP_BTF, "tcp_retransmit_skb",
 	  true },
 	{ "net", "on_sock_state", "on_sock_state_raw", HOOK_TP_BTF, "inet_sock_set_state", true },
+	{ "net", "on_sock_send", "on_sock_send_raw", HOOK_TP_BTF, "sock_send_length", true },
+	{ "net", "on_sock_recv", "on_sock_recv_raw", HOOK_TP_BTF, "sock_recv_length", true },
 	{ "proc", "on_mmap_enter", "on_mmap_enter_raw", HOOK_TP_BTF, "sys_enter" },
 	{ "proc", "on_exec", "on_exec_raw", HOOK_TP_BTF, "sched_process_exec" },
 	{ "proc", "on_exit", "on_exit_raw", HOOK_TP_BTF, "sched_process_exit" },

@@ -16,6 +16,7 @@ static const char *const type_names[EV_TYPE_MAX] = {
 	[EV_SYSCALL] = "syscall",	  [EV_TCP_RETRANS] = "tcp_retransmit",
 	[EV_PROC_EXEC] = "proc_exec",	  [EV_PROC_EXIT] = "proc_exit",
 	[EV_LIB_MAP] = "lib_map",	  [EV_STEP_MARK] = "step_mark",
+	[EV_NET_IO] = "net_io",
 	[EV_GPU_KERNEL] = "gpu_kernel",	  [EV_GPU_MEMCPY] = "gpu_memcpy",
 	[EV_GPU_MEMSET] = "gpu_memset",	  [EV_GPU_LAUNCH_CB] = "gpu_launch_cb",
 	[EV_SHIM_STATUS] = "shim_status",

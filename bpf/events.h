@@ -42,6 +42,7 @@ enum event_type {
 	EV_PROC_EXIT = 8, /* struct process_event */
 	EV_LIB_MAP = 9, /* struct process_event: exec mapping of libcud*, or any by a traced process */
 	EV_STEP_MARK = 10, /* struct step_mark_event: a USDT probe of infertrace/step.h */
+	EV_NET_IO = 11, /* struct net_io_event: socket bytes of a traced thread */
 	/* 11..15 reserved for further BPF families */
 	/* GPU side, written by the CUPTI shim (agent/shim) */
 	EV_GPU_KERNEL = 16, /* struct gpu_activity_event */
@@ -295,6 +296,11 @@ struct thread_stats {
 	__u16 pad16;
 	__u32 pad32;
 	char offcpu_by_comm[TASK_COMM_LEN];
+	/* IP socket bytes gathered for the next EV_NET_IO (bpf/net.bpf.c) */
+	__u64 net_first_ns;
+	__u64 net_last_ns;
+	__u64 net_tx_bytes;
+	__u64 net_rx_bytes;
 };
 _Static_assert(sizeof(struct thread_stats) % 8 == 0, "thread_stats alignment");
 
@@ -356,6 +362,22 @@ struct step_mark_event {
 	__s64 tokens, batch, kv_tokens; /* begin; -1 when unknown */
 };
 _Static_assert(sizeof(struct step_mark_event) == 56, "step_mark_event ABI");
+
+/*
+ * EV_NET_IO, 48 bytes: IP socket payload bytes a traced thread sent and received
+ * between hdr.ts_ns and hdr.ts_ns + dur_ns (bpf/net.bpf.c). A thread's
+ * bytes are gathered for up to NET_IO_WINDOW_NS and sent when the window is
+ * over or the thread leaves the CPU. The agent feeds them to the step
+ * segmenter (a step's net_bytes); they are not records of their own.
+ */
+#define NET_IO_WINDOW_NS 1000000ULL
+struct net_io_event {
+	struct event_hdr hdr;
+	__u64 dur_ns;
+	__u64 tx_bytes;
+	__u64 rx_bytes;
+};
+_Static_assert(sizeof(struct net_io_event) == 48, "net_io_event ABI");
 
 /* one-entry array map runtime_cfg: settings the agent changes while running */
 struct runtime_cfg {

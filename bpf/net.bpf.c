@@ -9,6 +9,15 @@
  * header was already pulled, so it is added back from the mac offset.
  * Counters are per CPU, summed by the agent.
  *
+ * Socket payload bytes of traced threads, IPv4 and IPv6 (TCP, UDP):
+ * sock:sock_send_length and sock:sock_recv_length (Linux 6.3) fire in the
+ * caller's context on every send and receive whatever the syscall (send,
+ * write, splice...). Gathered per thread in thread_stats and sent as one
+ * EV_NET_IO per window of NET_IO_WINDOW_NS (or earlier, when the thread
+ * leaves the CPU): a step's network bytes without one record per call.
+ * Older kernels lack the tracepoints: the agent says so and steps carry no
+ * network bytes.
+ *
  * tcp:tcp_retransmit_skb runs in softirq or timer context where `current`
  * is unrelated, so the owning process comes from sock_owner, filled when a
  * process connects the socket.
@@ -178,3 +187,64 @@ int BPF_PROG(on_tcp_retransmit, const struct sock *sk) { return handle_retransmi
 
 SEC("raw_tp/tcp_retransmit_skb")
 int BPF_PROG(on_tcp_retransmit_raw, const struct sock *sk) { return handle_retransmit(sk); }
+
+static __always_inline int handle_net_io(long ret, bool tx)
+{
+	struct thread_stats *ts;
+	__u64 now;
+
+	if (ret <= 0)
+		return 0;
+	ts = thread_current();
+	if (!ts)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (ts->net_first_ns && now - ts->net_first_ns >= NET_IO_WINDOW_NS)
+		net_io_flush(ts);
+	if (!ts->net_first_ns)
+		ts->net_first_ns = now;
+	ts->net_last_ns = now;
+	if (tx)
+		ts->net_tx_bytes += ret;
+	else
+		ts->net_rx_bytes += ret;
+	return 0;
+}
+
+#define MSG_PEEK 2
+
+static __always_inline int handle_sock_io(const struct sock *sk, int ret, int flags, bool tx)
+{
+	__u16 family;
+
+	if (ret <= 0 || (!tx && (flags & MSG_PEEK)))
+		return 0;
+	family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	return handle_net_io(ret, tx);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(on_sock_send, struct sock *sk, int ret, int flags)
+{
+	return handle_sock_io(sk, ret, flags, true);
+}
+
+SEC("raw_tp/sock_send_length")
+int BPF_PROG(on_sock_send_raw, struct sock *sk, int ret, int flags)
+{
+	return handle_sock_io(sk, ret, flags, true);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(on_sock_recv, struct sock *sk, int ret, int flags)
+{
+	return handle_sock_io(sk, ret, flags, false);
+}
+
+SEC("raw_tp/sock_recv_length")
+int BPF_PROG(on_sock_recv_raw, struct sock *sk, int ret, int flags)
+{
+	return handle_sock_io(sk, ret, flags, false);
+}

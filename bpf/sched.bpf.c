@@ -8,7 +8,8 @@
  * (off-CPU and run-queue wait end). sched_wakeup(_new) starts the run-queue
  * wait of a blocked thread. Sums and log2 histograms stay in thread_stats;
  * single intervals above the thresholds (all of them in deep mode) go to
- * rb_sched.
+ * rb_sched. A thread leaving the CPU also sends the socket bytes it gathered
+ * (net_io_flush()).
  */
 #include "lib/common.bpf.h"
 #include "core_fixes.bpf.h"
@@ -30,6 +31,7 @@ static __always_inline void on_switch_out(struct task_struct *prev, struct task_
 	/* the `preempt` argument misses yields and exits; a runnable state doesn't */
 	bool runnable = preempt || get_task_state(prev) == TASK_RUNNING;
 
+	net_io_flush(ts);
 	ts->offcpu_start_ns = now;
 	ts->offcpu_cause = runnable ? OFFCPU_PREEMPTED : OFFCPU_BLOCKED;
 	ts->runq_start_ns = runnable ? now : 0;

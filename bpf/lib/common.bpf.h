@@ -109,6 +109,30 @@ static __always_inline void fill_hdr(struct event_hdr *h, __u32 type, __u32 size
 	h->ts_ns = ts;
 }
 
+/*
+ * Send the socket bytes a traced thread gathered (EV_NET_IO) and start over:
+ * when its window is over (bpf/net.bpf.c) or when it leaves the CPU
+ * (bpf/sched.bpf.c), so that bytes never wait for the thread's next send.
+ */
+static __always_inline void net_io_flush(struct thread_stats *ts)
+{
+	struct net_io_event *e;
+
+	if (!ts->net_first_ns)
+		return;
+	e = reserve(&rb_misc, sizeof(*e), EV_NET_IO);
+	if (e) {
+		fill_hdr(&e->hdr, EV_NET_IO, sizeof(*e), ts->pid, ts->tid, ts->net_first_ns);
+		e->dur_ns = ts->net_last_ns - ts->net_first_ns;
+		e->tx_bytes = ts->net_tx_bytes;
+		e->rx_bytes = ts->net_rx_bytes;
+		bpf_ringbuf_submit(e, 0);
+	}
+	ts->net_first_ns = 0;
+	ts->net_tx_bytes = 0;
+	ts->net_rx_bytes = 0;
+}
+
 /* floor(log2(v)) without loops, so the verifier sees straight-line code */
 static __always_inline __u32 log2_u64(__u64 v)
 {

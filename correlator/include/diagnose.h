@@ -169,12 +169,15 @@ int diag_seg__usdt_begin(struct diag_seg *sg, uint32_t pid, uint32_t tid, uint64
 			 int64_t tokens, int64_t batch, int64_t kv_tokens, enum diag_phase phase);
 int diag_seg__usdt_end(struct diag_seg *sg, uint32_t pid, uint32_t tid, uint64_t ts_ns);
 
-/* live CPU events of a thread, attributed to the steps they overlap */
+/*
+ * live CPU events of a thread, attributed to the steps they overlap; network
+ * bytes of any thread of the process, to the step their window began in
+ */
 enum diag_cpu_kind {
 	DIAG_CPU_OFFCPU = 0,  /* blocked (not runnable) */
 	DIAG_CPU_RUNQ = 1,    /* runnable, waiting for a CPU; other_pid: who ran */
 	DIAG_CPU_SYSCALL = 2, /* a slow syscall */
-	DIAG_CPU_NET = 3,     /* bytes sent or received (dur_ns 0) */
+	DIAG_CPU_NET = 3,     /* IP socket bytes sent and received in [ts_ns, ts_ns + dur_ns] */
 };
 struct diag_cpu_event {
 	enum diag_cpu_kind kind;

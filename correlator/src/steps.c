@@ -85,6 +85,7 @@ struct diag_seg {
 	struct usdt_open uo[64];
 	int nuo;
 	bool cpu_seen; /* live: the CPU side is traced, so no event means 0 */
+	bool net_seen; /* live: socket bytes are traced, so no event means 0 */
 	struct diag_seg_counters cnt;
 };
 
@@ -359,6 +360,8 @@ int diag_seg__add_cpu(struct diag_seg *sg, const struct diag_cpu_event *e)
 {
 	sg->cnt.cpu_events++;
 	sg->cpu_seen = true;
+	if (e->kind == DIAG_CPU_NET)
+		sg->net_seen = true;
 	if (sg->nc >= sg->o.capacity) {
 		sg->cnt.dropped++;
 		return -ENOSPC;
@@ -713,11 +716,22 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 		}
 		s->top[pos] = (struct diag_kernel){names_str(sg->names, r[ids[a]].name), cnt, tot};
 	}
-	/* the launching thread's CPU side (live) */
+	/*
+	 * the launching thread's CPU side (live); network bytes of the whole
+	 * process (an I/O or NCCL proxy thread moves them), each window of
+	 * bytes to the step it began in
+	 */
+	if (sg->net_seen)
+		s->net_bytes = 0;
 	for (size_t i = 0; i < sg->nc; i++) {
 		const struct diag_cpu_event *e = &sg->c[i].e;
 		uint64_t a, b;
 
+		if (e->kind == DIAG_CPU_NET) {
+			if (e->pid == s->pid && e->ts_ns >= ct->start && e->ts_ns < ct->end)
+				s->net_bytes += (int64_t)e->bytes;
+			continue;
+		}
 		if (e->pid != s->pid || e->tid != ct->tid || e->ts_ns > ct->end ||
 		    e->ts_ns + e->dur_ns < ct->start)
 			continue;
@@ -737,8 +751,7 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 			s->slow_syscall_ns =
 			    (s->slow_syscall_ns < 0 ? 0 : s->slow_syscall_ns) + (int64_t)(b - a);
 			break;
-		case DIAG_CPU_NET:
-			s->net_bytes = (s->net_bytes < 0 ? 0 : s->net_bytes) + (int64_t)e->bytes;
+		default:
 			break;
 		}
 	}

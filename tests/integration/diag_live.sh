@@ -35,6 +35,12 @@
 #                           2, each logged with its line number. Without
 #                           idle_max_ns in the records: no anomaly (the
 #                           step's duration alone cannot show it)
+#   diag_live_net:          20 rounds, each writing 8000 x (1 + r % 4) bytes
+#                           to a loopback TCP connection and reading them
+#                           back (gpu_live -N): each step's net_bytes is
+#                           exactly twice that (sent and received, through
+#                           the tcp_sendmsg/tcp_recvmsg probes); the BPF
+#                           counters show net_io records and no drop
 #   diag_live_nvtx:         30 rounds marked by NVTX ranges as CUPTI reports
 #                           them to the shim: 30 steps with source marker,
 #                           the tokens and batch of each range's message;
@@ -43,7 +49,7 @@ source "$(dirname "$0")/lib.sh"
 jqe() { jq -e "$@" >/dev/null 2>&1; }
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
-	diag_live_nvtx"
+	diag_live_net diag_live_nvtx"
 # shellcheck disable=SC2086
 it_preflight $NAMES
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
@@ -236,6 +242,22 @@ replay_steps re_nogap "$T/nogap.jsonl"
 expect "without idle_max_ns: $(anomalies "$T/re_nogap.jsonl" gapsyn), want none" \
 	[ "$(anomalies "$T/re_nogap.jsonl" gapsyn)" = "[]" ]
 report diag_replay_gap
+
+# -------------------------------------------------------------------- net --
+_why=()
+NN=20
+ROUNDS=$NN run net -n "$NN" -s 1000 -N 8000
+if [ -n "$OK" ]; then
+	steps=$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
+	expect "$(jq length <<<"$steps") steps, want $NN" eq "$(jq length <<<"$steps")" "$NN"
+	bad=$(jq -c '[ to_entries[] | .key as $i | .value
+		| select(.net_bytes != 2 * 8000 * (1 + $i % 4)) | "step \($i): net_bytes \(.net_bytes)" ] | .[:5]' \
+		<<<"$steps")
+	expect "net_bytes, want 2 x 8000 x (1 + i % 4): $bad" [ "$bad" = "[]" ]
+	st=$(jqo '[.[] | select(.type == "stats")][-1] | {e: .bpf_events.net_io, d: .bpf_drops.net_io}')
+	expect "BPF net_io records/drops $st: want some, no drop" jqe '.e > 0 and .d == 0' <<<"$st"
+fi
+report diag_live_net
 
 # ------------------------------------------------------------------- nvtx --
 # 30 rounds marked with NVTX as CUPTI reports it (gpu_live -M): each a

@@ -8,6 +8,7 @@
  * records for the work the call would have put on the GPU.
  *
  * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL] [-M] [-L]
+ *                 [-N BYTES]
  *   -t  launching threads (default 2)
  *   -n  rounds per thread (default 5); a round is cudaLaunchKernel (one
  *       kernel), cudaGraphLaunch (GRAPH_KERNELS kernels sharing its
@@ -30,6 +31,10 @@
  *       synchronises) and then STEP_GAP_US, and round STALL (from 0)
  *       of each thread stalls STALL_MS on the host between its graph launch
  *       and its cuLaunchKernel (the GPU waits: a host stall)
+ *   -N  network traffic inside each round: after the graph launch, the
+ *       thread writes BYTES x (1 + r % 4) to a TCP connection over loopback
+ *       that it holds both ends of, and reads them back (so its process
+ *       sends and receives that many bytes within the step)
  *   -L  CUPTI keeps the GPU records until the process ends: the shim's
  *       destructor flushes them, so they are in its last message, sent just
  *       before the exit (after EXIT_FILE)
@@ -53,6 +58,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 
 #include <generated_nvtx_meta.h>
@@ -99,6 +107,8 @@ static int rounds = 5;
 static int stall_round = -1; /* -s: steps mode */
 static bool nvtx_marks; /* -M */
 static bool hold_records; /* -L */
+static int net_bytes; /* -N */
+static int net_fd[MAX_THREADS][2]; /* -N: each thread's connection, both ends */
 static uint64_t stream_end[MAX_THREADS]; /* -s: when each thread's stream is free */
 static int deep;
 static pid_t tids[MAX_THREADS];
@@ -194,6 +204,47 @@ static struct call *do_call(int idx, const char *api, const char *kind, int dom,
 	return c;
 }
 
+/* -N: one loopback TCP connection per thread, both ends in the thread */
+static int net_open(int idx)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int l = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0), s;
+
+	if (l < 0 || c < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) || listen(l, 1) ||
+	    getsockname(l, (struct sockaddr *)&sa, &len) ||
+	    connect(c, (struct sockaddr *)&sa, sizeof(sa)) || (s = accept(l, NULL, NULL)) < 0) {
+		perror("gpu_live: loopback TCP connection");
+		return -1;
+	}
+	close(l);
+	net_fd[idx][0] = c;
+	net_fd[idx][1] = s;
+	return 0;
+}
+
+/* all n bytes through fd, or exit */
+static void net_all(int fd, char *buf, int n, bool out)
+{
+	for (int done = 0; done < n;) {
+		ssize_t k = out ? write(fd, buf, (size_t)(n - done)) : read(fd, buf, (size_t)(n - done));
+
+		if (k <= 0) {
+			perror(out ? "gpu_live: write" : "gpu_live: read");
+			exit(1);
+		}
+		done += (int)k;
+	}
+}
+
+static void net_round(int idx, int n)
+{
+	static char buf[MAX_THREADS][1 << 15];
+
+	net_all(net_fd[idx][0], buf[idx], n, true);
+	net_all(net_fd[idx][1], buf[idx], n, false);
+}
+
 static void round_once(int idx, int round)
 {
 	uint32_t stream = 7 + idx;
@@ -216,6 +267,8 @@ static void round_once(int idx, int round)
 			   "_Z8gl_graphILi1EEvPf");
 	c->n = GRAPH_KERNELS;
 
+	if (net_bytes)
+		net_round(idx, net_bytes * (1 + round % 4));
 	if (round == stall_round) {
 		struct timespec ts = { 0, STALL_MS * 1000000L };
 
@@ -273,6 +326,8 @@ static void *worker(void *arg)
 	int idx = (int)(long)arg;
 
 	tids[idx] = (pid_t)syscall(SYS_gettid);
+	if (net_bytes && net_open(idx))
+		exit(1);
 	pthread_barrier_wait(&ready); /* tids known */
 	pthread_barrier_wait(&ready); /* go */
 	for (int r = 0; r < rounds; r++) {
@@ -343,7 +398,7 @@ int main(int argc, char **argv)
 	int nthreads = 2, opt, (*init)(void);
 	void *rt, *drv, *so;
 
-	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:ML")) != -1) {
+	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:MLN:")) != -1) {
 		switch (opt) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -369,15 +424,19 @@ int main(int argc, char **argv)
 		case 'L':
 			hold_records = true;
 			break;
+		case 'N':
+			net_bytes = atoi(optarg);
+			break;
 		default:
 			fprintf(stderr,
 				"usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
-				"[-m MODE] [-s STALL_ROUND] [-M] [-L]\n",
+				"[-m MODE] [-s STALL_ROUND] [-M] [-L] [-N BYTES]\n",
 				argv[0]);
 			return 2;
 		}
 	}
-	if (nthreads < 1 || nthreads > MAX_THREADS || rounds < 1 || rounds > MAX_ROUNDS)
+	if (nthreads < 1 || nthreads > MAX_THREADS || rounds < 1 || rounds > MAX_ROUNDS ||
+	    net_bytes < 0 || net_bytes > 8192)
 		return 2;
 	deep = !strcmp(mode, "deep");
 

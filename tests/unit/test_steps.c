@@ -332,7 +332,9 @@ static void test_metadata_and_usdt(void **state)
 /*
  * Automatic cycles on made-up records: a device-to-host copy ends each
  * step; GPU idle, busy, gaps and top kernels add up; live CPU events land
- * in the step they overlap; advance() cuts only what is old enough.
+ * in the step they overlap; network bytes of any thread of the process in
+ * the step their window began in (0 once any were seen, not unknown);
+ * advance() cuts only what is old enough.
  */
 static void test_auto_cycles_and_breakdown(void **state)
 {
@@ -358,6 +360,22 @@ static void test_auto_cycles_and_breakdown(void **state)
 		add_k(g->sg, 7, t0 + 30000, t0 + 4010000, 5000, "Memcpy DtoH", CORR_KIND_MEMCPY, 2);
 	}
 	assert_int_equal(diag_seg__add_cpu(g->sg, &ev), 0);
+	{
+		/* another thread in step 1; a window from step 2 past its end; another process */
+		const struct diag_cpu_event net[] = {
+		    {.kind = DIAG_CPU_NET, .pid = 7, .tid = 8, .ts_ns = 20500000, .bytes = 1000},
+		    {.kind = DIAG_CPU_NET,
+		     .pid = 7,
+		     .tid = 7,
+		     .ts_ns = 34000000,
+		     .dur_ns = 2000000,
+		     .bytes = 500},
+		    {.kind = DIAG_CPU_NET, .pid = 9, .tid = 9, .ts_ns = 20600000, .bytes = 7777},
+		};
+
+		for (size_t i = 0; i < sizeof(net) / sizeof(net[0]); i++)
+			assert_int_equal(diag_seg__add_cpu(g->sg, &net[i]), 0);
+	}
 	assert_int_equal(diag_seg__advance(g->sg, 25000000), 0);
 	assert_int_equal(g->n, 1); /* only the first step ended before now - hold */
 	assert_int_equal(diag_seg__flush(g->sg), 0);
@@ -378,6 +396,9 @@ static void test_auto_cycles_and_breakdown(void **state)
 	assert_int_equal(g->s[0].runq_ns, 300000);
 	assert_int_equal(g->s[0].preempt_pid, 99);
 	assert_int_equal(g->s[1].runq_ns, 0);
+	assert_int_equal(g->s[0].net_bytes, 0);
+	assert_int_equal(g->s[1].net_bytes, 1000);
+	assert_int_equal(g->s[2].net_bytes, 500);
 	diag_seg__free(g->sg);
 	free(g);
 }
