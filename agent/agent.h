@@ -130,6 +130,8 @@ int replay_run(struct agent *a, const char *path);
 
 /* instance name of a traced process (never NULL) */
 const char *agent_instance_of(struct agent *a, uint32_t pid);
+/* the process's rank among its instance's workers (its environment); -1 */
+int32_t agent_rank_of(struct agent *a, uint32_t pid);
 const char *agent_host(struct agent *a);
 
 /* log with a level; the only place the agent prints diagnostics */

@@ -71,6 +71,8 @@ static void emit_step(void *ctx, const struct diag_step *cs)
 	json_t *o, *top;
 
 	s.instance = agent_instance_of(d->a, s.pid);
+	if (s.rank < 0) /* no rank= in its marker: the process's environment */
+		s.rank = agent_rank_of(d->a, s.pid);
 	o = rec_new(d->a, "step", s.pid, s.tid, s.start_ns);
 	if (!o) {
 		d->err = -ENOMEM;

@@ -60,23 +60,65 @@ int maps_parse_line(const char *line, unsigned long *dev_major, unsigned long *d
 	return 0;
 }
 
-const char *instance_from_environ(const char *env, size_t len, char *out, size_t out_sz)
+/* the non-empty value of KEY in a NUL-separated environment, or NULL */
+static const char *environ_get(const char *env, size_t len, const char *key, size_t *vlen)
 {
-	static const char key[] = "INFERTRACE_INSTANCE=";
-	size_t i = 0;
+	size_t i = 0, kl = strlen(key);
 
 	while (i < len) {
 		const char *s = env + i;
 		size_t n = strnlen(s, len - i);
 
-		if (n > sizeof(key) - 1 && !strncmp(s, key, sizeof(key) - 1)) {
-			snprintf(out, out_sz, "%.*s", (int)(n - (sizeof(key) - 1)),
-				 s + sizeof(key) - 1);
-			return out;
+		if (n > kl + 1 && !strncmp(s, key, kl) && s[kl] == '=') {
+			*vlen = n - kl - 1;
+			return s + kl + 1;
 		}
 		i += n + 1;
 	}
 	return NULL;
+}
+
+const char *instance_from_environ(const char *env, size_t len, char *out, size_t out_sz)
+{
+	size_t n;
+	const char *v = environ_get(env, len, "INFERTRACE_INSTANCE", &n);
+
+	if (!v)
+		return NULL;
+	snprintf(out, out_sz, "%.*s", (int)n, v);
+	return out;
+}
+
+/*
+ * The process's rank among the workers of its instance: INFERTRACE_RANK,
+ * else LOCAL_RANK (torchrun, DeepSpeed, Accelerate: the worker's GPU on the
+ * node), else RANK. -1 when none holds a number in 0..65535; a malformed
+ * INFERTRACE_RANK hides the others (-2, so that the caller can say so).
+ */
+int rank_from_environ(const char *env, size_t len)
+{
+	static const char *const keys[] = {"INFERTRACE_RANK", "LOCAL_RANK", "RANK"};
+
+	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+		size_t n;
+		const char *v = environ_get(env, len, keys[k], &n);
+		long r = 0;
+
+		if (!v)
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			if (v[i] < '0' || v[i] > '9' || r > 65535) {
+				r = -1;
+				break;
+			}
+			r = r * 10 + (v[i] - '0');
+		}
+		if (r >= 0 && r <= 65535)
+			return (int)r;
+		if (k == 0)
+			return -2;
+	}
+	return -1;
 }
 
 struct proc *proc_find_live(struct agent *a, uint32_t pid)
@@ -165,6 +207,7 @@ static void read_instance(struct agent *a, struct proc *p)
 	int fd;
 
 	snprintf(p->instance, sizeof(p->instance), "%.100s/%.16s", a->host, p->comm);
+	p->rank = -1;
 	snprintf(path, sizeof(path), "/proc/%u/environ", p->pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -187,8 +230,15 @@ static void read_instance(struct agent *a, struct proc *p)
 		len += n;
 	}
 	close(fd);
-	if (env)
+	if (env) {
 		instance_from_environ(env, len, p->instance, sizeof(p->instance));
+		p->rank = rank_from_environ(env, len);
+		if (p->rank == -2) {
+			pr_warn("pid %u: INFERTRACE_RANK is not a number in 0..65535: rank unknown",
+				p->pid);
+			p->rank = -1;
+		}
+	}
 	free(env);
 }
 

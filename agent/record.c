@@ -39,6 +39,13 @@ const char *agent_instance_of(struct agent *a, uint32_t pid)
 	return a->default_instance[0] ? a->default_instance : a->host;
 }
 
+int32_t agent_rank_of(struct agent *a, uint32_t pid)
+{
+	struct proc *p = pid ? proc_find(a, pid) : NULL;
+
+	return p ? p->rank : -1;
+}
+
 json_t *rec_new(struct agent *a, const char *type, uint32_t pid, uint32_t tid, uint64_t ts_ns)
 {
 	json_t *o = json_object();

@@ -31,6 +31,7 @@ struct proc {
 	uint32_t instance_id;
 	char comm[TASK_COMM_LEN];
 	char instance[INSTANCE_LEN];
+	int32_t rank; /* among its instance's workers, from its environment; -1 */
 	int libs[MAX_PROC_LIBS]; /* indexes into agent.libs */
 	int n_libs;
 	int maps_pending; /* >0: re-read maps at the next tick (tries so far) */
@@ -184,6 +185,7 @@ int maps_parse_line(const char *line, unsigned long *dev_major, unsigned long *d
 int cuda_lib_kind(const char *path);
 /* instance name from an environment block (NUL separated), else NULL */
 const char *instance_from_environ(const char *env, size_t len, char *out, size_t out_sz);
+int rank_from_environ(const char *env, size_t len);
 
 /* decode.c: ring records -> JSON */
 int decode_record(struct agent *a, const void *data, size_t size);

@@ -49,6 +49,7 @@ struct smark {
 	int32_t name;
 	bool step, usdt;
 	int64_t tokens, batch, kv;
+	int32_t rank; /* rank= metadata; -1 */
 	enum diag_phase phase;
 };
 
@@ -242,7 +243,7 @@ static size_t meta_start(const char *s)
 	return strlen(s);
 }
 
-/* "name key=value ..." metadata: tokens=, batch=, kv=, phase= */
+/* "name key=value ..." metadata: tokens=, batch=, kv=, phase=, rank= */
 static void parse_meta(struct diag_seg *sg, const char *s, struct smark *m)
 {
 	const char *p = s[meta_start(s)] ? s + meta_start(s) : NULL;
@@ -269,6 +270,11 @@ static void parse_meta(struct diag_seg *sg, const char *s, struct smark *m)
 					m->batch = v;
 				} else if (!strcmp(key, "kv")) {
 					m->kv = v;
+				} else if (!strcmp(key, "rank")) {
+					if (v > 65535)
+						sg->cnt.bad_metadata++;
+					else
+						m->rank = (int32_t)v;
 				}
 			}
 		}
@@ -292,7 +298,8 @@ int diag_seg__add_marker(struct diag_seg *sg, const struct corr_marker *m)
 			  .tid = m->tid,
 			  .tokens = -1,
 			  .batch = -1,
-			  .kv = -1};
+			  .kv = -1,
+			  .rank = -1};
 	size_t n;
 
 	sg->cnt.markers++;
@@ -346,6 +353,7 @@ int diag_seg__usdt_end(struct diag_seg *sg, uint32_t pid, uint32_t tid, uint64_t
 				   .tokens = sg->uo[i].tokens,
 				   .batch = sg->uo[i].batch,
 				   .kv = sg->uo[i].kv,
+				   .rank = -1,
 				   .phase = sg->uo[i].phase};
 		sg->uo[i] = sg->uo[--sg->nuo];
 		if (ts_ns < k.ts)
@@ -879,6 +887,7 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 			s->tokens = cuts[i].m->tokens;
 			s->batch_size = cuts[i].m->batch;
 			s->kv_tokens = cuts[i].m->kv;
+			s->rank = cuts[i].m->rank;
 			s->phase = cuts[i].m->phase;
 		}
 		measure(sg, &cuts[i], r, n, s, iv, l2s, ids);

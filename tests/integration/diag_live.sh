@@ -11,10 +11,11 @@
 #
 #   diag_live_steps:        40 step records for the workload, in order, one
 #                           per round: 5 kernels each, phase decode (graph
-#                           kernels), the launching thread's tid; step 34
-#                           lasts >= 40 ms, every other < 10 ms
+#                           kernels), the launching thread's tid, rank 1
+#                           (its INFERTRACE_RANK, over LOCAL_RANK=5); step
+#                           34 lasts >= 40 ms, every other < 10 ms
 #   diag_live_anomaly:      exactly one anomaly for the instance: step 34
-#                           (step_start_ns = its start_ns), kind host_stall,
+#                           (step_start_ns = its start_ns), rank 1, kind host_stall,
 #                           suspects naming the GPU idle and the launching
 #                           thread's ~40 ms off-CPU
 #   recorder_anomaly_window: the anomaly sends the instance's window: a
@@ -39,8 +40,9 @@
 #                           to a loopback TCP connection and reading them
 #                           back (gpu_live -N): each step's net_bytes is
 #                           exactly twice that (sent and received, through
-#                           the tcp_sendmsg/tcp_recvmsg probes); the BPF
-#                           counters show net_io records and no drop
+#                           the socket send/receive tracepoints); the BPF
+#                           counters show net_io records and no drop. The
+#                           workload has LOCAL_RANK=2 and RANK=9: rank 2
 #   diag_live_nvtx:         30 rounds marked by NVTX ranges as CUPTI reports
 #                           them to the shim: 30 steps with source marker,
 #                           the tokens and batch of each range's message;
@@ -71,7 +73,8 @@ run() {
 	local name=$1 go=$T/$1.go ex=$T/$1.exit sock=$T/$1.d/shim.sock wout=$T/$1.work wp i
 	shift
 	INST=it-$name-$$ OK=
-	bg_start "$wout" env INFERTRACE_INSTANCE="$INST" INFERTRACE_SHIM_SOCKET="$sock" \
+	# shellcheck disable=SC2086 # RUN_ENV: VAR=VALUE words for the workload
+	bg_start "$wout" env INFERTRACE_INSTANCE="$INST" INFERTRACE_SHIM_SOCKET="$sock" ${RUN_ENV:-} \
 		"$GPU_LIVE" -t 1 -w "$go" -e "$ex" -m sentinel "$@"
 	wp=$BG_PID
 	if ! wait_line "$wout" 10; then
@@ -103,7 +106,7 @@ run() {
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
 }
 
-ROUNDS=$STEPS WAIT_WINDOW=1 run diag -n "$STEPS" -s "$STALL"
+RUN_ENV="INFERTRACE_RANK=1 LOCAL_RANK=5" ROUNDS=$STEPS WAIT_WINDOW=1 run diag -n "$STEPS" -s "$STALL"
 ok=$OK
 WHY=("${_why[@]}")
 
@@ -115,6 +118,7 @@ if [ -n "$ok" ]; then
 	bad=$(jq -c --argjson tid "$TID" --argjson stall "$STALL" '
 		[ to_entries[] | .key as $i | .value
 		  | (if .kernels != 5 then "step \($i): \(.kernels) kernels" else empty end),
+		    (if .rank != 1 then "step \($i): rank \(.rank), want INFERTRACE_RANK 1" else empty end),
 		    (if .phase != "decode" then "step \($i): phase \(.phase)" else empty end),
 		    (if .tid != $tid then "step \($i): tid \(.tid)" else empty end),
 		    (if $i == $stall and .dur_ns < 40000000 then "stalled step \($i): \(.dur_ns) ns" else empty end),
@@ -135,6 +139,7 @@ if [ -n "$ok" ]; then
 		jqe --argjson s "$stall_start" '.[0].step_start_ns == $s' <<<"$an"
 	expect "kind $(jq -r '.[0].kind' <<<"$an"), want host_stall" \
 		jqe '.[0].kind == "host_stall"' <<<"$an"
+	expect "rank $(jq -r '.[0].rank' <<<"$an"), want 1" jqe '.[0].rank == 1' <<<"$an"
 	expect "no off-CPU suspect of about 40 ms: $(jq -c '.[0].suspects' <<<"$an")" \
 		jqe '[.[0].suspects[] | select(.what == "offcpu" and .value >= 35000000 and .value < 200000000)] | length == 1' <<<"$an"
 	expect "no GPU idle suspect: $(jq -c '.[0].suspects' <<<"$an")" \
@@ -246,14 +251,15 @@ report diag_replay_gap
 # -------------------------------------------------------------------- net --
 _why=()
 NN=20
-ROUNDS=$NN run net -n "$NN" -s 1000 -N 8000
+RUN_ENV="RANK=9 LOCAL_RANK=2" ROUNDS=$NN run net -n "$NN" -s 1000 -N 8000
 if [ -n "$OK" ]; then
 	steps=$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
 	expect "$(jq length <<<"$steps") steps, want $NN" eq "$(jq length <<<"$steps")" "$NN"
 	bad=$(jq -c '[ to_entries[] | .key as $i | .value
-		| select(.net_bytes != 2 * 8000 * (1 + $i % 4)) | "step \($i): net_bytes \(.net_bytes)" ] | .[:5]' \
+		| (if .net_bytes != 2 * 8000 * (1 + $i % 4) then "step \($i): net_bytes \(.net_bytes)" else empty end),
+		  (if .rank != 2 then "step \($i): rank \(.rank), want LOCAL_RANK 2" else empty end) ] | .[:5]' \
 		<<<"$steps")
-	expect "net_bytes, want 2 x 8000 x (1 + i % 4): $bad" [ "$bad" = "[]" ]
+	expect "net_bytes (want 2 x 8000 x (1 + i % 4)) or rank: $bad" [ "$bad" = "[]" ]
 	st=$(jqo '[.[] | select(.type == "stats")][-1] | {e: .bpf_events.net_io, d: .bpf_drops.net_io}')
 	expect "BPF net_io records/drops $st: want some, no drop" jqe '.e > 0 and .d == 0' <<<"$st"
 fi

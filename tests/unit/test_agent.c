@@ -126,6 +126,29 @@ static void test_instance_env(void **state)
 	assert_string_equal(out, "abc");
 }
 
+/* INFERTRACE_RANK, else LOCAL_RANK, else RANK; whole decimal numbers only */
+static void test_rank_env(void **state)
+{
+	static const char all[] = "RANK=5\0LOCAL_RANK=1\0INFERTRACE_RANK=3\0";
+	static const char local[] = "RANK=5\0LOCAL_RANK=2\0";
+	static const char global[] = "PATH=/bin\0RANK=7\0";
+	static const char bad_local[] = "LOCAL_RANK=abc\0RANK=4\0";
+	static const char bad_ours[] = "INFERTRACE_RANK=x1\0LOCAL_RANK=2\0";
+	static const char neighbours[] = "RANKS=3\0XRANK=4\0RANK=\0NODE_RANK=1\0";
+	static const char big[] = "RANK=70000\0";
+
+	(void)state;
+	assert_int_equal(rank_from_environ(all, sizeof(all)), 3);
+	assert_int_equal(rank_from_environ(local, sizeof(local)), 2);
+	assert_int_equal(rank_from_environ(global, sizeof(global)), 7);
+	assert_int_equal(rank_from_environ(bad_local, sizeof(bad_local)), 4);
+	/* a malformed rank of ours is said, not replaced by a guess */
+	assert_int_equal(rank_from_environ(bad_ours, sizeof(bad_ours)), -2);
+	assert_int_equal(rank_from_environ(neighbours, sizeof(neighbours)), -1);
+	assert_int_equal(rank_from_environ(big, sizeof(big)), -1);
+	assert_int_equal(rank_from_environ("RANK=0", 6), 0); /* no final NUL */
+}
+
 static void test_hist(void **state)
 {
 	__u64 slots[HIST_SLOTS] = {}, prev[HIST_SLOTS] = {};
@@ -313,7 +336,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_maps_line),     cmocka_unit_test(test_lib_kind),
-		cmocka_unit_test(test_instance_env),  cmocka_unit_test(test_hist),
+		cmocka_unit_test(test_instance_env),
+		cmocka_unit_test(test_rank_env),  cmocka_unit_test(test_hist),
 		cmocka_unit_test(test_decode_launch), cmocka_unit_test(test_decode_forged),
 		cmocka_unit_test(test_names),	      cmocka_unit_test(test_jsonw),
 		cmocka_unit_test(test_numparse),

@@ -295,7 +295,7 @@ static void test_metadata_and_usdt(void **state)
 				.ts_ns = 1000,
 				.dur_ns = 100000,
 				.cat = "nvtx",
-				.name = "step tokens=512 batch=4 kv=8192 phase=prefill"};
+				.name = "step tokens=512 batch=4 kv=8192 phase=prefill rank=3"};
 
 	(void)state;
 	o.step = on_step;
@@ -305,7 +305,7 @@ static void test_metadata_and_usdt(void **state)
 	assert_int_equal(diag_seg__add_marker(g->sg, &m), 0);
 	add_k(g->sg, 7, 2000, 3000, 50000, "gemm", CORR_KIND_KERNEL, 0);
 	m.ts_ns = 200000;
-	m.name = "step tokens=abc phase=sideways";
+	m.name = "step tokens=abc phase=sideways rank=70000";
 	assert_int_equal(diag_seg__add_marker(g->sg, &m), 0);
 	assert_int_equal(diag_seg__usdt_begin(g->sg, 7, 8, 400000, 3, 3, 900, DIAG_PHASE_DECODE),
 			 0);
@@ -319,12 +319,15 @@ static void test_metadata_and_usdt(void **state)
 	assert_int_equal(g->s[0].phase, DIAG_PHASE_PREFILL);
 	assert_int_equal(g->s[0].kernels, 1);
 	assert_string_equal(g->s[0].marker, "step");
+	assert_int_equal(g->s[0].rank, 3);
 	assert_int_equal(g->s[1].tokens, DIAG_UNKNOWN);
 	assert_int_equal(g->s[1].phase, DIAG_PHASE_UNKNOWN);
-	assert_int_equal(diag_seg__counters(g->sg)->bad_metadata, 2);
+	assert_int_equal(g->s[1].rank, -1);
+	assert_int_equal(diag_seg__counters(g->sg)->bad_metadata, 3);
 	assert_string_equal(g->s[2].source, "usdt");
 	assert_int_equal(g->s[2].tokens, 3);
 	assert_int_equal(g->s[2].phase, DIAG_PHASE_DECODE);
+	assert_int_equal(g->s[2].rank, -1);
 	diag_seg__free(g->sg);
 	free(g);
 }
