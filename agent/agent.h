@@ -66,6 +66,7 @@ struct agent_opts {
 	const char *control_socket; /* NULL: CTL_SOCK_DEFAULT; "none": off */
 	const char *control_group; /* besides root, members may use the socket */
 	double deep_dive_max_s; /* cap of one deep-dive's duration */
+	double anomaly_dive_s; /* deep-dive an anomaly's instance this long; 0: off */
 	double recorder_s; /* flight-recorder window; 0: off */
 	uint32_t recorder_mib; /* flight-recorder memory budget */
 	uint32_t recorder_launches; /* kernel flight queue entries; 0: none */

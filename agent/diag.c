@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "state.h"
+#include "ops.h"
 #include "diagnose.h"
 
 /*
@@ -62,6 +63,19 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *an)
 	d->anomalies++;
 	if (rec_emit(d->a, REC_ANOMALY, o))
 		d->err = -EIO;
+	/*
+	 * then full detail on the instance, where configured; steps are judged
+	 * at the loop's interval, never inside a ring or shim read. Replay has
+	 * no deep-dives (-ENOTSUP), deep mode needs none (-EALREADY).
+	 */
+	if (d->a->opts.anomaly_dive_s > 0 && an->instance[0]) {
+		int err = deepdive_start(d->a, an->instance, d->a->opts.anomaly_dive_s, "anomaly",
+					 NULL);
+
+		if (err && err != -ENOTSUP && err != -EALREADY && !d->dive_errors++)
+			pr_warn("anomaly on %s: deep-dive refused: %s", an->instance,
+				strerror(-err));
+	}
 }
 
 static void emit_step(void *ctx, const struct diag_step *cs)

@@ -75,6 +75,7 @@ enum {
 	OPT_CONTROL_SOCKET,
 	OPT_CONTROL_GROUP,
 	OPT_DEEP_DIVE_MAX,
+	OPT_ANOMALY_DIVE,
 	OPT_RECORDER_S,
 	OPT_RECORDER_MIB,
 	OPT_RECORDER_LAUNCHES,
@@ -139,6 +140,9 @@ static const struct argp_option options[] = {
 	{ "deep-dive-max", OPT_DEEP_DIVE_MAX, "SECS", 0,
 	  "Longest deep-dive a request may ask for; longer ones are cut (default 600; "
 	  "a request without duration gets 60)" },
+	{ "anomaly-deep-dive", OPT_ANOMALY_DIVE, "SECS", 0,
+	  "On an anomaly, deep-dive its instance for SECS (a later anomaly extends it; cut to "
+	  "--deep-dive-max); 0: off (default)" },
 	{ "recorder-seconds", OPT_RECORDER_S, "SECS", 0,
 	  "Flight recorder: keep the last SECS of detail per instance, sent when an anomaly "
 	  "is flagged or a deep-dive starts; 0 turns it off (default 10)" },
@@ -497,6 +501,13 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "--deep-dive-max takes seconds from 1 to 86400, not '%s'",
 				   arg);
 		o->deep_dive_max_s = d;
+		break;
+	case OPT_ANOMALY_DIVE:
+		if (parse_double(arg, 0, 86400, &d))
+			argp_error(state,
+				   "--anomaly-deep-dive takes seconds from 0 (off) to 86400, not '%s'",
+				   arg);
+		o->anomaly_dive_s = d;
 		break;
 	case OPT_RECORDER_S:
 		if (parse_double(arg, 0, 3600, &d))

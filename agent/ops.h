@@ -82,7 +82,8 @@ void metrics_free(struct agent *a);
  * capped by --deep-dive-max) has passed or deepdive_stop(). Sets
  * PROC_F_DEEP in traced_procs, runtime_cfg.deep_procs, and tells the CUPTI
  * shims of those processes to capture in deep mode. A new deep-dive first
- * sends the instance's flight-recorder window. source: "socket", "kafka".
+ * sends the instance's flight-recorder window. source: "socket", "kafka",
+ * "anomaly".
  * info (may be NULL) receives "instance", "until_ns", "duration_s",
  * "processes". Returns 0 or -errno (-EALREADY when the whole agent is in
  * deep mode, -ENOSPC when too many deep-dives run).

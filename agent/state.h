@@ -134,6 +134,7 @@ struct diag {
 	struct diag_seg *seg;
 	struct diag_det *det;
 	uint64_t steps, anomalies;
+	uint64_t dive_errors; /* --anomaly-deep-dive refused (logged once; deep_dive.refused) */
 	int err; /* first sink error */
 };
 int diag_option(const char *name, const char *arg); /* --step-markers, --baseline ... */

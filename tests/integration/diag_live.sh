@@ -17,7 +17,9 @@
 #   diag_live_anomaly:      exactly one anomaly for the instance: step 34
 #                           (step_start_ns = its start_ns), rank 1, kind host_stall,
 #                           suspects naming the GPU idle and the launching
-#                           thread's ~40 ms off-CPU
+#                           thread's ~40 ms off-CPU; with --anomaly-deep-dive
+#                           30, then a deep_dive start for the instance
+#                           (source anomaly, its one process, ~30 s)
 #   recorder_anomaly_window: the anomaly sends the instance's window: a
 #                           flight_recorder record (trigger anomaly) and
 #                           after it every launch (cuda_launch, regs_only)
@@ -83,7 +85,8 @@ run() {
 	fi
 	WPID=$(head -n 1 "$wout" | jq -r .pid)
 	TID=$(head -n 1 "$wout" | jq -r '.tids[0]')
-	if ! agent_start "$name" -i 0.25 --pid "$WPID" --shim-socket "$sock"; then
+	# shellcheck disable=SC2086 # AGENT_ARGS: more agent options
+	if ! agent_start "$name" -i 0.25 --pid "$WPID" --shim-socket "$sock" ${AGENT_ARGS:-}; then
 		fail_because "agent did not start: $(agent_tail)"
 	elif ! cuda_attached "$WPID" 10; then
 		fail_because "no attach record for pid $WPID"
@@ -106,7 +109,8 @@ run() {
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
 }
 
-RUN_ENV="INFERTRACE_RANK=1 LOCAL_RANK=5" ROUNDS=$STEPS WAIT_WINDOW=1 run diag -n "$STEPS" -s "$STALL"
+RUN_ENV="INFERTRACE_RANK=1 LOCAL_RANK=5" AGENT_ARGS="--anomaly-deep-dive 30" ROUNDS=$STEPS WAIT_WINDOW=1 \
+	run diag -n "$STEPS" -s "$STALL"
 ok=$OK
 WHY=("${_why[@]}")
 
@@ -140,6 +144,14 @@ if [ -n "$ok" ]; then
 	expect "kind $(jq -r '.[0].kind' <<<"$an"), want host_stall" \
 		jqe '.[0].kind == "host_stall"' <<<"$an"
 	expect "rank $(jq -r '.[0].rank' <<<"$an"), want 1" jqe '.[0].rank == 1' <<<"$an"
+	# --anomaly-deep-dive 30: the instance goes deep after its anomaly, its process with it
+	dd=$(jq -c -n -R --arg i "$INST" '[inputs | fromjson?] as $r
+		| ($r | map(.type == "anomaly" and .instance == $i) | index(true)) as $a
+		| [$r[($a // 0):][] | select(.type == "deep_dive" and .instance == $i)]
+		| {n: length, first: .[0]}' "$AGENT_OUT")
+	expect "no deep_dive start (source anomaly, 1 process, ~30 s) after the anomaly: $dd" \
+		jqe '.first.action == "start" and .first.source == "anomaly" and .first.processes == 1
+			and .first.remaining_ns > 25000000000 and .first.remaining_ns <= 30000000000' <<<"$dd"
 	expect "no off-CPU suspect of about 40 ms: $(jq -c '.[0].suspects' <<<"$an")" \
 		jqe '[.[0].suspects[] | select(.what == "offcpu" and .value >= 35000000 and .value < 200000000)] | length == 1' <<<"$an"
 	expect "no GPU idle suspect: $(jq -c '.[0].suspects' <<<"$an")" \
