@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "state.h"
 #include "ops.h"
@@ -230,6 +231,20 @@ int diag_new(struct agent *a, struct diag **out)
 	if (!d->det) {
 		err = -errno;
 		goto fail;
+	}
+	/* a run can be long: say now that its baseline could not be saved */
+	if (dopt.baseline_save) {
+		char dir[4096];
+		const char *slash = strrchr(dopt.baseline_save, '/');
+
+		snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - dopt.baseline_save + 1) : 1,
+			 slash ? dopt.baseline_save : ".");
+		if (access(dir, W_OK | X_OK)) {
+			err = -errno;
+			pr_err("diag: cannot write baseline %s (directory %s): %s",
+			       dopt.baseline_save, dir, strerror(-err));
+			goto fail;
+		}
 	}
 	if (dopt.baseline) {
 		err = diag_det__load(d->det, dopt.baseline);

@@ -50,7 +50,6 @@
 #                           the tokens and batch of each range's message;
 #                           gpu.nvtx counts 36 ranges, none unpaired or lost
 source "$(dirname "$0")/lib.sh"
-jqe() { jq -e "$@" >/dev/null 2>&1; }
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
 	diag_live_net diag_live_nvtx"

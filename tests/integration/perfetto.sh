@@ -18,7 +18,6 @@
 #                      a valid, empty trace; a deep-dive then sends the window
 #                      (flight_recorder record, the kept kernel records)
 source "$(dirname "$0")/lib.sh"
-jqe() { jq -e "$@" >/dev/null 2>&1; }
 CTL=$BUILD/agentctl
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}

@@ -30,7 +30,6 @@
 #   usdt_no_notes:  a CUDA process without the notes (cuda_calls) gets no
 #                   probes, no error and no USDT steps
 source "$(dirname "$0")/lib.sh"
-jqe() { jq -e "$@" >/dev/null 2>&1; }
 USDT_STEPS=$BUILD/tests/integration/usdt_steps
 USDT_DLOPEN=$BUILD/tests/integration/usdt_dlopen
 USDT_LIB=$BUILD/tests/integration/libusdt_steps.so
