@@ -168,9 +168,10 @@ fi
 
 # Part 2: live diagnosis. No GPU here, so the CUPTI test double (tests/fakes)
 # plays the GPU inside the workload (tests/integration/gpu_live -s): the
-# agent, its uprobes and the CUPTI shim are the real ones. 40 steps, one of
-# which stalls 40 ms on the host; the agent cuts the steps, flags the stalled
-# one and sends the flight recorder's window from before it.
+# agent, its uprobes and the CUPTI shim are the real ones. 40 steps, each
+# with some loopback TCP traffic, one of which stalls 40 ms on the host; the
+# agent cuts the steps, flags the stalled one, sends the flight recorder's
+# window from before it and deep-dives the instance (--anomaly-deep-dive).
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq >/dev/null; then
 	LOUT=$DIR/live-diagnosis.jsonl
@@ -180,16 +181,17 @@ if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq
 	echo
 	bold "Live diagnosis: steps, an anomaly and the flight recorder (simulated GPU)"
 	echo "  a workload runs 40 inference-like steps (kernel, CUDA graph, driver kernel, copy of"
-	echo "  the sampled tokens); step 34 stalls 40 ms on the host. The GPU is the CUPTI test double"
-	echo "  of tests/fakes; the agent, its probes and the CUPTI shim are the production ones."
-	INFERTRACE_INSTANCE=demo/llm INFERTRACE_SHIM_SOCKET=$LDIR/shim.sock \
-		"$GPU_LIVE" -t 1 -n 40 -s 34 -w "$LDIR/go" -e "$LDIR/exit" -m sentinel \
+	echo "  the sampled tokens, 8-32 KB over a loopback TCP connection); step 34 stalls 40 ms on"
+	echo "  the host. The GPU is the CUPTI test double of tests/fakes; the agent, its probes and"
+	echo "  the CUPTI shim are the production ones. The agent runs with --anomaly-deep-dive 10."
+	INFERTRACE_INSTANCE=demo/llm INFERTRACE_RANK=0 INFERTRACE_SHIM_SOCKET=$LDIR/shim.sock \
+		"$GPU_LIVE" -t 1 -n 40 -s 34 -N 4000 -w "$LDIR/go" -e "$LDIR/exit" -m sentinel \
 		>"$LDIR/work" 2>"$LDIR/work.err" &
 	WP=$!
 	PIDS+=("$WP")
 	for ((i = 0; i < 100; i++)); do [ -s "$LDIR/work" ] && break; sleep 0.05; done
 	LPID=$(head -n 1 "$LDIR/work" | jq -r .pid 2>/dev/null)
-	"$AGENT" -i 0.25 --pid "$LPID" --shim-socket "$LDIR/shim.sock" \
+	"$AGENT" -i 0.25 --pid "$LPID" --shim-socket "$LDIR/shim.sock" --anomaly-deep-dive 10 \
 		--control-socket "$LDIR/ctl.sock" -o "$LOUT" 2>"$LDIR/agent.log" &
 	LAP=$!
 	for ((i = 0; i < 100; i++)); do
@@ -208,7 +210,7 @@ if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq
 	kill -INT "$LAP" 2>/dev/null
 	wait "$LAP" 2>/dev/null
 	jq -r -s '[.[] | select(.type == "step")] |
-		"  \(length) steps: median \(map(.dur_ns) | sort | .[length / 2 | floor] / 1e6 * 10 | floor / 10) ms, longest \(map(.dur_ns) | max / 1e6 * 10 | floor / 10) ms"' "$LOUT"
+		"  \(length) steps of rank \(.[0].rank): median \(map(.dur_ns) | sort | .[length / 2 | floor] / 1e6 * 10 | floor / 10) ms, longest \(map(.dur_ns) | max / 1e6 * 10 | floor / 10) ms; network \(map(.net_bytes) | min / 1000) to \(map(.net_bytes) | max / 1000) KB per step (sent + received)"' "$LOUT"
 	echo "  the anomaly (one record, within a step of the stall):"
 	jq -r 'select(.type == "anomaly") |
 		"    \(.kind): \(.dur_ns / 1e6 * 10 | floor / 10) ms, expected \(.expected_ns / 1e6 * 100 | floor / 100) ms",
@@ -219,6 +221,8 @@ if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq
 		.[$f] as $w | .[$f + 1:] as $r |
 		"    window of \($w.window_ns / 1e9) s: \([$r[] | select(.type == "cuda_launch")] | length) CUDA launches, \([$r[] | select(.type == "kernel")] | length) GPU kernels"
 		end' "$LOUT"
+	jq -r 'select(.type == "deep_dive" and .action == "start") |
+		"  then the anomaly deep-dived \(.instance) for \(.remaining_ns / 1e9 | floor) s (source \(.source), \(.processes) process): every launch, stack and kernel"' "$LOUT"
 	echo "  (all of it: $LOUT)"
 fi
 
