@@ -2,7 +2,8 @@
 /*
  * test_detect.c - the step detector (correlator/src/{baseline,detect}.c):
  * a single 2x step and a run of 1.2x steps are caught, a heavier batch is
- * not an anomaly, kinds and suspects follow the breakdown, the two real HTA
+ * not an anomaly, kinds and suspects follow the breakdown (host stall,
+ * contention, GPU slow, communication), the two real HTA
  * ranks are not stragglers while an injected one is named, a saved
  * baseline catches a regression the self-learned one absorbs and lists the
  * kernel that changed, a malformed baseline file is refused with its line,
@@ -181,6 +182,7 @@ static void test_kinds(void **state)
 		mk(&s, &ts, 4, 1);
 		s.offcpu_ns = 100000;
 		s.runq_ns = 50000;
+		s.comm_ns = (int64_t)(2000000 * noise(0.02)); /* all-reduce kernels */
 		s.n_top = 1;
 		s.top[0] = (struct diag_kernel){"flash_fwd_kernel<128>", 32,
 						(uint64_t)(32 * 140000 * noise(0.01))};
@@ -221,6 +223,20 @@ static void test_kinds(void **state)
 	assert_int_equal(g->n, 3);
 	assert_string_equal(diag_kind_name(g->a[2].kind), "gpu_slow");
 	assert_non_null(strstr(g->ev[2][1], "flash_fwd_kernel<128> 2.1x its median"));
+	/* communication: the all-reduce kernels took 14 ms longer (a slow peer or link) */
+	mk(&s, &ts, 4, 1);
+	s.dur_ns += 15000000;
+	s.gpu_busy_ns += 14000000;
+	s.comm_ns = 16000000;
+	s.offcpu_ns = 100000;
+	s.runq_ns = 50000;
+	diag_det__add_step(d, &s, NULL);
+	assert_int_equal(g->n, 4);
+	assert_string_equal(diag_kind_name(g->a[3].kind), "communication");
+	assert_string_equal(g->a[3].suspects[0].what, "comm");
+	/* 16 ms against the usual 2 ms of a step that took about 25 ms */
+	assert_true(fabs(g->a[3].suspects[0].value - 14e6) < 0.2e6);
+	assert_non_null(strstr(g->ev[3][0], "ms longer than usual (16.00 ms in the step)"));
 	diag_det__free(d);
 	free(g);
 }
