@@ -85,6 +85,8 @@ struct diag_seg {
 	size_t nps;
 	struct usdt_open uo[64];
 	int nuo;
+	struct diag_step *out; /* a cut's steps of every process, sent in time order */
+	size_t nout, cout;
 	bool cpu_seen; /* live: the CPU side is traced, so no event means 0 */
 	bool net_seen; /* live: socket bytes are traced, so no event means 0 */
 	struct diag_seg_counters cnt;
@@ -156,6 +158,7 @@ void diag_seg__free(struct diag_seg *sg)
 	free(sg->m);
 	free(sg->c);
 	free(sg->ps);
+	free(sg->out);
 	free(sg);
 }
 
@@ -907,8 +910,11 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 			sg->cnt.steps_auto++;
 		if (st[i].start_ns + st[i].dur_ns > ps->done_until)
 			ps->done_until = st[i].start_ns + st[i].dur_ns;
-		if (sg->o.step)
-			sg->o.step(sg->o.step_ctx, &st[i]);
+		if (sg->nout == sg->cout && grow((void **)&sg->out, &sg->cout, sizeof(*sg->out))) {
+			err = -ENOMEM;
+			goto cleanup;
+		}
+		sg->out[sg->nout++] = st[i];
 	}
 cleanup:
 	free(st);
@@ -918,6 +924,29 @@ cleanup:
 	free(l2s);
 	free(ids);
 	return err;
+}
+
+static int cmp_step_start(const void *a, const void *b)
+{
+	const struct diag_step *x = a, *y = b;
+
+	if (x->start_ns != y->start_ns)
+		return x->start_ns < y->start_ns ? -1 : 1;
+	return x->pid < y->pid ? -1 : x->pid > y->pid;
+}
+
+/*
+ * Steps leave in start order across processes, not process by process: the
+ * ranks of one model are processes, and comparing them (diag_det's peers)
+ * needs each round's steps together.
+ */
+static void send_steps(struct diag_seg *sg)
+{
+	if (sg->nout > 1)
+		qsort(sg->out, sg->nout, sizeof(*sg->out), cmp_step_start);
+	for (size_t i = 0; i < sg->nout && sg->o.step; i++)
+		sg->o.step(sg->o.step_ctx, &sg->out[i]);
+	sg->nout = 0;
 }
 
 static int cut_all(struct diag_seg *sg, uint64_t upto)
@@ -943,11 +972,14 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 		while (je < sg->nm && sg->m[je].pid == pid)
 			je++;
 		err = cut_pid(sg, pid, sg->r + i, ie - i, sg->m + j, je - j, upto);
-		if (err)
+		if (err) {
+			send_steps(sg);
 			return err;
+		}
 		i = ie;
 		j = je;
 	}
+	send_steps(sg);
 	/* keep what a later cut may still need */
 	for (i = 0; i < sg->nr; i++) {
 		struct pstate *ps = pstate_get(sg, sg->r[i].pid);

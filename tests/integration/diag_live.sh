@@ -45,6 +45,14 @@
 #                           the socket send/receive tracepoints); the BPF
 #                           counters show net_io records and no drop. The
 #                           workload has LOCAL_RANK=2 and RANK=9: rank 2
+#   diag_live_straggler:    two ranks of one instance (INFERTRACE_RANK 0
+#                           and 1) run 40 rounds in lockstep (gpu_live -P:
+#                           round r of both at T0 + r x 60 ms); rank 1
+#                           stalls 40 ms in round 34 (--detect straggler=2).
+#                           40 steps per rank;
+#                           exactly one straggler anomaly (chart peers):
+#                           rank 1, its step 34, its suspect naming rank 1's
+#                           step time against its peer's; none for rank 0
 #   diag_live_nvtx:         30 rounds marked by NVTX ranges as CUPTI reports
 #                           them to the shim: 30 steps with source marker,
 #                           the tokens and batch of each range's message;
@@ -52,7 +60,7 @@
 source "$(dirname "$0")/lib.sh"
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
-	diag_live_net diag_live_nvtx"
+	diag_live_net diag_live_straggler diag_live_nvtx"
 # shellcheck disable=SC2086
 it_preflight $NAMES
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
@@ -275,6 +283,71 @@ if [ -n "$OK" ]; then
 	expect "BPF net_io records/drops $st: want some, no drop" jqe '.e > 0 and .d == 0' <<<"$st"
 fi
 report diag_live_net
+
+# -------------------------------------------------------------- straggler --
+_why=()
+SINST=it-strag-$$
+ssock=$T/strag.d/shim.sock
+mkdir -p "$T/strag.d"
+declare -a SPID SWP
+for r in 0 1; do
+	bg_start "$T/strag$r.work" env INFERTRACE_INSTANCE="$SINST" INFERTRACE_RANK=$r \
+		INFERTRACE_SHIM_SOCKET="$ssock" "$GPU_LIVE" -t 1 -n "$STEPS" -s $((r ? STALL : 1000)) -P 60 \
+		-w "$T/strag.go" -e "$T/strag.exit" -m sentinel
+	SWP[r]=$BG_PID
+done
+sok=
+if ! wait_line "$T/strag0.work" 10 || ! wait_line "$T/strag1.work" 10; then
+	fail_because "gpu_live printed nothing: $(head -c 300 "$T/strag0.work.err" "$T/strag1.work.err")"
+else
+	mono=$(head -n 1 "$T/strag0.work" | jq -r .mono_ns)
+	real0=$EPOCHREALTIME
+	for r in 0 1; do SPID[r]=$(head -n 1 "$T/strag$r.work" | jq -r .pid); done
+	# --detect straggler=2: a step twice its peer's. The ranks here are two
+	# processes on a 2-CPU machine, not a collective: their 5 ms steps differ
+	# by up to 60% from scheduling alone, which the default 15% would name
+	if ! agent_start strag -i 0.25 --pid "${SPID[0]}" --pid "${SPID[1]}" --shim-socket "$ssock" \
+		--detect straggler=2; then
+		fail_because "agent did not start: $(agent_tail)"
+	elif ! cuda_attached "${SPID[0]}" 10 || ! cuda_attached "${SPID[1]}" 10; then
+		fail_because "no attach record for both ranks"
+	elif ! wait_record ".type == \"shim_status\" and .pid == ${SPID[0]}" 10 ||
+		! wait_record ".type == \"shim_status\" and .pid == ${SPID[1]}" 10; then
+		fail_because "no shim_status for both ranks: $(agent_tail)"
+	else
+		# T0, on the workloads' clock, 1 s from now: both start round 0 then
+		el=$(awk -v a="$real0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", (b - a) * 1e9 }')
+		echo $((mono + el + 1000000000)) >"$T/strag.go.tmp" && mv "$T/strag.go.tmp" "$T/strag.go"
+		for ((i = 0; i < 150; i++)); do
+			[ "$(jqo --arg i "$SINST" '[.[] | select(.type == "step" and .instance == $i)] | length')" -ge $((2 * STEPS)) ] && break
+			sleep 0.1
+		done
+		sleep 0.5
+		sok=1
+	fi
+fi
+touch "$T/strag.exit"
+for r in 0 1; do wait_exit "${SWP[r]}" 30 || fail_because "gpu_live rank $r did not finish"; done
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+if [ -n "$sok" ]; then
+	for r in 0 1; do
+		n=$(jqo --arg i "$SINST" --argjson r $r '[.[] | select(.type == "step" and .instance == $i and .rank == $r)] | length')
+		expect "rank $r: $n steps, want $STEPS" eq "$n" "$STEPS"
+	done
+	st1=$(jqo --arg i "$SINST" '[.[] | select(.type == "step" and .instance == $i and .rank == 1)] | sort_by(.start_ns)')
+	s34=$(jq --argjson s "$STALL" '.[$s].start_ns' <<<"$st1")
+	an=$(jqo --arg i "$SINST" '[.[] | select(.type == "anomaly" and .instance == $i)]')
+	sa=$(jq -c '[.[] | select(.kind == "straggler")]' <<<"$an")
+	expect "$(jq length <<<"$sa") straggler anomalies, want 1: $(jq -c '[.[] | {rank, step_start_ns, chart}]' <<<"$sa")" \
+		eq "$(jq length <<<"$sa")" 1
+	expect "the straggler is not rank 1's step $STALL (start $s34): $(jq -c '.[0] | {rank, step_start_ns, chart}' <<<"$sa")" \
+		jqe --argjson s "$s34" '.[0].rank == 1 and .[0].step_start_ns == $s and .[0].chart == "peers"' <<<"$sa"
+	expect "no suspect naming rank 1's step time vs its peer: $(jq -c '.[0].suspects' <<<"$sa")" \
+		jqe '.[0].suspects[0].what == "rank" and (.[0].suspects[0].evidence | test("^rank 1 step time"))' <<<"$sa"
+	expect "anomalies for rank 0: $(jq -c '[.[] | select(.rank == 0) | {kind, chart}]' <<<"$an")" \
+		jqe '[.[] | select(.rank == 0)] | length == 0' <<<"$an"
+fi
+report diag_live_straggler
 
 # ------------------------------------------------------------------- nvtx --
 # 30 rounds marked with NVTX as CUPTI reports it (gpu_live -M): each a

@@ -8,7 +8,7 @@
  * records for the work the call would have put on the GPU.
  *
  * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL] [-M] [-L]
- *                 [-N BYTES]
+ *                 [-N BYTES] [-P PERIOD_MS]
  *   -t  launching threads (default 2)
  *   -n  rounds per thread (default 5); a round is cudaLaunchKernel (one
  *       kernel), cudaGraphLaunch (GRAPH_KERNELS kernels sharing its
@@ -35,13 +35,19 @@
  *       thread writes BYTES x (1 + r % 4) to a TCP connection over loopback
  *       that it holds both ends of, and reads them back (so its process
  *       sends and receives that many bytes within the step)
+ *   -P  lockstep (with -s): round r of every thread starts at T0 + r x
+ *       PERIOD_MS, T0 being the CLOCK_MONOTONIC ns written in GO_FILE (if
+ *       it is in the future; else 100 ms after GO_FILE appeared), so that
+ *       several processes given one GO_FILE run their rounds together, as
+ *       the tensor-parallel ranks of one model do
  *   -L  CUPTI keeps the GPU records until the process ends: the shim's
  *       destructor flushes them, so they are in its last message, sent just
  *       before the exit (after EXIT_FILE)
  * The environment passes INFERTRACE_SHIM_SOCKET to the shim. Thread 0 also
  * queues one kernel whose launch never happened (ORPHAN_CORR).
  *
- * Prints JSON lines: first {"pid":P,"tids":[...]} (before GO_FILE), then
+ * Prints JSON lines: first {"pid":P,"tids":[...],"mono_ns":N} (before
+ * GO_FILE; N: CLOCK_MONOTONIC then), then
  * one line per call {"tid","api","kind","corr","t0","t1","t2","n"} where
  * [t0, t1] (CLOCK_MONOTONIC, the eBPF clock) brackets the real CUDA call, t2
  * follows CUPTI's callback (GPU work starts GPU_DELAY_NS after it) and n is
@@ -108,6 +114,7 @@ static int stall_round = -1; /* -s: steps mode */
 static bool nvtx_marks; /* -M */
 static bool hold_records; /* -L */
 static int net_bytes; /* -N */
+static uint64_t period_ns, t0_ns; /* -P */
 static int net_fd[MAX_THREADS][2]; /* -N: each thread's connection, both ends */
 static uint64_t stream_end[MAX_THREADS]; /* -s: when each thread's stream is free */
 static int deep;
@@ -342,6 +349,12 @@ static void *worker(void *arg)
 			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangeStartA, &start, &id);
 		if (nvtx_marks)
 			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangePushA, &push, NULL);
+		if (period_ns) {
+			uint64_t at = t0_ns + (uint64_t)r * period_ns;
+			struct timespec ts = { (time_t)(at / 1000000000ull), (long)(at % 1000000000ull) };
+
+			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		}
 		round_once(idx, r);
 		/* -s: the engine waits for its copy (synchronises) */
 		if (stall_round >= 0 && stream_end[idx] > mono_ns())
@@ -350,7 +363,7 @@ static void *worker(void *arg)
 			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangePop, &(nvtxRangePop_params){ 0 }, NULL);
 		if (nvtx_marks && r % 5 == 4)
 			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangeEnd, &end, NULL);
-		if (stall_round >= 0)
+		if (stall_round >= 0 && !period_ns)
 			usleep(STEP_GAP_US);
 	}
 	if (idx == 0) /* GPU work whose launch the agent never sees */
@@ -398,7 +411,7 @@ int main(int argc, char **argv)
 	int nthreads = 2, opt, (*init)(void);
 	void *rt, *drv, *so;
 
-	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:MLN:")) != -1) {
+	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:MLN:P:")) != -1) {
 		switch (opt) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -427,10 +440,13 @@ int main(int argc, char **argv)
 		case 'N':
 			net_bytes = atoi(optarg);
 			break;
+		case 'P':
+			period_ns = (uint64_t)atoi(optarg) * 1000000ull;
+			break;
 		default:
 			fprintf(stderr,
 				"usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
-				"[-m MODE] [-s STALL_ROUND] [-M] [-L] [-N BYTES]\n",
+				"[-m MODE] [-s STALL_ROUND] [-M] [-L] [-N BYTES] [-P PERIOD_MS]\n",
 				argv[0]);
 			return 2;
 		}
@@ -481,11 +497,21 @@ int main(int argc, char **argv)
 	printf("{\"pid\":%d,\"tids\":[", getpid());
 	for (int i = 0; i < nthreads; i++)
 		printf("%s%d", i ? "," : "", tids[i]);
-	printf("]}\n");
+	printf("],\"mono_ns\":%llu}\n", (unsigned long long)mono_ns());
 	fflush(stdout);
 	if (wait_file)
 		while (access(wait_file, F_OK))
 			usleep(10000);
+	if (period_ns) {
+		FILE *gf = wait_file ? fopen(wait_file, "r") : NULL;
+		unsigned long long t0 = 0;
+
+		if (!gf || fscanf(gf, "%llu", &t0) != 1 || t0 <= mono_ns())
+			t0 = mono_ns() + 100000000ull;
+		if (gf)
+			fclose(gf);
+		t0_ns = t0;
+	}
 	if (deep) {
 		/* the agent switches the shim to deep capture once it is connected */
 		for (int i = 0; i < 1000 && !fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_MEMSET);

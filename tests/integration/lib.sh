@@ -164,11 +164,11 @@ wait_record() {
 	return 1
 }
 
-# jqo FILTER: run a jq filter over all of AGENT_OUT's records (slurped as .)
 # jqe JQ-ARGS...: jq -e quietly (a test condition)
 jqe() { jq -e "$@" >/dev/null 2>&1; }
 # in_exit_range RC: exited with an error, not killed by a signal
 in_exit_range() { [ "$1" -ge 1 ] && [ "$1" -le 125 ]; }
+# jqo FILTER: run a jq filter over all of AGENT_OUT's records (slurped as .)
 jqo() { local f=${*: -1}; jq -c -n -R "${@:1:$#-1}" "[inputs | fromjson?] | $f" "$AGENT_OUT"; }
 
 # the attach record of PID lists both CUDA libraries (runtime and driver)

@@ -271,18 +271,59 @@ static void test_hta_profiler_steps(void **state)
 
 /* ------------------------------------------------------- made-up input -- */
 
-static void add_k(struct diag_seg *sg, uint32_t tid, uint64_t launch, uint64_t start, uint64_t dur,
-		  const char *name, enum corr_kind kind, uint32_t copy_kind)
+static void add_kp(struct diag_seg *sg, uint32_t pid, uint32_t tid, uint64_t launch,
+		   uint64_t start, uint64_t dur, const char *name, enum corr_kind kind,
+		   uint32_t copy_kind)
 {
 	struct corr_gpu g = {.kind = kind,
-			     .pid = 7,
+			     .pid = pid,
 			     .start_ns = start,
 			     .end_ns = start + dur,
 			     .name = name,
 			     .copy_kind = copy_kind};
-	struct corr_launch l = {.pid = 7, .tid = tid, .ts_ns = launch, .api = "cudaLaunchKernel"};
+	struct corr_launch l = {.pid = pid, .tid = tid, .ts_ns = launch, .api = "cudaLaunchKernel"};
 
 	assert_int_equal(diag_seg__add_gpu(sg, &g, &l), 0);
+}
+
+/* a GPU record of process 7 */
+static void add_k(struct diag_seg *sg, uint32_t tid, uint64_t launch, uint64_t start, uint64_t dur,
+		  const char *name, enum corr_kind kind, uint32_t copy_kind)
+{
+	add_kp(sg, 7, tid, launch, start, dur, name, kind, copy_kind);
+}
+
+/*
+ * Two processes (the ranks of one model) step in turn: their steps leave in
+ * start order, interleaved, not process by process, so that the detector
+ * can compare each round's steps.
+ */
+static void test_processes_in_time_order(void **state)
+{
+	struct diag_seg_opts o = {.sz = sizeof(o)};
+	struct got *g = calloc(1, sizeof(*g));
+
+	(void)state;
+	o.step = on_step;
+	o.step_ctx = g;
+	g->sg = diag_seg__new(&o);
+	for (int st = 0; st < 3; st++)
+		for (uint32_t pid = 7; pid <= 8; pid++) {
+			uint64_t t0 = 10000000ULL * (2 * st + 1) + (pid - 7) * 1000000ULL;
+
+			add_kp(g->sg, pid, pid, t0, t0 + 10000, 2000000, "gemm", CORR_KIND_KERNEL, 0);
+			add_kp(g->sg, pid, pid, t0 + 20000, t0 + 2010000, 5000, "Memcpy DtoH",
+			       CORR_KIND_MEMCPY, 2);
+		}
+	assert_int_equal(diag_seg__flush(g->sg), 0);
+	assert_int_equal(g->n, 6);
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(g->s[i].pid, 7 + i % 2);
+		if (i)
+			assert_true(g->s[i].start_ns > g->s[i - 1].start_ns);
+	}
+	diag_seg__free(g->sg);
+	free(g);
 }
 
 /* metadata on markers, USDT steps, malformed metadata counted */
@@ -415,6 +456,7 @@ int main(void)
 	    cmocka_unit_test(test_hta_profiler_steps),
 	    cmocka_unit_test(test_metadata_and_usdt),
 	    cmocka_unit_test(test_auto_cycles_and_breakdown),
+	    cmocka_unit_test(test_processes_in_time_order),
 	};
 
 	if (!data_dir())
