@@ -613,6 +613,14 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 			/* step time relative to itself; idle and off-CPU relative to the step */
 			double rel = m == 0 ? (med > 0 ? dev / med : 0) : dev / (double)maxdur;
 
+			/*
+			 * a launcher off the CPU while its GPU had work slowed
+			 * nothing (it sleeps in a blocking synchronise): it
+			 * counts where its GPU idled longer than its peers' too
+			 */
+			if (m == 2 && x[1][j] >= 0 && x[1][j] - median_excl(x[1], n, j) < 0.5 * dev)
+				continue;
+
 			if (dev >= (double)d->o.straggler_abs_ns && rel > d->o.straggler_rel &&
 			    rel / d->o.straggler_rel > worst) {
 				worst = rel / d->o.straggler_rel;

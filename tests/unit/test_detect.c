@@ -426,6 +426,25 @@ static void test_hta_ranks(void **state)
 	}
 	assert_int_equal(g->n, 0);
 	diag_det__free(d);
+	/*
+	 * rank 1's launcher off the CPU 100 ms longer while its GPU had work
+	 * (a blocking synchronise): its step is not longer, nothing waited
+	 */
+	d = det(g);
+	for (int i = 0; i < 2; i++) {
+		struct diag_step a = r0->s[i], b = r1->s[i];
+
+		a.instance = b.instance = "hta";
+		a.rank = 0;
+		b.rank = 1;
+		a.offcpu_ns = b.offcpu_ns = 1000000;
+		if (i == 1)
+			b.offcpu_ns += 100000000;
+		diag_det__add_step(d, &a, NULL);
+		diag_det__add_step(d, &b, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	diag_det__free(d);
 	/* rank 1's second step held up 150 ms (its launcher off-CPU, GPU idle) */
 	d = det(g);
 	for (int i = 0; i < 2; i++) {
