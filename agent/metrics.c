@@ -166,6 +166,20 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 	for (int i = 0; i < MAX_LIBFILES; i++)
 		if (a->libs[i].used)
 			probes += a->libs[i].n_links;
+	diag_stats(a->diag, o);
+	x = json_object_get(o, "diag");
+	if (x) {
+		json_t *kinds = json_object_get(x, "anomalies_by_kind");
+
+		one(f, "infertrace_steps_total", "counter", "Inference steps cut.",
+		    (double)jget(x, "steps"));
+		help(f, "infertrace_anomalies_total", "counter",
+		     "Anomalous steps, by kind (host_stall, cpu_contention, gpu_slow, "
+		     "communication, straggler, regression).");
+		json_object_foreach(kinds, k, v)
+			fprintf(f, "infertrace_anomalies_total{kind=\"%s\"} %llu\n", k,
+				(unsigned long long)json_integer_value(v));
+	}
 	one(f, "infertrace_traced_processes", "gauge", "CUDA processes traced now.", procs);
 	one(f, "infertrace_attached_probes", "gauge", "CUDA uprobes attached now.", probes);
 	one(f, "infertrace_attach_errors_total", "counter", "Probes that could not be attached.",

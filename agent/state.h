@@ -145,6 +145,7 @@ void diag_on_cpu(struct diag *d, const struct diag_cpu_event *e);
 void diag_on_step_mark(struct diag *d, const struct step_mark_event *e);
 void diag_add_step(struct diag *d, const struct diag_step *s); /* recorded steps: judge only */
 void diag_advance(struct diag *d, uint64_t now_ns);
+void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object */
 int diag_finish(struct diag *d); /* flush, save the baseline */
 void diag_free(struct diag *d);
 

@@ -85,6 +85,7 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	json_object_set_new(r, "attached_probes", json_integer(probes));
 	json_object_set_new(r, "shim_errors", json_integer((json_int_t)a->cnt.shim_errors));
 	gpu_stats(a, r);
+	diag_stats(a->diag, r);
 	ops_stats(a, r);
 	/* sinks with counters of their own (the Kafka sink: "kafka") */
 	for (int i = 0; i < a->n_sinks; i++)

@@ -151,6 +151,9 @@ if [ -n "$ok" ]; then
 	expect "kind $(jq -r '.[0].kind' <<<"$an"), want host_stall" \
 		jqe '.[0].kind == "host_stall"' <<<"$an"
 	expect "rank $(jq -r '.[0].rank' <<<"$an"), want 1" jqe '.[0].rank == 1' <<<"$an"
+	ds=$(jqo '[.[] | select(.type == "stats")][-1].diag')
+	expect "stats.diag $ds: want 40 steps, 1 anomaly, host_stall 1" \
+		jqe '.steps == 40 and .anomalies == 1 and .anomalies_by_kind.host_stall == 1' <<<"$ds"
 	# --anomaly-deep-dive 30: the instance goes deep after its anomaly, its process with it
 	dd=$(jq -c -n -R --arg i "$INST" '[inputs | fromjson?] as $r
 		| ($r | map(.type == "anomaly" and .instance == $i) | index(true)) as $a
@@ -346,6 +349,9 @@ if [ -n "$sok" ]; then
 		jqe '.[0].suspects[0].what == "rank" and (.[0].suspects[0].evidence | test("^rank 1 step time"))' <<<"$sa"
 	expect "anomalies for rank 0: $(jq -c '[.[] | select(.rank == 0) | {kind, chart}]' <<<"$an")" \
 		jqe '[.[] | select(.rank == 0)] | length == 0' <<<"$an"
+	ds=$(jqo '[.[] | select(.type == "stats")][-1].diag')
+	expect "stats.diag $ds: want 80 steps, straggler 1" \
+		jqe '.steps == 80 and .anomalies_by_kind.straggler == 1' <<<"$ds"
 fi
 report diag_live_straggler
 

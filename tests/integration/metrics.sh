@@ -7,7 +7,8 @@
 #                        sample line parses, belongs to a family announced by
 #                        # HELP and # TYPE, counters end in _total, the
 #                        agent's own counters are there (events by type, drops
-#                        by stage, records produced, CPU seconds, RSS), labels
+#                        by stage, records produced, steps and anomalies by
+#                        kind, CPU seconds, RSS), labels
 #                        are low-cardinality (no pid, tid, instance, kernel);
 #                        counters grow while a CUDA workload runs
 #   metrics_health:      /healthz and /readyz answer 200, unknown paths 404,
@@ -75,14 +76,16 @@ for m in 'infertrace_bpf_events_total{type="cuda_launch"}' 'infertrace_bpf_drops
 	'infertrace_drops_total{stage="bpf_ring"}' 'infertrace_drops_total{stage="sink"}' \
 	'infertrace_records_emitted_total{class="summary"}' 'infertrace_process_cpu_seconds_total' \
 	'infertrace_process_resident_memory_bytes' 'infertrace_traced_processes' \
-	'infertrace_sink_records_total{sink="file"}' 'infertrace_recorder_bytes'; do
+	'infertrace_sink_records_total{sink="file"}' 'infertrace_recorder_bytes' \
+	'infertrace_steps_total' 'infertrace_anomalies_total{kind="host_stall"}' \
+	'infertrace_anomalies_total{kind="straggler"}'; do
 	grep -qF "$m " <<<"$b1" || fail_because "missing $m"
 done
 rss=$(awk '$1 == "infertrace_process_resident_memory_bytes" {print int($2)}' <<<"$b1")
 expect "RSS $rss bytes, want > 1 MiB" ge "${rss:-0}" 1048576
 labels=$(grep -v '^#' <<<"$b1" | grep -oE '[{,][a-z_]+=' | tr -d '{,=' | sort -u | tr '\n' ' ')
-expect "label names beyond type/class/stage/sink/reason/version/mode: $labels" \
-	eval '[ -z "$(tr " " "\n" <<<"$labels" | grep -vxE "type|class|stage|sink|reason|version|mode|")" ]'
+expect "label names beyond type/class/stage/sink/reason/version/mode/kind: $labels" \
+	eval '[ -z "$(tr " " "\n" <<<"$labels" | grep -vxE "type|class|stage|sink|reason|version|mode|kind|")" ]'
 sleep 1.5
 b2=$(http /metrics | body_of)
 e1=$(awk '$1 == "infertrace_records_emitted_total{class=\"summary\"}" {print $2}' <<<"$b1")
