@@ -137,8 +137,9 @@ static json_t *procs_json(struct agent *a)
 		if (!p->used || p->start_time == PROC_GONE)
 			continue;
 		json_array_append_new(
-		    arr, json_pack("{s:i,s:s,s:s,s:s,s:i}", "pid", (int)p->pid, "comm", p->comm,
-				   "instance", agent_instance_of(a, p->pid), "mode",
+		    arr, json_pack("{s:i,s:s,s:s,s:o,s:s,s:i}", "pid", (int)p->pid, "comm", p->comm,
+				   "instance", agent_instance_of(a, p->pid), "rank",
+				   p->rank < 0 ? json_null() : json_integer(p->rank), "mode",
 				   deepdive_pid_deep(a, p->pid) ? "deep" : "sentinel", "libraries",
 				   p->n_libs));
 	}

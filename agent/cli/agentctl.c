@@ -332,10 +332,17 @@ static void print_status(const json_t *r)
 		printf("%-32s %-9s %-10s %s\n", str(x, "name", "?"), str(x, "mode", "?"), left,
 		       off ? pids : "(none yet)");
 	}
-	printf("\n%-8s %-16s %-32s %-9s %s\n", "PID", "COMM", "INSTANCE", "MODE", "LIBS");
+	printf("\n%-8s %-16s %-32s %-5s %-9s %s\n", "PID", "COMM", "INSTANCE", "RANK", "MODE",
+	       "LIBS");
 	json_array_foreach(json_object_get(r, "processes"), i, x)
-	    printf("%-8.0f %-16s %-32s %-9s %.0f\n", num(x, "pid"), str(x, "comm", "?"),
-		   str(x, "instance", "?"), str(x, "mode", "?"), num(x, "libraries"));
+	{
+		char rank[16] = "-";
+
+		if (json_is_integer(json_object_get(x, "rank")))
+			snprintf(rank, sizeof(rank), "%.0f", num(x, "rank"));
+		printf("%-8.0f %-16s %-32s %-5s %-9s %.0f\n", num(x, "pid"), str(x, "comm", "?"),
+		       str(x, "instance", "?"), rank, str(x, "mode", "?"), num(x, "libraries"));
+	}
 	printf("\n");
 	if (json_object_get(r, "event_rates"))
 		print_counts("rates", json_object_get(r, "event_rates"), true);
@@ -347,6 +354,12 @@ static void print_status(const json_t *r)
 		       "records", num(st, "records_decoded"), num(st, "bad_records"),
 		       num(st, "sink_errors"), num(st, "json_errors"));
 		print_counts("emitted", json_object_get(st, "emitted"), false);
+		x = json_object_get(st, "diag");
+		if (x) {
+			printf("%-10s %.0f cut, %.0f judged\n", "steps", num(x, "steps"),
+			       num(x, "judged"));
+			print_counts("anomalies", json_object_get(x, "anomalies_by_kind"), false);
+		}
 	}
 	json_array_foreach(json_object_get(r, "sinks"), i, x)
 	    printf("%-10s %s: %.0f written, %.0f errors\n", "sink", str(x, "name", "?"),

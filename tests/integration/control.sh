@@ -6,7 +6,9 @@
 #   control_deep_dive_on_off:    sentinel agent, two CUDA workloads of two
 #                                instances; `agentctl deep-dive` on one:
 #                                its cuda_launch records appear, the other
-#                                stays in sentinel (none), status says so;
+#                                stays in sentinel (none), status says so
+#                                (and gives the LOCAL_RANK=3 one rank 3, a
+#                                steps line in its table);
 #                                `--off`: none after the stop record
 #   control_deep_dive_duration:  --duration 2 ends by itself (expire record
 #                                within generous bounds), none after it
@@ -55,11 +57,12 @@ SOCK=$T/ctl/agent.sock
 chmod 711 "$T" # uid 65534 must reach the socket to be refused by the agent
 ctl() { "$CTL" --socket "$SOCK" "$@"; }
 
-# start_workload NAME INSTANCE SECS: a looping cuda_calls of that instance;
-# its pid in WPID once the agent has attached both libraries
+# start_workload NAME INSTANCE SECS [VAR=VALUE...]: a looping cuda_calls of
+# that instance; its pid in WPID once the agent has attached both libraries
 start_workload() {
 	local name=$1 inst=$2 secs=$3
-	bg_start "$T/$name.out" env INFERTRACE_INSTANCE="$inst" "$CUDA_CALLS" -t 2 -s "$secs"
+	shift 3
+	bg_start "$T/$name.out" env INFERTRACE_INSTANCE="$inst" "$@" "$CUDA_CALLS" -t 2 -s "$secs"
 	WPID=$BG_PID
 	cuda_attached "$WPID" 10 || { fail_because "no attach record for $name (pid $WPID): $(agent_tail)"; return 1; }
 }
@@ -69,7 +72,7 @@ start_workload() {
 A=it-ctl-a-$$ B=it-ctl-b-$$
 if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; then
 	start_workload wa "$A" 40 && PA=$WPID
-	start_workload wb "$B" 40 && PB=$WPID
+	start_workload wb "$B" 40 LOCAL_RANK=3 && PB=$WPID
 	if [ -n "${PA:-}" ] && [ -n "${PB:-}" ]; then
 		sleep 0.5
 		expect "sentinel: cuda_launch records before any deep-dive" eq "$(launches "$PA")" 0
@@ -86,9 +89,16 @@ if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; th
 			test "$(jq -r --argjson p "$PA" '.processes[] | select(.pid == $p) | .mode' <<<"$st")" = deep
 		expect "status lacks the deep-dive" \
 			test "$(jq -r --arg i "$A" '[.deep_dives[] | select(.instance == $i)] | length' <<<"$st")" = 1
+		expect "status: ranks of $PA/$PB not null/3: $(jq -c '[.processes[] | {pid, rank}]' <<<"$st")" \
+			jqe --argjson a "$PA" --argjson b "$PB" \
+			'([.processes[] | select(.pid == $a)][0].rank == null) and ([.processes[] | select(.pid == $b)][0].rank == 3)' <<<"$st"
 		# the table form names both instances
 		tbl=$(ctl status)
 		expect "status table lacks $A / $B" eval 'grep -q "$A *deep" <<<"$tbl" && grep -q "$B *sentinel" <<<"$tbl"'
+		expect "status table lacks $B's rank 3: $(grep -F "$B" <<<"$tbl" | tail -n 1)" \
+			grep -qE "^$PB +[^ ]+ +$B +3 +sentinel" <<<"$tbl"
+		expect "status table lacks the steps line: $(tail -n 12 <<<"$tbl" | tr '\n' '|')" \
+			grep -qE "^steps +[0-9]+ cut, [0-9]+ judged" <<<"$tbl"
 		wait_rec "\"type\":\"flight_recorder\"" ".type == \"flight_recorder\" and .instance == \"$A\" and .trigger == \"deep_dive\"" 5 ||
 			fail_because "no flight_recorder record at the deep-dive's start"
 		out=$(ctl deep-dive --instance "$A" --off 2>&1)
