@@ -70,9 +70,15 @@ static uint64_t rnd(void)
 	return xorshift(&rng_s);
 }
 
+/* uniform in [0, 1) from stream x */
+static double unit(uint64_t *x)
+{
+	return (xorshift(x) >> 11) * (1.0 / 9007199254740992.0);
+}
+
 static double urand(void)
 {
-	return (rnd() >> 11) * (1.0 / 9007199254740992.0);
+	return unit(&rng_s);
 }
 
 static double uni(double a, double b)
@@ -691,7 +697,7 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 				 * the wait is spread over many run-queue waits of a
 				 * slice or two of the competing tasks (EEVDF: ~3 ms)
 				 */
-				s.idle_max_ns = (int64_t)fmax(v.gap, fmin(ex, 1e6 + 5e6 * (xorshift(&rng_g) >> 11) / 9007199254740992.0));
+				s.idle_max_ns = (int64_t)fmax(v.gap, fmin(ex, 1e6 + 5e6 * unit(&rng_g)));
 			}
 		} else if (f == F_GPU) {
 			double gpu = v.busy > 0 ? v.busy : v.dur;
