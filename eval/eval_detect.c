@@ -910,7 +910,7 @@ static const struct argp_option options[] = {
     {"dump", 'o', "FILE", 0,
      "Write every step of every campaign to FILE, tab separated: campaign, stream, index, "
      "fault, phase, tokens, kv_tokens, dur_ns, median_ns, judged, flagged, chart, source "
-     "(0 cell, 1 neighbour, 2 roofline)"},
+     "(0 cell, 1 neighbour, 2 roofline, 3 a heavier cell's bound)"},
     {},
 };
 

@@ -266,7 +266,8 @@ struct diag_verdict {
 	uint64_t median_ns;
 	double score;
 	/* where median_ns came from: 0 the workload's own cell, 1 a neighbour
-	 * cell scaled to this workload, 2 the roofline alone; -1 none */
+	 * cell scaled to this workload, 2 the roofline alone, 3 the bound of a
+	 * heavier workload's cell (a novel workload flagged above it); -1 none */
 	int source;
 };
 

@@ -742,7 +742,7 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct diag_verdict *v)
 {
 	const char *inst = s->instance ? s->instance : "";
-	double t, kv, med, u, up, ucl1, uclw, uclg = 0, gx = 0, wsum = 0, dur, guess_floor;
+	double t, kv, med, u, up, ucl1, ucl1_own, uclw, uclg = 0, gx = 0, wsum = 0, dur, guess_floor;
 	bool flag1 = false, flagw = false, flagg = false, judged = false, novel = true;
 	struct dkey *k;
 	uint32_t wn = 0;
@@ -773,6 +773,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	ucl1 = k->u1.n >= CHART_WARM ? k->u1.mean + d->o.k_single * sqrt(k->u1.var) : 0;
 	if (ucl1 < d->o.floor_single)
 		ucl1 = d->o.floor_single;
+	ucl1_own = ucl1;
 	/* a roofline guess (no cell near) is only as good as the fit's own spread */
 	if (src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
 		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
@@ -795,6 +796,22 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	if (med > 0 && k->steps > d->o.bootstrap) {
 		judged = true;
 		flag1 = up > ucl1;
+		/*
+		 * a novel workload's guess is loose, but no step is slower than
+		 * a heavier workload's: above that bound by the chart's own limit
+		 * it is flagged as if its cell were known
+		 */
+		if (!flag1 && novel) {
+			double ub = dm_bound(&k->m, t, kv);
+
+			if (ub > 0 && dur > ub * (1 + ucl1_own)) {
+				flag1 = true;
+				src = 3;
+				med = ub;
+				u = up = dur / med - 1;
+				ucl1 = ucl1_own;
+			}
+		}
 		/* smoothed chart over the steps the single chart did not flag */
 		for (uint32_t i = 0; i < k->wcnt; i++)
 			if (k->win[i] >= 0) {

@@ -169,6 +169,59 @@ static void test_heavier_batch_ok(void **state)
 	free(g);
 }
 
+/*
+ * A novel workload is judged against a wide limit (the line guesses it), but
+ * never above the median of a heavier workload: 1.35x over batch 12's cell
+ * is flagged for a batch 7 no cell knows.
+ */
+static void test_monotone_bound(void **state)
+{
+	static const int known[] = {2, 3, 12, 13, 14};
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+
+	(void)state;
+	for (int i = 0; i < 400; i++) {
+		mk(&s, &ts, known[i % 5], 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	mk(&s, &ts, 7, 1.35);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	assert_int_equal(v.source, 3);
+	assert_int_equal(g->n, 1);
+	assert_string_equal(g->a[0].chart, "single");
+	/* the bound: batch 12's 26 ms */
+	assert_in_range(v.median_ns, 25000000, 27000000);
+	assert_true(g->a[0].expected_ns < s.dur_ns);
+	/* within the chart's limit of the bound: the model learns it */
+	mk(&s, &ts, 6, 1.05);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.judged);
+	assert_false(v.anomalous);
+	assert_int_equal(v.source, 2);
+	diag_det__free(d);
+
+	/* only lighter workloads known: the wide limit of the guess alone */
+	d = det(g);
+	g->n = 0;
+	for (int i = 0; i < 400; i++) {
+		mk(&s, &ts, known[i % 2], 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	mk(&s, &ts, 7, 1.35);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.judged);
+	assert_false(v.anomalous);
+	assert_int_equal(v.source, 2);
+	diag_det__free(d);
+	free(g);
+}
+
 /* kinds and suspects from the breakdown */
 static void test_kinds(void **state)
 {
@@ -664,6 +717,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_single_and_run),
 	    cmocka_unit_test(test_heavier_batch_ok),
+	    cmocka_unit_test(test_monotone_bound),
 	    cmocka_unit_test(test_kinds),
 	    cmocka_unit_test(test_hta_ranks),
 	    cmocka_unit_test(test_saved_baseline_regression),
