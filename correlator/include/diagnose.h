@@ -275,6 +275,7 @@ struct diag_det_counters {
 	uint64_t steps, judged, anomalies, bootstrapping;
 	uint64_t by_kind[DIAG_KIND_COUNT];
 	uint64_t refits, keys, keys_dropped, bad_steps;
+	uint64_t explained; /* over the limit at a recurring second mode of the workload */
 	uint64_t baseline_keys; /* keys loaded from a saved baseline */
 };
 

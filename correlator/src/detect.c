@@ -59,6 +59,18 @@
 #define STALE_FLOOR 0.3
 /* a lone flagged step under this many times its limit is a spike (see below) */
 #define SPIKE_TEACH 3
+/*
+ * A workload with a second mode: a flagged step between two clearly normal
+ * ones is lone; once MODE_MIN lone steps of the workload (its tokens cell,
+ * KV tokens within MODE_KV cells, in the key's last STALE_STEPS steps) came
+ * within MODE_TOL of one ratio to the median, a step at that ratio after a
+ * clearly normal one is explained: not flagged, and not taught to the cell
+ * either (its median stays the first mode's).
+ */
+#define MODE_N 32
+#define MODE_MIN 3
+#define MODE_TOL 0.05
+#define MODE_KV 2
 
 static const char *const kind_names[DIAG_KIND_COUNT] = {
     "host_stall", "cpu_contention", "gpu_slow", "communication", "straggler", "regression",
@@ -122,6 +134,22 @@ static void ew_add(struct ewstat *s, double x)
 	s->n++;
 }
 
+/* the step sequence of one (instance, rank): which steps were lone */
+struct dseq {
+	uint32_t refs;
+	bool last_ok; /* the previous step of the sequence was clearly normal */
+	bool pend;	   /* a lone candidate waits for the next step */
+	struct dkey *pk;
+	uint64_t pcell, pstep;
+	float pr;
+};
+
+/* a lone flagged step: its cell, dur / median, and when (key steps) */
+struct dmode {
+	uint64_t cell, step;
+	float r;
+};
+
 struct dkey {
 	char *instance;
 	int32_t rank;
@@ -143,6 +171,9 @@ struct dkey {
 	double reg[W_MAX * 8];
 	uint32_t reg_pos, reg_cnt;
 	bool reg_active;
+	struct dseq *seq;
+	struct dmode modes[MODE_N];
+	uint32_t mode_pos;
 };
 
 struct dinst {
@@ -247,6 +278,8 @@ static void key_free(struct dkey *k)
 		return;
 	dm_free(&k->m);
 	dk_free(&k->kern);
+	if (k->seq && !--k->seq->refs)
+		free(k->seq);
 	free(k->instance);
 	free(k);
 }
@@ -284,16 +317,28 @@ static uint64_t key_hash(const char *inst, int32_t rank, enum diag_phase ph)
 	return corr_hash64(h ^ ((uint64_t)(uint32_t)rank << 8) ^ (uint64_t)ph);
 }
 
-static struct dkey *key_get(struct diag_det *d, const char *inst, int32_t rank, enum diag_phase ph)
+/* the key's slot: its own, or the empty one where it goes */
+static uint32_t key_slot(const struct diag_det *d, const char *inst, int32_t rank,
+			 enum diag_phase ph)
 {
 	uint32_t mask = d->kcap - 1, i = (uint32_t)key_hash(inst, rank, ph) & mask;
-	struct dkey *k;
 
 	for (; d->keys[i]; i = (i + 1) & mask) {
-		k = d->keys[i];
+		const struct dkey *k = d->keys[i];
+
 		if (k->rank == rank && k->phase == ph && !strcmp(k->instance, inst))
-			return k;
+			break;
 	}
+	return i;
+}
+
+static struct dkey *key_get(struct diag_det *d, const char *inst, int32_t rank, enum diag_phase ph)
+{
+	uint32_t i = key_slot(d, inst, rank, ph);
+	struct dkey *k = d->keys[i];
+
+	if (k)
+		return k;
 	if (d->kused >= d->o.max_keys) {
 		d->cnt.keys_dropped++;
 		return NULL;
@@ -308,6 +353,18 @@ static struct dkey *key_get(struct diag_det *d, const char *inst, int32_t rank, 
 	}
 	k->rank = rank;
 	k->phase = ph;
+	/* the phases of one (instance, rank) are one sequence of steps */
+	for (int p = 0; p < DIAG_PHASE_COUNT && !k->seq; p++) {
+		struct dkey *sib = p == (int)ph ? NULL : d->keys[key_slot(d, inst, rank, p)];
+
+		if (sib)
+			k->seq = sib->seq;
+	}
+	if (!k->seq && !(k->seq = calloc(1, sizeof(*k->seq)))) {
+		key_free(k);
+		return NULL;
+	}
+	k->seq->refs++;
 	d->keys[i] = k;
 	d->kused++;
 	d->cnt.keys++;
@@ -490,6 +547,31 @@ static void classify(struct dkey *k, const struct diag_step *s, double med, bool
 	/* the first suspect names the kind; the rest by size */
 	if (an->n_suspects > 2)
 		qsort(&an->suspects[1], an->n_suspects - 1, sizeof(an->suspects[0]), cmp_suspect);
+}
+
+static void mode_add(struct dkey *k, uint64_t cell, float r, uint64_t step)
+{
+	k->modes[k->mode_pos].cell = cell;
+	k->modes[k->mode_pos].r = r;
+	k->modes[k->mode_pos].step = step;
+	k->mode_pos = (k->mode_pos + 1) % MODE_N;
+}
+
+/* lone flagged steps of this workload (its tokens cell, KV within MODE_KV cells) at this ratio */
+static int mode_match(const struct dkey *k, uint64_t cell, double r)
+{
+	int n = 0;
+
+	for (int i = 0; i < MODE_N; i++) {
+		const struct dmode *e = &k->modes[i];
+		int dk = (int)(uint32_t)e->cell - (int)(uint32_t)cell;
+
+		if (!e->step || e->cell >> 32 != cell >> 32 || abs(dk) > MODE_KV ||
+		    k->steps - e->step > STALE_STEPS || fabs(e->r / r - 1) > MODE_TOL)
+			continue;
+		n++;
+	}
+	return n;
 }
 
 static void learn_breakdown(struct dkey *k, const struct diag_step *s)
@@ -744,6 +826,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	const char *inst = s->instance ? s->instance : "";
 	double t, kv, med, u, up, ucl1, ucl1_own, uclw, uclg = 0, gx = 0, wsum = 0, dur, guess_floor;
 	bool flag1 = false, flagw = false, flagg = false, judged = false, novel = true;
+	bool explained = false, measured, ok;
+	struct dseq *sq;
 	struct dkey *k;
 	uint32_t wn = 0;
 	int src = -1;
@@ -766,6 +850,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	k->m.now = k->steps;
 	k->m.stale = STALE_STEPS;
 	med = dm_predict(&k->m, t, kv, &src, &novel);
+	/* the workload's own cell or a neighbour's, not a guess of the line */
+	measured = src == 0 || src == 1;
 	u = med > 0 ? dur / med - 1 : 0;
 	up = u > 0 ? u : 0;
 
@@ -807,10 +893,17 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 			if (ub > 0 && dur > ub * (1 + ucl1_own)) {
 				flag1 = true;
 				src = 3;
+				measured = false;
 				med = ub;
 				u = up = dur / med - 1;
 				ucl1 = ucl1_own;
 			}
+		}
+		/* a second mode of this workload; the next step may end a run */
+		if (flag1 && measured && k->seq->last_ok &&
+		    mode_match(k, dm_bin_key(t, kv), dur / med) >= MODE_MIN) {
+			flag1 = false;
+			explained = true;
 		}
 		/* smoothed chart over the steps the single chart did not flag */
 		for (uint32_t i = 0; i < k->wcnt; i++)
@@ -818,7 +911,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 				wsum += k->win[i];
 				wn++;
 			}
-		if (!flag1) {
+		if (!flag1 && !explained) {
 			double wm = (wsum + up) / (wn + 1);
 
 			flagw = !novel && wn + 1 >= d->o.window && wm > uclw &&
@@ -834,7 +927,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		}
 	}
 	/* the window remembers u+ of unflagged steps, -1 for flagged ones */
-	k->win[k->wpos] = flag1 ? -1.0f : (float)up;
+	k->win[k->wpos] = flag1 || explained ? -1.0f : (float)up;
 	k->wpos = (k->wpos + 1) % d->o.window;
 	if (k->wcnt < d->o.window)
 		k->wcnt++;
@@ -851,6 +944,23 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		    med > 0 ? (uint64_t)(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var))) : 0;
 		v->score = ucl1 > 0 ? up / ucl1 : 0;
 	}
+	/*
+	 * lone steps: flagged (or explained) between two clearly normal steps
+	 * of the sequence, normal meaning under half the limit against a cell
+	 * that measured the workload; the step after decides
+	 */
+	sq = k->seq;
+	ok = judged && measured && !flag1 && !flagw && !flagg && !explained && up < ucl1_own / 2;
+	if (sq->pend && ok)
+		mode_add(sq->pk, sq->pcell, sq->pr, sq->pstep);
+	sq->pend = (flag1 || explained) && measured && !flagg && sq->last_ok;
+	if (sq->pend) {
+		sq->pk = k;
+		sq->pcell = dm_bin_key(t, kv);
+		sq->pr = (float)(dur / med);
+		sq->pstep = k->steps;
+	}
+	sq->last_ok = ok;
 	if (flag1 || flagw || flagg) {
 		struct diag_anomaly an = {0};
 
@@ -900,6 +1010,10 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	if (k->consec == 1 && judged && !novel && k->flag_u >= 0)
 		ew_add(&k->u1, k->flag_u);
 	k->consec = 0;
+	if (explained) {
+		d->cnt.explained++;
+		goto regress;
+	}
 	/* accepted: it teaches the baseline and the chart */
 	if (judged && !novel) {
 		double wm = (wsum + up) / (wn + 1);
