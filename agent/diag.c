@@ -334,8 +334,9 @@ void diag_stats(struct diag *d, json_t *r)
 		      (json_int_t)sc->outside, "records_dropped", (json_int_t)sc->dropped,
 		      "bad_metadata", (json_int_t)sc->bad_metadata, "judged",
 		      (json_int_t)dc->judged, "anomalies", (json_int_t)dc->anomalies,
-		      "anomalies_by_kind", kinds, "explained", (json_int_t)dc->explained, "refits", (json_int_t)dc->refits, "keys",
-		      (json_int_t)dc->keys, "keys_dropped", (json_int_t)dc->keys_dropped,
+		      "anomalies_by_kind", kinds, "explained", (json_int_t)dc->explained,
+		      "refits", (json_int_t)dc->refits, "keys", (json_int_t)dc->keys,
+		      "keys_dropped", (json_int_t)dc->keys_dropped,
 		      "bad_steps", (json_int_t)dc->bad_steps, "deep_dives_refused",
 		      (json_int_t)d->dive_errors));
 }

@@ -138,7 +138,7 @@ static void ew_add(struct ewstat *s, double x)
 struct dseq {
 	uint32_t refs;
 	bool last_ok; /* the previous step of the sequence was clearly normal */
-	bool pend;	   /* a lone candidate waits for the next step */
+	bool pend;    /* a lone candidate waits for the next step */
 	struct dkey *pk;
 	uint64_t pcell, pstep;
 	float pr;
@@ -824,7 +824,8 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct diag_verdict *v)
 {
 	const char *inst = s->instance ? s->instance : "";
-	double t, kv, med, u, up, ucl1, ucl1_own, uclw, uclg = 0, gx = 0, wsum = 0, dur, guess_floor;
+	double t, kv, med, u, up, ucl1, uclw, uclg = 0, gx = 0, wsum = 0, dur, guess_floor;
+	double ucl1_own; /* the chart's limit before a guess widens it */
 	bool flag1 = false, flagw = false, flagg = false, judged = false, novel = true;
 	bool explained = false, measured, ok;
 	struct dseq *sq;
@@ -995,6 +996,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		     s->rank, diag_phase_name(s->phase), (unsigned long long)k->consec);
 		k->consec = 0;
 		memset(&k->gap, 0, sizeof(k->gap));
+		memset(k->modes, 0, sizeof(k->modes));
 		dm_free(&k->m);
 		if (dm_init(&k->m))
 			return -ENOMEM;
