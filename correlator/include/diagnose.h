@@ -226,7 +226,7 @@ struct diag_anomaly {
 	uint64_t expected_ns; /* the baseline's P99 for this workload */
 	double score;	      /* (dur - median) / UCL distance: > 1 is beyond the limit */
 	enum diag_kind kind;
-	const char *chart; /* "single", "window", "gap", "peers", "baseline" */
+	const char *chart; /* "single", "window", "gap", "cpu", "peers", "baseline" */
 	uint32_t n_suspects;
 	struct diag_suspect suspects[DIAG_SUSPECTS_MAX]; /* most likely first */
 };

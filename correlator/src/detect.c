@@ -18,6 +18,10 @@
  *    step whose longest gap exceeds the usual longest gap by k sd and by
  *    the gap floor is a stall even where +20 ms hides in a 2 s step's
  *    jitter;
+ *  - the CPU chart: a step whose launcher waited in the run queue a larger
+ *    share of the step than usual (k sd, RUNQ_FLOOR of the step and 1 ms)
+ *    while the GPU idled at least half as long is CPU contention, also for
+ *    a workload no cell knows;
  *  - flagged steps never teach the baseline (a run of slow steps must not
  *    become the norm), unless they persist for LEVEL_SHIFT steps: then the
  *    new level is accepted and said so, and only a saved baseline
@@ -57,6 +61,8 @@
  * a new job that starts with a 1.4x slow GPU must not teach it.
  */
 #define STALE_FLOOR 0.3
+/* the CPU chart's floor: extra run-queue wait, share of the step */
+#define RUNQ_FLOOR 0.05
 /* a lone flagged step under this many times its limit is a spike (see below) */
 #define SPIKE_TEACH 3
 /*
@@ -163,7 +169,7 @@ struct dkey {
 	float win[W_MAX];
 	uint32_t wpos, wcnt;
 	/* breakdown of accepted steps, as fractions of the step or ns */
-	struct ewstat f_idle, f_busy, f_comm, offcpu, runq;
+	struct ewstat f_idle, f_busy, f_comm, f_runq, offcpu, runq;
 	struct ewstat gap; /* longest GPU idle gap, ns */
 	/* regression against the reference */
 	const struct dref *ref;
@@ -461,16 +467,19 @@ static void kernel_suspects(struct dkey *k, const struct diag_step *s, struct di
  * stall). Without a breakdown the shape decides: one slow step is a stall,
  * a run is contention. gap > 0: the gap chart caught one idle gap that much
  * longer than usual, a stall (or, with the run-queue wait to match, the
- * CPU was taken), whatever the step's duration says.
+ * CPU was taken), whatever the step's duration says. cpu > 0: the CPU
+ * chart caught that much more run-queue wait than usual, contention.
  */
 static void classify(struct dkey *k, const struct diag_step *s, double med, bool window,
-		     double gap, struct diag_anomaly *an)
+		     double gap, double cpu, struct diag_anomaly *an)
 {
 	double excess = (double)s->dur_ns - med, dur = (double)s->dur_ns;
 	double d_idle = -1, d_busy = -1, d_comm = -1, runq = -1, offcpu = -1;
 
 	if (gap > 0)
 		excess = gap; /* the stall, not the step's jitter around it */
+	if (cpu > 0)
+		excess = cpu;
 	if (excess <= 0)
 		excess = 1;
 	if (s->idle_ns >= 0 && k->f_idle.n)
@@ -484,7 +493,20 @@ static void classify(struct dkey *k, const struct diag_step *s, double med, bool
 	if (s->offcpu_ns >= 0)
 		offcpu = s->offcpu_ns - (k->offcpu.n ? k->offcpu.mean : 0);
 
-	if (gap > 0) {
+	if (cpu > 0) {
+		an->kind = DIAG_KIND_CPU_CONTENTION;
+		if (s->preempt_pid)
+			add_suspect(an, "runq", cpu, 0,
+				    "launching thread waited %.2f ms for a CPU, %.0f%% of the step "
+				    "where it usually waits %.1f%%; preempted by pid %u",
+				    s->runq_ns / 1e6, 100 * s->runq_ns / dur, 100 * k->f_runq.mean,
+				    s->preempt_pid);
+		else
+			add_suspect(an, "runq", cpu, 0,
+				    "launching thread waited %.2f ms for a CPU, %.0f%% of the step "
+				    "where it usually waits %.1f%%",
+				    s->runq_ns / 1e6, 100 * s->runq_ns / dur, 100 * k->f_runq.mean);
+	} else if (gap > 0) {
 		an->kind = runq >= 0.3 * excess ? DIAG_KIND_CPU_CONTENTION : DIAG_KIND_HOST_STALL;
 		add_suspect(an, "gpu_gap", gap, s->idle_max_ns / fmax(k->gap.mean, 1),
 			    "one GPU idle gap of %.2f ms, where the longest is usually %.2f ms: "
@@ -520,7 +542,7 @@ static void classify(struct dkey *k, const struct diag_step *s, double med, bool
 				    "for the CPU",
 				    s->idle_ns / 1e6, d_idle / 1e6);
 	}
-	if (runq > 0.1 * excess) {
+	if (runq > 0.1 * excess && cpu <= 0) {
 		if (s->preempt_pid)
 			add_suspect(
 			    an, "runq", runq, 0,
@@ -586,8 +608,10 @@ static void learn_breakdown(struct dkey *k, const struct diag_step *s)
 		ew_add(&k->f_comm, s->comm_ns / dur);
 	if (s->offcpu_ns >= 0)
 		ew_add(&k->offcpu, (double)s->offcpu_ns);
-	if (s->runq_ns >= 0)
+	if (s->runq_ns >= 0) {
 		ew_add(&k->runq, (double)s->runq_ns);
+		ew_add(&k->f_runq, s->runq_ns / dur);
+	}
 	if (s->idle_max_ns >= 0)
 		ew_add(&k->gap, (double)s->idle_max_ns);
 	for (uint32_t i = 0; i < s->n_top && i < DIAG_TOP_MAX; i++) {
@@ -826,7 +850,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	const char *inst = s->instance ? s->instance : "";
 	double t, kv, med, u, up, ucl1, uclw, uclg = 0, gx = 0, wsum = 0, dur, guess_floor;
 	double ucl1_own; /* the chart's limit before a guess widens it */
-	bool flag1 = false, flagw = false, flagg = false, judged = false, novel = true;
+	double cx = 0, uclc = 0; /* the CPU chart: extra run-queue wait, ns, and its limit */
+	bool flag1 = false, flagw = false, flagg = false, flagc = false, judged = false, novel = true;
 	bool explained = false, measured, ok;
 	struct dseq *sq;
 	struct dkey *k;
@@ -926,6 +951,19 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 				uclg = (double)d->o.gap_floor_ns;
 			flagg = gx > uclg;
 		}
+		/*
+		 * the CPU chart knows no workload either: the launcher waited for
+		 * a CPU a larger share of the step than it does, and the GPU
+		 * idled for it
+		 */
+		if (!flag1 && !flagw && !flagg && s->runq_ns >= 0 && s->idle_ns >= 0 &&
+		    k->f_runq.n >= CHART_WARM && k->f_idle.n) {
+			cx = (double)s->runq_ns - k->f_runq.mean * dur;
+			uclc = fmax(d->o.k_single * sqrt(k->f_runq.var), RUNQ_FLOOR) * dur;
+			if (uclc < 1e6)
+				uclc = 1e6;
+			flagc = cx > uclc && s->idle_ns - k->f_idle.mean * dur >= 0.5 * cx;
+		}
 	}
 	/* the window remembers u+ of unflagged steps, -1 for flagged ones */
 	k->win[k->wpos] = flag1 || explained ? -1.0f : (float)up;
@@ -951,10 +989,11 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	 * that measured the workload; the step after decides
 	 */
 	sq = k->seq;
-	ok = judged && measured && !flag1 && !flagw && !flagg && !explained && up < ucl1_own / 2;
+	ok = judged && measured && !flag1 && !flagw && !flagg && !flagc && !explained &&
+	     up < ucl1_own / 2;
 	if (sq->pend && ok)
 		mode_add(sq->pk, sq->pcell, sq->pr, sq->pstep);
-	sq->pend = (flag1 || explained) && measured && !flagg && sq->last_ok;
+	sq->pend = (flag1 || explained) && measured && !flagg && !flagc && sq->last_ok;
 	if (sq->pend) {
 		sq->pk = k;
 		sq->pcell = dm_bin_key(t, kv);
@@ -962,11 +1001,11 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		sq->pstep = k->steps;
 	}
 	sq->last_ok = ok;
-	if (flag1 || flagw || flagg) {
+	if (flag1 || flagw || flagg || flagc) {
 		struct diag_anomaly an = {0};
 
 		k->consec++;
-		k->flag_u = !flagg && up < SPIKE_TEACH * ucl1 ? ucl1 : -1;
+		k->flag_u = !flagg && !flagc && up < SPIKE_TEACH * ucl1 ? ucl1 : -1;
 		an.instance = inst;
 		an.rank = s->rank;
 		an.phase = s->phase;
@@ -976,11 +1015,14 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		if (flagg) {
 			an.score = gx / uclg;
 			an.chart = "gap";
+		} else if (flagc) {
+			an.score = cx / uclc;
+			an.chart = "cpu";
 		} else {
 			an.score = flag1 ? up / ucl1 : ((wsum + up) / (wn + 1)) / uclw;
 			an.chart = flag1 ? "single" : "window";
 		}
-		classify(k, s, med, flagw, flagg ? gx : 0, &an);
+		classify(k, s, med, flagw, flagg ? gx : 0, flagc ? cx : 0, &an);
 		d->cnt.anomalies++;
 		d->cnt.by_kind[an.kind]++;
 		if (v) {

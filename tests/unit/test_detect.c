@@ -277,6 +277,63 @@ static void test_second_mode(void **state)
 	free(g);
 }
 
+/*
+ * The CPU chart: the launcher waited for a CPU 1.5 ms more than usual on a
+ * workload no cell knows (judged only against the line's wide limit) while
+ * the GPU idled: contention. The same wait while the GPU stayed busy slowed
+ * nothing; 0.9 ms is under the chart's floor (5% of the step).
+ */
+static void cpu_step(struct diag_step *s, uint64_t *ts, int batch, double runq_ms, bool gpu_waited)
+{
+	mk(s, ts, batch, 1);
+	s->runq_ns = (int64_t)(0.005 * s->dur_ns + runq_ms * 1e6);
+	s->offcpu_ns = s->runq_ns;
+	if (gpu_waited) {
+		s->dur_ns += (uint64_t)(runq_ms * 1e6);
+		s->idle_ns += (int64_t)(runq_ms * 1e6);
+		*ts += (uint64_t)(runq_ms * 1e6);
+	}
+}
+
+static void test_cpu_chart(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+
+	(void)state;
+	for (int i = 0; i < 300; i++) {
+		cpu_step(&s, &ts, 8 + i % 4, 0, false);
+		s.preempt_pid = 0;
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	/* batch 40: novel, 1.07x long, under every duration limit */
+	cpu_step(&s, &ts, 40, 2.8, true);
+	s.preempt_pid = 4242;
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	assert_int_equal(v.source, 2);
+	assert_int_equal(g->n, 1);
+	assert_string_equal(g->a[0].chart, "cpu");
+	assert_int_equal(g->a[0].kind, DIAG_KIND_CPU_CONTENTION);
+	assert_string_equal(g->a[0].suspects[0].what, "runq");
+	assert_non_null(strstr(g->ev[0][0], "preempted by pid 4242"));
+	/* the same wait while the GPU had work: nothing slowed */
+	cpu_step(&s, &ts, 41, 2.8, false);
+	diag_det__add_step(d, &s, &v);
+	assert_false(v.anomalous);
+	/* 0.9 ms more on a 42 ms step: under the floor */
+	cpu_step(&s, &ts, 42, 0.9, true);
+	diag_det__add_step(d, &s, &v);
+	assert_false(v.anomalous);
+	assert_int_equal(g->n, 1);
+	diag_det__free(d);
+	free(g);
+}
+
 /* kinds and suspects from the breakdown */
 static void test_kinds(void **state)
 {
@@ -778,6 +835,7 @@ int main(void)
 	    cmocka_unit_test(test_heavier_batch_ok),
 	    cmocka_unit_test(test_monotone_bound),
 	    cmocka_unit_test(test_second_mode),
+	    cmocka_unit_test(test_cpu_chart),
 	    cmocka_unit_test(test_kinds),
 	    cmocka_unit_test(test_hta_ranks),
 	    cmocka_unit_test(test_saved_baseline_regression),
