@@ -440,35 +440,36 @@ double dm_predict(const struct dmodel *m, double t, double kv, int *src, bool *n
 
 /*
  * The roofline is monotone: a step never takes longer than a step of a
- * workload at least as heavy in both coordinates. The smallest median of
- * the fresh cells that dominate (t, kv) is therefore an upper bound on a
- * novel workload's median, often far tighter than the line's guess (a small
- * decode batch next to a slightly larger one the line extrapolates badly).
- * Only cells up to BOUND_CELLS - 1 away in each coordinate are looked at
- * (16 requests, or x2.2 tokens beyond 32; KV tokens x4.6): a constant cost
- * per novel step, where a scan of every cell grows with the workload mix
- * (seed 7 of the eval: GPU-slowdown recall 0.9930 against 0.9933 for the
- * scan). 0 when no cell dominates.
+ * workload at least as heavy in both coordinates, nor less than one at most
+ * as heavy. dir > 0: the smallest median of the fresh cells that dominate
+ * (t, kv), an upper bound on a novel workload's median, often far tighter
+ * than the line's guess (a small decode batch next to a slightly larger one
+ * the line extrapolates badly); dir < 0: the largest median of the fresh
+ * cells it dominates, a lower bound. Only cells up to BOUND_CELLS - 1 away
+ * in each coordinate are looked at (16 requests, or x2.2 tokens beyond 32;
+ * KV tokens x4.6): a constant cost per novel step, where a scan of every
+ * cell grows with the workload mix (seed 7 of the eval: GPU-slowdown recall
+ * 0.9930 against 0.9933 for the scan). 0 when no cell bounds it.
  */
 #define BOUND_CELLS 17
-double dm_bound(const struct dmodel *m, double t, double kv)
+double dm_bound(const struct dmodel *m, double t, double kv, int dir)
 {
 	uint64_t key = dm_bin_key(t, kv);
-	uint32_t bt = (uint32_t)(key >> 32), bk = (uint32_t)key;
+	int bt = (int)(key >> 32), bk = (int)(uint32_t)key, d = dir > 0 ? 1 : -1;
 	/* an unknown coordinate only compares with unknown */
 	int nt = bt == 0xffff ? 1 : BOUND_CELLS, nk = bk == 0xffff ? 1 : BOUND_CELLS;
 	double best = 0;
 
-	for (int i = 0; i < nt; i++)
-		for (int j = !i; j < nk; j++) {
-			const struct dbin *b =
-			    dm_find(m, ((uint64_t)(bt + i) << 32) | (uint32_t)(bk + j));
+	for (int i = 0; i < nt && bt + d * i >= 0; i++)
+		for (int j = !i; j < nk && bk + d * j >= 0; j++) {
+			const struct dbin *b = dm_find(
+			    m, ((uint64_t)(uint32_t)(bt + d * i) << 32) | (uint32_t)(bk + d * j));
 			double med;
 
 			if (!b || b->cnt < BIN_MIN || !bin_fresh(m, b))
 				continue;
 			med = dm_bin_median(b);
-			if (!best || med < best)
+			if (!best || (d > 0 ? med < best : med > best))
 				best = med;
 		}
 	return best;

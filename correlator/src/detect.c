@@ -876,6 +876,13 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	k->m.now = k->steps;
 	k->m.stale = STALE_STEPS;
 	med = dm_predict(&k->m, t, kv, &src, &novel);
+	/* a guess under a lighter workload's median is certainly too low */
+	if (novel && med > 0) {
+		double lb = dm_bound(&k->m, t, kv, -1);
+
+		if (lb > med)
+			med = lb;
+	}
 	/* the workload's own cell or a neighbour's, not a guess of the line */
 	measured = src == 0 || src == 1;
 	u = med > 0 ? dur / med - 1 : 0;
@@ -914,7 +921,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		 * it is flagged as if its cell were known
 		 */
 		if (!flag1 && novel) {
-			double ub = dm_bound(&k->m, t, kv);
+			double ub = dm_bound(&k->m, t, kv, 1);
 
 			if (ub > 0 && dur > ub * (1 + ucl1_own)) {
 				flag1 = true;

@@ -77,8 +77,11 @@ int dm_put_bin(struct dmodel *m, uint64_t key, double med, uint32_t cnt, double 
  * than one step away, or a stale cell), so it is a guess, not a measurement.
  */
 double dm_predict(const struct dmodel *m, double t, double kv, int *src, bool *novel);
-/* the smallest median of the fresh cells at least as heavy as (t, kv); 0: none */
-double dm_bound(const struct dmodel *m, double t, double kv);
+/*
+ * dir > 0: the smallest median of the fresh cells at least as heavy as
+ * (t, kv); dir < 0: the largest of those at most as heavy; 0: none
+ */
+double dm_bound(const struct dmodel *m, double t, double kv, int dir);
 
 /* kernels: per-call time history, name -> EWMA of log(ns per call) */
 struct dkern {

@@ -223,6 +223,41 @@ static void test_monotone_bound(void **state)
 }
 
 /*
+ * The other bound: a guess under the median of a lighter workload is
+ * certainly too low. Decode steps of 20 ms at batches 2-3, then 60-62 ms
+ * from batch 12 (a CUDA-graph bucket): the line through them guesses 52.9
+ * ms for a novel batch 24, under batch 14's measured 60.
+ */
+static void test_lower_bound(void **state)
+{
+	static const int known[] = {2, 3, 12, 13, 14, 30, 31, 32};
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+
+	(void)state;
+	for (int i = 0; i < 400; i++) {
+		int b = known[i % 8];
+
+		mk(&s, &ts, b, 1);
+		s.dur_ns = (uint64_t)((b < 10 ? 20e6 : b < 20 ? 60e6 : 62e6) * noise(0.01));
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	mk(&s, &ts, 24, 1);
+	s.dur_ns = 61000000;
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.judged);
+	assert_int_equal(v.source, 2);
+	assert_in_range(v.median_ns, 59500000, 61000000);
+	assert_false(v.anomalous);
+	diag_det__free(d);
+	free(g);
+}
+
+/*
  * A workload with a second mode (a hidden variable: a prefill the step's
  * metadata does not count): batch 8 takes 1.75x every fifth step, each time
  * between normal steps. Three are flagged, then the mode is known. A run of
@@ -834,6 +869,7 @@ int main(void)
 	    cmocka_unit_test(test_single_and_run),
 	    cmocka_unit_test(test_heavier_batch_ok),
 	    cmocka_unit_test(test_monotone_bound),
+	    cmocka_unit_test(test_lower_bound),
 	    cmocka_unit_test(test_second_mode),
 	    cmocka_unit_test(test_cpu_chart),
 	    cmocka_unit_test(test_kinds),
