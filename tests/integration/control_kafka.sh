@@ -59,7 +59,10 @@ if ! mock_start infertrace.control; then
 	fail_because "mock cluster did not start: $(head -c 300 "$T/mock.err")"
 elif agent_start ck -i 0.25 --kafka "$BROKERS" --spill-dir "$T/spill" --control-socket none \
 	--shim-socket none; then
-	bg_start "$T/wa.out" env INFERTRACE_INSTANCE="$A" "$CUDA_CALLS" -t 2 -s 60
+	# one thread: the deep-dived workload's records all go to the mock
+	# broker, and two threads' (~21k/s) delayed its answers to the control
+	# topic's fetch until the dive expired on a CPU-starved machine
+	bg_start "$T/wa.out" env INFERTRACE_INSTANCE="$A" "$CUDA_CALLS" -t 1 -s 60
 	PA=$BG_PID
 	bg_start "$T/wb.out" env INFERTRACE_INSTANCE="$B" "$CUDA_CALLS" -t 2 -s 60
 	PB=$BG_PID
