@@ -53,6 +53,13 @@
 #                           exactly one straggler anomaly (chart peers):
 #                           rank 1, its step 34, its suspect naming rank 1's
 #                           step time against its peer's; none for rank 0
+#   diag_live_contention:   round 34 is CPU contention (gpu_live -C): the
+#                           launcher does 20 ms of CPU work on its CPU while
+#                           a process it forked spins there too. Exactly one
+#                           anomaly: that step, kind cpu_contention, a runq
+#                           suspect of at least 5 ms naming the spinning
+#                           process as the one that preempted the launcher,
+#                           and the GPU idle it caused
 #   diag_live_nvtx:         30 rounds marked by NVTX ranges as CUPTI reports
 #                           them to the shim: 30 steps with source marker,
 #                           the tokens and batch of each range's message;
@@ -60,7 +67,7 @@
 source "$(dirname "$0")/lib.sh"
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
-	diag_live_net diag_live_straggler diag_live_nvtx"
+	diag_live_net diag_live_straggler diag_live_contention diag_live_nvtx"
 # shellcheck disable=SC2086
 it_preflight $NAMES
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
@@ -354,6 +361,27 @@ if [ -n "$sok" ]; then
 		jqe '.steps == 80 and .anomalies_by_kind.straggler == 1' <<<"$ds"
 fi
 report diag_live_straggler
+
+# ------------------------------------------------------------- contention --
+_why=()
+ROUNDS=$STEPS run contention -n "$STEPS" -s "$STALL" -C
+if [ -n "$OK" ]; then
+	hog=$(jq -r 'select(.hog) | .hog' "$T/contention.work")
+	steps=$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
+	expect "$(jq length <<<"$steps") steps, want $STEPS" eq "$(jq length <<<"$steps")" "$STEPS"
+	cst=$(jq --argjson s "$STALL" '.[$s].start_ns' <<<"$steps")
+	an=$(jqo --arg i "$INST" '[.[] | select(.type == "anomaly" and .instance == $i)]')
+	expect "$(jq length <<<"$an") anomalies, want 1: $(jq -c '[.[] | {step_start_ns, dur_ns, chart, kind}]' <<<"$an")" \
+		eq "$(jq length <<<"$an")" 1
+	expect "the anomaly is not step $STALL (start $cst) or not cpu_contention: $(jq -c '.[0] | {step_start_ns, kind, chart}' <<<"$an")" \
+		jqe --argjson s "$cst" '.[0].step_start_ns == $s and .[0].kind == "cpu_contention"' <<<"$an"
+	expect "no runq suspect of >= 5 ms preempted by the spinning process $hog: $(jq -c '.[0].suspects' <<<"$an")" \
+		jqe --arg h "preempted by pid $hog" '[.[0].suspects[] | select(.what == "runq" and .value >= 5000000
+			and (.evidence | contains($h)))] | length == 1' <<<"$an"
+	expect "no GPU idle suspect: $(jq -c '.[0].suspects' <<<"$an")" \
+		jqe '[.[0].suspects[] | select(.what == "gpu_idle")] | length == 1' <<<"$an"
+fi
+report diag_live_contention
 
 # ------------------------------------------------------------------- nvtx --
 # 30 rounds marked with NVTX as CUPTI reports it (gpu_live -M): each a

@@ -7,7 +7,7 @@
  * callback on the calling thread right after each call, then activity
  * records for the work the call would have put on the GPU.
  *
- * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL] [-M] [-L]
+ * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL] [-C] [-M] [-L]
  *                 [-N BYTES] [-P PERIOD_MS]
  *   -t  launching threads (default 2)
  *   -n  rounds per thread (default 5); a round is cudaLaunchKernel (one
@@ -31,6 +31,10 @@
  *       synchronises) and then STEP_GAP_US, and round STALL (from 0)
  *       of each thread stalls STALL_MS on the host between its graph launch
  *       and its cuLaunchKernel (the GPU waits: a host stall)
+ *   -C  with -s: the stalled round is CPU contention instead of a sleep: the
+ *       thread does STALL_MS / 2 of CPU work on its CPU while a process it
+ *       forks spins there too, so it waits in the run queue about as long,
+ *       preempted by that process (its pid: {"hog":PID} before "done")
  *   -N  network traffic inside each round: after the graph launch, the
  *       thread writes BYTES x (1 + r % 4) to a TCP connection over loopback
  *       that it holds both ends of, and reads them back (so its process
@@ -66,8 +70,11 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 
 #include <generated_nvtx_meta.h>
 
@@ -111,6 +118,8 @@ static struct {
 
 static int rounds = 5;
 static int stall_round = -1; /* -s: steps mode */
+static bool contend; /* -C */
+static pid_t hog_pid; /* -C: the process that took the CPU */
 static bool nvtx_marks; /* -M */
 static bool hold_records; /* -L */
 static int net_bytes; /* -N */
@@ -252,6 +261,44 @@ static void net_round(int idx, int n)
 	net_all(net_fd[idx][1], buf[idx], n, false);
 }
 
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* -C: STALL_MS / 2 of CPU work on this thread's CPU, shared with a spinning process */
+static void contend_cpu(void)
+{
+	cpu_set_t one, old;
+	uint64_t until;
+	pid_t hog;
+
+	CPU_ZERO(&one);
+	CPU_SET(sched_getcpu(), &one);
+	if (sched_getaffinity(0, sizeof(old), &old) || sched_setaffinity(0, sizeof(one), &one)) {
+		perror("gpu_live: affinity");
+		exit(1);
+	}
+	hog = fork();
+	if (hog < 0) {
+		perror("gpu_live: fork");
+		exit(1);
+	}
+	if (!hog)
+		for (;;) /* inherits the CPU; killed below */
+			;
+	hog_pid = hog;
+	until = thread_cpu_ns() + STALL_MS * 500000ull;
+	while (thread_cpu_ns() < until)
+		;
+	kill(hog, SIGKILL);
+	waitpid(hog, NULL, 0);
+	sched_setaffinity(0, sizeof(old), &old);
+}
+
 static void round_once(int idx, int round)
 {
 	uint32_t stream = 7 + idx;
@@ -276,7 +323,9 @@ static void round_once(int idx, int round)
 
 	if (net_bytes)
 		net_round(idx, net_bytes * (1 + round % 4));
-	if (round == stall_round) {
+	if (round == stall_round && contend) {
+		contend_cpu();
+	} else if (round == stall_round) {
 		struct timespec ts = { 0, STALL_MS * 1000000L };
 
 		nanosleep(&ts, NULL);
@@ -411,7 +460,7 @@ int main(int argc, char **argv)
 	int nthreads = 2, opt, (*init)(void);
 	void *rt, *drv, *so;
 
-	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:MLN:P:")) != -1) {
+	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:CMLN:P:")) != -1) {
 		switch (opt) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -431,6 +480,9 @@ int main(int argc, char **argv)
 		case 's':
 			stall_round = atoi(optarg);
 			break;
+		case 'C':
+			contend = true;
+			break;
 		case 'M':
 			nvtx_marks = true;
 			break;
@@ -446,7 +498,7 @@ int main(int argc, char **argv)
 		default:
 			fprintf(stderr,
 				"usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
-				"[-m MODE] [-s STALL_ROUND] [-M] [-L] [-N BYTES] [-P PERIOD_MS]\n",
+				"[-m MODE] [-s STALL_ROUND] [-C] [-M] [-L] [-N BYTES] [-P PERIOD_MS]\n",
 				argv[0]);
 			return 2;
 		}
@@ -539,6 +591,8 @@ int main(int argc, char **argv)
 			       (unsigned long long)c->t1, (unsigned long long)c->t2, c->n);
 		}
 	printf("{\"orphan_corr\":%u,\"tid\":%d}\n", ORPHAN_CORR, tids[0]);
+	if (hog_pid)
+		printf("{\"hog\":%d}\n", (int)hog_pid);
 	printf("{\"done\":true,\"records\":%d,\"add_errors\":%d}\n", (int)records, (int)add_errors);
 	fflush(stdout);
 	for (int i = 0; exit_file && i < 3000 && access(exit_file, F_OK); i++)
