@@ -494,18 +494,15 @@ static void classify(struct dkey *k, const struct diag_step *s, double med, bool
 		offcpu = s->offcpu_ns - (k->offcpu.n ? k->offcpu.mean : 0);
 
 	if (cpu > 0) {
+		char by[40] = "";
+
 		an->kind = DIAG_KIND_CPU_CONTENTION;
 		if (s->preempt_pid)
-			add_suspect(an, "runq", cpu, 0,
-				    "launching thread waited %.2f ms for a CPU, %.0f%% of the step "
-				    "where it usually waits %.1f%%; preempted by pid %u",
-				    s->runq_ns / 1e6, 100 * s->runq_ns / dur, 100 * k->f_runq.mean,
-				    s->preempt_pid);
-		else
-			add_suspect(an, "runq", cpu, 0,
-				    "launching thread waited %.2f ms for a CPU, %.0f%% of the step "
-				    "where it usually waits %.1f%%",
-				    s->runq_ns / 1e6, 100 * s->runq_ns / dur, 100 * k->f_runq.mean);
+			snprintf(by, sizeof(by), "; preempted by pid %u", s->preempt_pid);
+		add_suspect(an, "runq", cpu, 0,
+			    "launching thread waited %.2f ms for a CPU, %.0f%% of the step where it "
+			    "usually waits %.1f%%%s",
+			    s->runq_ns / 1e6, 100 * s->runq_ns / dur, 100 * k->f_runq.mean, by);
 	} else if (gap > 0) {
 		an->kind = runq >= 0.3 * excess ? DIAG_KIND_CPU_CONTENTION : DIAG_KIND_HOST_STALL;
 		add_suspect(an, "gpu_gap", gap, s->idle_max_ns / fmax(k->gap.mean, 1),
