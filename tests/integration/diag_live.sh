@@ -80,6 +80,17 @@ fi
 STEPS=40
 STALL=34
 
+# steps_of PID: the step records of PID in time order; anomalies_of INST:
+# the anomaly records of INST; expect_one_anomaly AN: AN holds exactly one
+steps_of() {
+	jqo --argjson p "$1" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)'
+}
+anomalies_of() { jqo --arg i "$1" '[.[] | select(.type == "anomaly" and .instance == $i)]'; }
+expect_one_anomaly() {
+	expect "$(jq length <<<"$1") anomalies, want 1: $(jq -c '[.[] | {step_start_ns, dur_ns, chart, kind}]' <<<"$1")" \
+		eq "$(jq length <<<"$1")" 1
+}
+
 # run NAME GPU_LIVE_ARGS...: gpu_live (one thread, instance it-NAME-$$) and a
 # sentinel agent on it, until the agent wrote a step for each of its rounds
 # (steps are cut 2 s after their end) and, when WAIT_WINDOW is set, the
@@ -130,7 +141,7 @@ WHY=("${_why[@]}")
 
 # ------------------------------------------------------------------ steps --
 if [ -n "$ok" ]; then
-	steps=$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
+	steps=$(steps_of "$WPID")
 	n=$(jq length <<<"$steps")
 	expect "$n steps, want $STEPS" eq "$n" "$STEPS"
 	bad=$(jq -c --argjson tid "$TID" --argjson stall "$STALL" '
@@ -150,9 +161,8 @@ report diag_live_steps
 _why=("${WHY[@]}")
 if [ -n "$ok" ]; then
 	stall_start=$(jq --argjson s "$STALL" '.[$s].start_ns' <<<"$steps")
-	an=$(jqo --arg i "$INST" '[.[] | select(.type == "anomaly" and .instance == $i)]')
-	expect "$(jq length <<<"$an") anomalies, want 1: $(jq -c '[.[] | {step_start_ns, dur_ns, chart, kind}]' <<<"$an")" \
-		eq "$(jq length <<<"$an")" 1
+	an=$(anomalies_of "$INST")
+	expect_one_anomaly "$an"
 	expect "the anomaly is not the stalled step (start $stall_start): $(jq -c '.[0] | {step_start_ns, dur_ns}' <<<"$an")" \
 		jqe --argjson s "$stall_start" '.[0].step_start_ns == $s' <<<"$an"
 	expect "kind $(jq -r '.[0].kind' <<<"$an"), want host_stall" \
@@ -282,7 +292,7 @@ _why=()
 NN=20
 RUN_ENV="RANK=9 LOCAL_RANK=2" ROUNDS=$NN run net -n "$NN" -s 1000 -N 8000
 if [ -n "$OK" ]; then
-	steps=$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
+	steps=$(steps_of "$WPID")
 	expect "$(jq length <<<"$steps") steps, want $NN" eq "$(jq length <<<"$steps")" "$NN"
 	bad=$(jq -c '[ to_entries[] | .key as $i | .value
 		| (if .net_bytes != 2 * 8000 * (1 + $i % 4) then "step \($i): net_bytes \(.net_bytes)" else empty end),
@@ -346,7 +356,7 @@ if [ -n "$sok" ]; then
 	done
 	st1=$(jqo --arg i "$SINST" '[.[] | select(.type == "step" and .instance == $i and .rank == 1)] | sort_by(.start_ns)')
 	s34=$(jq --argjson s "$STALL" '.[$s].start_ns' <<<"$st1")
-	an=$(jqo --arg i "$SINST" '[.[] | select(.type == "anomaly" and .instance == $i)]')
+	an=$(anomalies_of "$SINST")
 	sa=$(jq -c '[.[] | select(.kind == "straggler")]' <<<"$an")
 	expect "$(jq length <<<"$sa") straggler anomalies, want 1: $(jq -c '[.[] | {rank, step_start_ns, chart}]' <<<"$sa")" \
 		eq "$(jq length <<<"$sa")" 1
@@ -367,12 +377,11 @@ _why=()
 ROUNDS=$STEPS run contention -n "$STEPS" -s "$STALL" -C
 if [ -n "$OK" ]; then
 	hog=$(jq -r 'select(.hog) | .hog' "$T/contention.work")
-	steps=$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
+	steps=$(steps_of "$WPID")
 	expect "$(jq length <<<"$steps") steps, want $STEPS" eq "$(jq length <<<"$steps")" "$STEPS"
 	cst=$(jq --argjson s "$STALL" '.[$s].start_ns' <<<"$steps")
-	an=$(jqo --arg i "$INST" '[.[] | select(.type == "anomaly" and .instance == $i)]')
-	expect "$(jq length <<<"$an") anomalies, want 1: $(jq -c '[.[] | {step_start_ns, dur_ns, chart, kind}]' <<<"$an")" \
-		eq "$(jq length <<<"$an")" 1
+	an=$(anomalies_of "$INST")
+	expect_one_anomaly "$an"
 	expect "the anomaly is not step $STALL (start $cst) or not cpu_contention: $(jq -c '.[0] | {step_start_ns, kind, chart}' <<<"$an")" \
 		jqe --argjson s "$cst" '.[0].step_start_ns == $s and .[0].kind == "cpu_contention"' <<<"$an"
 	expect "no runq suspect of >= 5 ms preempted by the spinning process $hog: $(jq -c '.[0].suspects' <<<"$an")" \
@@ -391,7 +400,7 @@ _why=()
 NV=30
 ROUNDS=$NV run nvtx -n "$NV" -s 1000 -M
 if [ -n "$OK" ]; then
-	steps=$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns)')
+	steps=$(steps_of "$WPID")
 	expect "$(jq length <<<"$steps") steps, want $NV" eq "$(jq length <<<"$steps")" "$NV"
 	bad=$(jq -c --argjson tid "$TID" '
 		[ to_entries[] | .key as $i | .value
