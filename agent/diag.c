@@ -304,10 +304,20 @@ void diag_add_step(struct diag *d, const struct diag_step *s)
 	diag_det__add_step(d->det, s, NULL);
 }
 
+/*
+ * A held anomaly (a lone GPU-bound spike in a noisy stretch) waits for the
+ * next step of its rank; steps are cut 2 s after their end, so one whose
+ * step ended this long ago has no next step coming soon: report it.
+ */
+#define HELD_MAX_NS 5000000000ULL
+
 void diag_advance(struct diag *d, uint64_t now)
 {
-	if (d)
-		diag_seg__advance(d->seg, now);
+	if (!d)
+		return;
+	diag_seg__advance(d->seg, now);
+	if (now > HELD_MAX_NS)
+		diag_det__flush(d->det, now - HELD_MAX_NS);
 }
 
 /* the "diag" object of the stats record (docs/events.md) */
@@ -327,7 +337,7 @@ void diag_stats(struct diag *d, json_t *r)
 				    json_integer((json_int_t)dc->by_kind[k]));
 	json_object_set_new(
 	    r, "diag",
-	    json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I}", "steps",
+	    json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "steps",
 		      (json_int_t)d->steps, "steps_marker",
 		      (json_int_t)(sc->steps_marker + sc->steps_usdt), "steps_auto",
 		      (json_int_t)(sc->steps_auto + sc->steps_anchor), "records_outside_steps",
@@ -335,6 +345,7 @@ void diag_stats(struct diag *d, json_t *r)
 		      "bad_metadata", (json_int_t)sc->bad_metadata, "judged",
 		      (json_int_t)dc->judged, "anomalies", (json_int_t)dc->anomalies,
 		      "anomalies_by_kind", kinds, "explained", (json_int_t)dc->explained,
+		      "noise", (json_int_t)dc->noise,
 		      "refits", (json_int_t)dc->refits, "keys", (json_int_t)dc->keys,
 		      "keys_dropped", (json_int_t)dc->keys_dropped,
 		      "bad_steps", (json_int_t)dc->bad_steps, "deep_dives_refused",
@@ -348,6 +359,7 @@ int diag_finish(struct diag *d)
 	if (!d)
 		return 0;
 	err = diag_seg__flush(d->seg);
+	diag_det__flush(d->det, UINT64_MAX);
 	if (!err && dopt.baseline_save)
 		err = diag_det__save(d->det, dopt.baseline_save);
 	return err;

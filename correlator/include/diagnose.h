@@ -262,6 +262,7 @@ struct diag_det_opts {
 struct diag_verdict {
 	bool judged; /* false while bootstrapping */
 	bool anomalous;
+	bool held; /* over its limit but maybe noise: decided by the next step */
 	uint64_t expected_ns; /* P99 for the workload; 0 when none yet */
 	uint64_t median_ns;
 	double score;
@@ -276,6 +277,7 @@ struct diag_det_counters {
 	uint64_t by_kind[DIAG_KIND_COUNT];
 	uint64_t refits, keys, keys_dropped, bad_steps;
 	uint64_t explained; /* over the limit at a recurring second mode of the workload */
+	uint64_t noise;	    /* lone GPU-bound spikes in a noisy stretch, not reported */
 	uint64_t baseline_keys; /* keys loaded from a saved baseline */
 };
 
@@ -283,7 +285,10 @@ struct diag_det *diag_det__new(const struct diag_det_opts *opts);
 void diag_det__free(struct diag_det *d); /* accepts NULL */
 /*
  * Judge one step and learn from it. Anomalies are delivered through
- * opts.anomaly before this returns; v (may be NULL) receives the verdict.
+ * opts.anomaly before this returns, except a held one (a lone GPU-bound
+ * spike in a noisy stretch): the next step of its (instance, rank) decides
+ * whether it was noise, and delivers it otherwise (or diag_det__flush()).
+ * v (may be NULL) receives the verdict.
  * s->instance may be NULL (""). A step with dur_ns 0 is counted in
  * bad_steps and returns -EINVAL.
  */
@@ -296,6 +301,12 @@ int diag_det__save(const struct diag_det *d, const char *path);
  */
 int diag_det__load(struct diag_det *d, const char *path);
 const struct diag_det_counters *diag_det__counters(const struct diag_det *d);
+/*
+ * Report the held anomalies (see diag_verdict.held) of steps that ended
+ * before before_ns: their next step has not come. UINT64_MAX: all of them,
+ * at the end of the input.
+ */
+void diag_det__flush(struct diag_det *d, uint64_t before_ns);
 
 #ifdef __cplusplus
 }

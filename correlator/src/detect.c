@@ -77,6 +77,19 @@
 #define MODE_MIN 3
 #define MODE_TOL 0.05
 #define MODE_KV 2
+/*
+ * Noise: in a stretch where NOISE_MIN lone GPU-bound spikes (flagged, the GPU
+ * busy for at least NOISE_GPU of the excess, no host chart seeing a stall,
+ * the steps on either side calm) came in the last NOISE_WIN steps of the
+ * (instance, rank), the next such flag is held until the following step: a
+ * calm one makes it noise (counted, not reported), anything else has it
+ * reported then, one step late. A slow GPU that lasts is reported; a GPU
+ * that jitters for a while is not reported every few steps.
+ */
+#define NOISE_N 16
+#define NOISE_MIN 2
+#define NOISE_WIN 200
+#define NOISE_GPU 0.75
 
 static const char *const kind_names[DIAG_KIND_COUNT] = {
     "host_stall", "cpu_contention", "gpu_slow", "communication", "straggler", "regression",
@@ -148,6 +161,14 @@ struct dseq {
 	struct dkey *pk;
 	uint64_t pcell, pstep;
 	float pr;
+	/* noise: the same with calm (unflagged) neighbours, for GPU-bound spikes */
+	uint64_t n; /* steps of the sequence */
+	bool last_calm, npend;
+	uint64_t nstep;
+	uint64_t noise[NOISE_N]; /* sequence steps of lone GPU-bound spikes */
+	uint32_t noise_pos;
+	bool held; /* an anomaly waits for the next step: noise or not */
+	struct diag_anomaly han;
 };
 
 /* a lone flagged step: its cell, dur / median, and when (key steps) */
@@ -203,6 +224,7 @@ struct diag_det {
 	struct dinst *inst;
 	uint32_t n_inst;
 	struct diag_det_counters cnt;
+	uint32_t n_held; /* sequences holding an anomaly */
 };
 
 static void dlog(const struct diag_det *d, enum corr_log_level lvl, const char *fmt, ...)
@@ -568,6 +590,44 @@ static void classify(struct dkey *k, const struct diag_step *s, double med, bool
 		qsort(&an->suspects[1], an->n_suspects - 1, sizeof(an->suspects[0]), cmp_suspect);
 }
 
+static void emit(struct diag_det *d, const struct diag_anomaly *an)
+{
+	d->cnt.anomalies++;
+	d->cnt.by_kind[an->kind]++;
+	if (d->o.anomaly)
+		d->o.anomaly(d->o.anomaly_ctx, an);
+}
+
+/* a held anomaly: reported (noise == false) or counted as noise */
+static void release(struct diag_det *d, struct dseq *sq, bool noise)
+{
+	sq->held = false;
+	d->n_held--;
+	if (noise)
+		d->cnt.noise++;
+	else
+		emit(d, &sq->han);
+}
+
+void diag_det__flush(struct diag_det *d, uint64_t before_ns)
+{
+	for (uint32_t i = 0; i < d->kcap && d->n_held; i++) {
+		struct dkey *k = d->keys[i];
+
+		if (k && k->seq->held && k->seq->han.step_start_ns + k->seq->han.dur_ns < before_ns)
+			release(d, k->seq, false);
+	}
+}
+
+static int noise_count(const struct dseq *sq)
+{
+	int n = 0;
+
+	for (int i = 0; i < NOISE_N; i++)
+		n += sq->noise[i] && sq->n - sq->noise[i] <= NOISE_WIN;
+	return n;
+}
+
 static void mode_add(struct dkey *k, uint64_t cell, float r, uint64_t step)
 {
 	k->modes[k->mode_pos].cell = cell;
@@ -753,10 +813,7 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 		add_suspect(&an, "rank", v - worst_med, worst_med > 0 ? v / worst_med : 0,
 			    "rank %d %s %.2f ms vs its %u peers' median %.2f ms", an.rank,
 			    metric[worst_m], v / 1e6, n - 1, worst_med / 1e6);
-		d->cnt.anomalies++;
-		d->cnt.by_kind[DIAG_KIND_STRAGGLER]++;
-		if (d->o.anomaly)
-			d->o.anomaly(d->o.anomaly_ctx, &an);
+		emit(d, &an);
 	}
 }
 
@@ -834,10 +891,7 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 			add_suspect(&an, "kernel_gone", exp(r->log_ns), 0,
 				    "kernel %.100s of the baseline no longer runs", r->name);
 	}
-	d->cnt.anomalies++;
-	d->cnt.by_kind[DIAG_KIND_REGRESSION]++;
-	if (d->o.anomaly)
-		d->o.anomaly(d->o.anomaly_ctx, &an);
+	emit(d, &an);
 }
 
 /* ------------------------------------------------------------- judge ---- */
@@ -849,7 +903,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	double ucl1_own; /* the chart's limit before a guess widens it */
 	double cx = 0, uclc = 0; /* the CPU chart: extra run-queue wait, ns, and its limit */
 	bool flag1 = false, flagw = false, flagg = false, flagc = false, judged = false, novel = true;
-	bool explained = false, measured, ok;
+	bool explained = false, measured, ok, calm, gpu_bound, hold;
+	bool hostg = false, hostc = false; /* the gap or CPU chart sees a stall */
 	struct dseq *sq;
 	struct dkey *k;
 	uint32_t wn = 0;
@@ -948,25 +1003,26 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 				up > d->o.floor_window / 2;
 		}
 		/* the gap chart knows no workload: novel ones are judged too */
-		if (!flag1 && !flagw && s->idle_max_ns >= 0 && k->gap.n >= CHART_WARM) {
+		if (s->idle_max_ns >= 0 && k->gap.n >= CHART_WARM) {
 			gx = (double)s->idle_max_ns - k->gap.mean;
 			uclg = d->o.k_single * sqrt(k->gap.var);
 			if (uclg < (double)d->o.gap_floor_ns)
 				uclg = (double)d->o.gap_floor_ns;
-			flagg = gx > uclg;
+			hostg = gx > uclg;
+			flagg = !flag1 && !flagw && hostg;
 		}
 		/*
 		 * the CPU chart knows no workload either: the launcher waited for
 		 * a CPU a larger share of the step than it does, and the GPU
 		 * idled for it
 		 */
-		if (!flag1 && !flagw && !flagg && s->runq_ns >= 0 && s->idle_ns >= 0 &&
-		    k->f_runq.n >= CHART_WARM && k->f_idle.n) {
+		if (s->runq_ns >= 0 && s->idle_ns >= 0 && k->f_runq.n >= CHART_WARM && k->f_idle.n) {
 			cx = (double)s->runq_ns - k->f_runq.mean * dur;
 			uclc = fmax(d->o.k_single * sqrt(k->f_runq.var), RUNQ_FLOOR) * dur;
 			if (uclc < 1e6)
 				uclc = 1e6;
-			flagc = cx > uclc && s->idle_ns - k->f_idle.mean * dur >= 0.5 * cx;
+			hostc = cx > uclc && s->idle_ns - k->f_idle.mean * dur >= 0.5 * cx;
+			flagc = !flag1 && !flagw && !flagg && hostc;
 		}
 	}
 	/* the window remembers u+ of unflagged steps, -1 for flagged ones */
@@ -993,10 +1049,16 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	 * that measured the workload; the step after decides
 	 */
 	sq = k->seq;
+	sq->n++;
 	ok = judged && measured && !flag1 && !flagw && !flagg && !flagc && !explained &&
 	     up < ucl1_own / 2;
+	calm = judged && !flag1 && !flagw && !flagg && !flagc && !explained && up < ucl1_own;
+	if (sq->held)
+		release(d, sq, calm);
 	if (sq->pend && ok)
 		mode_add(sq->pk, sq->pcell, sq->pr, sq->pstep);
+	if (sq->npend && calm)
+		sq->noise[sq->noise_pos++ % NOISE_N] = sq->nstep;
 	sq->pend = (flag1 || explained) && measured && !flagg && !flagc && sq->last_ok;
 	if (sq->pend) {
 		sq->pk = k;
@@ -1004,7 +1066,16 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		sq->pr = (float)(dur / med);
 		sq->pstep = k->steps;
 	}
+	/* the GPU was busy for the excess and no host chart sees a stall */
+	gpu_bound = (flag1 || flagw) && measured && !hostg && !hostc && s->gpu_busy_ns >= 0 &&
+		    k->f_busy.n >= CHART_WARM &&
+		    s->gpu_busy_ns - k->f_busy.mean * med >= NOISE_GPU * (dur - med);
+	sq->npend = flag1 && gpu_bound && sq->last_calm;
+	sq->nstep = sq->n;
+	hold = gpu_bound && (flagw || sq->last_calm) && up < SPIKE_TEACH * ucl1 &&
+	       noise_count(sq) >= NOISE_MIN;
 	sq->last_ok = ok;
+	sq->last_calm = calm;
 	if (flag1 || flagw || flagg || flagc) {
 		struct diag_anomaly an = {0};
 
@@ -1027,14 +1098,20 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 			an.chart = flag1 ? "single" : "window";
 		}
 		classify(k, s, med, flagw, flagg ? gx : 0, flagc ? cx : 0, &an);
-		d->cnt.anomalies++;
-		d->cnt.by_kind[an.kind]++;
-		if (v) {
-			v->anomalous = true;
+		if (v)
 			v->score = an.score;
+		if (hold) {
+			sq->han = an;
+			sq->han.instance = k->instance;
+			sq->held = true;
+			d->n_held++;
+			if (v)
+				v->held = true;
+		} else {
+			emit(d, &an);
+			if (v)
+				v->anomalous = true;
 		}
-		if (d->o.anomaly)
-			d->o.anomaly(d->o.anomaly_ctx, &an);
 		if (k->consec < LEVEL_SHIFT)
 			goto regress;
 		dlog(d, CORR_LOG_WARN,

@@ -20,8 +20,14 @@
 #                        non-zero (not a signal) with an error naming the
 #                        line or the path; the unwritable path before the
 #                        run, not after it
+#   replay_noise:        lone 1.35x spikes the GPU was busy for, every 5th
+#                        step of 300-335, and the very last step: the first
+#                        two are anomalies, the next six noise (diag_status
+#                        noise 6), and the last one, held for a next step
+#                        that never comes, is reported at the end of the
+#                        input with its own start
 source "$(dirname "$0")/lib.sh"
-CASES=(baseline_save baseline_regression baseline_bad)
+CASES=(baseline_save baseline_regression baseline_bad replay_noise)
 
 if [ ! -x "$AGENT" ] || ! command -v jq >/dev/null; then
 	for n in "${CASES[@]}"; do echo "FAIL $n: $AGENT not built or jq missing"; done
@@ -121,3 +127,31 @@ expect "unwritable --baseline-save: path not named: $(head -c 300 "$T/unwritable
 	grep -q "no-dir/base.txt" "$T/unwritable.err"
 expect "unwritable --baseline-save: said only after the run" [ "$(grep -c "re-judged" "$T/unwritable.err")" = 0 ]
 report baseline_bad
+
+# ------------------------------------------------------------------ noise --
+_why=()
+awk 'BEGIN {
+	srand(3); t = 1000000000
+	for (i = 0; i < 400; i++) {
+		b = 8 + i % 4
+		base = (20e6 + 0.5e6 * b) * (1 + 0.02 * (rand() - 0.5))
+		spike = (i >= 300 && i <= 335 && i % 5 == 0) || i == 399
+		d = spike ? base * 1.35 : base
+		busy = 0.9 * base + (d - base)
+		printf "{\"type\":\"step\",\"instance\":\"nz\",\"start_ns\":%.0f,\"dur_ns\":%.0f,", t, d
+		printf "\"phase\":\"decode\",\"tokens\":%d,\"batch_size\":%d,\"kv_tokens\":%d,", b, b, b * 1000
+		printf "\"gpu_busy_ns\":%.0f,\"idle_ns\":%.0f}\n", busy, d - busy
+		t += d + 100000
+	}
+}' >"$T/noisy.jsonl"
+run noise --replay "$T/noisy.jsonl"
+expect "exit $RC: $(tail -n 2 "$T/noise.err" | tr '\n' '|')" [ "$RC" = 0 ]
+an=$(anomalies noise)
+starts=$(jq -c '[.[] | select(.type == "step") | .start_ns] | [.[300], .[305], .[399]]' \
+	<(jq -s . "$T/noisy.jsonl"))
+expect "anomalies at $(jq -c '[.[] | .step_start_ns]' <<<"$an"), want steps 300, 305 and 399: $starts" \
+	[ "$(jq -c '[.[] | .step_start_ns]' <<<"$an")" = "$starts" ]
+expect "kinds $(jq -c '[.[] | .kind]' <<<"$an"), want gpu_slow" jqe 'all(.kind == "gpu_slow")' <<<"$an"
+expect "diag_status $(diag_status noise): want anomalies 3, noise 6" \
+	jqe '.anomalies == 3 and .noise == 6' <<<"$(diag_status noise)"
+report replay_noise

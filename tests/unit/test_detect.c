@@ -7,7 +7,8 @@
  * ranks are not stragglers while an injected one is named, a saved
  * baseline catches a regression the self-learned one absorbs and lists the
  * kernel that changed, a malformed baseline file is refused with its line,
- * a 20 ms stall inside a 2 s prefill is caught by its GPU idle gap.
+ * a 20 ms stall inside a 2 s prefill is caught by its GPU idle gap, lone
+ * GPU-bound spikes in a noisy stretch are held and counted as noise.
  *
  * Noise comes from a fixed xorshift seed: same numbers every run.
  */
@@ -743,6 +744,104 @@ static void cap_log(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
 }
 
 /*
+ * Noise: lone moderate spikes (1.3-1.4x) the GPU was busy for (kernels ran
+ * longer; no idle grew). Once two came in the sequence's last 200 steps, the next one is
+ * held: a calm next step makes it noise, a slow one reports it then, with
+ * its own start. A stall (the GPU idled) is never held; a held one is
+ * reported by diag_det__flush() when no next step comes.
+ */
+static void gpu_spike(struct diag_step *s, uint64_t *ts, int batch, double f)
+{
+	mk(s, ts, batch, f);
+	s->gpu_busy_ns += (int64_t)(s->dur_ns - s->dur_ns / f);
+	s->idle_ns = (int64_t)s->dur_ns - s->gpu_busy_ns;
+}
+
+static void calm_steps(struct diag_det *d, uint64_t *ts, int n)
+{
+	struct diag_step s;
+	struct diag_verdict v;
+
+	for (int i = 0; i < n; i++) {
+		mk(&s, ts, 8 + i % 4, 1);
+		diag_det__add_step(d, &s, &v);
+		assert_false(v.anomalous);
+	}
+}
+
+static void test_noise(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL, held_start;
+
+	(void)state;
+	calm_steps(d, &ts, 300);
+	assert_int_equal(g->n, 0);
+	/* the first two lone spikes are reported at once */
+	for (int i = 0; i < 2; i++) {
+		gpu_spike(&s, &ts, 8 + i, 1.3 + 0.05 * i);
+		diag_det__add_step(d, &s, &v);
+		assert_true(v.anomalous);
+		assert_false(v.held);
+		assert_int_equal(g->n, i + 1);
+		assert_int_equal(g->a[i].kind, DIAG_KIND_GPU_SLOW);
+		calm_steps(d, &ts, 4);
+	}
+	/* the third is held, and the calm step after it makes it noise */
+	gpu_spike(&s, &ts, 10, 1.4);
+	diag_det__add_step(d, &s, &v);
+	assert_false(v.anomalous);
+	assert_true(v.held);
+	calm_steps(d, &ts, 4);
+	assert_int_equal(g->n, 2);
+	assert_int_equal(diag_det__counters(d)->noise, 1);
+	/* a held one followed by a slow step: a run, both reported */
+	gpu_spike(&s, &ts, 11, 1.3);
+	held_start = s.start_ns;
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.held);
+	assert_int_equal(g->n, 2);
+	gpu_spike(&s, &ts, 8, 1.35);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	assert_false(v.held);
+	assert_int_equal(g->n, 4);
+	assert_int_equal(g->a[2].step_start_ns, held_start);
+	assert_string_equal(g->a[2].instance, "test");
+	assert_int_equal(g->a[3].step_start_ns, s.start_ns);
+	calm_steps(d, &ts, 4);
+	/* a stall in the same stretch: the GPU idled, reported at once */
+	mk(&s, &ts, 9, 1.6);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	assert_int_equal(g->n, 5);
+	assert_int_equal(g->a[4].kind, DIAG_KIND_HOST_STALL);
+	calm_steps(d, &ts, 4);
+	/* held at the end of the input: flush reports it, not before its end */
+	gpu_spike(&s, &ts, 9, 1.35);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.held);
+	diag_det__flush(d, s.start_ns + s.dur_ns);
+	assert_int_equal(g->n, 5);
+	diag_det__flush(d, UINT64_MAX);
+	assert_int_equal(g->n, 6);
+	assert_int_equal(g->a[5].step_start_ns, s.start_ns);
+	assert_int_equal(diag_det__counters(d)->noise, 1);
+	assert_int_equal(diag_det__counters(d)->anomalies, 6);
+	/* 250 calm steps later the stretch is over: reported at once */
+	calm_steps(d, &ts, 250);
+	gpu_spike(&s, &ts, 10, 1.35);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	assert_int_equal(g->n, 7);
+	diag_det__free(d);
+	free(g);
+}
+
+/*
  * Spikes among normal steps raise the single chart's limit (a noisy stretch
  * is not flagged spike after spike) while a big stall still is; a small
  * novel prefill is judged against the line's floor (the quickest step seen),
@@ -877,6 +976,7 @@ int main(void)
 	    cmocka_unit_test(test_saved_baseline_regression),
 	    cmocka_unit_test(test_bad_baseline_and_steps),
 	    cmocka_unit_test(test_spikes_and_floors),
+	    cmocka_unit_test(test_noise),
 	    cmocka_unit_test(test_gap_chart),
 	};
 
