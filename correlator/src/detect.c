@@ -80,7 +80,8 @@
 /*
  * Noise: in a stretch where NOISE_MIN lone GPU-bound spikes (flagged, the GPU
  * busy for at least NOISE_GPU of the excess, no host chart seeing a stall,
- * the steps on either side calm) came in the last NOISE_WIN steps of the
+ * the step before not flagged, the step after calm: not flagged and under
+ * the limit of a measured cell) came in the last NOISE_WIN steps of the
  * (instance, rank), the next such flag is held until the following step: a
  * calm one makes it noise (counted, not reported), anything else has it
  * reported then, one step late. A slow GPU that lasts is reported; a GPU
@@ -161,9 +162,9 @@ struct dseq {
 	struct dkey *pk;
 	uint64_t pcell, pstep;
 	float pr;
-	/* noise: the same with calm (unflagged) neighbours, for GPU-bound spikes */
+	/* noise: GPU-bound spikes after a quiet step (not flagged), before a calm one */
 	uint64_t n; /* steps of the sequence */
-	bool last_calm, npend;
+	bool last_quiet, npend;
 	uint64_t nstep;
 	uint64_t noise[NOISE_N]; /* sequence steps of lone GPU-bound spikes */
 	uint32_t noise_pos;
@@ -1070,12 +1071,12 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	gpu_bound = (flag1 || flagw) && measured && !hostg && !hostc && s->gpu_busy_ns >= 0 &&
 		    k->f_busy.n >= CHART_WARM &&
 		    s->gpu_busy_ns - k->f_busy.mean * med >= NOISE_GPU * (dur - med);
-	sq->npend = flag1 && gpu_bound && sq->last_calm;
+	sq->npend = flag1 && gpu_bound && sq->last_quiet;
 	sq->nstep = sq->n;
-	hold = gpu_bound && (flagw || sq->last_calm) && up < SPIKE_TEACH * ucl1 &&
+	hold = gpu_bound && (flagw || sq->last_quiet) && up < SPIKE_TEACH * ucl1 &&
 	       noise_count(sq) >= NOISE_MIN;
 	sq->last_ok = ok;
-	sq->last_calm = calm;
+	sq->last_quiet = judged && !flag1 && !flagw && !flagg && !flagc;
 	if (flag1 || flagw || flagg || flagc) {
 		struct diag_anomaly an = {0};
 
