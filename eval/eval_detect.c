@@ -897,10 +897,15 @@ static int campaign_ranks(const struct stream *x, int R, double rate,
 
 /* -------------------------------------------------------------- report -- */
 
+/* --brief: only the targets line */
+static bool brief;
+
 static void print_res(const char *label, unsigned types, const struct res *r)
 {
 	uint64_t inj = 0, hit = 0;
 
+	if (brief)
+		return;
 	for (int f = F_STALL; f < F_COUNT; f++) {
 		double rec, fpr, prec, f1;
 
@@ -941,6 +946,7 @@ static void print_res(const char *label, unsigned types, const struct res *r)
 
 struct args {
 	const char *data, *dump;
+	bool brief;
 	uint64_t seed;
 	double rate;
 	size_t max_steps;
@@ -951,6 +957,8 @@ static const struct argp_option options[] = {
     {"seed", 's', "N", 0, "Fault seed (default 7, the reporting seed; 1 is the tuning seed)"},
     {"rate", 'r', "FRAC", 0, "Fraction of steps faulted per campaign (default 0.05)"},
     {"steps", 'n', "N", 0, "Steps synthesised per request trace (default 40000)"},
+    {"brief", 'b', NULL, 0,
+     "Print only the issue's targets, on one line (eval/seeds.sh runs this for seeds 1-10)"},
     {"dump", 'o', "FILE", 0,
      "Write every step of every campaign to FILE, tab separated: campaign, stream, index, "
      "fault, phase, tokens, kv_tokens, dur_ns, median_ns, judged, flagged, chart, source "
@@ -969,6 +977,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case 'o':
 		a->dump = arg;
+		break;
+	case 'b':
+		a->brief = true;
 		break;
 	case 's':
 		errno = 0;
@@ -1003,7 +1014,8 @@ int main(int argc, char **argv)
 	    "eval_detect: fault-injection campaign for the step detector on real step data.\n\n"
 	    "USAGE: eval_detect [--seed N] [--data DIR]\n\nEXAMPLES:\n"
 	    "  eval_detect                # the reporting seed\n"
-	    "  eval_detect --seed 1       # the tuning seed\n",
+	    "  eval_detect --seed 1       # the tuning seed\n"
+	    "  eval/seeds.sh 1 10         # the targets at seeds 1-10, mean and least\n",
 	};
 	struct args a = {.seed = 7, .rate = 0.05, .max_steps = 40000};
 	struct diag_det_opts o = {.sz = sizeof(o)};
@@ -1070,14 +1082,18 @@ int main(int argc, char **argv)
 			return 1;
 		ns++;
 	}
-	printf("eval_detect: seed %llu, %.1f%% of steps faulted per campaign, detector defaults\n",
-	       (unsigned long long)a.seed, 100 * a.rate);
-	printf("streams:");
-	for (int i = 0; i < ns; i++)
-		printf(" %s %zu steps;", streams[i].name, streams[i].n);
-	printf(" (malformed input lines skipped: %lu)\n\n", bad_lines);
-	printf("  %-22s %-15s %7s %7s %8s %7s %7s %6s %5s %6s\n", "STREAM", "FAULT", "INJ",
-	       "RECALL", "FPR", "PREC", "F1", "LAG", "LAGMX", "KIND");
+	brief = a.brief;
+	if (!brief) {
+		printf("eval_detect: seed %llu, %.1f%% of steps faulted per campaign, detector "
+		       "defaults\n",
+		       (unsigned long long)a.seed, 100 * a.rate);
+		printf("streams:");
+		for (int i = 0; i < ns; i++)
+			printf(" %s %zu steps;", streams[i].name, streams[i].n);
+		printf(" (malformed input lines skipped: %lu)\n\n", bad_lines);
+		printf("  %-22s %-15s %7s %7s %8s %7s %7s %6s %5s %6s\n", "STREAM", "FAULT", "INJ",
+		       "RECALL", "FPR", "PREC", "F1", "LAG", "LAGMX", "KIND");
+	}
 	struct res tot[F_COUNT + 1];
 	double sps = 0;
 
@@ -1102,14 +1118,16 @@ int main(int argc, char **argv)
 			tot[f].fp += r.fp;
 		}
 		print_res("= all streams", 1u << f, &tot[f]);
-		printf("\n");
+		if (!brief)
+			printf("\n");
 	}
 	{
 		struct res r = {0};
 
 		campaign_ranks(&streams[2], 4, a.rate, &o, &r);
 		print_res("azure-conv x4 ranks", 1u << F_STRAG, &r);
-		printf("\n");
+		if (!brief)
+			printf("\n");
 	}
 	struct res all = {0};
 	unsigned mixed = (1u << F_STALL) | (1u << F_CONT) | (1u << F_GPU);
@@ -1133,20 +1151,30 @@ int main(int argc, char **argv)
 		all.fp += r.fp;
 	}
 	print_res("= all streams (mixed)", mixed, &all);
-	printf("\nLAG: mean steps from an episode's first faulted step to the step during which its "
-	       "first anomaly came (0: the faulted step itself; a held one comes a step late); KIND: share of hits whose kind names the fault (lp has no "
-	       "breakdown: kind from the shape only)\n");
-	printf("detector speed in this run: %.2f M steps/s (bench_detect measures it properly)\n",
-	       sps / 1e6);
+	if (!brief) {
+		printf("\nLAG: mean steps from an episode's first faulted step to the step during "
+		       "which its first anomaly came (0: the faulted step itself; a held one comes a "
+		       "step late); KIND: share of hits whose kind names the fault (lp has no "
+		       "breakdown: kind from the shape only)\n");
+		printf("detector speed in this run: %.2f M steps/s (bench_detect measures it "
+		       "properly)\n",
+		       sps / 1e6);
+		printf("targets:\n");
+	} else {
+		printf("seed %llu:", (unsigned long long)a.seed);
+	}
 	/* the targets, on all streams together */
-	printf("targets:\n");
 	for (int i = 0; i < 2; i++) {
 		enum fault f = i ? F_GPU : F_STALL;
 		double rec = (double)tot[f].hit[f] / (tot[f].inj[f] ? tot[f].inj[f] : 1);
 		double fpr = (double)tot[f].fp / (tot[f].clean ? tot[f].clean : 1);
+		const char *v = rec >= 0.99 && fpr <= 0.005 ? "met" : "MISSED";
 
-		printf("  %-14s recall %.4f (>= 0.99), FPR %.3f%% (<= 0.5%%): %s\n", fault_name[f], rec,
-		       100 * fpr, rec >= 0.99 && fpr <= 0.005 ? "met" : "MISSED");
+		if (brief)
+			printf(" %s recall %.4f FPR %.3f%% %s |", fault_name[f], rec, 100 * fpr, v);
+		else
+			printf("  %-14s recall %.4f (>= 0.99), FPR %.3f%% (<= 0.5%%): %s\n",
+			       fault_name[f], rec, 100 * fpr, v);
 	}
 	{
 		uint64_t inj = 0, hit = 0;
@@ -1159,7 +1187,11 @@ int main(int argc, char **argv)
 		rec = inj ? (double)hit / inj : 0;
 		prec = hit + all.fp ? (double)hit / (hit + all.fp) : 0;
 		f1 = prec + rec > 0 ? 2 * prec * rec / (prec + rec) : 0;
-		printf("  %-14s F1 %.4f (>= 0.99): %s\n", "mixed", f1, f1 >= 0.99 ? "met" : "MISSED");
+		if (brief)
+			printf(" mixed F1 %.4f %s\n", f1, f1 >= 0.99 ? "met" : "MISSED");
+		else
+			printf("  %-14s F1 %.4f (>= 0.99): %s\n", "mixed", f1,
+			       f1 >= 0.99 ? "met" : "MISSED");
 	}
 	for (int i = 0; i < ns; i++)
 		free(streams[i].s);
