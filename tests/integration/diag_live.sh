@@ -364,7 +364,8 @@ if [ -n "$sok" ]; then
 		jqe --argjson s "$s34" '.[0].rank == 1 and .[0].step_start_ns == $s and .[0].chart == "peers"' <<<"$sa"
 	expect "no suspect naming rank 1's step time vs its peer: $(jq -c '.[0].suspects' <<<"$sa")" \
 		jqe '.[0].suspects[0].what == "rank" and (.[0].suspects[0].evidence | test("^rank 1 step time"))' <<<"$sa"
-	expect "anomalies for rank 0: $(jq -c '[.[] | select(.rank == 0) | {kind, chart}]' <<<"$an")" \
+	st0=$(jqo --arg i "$SINST" '[.[] | select(.type == "step" and .instance == $i and .rank == 0) | .start_ns] | sort')
+	expect "anomalies for rank 0: $(jq -c --argjson st "$st0" '[.[] | select(.rank == 0) | {round: (.step_start_ns as $s | $st | index($s)), kind, chart, dur_ns, expected_ns, why: .suspects[0].evidence}]' <<<"$an")" \
 		jqe '[.[] | select(.rank == 0)] | length == 0' <<<"$an"
 	ds=$(jqo '[.[] | select(.type == "stats")][-1].diag')
 	expect "stats.diag $ds: want 80 steps, straggler 1" \
