@@ -904,7 +904,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	double ucl1_own; /* the chart's limit before a guess widens it */
 	double cx = 0, uclc = 0; /* the CPU chart: extra run-queue wait, ns, and its limit */
 	bool flag1 = false, flagw = false, flagg = false, flagc = false, judged = false, novel = true;
-	bool explained = false, measured, ok, calm, gpu_bound, hold;
+	bool explained = false, measured, flagged, ok, calm, gpu_bound, hold;
 	bool hostg = false, hostc = false; /* the gap or CPU chart sees a stall */
 	struct dseq *sq;
 	struct dkey *k;
@@ -1051,9 +1051,9 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	 */
 	sq = k->seq;
 	sq->n++;
-	ok = judged && measured && !flag1 && !flagw && !flagg && !flagc && !explained &&
-	     up < ucl1_own / 2;
-	calm = judged && !flag1 && !flagw && !flagg && !flagc && !explained && up < ucl1_own;
+	flagged = flag1 || flagw || flagg || flagc;
+	calm = judged && !flagged && !explained && up < ucl1_own;
+	ok = calm && measured && up < ucl1_own / 2;
 	if (sq->held)
 		release(d, sq, calm);
 	if (sq->pend && ok)
@@ -1076,8 +1076,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	hold = gpu_bound && (flagw || sq->last_quiet) && up < SPIKE_TEACH * ucl1 &&
 	       noise_count(sq) >= NOISE_MIN;
 	sq->last_ok = ok;
-	sq->last_quiet = judged && !flag1 && !flagw && !flagg && !flagc;
-	if (flag1 || flagw || flagg || flagc) {
+	sq->last_quiet = judged && !flagged;
+	if (flagged) {
 		struct diag_anomaly an = {0};
 
 		k->consec++;
