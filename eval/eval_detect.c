@@ -897,6 +897,22 @@ static int campaign_ranks(const struct stream *x, int R, double rate,
 
 /* -------------------------------------------------------------- report -- */
 
+/* one stream's results into the campaign's total over all streams */
+static void res_add(struct res *to, const struct res *r)
+{
+	for (int g = 0; g < F_COUNT; g++) {
+		to->inj[g] += r->inj[g];
+		to->hit[g] += r->hit[g];
+		to->kind_ok[g] += r->kind_ok[g];
+		to->detected[g] += r->detected[g];
+		to->lag_sum[g] += r->lag_sum[g];
+		if (r->lag_max[g] > to->lag_max[g])
+			to->lag_max[g] = r->lag_max[g];
+	}
+	to->clean += r->clean;
+	to->fp += r->fp;
+}
+
 /* --brief: only the targets line */
 static bool brief;
 
@@ -1105,17 +1121,7 @@ int main(int argc, char **argv)
 			dump_campaign = fault_name[f];
 			campaign(&streams[i], 1u << f, a.rate, &o, &r, &sps);
 			print_res(streams[i].name, 1u << f, &r);
-			for (int g = 0; g < F_COUNT; g++) {
-				tot[f].inj[g] += r.inj[g];
-				tot[f].hit[g] += r.hit[g];
-				tot[f].kind_ok[g] += r.kind_ok[g];
-				tot[f].detected[g] += r.detected[g];
-				tot[f].lag_sum[g] += r.lag_sum[g];
-				if (r.lag_max[g] > tot[f].lag_max[g])
-					tot[f].lag_max[g] = r.lag_max[g];
-			}
-			tot[f].clean += r.clean;
-			tot[f].fp += r.fp;
+			res_add(&tot[f], &r);
 		}
 		print_res("= all streams", 1u << f, &tot[f]);
 		if (!brief)
@@ -1138,17 +1144,7 @@ int main(int argc, char **argv)
 		dump_campaign = "mixed";
 		campaign(&streams[i], mixed, a.rate, &o, &r, NULL);
 		print_res(streams[i].name, mixed, &r);
-		for (int g = 0; g < F_COUNT; g++) {
-			all.inj[g] += r.inj[g];
-			all.hit[g] += r.hit[g];
-			all.kind_ok[g] += r.kind_ok[g];
-			all.detected[g] += r.detected[g];
-			all.lag_sum[g] += r.lag_sum[g];
-			if (r.lag_max[g] > all.lag_max[g])
-				all.lag_max[g] = r.lag_max[g];
-		}
-		all.clean += r.clean;
-		all.fp += r.fp;
+		res_add(&all, &r);
 	}
 	print_res("= all streams (mixed)", mixed, &all);
 	if (!brief) {
