@@ -70,8 +70,8 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *an)
 	 * no deep-dives (-ENOTSUP), deep mode needs none (-EALREADY).
 	 */
 	if (d->a->opts.anomaly_dive_s > 0 && an->instance[0]) {
-		int err = deepdive_start(d->a, an->instance, d->a->opts.anomaly_dive_s, "anomaly",
-					 NULL);
+		int err =
+		    deepdive_start(d->a, an->instance, d->a->opts.anomaly_dive_s, "anomaly", NULL);
 
 		if (err && err != -ENOTSUP && err != -EALREADY && !d->dive_errors++)
 			pr_warn("anomaly on %s: deep-dive refused: %s", an->instance,
@@ -237,7 +237,8 @@ int diag_new(struct agent *a, struct diag **out)
 		char dir[4096];
 		const char *slash = strrchr(dopt.baseline_save, '/');
 
-		snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - dopt.baseline_save + 1) : 1,
+		snprintf(dir, sizeof(dir), "%.*s",
+			 slash ? (int)(slash - dopt.baseline_save + 1) : 1,
 			 slash ? dopt.baseline_save : ".");
 		if (access(dir, W_OK | X_OK)) {
 			err = -errno;
@@ -288,10 +289,10 @@ void diag_on_step_mark(struct diag *d, const struct step_mark_event *e)
 	if (!d)
 		return;
 	if (e->kind == STEP_MARK_BEGIN)
-		diag_seg__usdt_begin(d->seg, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, e->tokens, e->batch,
-				     e->kv_tokens,
-				     e->phase >= 0 && e->phase <= DIAG_PHASE_MIXED ? (enum diag_phase)e->phase
-										   : DIAG_PHASE_UNKNOWN);
+		diag_seg__usdt_begin(
+		    d->seg, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, e->tokens, e->batch, e->kv_tokens,
+		    e->phase >= 0 && e->phase <= DIAG_PHASE_MIXED ? (enum diag_phase)e->phase
+								  : DIAG_PHASE_UNKNOWN);
 	else
 		diag_seg__usdt_end(d->seg, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
 }
@@ -344,10 +345,9 @@ void diag_stats(struct diag *d, json_t *r)
 		      (json_int_t)sc->outside, "records_dropped", (json_int_t)sc->dropped,
 		      "bad_metadata", (json_int_t)sc->bad_metadata, "judged",
 		      (json_int_t)dc->judged, "anomalies", (json_int_t)dc->anomalies,
-		      "anomalies_by_kind", kinds, "explained", (json_int_t)dc->explained,
-		      "noise", (json_int_t)dc->noise,
-		      "refits", (json_int_t)dc->refits, "keys", (json_int_t)dc->keys,
-		      "keys_dropped", (json_int_t)dc->keys_dropped,
+		      "anomalies_by_kind", kinds, "explained", (json_int_t)dc->explained, "noise",
+		      (json_int_t)dc->noise, "refits", (json_int_t)dc->refits, "keys",
+		      (json_int_t)dc->keys, "keys_dropped", (json_int_t)dc->keys_dropped,
 		      "bad_steps", (json_int_t)dc->bad_steps, "deep_dives_refused",
 		      (json_int_t)d->dive_errors));
 }

@@ -155,7 +155,8 @@ static int build_jitter(const struct stream *x, const uint32_t *job)
 		if (m < 6)
 			continue;
 		qsort(nb, (size_t)m, sizeof(nb[0]), cmp_dbl);
-		jit[n_jit++] = x->s[i].dur / (m & 1 ? nb[m / 2] : 0.5 * (nb[m / 2 - 1] + nb[m / 2]));
+		jit[n_jit++] =
+		    x->s[i].dur / (m & 1 ? nb[m / 2] : 0.5 * (nb[m / 2 - 1] + nb[m / 2]));
 	}
 	return n_jit ? 0 : -ENOENT;
 }
@@ -213,8 +214,8 @@ static int load_gaps(const char *dir)
 
 	if (!sg)
 		return -errno;
-	snprintf(path, sizeof(path), "%s/kineto/tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz",
-		 dir);
+	snprintf(path, sizeof(path),
+		 "%s/kineto/tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz", dir);
 	err = corr_replay_file(path, &co, &ro, &st);
 	if (!err)
 		err = diag_seg__flush(sg);
@@ -732,7 +733,8 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 				 * the wait is spread over many run-queue waits of a
 				 * slice or two of the competing tasks (EEVDF: ~3 ms)
 				 */
-				s.idle_max_ns = (int64_t)fmax(v.gap, fmin(ex, 1e6 + 5e6 * unit(&rng_g)));
+				s.idle_max_ns =
+				    (int64_t)fmax(v.gap, fmin(ex, 1e6 + 5e6 * unit(&rng_g)));
 			}
 		} else if (f == F_GPU) {
 			double gpu = v.busy > 0 ? v.busy : v.dur;
@@ -746,8 +748,11 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 		s.dur_ns = (uint64_t)v.dur;
 		ts += s.dur_ns + 200000;
 		busy_sum += v.dur;
-		rec[i] = (struct rec){.start = s.start_ns, .dur = v.dur, .tokens = s.tokens,
-				      .kv = s.kv_tokens, .phase = v.phase};
+		rec[i] = (struct rec){.start = s.start_ns,
+				      .dur = v.dur,
+				      .tokens = s.tokens,
+				      .kv = s.kv_tokens,
+				      .phase = v.phase};
 		run.n_rec = i + 1;
 		diag_det__add_step(d, &s, &vd);
 		rec[i].median = vd.median_ns;
@@ -761,12 +766,12 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 		enum fault f = (enum fault)lab[i];
 
 		if (dump)
-			fprintf(dump, "%s\t%s\t%zu\t%s\t%s\t%lld\t%lld\t%.0f\t%llu\t%d\t%d\t%s\t%d\n",
-				dump_campaign, x->name, i, fault_name[f],
-				diag_phase_name(rec[i].phase), (long long)rec[i].tokens,
-				(long long)rec[i].kv, rec[i].dur, (unsigned long long)rec[i].median,
-				rec[i].judged, rec[i].flagged,
-				rec[i].flagged ? rec[i].chart : "-", rec[i].source);
+			fprintf(
+			    dump, "%s\t%s\t%zu\t%s\t%s\t%lld\t%lld\t%.0f\t%llu\t%d\t%d\t%s\t%d\n",
+			    dump_campaign, x->name, i, fault_name[f], diag_phase_name(rec[i].phase),
+			    (long long)rec[i].tokens, (long long)rec[i].kv, rec[i].dur,
+			    (unsigned long long)rec[i].median, rec[i].judged, rec[i].flagged,
+			    rec[i].flagged ? rec[i].chart : "-", rec[i].source);
 		if (f == F_NONE) {
 			res->clean++;
 			res->fp += rec[i].flagged;
@@ -1148,10 +1153,11 @@ int main(int argc, char **argv)
 	}
 	print_res("= all streams (mixed)", mixed, &all);
 	if (!brief) {
-		printf("\nLAG: mean steps from an episode's first faulted step to the step during "
-		       "which its first anomaly came (0: the faulted step itself; a held one comes a "
-		       "step late); KIND: share of hits whose kind names the fault (lp has no "
-		       "breakdown: kind from the shape only)\n");
+		printf(
+		    "\nLAG: mean steps from an episode's first faulted step to the step during "
+		    "which its first anomaly came (0: the faulted step itself; a held one comes a "
+		    "step late); KIND: share of hits whose kind names the fault (lp has no "
+		    "breakdown: kind from the shape only)\n");
 		printf("detector speed in this run: %.2f M steps/s (bench_detect measures it "
 		       "properly)\n",
 		       sps / 1e6);

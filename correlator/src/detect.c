@@ -185,7 +185,7 @@ struct dkey {
 	struct dmodel m;
 	struct dkerns kern;
 	uint64_t steps, accepted, since_refit, consec;
-	double flag_u; /* limit the last flagged step crossed; < 0: not a spike */
+	double flag_u;	  /* limit the last flagged step crossed; < 0: not a spike */
 	struct ewstat u1; /* u+ of accepted steps */
 	struct ewstat uw; /* window mean of u+ */
 	float win[W_MAX];
@@ -493,8 +493,8 @@ static void kernel_suspects(struct dkey *k, const struct diag_step *s, struct di
  * CPU was taken), whatever the step's duration says. cpu > 0: the CPU
  * chart caught that much more run-queue wait than usual, contention.
  */
-static void classify(struct dkey *k, const struct diag_step *s, double med, bool window,
-		     double gap, double cpu, struct diag_anomaly *an)
+static void classify(struct dkey *k, const struct diag_step *s, double med, bool window, double gap,
+		     double cpu, struct diag_anomaly *an)
 {
 	double excess = (double)s->dur_ns - med, dur = (double)s->dur_ns;
 	double d_idle = -1, d_busy = -1, d_comm = -1, runq = -1, offcpu = -1;
@@ -522,10 +522,11 @@ static void classify(struct dkey *k, const struct diag_step *s, double med, bool
 		an->kind = DIAG_KIND_CPU_CONTENTION;
 		if (s->preempt_pid)
 			snprintf(by, sizeof(by), "; preempted by pid %u", s->preempt_pid);
-		add_suspect(an, "runq", cpu, 0,
-			    "launching thread waited %.2f ms for a CPU, %.0f%% of the step where it "
-			    "usually waits %.1f%%%s",
-			    s->runq_ns / 1e6, 100 * s->runq_ns / dur, 100 * k->f_runq.mean, by);
+		add_suspect(
+		    an, "runq", cpu, 0,
+		    "launching thread waited %.2f ms for a CPU, %.0f%% of the step where it "
+		    "usually waits %.1f%%%s",
+		    s->runq_ns / 1e6, 100 * s->runq_ns / dur, 100 * k->f_runq.mean, by);
 	} else if (gap > 0) {
 		an->kind = runq >= 0.3 * excess ? DIAG_KIND_CPU_CONTENTION : DIAG_KIND_HOST_STALL;
 		add_suspect(an, "gpu_gap", gap, s->idle_max_ns / fmax(k->gap.mean, 1),
@@ -901,9 +902,10 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 {
 	const char *inst = s->instance ? s->instance : "";
 	double t, kv, med, u, up, ucl1, uclw, uclg = 0, gx = 0, wsum = 0, dur, guess_floor;
-	double ucl1_own; /* the chart's limit before a guess widens it */
+	double ucl1_own;	 /* the chart's limit before a guess widens it */
 	double cx = 0, uclc = 0; /* the CPU chart: extra run-queue wait, ns, and its limit */
-	bool flag1 = false, flagw = false, flagg = false, flagc = false, judged = false, novel = true;
+	bool flag1 = false, flagw = false, flagg = false, flagc = false, judged = false,
+	     novel = true;
 	bool explained = false, measured, flagged, ok, calm, gpu_bound, hold;
 	bool hostg = false, hostc = false; /* the gap or CPU chart sees a stall */
 	struct dseq *sq;
@@ -960,8 +962,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	if (k->uw.n >= CHART_WARM)
 		uclw = k->uw.mean + d->o.k_window * sqrt(k->uw.var);
 	else
-		uclw = k->u1.n >= 2 ? k->u1.mean + d->o.k_window * sqrt(k->u1.var / d->o.window)
-				    : 0;
+		uclw =
+		    k->u1.n >= 2 ? k->u1.mean + d->o.k_window * sqrt(k->u1.var / d->o.window) : 0;
 	if (uclw < d->o.floor_window)
 		uclw = d->o.floor_window;
 
@@ -1017,7 +1019,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		 * a CPU a larger share of the step than it does, and the GPU
 		 * idled for it
 		 */
-		if (s->runq_ns >= 0 && s->idle_ns >= 0 && k->f_runq.n >= CHART_WARM && k->f_idle.n) {
+		if (s->runq_ns >= 0 && s->idle_ns >= 0 && k->f_runq.n >= CHART_WARM &&
+		    k->f_idle.n) {
 			cx = (double)s->runq_ns - k->f_runq.mean * dur;
 			uclc = fmax(d->o.k_single * sqrt(k->f_runq.var), RUNQ_FLOOR) * dur;
 			if (uclc < 1e6)
