@@ -86,11 +86,21 @@
  * calm one makes it noise (counted, not reported), anything else has it
  * reported then, one step late. A slow GPU that lasts is reported; a GPU
  * that jitters for a while is not reported every few steps.
+ * A step with no breakdown says neither whether the GPU was busy nor whether
+ * it idled: under NOISE_NB x its median it counts as such a spike, above (a
+ * stall's size) it is reported at once.
+ * Bursts: a held spike followed by another whose dur / median differs by
+ * more than BURST_TOL is noise, and the new one is held in its turn, up to
+ * BURST_MAX spikes in a row. Jitter is uneven; a slowed GPU slows step after
+ * step by one factor, and that steady level is reported.
  */
 #define NOISE_N 16
 #define NOISE_MIN 2
 #define NOISE_WIN 200
 #define NOISE_GPU 0.75
+#define NOISE_NB 1.4
+#define BURST_MAX 3
+#define BURST_TOL 0.04
 
 static const char *const kind_names[DIAG_KIND_COUNT] = {
     "host_stall", "cpu_contention", "gpu_slow", "communication", "straggler", "regression",
@@ -170,6 +180,8 @@ struct dseq {
 	uint32_t noise_pos;
 	bool held; /* an anomaly waits for the next step: noise or not */
 	struct diag_anomaly han;
+	float hr;	/* its dur / median */
+	uint32_t burst; /* held spikes in a row */
 };
 
 /* a lone flagged step: its cell, dur / median, and when (key steps) */
@@ -906,7 +918,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	double cx = 0, uclc = 0; /* the CPU chart: extra run-queue wait, ns, and its limit */
 	bool flag1 = false, flagw = false, flagg = false, flagc = false, judged = false,
 	     novel = true;
-	bool explained = false, measured, flagged, ok, calm, gpu_bound, hold;
+	bool explained = false, measured, flagged, ok, calm, spike, hold, chain;
 	bool hostg = false, hostc = false; /* the gap or CPU chart sees a stall */
 	struct dseq *sq;
 	struct dkey *k;
@@ -1057,8 +1069,25 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	flagged = flag1 || flagw || flagg || flagc;
 	calm = judged && !flagged && !explained && up < ucl1_own;
 	ok = calm && measured && up < ucl1_own / 2;
+	/*
+	 * a spike noise may hold: no host chart sees a stall and the GPU was
+	 * busy for the excess; on a step with no breakdown to say either
+	 * way, a small one (a stall that makes a step NOISE_NB slower is
+	 * reported at once)
+	 */
+	spike = (flag1 || flagw) && measured && !hostg && !hostc;
+	if (s->gpu_busy_ns >= 0)
+		spike = spike && k->f_busy.n >= CHART_WARM &&
+			s->gpu_busy_ns - k->f_busy.mean * med >= NOISE_GPU * (dur - med);
+	else
+		spike = spike && dur < NOISE_NB * med;
+	hold = spike && up < SPIKE_TEACH * ucl1 && noise_count(sq) >= NOISE_MIN;
+	/* an uneven spike after a held one: a burst of jitter, not a level */
+	chain =
+	    hold && sq->held && sq->burst < BURST_MAX && fabs(dur / med / sq->hr - 1) > BURST_TOL;
 	if (sq->held)
-		release(d, sq, calm);
+		release(d, sq, calm || chain);
+	hold = hold && (flagw || sq->last_quiet || chain);
 	if (sq->pend && ok)
 		mode_add(sq->pk, sq->pcell, sq->pr, sq->pstep);
 	if (sq->npend && calm)
@@ -1070,14 +1099,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		sq->pr = (float)(dur / med);
 		sq->pstep = k->steps;
 	}
-	/* the GPU was busy for the excess and no host chart sees a stall */
-	gpu_bound = (flag1 || flagw) && measured && !hostg && !hostc && s->gpu_busy_ns >= 0 &&
-		    k->f_busy.n >= CHART_WARM &&
-		    s->gpu_busy_ns - k->f_busy.mean * med >= NOISE_GPU * (dur - med);
-	sq->npend = flag1 && gpu_bound && sq->last_quiet;
+	sq->npend = flag1 && spike && sq->last_quiet;
 	sq->nstep = sq->n;
-	hold = gpu_bound && (flagw || sq->last_quiet) && up < SPIKE_TEACH * ucl1 &&
-	       noise_count(sq) >= NOISE_MIN;
 	sq->last_ok = ok;
 	sq->last_quiet = judged && !flagged;
 	if (flagged) {
@@ -1107,6 +1130,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		if (hold) {
 			sq->han = an;
 			sq->han.instance = k->instance;
+			sq->hr = (float)(dur / med);
+			sq->burst = chain ? sq->burst + 1 : 1;
 			sq->held = true;
 			d->n_held++;
 			if (v)

@@ -798,13 +798,13 @@ static void test_noise(void **state)
 	calm_steps(d, &ts, 4);
 	assert_int_equal(g->n, 2);
 	assert_int_equal(diag_det__counters(d)->noise, 1);
-	/* a held one followed by a slow step: a run, both reported */
+	/* a held one followed by a step as slow: a steady level, both reported */
 	gpu_spike(&s, &ts, 11, 1.3);
 	held_start = s.start_ns;
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.held);
 	assert_int_equal(g->n, 2);
-	gpu_spike(&s, &ts, 8, 1.35);
+	gpu_spike(&s, &ts, 8, 1.31);
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.anomalous);
 	assert_false(v.held);
@@ -813,30 +813,104 @@ static void test_noise(void **state)
 	assert_string_equal(g->a[2].instance, "test");
 	assert_int_equal(g->a[3].step_start_ns, s.start_ns);
 	calm_steps(d, &ts, 4);
+	/*
+	 * an uneven burst: each spike makes the held one before it noise and
+	 * is held in its turn (decided by the next step, never later)
+	 */
+	for (int i = 0; i < 3; i++) {
+		gpu_spike(&s, &ts, 9 + i, (double[]){1.3, 1.45, 1.35}[i]);
+		diag_det__add_step(d, &s, &v);
+		assert_true(v.held);
+		assert_int_equal(diag_det__counters(d)->noise, 1 + i);
+	}
+	calm_steps(d, &ts, 4);
+	assert_int_equal(g->n, 4);
+	assert_int_equal(diag_det__counters(d)->noise, 4);
+	/* a fourth uneven spike in a row is a run: the third and fourth are reported */
+	for (int i = 0; i < 4; i++) {
+		gpu_spike(&s, &ts, 8 + i, (double[]){1.3, 1.45, 1.35, 1.5}[i]);
+		if (i == 2)
+			held_start = s.start_ns;
+		diag_det__add_step(d, &s, &v);
+		assert_int_equal(v.held, i < 3);
+	}
+	assert_true(v.anomalous);
+	assert_int_equal(g->n, 6);
+	assert_int_equal(diag_det__counters(d)->noise, 6);
+	assert_int_equal(g->a[4].step_start_ns, held_start);
+	assert_int_equal(g->a[5].step_start_ns, s.start_ns);
+	calm_steps(d, &ts, 4);
 	/* a stall in the same stretch: the GPU idled, reported at once */
 	mk(&s, &ts, 9, 1.6);
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.anomalous);
-	assert_int_equal(g->n, 5);
-	assert_int_equal(g->a[4].kind, DIAG_KIND_HOST_STALL);
+	assert_int_equal(g->n, 7);
+	assert_int_equal(g->a[6].kind, DIAG_KIND_HOST_STALL);
 	calm_steps(d, &ts, 4);
 	/* held at the end of the input: flush reports it, not before its end */
 	gpu_spike(&s, &ts, 9, 1.35);
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.held);
 	diag_det__flush(d, s.start_ns + s.dur_ns);
-	assert_int_equal(g->n, 5);
+	assert_int_equal(g->n, 7);
 	diag_det__flush(d, UINT64_MAX);
-	assert_int_equal(g->n, 6);
-	assert_int_equal(g->a[5].step_start_ns, s.start_ns);
-	assert_int_equal(diag_det__counters(d)->noise, 1);
-	assert_int_equal(diag_det__counters(d)->anomalies, 6);
+	assert_int_equal(g->n, 8);
+	assert_int_equal(g->a[7].step_start_ns, s.start_ns);
+	assert_int_equal(diag_det__counters(d)->noise, 6);
+	assert_int_equal(diag_det__counters(d)->anomalies, 8);
 	/* 250 calm steps later the stretch is over: reported at once */
 	calm_steps(d, &ts, 250);
 	gpu_spike(&s, &ts, 10, 1.35);
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.anomalous);
-	assert_int_equal(g->n, 7);
+	assert_int_equal(g->n, 9);
+	diag_det__free(d);
+	free(g);
+}
+
+/*
+ * Duration-only steps (a replayed step stream without a breakdown) say
+ * neither whether the GPU was busy nor whether it idled: in a noisy stretch
+ * a small lone spike (under 1.4x) is held like a GPU-bound one, a larger one
+ * (a stall's size) is reported at once.
+ */
+static void bare(struct diag_step *s, uint64_t *ts, int batch, double f)
+{
+	mk(s, ts, batch, f);
+	s->gpu_busy_ns = s->idle_ns = -1;
+}
+
+static void test_noise_no_breakdown(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+
+	(void)state;
+	for (int i = 0; i < 300; i++) {
+		bare(&s, &ts, 8 + i % 4, 1);
+		diag_det__add_step(d, &s, &v);
+		assert_false(v.anomalous);
+	}
+	for (int i = 0; i < 4; i++) {
+		bare(&s, &ts, 8 + i % 4, (double[]){1.3, 1.35, 1.3, 1.7}[i]);
+		diag_det__add_step(d, &s, &v);
+		/* the first two at once, the third held, the large fourth at once */
+		assert_int_equal(v.held, i == 2);
+		assert_int_equal(v.anomalous, i != 2);
+		for (int j = 0; j < 4; j++) {
+			struct diag_verdict c;
+
+			bare(&s, &ts, 8 + j, 1);
+			diag_det__add_step(d, &s, &c);
+			assert_false(c.anomalous);
+		}
+	}
+	assert_int_equal(g->n, 3);
+	assert_int_equal(g->a[2].kind, DIAG_KIND_HOST_STALL);
+	assert_int_equal(diag_det__counters(d)->noise, 1);
 	diag_det__free(d);
 	free(g);
 }
@@ -977,6 +1051,7 @@ int main(void)
 	    cmocka_unit_test(test_bad_baseline_and_steps),
 	    cmocka_unit_test(test_spikes_and_floors),
 	    cmocka_unit_test(test_noise),
+	    cmocka_unit_test(test_noise_no_breakdown),
 	    cmocka_unit_test(test_gap_chart),
 	};
 
