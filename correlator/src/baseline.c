@@ -399,11 +399,19 @@ double dm_predict(const struct dmodel *m, double t, double kv, int *src, bool *n
 	const struct dbin *b = dm_find(m, key);
 	int bt = (int)(key >> 32), bk = (int)(uint32_t)key;
 
+	const struct dbin *young;
+
 	if (b && b->cnt >= BIN_MIN) {
 		*src = 0;
 		*novel = !bin_fresh(m, b);
 		return dm_bin_median(b);
 	}
+	/*
+	 * the workload's own cell before it has BIN_MIN durations: a step or
+	 * three of this very workload, just now. Better than a guess, not a
+	 * measurement yet: it is used, novel, where no fresh cell is near.
+	 */
+	young = b && b->cnt && bin_fresh(m, b) ? b : NULL;
 	for (unsigned i = 0; i < sizeof(nb_off) / sizeof(nb_off[0]); i++) {
 		int nt = bt + nb_off[i][0], nk = bk + nb_off[i][1];
 
@@ -424,8 +432,15 @@ double dm_predict(const struct dmodel *m, double t, double kv, int *src, bool *n
 			}
 			*src = 1;
 			*novel = i >= NB_NEAR || !bin_fresh(m, b);
+			if (*novel && young)
+				break;
 			return med * ratio;
 		}
+	}
+	if (young) {
+		*src = 0;
+		*novel = true;
+		return dm_bin_median(young);
 	}
 	if (m->lin.ok) {
 		double p = dm_lin_pred(&m->lin, t, kv) * (1 + m->lin.q50);
@@ -462,8 +477,8 @@ double dm_bound(const struct dmodel *m, double t, double kv, int dir)
 
 	for (int i = 0; i < nt && bt + d * i >= 0; i++)
 		for (int j = !i; j < nk && bk + d * j >= 0; j++) {
-			const struct dbin *b = dm_find(
-			    m, ((uint64_t)(uint32_t)(bt + d * i) << 32) | (uint32_t)(bk + d * j));
+			const struct dbin *b = dm_find(m, ((uint64_t)(uint32_t)(bt + d * i) << 32) |
+							      (uint32_t)(bk + d * j));
 			double med;
 
 			if (!b || b->cnt < BIN_MIN || !bin_fresh(m, b))

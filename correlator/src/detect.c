@@ -1041,8 +1041,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 			flagc = !flag1 && !flagw && !flagg && hostc;
 		}
 	}
-	/* the window remembers u+ of unflagged steps, -1 for flagged ones */
-	k->win[k->wpos] = flag1 || explained ? -1.0f : (float)up;
+	/* the window remembers u+ of unflagged steps judged against a measurement, -1 for others */
+	k->win[k->wpos] = flag1 || explained || !measured ? -1.0f : (float)up;
 	k->wpos = (k->wpos + 1) % d->o.window;
 	if (k->wcnt < d->o.window)
 		k->wcnt++;

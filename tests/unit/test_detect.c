@@ -1007,6 +1007,44 @@ static void test_spikes_and_floors(void **state)
 	free(g);
 }
 
+/*
+ * A young cell: a new workload far from every cell ran one step; the next
+ * steps of it are judged against that step (the stale cell's limit, 0.3),
+ * not against the line's guess and its wide limit, so a new job that slows
+ * down from its second step does not teach its cell the slow level.
+ */
+static void test_young_cell(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+
+	(void)state;
+	for (int i = 0; i < 300; i++) {
+		mk(&s, &ts, 8 + i % 4, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	mk(&s, &ts, 40, 1);
+	diag_det__add_step(d, &s, &v);
+	assert_int_equal(v.source, 2);
+	assert_false(v.anomalous);
+	for (int i = 0; i < 3; i++) {
+		mk(&s, &ts, 40, 1.4);
+		diag_det__add_step(d, &s, &v);
+		assert_int_equal(v.source, 0);
+		assert_in_range(v.median_ns, 39000000, 41000000);
+		assert_true(v.anomalous);
+	}
+	mk(&s, &ts, 40, 1.1);
+	diag_det__add_step(d, &s, &v);
+	assert_false(v.anomalous);
+	assert_int_equal(g->n, 3);
+	diag_det__free(d);
+	free(g);
+}
+
 static void test_bad_baseline_and_steps(void **state)
 {
 	char path[] = "/tmp/test_detect_bad_XXXXXX";
@@ -1050,6 +1088,7 @@ int main(void)
 	    cmocka_unit_test(test_saved_baseline_regression),
 	    cmocka_unit_test(test_bad_baseline_and_steps),
 	    cmocka_unit_test(test_spikes_and_floors),
+	    cmocka_unit_test(test_young_cell),
 	    cmocka_unit_test(test_noise),
 	    cmocka_unit_test(test_noise_no_breakdown),
 	    cmocka_unit_test(test_gap_chart),
