@@ -1176,7 +1176,12 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		if (wn + 1 >= d->o.window)
 			ew_add(&k->uw, wm);
 	} else if (!judged && med > 0 && src == 0) {
-		ew_add(&k->u1, up); /* bootstrap warms the chart too */
+		/*
+		 * bootstrap warms the chart too, clipped at the floor: nothing
+		 * judged these steps, and one stall among them taught as is
+		 * made the limit several times the step
+		 */
+		ew_add(&k->u1, fmin(up, d->o.floor_single));
 	}
 	learn_breakdown(k, s);
 	if (dm_add(&k->m, t, kv, dur) == -ENOMEM)

@@ -1045,6 +1045,33 @@ static void test_young_cell(void **state)
 	free(g);
 }
 
+/*
+ * A stall among the bootstrap steps (nothing judges them) teaches the chart
+ * no more than the floor: 100 steps later a lone 1.3x step is still flagged.
+ * Taught as is, its u+ of 5 made the limit about 1.3 for hundreds of steps.
+ */
+static void test_bootstrap_stall(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+
+	(void)state;
+	for (int i = 0; i < 124; i++) {
+		mk(&s, &ts, 8, i == 10 ? 6 : 1);
+		diag_det__add_step(d, &s, &v);
+		assert_false(v.anomalous);
+	}
+	mk(&s, &ts, 8, 1.3);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	assert_true(v.score > 1);
+	diag_det__free(d);
+	free(g);
+}
+
 static void test_bad_baseline_and_steps(void **state)
 {
 	char path[] = "/tmp/test_detect_bad_XXXXXX";
@@ -1089,6 +1116,7 @@ int main(void)
 	    cmocka_unit_test(test_bad_baseline_and_steps),
 	    cmocka_unit_test(test_spikes_and_floors),
 	    cmocka_unit_test(test_young_cell),
+	    cmocka_unit_test(test_bootstrap_stall),
 	    cmocka_unit_test(test_noise),
 	    cmocka_unit_test(test_noise_no_breakdown),
 	    cmocka_unit_test(test_gap_chart),
