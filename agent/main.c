@@ -170,7 +170,7 @@ static const struct argp_option options[] = {
 	{ "baseline-save", OPT_BASELINE_SAVE, "FILE", 0,
 	  "Save the learned step baseline to FILE at the end" },
 	{ "detect", OPT_DETECT, "KEY=VALUE", 0,
-	  "Detector setting (repeatable): k (UCL sigmas, 5), floor (0.15), window-floor (0.08), "
+	  "Detector setting (repeatable): k (UCL sigmas, 5), floor (0.17), window-floor (0.09), "
 	  "window (steps, 4), bootstrap (steps, 24), straggler (0.15), regression (0.10), "
 	  "gap (ms of GPU idle in one gap beyond the usual longest, 10)" },
 	{ "kafka", OPT_KAFKA, "BROKERS", 0,

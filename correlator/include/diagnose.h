@@ -239,8 +239,8 @@ struct diag_det_opts {
 	uint32_t window;	    /* control chart smoothing window, steps; 0: 4 */
 	double k_single;	    /* UCL = mean + k * sd of the positive residuals; 0: 5 */
 	double k_window;	    /* the same for the smoothed chart; 0: 5 */
-	double floor_single;	    /* minimum UCL, relative excess over the median; 0: 0.15 */
-	double floor_window;	    /* 0: 0.08 */
+	double floor_single;	    /* minimum UCL, relative excess over the median; 0: 0.17 */
+	double floor_window;	    /* 0: 0.09 */
 	uint32_t refit;		    /* accepted steps between refits of the roofline; 0: 1024 */
 	double straggler_rel;	    /* peer deviation that names a straggler; 0: 0.15 */
 	uint64_t straggler_abs_ns;  /* ... and at least this much; 0: 1 ms */

@@ -281,9 +281,9 @@ struct diag_det *diag_det__new(const struct diag_det_opts *opts)
 	if (d->o.k_window <= 0)
 		d->o.k_window = 5;
 	if (d->o.floor_single <= 0)
-		d->o.floor_single = 0.15;
+		d->o.floor_single = 0.17;
 	if (d->o.floor_window <= 0)
-		d->o.floor_window = 0.08;
+		d->o.floor_window = 0.09;
 	if (!d->o.refit)
 		d->o.refit = 1024;
 	if (d->o.straggler_rel <= 0)

@@ -20,7 +20,7 @@
 #                        non-zero (not a signal) with an error naming the
 #                        line or the path; the unwritable path before the
 #                        run, not after it
-#   replay_noise:        lone 1.35x spikes the GPU was busy for, every 5th
+#   replay_noise:        lone 1.4x spikes the GPU was busy for, every 5th
 #                        step of 300-335, and the very last step: the first
 #                        two are anomalies, the next six noise (diag_status
 #                        noise 6), and the last one, held for a next step
@@ -136,7 +136,7 @@ awk 'BEGIN {
 		b = 8 + i % 4
 		base = (20e6 + 0.5e6 * b) * (1 + 0.02 * (rand() - 0.5))
 		spike = (i >= 300 && i <= 335 && i % 5 == 0) || i == 399
-		d = spike ? base * 1.35 : base
+		d = spike ? base * 1.4 : base
 		busy = 0.9 * base + (d - base)
 		printf "{\"type\":\"step\",\"instance\":\"nz\",\"start_ns\":%.0f,\"dur_ns\":%.0f,", t, d
 		printf "\"phase\":\"decode\",\"tokens\":%d,\"batch_size\":%d,\"kv_tokens\":%d,", b, b, b * 1000
