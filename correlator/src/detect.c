@@ -65,6 +65,8 @@
 #define RUNQ_FLOOR 0.05
 /* a lone flagged step under this many times its limit is a spike (see below) */
 #define SPIKE_TEACH 3
+/* an accepted step teaches the charts its excess up to this many floors */
+#define TEACH_CLIP 1.5
 /*
  * A workload with a second mode: a flagged step between two clearly normal
  * ones is lone; once MODE_MIN lone steps of the workload (its tokens cell,
@@ -1087,7 +1089,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	    hold && sq->held && sq->burst < BURST_MAX && fabs(dur / med / sq->hr - 1) > BURST_TOL;
 	if (sq->held)
 		release(d, sq, calm || chain);
-	hold = hold && (flagw || sq->last_quiet || chain);
+	hold = hold && (sq->last_quiet || chain);
 	if (sq->pend && ok)
 		mode_add(sq->pk, sq->pcell, sq->pr, sq->pstep);
 	if (sq->npend && calm)
@@ -1168,13 +1170,18 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		d->cnt.explained++;
 		goto regress;
 	}
-	/* accepted: it teaches the baseline and the chart */
+	/*
+	 * accepted: it teaches the baseline and the charts, its excess clipped
+	 * at TEACH_CLIP x the floor: a slow level under the limit (a GPU 1.33x
+	 * slow in a noisy stretch) taught as is raised the limit step by step
+	 * and was never flagged
+	 */
 	if (judged && !novel) {
 		double wm = (wsum + up) / (wn + 1);
 
-		ew_add(&k->u1, up);
+		ew_add(&k->u1, fmin(up, TEACH_CLIP * d->o.floor_single));
 		if (wn + 1 >= d->o.window)
-			ew_add(&k->uw, wm);
+			ew_add(&k->uw, fmin(wm, TEACH_CLIP * d->o.floor_window));
 	} else if (!judged && med > 0 && src == 0) {
 		/*
 		 * bootstrap warms the chart too, clipped at the floor: nothing

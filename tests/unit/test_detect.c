@@ -1072,6 +1072,46 @@ static void test_bootstrap_stall(void **state)
 	free(g);
 }
 
+/*
+ * A slow level under a limit that spikes raised (a GPU 1.33x slow for 10
+ * steps in a noisy stretch) is flagged: accepted steps teach the charts
+ * their excess clipped at 1.5 floors, so the run cannot raise the limits
+ * step by step over itself.
+ */
+static void test_level_under_raised_limit(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+	int run = 0;
+
+	(void)state;
+	calm_steps(d, &ts, 300);
+	/* lone spikes of 1.3-1.6x, one every 4 steps, on four workloads in turn */
+	for (int i = 0; i < 160; i++) {
+		bool spike = i % 4 == 3;
+
+		gpu_spike(&s, &ts, spike ? 8 + i / 4 % 4 : 8 + i % 4,
+			  spike ? 1.3 + 0.1 * (i / 4 % 4) : 1);
+		diag_det__add_step(d, &s, &v);
+	}
+	g->n = 0;
+	for (int i = 0; i < 10; i++) {
+		gpu_spike(&s, &ts, 8 + i % 4, 1.33);
+		diag_det__add_step(d, &s, &v);
+		run += v.anomalous || v.held;
+	}
+	calm_steps(d, &ts, 2);
+	/* flagged from its third step (smoothed chart), each decided by the next */
+	assert_true(run >= 7);
+	assert_int_equal(g->n, run);
+	assert_int_equal(g->a[0].kind, DIAG_KIND_GPU_SLOW);
+	diag_det__free(d);
+	free(g);
+}
+
 static void test_bad_baseline_and_steps(void **state)
 {
 	char path[] = "/tmp/test_detect_bad_XXXXXX";
@@ -1117,6 +1157,7 @@ int main(void)
 	    cmocka_unit_test(test_spikes_and_floors),
 	    cmocka_unit_test(test_young_cell),
 	    cmocka_unit_test(test_bootstrap_stall),
+	    cmocka_unit_test(test_level_under_raised_limit),
 	    cmocka_unit_test(test_noise),
 	    cmocka_unit_test(test_noise_no_breakdown),
 	    cmocka_unit_test(test_gap_chart),
