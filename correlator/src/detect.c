@@ -91,6 +91,8 @@
  * A step with no breakdown says neither whether the GPU was busy nor whether
  * it idled: under NOISE_NB x its median it counts as such a spike, above (a
  * stall's size) it is reported at once.
+ * A spike under NOISE_SMALL x its median is held the same way anywhere: one
+ * such step is jitter; a second slow step makes it a run, reported.
  * Bursts: a held spike followed by another whose dur / median differs by
  * more than BURST_TOL is noise, and the new one is held in its turn, up to
  * BURST_MAX spikes in a row. Jitter is uneven; a slowed GPU slows step after
@@ -101,6 +103,7 @@
 #define NOISE_WIN 200
 #define NOISE_GPU 0.75
 #define NOISE_NB 1.4
+#define NOISE_SMALL 1.25
 #define BURST_MAX 3
 #define BURST_TOL 0.04
 
@@ -1083,7 +1086,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 			s->gpu_busy_ns - k->f_busy.mean * med >= NOISE_GPU * (dur - med);
 	else
 		spike = spike && dur < NOISE_NB * med;
-	hold = spike && up < SPIKE_TEACH * ucl1 && noise_count(sq) >= NOISE_MIN;
+	hold = spike && up < SPIKE_TEACH * ucl1 &&
+	       (noise_count(sq) >= NOISE_MIN || dur < NOISE_SMALL * med);
 	/* an uneven spike after a held one: a burst of jitter, not a level */
 	chain =
 	    hold && sq->held && sq->burst < BURST_MAX && fabs(dur / med / sq->hr - 1) > BURST_TOL;

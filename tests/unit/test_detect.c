@@ -869,6 +869,47 @@ static void test_noise(void **state)
 }
 
 /*
+ * A small spike (under 1.25x) the GPU was busy for is held anywhere, not
+ * only in a noisy stretch: alone it is noise; a run of 1.2x steps is
+ * reported from its first step, one step late.
+ */
+static void test_small_spike(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL, first;
+
+	(void)state;
+	calm_steps(d, &ts, 300);
+	gpu_spike(&s, &ts, 9, 1.2);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.held);
+	calm_steps(d, &ts, 4);
+	assert_int_equal(g->n, 0);
+	assert_int_equal(diag_det__counters(d)->noise, 1);
+	for (int i = 0; i < 3; i++) {
+		gpu_spike(&s, &ts, 8 + i, 1.2);
+		if (!i)
+			first = s.start_ns;
+		diag_det__add_step(d, &s, &v);
+		assert_int_equal(v.held, i == 0);
+		assert_int_equal(v.anomalous, i > 0);
+	}
+	calm_steps(d, &ts, 4);
+	assert_int_equal(g->n, 3);
+	assert_int_equal(g->a[0].step_start_ns, first);
+	assert_int_equal(g->a[0].kind, DIAG_KIND_GPU_SLOW);
+	/* 1.3x is not small: reported at once */
+	gpu_spike(&s, &ts, 10, 1.3);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	diag_det__free(d);
+	free(g);
+}
+
+/*
  * Duration-only steps (a replayed step stream without a breakdown) say
  * neither whether the GPU was busy nor whether it idled: in a noisy stretch
  * a small lone spike (under 1.4x) is held like a GPU-bound one, a larger one
@@ -1160,6 +1201,7 @@ int main(void)
 	    cmocka_unit_test(test_level_under_raised_limit),
 	    cmocka_unit_test(test_noise),
 	    cmocka_unit_test(test_noise_no_breakdown),
+	    cmocka_unit_test(test_small_spike),
 	    cmocka_unit_test(test_gap_chart),
 	};
 
