@@ -672,7 +672,14 @@ static int mode_match(const struct dkey *k, uint64_t cell, double r)
 	return n;
 }
 
-static void learn_breakdown(struct dkey *k, const struct diag_step *s)
+/*
+ * The usual breakdown of an accepted step. The longest gap and the run-queue
+ * share teach their charts at most one floor over the mean: a stall accepted
+ * before the chart judged (its first 16 steps, a workload no cell knew) made
+ * the gap chart's spread, and so its limit, 100 ms and more, and the next
+ * stalls passed and taught it too.
+ */
+static void learn_breakdown(const struct diag_det *d, struct dkey *k, const struct diag_step *s)
 {
 	double dur = (double)s->dur_ns;
 
@@ -686,10 +693,16 @@ static void learn_breakdown(struct dkey *k, const struct diag_step *s)
 		ew_add(&k->offcpu, (double)s->offcpu_ns);
 	if (s->runq_ns >= 0) {
 		ew_add(&k->runq, (double)s->runq_ns);
-		ew_add(&k->f_runq, s->runq_ns / dur);
+		ew_add(&k->f_runq, k->f_runq.n ? fmin(s->runq_ns / dur, k->f_runq.mean + RUNQ_FLOOR)
+					       : s->runq_ns / dur);
 	}
-	if (s->idle_max_ns >= 0)
-		ew_add(&k->gap, (double)s->idle_max_ns);
+	if (s->idle_max_ns >= 0) {
+		double g = (double)s->idle_max_ns;
+
+		if (k->gap.n && g > k->gap.mean + (double)d->o.gap_floor_ns)
+			g = k->gap.mean + (double)d->o.gap_floor_ns;
+		ew_add(&k->gap, g);
+	}
 	for (uint32_t i = 0; i < s->n_top && i < DIAG_TOP_MAX; i++) {
 		const struct diag_kernel *t = &s->top[i];
 		struct dkern *h;
@@ -1194,7 +1207,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		 */
 		ew_add(&k->u1, fmin(up, d->o.floor_single));
 	}
-	learn_breakdown(k, s);
+	learn_breakdown(d, k, s);
 	if (dm_add(&k->m, t, kv, dur) == -ENOMEM)
 		return -ENOMEM;
 	dm_lin_sample(&k->m, t, kv, dur);

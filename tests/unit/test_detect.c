@@ -551,6 +551,26 @@ static void test_gap_chart(void **state)
 		assert_int_equal(flagged, 64);
 		diag_det__free(d);
 	}
+	/*
+	 * a 100 ms stall among the first steps, before the gap chart judges:
+	 * it teaches the chart one floor over the mean, not 100 ms, so a 20 ms
+	 * stall 40 steps later is still flagged (taught as is, the limit was
+	 * about 80 ms for a hundred steps)
+	 */
+	d = det(g);
+	g->n = 0;
+	for (int i = 0; i < 60; i++) {
+		mk_prefill(&s, &ts, true);
+		if (i == 5)
+			stall(&s, 100000000);
+		diag_det__add_step(d, &s, NULL);
+	}
+	mk_prefill(&s, &ts, true);
+	stall(&s, 20000000);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	assert_string_equal(g->a[g->n - 1].chart, "gap");
+	diag_det__free(d);
 	free(g);
 }
 
