@@ -1025,10 +1025,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		}
 		/* smoothed chart over the steps the single chart did not flag */
 		for (uint32_t i = 0; i < k->wcnt; i++)
-			if (k->win[i] >= 0) {
-				wsum += k->win[i];
-				wn++;
-			}
+			wsum += k->win[i];
+		wn = k->wcnt;
 		if (!flag1 && !explained) {
 			double wm = (wsum + up) / (wn + 1);
 
@@ -1059,11 +1057,17 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 			flagc = !flag1 && !flagw && !flagg && hostc;
 		}
 	}
-	/* the window remembers u+ of unflagged steps judged against a measurement, -1 for others */
-	k->win[k->wpos] = flag1 || explained || !measured ? -1.0f : (float)up;
-	k->wpos = (k->wpos + 1) % d->o.window;
-	if (k->wcnt < d->o.window)
-		k->wcnt++;
+	/*
+	 * the window remembers u+ of the last unflagged steps judged against a
+	 * measurement; flagged ones are skipped, not kept as holes: a slow GPU
+	 * under jitter, flagged every other step, left the chart blind
+	 */
+	if (!flag1 && !explained && measured) {
+		k->win[k->wpos] = (float)up;
+		k->wpos = (k->wpos + 1) % d->o.window;
+		if (k->wcnt < d->o.window)
+			k->wcnt++;
+	}
 
 	if (judged)
 		d->cnt.judged++;

@@ -314,6 +314,39 @@ static void test_second_mode(void **state)
 }
 
 /*
+ * The smoothed chart averages the last unflagged steps, skipping flagged
+ * ones: a slow run where every other step is also a big spike (a slow GPU
+ * under jitter) is still seen on the steps in between.
+ */
+static void test_window_skips_flagged(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+	int window = 0;
+
+	(void)state;
+	for (int i = 0; i < 300; i++) {
+		mk(&s, &ts, 8 + i % 4, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	for (int i = 0; i < 16; i++) {
+		mk(&s, &ts, 8 + i % 4, i % 2 ? 1.13 : 1.6);
+		diag_det__add_step(d, &s, &v);
+		if (i % 2 && v.anomalous)
+			window++;
+	}
+	assert_true(window >= 4);
+	for (int i = 0; i < g->n; i++)
+		if (strcmp(g->a[i].chart, "single"))
+			assert_string_equal(g->a[i].chart, "window");
+	diag_det__free(d);
+	free(g);
+}
+
+/*
  * The CPU chart: the launcher waited for a CPU 1.5 ms more than usual on a
  * workload no cell knows (judged only against the line's wide limit) while
  * the GPU idled: contention. The same wait while the GPU stayed busy slowed
@@ -1210,6 +1243,7 @@ int main(void)
 	    cmocka_unit_test(test_monotone_bound),
 	    cmocka_unit_test(test_lower_bound),
 	    cmocka_unit_test(test_second_mode),
+	    cmocka_unit_test(test_window_skips_flagged),
 	    cmocka_unit_test(test_cpu_chart),
 	    cmocka_unit_test(test_kinds),
 	    cmocka_unit_test(test_hta_ranks),
