@@ -296,7 +296,8 @@ $(BUILD)/bench/bench_replay: bench/bench_replay.c $(CORR_LIB)
 # the detector's fault-injection campaign (eval/eval_detect.c) on the real
 # step data in $INFERTRACE_DATA (default ../shared/data); EVAL_SEED picks the
 # fault seed (7 reports, 1 was used for tuning), then eval/seeds.sh gives the
-# targets at seeds 1-10 with their mean and least. bench_detect links the
+# targets at seeds 1-10 (used for tuning) and 11-60 (used only to check the
+# choices) with their mean and least. bench_detect links the
 # correlator library, like bench_replay: a dedicated rule wins over the
 # bench pattern rule.
 EVAL_SEED ?= 7
@@ -315,9 +316,13 @@ eval: $(BUILD)/eval/eval_detect
 	$(Q)INFERTRACE_DATA=$${INFERTRACE_DATA:-$$(cd .. && pwd)/shared/data} \
 		$(BUILD)/eval/eval_detect --seed $(EVAL_SEED)
 	@echo
-	@echo "the targets at seeds 1-10 (eval/seeds.sh):"
+	@echo "the targets at seeds 1-10, used for tuning (eval/seeds.sh):"
 	$(Q)INFERTRACE_DATA=$${INFERTRACE_DATA:-$$(cd .. && pwd)/shared/data} \
 		EVAL_DETECT=$(BUILD)/eval/eval_detect eval/seeds.sh 1 10
+	@echo
+	@echo "the targets at seeds 11-60, used only to check the choices:"
+	$(Q)INFERTRACE_DATA=$${INFERTRACE_DATA:-$$(cd .. && pwd)/shared/data} \
+		EVAL_DETECT=$(BUILD)/eval/eval_detect eval/seeds.sh 11 60
 
 # bench_kafka (owner: bench/bench_kafka*): the Kafka sink alone, so it links
 # the agent library; bench/bench_kafka.sh runs it against the mock cluster.
