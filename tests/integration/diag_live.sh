@@ -52,7 +52,11 @@
 #                           40 steps per rank;
 #                           exactly one straggler anomaly (chart peers):
 #                           rank 1, its step 34, its suspect naming rank 1's
-#                           step time against its peer's; none for rank 0
+#                           step time against its peer's; no anomaly for
+#                           rank 0 in round 34 (its own 5 ms steps on a
+#                           2-CPU machine may be flagged slow in other
+#                           rounds when it is descheduled: a true finding,
+#                           printed, not a failure)
 #   diag_live_contention:   round 34 is CPU contention (gpu_live -C): the
 #                           launcher does 20 ms of CPU work on its CPU while
 #                           a process it forked spins there too. Exactly one
@@ -365,8 +369,10 @@ if [ -n "$sok" ]; then
 	expect "no suspect naming rank 1's step time vs its peer: $(jq -c '.[0].suspects' <<<"$sa")" \
 		jqe '.[0].suspects[0].what == "rank" and (.[0].suspects[0].evidence | test("^rank 1 step time"))' <<<"$sa"
 	st0=$(jqo --arg i "$SINST" '[.[] | select(.type == "step" and .instance == $i and .rank == 0) | .start_ns] | sort')
-	expect "anomalies for rank 0: $(jq -c --argjson st "$st0" '[.[] | select(.rank == 0) | {round: (.step_start_ns as $s | $st | index($s)), kind, chart, dur_ns, expected_ns, why: .suspects[0].evidence}]' <<<"$an")" \
-		jqe '[.[] | select(.rank == 0)] | length == 0' <<<"$an"
+	r0=$(jq -c --argjson st "$st0" '[.[] | select(.rank == 0) | {round: (.step_start_ns as $s | $st | index($s)), kind, chart, dur_ns, expected_ns, why: .suspects[0].evidence}]' <<<"$an")
+	expect "rank 0 blamed for rank 1's stall in round $STALL: $r0" \
+		jqe --argjson s "$STALL" '[.[] | select(.round == $s)] | length == 0' <<<"$r0"
+	[ "$r0" = "[]" ] || echo "note: rank 0's own slow steps (scheduling on this machine): $r0" >&2
 	ds=$(jqo '[.[] | select(.type == "stats")][-1].diag')
 	expect "stats.diag $ds: want 80 steps, straggler 1" \
 		jqe '.steps == 80 and .anomalies_by_kind.straggler == 1' <<<"$ds"
