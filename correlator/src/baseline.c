@@ -396,10 +396,8 @@ static bool bin_fresh(const struct dmodel *m, const struct dbin *b)
 double dm_predict(const struct dmodel *m, double t, double kv, int *src, bool *novel)
 {
 	uint64_t key = dm_bin_key(t, kv);
-	const struct dbin *b = dm_find(m, key);
+	const struct dbin *b = dm_find(m, key), *young;
 	int bt = (int)(key >> 32), bk = (int)(uint32_t)key;
-
-	const struct dbin *young;
 
 	if (b && b->cnt >= BIN_MIN) {
 		*src = 0;

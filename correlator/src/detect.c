@@ -169,6 +169,12 @@ static void ew_add(struct ewstat *s, double x)
 	s->n++;
 }
 
+/* x, but at most `over` above the mean once there is one */
+static void ew_add_capped(struct ewstat *s, double x, double over)
+{
+	ew_add(s, s->n && x > s->mean + over ? s->mean + over : x);
+}
+
 /* the step sequence of one (instance, rank): which steps were lone */
 struct dseq {
 	uint32_t refs;
@@ -693,16 +699,10 @@ static void learn_breakdown(const struct diag_det *d, struct dkey *k, const stru
 		ew_add(&k->offcpu, (double)s->offcpu_ns);
 	if (s->runq_ns >= 0) {
 		ew_add(&k->runq, (double)s->runq_ns);
-		ew_add(&k->f_runq, k->f_runq.n ? fmin(s->runq_ns / dur, k->f_runq.mean + RUNQ_FLOOR)
-					       : s->runq_ns / dur);
+		ew_add_capped(&k->f_runq, s->runq_ns / dur, RUNQ_FLOOR);
 	}
-	if (s->idle_max_ns >= 0) {
-		double g = (double)s->idle_max_ns;
-
-		if (k->gap.n && g > k->gap.mean + (double)d->o.gap_floor_ns)
-			g = k->gap.mean + (double)d->o.gap_floor_ns;
-		ew_add(&k->gap, g);
-	}
+	if (s->idle_max_ns >= 0)
+		ew_add_capped(&k->gap, (double)s->idle_max_ns, (double)d->o.gap_floor_ns);
 	for (uint32_t i = 0; i < s->n_top && i < DIAG_TOP_MAX; i++) {
 		const struct diag_kernel *t = &s->top[i];
 		struct dkern *h;
