@@ -32,13 +32,16 @@ ifneq ($(SAN),)
 CFLAGS_COMMON += -fsanitize=$(SAN) -fno-sanitize-recover=all
 LDFLAGS_SAN := -fsanitize=$(SAN)
 endif
-INCLUDES := -I$(BUILD) -Ibpf -Iagent -Icorrelator/include
+# agent/ is laid out as its data flows (docs/architecture.md): sources -> pipeline -> sinks,
+# control beside them, core under all; tests/static/modules.sh keeps calls going down.
+AGENT_DIRS := core sinks pipeline sources control
+INCLUDES := -I$(BUILD) -Ibpf -Iagent $(addprefix -Iagent/,$(AGENT_DIRS)) -Icorrelator/include
 CFLAGS ?=
 LDFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_COMMON) $(INCLUDES) $(CFLAGS)
 AGENT_LIBS := -lbpf -lelf -lz -ljansson -lsqlite3 -lrdkafka -ldl -lpthread -lm
 
-.PHONY: all deps test demo bench fmt check-fmt clean help vmlinux docs
+.PHONY: all deps test tests-build demo bench fmt check-fmt clean help vmlinux docs
 all: $(BUILD)/infertrace-agent $(BUILD)/libinfertrace_cupti.so $(BUILD)/agentctl
 
 # ---------------------------------------------------------------- BPF ------
@@ -82,8 +85,9 @@ $(CORR_LIB): $(CORR_OBJS)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 # --------------------------------------------------------------- agent -----
-# agent/*.c except main.c form a static library that the unit tests link too.
-AGENT_SRCS := $(sort $(wildcard agent/*.c))
+# agent/<stage>/*.c and main.c; all but main.c form a static library that the unit tests
+# link too.
+AGENT_SRCS := $(sort $(wildcard agent/*.c $(addsuffix /*.c,$(addprefix agent/,$(AGENT_DIRS)))))
 AGENT_LIB_SRCS := $(filter-out agent/main.c,$(AGENT_SRCS))
 AGENT_LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(AGENT_LIB_SRCS))
 AGENT_LIB := $(BUILD)/libinfertrace_agent.a
@@ -163,20 +167,20 @@ $(FAKE_CUPTI): tests/fakes/fake_cupti.c tests/fakes/fake_cupti.h
 SHIM_TEST_SRCS := $(sort $(wildcard tests/unit/test_shim*.c))
 SHIM_TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(SHIM_TEST_SRCS))
 
-$(SHIM_TEST_BINS): $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/agent/shim_rx.o $(FAKE_CUPTI) \
+$(SHIM_TEST_BINS): $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/agent/sources/shim_rx.o $(FAKE_CUPTI) \
 		$(SHIM_SO)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_CFLAGS) -I$(CUPTI_INC) -Itests/fakes -o $@ $< $(BUILD)/agent/shim_rx.o \
+	$(Q)$(CC) $(ALL_CFLAGS) -I$(CUPTI_INC) -Itests/fakes -o $@ $< $(BUILD)/agent/sources/shim_rx.o \
 		$(LDFLAGS_SAN) $(LDFLAGS) -L$(dir $(FAKE_CUPTI)) -l:libcupti.so.13 \
 		-Wl,-rpath,'$$ORIGIN/../fakes' -lcmocka -ldl -lpthread
 
 # libFuzzer target for the receiver's validation: make fuzz-shim-rx (clang)
-$(BUILD)/tests/fuzz/fuzz_shim_rx: tests/fuzz/fuzz_shim_rx.c agent/shim_rx.c agent/shim_rx.h
+$(BUILD)/tests/fuzz/fuzz_shim_rx: tests/fuzz/fuzz_shim_rx.c agent/sources/shim_rx.c agent/sources/shim_rx.h
 	$(call msg,FUZZ,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE $(INCLUDES) -o $@ \
-		tests/fuzz/fuzz_shim_rx.c agent/shim_rx.c
+		tests/fuzz/fuzz_shim_rx.c agent/sources/shim_rx.c
 
 # tests/integration/gpu_live (issue 3, owner: tests/integration/gpu_live.*):
 # the live end-to-end workload plays CUPTI through the double, so it needs
@@ -190,22 +194,22 @@ $(BUILD)/tests/integration/gpu_live: tests/integration/gpu_live.c $(FAKE_CUPTI) 
 		-L$(dir $(FAKE_CUPTI)) -l:libcupti.so.13 -Wl,-rpath,'$$ORIGIN/../fakes' -ldl -lpthread
 
 # ------------------------------------------------------------ agentctl -----
-# Owner: agent/cli/, agent/control_proto.[ch] (issue 4). The client shares
+# Owner: agent/cli/, agent/control/control_proto.[ch] (issue 4). The client shares
 # the protocol code with the agent; librdkafka for `deep-dive --kafka`.
 AGENTCTL_SRCS := $(sort $(wildcard agent/cli/*.c))
 AGENTCTL_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(AGENTCTL_SRCS))
 
-$(BUILD)/agentctl: $(AGENTCTL_OBJS) $(BUILD)/agent/control_proto.o $(BUILD)/agent/numparse.o
+$(BUILD)/agentctl: $(AGENTCTL_OBJS) $(BUILD)/agent/control/control_proto.o $(BUILD)/agent/core/numparse.o
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ -ljansson -lrdkafka
 
 # libFuzzer target for the control request parser: make fuzz-control (clang)
-$(BUILD)/tests/fuzz/fuzz_control: tests/fuzz/fuzz_control.c agent/control_proto.c \
-		agent/control_proto.h
+$(BUILD)/tests/fuzz/fuzz_control: tests/fuzz/fuzz_control.c agent/control/control_proto.c \
+		agent/control/control_proto.h
 	$(call msg,FUZZ,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE $(INCLUDES) -o $@ \
-		tests/fuzz/fuzz_control.c agent/control_proto.c -ljansson
+		tests/fuzz/fuzz_control.c agent/control/control_proto.c -ljansson
 
 .PHONY: fuzz-control
 fuzz-control: $(BUILD)/tests/fuzz/fuzz_control
@@ -231,10 +235,10 @@ $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(AGENT_LIB) $(CORR_LIB)
 
 $(BUILD)/tests/unit/%.o: $(BUILD)/infertrace.skel.h
 
-# tests/unit/test_spill (owner: agent/spill.*): the spill alone, so it
+# tests/unit/test_spill (owner: agent/sinks/spill.*): the spill alone, so it
 # builds and runs while the rest of the agent library is being changed.
-$(BUILD)/tests/unit/test_spill: $(BUILD)/tests/unit/test_spill.o $(BUILD)/agent/spill.o \
-		$(BUILD)/agent/log.o
+$(BUILD)/tests/unit/test_spill: $(BUILD)/tests/unit/test_spill.o $(BUILD)/agent/sinks/spill.o \
+		$(BUILD)/agent/core/log.o
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ -lz -lcmocka
 
@@ -344,8 +348,11 @@ deps:
 			|| { echo "make deps: apt-get failed for:$$missing" >&2; exit 1; }; \
 	fi
 
+# every binary the tests run, without running them (what helpers build before TEST_FILTER runs)
+tests-build: all $(TEST_BINS) $(BENCH_BINS)
+
 test: deps
-	$(Q)$(MAKE) --no-print-directory all $(TEST_BINS) $(BENCH_BINS)
+	$(Q)$(MAKE) --no-print-directory tests-build
 	$(Q)BUILD=$(BUILD) tests/run.sh
 
 demo: deps

@@ -88,14 +88,14 @@ enum {
 	OPT_SPILL_DIR,
 	OPT_SPILL_MAX,
 	OPT_FLUSH_TIMEOUT,
-	OPT_STEP_MARKERS, /* diagnosis (issue 5): agent/replay.c */
+	OPT_STEP_MARKERS, /* diagnosis (issue 5): agent/sources/replay.c */
 	OPT_BASELINE,
 	OPT_BASELINE_SAVE,
 	OPT_DETECT,
 };
 
 /*
- * Diagnosis options are kept by agent/replay.c (issue 5); the prototype
+ * Diagnosis options are kept by agent/sources/replay.c (issue 5); the prototype
  * moves to agent.h when the live loop wires the detector.
  */
 

@@ -10,7 +10,7 @@
  *   - bump INFERTRACE_ABI_VERSION when a record changes; the agent refuses a
  *     shim that speaks another version.
  *
- * The agent decodes these in agent/decode.c (must match field for field).
+ * The agent decodes these in agent/sources/decode.c (must match field for field).
  */
 #ifndef INFERTRACE_EVENTS_H
 #define INFERTRACE_EVENTS_H
@@ -396,7 +396,7 @@ struct runtime_cfg {
 _Static_assert(sizeof(struct runtime_cfg) == 64, "runtime_cfg ABI");
 
 /*
- * The kernel half of the flight recorder (agent/recorder.c): in sentinel
+ * The kernel half of the flight recorder (agent/pipeline/recorder.c): in sentinel
  * mode every launch of a traced thread is written, with the arguments its
  * registers hold, into its CPU's slice of the array map "flight" (a ring
  * of flight_per_cpu entries per CPU, overwritten in turn; no lock, no

@@ -9,7 +9,7 @@
  *     launch_api, launch_cbid, launch_src, correlation_id, then the GPU
  *     record itself joins it again: a deep-mode recording re-analysed
  *     offline gives the same joins (tests/integration/gpu_live.sh);
- *   cuda_launch {pid, tid, ts_ns, api} (agent/decode.c): a uprobe launch
+ *   cuda_launch {pid, tid, ts_ns, api} (agent/sources/decode.c): a uprobe launch
  *     (api by name). Alone it joins nothing: a recording holds no callbacks;
  *   gpu_launch_cb {pid, tid, ts_ns, correlation_id, domain, cbid}: a shim
  *     callback. The agent writes no such record (callbacks only feed its

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * fuzz_shim_rx.c - libFuzzer target for the validation of what CUPTI shims
- * send the agent (agent/shim_rx.c). Each input is one message on a fresh
+ * send the agent (agent/sources/shim_rx.c). Each input is one message on a fresh
  * connection; every record handed to the callback must be a shim record of
  * its exact size, with the kernel's pid. Build: make fuzz-shim-rx (clang).
  */

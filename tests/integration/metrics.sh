@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #
-# metrics - the Prometheus endpoint (--metrics ADDR:PORT, agent/metrics.c):
+# metrics - the Prometheus endpoint (--metrics ADDR:PORT, agent/control/metrics.c):
 #
 #   metrics_exposition:  /metrics is text exposition format 0.0.4: every
 #                        sample line parses, belongs to a family announced by

@@ -41,7 +41,7 @@ struct replay {
 	uint64_t max_start;
 	uint64_t emitted, too_long, summaries;
 	int err;
-	struct diag *dg; /* steps and anomalies (agent/diag.c); NULL: off */
+	struct diag *dg; /* steps and anomalies (agent/pipeline/diag.c); NULL: off */
 	uint64_t bad_lines, other_lines;
 };
 

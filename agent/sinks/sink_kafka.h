@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * sink_kafka.h - records to Kafka (agent/sink_kafka.c), and the helpers
+ * sink_kafka.h - records to Kafka (agent/sinks/sink_kafka.c), and the helpers
  * other Kafka clients of the agent use (the <prefix>.control consumer).
  *
  * Topics: REC_SUMMARY -> <prefix>.steps, REC_ANOMALY -> <prefix>.anomalies,
@@ -9,7 +9,7 @@
  * that one instance's records stay in one partition, in order.
  *
  * No silent loss: the producer's queue (--kafka-queue-max records), then
- * the spill (agent/spill.h, --spill-dir, --spill-max-mib), then shedding by
+ * the spill (agent/sinks/spill.h, --spill-dir, --spill-max-mib), then shedding by
  * class, counted. docs/architecture.md, "Kafka", tells the whole path.
  *
  * Threading: everything runs on the event loop thread; librdkafka's

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * gpu.c - the live GPU side: records from the CUPTI shims (agent/shim_rx.c)
+ * gpu.c - the live GPU side: records from the CUPTI shims (agent/sources/shim_rx.c)
  * and launches from the uprobes go through one correlator; joined GPU
  * activity leaves as "kernel"/"memcpy"/"memset" records (deep mode) or
  * per-interval "gpu_summary" records (sentinel), the same records --replay
@@ -525,7 +525,7 @@ void gpu_free(struct agent *a)
 	a->gpu = NULL;
 }
 
-/* "gpu_summary", shared with agent/replay.c */
+/* "gpu_summary", shared with agent/sources/replay.c */
 void gpu_emit_summary(struct agent *a, const struct corr_summary *s)
 {
 	json_t *o, *devs, *streams, *top;

@@ -2,7 +2,7 @@
 /*
  * control_proto.c - parse and validate control requests (control_proto.h),
  * and the blocking framing helpers agentctl uses. The agent's socket side
- * (agent/control.c) and the Kafka control topic (agent/control_kafka.c)
+ * (agent/control/control.c) and the Kafka control topic (agent/control/control_kafka.c)
  * both parse through ctl_parse_request(), which tests/fuzz/fuzz_control.c
  * fuzzes: whatever the bytes, it returns 0 or -EINVAL and leaks nothing.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * spill.h - the Kafka sink's bounded on-disk buffer (agent/spill.c).
+ * spill.h - the Kafka sink's bounded on-disk buffer (agent/sinks/spill.c).
  *
  * Records that the producer cannot take (its queue is full, the broker is
  * away) are appended to segment files in a directory; they are read back in

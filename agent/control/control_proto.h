@@ -32,7 +32,7 @@
 #define CTL_HDR_LEN 4
 #define CTL_MAX_REQUEST (64 * 1024) /* larger requests: "too_large", connection closed */
 #define CTL_MAX_REPLY (512u << 20)  /* an export is bounded by the recorder budget */
-#define CTL_INSTANCE_MAX 127	    /* INSTANCE_LEN - 1 in agent/state.h (must match) */
+#define CTL_INSTANCE_MAX 127	    /* INSTANCE_LEN - 1 in agent/core/state.h (must match) */
 #define CTL_ID_MAX 64
 
 enum ctl_cmd {

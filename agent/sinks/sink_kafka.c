@@ -7,7 +7,7 @@
  *   write() --> producer queue (librdkafka, --kafka-queue-max records)
  *                  |  QUEUE_FULL, or the spill holds anything
  *                  v
- *               spill (agent/spill.c, --spill-max-mib) --> shed by class
+ *               spill (agent/sinks/spill.c, --spill-max-mib) --> shed by class
  *                  |  drained back into the producer when it has room
  *                  v
  *               broker (idempotent, acks=all) --> delivery report

@@ -52,7 +52,7 @@ struct agent_opts {
 	bool no_net; /* skip the network family */
 	const char *replay; /* --replay FILE (no BPF) */
 	const char *shim_socket; /* CUPTI shims connect here; "none": off */
-	/* Kafka sink (agent/sink_kafka.h); kafka NULL: no Kafka */
+	/* Kafka sink (agent/sinks/sink_kafka.h); kafka NULL: no Kafka */
 	const char *kafka; /* --kafka BROKERS (bootstrap.servers) */
 	const char *kafka_prefix; /* topics <prefix>.steps, .anomalies, .events, .stats */
 	const char *kafka_topics[REC_CLASS_COUNT]; /* --kafka-topic CLASS=NAME overrides */
@@ -62,7 +62,7 @@ struct agent_opts {
 	const char *spill_dir;
 	uint32_t spill_max_mib;
 	double flush_timeout_s; /* exit: wait this long for delivery */
-	/* operating the agent (agent/ops.h, docs/operations.md) */
+	/* operating the agent (agent/control/ops.h, docs/operations.md) */
 	const char *control_socket; /* NULL: CTL_SOCK_DEFAULT; "none": off */
 	const char *control_group; /* besides root, members may use the socket */
 	double deep_dive_max_s; /* cap of one deep-dive's duration */
@@ -124,7 +124,7 @@ void agent_set_default_instance(struct agent *a, const char *name);
 
 /*
  * --replay FILE: feed a recording through the correlator and the sinks
- * instead of live sources (agent/replay.c). Returns 0 or -errno; errors are
+ * instead of live sources (agent/sources/replay.c). Returns 0 or -errno; errors are
  * logged with the file offset or line.
  */
 int replay_run(struct agent *a, const char *path);
