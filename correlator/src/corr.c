@@ -189,20 +189,7 @@ const char *corr_cbid_name(uint32_t domain, uint32_t cbid)
 	return NULL;
 }
 
-static void corr_log(struct corr *c, enum corr_log_level lvl, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void corr_log(struct corr *c, enum corr_log_level lvl, const char *fmt, ...)
-{
-	char msg[256];
-	va_list ap;
-
-	if (!c->o.log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	c->o.log(c->o.log_ctx, lvl, "%s", msg);
-}
+#define corr_log(c, ...) corr_log_forward((c)->o.log, (c)->o.log_ctx, __VA_ARGS__)
 
 struct corr *corr__new(const struct corr_opts *opts)
 {

@@ -251,20 +251,7 @@ struct diag_det {
 	uint32_t n_held; /* sequences holding an anomaly */
 };
 
-static void dlog(const struct diag_det *d, enum corr_log_level lvl, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void dlog(const struct diag_det *d, enum corr_log_level lvl, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	if (!d->o.log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	d->o.log(d->o.log_ctx, lvl, "%s", msg);
-}
+#define dlog(d, ...) corr_log_forward((d)->o.log, (d)->o.log_ctx, __VA_ARGS__)
 
 struct diag_det *diag_det__new(const struct diag_det_opts *opts)
 {

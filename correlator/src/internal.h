@@ -54,8 +54,12 @@ struct replay_ctx {
 	const struct corr_replay_opts *ro;
 	struct corr_replay_stats *st;
 };
-void replay_log(const struct replay_ctx *rc, enum corr_log_level lvl, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+/* log.c: format once, hand to the owner's callback (NULL: dropped) */
+void corr_log_forward(corr_log_fn fn, void *ctx, enum corr_log_level lvl, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+#define replay_log(rc, ...)                                                                 \
+	corr_log_forward((rc)->ro ? (rc)->ro->log : NULL, (rc)->ro ? (rc)->ro->log_ctx : NULL, \
+			 __VA_ARGS__)
 int kineto_read(struct replay_ctx *rc, const char *buf, size_t len);
 int jsonl_read(struct replay_ctx *rc, const char *buf, size_t len);
 int nsys_read(struct replay_ctx *rc, const char *path);

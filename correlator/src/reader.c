@@ -32,19 +32,6 @@ const char *corr_format_name(enum corr_format f)
 	}
 }
 
-void replay_log(const struct replay_ctx *rc, enum corr_log_level lvl, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	if (!rc->ro || !rc->ro->log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	rc->ro->log(rc->ro->log_ctx, lvl, "%s", msg);
-}
-
 static int read_all(const char *path, char **out, size_t *len)
 {
 	struct stat sb;
