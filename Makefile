@@ -22,9 +22,10 @@ endif
 # Debian 12 packages the build and the tests need; `make deps` installs the
 # missing ones. jq: the integration tests read the agent's JSON lines with it.
 # yamllint, python3-yaml: tests/integration/helm.sh lints and parses the chart.
+# universal-ctags: tests/static/modules.py draws the module graph.
 DEB_PKGS := clang llvm make gcc pkg-config libbpf-dev bpftool libelf-dev zlib1g-dev \
 	libjansson-dev librdkafka-dev libcmocka-dev libsqlite3-dev systemtap-sdt-dev kcat \
-	iproute2 jq procps util-linux yamllint python3-yaml
+	iproute2 jq procps util-linux yamllint python3-yaml universal-ctags
 
 CFLAGS_COMMON := -std=gnu11 -D_GNU_SOURCE -g -O2 -Wall -Wextra -Werror -Wno-missing-field-initializers \
 	-fno-omit-frame-pointer -MMD -MP

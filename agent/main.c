@@ -630,6 +630,8 @@ static int run_live(struct agent *a)
 		goto cleanup;
 	}
 	err = gpu_init(a);
+	if (!err)
+		err = shim_init(a);
 	if (err)
 		goto cleanup;
 	err = diag_new(a, &a->diag);
@@ -681,6 +683,7 @@ static int run_live(struct agent *a)
 			 * interval reaps exited processes (their instance names).
 			 */
 			ring_buffer__consume(a->rb);
+			shim_interval(a);
 			gpu_interval(a, false);
 			diag_advance(a->diag, now);
 			aggregate_interval(a, false);
@@ -696,6 +699,7 @@ static int run_live(struct agent *a)
 	{
 		uint64_t span = now_ns() - a->last_interval_ns;
 
+		shim_interval(a);
 		gpu_interval(a, true);
 		diag_finish(a->diag);
 		aggregate_interval(a, true);
@@ -708,6 +712,7 @@ cleanup:
 	ops_free(a); /* first: deep-dived shims are told to go back to sentinel */
 	diag_free(a->diag);
 	a->diag = NULL;
+	shim_free(a);
 	gpu_free(a);
 	loop_free();
 	ring_buffer__free(a->rb);

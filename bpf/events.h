@@ -78,7 +78,8 @@ _Static_assert(sizeof(struct event_hdr) == 24, "event_hdr ABI");
 
 /*
  * CUDA entry points probed by bpf/cuda.bpf.c. The index is also the slot in
- * thread_stats.launches[]. Names live in agent/cuda_api.c (must match).
+ * thread_stats.launches[]. Names live in correlator/src/corr.c, api_names[]
+ * (corr_api_name(), must match; a _Static_assert there counts them).
  */
 enum cuda_api {
 	API_CUDA_LAUNCH_KERNEL = 0,

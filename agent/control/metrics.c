@@ -137,6 +137,7 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 		fprintf(f, "infertrace_sink_errors_total{sink=\"%s\"} %llu\n", a->sinks[i]->name,
 			(unsigned long long)a->sinks[i]->errors);
 
+	shim_stats(a, o);
 	gpu_stats(a, o);
 	g = json_object_get(o, "gpu");
 	help(f, "infertrace_drops_total", "counter",

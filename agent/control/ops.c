@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * ops.c - one entry point per lifecycle step for the operating modules
- * (ops.h), so main.c and stats.c call four functions, not twenty.
+ * (ops.h), so main.c calls three functions, not fifteen. Each module's
+ * stats object is registered with stats.c here (stats_provide), so that the
+ * modules that read them (control.c, metrics.c) never call back up.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -29,6 +31,12 @@ int ops_init(struct agent *a)
 		err = metrics_init(a);
 	if (!err)
 		err = control_kafka_init(a);
+	/* the stats record's objects, in this order (stats.c gathers them) */
+	stats_provide(a, control_stats);
+	stats_provide(a, deepdive_stats);
+	stats_provide(a, recorder_stats);
+	stats_provide(a, metrics_stats);
+	stats_provide(a, control_kafka_stats);
 	return err;
 }
 
@@ -42,52 +50,6 @@ void ops_tick(struct agent *a)
 	control_tick(a);
 	metrics_tick(a);
 	control_kafka_poll(a);
-}
-
-void ops_add_objects(struct agent *a, json_t *obj)
-{
-	if (!a->ops)
-		return;
-	control_stats(a, obj);
-	deepdive_stats(a, obj);
-	recorder_stats(a, obj);
-	metrics_stats(a, obj);
-	control_kafka_stats(a, obj);
-}
-
-/* events per second by type, from two successive stats records */
-static json_t *rates_of(const json_t *prev, const json_t *cur, double secs)
-{
-	json_t *out = json_object(), *v;
-	const char *k;
-
-	if (!out || secs <= 0)
-		return out;
-	json_object_foreach((json_t *)json_object_get(cur, "bpf_events"), k, v)
-	{
-		json_int_t before =
-		    json_integer_value(json_object_get(json_object_get(prev, "bpf_events"), k));
-		json_int_t now = json_integer_value(v);
-
-		json_object_set_new(out, k, json_real(now >= before ? (now - before) / secs : 0));
-	}
-	return out;
-}
-
-void ops_stats(struct agent *a, json_t *r)
-{
-	json_t *prev;
-	double secs;
-
-	if (!a->ops)
-		return;
-	ops_add_objects(a, r);
-	prev = a->ops->last_stats;
-	secs = json_integer_value(json_object_get(r, "interval_ns")) / 1e9;
-	json_decref(a->ops->rates);
-	a->ops->rates = prev ? rates_of(prev, r, secs) : NULL;
-	a->ops->last_stats = json_deep_copy(r);
-	json_decref(prev);
 }
 
 void ops_free(struct agent *a)

@@ -39,6 +39,10 @@ struct ops {
 	uint64_t last_tick_ns; /* readiness: the loop turns */
 	json_t *last_stats;    /* the latest stats record (status shows it) */
 	json_t *rates;	       /* events per second by type over the latest interval */
+#define STATS_PROVIDERS 8
+	/* what adds an object to every stats record and status reply (stats_provide) */
+	void (*providers[STATS_PROVIDERS])(struct agent *a, json_t *obj);
+	int n_providers;
 };
 
 /* set up / tear down every module the options enable; 0 or -errno */
@@ -46,12 +50,12 @@ int ops_init(struct agent *a);
 /* every loop iteration (<= 100 ms): expiries, connection timeouts */
 void ops_tick(struct agent *a);
 /*
- * stats.c, every interval: adds the "control", "deep_dive", "recorder",
- * "metrics", "control_topic" objects to the stats record and keeps a copy
- * for status requests.
+ * stats.c: a module adds its object ("control", "deep_dive", "recorder",
+ * "metrics", "control_topic") to every stats record and status reply through
+ * the function it registers here (ops_init registers them, in that order).
  */
-void ops_stats(struct agent *a, json_t *stats_record);
-/* the same objects into any JSON object (status replies) */
+void stats_provide(struct agent *a, void (*fn)(struct agent *a, json_t *obj));
+/* every registered object into obj (stats records, status replies, metrics) */
 void ops_add_objects(struct agent *a, json_t *obj);
 void ops_free(struct agent *a);
 

@@ -37,6 +37,55 @@ static json_t *by_type(const uint64_t *v)
 	return o;
 }
 
+void stats_provide(struct agent *a, void (*fn)(struct agent *a, json_t *obj))
+{
+	if (a->ops && a->ops->n_providers < STATS_PROVIDERS)
+		a->ops->providers[a->ops->n_providers++] = fn;
+}
+
+void ops_add_objects(struct agent *a, json_t *obj)
+{
+	if (!a->ops)
+		return;
+	for (int i = 0; i < a->ops->n_providers; i++)
+		a->ops->providers[i](a, obj);
+}
+
+/* events per second by type, from two successive stats records */
+static json_t *rates_of(const json_t *prev, const json_t *cur, double secs)
+{
+	json_t *out = json_object(), *v;
+	const char *k;
+
+	if (!out || secs <= 0)
+		return out;
+	json_object_foreach((json_t *)json_object_get(cur, "bpf_events"), k, v)
+	{
+		json_int_t before =
+		    json_integer_value(json_object_get(json_object_get(prev, "bpf_events"), k));
+		json_int_t now = json_integer_value(v);
+
+		json_object_set_new(out, k, json_real(now >= before ? (now - before) / secs : 0));
+	}
+	return out;
+}
+
+static void ops_stats(struct agent *a, json_t *r)
+{
+	json_t *prev;
+	double secs;
+
+	if (!a->ops)
+		return;
+	ops_add_objects(a, r);
+	prev = a->ops->last_stats;
+	secs = json_integer_value(json_object_get(r, "interval_ns")) / 1e9;
+	json_decref(a->ops->rates);
+	a->ops->rates = prev ? rates_of(prev, r, secs) : NULL;
+	a->ops->last_stats = json_deep_copy(r);
+	json_decref(prev);
+}
+
 void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 {
 	uint64_t events[EV_TYPE_MAX] = {}, drops[EV_TYPE_MAX] = {};
@@ -84,6 +133,7 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	json_object_set_new(r, "attached_files", json_integer(files));
 	json_object_set_new(r, "attached_probes", json_integer(probes));
 	json_object_set_new(r, "shim_errors", json_integer((json_int_t)a->cnt.shim_errors));
+	shim_stats(a, r);
 	gpu_stats(a, r);
 	diag_stats(a->diag, r);
 	ops_stats(a, r);

@@ -30,7 +30,7 @@ enum rec_class {
 	REC_CLASS_COUNT,
 };
 
-/* all command-line options in one struct (main.c fills it, config.c documents it) */
+/* all command-line options in one struct (main.c fills it and documents it: --config-doc) */
 struct agent_opts {
 	enum agent_mode mode;
 	double interval_s;
@@ -89,6 +89,14 @@ struct sink {
 	void (*close)(struct sink *s);
 	/* optional: add the sink's counters to a stats record (stats.c) */
 	void (*stats)(struct sink *s, json_t *stats_record);
+	/*
+	 * Set by a sink that leaves the node (Kafka): in sentinel mode the
+	 * pipeline (agent/pipeline/route.c) does not hand it single events of an
+	 * instance that is not deep, unless a flight-recorder window releases
+	 * them; it counts them in held. Local sinks (file, stdout) get everything.
+	 */
+	bool remote;
+	uint64_t held;
 	uint64_t written;
 	uint64_t errors;
 	void *priv;
@@ -108,10 +116,27 @@ int rec_emit(struct agent *a, enum rec_class cls, json_t *rec);
 /*
  * For hot paths that format JSON themselves (replay of millions of kernel
  * records): one finished JSON object, no trailing newline. key: the record's
- * partition key (its instance), may be NULL.
+ * partition key (its instance), may be NULL. rec_emit() and rec_emit_raw()
+ * are the pipeline's entry (agent/pipeline/route.c decides send/hold/keep).
  */
 int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const char *json,
 		 size_t len);
+/*
+ * Sentinel GPU detail (route.c): is it wanted at all for pid (a deep-dive
+ * sends it, the flight recorder keeps it), and hand it over.
+ */
+bool route_wants_detail(struct agent *a, uint32_t pid);
+int route_detail(struct agent *a, uint32_t pid, const char *key, const char *json, size_t len);
+/*
+ * record.c, below the decision: rec_dump() serialises (a buffer reused by
+ * the next call, NULL on error, counted); rec_send() writes one line to
+ * every sink, remote sinks only class-event lines that are released.
+ */
+const char *rec_dump(struct agent *a, const json_t *rec, size_t *len);
+int rec_send(struct agent *a, enum rec_class cls, const char *key, const char *json, size_t len,
+	     bool release);
+/* rec_dump() + rec_send() released, for the pipeline's own records; steals rec */
+int rec_send_obj(struct agent *a, enum rec_class cls, json_t *rec);
 
 /* the agent's options (read-only after start) */
 const struct agent_opts *agent_opts(struct agent *a);

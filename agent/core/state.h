@@ -77,8 +77,25 @@ struct agent_counters {
 	uint64_t step_marks; /* step probe hits decoded */
 };
 
+/*
+ * How the pipeline's capture decisions (deep-dives) reach the sources: each
+ * source registers its half when it starts; NULL while that source is off.
+ * The pipeline calls these, never the sources' files (calls go down).
+ */
+struct capture_hooks {
+	/* traced_procs flags of a process (PROC_F_DEEP); agent/sources/loader.c */
+	int (*proc_flags)(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags);
+	/* runtime_cfg re-read (it counts deep-dived processes); loader.c */
+	int (*runtime_cfg)(struct agent *a);
+	/* a process's CUPTI shim: deep or always-on capture; agent/sources/shim.c */
+	int (*shim_mode)(struct agent *a, uint32_t pid, enum agent_mode mode);
+	/* a flight-recorder launch entry as cuda_launch JSON; agent/sources/decode.c */
+	long (*flight_json)(struct agent *a, const struct flight_launch *f, char *buf, size_t cap);
+};
+
 struct agent {
 	struct agent_opts opts;
+	struct capture_hooks cap;
 	char host[256];
 	char default_instance[INSTANCE_LEN];
 	struct infertrace_bpf *skel;
@@ -94,7 +111,8 @@ struct agent {
 	uint64_t start_ns;
 	uint64_t last_interval_ns;
 	void *agg; /* aggregate.c state */
-	void *gpu; /* gpu.c state; NULL when GPU-side capture is off */
+	void *gpu; /* pipeline/join.c state; NULL when GPU-side capture is off */
+	struct shim_src *shim; /* sources/shim.c: the shims' socket; NULL: not open */
 	struct diag *diag; /* diag.c: steps and anomalies; NULL when off */
 	struct ops *ops; /* ops.h: deep-dive, flight recorder, control, metrics */
 	struct usdt_cache *usdt; /* usdt.c: which files carry step probes */
@@ -116,8 +134,21 @@ struct corr_summary;
 int gpu_init(struct agent *a);
 void gpu_on_launch(struct agent *a, const struct cuda_launch_event *e);
 /* a traced process ended: its shim's last records, then the correlator and discovery */
-void gpu_on_exit(struct agent *a, uint32_t pid, uint64_t ts_ns);
-int gpu_set_mode(struct agent *a, uint32_t pid, enum agent_mode mode);
+/* the shims' records, from agent/sources/shim.c */
+void gpu_on_activity(struct agent *a, const struct corr_gpu *g);
+void gpu_on_callback(struct agent *a, const struct gpu_launch_cb_event *cb);
+void gpu_on_marker(struct agent *a, const struct gpu_marker_event *e);
+/* a process left: its launches leave the correlator */
+void gpu_on_process_exit(struct agent *a, uint32_t pid, uint64_t ts_ns);
+
+/* sources/shim.c: the CUPTI shims' socket as a source (after gpu_init) */
+struct shim_src;
+int shim_init(struct agent *a);
+/* a traced process ended: its shim's last records, then the correlator and discovery */
+void shim_on_exit(struct agent *a, uint32_t pid, uint64_t ts_ns);
+void shim_interval(struct agent *a); /* read what is left, push the deep mode to new shims */
+void shim_stats(struct agent *a, json_t *stats_record);
+void shim_free(struct agent *a);
 void gpu_interval(struct agent *a, bool final);
 void gpu_stats(struct agent *a, json_t *stats_record);
 void gpu_free(struct agent *a);
@@ -156,6 +187,8 @@ void gpu_emit_summary(struct agent *a, const struct corr_summary *s);
 int loader_start(struct agent *a);
 void loader_stop(struct agent *a);
 int loader_update_runtime_cfg(struct agent *a);
+/* a traced process's flags in traced_procs (PROC_F_DEEP), only if it is there */
+int loader_set_proc_flags(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags);
 /* sum a per-CPU counter map into out[EV_TYPE_MAX] */
 int loader_read_type_counts(struct agent *a, int map_fd, uint64_t *out);
 
@@ -165,8 +198,7 @@ void uprobes_detach_file(struct agent *a, int lib_idx); /* asynchronous: see upr
 /* takes links (a malloc()ed array) and destroys them off the event loop */
 void uprobes_reap_links(struct bpf_link **links, int n);
 void uprobes_reaper_stop(void); /* waits for queued detaches */
-extern const char *const cuda_api_names[API_COUNT];
-const char *cuda_api_name(unsigned api);
+/* entry point names: corr_api_name() (correlator.h), the one table */
 
 /* discovery.c */
 int discovery_start(struct agent *a); /* initial /proc scan or --pid set */
@@ -202,6 +234,8 @@ void usdt_free(struct agent *a); /* the file cache, at shutdown */
 #define DECODE_LAUNCH_MAX (1024 + MAX_STACK_DEPTH * 24)
 long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size_t size,
 			char *buf, size_t cap); /* length, or -errno (counted) */
+/* the same from a flight-recorder entry, its stack looked up by id */
+long decode_flight_json(struct agent *a, const struct flight_launch *f, char *buf, size_t cap);
 const char *syscall_name(unsigned nr);
 const char *tcp_state_name(unsigned state);
 

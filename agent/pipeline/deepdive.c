@@ -83,21 +83,17 @@ static int flagged_find(struct deepdive *dd, uint32_t pid)
 
 static int set_proc_flags(struct agent *a, struct proc *p, uint32_t flags)
 {
-	struct traced_proc tp = {.instance_id = p->instance_id, .flags = flags};
-	uint32_t pid = p->pid;
+	return a->cap.proc_flags ? a->cap.proc_flags(a, p->pid, p->instance_id, flags) : -ENODEV;
+}
 
-	if (!a->skel)
-		return -ENODEV;
-	/* BPF_EXIST: never re-add a process discovery just removed */
-	if (bpf_map__update_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), &tp, sizeof(tp),
-				 BPF_EXIST))
-		return -errno;
-	return 0;
+static int set_shim_mode(struct agent *a, uint32_t pid, enum agent_mode m)
+{
+	return a->cap.shim_mode ? a->cap.shim_mode(a, pid, m) : -ENOTCONN;
 }
 
 static void tell_shim(struct agent *a, struct deepdive *dd, uint32_t pid, enum agent_mode m)
 {
-	int err = gpu_set_mode(a, pid, m);
+	int err = set_shim_mode(a, pid, m);
 
 	if (!err)
 		dd->shim_told++;
@@ -152,8 +148,8 @@ static int deepdive_sync(struct agent *a, struct deepdive *dd)
 		changed++;
 	}
 	dd->cache_pid = 0;
-	if (dd->n_pids != before && a->skel)
-		loader_update_runtime_cfg(a); /* reads deepdive_proc_count() */
+	if (dd->n_pids != before && a->cap.runtime_cfg)
+		a->cap.runtime_cfg(a); /* reads deepdive_proc_count() */
 	return changed;
 }
 
@@ -181,7 +177,7 @@ static void emit_record(struct agent *a, struct deepdive *dd, const struct dive 
 	json_object_set_new(r, "remaining_ns",
 			    json_integer((json_int_t)(d->until_ns > now ? d->until_ns - now : 0)));
 	json_object_set_new(r, "processes", json_integer(count_procs(a, dd, d->instance)));
-	rec_emit(a, REC_STATS, r);
+	rec_send_obj(a, REC_STATS, r); /* the policy's own record: stats go everywhere */
 }
 
 static void fill_info(struct agent *a, struct deepdive *dd, const struct dive *d, json_t *info)
@@ -307,7 +303,7 @@ void deepdive_tick(struct agent *a)
 	if (dd->n_pids && now - dd->last_push_ns >= SHIM_REPUSH_NS) {
 		dd->last_push_ns = now;
 		for (int i = 0; i < dd->n_pids; i++)
-			gpu_set_mode(a, dd->pids[i].pid, MODE_DEEP);
+			set_shim_mode(a, dd->pids[i].pid, MODE_DEEP);
 	}
 }
 

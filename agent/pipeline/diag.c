@@ -17,9 +17,8 @@
 #include "diagnose.h"
 
 /*
- * Diagnosis options from the command line (main.c calls
- * replay_diag_option()); replay only for now, the live loop wires the same
- * library later.
+ * Diagnosis options from the command line (main.c calls diag_option()),
+ * for the live loop and --replay alike.
  */
 static struct {
 	const char *markers; /* NULL: the library's defaults */

@@ -1,50 +1,14 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * record.c - the record builder: every JSON line starts with the same common
- * fields (docs/events.md, "Common fields"), then goes to every sink.
+ * fields (docs/events.md, "Common fields"); rec_send() hands a finished line
+ * to every sink. What is sent, held or kept is decided above, in route.c.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "state.h"
-#include "ops.h"
-
-const struct agent_opts *agent_opts(struct agent *a)
-{
-	return &a->opts;
-}
-
-const char *agent_host(struct agent *a)
-{
-	return a->host;
-}
-
-void agent_set_default_instance(struct agent *a, const char *name)
-{
-	snprintf(a->default_instance, sizeof(a->default_instance), "%s", name);
-}
-
-const char *agent_instance_of(struct agent *a, uint32_t pid)
-{
-	struct proc *p;
-
-	if (a->opts.instance)
-		return a->opts.instance;
-	if (pid) {
-		p = proc_find(a, pid);
-		if (p && p->instance[0])
-			return p->instance;
-	}
-	return a->default_instance[0] ? a->default_instance : a->host;
-}
-
-int32_t agent_rank_of(struct agent *a, uint32_t pid)
-{
-	struct proc *p = pid ? proc_find(a, pid) : NULL;
-
-	return p ? p->rank : -1;
-}
 
 json_t *rec_new(struct agent *a, const char *type, uint32_t pid, uint32_t tid, uint64_t ts_ns)
 {
@@ -64,15 +28,20 @@ json_t *rec_new(struct agent *a, const char *type, uint32_t pid, uint32_t tid, u
 	return o;
 }
 
-int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const char *json,
-		 size_t len)
+int rec_send(struct agent *a, enum rec_class cls, const char *key, const char *json, size_t len,
+	     bool release)
 {
 	int err = 0;
 
 	for (int i = 0; i < a->n_sinks; i++) {
 		struct sink *s = a->sinks[i];
-		int ret = s->write(s, cls, key, json, len);
+		int ret;
 
+		if (s->remote && cls == REC_EVENT && !release) {
+			s->held++;
+			continue;
+		}
+		ret = s->write(s, cls, key, json, len);
 		if (ret) {
 			a->cnt.sink_errors++;
 			err = ret;
@@ -80,48 +49,50 @@ int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const cha
 	}
 	if (cls < REC_CLASS_COUNT)
 		a->cnt.emitted[cls]++;
-	/* the flight recorder keeps detail; an anomaly sends its window (ops.h) */
-	recorder_tap(a, cls, key, json, len);
 	return err;
 }
 
-int rec_emit(struct agent *a, enum rec_class cls, json_t *rec)
+const char *rec_dump(struct agent *a, const json_t *rec, size_t *len)
 {
 	/* reused across calls: the agent is single-threaded */
 	static char *buf;
 	static size_t cap = 4096;
-	const char *key;
-	size_t len;
-	int err;
+	size_t n;
 
 	if (!rec) {
 		a->cnt.json_errors++;
-		return -ENOMEM;
+		return NULL;
 	}
-	if (!buf && !(buf = malloc(cap))) {
-		json_decref(rec);
-		return -ENOMEM;
-	}
-	len = json_dumpb(rec, buf, cap, JSON_COMPACT);
-	if (len > cap) {
-		char *nb = realloc(buf, len);
+	if (!buf && !(buf = malloc(cap)))
+		return NULL;
+	n = json_dumpb(rec, buf, cap, JSON_COMPACT);
+	if (n > cap) {
+		char *nb = realloc(buf, n);
 
 		if (!nb) {
-			json_decref(rec);
 			a->cnt.json_errors++;
-			return -ENOMEM;
+			return NULL;
 		}
 		buf = nb;
-		cap = len;
-		len = json_dumpb(rec, buf, cap, JSON_COMPACT);
+		cap = n;
+		n = json_dumpb(rec, buf, cap, JSON_COMPACT);
 	}
-	if (!len) {
-		json_decref(rec);
+	if (!n) {
 		a->cnt.json_errors++;
-		return -EINVAL;
+		return NULL;
 	}
-	key = json_string_value(json_object_get(rec, "instance"));
-	err = rec_emit_raw(a, cls, key, buf, len);
+	*len = n;
+	return buf;
+}
+
+int rec_send_obj(struct agent *a, enum rec_class cls, json_t *rec)
+{
+	size_t len;
+	const char *buf = rec_dump(a, rec, &len);
+	int err = buf ? rec_send(a, cls, json_string_value(json_object_get(rec, "instance")), buf,
+				 len, true)
+		      : rec ? -EINVAL : -ENOMEM;
+
 	json_decref(rec);
 	return err;
 }

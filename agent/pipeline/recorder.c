@@ -427,30 +427,18 @@ static void pull_kernel(struct agent *a, struct recorder *r)
 static const char *ent_json(struct agent *a, const struct ent_hdr *h, char *buf, size_t cap,
 			    size_t *len)
 {
-	struct cuda_launch_stack_event se;
 	struct flight_launch f;
-	size_t size = sizeof(se.ev);
 	long n;
 
 	if (!(h->flags & ENT_LAUNCH)) {
 		*len = h->len;
 		return (const char *)(h + 1);
 	}
+	if (!a->cap.flight_json)
+		return NULL; /* the BPF side is gone (shutdown) */
 	memcpy(&f, h + 1, sizeof(f));
-	se.ev = f.ev;
-	/* ids are never reused for another stack: a failed lookup only loses one */
-	if (f.stack_id >= 0 &&
-	    !bpf_map__lookup_elem(a->skel->maps.flight_stacks, &f.stack_id, sizeof(f.stack_id),
-				  se.ips, sizeof(se.ips), 0)) {
-		unsigned depth = 0;
-
-		while (depth < MAX_STACK_DEPTH && se.ips[depth])
-			depth++;
-		se.ev.flags |= LAUNCH_F_STACK;
-		se.ev.stack_sz = depth * 8;
-		size = sizeof(se);
-	}
-	n = decode_launch_json(a, &se.ev, size, buf, cap);
+	/* the BPF source formats its own binary entries (agent/sources/decode.c) */
+	n = a->cap.flight_json(a, &f, buf, cap);
 	if (n < 0)
 		return NULL;
 	*len = (size_t)n;
@@ -517,7 +505,8 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 		json_object_set_new(m, "already_sent", json_integer((json_int_t)old));
 		json_object_set_new(m, "evicted", json_integer((json_int_t)(ri ? ri->lost : 0)));
 	}
-	rec_emit(a, REC_EVENT, m);
+	/* a released window goes to every sink, remote ones included */
+	rec_send_obj(a, REC_EVENT, m);
 	if (ri) {
 		ri->lost = 0;
 		for_each_entry(ri, c, off, h, since)
@@ -529,7 +518,7 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 				continue;
 			json = ent_json(a, h, jbuf, sizeof(jbuf), &len);
 			if (json)
-				rec_emit_raw(a, REC_EVENT, key, json, len);
+				rec_send(a, REC_EVENT, key, json, len, true);
 			h->flags |= ENT_SENT;
 			r->flushed++;
 		}

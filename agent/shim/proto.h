@@ -2,7 +2,7 @@
 /*
  * proto.h - the shim channel: what flows between libinfertrace_cupti.so (in
  * each CUDA process) and the agent's receiver (agent/sources/shim_rx.c). Both sides
- * include this file; docs/architecture_shim.md describes the design.
+ * include this file; docs/architecture.md ("The CUPTI shim and its channel") describes the design.
  *
  * Transport: one SOCK_SEQPACKET Unix connection per CUDA process to the
  * agent's listening socket (default SHIM_SOCK_DEFAULT, env SHIM_ENV_SOCKET).

@@ -47,7 +47,6 @@ static const char *const broker_names[] = {"unknown", "up", "down"};
 struct kafka_counters {
 	uint64_t produced, delivered, delivery_errors, not_persisted, possibly_persisted;
 	uint64_t requeued, permanent_errors, client_errors;
-	uint64_t sentinel_held; /* single events not sent: sentinel, no deep-dive */
 	uint64_t round_requeued;	/* since the last give_back() */
 	uint64_t lost[REC_CLASS_COUNT]; /* permanent errors and spill I/O errors */
 };
@@ -540,16 +539,7 @@ static int kafka_write(struct sink *s, enum rec_class cls, const char *key, cons
 
 	if (cls >= REC_CLASS_COUNT)
 		return -EINVAL;
-	/*
-	 * Sentinel sends summaries and anomalies. Single events (class event)
-	 * leave only for an instance in deep-dive, or inside a flight-recorder
-	 * window (an anomaly or a deep-dive started): the recorder keeps them
-	 * until then. Local JSON lines still get every record.
-	 */
-	if (cls == REC_EVENT && !deepdive_instance_deep(k->a, key) && !recorder_flushing(k->a)) {
-		k->c.sentinel_held++;
-		return 0;
-	}
+	/* what sentinel holds back is decided before (s->remote, route.c) */
 	/* replay writes without a loop: poll from here */
 	if (++k->since_service >= SERVICE_EVERY && k->rk)
 		service(k, 0);
@@ -694,7 +684,7 @@ static void kafka_stats(struct sink *s, json_t *rec)
 	json_object_set_new(o, "permanent_errors_total",
 			    json_integer((json_int_t)x.permanent_errors));
 	json_object_set_new(o, "client_errors_total", json_integer((json_int_t)k->c.client_errors));
-	json_object_set_new(o, "sentinel_held_total", json_integer((json_int_t)k->c.sentinel_held));
+	json_object_set_new(o, "sentinel_held_total", json_integer((json_int_t)s->held));
 	json_object_set_new(o, "queue_records", json_integer((json_int_t)x.queue));
 	json_object_set_new(o, "queue_max", json_integer((json_int_t)x.queue_max));
 	json_object_set_new(o, "spilled_total", json_integer((json_int_t)x.spilled));
@@ -739,6 +729,7 @@ struct sink *sink_kafka_open(struct agent *a)
 	k->queue_max = o->kafka_queue_max ? o->kafka_queue_max : KAFKA_QUEUE_MAX_DEFAULT;
 	k->last_flush = now_ns();
 	k->s.name = "kafka";
+	k->s.remote = true; /* sentinel holds single events back (route.c) */
 	k->s.write = kafka_write;
 	k->s.flush = kafka_flush;
 	k->s.close = kafka_close;

@@ -282,7 +282,7 @@ static void emit_thread(struct agent *a, struct thread_prev *tp, const struct th
 		uint64_t d = cur->launches[i] - o->launches[i];
 
 		if (d) {
-			json_object_set_new(launches, cuda_api_name(i), json_integer((json_int_t)d));
+			json_object_set_new(launches, corr_api_name(i), json_integer((json_int_t)d));
 			any = true;
 		}
 	}
@@ -486,7 +486,7 @@ static void print_thread(const void *node, VISIT v, int depth)
 		for (unsigned i = 0; i < API_COUNT; i++)
 			if (s->launches[i])
 				fprintf(walk_out, "  %-8u %-8u %-16s %-28s %10llu %12.1f\n", tp->pid,
-					tp->tid, tp->comm, cuda_api_name(i),
+					tp->tid, tp->comm, corr_api_name(i),
 					(unsigned long long)s->launches[i], s->launches[i] / secs);
 	} else if (s->offcpu_count || s->runq_count) {
 		fprintf(walk_out, "  %-8u %-8u %-16s %12.1f %14.1f %10.1f %10llu\n", tp->pid,

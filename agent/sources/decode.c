@@ -8,11 +8,12 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <bpf/libbpf.h>
 
 #include "state.h"
 #include "diagnose.h"
 #include "jsonw.h"
-#include "syscall_names.h"
+#include "infertrace.skel.h"
 
 static const struct {
 	unsigned type;
@@ -31,39 +32,6 @@ static const struct {
 	{ EV_NET_IO, sizeof(struct net_io_event) },
 };
 
-const char *syscall_name(unsigned nr)
-{
-	if (nr < sizeof(syscall_names) / sizeof(syscall_names[0]) && syscall_names[nr])
-		return syscall_names[nr];
-	return NULL;
-}
-
-const char *tcp_state_name(unsigned state)
-{
-	static const char *const names[] = {
-		[1] = "ESTABLISHED", [2] = "SYN_SENT",	 [3] = "SYN_RECV",   [4] = "FIN_WAIT1",
-		[5] = "FIN_WAIT2",   [6] = "TIME_WAIT",	 [7] = "CLOSE",	     [8] = "CLOSE_WAIT",
-		[9] = "LAST_ACK",    [10] = "LISTEN",	 [11] = "CLOSING",   [12] = "NEW_SYN_RECV",
-	};
-
-	return state < sizeof(names) / sizeof(names[0]) && names[state] ? names[state] : "UNKNOWN";
-}
-
-const char *thread_comm(uint32_t pid, uint32_t tid, char *buf, size_t sz)
-{
-	char path[64];
-	FILE *f;
-
-	buf[0] = '\0';
-	snprintf(path, sizeof(path), "/proc/%u/task/%u/comm", pid, tid);
-	f = fopen(path, "re");
-	if (f) {
-		if (fgets(buf, sz, f))
-			buf[strcspn(buf, "\n")] = '\0';
-		fclose(f);
-	}
-	return buf;
-}
 
 static json_t *hex(uint64_t v)
 {
@@ -116,7 +84,7 @@ long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size
 	}
 	jw_init(&w, buf, cap);
 	jw_common(a, &w, "cuda_launch", &e->hdr);
-	jw_str(&w, "api", cuda_api_name(e->api));
+	jw_str(&w, "api", corr_api_name(e->api));
 	if (is_copy) {
 		jw_hex(&w, "stream", e->stream);
 		jw_hex(&w, "dst", e->func);
@@ -183,7 +151,7 @@ static int decode_sync(struct agent *a, const struct cuda_sync_event *e)
 {
 	json_t *r = rec_new(a, "cuda_sync", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
 
-	json_object_set_new(r, "api", json_string(cuda_api_name(e->api)));
+	json_object_set_new(r, "api", json_string(corr_api_name(e->api)));
 	json_object_set_new(r, "stream", hex(e->stream));
 	json_object_set_new(r, "dur_ns", json_integer((json_int_t)e->dur_ns));
 	json_object_set_new(r, "ret", json_integer(e->ret));
@@ -351,7 +319,7 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		discovery_on_exec(a, h->pid);
 		return 0;
 	case EV_PROC_EXIT:
-		gpu_on_exit(a, h->pid, h->ts_ns); /* then discovery_on_exit() */
+		shim_on_exit(a, h->pid, h->ts_ns); /* then the correlator, then discovery */
 		return 0;
 	case EV_STEP_MARK:
 		a->cnt.step_marks++;
@@ -361,4 +329,25 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		return 0; /* only the steps use them (to_diag above) */
 	}
 	return 0;
+}
+
+long decode_flight_json(struct agent *a, const struct flight_launch *f, char *buf, size_t cap)
+{
+	struct cuda_launch_stack_event se;
+	size_t size = sizeof(se.ev);
+
+	se.ev = f->ev;
+	/* ids are never reused for another stack: a failed lookup only loses one */
+	if (f->stack_id >= 0 && a->skel &&
+	    !bpf_map__lookup_elem(a->skel->maps.flight_stacks, &f->stack_id, sizeof(f->stack_id),
+				  se.ips, sizeof(se.ips), 0)) {
+		unsigned depth = 0;
+
+		while (depth < MAX_STACK_DEPTH && se.ips[depth])
+			depth++;
+		se.ev.flags |= LAUNCH_F_STACK;
+		se.ev.stack_sz = depth * 8;
+		size = sizeof(se);
+	}
+	return decode_launch_json(a, &se.ev, size, buf, cap);
 }

@@ -121,27 +121,6 @@ int rank_from_environ(const char *env, size_t len)
 	return -1;
 }
 
-struct proc *proc_find_live(struct agent *a, uint32_t pid)
-{
-	for (int i = 0; i < a->n_procs; i++)
-		if (a->procs[i].used && a->procs[i].pid == pid &&
-		    a->procs[i].start_time != PROC_GONE)
-			return &a->procs[i];
-	return NULL;
-}
-
-struct proc *proc_find(struct agent *a, uint32_t pid)
-{
-	struct proc *p = proc_find_live(a, pid);
-
-	if (p)
-		return p;
-	for (int i = 0; i < a->n_procs; i++)
-		if (a->procs[i].used && a->procs[i].pid == pid)
-			return &a->procs[i];
-	return NULL;
-}
-
 static bool pid_allowed(struct agent *a, uint32_t pid)
 {
 	if (!a->opts.n_pids)

@@ -24,7 +24,7 @@
 #include "ops.h"
 #include "infertrace.skel.h"
 
-enum hook_kind { HOOK_TP_BTF, HOOK_FENTRY };
+enum hook_kind { HOOK_TP_BTF };
 
 struct prog_spec {
 	const char *family; /* sched, syscalls, net, proc */
@@ -109,32 +109,6 @@ static bool tp_btf_ok(const char *tp)
 	return vmlinux_btf && btf__find_by_name_kind(vmlinux_btf, name, BTF_KIND_TYPEDEF) > 0;
 }
 
-/*
- * fentry needs the function in BTF and a working trampoline; some kernels
- * (no ftrace, lockdown) refuse the load itself, so load a two-instruction
- * program at the target to find out.
- */
-static bool fentry_ok(const char *func)
-{
-	const struct bpf_insn insns[] = {
-		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
-		{ .code = BPF_JMP | BPF_EXIT },
-	};
-	LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_FENTRY);
-	int id, fd;
-
-	if (!vmlinux_btf)
-		return false;
-	id = btf__find_by_name_kind(vmlinux_btf, func, BTF_KIND_FUNC);
-	if (id <= 0)
-		return false;
-	opts.attach_btf_id = id;
-	fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "probe_fentry", "GPL", insns, 2, &opts);
-	if (fd < 0)
-		return false;
-	close(fd);
-	return true;
-}
 
 static bool family_enabled(struct agent *a, const char *family)
 {
@@ -163,7 +137,7 @@ static int choose_programs(struct agent *a)
 			bpf_program__set_autoload(fb, false);
 			continue;
 		}
-		use_best = ps->kind == HOOK_TP_BTF ? tp_btf_ok(ps->target) : fentry_ok(ps->target);
+		use_best = tp_btf_ok(ps->target);
 		bpf_program__set_autoload(best, use_best);
 		bpf_program__set_autoload(fb, !use_best);
 		if (!use_best) {
@@ -173,6 +147,19 @@ static int choose_programs(struct agent *a)
 		}
 	}
 	return fallbacks;
+}
+
+int loader_set_proc_flags(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags)
+{
+	struct traced_proc tp = {.instance_id = instance_id, .flags = flags};
+
+	if (!a->skel)
+		return -ENODEV;
+	/* BPF_EXIST: never re-add a process discovery just removed */
+	if (bpf_map__update_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), &tp, sizeof(tp),
+				 BPF_EXIST))
+		return -errno;
+	return 0;
 }
 
 int loader_update_runtime_cfg(struct agent *a)
@@ -285,6 +272,9 @@ int loader_start(struct agent *a)
 	err = loader_update_runtime_cfg(a);
 	if (err)
 		goto cleanup;
+	a->cap.proc_flags = loader_set_proc_flags;
+	a->cap.runtime_cfg = loader_update_runtime_cfg;
+	a->cap.flight_json = decode_flight_json;
 
 	/* attach the table's loaded programs; uprobes come per library file */
 	for (size_t i = 0; i < N_PROGS; i++) {
@@ -326,6 +316,9 @@ void loader_stop(struct agent *a)
 	}
 	infertrace_bpf__destroy(a->skel);
 	a->skel = NULL;
+	a->cap.proc_flags = NULL;
+	a->cap.runtime_cfg = NULL;
+	a->cap.flight_json = NULL;
 	btf__free(vmlinux_btf);
 	vmlinux_btf = NULL;
 }

@@ -8,7 +8,7 @@
  * corr_gpu_to_json() (hot path: millions of records) and written with
  * rec_emit_raw(). Sentinel mode: per-interval, per-process gpu_summary
  * records; the interval is --interval in the recording's own clock.
- * Both end with one replay_status record (docs/events_gpu.md).
+ * Both end with one replay_status record (docs/events.md).
  *
  * Diagnosis (issue 5, docs/diagnosis.md): GPU records and markers also go
  * to a step segmenter; at the end of the recording every step becomes a

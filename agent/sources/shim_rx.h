@@ -4,7 +4,7 @@
  * SOCK_SEQPACKET connection per CUDA process, validates every record the
  * shims send, stamps it with the sender's pid as the kernel reports it, and
  * sends mode switches back. Protocol: agent/shim/proto.h; design:
- * docs/architecture_shim.md.
+ * docs/architecture.md, "The CUPTI shim and its channel to the agent".
  *
  * Threading: single-threaded, like the agent's event loop. on_record is
  * called from shim_rx_drain() / shim_rx_feed() on the caller's thread.

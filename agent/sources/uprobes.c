@@ -23,37 +23,6 @@
 #include "state.h"
 #include "infertrace.skel.h"
 
-/* must match enum cuda_api in bpf/events.h */
-const char *const cuda_api_names[API_COUNT] = {
-	[API_CUDA_LAUNCH_KERNEL] = "cudaLaunchKernel",
-	[API_CUDA_LAUNCH_KERNEL_PTSZ] = "cudaLaunchKernel_ptsz",
-	[API_CUDA_LAUNCH_KERNEL_EXC] = "cudaLaunchKernelExC",
-	[API_CUDA_LAUNCH_KERNEL_EXC_PTSZ] = "cudaLaunchKernelExC_ptsz",
-	[API_CUDA_GRAPH_LAUNCH] = "cudaGraphLaunch",
-	[API_CUDA_GRAPH_LAUNCH_PTSZ] = "cudaGraphLaunch_ptsz",
-	[API_CUDA_MEMCPY_ASYNC] = "cudaMemcpyAsync",
-	[API_CUDA_MEMCPY_ASYNC_PTSZ] = "cudaMemcpyAsync_ptsz",
-	[API_CUDA_STREAM_SYNCHRONIZE] = "cudaStreamSynchronize",
-	[API_CUDA_STREAM_SYNCHRONIZE_PTSZ] = "cudaStreamSynchronize_ptsz",
-	[API_CUDA_DEVICE_SYNCHRONIZE] = "cudaDeviceSynchronize",
-	[API_CU_LAUNCH_KERNEL] = "cuLaunchKernel",
-	[API_CU_LAUNCH_KERNEL_PTSZ] = "cuLaunchKernel_ptsz",
-	[API_CU_LAUNCH_KERNEL_EX] = "cuLaunchKernelEx",
-	[API_CU_LAUNCH_KERNEL_EX_PTSZ] = "cuLaunchKernelEx_ptsz",
-	[API_CU_GRAPH_LAUNCH] = "cuGraphLaunch",
-	[API_CU_GRAPH_LAUNCH_PTSZ] = "cuGraphLaunch_ptsz",
-};
-
-const char *cuda_api_name(unsigned api)
-{
-	return api < API_COUNT && cuda_api_names[api] ? cuda_api_names[api] : "unknown";
-}
-
-static bool api_is_driver(unsigned api)
-{
-	return api >= API_CU_LAUNCH_KERNEL;
-}
-
 static bool api_is_sync(unsigned api)
 {
 	return api == API_CUDA_STREAM_SYNCHRONIZE || api == API_CUDA_STREAM_SYNCHRONIZE_PTSZ ||
@@ -97,10 +66,10 @@ static int elf_find_symbols(const char *path, bool *found)
 			if (!name)
 				continue;
 			for (unsigned api = 0; api < API_COUNT; api++) {
-				size_t n = strlen(cuda_api_names[api]);
+				size_t n = strlen(corr_api_name(api));
 
 				/* versioned names in .symtab look like sym@@VER */
-				if (!strncmp(name, cuda_api_names[api], n) &&
+				if (!strncmp(name, corr_api_name(api), n) &&
 				    (name[n] == '\0' || name[n] == '@'))
 					found[api] = true;
 			}
@@ -141,36 +110,36 @@ int uprobes_attach_file(struct agent *a, int idx)
 		struct bpf_program *prog;
 		struct bpf_link *l;
 
-		if (api_is_driver(api) != lf->is_driver)
+		if (corr_api_is_driver(api) != lf->is_driver)
 			continue;
 		if (!found[api]) {
 			lf->missing++;
-			if (strlen(missing) + strlen(cuda_api_names[api]) + 2 < sizeof(missing))
-				strcat(strcat(missing, " "), cuda_api_names[api]);
+			if (strlen(missing) + strlen(corr_api_name(api)) + 2 < sizeof(missing))
+				strcat(strcat(missing, " "), corr_api_name(api));
 			continue;
 		}
-		prog = bpf_object__find_program_by_name(a->skel->obj, cuda_api_names[api]);
+		prog = bpf_object__find_program_by_name(a->skel->obj, corr_api_name(api));
 		if (!prog) {
-			pr_err("BPF object lacks program %s (build mismatch)", cuda_api_names[api]);
+			pr_err("BPF object lacks program %s (build mismatch)", corr_api_name(api));
 			err = -ENOENT;
 			goto fail;
 		}
-		l = attach_one(prog, lf->path, cuda_api_names[api], false);
+		l = attach_one(prog, lf->path, corr_api_name(api), false);
 		if (!l) {
 			err = -errno;
-			pr_err("%s: attach uprobe %s: %s", lf->display, cuda_api_names[api],
+			pr_err("%s: attach uprobe %s: %s", lf->display, corr_api_name(api),
 			       strerror(-err));
 			a->cnt.attach_errors++;
 			goto fail;
 		}
 		lf->links[n++] = l;
 		if (api_is_sync(api)) {
-			l = attach_one(a->skel->progs.on_sync_return, lf->path, cuda_api_names[api],
+			l = attach_one(a->skel->progs.on_sync_return, lf->path, corr_api_name(api),
 				       true);
 			if (!l) {
 				err = -errno;
 				pr_err("%s: attach uretprobe %s: %s", lf->display,
-				       cuda_api_names[api], strerror(-err));
+				       corr_api_name(api), strerror(-err));
 				a->cnt.attach_errors++;
 				goto fail;
 			}

@@ -182,6 +182,8 @@ uint32_t corr__pending(const struct corr *c);
 
 /* name of an enum cuda_api value (bpf/events.h), "unknown" otherwise */
 const char *corr_api_name(uint16_t api);
+/* a driver (cu*) entry point rather than a runtime (cuda*) one */
+bool corr_api_is_driver(uint16_t api);
 /* name of a CUPTI launch callback id (runtime or driver domain), or NULL */
 const char *corr_cbid_name(uint32_t domain, uint32_t cbid);
 
@@ -330,7 +332,7 @@ struct corr_json_common {
 /*
  * Format one deep-mode record ("kernel", "memcpy" or "memset") as one JSON
  * object without newline into buf. Returns the length, or -ENOSPC when buf
- * is too small (nothing useful written). Field list: docs/events_gpu.md.
+ * is too small (nothing useful written). Field list: docs/events.md.
  */
 int corr_gpu_to_json(char *buf, size_t sz, const struct corr_json_common *cm,
 		     const struct corr_gpu *g, const struct corr_launch *l);

@@ -767,7 +767,7 @@ static int up_grow(struct corr *c, struct thr *t)
 }
 
 /* driver entry points (cu*) follow the runtime ones in enum cuda_api (bpf/events.h) */
-static inline bool api_is_driver(uint16_t api)
+bool corr_api_is_driver(uint16_t api)
 {
 	return api >= 11; /* API_CU_LAUNCH_KERNEL */
 }
@@ -856,8 +856,8 @@ int corr__add_callback(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_n
 		if (u->ts <= t->last_cb_ts || ts - u->ts > c->o.match_window_ns)
 			continue;
 		/* a later one wins unless it would replace one of the right family */
-		if (!found || api_is_driver(u->api) == (domain == 1) ||
-		    api_is_driver(hit.api) != (domain == 1))
+		if (!found || corr_api_is_driver(u->api) == (domain == 1) ||
+		    corr_api_is_driver(hit.api) != (domain == 1))
 			hit = *u;
 		found = true;
 	}

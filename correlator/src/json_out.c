@@ -3,7 +3,7 @@
  * json_out.c - deep-mode kernel/memcpy/memset records formatted by hand:
  * jansson builds and frees an object per record (~0.1 GB/s), which would make
  * the formatter, not the join, the cost of a replay. Field list and meaning:
- * docs/events_gpu.md (must match).
+ * docs/events.md (must match).
  */
 #include <errno.h>
 #include <string.h>

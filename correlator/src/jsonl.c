@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * jsonl.c - the agent's own JSON lines (docs/events.md, docs/events_gpu.md).
+ * jsonl.c - the agent's own JSON lines (docs/events.md).
  * Lines are small, so jansson parses each; errors name the line.
  *
  * Used records:

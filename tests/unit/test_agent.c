@@ -256,12 +256,15 @@ static void test_decode_forged(void **state)
 static void test_names(void **state)
 {
 	(void)state;
-	assert_string_equal(cuda_api_name(API_CUDA_GRAPH_LAUNCH), "cudaGraphLaunch");
-	assert_string_equal(cuda_api_name(API_CU_GRAPH_LAUNCH_PTSZ), "cuGraphLaunch_ptsz");
-	assert_string_equal(cuda_api_name(API_COUNT), "unknown");
-	assert_string_equal(cuda_api_name(1000), "unknown");
-	for (unsigned i = 0; i < API_COUNT; i++)
-		assert_non_null(cuda_api_names[i]);
+	/* one table for the agent and the correlator (correlator/src/corr.c) */
+	assert_string_equal(corr_api_name(API_CUDA_GRAPH_LAUNCH), "cudaGraphLaunch");
+	assert_string_equal(corr_api_name(API_CU_GRAPH_LAUNCH_PTSZ), "cuGraphLaunch_ptsz");
+	assert_string_equal(corr_api_name(API_COUNT), "unknown");
+	assert_string_equal(corr_api_name(1000), "unknown");
+	for (unsigned i = 0; i < API_COUNT; i++) {
+		assert_string_not_equal(corr_api_name(i), "unknown");
+		assert_int_equal(corr_api_is_driver(i), i >= API_CU_LAUNCH_KERNEL);
+	}
 	assert_string_equal(syscall_name(0), "read");
 	assert_null(syscall_name(100000));
 	assert_string_equal(tcp_state_name(1), "ESTABLISHED");
