@@ -37,6 +37,7 @@
 #include "state.h"
 #include "ops.h"
 #include "control_proto.h"
+#include "util.h"
 
 #define CTL_MAX_CONNS 16
 #define CTL_IDLE_NS (30ull * 1000000000ull)
@@ -627,22 +628,6 @@ void control_tick(struct agent *a)
 	}
 }
 
-static int make_dirs(const char *path)
-{
-	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-
-	snprintf(dir, sizeof(dir), "%s", path);
-	for (char *s = dir + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(dir, 0755) && errno != EEXIST)
-			return -errno;
-		*s = '/';
-	}
-	return 0;
-}
-
 int control_init(struct agent *a)
 {
 	const char *path = a->opts.control_socket ? a->opts.control_socket : CTL_SOCK_DEFAULT;
@@ -679,7 +664,7 @@ int control_init(struct agent *a)
 	}
 	snprintf(ctl->path, sizeof(ctl->path), "%s", path);
 	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-	err = make_dirs(path);
+	err = mkdir_parents(path, 0755);
 	if (err) {
 		agent_log(lvl, "control socket %s: cannot create its directory: %s", path,
 			  strerror(-err));

@@ -24,6 +24,7 @@
 
 #include "shim_rx.h"
 #include "shim/proto.h"
+#include "util.h"
 
 #define RX_MAX_CONNS_DEFAULT 256
 #define RX_MSGS_PER_CONN 64 /* per drain call: one busy shim cannot starve the others */
@@ -602,30 +603,6 @@ void shim_rx_get_stats(const struct shim_rx *rx, struct shim_rx_stats *out)
 }
 
 /* ----------------------------------------------------------------- open --- */
-
-/* mkdir -p of path's directory */
-static int mkdir_parents(const char *path, mode_t mode)
-{
-	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	char *p;
-
-	strcpy(dir, path);
-	p = strrchr(dir, '/');
-	if (!p || p == dir)
-		return 0;
-	*p = '\0';
-	for (p = dir + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(dir, mode) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(dir, mode) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
 
 struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 {
