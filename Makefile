@@ -166,7 +166,7 @@ $(FAKE_CUPTI): tests/fakes/fake_cupti.c tests/fakes/fake_cupti.h
 # no environment (rpath finds the double, the binary locates the shim).
 SHIM_TEST_SRCS := $(sort $(wildcard tests/unit/test_shim*.c))
 SHIM_TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(SHIM_TEST_SRCS))
-SHIM_RX_SRCS := agent/sources/shim_rx.c agent/core/util.c
+SHIM_RX_SRCS := agent/sources/shim_rx.c agent/core/server.c agent/core/util.c
 SHIM_RX_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(SHIM_RX_SRCS))
 
 $(SHIM_TEST_BINS): $(BUILD)/tests/unit/%: tests/unit/%.c $(SHIM_RX_OBJS) $(FAKE_CUPTI) $(SHIM_SO)
