@@ -162,26 +162,27 @@ $(FAKE_CUPTI): tests/fakes/fake_cupti.c tests/fakes/fake_cupti.h
 	$(Q)$(CC) $(CFLAGS_COMMON) -fPIC -I$(CUPTI_INC) -Itests/fakes $(CFLAGS) -shared \
 		-Wl,-soname,libcupti.so.13 $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $< -lpthread
 
-# tests/unit/test_shim*.c: cmocka, linked with shim_rx.o alone (not the whole
-# agent library) and the double; they dlopen $(SHIM_SO) themselves and need
+# tests/unit/test_shim*.c: cmocka, linked with shim_rx.o and the core objects it
+# uses alone (not the whole agent library) and the double; they dlopen $(SHIM_SO) themselves and need
 # no environment (rpath finds the double, the binary locates the shim).
 SHIM_TEST_SRCS := $(sort $(wildcard tests/unit/test_shim*.c))
 SHIM_TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(SHIM_TEST_SRCS))
+SHIM_RX_SRCS := agent/sources/shim_rx.c agent/core/server.c agent/core/util.c
+SHIM_RX_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(SHIM_RX_SRCS))
 
-$(SHIM_TEST_BINS): $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/agent/sources/shim_rx.o $(FAKE_CUPTI) \
-		$(SHIM_SO)
+$(SHIM_TEST_BINS): $(BUILD)/tests/unit/%: tests/unit/%.c $(SHIM_RX_OBJS) $(FAKE_CUPTI) $(SHIM_SO)
 	$(call msg,LINK,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_CFLAGS) -I$(CUPTI_INC) -Itests/fakes -o $@ $< $(BUILD)/agent/sources/shim_rx.o \
+	$(Q)$(CC) $(ALL_CFLAGS) -I$(CUPTI_INC) -Itests/fakes -o $@ $< $(SHIM_RX_OBJS) \
 		$(LDFLAGS_SAN) $(LDFLAGS) -L$(dir $(FAKE_CUPTI)) -l:libcupti.so.13 \
 		-Wl,-rpath,'$$ORIGIN/../fakes' -lcmocka -ldl -lpthread
 
 # libFuzzer target for the receiver's validation: make fuzz-shim-rx (clang)
-$(BUILD)/tests/fuzz/fuzz_shim_rx: tests/fuzz/fuzz_shim_rx.c agent/sources/shim_rx.c agent/sources/shim_rx.h
+$(BUILD)/tests/fuzz/fuzz_shim_rx: tests/fuzz/fuzz_shim_rx.c $(SHIM_RX_SRCS) agent/sources/shim_rx.h
 	$(call msg,FUZZ,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE $(INCLUDES) -o $@ \
-		tests/fuzz/fuzz_shim_rx.c agent/sources/shim_rx.c
+		tests/fuzz/fuzz_shim_rx.c $(SHIM_RX_SRCS)
 
 # tests/integration/gpu_live (issue 3, owner: tests/integration/gpu_live.*):
 # the live end-to-end workload plays CUPTI through the double, so it needs
@@ -200,17 +201,18 @@ $(BUILD)/tests/integration/gpu_live: tests/integration/gpu_live.c $(FAKE_CUPTI) 
 AGENTCTL_SRCS := $(sort $(wildcard agent/cli/*.c))
 AGENTCTL_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(AGENTCTL_SRCS))
 
-$(BUILD)/agentctl: $(AGENTCTL_OBJS) $(BUILD)/agent/control/control_proto.o $(BUILD)/agent/core/numparse.o
+$(BUILD)/agentctl: $(AGENTCTL_OBJS) $(BUILD)/agent/control/control_proto.o $(BUILD)/agent/core/numparse.o \
+		$(BUILD)/agent/core/util.o
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ -ljansson -lrdkafka
 
 # libFuzzer target for the control request parser: make fuzz-control (clang)
 $(BUILD)/tests/fuzz/fuzz_control: tests/fuzz/fuzz_control.c agent/control/control_proto.c \
-		agent/control/control_proto.h
+		agent/control/control_proto.h agent/core/util.c
 	$(call msg,FUZZ,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE $(INCLUDES) -o $@ \
-		tests/fuzz/fuzz_control.c agent/control/control_proto.c -ljansson
+		tests/fuzz/fuzz_control.c agent/control/control_proto.c agent/core/util.c -ljansson
 
 .PHONY: fuzz-control
 fuzz-control: $(BUILD)/tests/fuzz/fuzz_control
@@ -239,7 +241,7 @@ $(BUILD)/tests/unit/%.o: $(BUILD)/infertrace.skel.h
 # tests/unit/test_spill (owner: agent/sinks/spill.*): the spill alone, so it
 # builds and runs while the rest of the agent library is being changed.
 $(BUILD)/tests/unit/test_spill: $(BUILD)/tests/unit/test_spill.o $(BUILD)/agent/sinks/spill.o \
-		$(BUILD)/agent/core/log.o
+		$(BUILD)/agent/core/log.o $(BUILD)/agent/core/util.o
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS_SAN) $(LDFLAGS) -o $@ $^ -lz -lcmocka
 

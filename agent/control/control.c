@@ -5,11 +5,11 @@
  * export, ping) in the framing of control_proto.h.
  *
  * Never blocks the event loop: the listening socket and every connection
- * are nonblocking and watched by one private epoll fd, which the loop
- * watches (readable when any of them is ready). Per connection: a fixed
- * input buffer of one maximal request, one reply in flight (further
- * requests wait in the input buffer), an idle timeout. At most
- * CTL_MAX_CONNS connections; more are accepted and closed at once.
+ * are nonblocking and served by the server core (core/server.h: one private
+ * epoll fd, which the loop watches). Per connection: a fixed input buffer of
+ * one maximal request, one reply in flight (further requests wait in the
+ * input buffer), an idle timeout. At most CTL_MAX_CONNS connections; more
+ * are accepted, told "busy" and closed at once.
  *
  * An export converts the recorder's window (copied first: the recorder
  * moves on) in slices of at most EXPORT_SLICE_NS per loop turn, kicked by
@@ -37,13 +37,13 @@
 #include "state.h"
 #include "ops.h"
 #include "control_proto.h"
+#include "server.h"
+#include "util.h"
 
 #define CTL_MAX_CONNS 16
 #define CTL_IDLE_NS (30ull * 1000000000ull)
 #define CTL_IN_CAP (CTL_HDR_LEN + CTL_MAX_REQUEST)
 #define EXPORT_SLICE_NS 10000000ull /* conversion work per loop turn */
-
-static char kick_tag; /* epoll data of the eventfd that drives exports */
 
 struct export_job {
 	char *snap; /* recorder_snapshot(): [u32 len][JSON]... */
@@ -53,22 +53,20 @@ struct export_job {
 	char instance[CTL_INSTANCE_MAX + 1];
 };
 
+/* what the control socket keeps per server slot (buffers and deadline: struct srv_conn) */
 struct conn {
-	int fd; /* -1: free slot */
+	struct control *ctl;
+	unsigned int slot;
 	uid_t uid;
 	pid_t pid;
-	unsigned char *in;
-	size_t in_len;
-	char *out;
-	size_t out_len, out_off;
-	bool eof, closing; /* close once the reply is out */
-	uint32_t events;   /* epoll interest */
-	uint64_t last_ns;
+	bool eof, closing;	/* close once the reply is out */
 	struct export_job *job; /* an export being converted */
 };
 
 struct control {
-	int lfd, epfd, kick;
+	struct agent *a;
+	struct srv *srv;
+	int kick;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	bool have_gid;
 	gid_t gid;
@@ -80,6 +78,12 @@ struct control {
 static struct control *ctl_of(struct agent *a)
 {
 	return a->ops ? a->ops->ctl : NULL;
+}
+
+/* the server core's side of c: fd, buffers, deadline */
+static struct srv_conn *sc(struct conn *c)
+{
+	return srv_conn(c->ctl->srv, c->slot);
 }
 
 /* ----------------------------------------------------------- replies -- */
@@ -97,10 +101,7 @@ static int queue_frames(struct conn *c, const char *a, size_t alen, const char *
 		ctl_put_len((unsigned char *)out + CTL_HDR_LEN + alen, (uint32_t)blen);
 		memcpy(out + 2 * CTL_HDR_LEN + alen, b, blen);
 	}
-	free(c->out);
-	c->out = out;
-	c->out_len = total;
-	c->out_off = 0;
+	srv_queue(c->ctl->srv, c->slot, out, total);
 	return 0;
 }
 
@@ -375,34 +376,33 @@ static void handle(struct agent *a, struct control *ctl, struct conn *c, const c
 
 static void conn_close(struct control *ctl, struct conn *c)
 {
-	if (c->fd < 0)
-		return;
-	epoll_ctl(ctl->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	close(c->fd);
-	free(c->in);
-	free(c->out);
+	srv_close(ctl->srv, c->slot);
+}
+
+/* the server core closes a slot: what the control socket holds for it */
+static void on_close(void *ctx, unsigned int slot)
+{
+	struct control *ctl = ctx;
+	struct conn *c = &ctl->conns[slot];
+
 	job_free(c->job);
-	memset(c, 0, sizeof(*c));
-	c->fd = -1;
+	*c = (struct conn){.ctl = ctl, .slot = slot};
 }
 
 static void conn_interest(struct control *ctl, struct conn *c)
 {
-	struct epoll_event ev = {.data.ptr = c};
-
 	/* one reply at a time: no reading while one is queued */
-	ev.events = c->out ? EPOLLOUT : (c->eof || c->closing || c->job ? 0 : EPOLLIN);
-	if (ev.events != c->events) {
-		epoll_ctl(ctl->epfd, EPOLL_CTL_MOD, c->fd, &ev);
-		c->events = ev.events;
-	}
+	srv_interest(ctl->srv, c->slot,
+		     sc(c)->out ? EPOLLOUT : (c->eof || c->closing || c->job ? 0 : EPOLLIN));
 }
 
 /* requests complete in the input buffer, one at a time */
 static void conn_process(struct agent *a, struct control *ctl, struct conn *c)
 {
-	while (!c->out && !c->job && !c->closing && c->in_len >= CTL_HDR_LEN) {
-		uint32_t n = ctl_get_len(c->in);
+	struct srv_conn *s = sc(c);
+
+	while (!s->out && !c->job && !c->closing && s->in_len >= CTL_HDR_LEN) {
+		uint32_t n = ctl_get_len(s->in);
 
 		if (!n || n > CTL_MAX_REQUEST) {
 			/* the stream cannot be resynchronised: say why and hang up */
@@ -413,62 +413,39 @@ static void conn_process(struct agent *a, struct control *ctl, struct conn *c)
 			c->closing = true;
 			break;
 		}
-		if (c->in_len < CTL_HDR_LEN + n)
+		if (s->in_len < CTL_HDR_LEN + n)
 			break;
-		handle(a, ctl, c, (const char *)c->in + CTL_HDR_LEN, n);
-		c->in_len -= CTL_HDR_LEN + n;
-		memmove(c->in, c->in + CTL_HDR_LEN + n, c->in_len);
+		handle(a, ctl, c, (const char *)s->in + CTL_HDR_LEN, n);
+		s->in_len -= CTL_HDR_LEN + n;
+		memmove(s->in, s->in + CTL_HDR_LEN + n, s->in_len);
 	}
 }
 
 static void conn_write(struct control *ctl, struct conn *c)
 {
-	while (c->out && c->out_off < c->out_len) {
-		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-				 MSG_DONTWAIT | MSG_NOSIGNAL);
+	int err = srv_send(ctl->srv, c->slot, &ctl->bytes_out);
 
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return;
-			ctl->write_errors++;
-			c->closing = true;
-			c->out_off = c->out_len;
-			break;
-		}
-		ctl->bytes_out += n;
-		c->out_off += n;
-		c->last_ns = now_ns();
+	if (err && err != -EAGAIN) {
+		ctl->write_errors++;
+		c->closing = true;
 	}
-	free(c->out);
-	c->out = NULL;
-	c->out_len = c->out_off = 0;
 }
 
 static void conn_read(struct control *ctl, struct conn *c)
 {
-	while (c->in_len < CTL_IN_CAP) {
-		ssize_t n = recv(c->fd, c->in + c->in_len, CTL_IN_CAP - c->in_len, MSG_DONTWAIT);
+	while (sc(c)->in_len < CTL_IN_CAP) {
+		ssize_t n = srv_recv(ctl->srv, c->slot);
 
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				c->eof = true;
+		if (n == -EAGAIN)
 			return;
-		}
-		if (!n) {
+		if (n <= 0) {
 			c->eof = true;
 			return;
 		}
-		c->in_len += n;
-		c->last_ns = now_ns();
 	}
-	(void)ctl;
 }
 
-static void conn_event(struct agent *a, struct control *ctl, struct conn *c, uint32_t events)
+static int conn_event(struct agent *a, struct control *ctl, struct conn *c, uint32_t events)
 {
 	if (events & EPOLLIN)
 		conn_read(ctl, c);
@@ -479,11 +456,20 @@ static void conn_event(struct agent *a, struct control *ctl, struct conn *c, uin
 	conn_write(ctl, c);
 	if ((events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN))
 		c->eof = true;
-	if (!c->out && !c->job && (c->closing || c->eof)) {
+	if (!sc(c)->out && !c->job && (c->closing || c->eof)) {
 		conn_close(ctl, c);
-		return;
+		return 0;
 	}
 	conn_interest(ctl, c);
+	return 0;
+}
+
+static int on_event(void *ctx, struct srv *s, unsigned int slot, uint32_t events)
+{
+	struct control *ctl = ctx;
+
+	(void)s;
+	return conn_event(ctl->a, ctl, &ctl->conns[slot], events);
 }
 
 static bool peer_allowed(struct control *ctl, int fd, struct ucred *cr)
@@ -508,7 +494,8 @@ static bool peer_allowed(struct control *ctl, int fd, struct ucred *cr)
 	return false;
 }
 
-static void refuse(int fd, const char *code, const char *msg)
+/* a reply that says why, before the server core closes fd */
+static int refuse(int fd, const char *code, const char *msg)
 {
 	char buf[512];
 	int n = snprintf(buf + CTL_HDR_LEN, sizeof(buf) - CTL_HDR_LEN,
@@ -519,61 +506,39 @@ static void refuse(int fd, const char *code, const char *msg)
 		/* best effort: a fresh socket has room for this */
 		(void)!send(fd, buf, CTL_HDR_LEN + n, MSG_DONTWAIT | MSG_NOSIGNAL);
 	}
-	close(fd);
+	return -1;
 }
 
-static void do_accept(struct control *ctl)
+static int on_accept(void *ctx, struct srv *s, int fd, int slot)
 {
-	/* bounded: a flood of connections cannot hold the loop */
-	for (int k = 0; k < 64; k++) {
-		int fd = accept4(ctl->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		struct epoll_event ev = {.events = EPOLLIN};
-		struct conn *c = NULL;
-		struct ucred cr = {};
-		char msg[160];
+	struct control *ctl = ctx;
+	struct ucred cr = {};
+	char msg[160];
 
-		if (fd < 0)
-			return;
-		if (!peer_allowed(ctl, fd, &cr)) {
-			ctl->refused_peer++;
-			snprintf(msg, sizeof(msg), "permission denied: uid %u is not root%s",
-				 (unsigned)cr.uid,
-				 ctl->have_gid ? " nor in the control group" : "");
-			pr_info("control: refused pid %d uid %u (not root%s)", (int)cr.pid,
-				(unsigned)cr.uid, ctl->have_gid ? " nor in --control-group" : "");
-			refuse(fd, "permission_denied", msg);
-			continue;
-		}
-		for (int i = 0; i < CTL_MAX_CONNS; i++)
-			if (ctl->conns[i].fd < 0) {
-				c = &ctl->conns[i];
-				break;
-			}
-		if (!c) {
-			ctl->refused_limit++;
-			refuse(fd, "busy", "too many control connections");
-			continue;
-		}
-		c->in = malloc(CTL_IN_CAP);
-		ev.data.ptr = c;
-		if (!c->in || epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-			free(c->in);
-			c->in = NULL;
-			refuse(fd, "internal", "out of memory");
-			continue;
-		}
-		c->fd = fd;
-		c->uid = cr.uid;
-		c->pid = cr.pid;
-		c->events = EPOLLIN;
-		c->last_ns = now_ns();
-		ctl->accepted++;
+	(void)s;
+	if (!peer_allowed(ctl, fd, &cr)) {
+		ctl->refused_peer++;
+		snprintf(msg, sizeof(msg), "permission denied: uid %u is not root%s",
+			 (unsigned)cr.uid, ctl->have_gid ? " nor in the control group" : "");
+		pr_info("control: refused pid %d uid %u (not root%s)", (int)cr.pid,
+			(unsigned)cr.uid, ctl->have_gid ? " nor in --control-group" : "");
+		return refuse(fd, "permission_denied", msg);
 	}
+	if (slot == -ENOSPC) {
+		ctl->refused_limit++;
+		return refuse(fd, "busy", "too many control connections");
+	}
+	if (slot < 0)
+		return refuse(fd, "internal", "out of memory");
+	ctl->conns[slot] = (struct conn){.ctl = ctl, .slot = slot, .uid = cr.uid, .pid = cr.pid};
+	ctl->accepted++;
+	return 0;
 }
 
 /* one slice of every export; the eventfd stays set while work remains */
-static void run_jobs(struct agent *a, struct control *ctl)
+static void run_jobs(void *ctx, struct srv *s)
 {
+	struct control *ctl = ctx;
 	uint64_t v;
 	bool more = false;
 
@@ -581,14 +546,14 @@ static void run_jobs(struct agent *a, struct control *ctl)
 	for (int i = 0; i < CTL_MAX_CONNS; i++) {
 		struct conn *c = &ctl->conns[i];
 
-		if (c->fd < 0 || !c->job)
+		if (srv_conn(s, i)->fd < 0 || !c->job)
 			continue;
-		c->last_ns = now_ns();
+		srv_touch(s, i);
 		if (!job_step(c, EXPORT_SLICE_NS)) {
 			more = true;
 			continue;
 		}
-		conn_event(a, ctl, c, 0);
+		conn_event(ctl->a, ctl, c, 0);
 	}
 	if (more)
 		kick(ctl);
@@ -597,70 +562,49 @@ static void run_jobs(struct agent *a, struct control *ctl)
 static void on_ready(struct agent *a, void *ctx)
 {
 	struct control *ctl = ctx;
-	struct epoll_event evs[16];
-	int n = epoll_wait(ctl->epfd, evs, 16, 0);
 
-	for (int i = 0; i < n; i++) {
-		if (!evs[i].data.ptr)
-			do_accept(ctl);
-		else if (evs[i].data.ptr == &kick_tag)
-			run_jobs(a, ctl);
-		else if (((struct conn *)evs[i].data.ptr)->fd >= 0)
-			conn_event(a, ctl, evs[i].data.ptr, evs[i].events);
-	}
+	(void)a;
+	srv_serve(ctl->srv);
 }
 
 void control_tick(struct agent *a)
 {
 	struct control *ctl = ctl_of(a);
-	uint64_t now = now_ns();
 
 	if (!ctl)
 		return;
-	for (int i = 0; i < CTL_MAX_CONNS; i++) {
-		struct conn *c = &ctl->conns[i];
-
-		if (c->fd >= 0 && now - c->last_ns > CTL_IDLE_NS) {
-			ctl->timeouts++;
-			conn_close(ctl, c);
-		}
-	}
-}
-
-static int make_dirs(const char *path)
-{
-	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-
-	snprintf(dir, sizeof(dir), "%s", path);
-	for (char *s = dir + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(dir, 0755) && errno != EEXIST)
-			return -errno;
-		*s = '/';
-	}
-	return 0;
+	ctl->timeouts += srv_expire(ctl->srv, CTL_IDLE_NS);
 }
 
 int control_init(struct agent *a)
 {
 	const char *path = a->opts.control_socket ? a->opts.control_socket : CTL_SOCK_DEFAULT;
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
 	/* the default socket is a convenience (tracing goes on without it): warn */
 	enum log_level lvl = a->opts.control_socket ? LOG_ERROR : LOG_WARN;
+	struct srv_opts so = {
+	    .sz = sizeof(so),
+	    .max_conns = CTL_MAX_CONNS,
+	    .accepts = 64, /* bounded: a flood of connections cannot hold the loop */
+	    .max_events = 16,
+	    .in_cap = CTL_IN_CAP,
+	    .idle_deadline = true,
+	    .on_accept = on_accept,
+	    .on_event = on_event,
+	    .on_close = on_close,
+	    .on_wake = run_jobs,
+	};
 	struct control *ctl;
-	int err;
+	int err, lfd = -1;
 
 	if (!strcmp(path, "none"))
 		return 0;
 	ctl = calloc(1, sizeof(*ctl));
 	if (!ctl)
 		return -ENOMEM;
-	ctl->lfd = ctl->epfd = ctl->kick = -1;
-	for (int i = 0; i < CTL_MAX_CONNS; i++)
-		ctl->conns[i].fd = -1;
+	ctl->a = a;
+	ctl->kick = -1;
+	so.ctx = ctl;
 	if (a->opts.control_group) {
 		struct group *g = getgrnam(a->opts.control_group);
 
@@ -679,43 +623,35 @@ int control_init(struct agent *a)
 	}
 	snprintf(ctl->path, sizeof(ctl->path), "%s", path);
 	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-	err = make_dirs(path);
+	err = mkdir_parents(path, 0755);
 	if (err) {
 		agent_log(lvl, "control socket %s: cannot create its directory: %s", path,
 			  strerror(-err));
 		goto fail;
 	}
-	ctl->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	ctl->epfd = epoll_create1(EPOLL_CLOEXEC);
+	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	ctl->kick = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (ctl->lfd < 0 || ctl->epfd < 0 || ctl->kick < 0) {
+	if (lfd < 0 || ctl->kick < 0) {
 		err = -errno;
 		agent_log(lvl, "control socket: %s", strerror(-err));
 		goto fail;
 	}
 	/* a stale file from a previous run (a live agent would be a conflict: checked) */
-	if (!connect(ctl->lfd, (struct sockaddr *)&sun, sizeof(sun))) {
+	if (!connect(lfd, (struct sockaddr *)&sun, sizeof(sun))) {
 		agent_log(lvl, "control socket %s: another agent is listening there", path);
 		err = -EADDRINUSE;
 		goto fail;
 	}
-	close(ctl->lfd);
-	ctl->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	close(lfd);
+	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	unlink(path);
-	if (ctl->lfd < 0 || bind(ctl->lfd, (struct sockaddr *)&sun, sizeof(sun)) ||
-	    chmod(path, 0666) || listen(ctl->lfd, 16) ||
-	    epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, ctl->lfd, &ev)) {
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sun, sizeof(sun)) || chmod(path, 0666) ||
+	    listen(lfd, 16) || !(ctl->srv = srv_new(lfd, &so)) || srv_watch(ctl->srv, ctl->kick)) {
 		err = -errno;
 		agent_log(lvl, "control socket %s: %s", path, strerror(-err));
 		goto fail;
 	}
-	ev.data.ptr = &kick_tag;
-	if (epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, ctl->kick, &ev)) {
-		err = -errno;
-		agent_log(lvl, "control socket %s: %s", path, strerror(-err));
-		goto fail;
-	}
-	err = agent_watch_fd(a, ctl->epfd, on_ready, ctl);
+	err = agent_watch_fd(a, srv_fd(ctl->srv), on_ready, ctl);
 	if (err) {
 		agent_log(lvl, "control socket: event loop: %s", strerror(-err));
 		goto fail;
@@ -726,13 +662,14 @@ int control_init(struct agent *a)
 	return 0;
 
 fail:
-	if (ctl->lfd >= 0) {
-		close(ctl->lfd);
+	if (lfd >= 0) {
+		if (ctl->srv)
+			srv_free(ctl->srv); /* closes lfd */
+		else
+			close(lfd);
 		if (err != -EADDRINUSE && ctl->path[0])
 			unlink(ctl->path);
 	}
-	if (ctl->epfd >= 0)
-		close(ctl->epfd);
 	if (ctl->kick >= 0)
 		close(ctl->kick);
 	free(ctl);
@@ -747,12 +684,11 @@ fail:
 void control_stats(struct agent *a, json_t *obj)
 {
 	struct control *ctl = ctl_of(a);
-	int active = 0;
+	int active;
 
 	if (!ctl)
 		return;
-	for (int i = 0; i < CTL_MAX_CONNS; i++)
-		active += ctl->conns[i].fd >= 0;
+	active = (int)srv_active(ctl->srv);
 	json_object_set_new(
 	    obj, "control",
 	    json_pack("{s:i,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:I,s:I}",
@@ -774,12 +710,9 @@ void control_free(struct agent *a)
 
 	if (!ctl)
 		return;
-	for (int i = 0; i < CTL_MAX_CONNS; i++)
-		conn_close(ctl, &ctl->conns[i]);
-	agent_unwatch_fd(a, ctl->epfd);
-	close(ctl->epfd);
+	agent_unwatch_fd(a, srv_fd(ctl->srv));
+	srv_free(ctl->srv); /* every connection, the listening socket */
 	close(ctl->kick);
-	close(ctl->lfd);
 	unlink(ctl->path);
 	free(ctl);
 	a->ops->ctl = NULL;

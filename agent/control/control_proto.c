@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include "control_proto.h"
+#include "util.h"
 
 static const char *const cmd_names[CTL_CMD_COUNT] = {
     [CTL_PING] = "ping",
@@ -160,24 +161,6 @@ void ctl_request_release(struct ctl_request *req)
 
 /* ------------------------------------------------------- client side -- */
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += n;
-		len -= n;
-	}
-	return 0;
-}
-
 static int read_all(int fd, void *buf, size_t len, int timeout_ms)
 {
 	char *p = buf;
@@ -216,9 +199,9 @@ int ctl_send(int fd, const void *buf, size_t len)
 	if (len > UINT32_MAX)
 		return -EMSGSIZE;
 	ctl_put_len(hdr, (uint32_t)len);
-	err = write_all(fd, hdr, sizeof(hdr));
+	err = write_all(fd, hdr, sizeof(hdr), -1);
 	if (!err)
-		err = write_all(fd, buf, len);
+		err = write_all(fd, buf, len, -1);
 	return err;
 }
 

@@ -6,9 +6,10 @@
  * the process is alive; /readyz says BPF is loaded and the loop turned in
  * the last 2 s (the Helm chart probes both).
  *
- * Bounded and nonblocking like the control socket: one private epoll fd
- * watched by the loop, at most METRICS_MAX_CONNS connections, requests up
- * to 4 KiB, a 5 s deadline per connection, one response then close.
+ * Bounded and nonblocking like the control socket, on the same server core
+ * (core/server.h): at most METRICS_MAX_CONNS connections, requests up to
+ * 4 KiB, a 5 s deadline per connection from its accept, one response then
+ * close.
  *
  * Cardinality: labels are event types, record classes, drop stages and
  * sink names - small fixed sets. No pid, tid, instance or kernel name is a
@@ -25,6 +26,7 @@
 
 #include "state.h"
 #include "ops.h"
+#include "server.h"
 #include "infertrace.skel.h"
 
 #define METRICS_MAX_CONNS 8
@@ -32,18 +34,9 @@
 #define METRICS_DEADLINE_NS (5ull * 1000000000ull)
 #define READY_TICK_NS (2ull * 1000000000ull)
 
-struct mconn {
-	int fd; /* -1: free */
-	char req[METRICS_REQ_MAX + 1];
-	size_t req_len;
-	char *out;
-	size_t out_len, out_off;
-	uint64_t start_ns;
-};
-
 struct metrics {
-	int lfd, epfd;
-	struct mconn conns[METRICS_MAX_CONNS];
+	struct agent *a;
+	struct srv *srv; /* per connection: the request, the response, the deadline */
 	uint64_t requests, scrapes, bad_requests, not_found, refused, timeouts;
 };
 
@@ -259,18 +252,8 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 	json_decref(o);
 }
 
-static void mconn_close(struct metrics *m, struct mconn *c)
-{
-	if (c->fd < 0)
-		return;
-	epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	close(c->fd);
-	free(c->out);
-	c->out = NULL;
-	c->fd = -1;
-}
-
-static void respond(struct mconn *c, int code, const char *ctype, const char *body, size_t len)
+static void respond(struct srv *s, unsigned int slot, int code, const char *ctype, const char *body,
+		    size_t len)
 {
 	const char *reason = code == 200   ? "OK"
 			     : code == 404 ? "Not Found"
@@ -283,30 +266,31 @@ static void respond(struct mconn *c, int code, const char *ctype, const char *bo
 			 "Connection: close\r\n\r\n",
 			 code, reason, ctype, len);
 
-	c->out = malloc(n + len);
-	if (!c->out)
+	char *out = malloc(n + len);
+
+	if (!out)
 		return;
-	memcpy(c->out, hdr, n);
-	memcpy(c->out + n, body, len);
-	c->out_len = n + len;
-	c->out_off = 0;
+	memcpy(out, hdr, n);
+	memcpy(out + n, body, len);
+	srv_queue(s, slot, out, n + len);
 }
 
-static void handle(struct agent *a, struct metrics *m, struct mconn *c)
+static void handle(struct agent *a, struct metrics *m, unsigned int slot)
 {
+	struct srv_conn *c = srv_conn(m->srv, slot);
 	char method[8], path[256];
 	const char *text = "text/plain; charset=utf-8";
 
 	m->requests++;
-	if (sscanf(c->req, "%7s %255s HTTP/%*d.%*d", method, path) != 2) {
+	if (sscanf((const char *)c->in, "%7s %255s HTTP/%*d.%*d", method, path) != 2) {
 		m->bad_requests++;
-		respond(c, 400, text, "bad request\n", 12);
+		respond(m->srv, slot, 400, text, "bad request\n", 12);
 		return;
 	}
 	path[strcspn(path, "?")] = '\0';
 	if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
 		m->bad_requests++;
-		respond(c, 405, text, "GET only\n", 9);
+		respond(m->srv, slot, 405, text, "GET only\n", 9);
 	} else if (!strcmp(path, "/metrics")) {
 		char *buf = NULL;
 		size_t len = 0;
@@ -317,22 +301,22 @@ static void handle(struct agent *a, struct metrics *m, struct mconn *c)
 		m->scrapes++;
 		render(a, m, f);
 		fclose(f);
-		respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", buf, len);
+		respond(m->srv, slot, 200, "text/plain; version=0.0.4; charset=utf-8", buf, len);
 		free(buf);
 	} else if (!strcmp(path, "/healthz")) {
-		respond(c, 200, text, "ok\n", 3);
+		respond(m->srv, slot, 200, text, "ok\n", 3);
 	} else if (!strcmp(path, "/readyz")) {
 		bool ticking = now_ns() - a->ops->last_tick_ns < READY_TICK_NS;
 
 		if (a->skel && ticking)
-			respond(c, 200, text, "ready\n", 6);
+			respond(m->srv, slot, 200, text, "ready\n", 6);
 		else if (!a->skel)
-			respond(c, 503, text, "not ready: BPF not loaded\n", 26);
+			respond(m->srv, slot, 503, text, "not ready: BPF not loaded\n", 26);
 		else
-			respond(c, 503, text, "not ready: event loop stalled\n", 30);
+			respond(m->srv, slot, 503, text, "not ready: event loop stalled\n", 30);
 	} else {
 		m->not_found++;
-		respond(c, 404, text, "not found: /metrics /healthz /readyz\n", 37);
+		respond(m->srv, slot, 404, text, "not found: /metrics /healthz /readyz\n", 37);
 	}
 	if (!strcmp(method, "HEAD") && c->out) {
 		/* headers only */
@@ -343,106 +327,71 @@ static void handle(struct agent *a, struct metrics *m, struct mconn *c)
 	}
 }
 
-static void mconn_event(struct agent *a, struct metrics *m, struct mconn *c)
+static int on_event(void *ctx, struct srv *s, unsigned int slot, uint32_t events)
 {
-	struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = c};
+	struct metrics *m = ctx;
+	struct srv_conn *c = srv_conn(s, slot);
+	ssize_t n;
 
-	while (!c->out && c->req_len < METRICS_REQ_MAX) {
-		ssize_t n =
-		    recv(c->fd, c->req + c->req_len, METRICS_REQ_MAX - c->req_len, MSG_DONTWAIT);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
+	(void)events;
+	while (!c->out && c->in_len < METRICS_REQ_MAX) {
+		n = srv_recv(s, slot);
+		if (n == -EAGAIN)
+			return 0;
 		if (n <= 0) {
-			mconn_close(m, c);
-			return;
+			srv_close(s, slot);
+			return 0;
 		}
-		c->req_len += n;
-		c->req[c->req_len] = '\0';
-		if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n"))
+		if (strstr((const char *)c->in, "\r\n\r\n") || strstr((const char *)c->in, "\n\n"))
 			break;
 	}
 	if (!c->out) {
-		if (c->req_len >= METRICS_REQ_MAX) {
+		if (c->in_len >= METRICS_REQ_MAX) {
 			m->bad_requests++;
-			respond(c, 400, "text/plain", "request too large\n", 18);
+			respond(s, slot, 400, "text/plain", "request too large\n", 18);
 		} else {
-			handle(a, m, c);
+			handle(m->a, m, slot);
 		}
 		if (!c->out) {
-			mconn_close(m, c);
-			return;
+			srv_close(s, slot);
+			return 0;
 		}
-		epoll_ctl(m->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+		srv_interest(s, slot, EPOLLOUT);
 	}
-	while (c->out_off < c->out_len) {
-		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-				 MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (srv_send(s, slot, NULL) == -EAGAIN)
+		return 0;
+	srv_close(s, slot);
+	return 0;
+}
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
-		if (n <= 0)
-			break;
-		c->out_off += n;
+static int on_accept(void *ctx, struct srv *s, int fd, int slot)
+{
+	struct metrics *m = ctx;
+
+	(void)s;
+	(void)fd;
+	if (slot < 0) {
+		m->refused++;
+		return -1;
 	}
-	mconn_close(m, c);
+	return 0;
 }
 
 static void on_ready(struct agent *a, void *ctx)
 {
 	struct metrics *m = ctx;
-	struct epoll_event evs[16];
-	int n = epoll_wait(m->epfd, evs, 16, 0);
 
-	for (int i = 0; i < n; i++) {
-		struct mconn *c = evs[i].data.ptr;
-
-		if (c) {
-			if (c->fd >= 0)
-				mconn_event(a, m, c);
-			continue;
-		}
-		for (int k = 0; k < 16; k++) {
-			int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-			struct epoll_event ev = {.events = EPOLLIN};
-
-			if (fd < 0)
-				break;
-			c = NULL;
-			for (int j = 0; j < METRICS_MAX_CONNS; j++)
-				if (m->conns[j].fd < 0) {
-					c = &m->conns[j];
-					break;
-				}
-			ev.data.ptr = c;
-			if (!c || epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-				m->refused++;
-				close(fd);
-				continue;
-			}
-			c->fd = fd;
-			c->req_len = 0;
-			c->start_ns = now_ns();
-		}
-	}
+	(void)a;
+	srv_serve(m->srv);
 }
 
 void metrics_tick(struct agent *a)
 {
 	struct metrics *m = a->ops->met;
-	uint64_t now = now_ns();
 
 	if (!m)
 		return;
-	for (int i = 0; i < METRICS_MAX_CONNS; i++)
-		if (m->conns[i].fd >= 0 && now - m->conns[i].start_ns > METRICS_DEADLINE_NS) {
-			m->timeouts++;
-			mconn_close(m, &m->conns[i]);
-		}
+	m->timeouts += srv_expire(m->srv, METRICS_DEADLINE_NS);
 }
 
 /* ADDR:PORT, [V6ADDR]:PORT or :PORT (every address) */
@@ -469,10 +418,18 @@ static int parse_addr(const char *spec, char *host, size_t hsz, char *port, size
 int metrics_init(struct agent *a)
 {
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res = NULL;
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+	struct srv_opts so = {
+	    .sz = sizeof(so),
+	    .max_conns = METRICS_MAX_CONNS,
+	    .accepts = 16,
+	    .max_events = 16,
+	    .in_cap = METRICS_REQ_MAX,
+	    .on_accept = on_accept,
+	    .on_event = on_event,
+	};
 	char host[256], port[16];
 	struct metrics *m;
-	int err, one = 1;
+	int err, one = 1, lfd = -1;
 
 	if (!a->opts.metrics)
 		return 0;
@@ -490,19 +447,17 @@ int metrics_init(struct agent *a)
 		freeaddrinfo(res);
 		return -ENOMEM;
 	}
-	for (int i = 0; i < METRICS_MAX_CONNS; i++)
-		m->conns[i].fd = -1;
-	m->lfd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	m->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (m->lfd < 0 || m->epfd < 0 ||
-	    setsockopt(m->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-	    bind(m->lfd, res->ai_addr, res->ai_addrlen) || listen(m->lfd, 16) ||
-	    epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->lfd, &ev)) {
+	m->a = a;
+	so.ctx = m;
+	lfd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    bind(lfd, res->ai_addr, res->ai_addrlen) || listen(lfd, 16) ||
+	    !(m->srv = srv_new(lfd, &so))) {
 		err = -errno;
 		pr_err("--metrics %s: %s", a->opts.metrics, strerror(-err));
 		goto fail;
 	}
-	err = agent_watch_fd(a, m->epfd, on_ready, m);
+	err = agent_watch_fd(a, srv_fd(m->srv), on_ready, m);
 	if (err) {
 		pr_err("--metrics: event loop: %s", strerror(-err));
 		goto fail;
@@ -514,10 +469,10 @@ int metrics_init(struct agent *a)
 
 fail:
 	freeaddrinfo(res);
-	if (m->lfd >= 0)
-		close(m->lfd);
-	if (m->epfd >= 0)
-		close(m->epfd);
+	if (m->srv)
+		srv_free(m->srv); /* closes lfd */
+	else if (lfd >= 0)
+		close(lfd);
 	free(m);
 	return err;
 }
@@ -542,11 +497,8 @@ void metrics_free(struct agent *a)
 
 	if (!m)
 		return;
-	for (int i = 0; i < METRICS_MAX_CONNS; i++)
-		mconn_close(m, &m->conns[i]);
-	agent_unwatch_fd(a, m->epfd);
-	close(m->epfd);
-	close(m->lfd);
+	agent_unwatch_fd(a, srv_fd(m->srv));
+	srv_free(m->srv);
 	free(m);
 	a->ops->met = NULL;
 }

@@ -40,6 +40,7 @@
 
 #include "state.h"
 #include "ops.h"
+#include "util.h"
 
 #define GPU_PID_BASE 0x40000000u
 #define GPU_TID_BASE 0x50000000u
@@ -61,7 +62,8 @@ struct pf_track {
 	uint32_t n_lanes;
 	uint32_t *lane_tid; /* lane_tid[0] == tid */
 	uint64_t **stack;   /* per lane: ends of the open slices */
-	uint32_t *depth, *cap;
+	uint32_t *depth;
+	size_t *cap;
 };
 
 struct pf_slice {
@@ -74,7 +76,8 @@ struct pf_slice {
 	bool instant;
 	uint64_t flow_in; /* 0: none */
 	uint64_t *flows_out;
-	uint32_t n_out, cap_out;
+	uint32_t n_out;
+	size_t cap_out;
 };
 
 struct launch_key {
@@ -154,22 +157,6 @@ void perfetto_get_stats(const struct perfetto *p, struct perfetto_stats *out)
 	*out = p->st;
 }
 
-static int grow(void **arr, size_t *cap, size_t n, size_t elem)
-{
-	void *na;
-	size_t nc;
-
-	if (n < *cap)
-		return 0;
-	nc = *cap ? *cap * 2 : 16;
-	na = realloc(*arr, nc * elem);
-	if (!na)
-		return -ENOMEM;
-	*arr = na;
-	*cap = nc;
-	return 0;
-}
-
 /* JSON string body with escapes (no quotes) */
 static void put_esc(FILE *f, const char *s)
 {
@@ -195,7 +182,7 @@ static void set_proc(struct perfetto *p, uint32_t pid, const char *name, bool gp
 	for (size_t i = 0; i < p->n_procs; i++)
 		if (p->procs[i].pid == pid)
 			return;
-	if (grow((void **)&p->procs, &p->cap_procs, p->n_procs, sizeof(*p->procs))) {
+	if (grow_array((void **)&p->procs, &p->cap_procs, p->n_procs, sizeof(*p->procs), 16)) {
 		p->err = -ENOMEM;
 		return;
 	}
@@ -206,7 +193,7 @@ static void set_proc(struct perfetto *p, uint32_t pid, const char *name, bool gp
 
 static int track_new(struct perfetto *p, const struct pf_track *proto)
 {
-	if (grow((void **)&p->tracks, &p->cap_tracks, p->n_tracks, sizeof(*p->tracks))) {
+	if (grow_array((void **)&p->tracks, &p->cap_tracks, p->n_tracks, sizeof(*p->tracks), 16)) {
 		p->err = -ENOMEM;
 		return -1;
 	}
@@ -275,7 +262,7 @@ static int slice_new(struct perfetto *p, int track, uint64_t ts, uint64_t dur, c
 
 	if (track < 0)
 		return -1;
-	if (grow((void **)&p->slices, &p->cap_slices, p->n_slices, sizeof(*p->slices))) {
+	if (grow_array((void **)&p->slices, &p->cap_slices, p->n_slices, sizeof(*p->slices), 16)) {
 		p->err = -ENOMEM;
 		return -1;
 	}
@@ -299,15 +286,8 @@ static int add_flow_out(struct perfetto *p, int slice, uint64_t id)
 {
 	struct pf_slice *s = &p->slices[slice];
 
-	if (s->n_out == s->cap_out) {
-		uint32_t nc = s->cap_out ? s->cap_out * 2 : 2;
-		uint64_t *n = realloc(s->flows_out, nc * sizeof(*n));
-
-		if (!n)
-			return p->err = -ENOMEM;
-		s->flows_out = n;
-		s->cap_out = nc;
-	}
+	if (grow_array((void **)&s->flows_out, &s->cap_out, s->n_out, sizeof(*s->flows_out), 2))
+		return p->err = -ENOMEM;
 	s->flows_out[s->n_out++] = id;
 	return 0;
 }
@@ -621,15 +601,8 @@ static int cmp_slice(const void *x, const void *y)
 
 static int lane_push(struct pf_track *t, uint32_t l, uint64_t end)
 {
-	if (t->depth[l] == t->cap[l]) {
-		uint32_t nc = t->cap[l] ? t->cap[l] * 2 : 8;
-		uint64_t *n = realloc(t->stack[l], nc * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		t->stack[l] = n;
-		t->cap[l] = nc;
-	}
+	if (grow_array((void **)&t->stack[l], &t->cap[l], t->depth[l], sizeof(*t->stack[l]), 8))
+		return -ENOMEM;
 	t->stack[l][t->depth[l]++] = end;
 	return 0;
 }
@@ -639,7 +612,8 @@ static int lane_add(struct perfetto *p, struct pf_track *t)
 	uint32_t n = t->n_lanes + 1;
 	uint32_t *tids = realloc(t->lane_tid, n * sizeof(*tids));
 	uint64_t **st;
-	uint32_t *d, *c;
+	uint32_t *d;
+	size_t *c;
 
 	if (!tids)
 		return -ENOMEM;

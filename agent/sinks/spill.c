@@ -46,6 +46,7 @@
 #include <zlib.h>
 
 #include "spill.h"
+#include "util.h"
 
 #define SEG_MAGIC "ITSPILL1"
 #define SEG_VERSION 1
@@ -113,7 +114,8 @@ struct spill {
 	uint64_t bytes;	  /* sum of seg.disk */
 	uint64_t unread;  /* sum of seg.unread */
 	struct seg *segs; /* ascending id */
-	int n_segs, cap_segs;
+	int n_segs;
+	size_t cap_segs;
 	uint64_t next_id;
 	struct writer tail, front;
 	/* reader: a window of one segment file */
@@ -158,15 +160,8 @@ static struct seg *seg_insert(struct spill *sp, uint64_t id)
 {
 	int i;
 
-	if (sp->n_segs == sp->cap_segs) {
-		int cap = sp->cap_segs ? 2 * sp->cap_segs : 16;
-		struct seg *n = realloc(sp->segs, cap * sizeof(*n));
-
-		if (!n)
-			return NULL;
-		sp->segs = n;
-		sp->cap_segs = cap;
-	}
+	if (grow_array((void **)&sp->segs, &sp->cap_segs, sp->n_segs, sizeof(*sp->segs), 16))
+		return NULL;
 	for (i = sp->n_segs; i > 0 && sp->segs[i - 1].id > id; i--)
 		;
 	memmove(&sp->segs[i + 1], &sp->segs[i], (sp->n_segs - i) * sizeof(*sp->segs));
@@ -190,25 +185,6 @@ static void io_error(struct spill *sp, const char *what, uint64_t id, int err)
 {
 	sp->st.io_errors++;
 	pr_err("spill %s: %s %016" PRIx64 ": %s", sp->dir, what, id, strerror(err));
-}
-
-static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = pwrite(fd, p, len, off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += n;
-		len -= n;
-		off += n;
-	}
-	return 0;
 }
 
 /* bytes read (short at end of file) or -errno */
@@ -247,7 +223,7 @@ static int writer_flush(struct spill *sp, struct writer *w)
 
 	if (!w->id || !w->len)
 		return 0;
-	err = pwrite_all(w->fd, w->buf, w->len, w->flushed);
+	err = write_all(w->fd, w->buf, w->len, w->flushed);
 	if (err) {
 		io_error(sp, "write", w->id, -err);
 		return err;
@@ -271,7 +247,7 @@ static int writer_close(struct spill *sp, struct writer *w)
 	if (s && s->dirty) {
 		uint64_t c = s->cons;
 
-		if (!pwrite_all(w->fd, &c, sizeof(c), OFF_CONSUMED))
+		if (!write_all(w->fd, &c, sizeof(c), OFF_CONSUMED))
 			s->dirty = false;
 	}
 	if (fdatasync(w->fd) && !err) {
@@ -339,7 +315,7 @@ static int seg_create(struct spill *sp, struct writer *w, uint64_t id, bool fron
 		io_error(sp, "create", id, -err);
 		return err;
 	}
-	err = pwrite_all(fd, &h, sizeof(h), 0);
+	err = write_all(fd, &h, sizeof(h), 0);
 	if (err) {
 		io_error(sp, "write header", id, -err);
 		goto fail;
@@ -626,9 +602,9 @@ static int seg_compact(struct spill *sp, struct seg *s, int prio)
 		io_error(sp, "create", s->id, -err);
 		goto cleanup;
 	}
-	err = pwrite_all(dfd, &h, sizeof(h), 0);
+	err = write_all(dfd, &h, sizeof(h), 0);
 	if (!err)
-		err = pwrite_all(dfd, buf, out, HDR_SZ);
+		err = write_all(dfd, buf, out, HDR_SZ);
 	if (!err && fdatasync(dfd))
 		err = -errno;
 	if (!err && rename(tmp, path))
@@ -818,7 +794,7 @@ int spill_commit(struct spill *sp)
 				continue;
 			}
 		}
-		err = pwrite_all(fd, &c, sizeof(c), OFF_CONSUMED);
+		err = write_all(fd, &c, sizeof(c), OFF_CONSUMED);
 		if (err) {
 			io_error(sp, "write header", s->id, -err);
 			ret = err;
@@ -963,25 +939,6 @@ cleanup:
 	return err;
 }
 
-static int mkdir_p(const char *dir)
-{
-	char path[PATH_MAX];
-
-	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
-		return -ENAMETOOLONG;
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(path, 0755) && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(path, 0700) && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 struct spill *spill_open(const struct spill_opts *o)
 {
 	struct spill *sp = NULL;
@@ -1017,7 +974,7 @@ struct spill *spill_open(const struct spill_opts *o)
 		err = -ENOMEM;
 		goto fail;
 	}
-	err = mkdir_p(sp->dir);
+	err = mkdir_p(sp->dir, 0755, 0700);
 	if (err) {
 		pr_err("spill: cannot create %s: %s", sp->dir, strerror(-err));
 		goto fail;

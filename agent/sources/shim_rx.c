@@ -17,13 +17,14 @@
 #include <string.h>
 #include <unistd.h>
 #include <poll.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
 #include "shim_rx.h"
 #include "shim/proto.h"
+#include "server.h"
+#include "util.h"
 
 #define RX_MAX_CONNS_DEFAULT 256
 #define RX_MSGS_PER_CONN 64 /* per drain call: one busy shim cannot starve the others */
@@ -37,8 +38,8 @@ struct tid_pair {
 	uint32_t host_tid;
 };
 
+/* per server slot (the fd is the server core's: conn_fd) */
 struct rx_conn {
-	int fd;		 /* -1: free slot */
 	uint32_t pid;	 /* kernel's view (SO_PEERCRED at connect) */
 	uint32_t ns_pid; /* what the shim calls itself (hello's hdr.pid) */
 	bool hello;
@@ -53,8 +54,7 @@ struct rx_conn {
 };
 
 struct shim_rx {
-	int lfd;
-	int epfd;
+	struct srv *srv; /* the listening socket, the connections' slots */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	shim_rx_record_fn on_record;
 	void (*on_msg)(void *ctx);
@@ -354,7 +354,7 @@ bad:
 
 int shim_rx_feed(struct shim_rx *rx, uint32_t pid, const void *buf, size_t len)
 {
-	struct rx_conn c = {.fd = -1, .pid = pid};
+	struct rx_conn c = {.pid = pid};
 	uint64_t bad = rx->st.bad_msgs;
 	int n;
 
@@ -377,57 +377,54 @@ int shim_rx_feed(struct shim_rx *rx, uint32_t pid, const void *buf, size_t len)
 
 /* ---------------------------------------------------------- connections --- */
 
+static unsigned int conn_slot(const struct shim_rx *rx, const struct rx_conn *c)
+{
+	return (unsigned int)(c - rx->conns);
+}
+
+/* -1: the slot is free */
+static int conn_fd(const struct shim_rx *rx, const struct rx_conn *c)
+{
+	return srv_conn(rx->srv, conn_slot(rx, c))->fd;
+}
+
 static void conn_close(struct shim_rx *rx, struct rx_conn *c)
 {
-	if (c->fd < 0)
-		return;
-	epoll_ctl(rx->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	close(c->fd);
+	srv_close(rx->srv, conn_slot(rx, c));
+}
+
+/* the server core closes a slot */
+static void on_close(void *ctx, unsigned int slot)
+{
+	struct shim_rx *rx = ctx;
+	struct rx_conn *c = &rx->conns[slot];
+
 	free(c->tids);
 	memset(c, 0, sizeof(*c));
-	c->fd = -1;
 	rx->st.conns_closed++;
 	rx->st.conns_active--;
 }
 
 static int conn_read(struct shim_rx *rx, struct rx_conn *c);
 
-/* accept, and read at once what a new shim may have sent already */
-static int accept_some(struct shim_rx *rx)
+/* a new connection: its peer's pid, and read at once what it may have sent already */
+static int on_accept(void *ctx, struct srv *s, int fd, int slot)
 {
-	int i, delivered = 0;
+	struct shim_rx *rx = ctx;
+	struct ucred cr;
+	socklen_t crlen = sizeof(cr);
+	int one = 1;
 
-	for (i = 0; i < RX_ACCEPTS_PER_DRAIN; i++) {
-		struct epoll_event ev = {.events = EPOLLIN};
-		struct ucred cr;
-		socklen_t crlen = sizeof(cr);
-		unsigned int slot;
-		int fd, one = 1;
-
-		fd = accept4(rx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0)
-			break; /* EAGAIN, or a connection that died in the backlog */
-		for (slot = 0; slot < rx->max_conns && rx->conns[slot].fd >= 0; slot++)
-			;
-		if (slot == rx->max_conns ||
-		    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0 || cr.pid <= 0 ||
-		    setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) < 0) {
-			rx->st.conns_refused++;
-			close(fd);
-			continue;
-		}
-		ev.data.u64 = slot + 1;
-		if (epoll_ctl(rx->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-			rx->st.conns_refused++;
-			close(fd);
-			continue;
-		}
-		rx->conns[slot] = (struct rx_conn){.fd = fd, .pid = (uint32_t)cr.pid};
-		rx->st.conns_accepted++;
-		rx->st.conns_active++;
-		delivered += conn_read(rx, &rx->conns[slot]);
+	(void)s;
+	if (slot < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0 || cr.pid <= 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) < 0) {
+		rx->st.conns_refused++;
+		return -1;
 	}
-	return delivered;
+	rx->conns[slot] = (struct rx_conn){.pid = (uint32_t)cr.pid};
+	rx->st.conns_accepted++;
+	rx->st.conns_active++;
+	return conn_read(rx, &rx->conns[slot]);
 }
 
 /*
@@ -479,9 +476,9 @@ static int conn_read(struct shim_rx *rx, struct rx_conn *c)
 		char buf[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(RX_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} cmsg;
-	int i, n, delivered = 0;
+	int i, n, fd, delivered = 0;
 
-	for (i = 0; i < RX_MSGS_PER_CONN && c->fd >= 0; i++) {
+	for (i = 0; i < RX_MSGS_PER_CONN && (fd = conn_fd(rx, c)) >= 0; i++) {
 		struct iovec iov = {.iov_base = rx->buf, .iov_len = sizeof(rx->buf)};
 		struct msghdr mh = {
 		    .msg_iov = &iov,
@@ -492,10 +489,10 @@ static int conn_read(struct shim_rx *rx, struct rx_conn *c)
 		uint32_t conn_pid = c->pid;
 		ssize_t len;
 
-		len = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		len = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (len < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 			break;
-		if (len < 0 || (len == 0 && peer_gone(c->fd))) {
+		if (len < 0 || (len == 0 && peer_gone(fd))) {
 			conn_close(rx, c); /* the process went away */
 			break;
 		}
@@ -519,30 +516,26 @@ static int conn_read(struct shim_rx *rx, struct rx_conn *c)
 	return delivered;
 }
 
+static int on_event(void *ctx, struct srv *s, unsigned int slot, uint32_t events)
+{
+	struct shim_rx *rx = ctx;
+
+	(void)s;
+	(void)events;
+	return conn_read(rx, &rx->conns[slot]);
+}
+
 int shim_rx_drain(struct shim_rx *rx)
 {
-	struct epoll_event evs[64];
-	int i, n, delivered = 0;
+	int delivered;
 
 	/* from a callback: the next read would overwrite the message in hand */
 	if (rx->draining) {
 		rx->st.reentered++;
 		return -EBUSY;
 	}
-	n = epoll_wait(rx->epfd, evs, 64, 0);
-	if (n < 0)
-		return errno == EINTR ? 0 : -errno;
 	rx->draining = true;
-	for (i = 0; i < n; i++) {
-		uint64_t id = evs[i].data.u64;
-
-		if (!id) {
-			delivered += accept_some(rx);
-			continue;
-		}
-		if (id - 1 < rx->max_conns && rx->conns[id - 1].fd >= 0)
-			delivered += conn_read(rx, &rx->conns[id - 1]);
-	}
+	delivered = srv_serve(rx->srv);
 	rx->draining = false;
 	return delivered;
 }
@@ -563,10 +556,10 @@ int shim_rx_set_mode(struct shim_rx *rx, uint32_t pid, uint32_t mode)
 	for (i = 0; i < rx->max_conns; i++) {
 		struct rx_conn *c = &rx->conns[i];
 
-		if (c->fd < 0 || !c->hello || (pid && c->pid != pid))
+		if (conn_fd(rx, c) < 0 || !c->hello || (pid && c->pid != pid))
 			continue;
 		matched = true;
-		if (send(c->fd, &m, sizeof(m), MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof(m)) {
+		if (send(conn_fd(rx, c), &m, sizeof(m), MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof(m)) {
 			rx->st.mode_sent++;
 			sent = true;
 		} else {
@@ -585,7 +578,7 @@ int shim_rx_pid_ns_differs(const struct shim_rx *rx, uint32_t pid)
 	for (i = 0; i < rx->max_conns; i++) {
 		const struct rx_conn *c = &rx->conns[i];
 
-		if (c->fd >= 0 && c->hello && c->pid == pid)
+		if (conn_fd(rx, c) >= 0 && c->hello && c->pid == pid)
 			return c->ns_pid != c->pid;
 	}
 	return 0;
@@ -593,7 +586,7 @@ int shim_rx_pid_ns_differs(const struct shim_rx *rx, uint32_t pid)
 
 int shim_rx_fd(const struct shim_rx *rx)
 {
-	return rx->epfd;
+	return srv_fd(rx->srv);
 }
 
 void shim_rx_get_stats(const struct shim_rx *rx, struct shim_rx_stats *out)
@@ -603,39 +596,21 @@ void shim_rx_get_stats(const struct shim_rx *rx, struct shim_rx_stats *out)
 
 /* ----------------------------------------------------------------- open --- */
 
-/* mkdir -p of path's directory */
-static int mkdir_parents(const char *path, mode_t mode)
-{
-	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	char *p;
-
-	strcpy(dir, path);
-	p = strrchr(dir, '/');
-	if (!p || p == dir)
-		return 0;
-	*p = '\0';
-	for (p = dir + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(dir, mode) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(dir, mode) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+	struct srv_opts so = {
+	    .sz = sizeof(so),
+	    .accepts = RX_ACCEPTS_PER_DRAIN,
+	    .max_events = 64,
+	    .on_accept = on_accept,
+	    .on_event = on_event,
+	    .on_close = on_close,
+	};
 	mode_t sock_mode = 0660, dir_mode = 0755;
 	struct shim_rx *rx = NULL;
-	unsigned int i;
 	struct stat stb;
-	int err, one = 1;
+	int err, one = 1, lfd = -1;
 
 	if (!path)
 		path = SHIM_SOCK_DEFAULT;
@@ -649,8 +624,6 @@ struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 		err = -ENOMEM;
 		goto cleanup;
 	}
-	rx->lfd = -1;
-	rx->epfd = -1;
 	rx->max_conns = RX_MAX_CONNS_DEFAULT;
 	if (opts) {
 		rx->on_record = opts->on_record;
@@ -672,8 +645,6 @@ struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 		err = -ENOMEM;
 		goto cleanup;
 	}
-	for (i = 0; i < rx->max_conns; i++)
-		rx->conns[i].fd = -1;
 
 	err = mkdir_parents(path, dir_mode);
 	if (err)
@@ -686,25 +657,27 @@ struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 		}
 		unlink(path);
 	}
-	rx->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (rx->lfd < 0) {
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (lfd < 0) {
 		err = -errno;
 		goto cleanup;
 	}
 	/* Linux creates the socket file with the socket inode's mode: no wide window */
-	fchmod(rx->lfd, sock_mode);
-	setsockopt(rx->lfd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
+	fchmod(lfd, sock_mode);
+	setsockopt(lfd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
 	memcpy(sa.sun_path, path, strlen(path));
-	if (bind(rx->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		err = -errno;
 		goto cleanup;
 	}
-	if (chmod(path, sock_mode) < 0 || listen(rx->lfd, 128) < 0) {
+	if (chmod(path, sock_mode) < 0 || listen(lfd, 128) < 0) {
 		err = -errno;
 		goto cleanup_unlink;
 	}
-	rx->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (rx->epfd < 0 || epoll_ctl(rx->epfd, EPOLL_CTL_ADD, rx->lfd, &ev) < 0) {
+	so.max_conns = rx->max_conns;
+	so.ctx = rx;
+	rx->srv = srv_new(lfd, &so);
+	if (!rx->srv) {
 		err = -errno;
 		goto cleanup_unlink;
 	}
@@ -713,11 +686,9 @@ struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 cleanup_unlink:
 	unlink(path);
 cleanup:
+	if (lfd >= 0)
+		close(lfd);
 	if (rx) {
-		if (rx->epfd >= 0)
-			close(rx->epfd);
-		if (rx->lfd >= 0)
-			close(rx->lfd);
 		free(rx->conns);
 		free(rx);
 	}
@@ -727,18 +698,10 @@ cleanup:
 
 void shim_rx_close(struct shim_rx *rx)
 {
-	unsigned int i;
-
 	if (!rx)
 		return;
-	for (i = 0; rx->conns && i < rx->max_conns; i++)
-		conn_close(rx, &rx->conns[i]);
-	if (rx->epfd >= 0)
-		close(rx->epfd);
-	if (rx->lfd >= 0) {
-		close(rx->lfd);
-		unlink(rx->path);
-	}
+	srv_free(rx->srv); /* every connection (on_close), the listening socket */
+	unlink(rx->path);
 	free(rx->conns);
 	free(rx);
 }

@@ -34,6 +34,7 @@
 
 #include "state.h"
 #include "infertrace.skel.h"
+#include "util.h"
 
 #define PROVIDER "infertrace"
 
@@ -87,15 +88,8 @@ static long cache_find(const struct usdt_cache *c, dev_t dev, ino_t ino)
 
 static int cache_insert(struct usdt_cache *c, size_t at, dev_t dev, ino_t ino, bool has_notes)
 {
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 256;
-		struct usdt_file *nf = realloc(c->files, cap * sizeof(*nf));
-
-		if (!nf)
-			return -ENOMEM;
-		c->files = nf;
-		c->cap = cap;
-	}
+	if (grow_array((void **)&c->files, &c->cap, c->n, sizeof(*c->files), 256))
+		return -ENOMEM;
 	memmove(&c->files[at + 1], &c->files[at], (c->n - at) * sizeof(*c->files));
 	c->files[at] = (struct usdt_file){ .dev = dev, .ino = ino, .has_notes = has_notes };
 	c->n++;
