@@ -21,11 +21,20 @@ endif
 
 # Debian 12 packages the build and the tests need; `make deps` installs the
 # missing ones. jq: the integration tests read the agent's JSON lines with it.
-# yamllint, python3-yaml: tests/integration/helm.sh lints and parses the chart.
+# yamllint, python3-yaml: tests/integration/helm.sh lints and parses the chart;
+# golang-go and the Go libraries: tests/helm/render.go renders it as Helm does.
+# prometheus: promtool checks the metrics endpoint (tests/integration/metrics.sh).
 # universal-ctags: tests/static/modules.py draws the module graph.
 DEB_PKGS := clang llvm make gcc pkg-config libbpf-dev bpftool libelf-dev zlib1g-dev \
 	libjansson-dev librdkafka-dev libcmocka-dev libsqlite3-dev systemtap-sdt-dev kcat \
-	iproute2 jq procps util-linux yamllint python3-yaml universal-ctags
+	iproute2 jq procps util-linux yamllint python3-yaml universal-ctags \
+	golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev \
+	golang-gopkg-yaml.v3-dev prometheus
+# npm packages the tests run (tests/node/package.json, pinned by its lock):
+# kubernetes-models (chart schemas), kafkajs (a second Kafka client),
+# @opentelemetry/otlp-transformer (the OTLP protocol definitions). Installed
+# into tests/node/node_modules (git-ignored) by `make deps`.
+NODE_DIR := tests/node
 
 CFLAGS_COMMON := -std=gnu11 -D_GNU_SOURCE -g -O2 -Wall -Wextra -Werror -Wno-missing-field-initializers \
 	-fno-omit-frame-pointer -MMD -MP
@@ -230,7 +239,16 @@ UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRCS))
 ITEST_SRCS := $(sort $(filter-out tests/integration/usdt_lib.c,$(wildcard tests/integration/*.c)))
 ITEST_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(ITEST_SRCS)) \
 	$(BUILD)/tests/integration/libusdt_steps.so
-TEST_BINS := $(UNIT_BINS) $(ITEST_BINS)
+TEST_BINS := $(UNIT_BINS) $(ITEST_BINS) $(BUILD)/tests/helm-render
+
+# tests/helm/render.go (owner: tests/integration/helm.sh): the chart through
+# Go's text/template and sprig, as Helm renders it; GOPATH mode, Debian's Go
+# libraries only (make deps), nothing fetched.
+GO_ENV := GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(abspath $(BUILD))/go-cache GOFLAGS=
+$(BUILD)/tests/helm-render: tests/helm/render.go
+	$(call msg,GO,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(GO_ENV) go build -o $@ $<
 
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(AGENT_LIB) $(CORR_LIB)
 	$(call msg,LINK,$@)
@@ -349,6 +367,15 @@ deps:
 		export DEBIAN_FRONTEND=noninteractive; \
 		apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
 			|| { echo "make deps: apt-get failed for:$$missing" >&2; exit 1; }; \
+	fi
+	@command -v npm >/dev/null || { echo "  DEPS     installing: nodejs npm"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm \
+			>/dev/null || { echo "make deps: apt-get failed for: nodejs npm" >&2; exit 1; }; }
+	@if [ ! -f $(NODE_DIR)/node_modules/.package-lock.json ] || \
+	    [ $(NODE_DIR)/package-lock.json -nt $(NODE_DIR)/node_modules/.package-lock.json ]; then \
+		echo "  DEPS     npm ci in $(NODE_DIR)"; \
+		cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error >/dev/null \
+			|| { echo "make deps: npm ci failed in $(NODE_DIR)" >&2; exit 1; }; \
 	fi
 
 # every binary the tests run, without running them (what helpers build before TEST_FILTER runs)
