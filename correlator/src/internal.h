@@ -56,9 +56,17 @@ struct replay_ctx {
 };
 void replay_log(const struct replay_ctx *rc, enum corr_log_level lvl, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* the caller asked to stop (corr_replay_opts.stop): readers return -EINTR */
+static inline bool replay_stopped(const struct replay_ctx *rc)
+{
+	return rc->ro && rc->ro->stop && *rc->ro->stop;
+}
+/* 3 when buf starts with a UTF-8 byte order mark, else 0 */
+size_t corr_bom_len(const char *buf, size_t len);
 int kineto_read(struct replay_ctx *rc, const char *buf, size_t len);
 int jsonl_read(struct replay_ctx *rc, const char *buf, size_t len);
-int nsys_read(struct replay_ctx *rc, const char *path);
+/* from path, or from buf (an export read from a pipe) when buf is set */
+int nsys_read(struct replay_ctx *rc, const char *path, const char *buf, size_t len);
 
 /*
  * corr__add_launch() with the launch's sources as a live run recorded them
