@@ -795,7 +795,7 @@ int main(int argc, char **argv)
 	}
 
 	if (a->opts.replay)
-		err = replay_run(a, a->opts.replay);
+		err = replay_run(a, a->opts.replay, &exiting);
 	else
 		err = run_live(a);
 

@@ -9,6 +9,7 @@
 #ifndef INFERTRACE_AGENT_H
 #define INFERTRACE_AGENT_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -150,9 +151,11 @@ void agent_set_default_instance(struct agent *a, const char *name);
 /*
  * --replay FILE: feed a recording through the correlator and the sinks
  * instead of live sources (agent/sources/replay.c). Returns 0 or -errno; errors are
- * logged with the file offset or line.
+ * logged with the file offset or line. FILE may be a FIFO or a pipe. A
+ * non-zero *stop (set by the SIGINT / SIGTERM handler) ends it early with
+ * -EINTR after writing what was read.
  */
-int replay_run(struct agent *a, const char *path);
+int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *stop);
 
 /* instance name of a traced process (never NULL) */
 const char *agent_instance_of(struct agent *a, uint32_t pid);

@@ -21,8 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <zlib.h>
-
 #include "state.h"
 #include "correlator.h"
 #include "diagnose.h"
@@ -43,6 +41,7 @@ struct replay {
 	int err;
 	struct diag *dg; /* steps and anomalies (agent/pipeline/diag.c); NULL: off */
 	uint64_t bad_lines, other_lines;
+	const volatile sig_atomic_t *stop; /* set by SIGINT / SIGTERM */
 };
 
 static void emit_summary(void *ctx, const struct corr_summary *s)
@@ -116,22 +115,26 @@ static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch
 		r->err = -EIO;
 }
 
-/* does this JSON-lines file hold step records? (the first 64 lines decide) */
-static bool is_step_stream(const char *path)
+/*
+ * does this JSON-lines input hold step records? The first 64 lines decide,
+ * each line looked at in pieces of 4095 bytes at most (as gzgets() into a
+ * 4 KiB buffer did when this read the file a second time).
+ */
+static bool is_step_stream(const char *buf, size_t len)
 {
-	gzFile f = gzopen(path, "rb");
-	char line[4096];
-	bool yes = false;
+	const char *p = buf, *end = buf + len;
 
-	if (!f)
-		return false;
-	for (int i = 0; i < 64 && gzgets(f, line, sizeof(line)); i++)
-		if (strstr(line, "\"type\":\"step\"") || strstr(line, "\"type\": \"step\"")) {
-			yes = true;
-			break;
-		}
-	gzclose(f);
-	return yes;
+	for (int i = 0; i < 64 && p < end; i++) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t n = nl ? (size_t)(nl - p) + 1 : (size_t)(end - p);
+
+		if (n > 4095)
+			n = 4095;
+		if (memmem(p, n, "\"type\":\"step\"", 13) || memmem(p, n, "\"type\": \"step\"", 14))
+			return true;
+		p += n;
+	}
+	return false;
 }
 
 static int64_t jint(json_t *o, const char *k)
@@ -146,44 +149,30 @@ static int64_t jint(json_t *o, const char *k)
  * been measured. Other record types are skipped (counted); a malformed line
  * is logged with its number, counted, and skipped.
  */
-static int replay_steps(struct replay *r, const char *path)
+static int replay_steps(struct replay *r, const char *path, const char *buf, size_t buflen)
 {
-	gzFile f = gzopen(path, "rb");
-	size_t cap = 1 << 16, len;
-	char *line = malloc(cap);
+	const char *p = buf, *end = buf + buflen;
 	unsigned long ln = 0;
 	int err = 0;
 
-	if (!f || !line) {
-		err = f ? -ENOMEM : -errno ? -errno : -EIO;
-		pr_err("replay: %s: %s", path, strerror(-err));
-		goto cleanup;
-	}
-	while (gzgets(f, line, (int)cap)) {
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t len = nl ? (size_t)(nl - p) + 1 : (size_t)(end - p);
+		const char *line = p;
 		json_error_t je;
 		json_t *o, *top;
 		struct diag_step s;
 		const char *phase, *inst;
 
-		len = strlen(line);
-		/* a line longer than the buffer: grow and read the rest */
-		while (len == cap - 1 && line[len - 1] != '\n') {
-			char *nl = realloc(line, cap * 2);
-
-			if (!nl) {
-				err = -ENOMEM;
-				goto cleanup;
-			}
-			line = nl;
-			if (!gzgets(f, line + len, (int)(cap * 2 - len)))
-				break;
-			cap *= 2;
-			len += strlen(line + len);
+		p += len;
+		if (r->stop && *r->stop) {
+			err = -EINTR;
+			break;
 		}
 		ln++;
 		if (len <= 1)
 			continue;
-		o = json_loads(line, 0, &je);
+		o = json_loadb(line, len, 0, &je);
 		if (!o || !json_is_object(o)) {
 			if (r->bad_lines++ < 10)
 				pr_warn("replay: %s: line %lu: not a JSON object (%s), skipped",
@@ -245,16 +234,6 @@ static int replay_steps(struct replay *r, const char *path)
 		diag_add_step(r->dg, &s);
 		json_decref(o);
 	}
-	if (!gzeof(f)) {
-		int zerr;
-
-		pr_err("replay: %s: read error after line %lu: %s", path, ln, gzerror(f, &zerr));
-		err = -EIO;
-	}
-cleanup:
-	if (f)
-		gzclose(f);
-	free(line);
 	return err;
 }
 
@@ -301,6 +280,8 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 	json_object_set_new(o, "file", json_string(path));
 	json_object_set_new(o, "format", json_string(corr_format_name(st->format)));
 	json_object_set_new(o, "ok", json_boolean(!err));
+	if (err == -EINTR)
+		json_object_set_new(o, "interrupted", json_true());
 	json_object_set_new(o, "bytes", json_integer((json_int_t)st->bytes));
 	json_object_set_new(o, "events", json_integer((json_int_t)st->events));
 	json_object_set_new(o, "launch_events", json_integer((json_int_t)st->launches));
@@ -323,10 +304,10 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 	rec_emit(r->a, REC_STATS, o);
 }
 
-int replay_run(struct agent *a, const char *path)
+int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *stop)
 {
 	const struct agent_opts *ao = agent_opts(a);
-	struct replay r = {.a = a, .deep = ao->mode == MODE_DEEP};
+	struct replay r = {.a = a, .deep = ao->mode == MODE_DEEP, .stop = stop};
 	struct corr_opts co = {
 	    .sz = sizeof(co),
 	    .emit = on_gpu,
@@ -340,10 +321,11 @@ int replay_run(struct agent *a, const char *path)
 	    .log_ctx = "replay: ",
 	    .marker = on_marker,
 	    .marker_ctx = &r,
+	    .stop = stop,
 	};
 	struct corr_stats_opts so = {.sz = sizeof(so)};
-	enum corr_format fmt = CORR_FMT_AUTO;
-	struct corr_replay_stats st;
+	struct corr_input in = {0};
+	struct corr_replay_stats st = {0};
 	const char *base = strrchr(path, '/');
 	char inst[128];
 	char *dot;
@@ -364,8 +346,13 @@ int replay_run(struct agent *a, const char *path)
 		pr_err("replay: diagnosis setup: %s", strerror(-err));
 		goto cleanup;
 	}
-	/* our own step records: re-run the detector on them, nothing else */
-	if (!corr_replay_detect(path, &fmt) && fmt != CORR_FMT_NSYS && is_step_stream(path)) {
+	/*
+	 * read once (a FIFO or a pipe is read as a stream); our own step
+	 * records: re-run the detector on them, nothing else
+	 */
+	err = corr_replay_load(path, &ro, &in);
+	if (!err && in.buf && (in.len < 16 || memcmp(in.buf, "SQLite format 3", 16)) &&
+	    is_step_stream(in.buf, in.len)) {
 		if (!r.dg) {
 			pr_err("replay: %s holds step records, but --step-markers off disables "
 			       "the detector",
@@ -373,9 +360,16 @@ int replay_run(struct agent *a, const char *path)
 			err = -EINVAL;
 			goto cleanup;
 		}
-		err = replay_steps(&r, path);
-		if (!err)
-			err = diag_finish(r.dg);
+		err = replay_steps(&r, path, in.buf, in.len);
+		if (!err || err == -EINTR) {
+			int derr = diag_finish(r.dg);
+
+			if (!err)
+				err = derr;
+		}
+		if (err == -EINTR)
+			pr_warn("replay: %s: stopped by a signal; the steps read so far were judged",
+				path);
 		emit_diag_status(&r, path, err);
 		pr_info("replay: %s: %llu steps re-judged, %llu anomalies, %llu malformed lines",
 			path, (unsigned long long)r.dg->steps, (unsigned long long)r.dg->anomalies,
@@ -385,6 +379,8 @@ int replay_run(struct agent *a, const char *path)
 		goto cleanup;
 	}
 
+	if (err)
+		goto replayed; /* load failed (logged): the status records still say so */
 	if (r.deep) {
 		r.buf = malloc(JSON_BUF);
 		if (!r.buf) {
@@ -399,8 +395,14 @@ int replay_run(struct agent *a, const char *path)
 		}
 		r.interval_ns = ao->interval_s > 0 ? (uint64_t)(ao->interval_s * 1e9) : 0;
 	}
-	err = corr_replay_file(path, &co, &ro, &st);
-	if (err)
+	err = corr_replay_input(path, &in, &co, &ro, &st);
+	corr_input_release(&in);
+replayed:
+	if (err == -EINTR)
+		pr_warn("replay: %s: stopped by a signal after %llu GPU records: the output is "
+			"incomplete (replay_status.interrupted)",
+			path, (unsigned long long)r.emitted);
+	else if (err)
 		pr_err("replay: %s: failed (%s) after %llu GPU records", path, strerror(-err),
 		       (unsigned long long)r.emitted);
 	if (r.st) {
@@ -429,6 +431,7 @@ int replay_run(struct agent *a, const char *path)
 	if (!err && r.dg && r.dg->err)
 		err = r.dg->err;
 cleanup:
+	corr_input_release(&in);
 	diag_free(r.dg);
 	corr_stats__free(r.st);
 	free(r.buf);
