@@ -620,6 +620,7 @@ struct rec {
 	int64_t tokens, kv;
 	uint64_t median;
 	int judged, source;
+	double score; /* the verdict's: excess over the single chart's limit */
 	enum diag_phase phase;
 	bool flagged;
 	enum diag_kind kind;
@@ -876,6 +877,7 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 		rec[i].median = vd.median_ns;
 		rec[i].judged = vd.judged;
 		rec[i].source = vd.source;
+		rec[i].score = vd.score;
 	}
 	run.n_rec = x->n + 1; /* held to the end: seen after the last step */
 	diag_det__flush(d, UINT64_MAX);
@@ -885,11 +887,11 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 
 		if (dump)
 			fprintf(
-			    dump, "%s\t%s\t%zu\t%s\t%s\t%lld\t%lld\t%.0f\t%llu\t%d\t%d\t%s\t%d\n",
+			    dump, "%s\t%s\t%zu\t%s\t%s\t%lld\t%lld\t%.0f\t%llu\t%d\t%d\t%s\t%d\t%.3f\n",
 			    dump_campaign, x->name, i, fault_name[f], diag_phase_name(rec[i].phase),
 			    (long long)rec[i].tokens, (long long)rec[i].kv, rec[i].dur,
 			    (unsigned long long)rec[i].median, rec[i].judged, rec[i].flagged,
-			    rec[i].flagged ? rec[i].chart : "-", rec[i].source);
+			    rec[i].flagged ? rec[i].chart : "-", rec[i].source, rec[i].score);
 		if (f == F_NONE) {
 			res->clean++;
 			res->fp += rec[i].flagged;
@@ -1188,7 +1190,7 @@ static const struct argp_option options[] = {
     {"dump", 'o', "FILE", 0,
      "Write every step of every campaign to FILE, tab separated: campaign, stream, index, "
      "fault, phase, tokens, kv_tokens, dur_ns, median_ns, judged, flagged, chart, source "
-     "(0 cell, 1 neighbour, 2 roofline, 3 a heavier cell's bound)"},
+     "(0 cell, 1 neighbour, 2 roofline, 3 a heavier cell's bound), score (u+ over the limit)"},
     {},
 };
 

@@ -123,7 +123,7 @@
  */
 #define CH_N 128
 #define CH_MIN 16
-#define CH_Q 0.97
+#define CH_Q 0.99
 #define CH_CLIP 6.0
 #define CH_HEAVY 3.0
 #define CH_SHARE 0.8
