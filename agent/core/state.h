@@ -111,7 +111,7 @@ struct agent {
 	uint64_t start_ns;
 	uint64_t last_interval_ns;
 	void *agg; /* aggregate.c state */
-	void *gpu; /* pipeline/join.c state; NULL when GPU-side capture is off */
+	struct gpu *gpu; /* pipeline/join.c, live; NULL when GPU-side capture is off */
 	struct shim_src *shim; /* sources/shim.c: the shims' socket; NULL: not open */
 	struct diag *diag; /* diag.c: steps and anomalies; NULL when off */
 	struct ops *ops; /* ops.h: deep-dive, flight recorder, control, metrics */
@@ -129,11 +129,29 @@ void agent_unwatch_fd(struct agent *a, int fd);
 int loop_wait(struct agent *a, int timeout_ms); /* ready fds handled, or -errno */
 void loop_free(void);
 
-/* gpu.c: CUPTI shims + correlator, live */
+/*
+ * pipeline/join.c: the GPU join, one object for the live agent (a->gpu,
+ * gpu_init) and for each --replay (gpu_new(a, true), whose reader's
+ * correlator emits into gpu_joined()).
+ */
 struct corr_summary;
-int gpu_init(struct agent *a);
+struct corr_launch;
+struct gpu;
+struct gpu_counts {
+	uint64_t joined;	/* GPU records out of the correlator */
+	uint64_t too_long;	/* records over 64 KiB, not written */
+	uint64_t summaries;	/* gpu_summary records */
+	uint64_t stats_dropped; /* records the interval statistics could not hold */
+	int err;		/* the first sink error (-EIO) */
+};
+struct gpu *gpu_new(struct agent *a, bool recording); /* NULL + errno */
+/* the correlator's emit callback (struct corr_opts.emit, ctx: the gpu) */
+void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l);
+void gpu_finish(struct gpu *gp); /* the last summaries */
+void gpu_counts(const struct gpu *gp, struct gpu_counts *out);
+void gpu_destroy(struct gpu *gp);
+int gpu_init(struct agent *a); /* live: a->gpu, unless --shim-socket none */
 void gpu_on_launch(struct agent *a, const struct cuda_launch_event *e);
-/* a traced process ended: its shim's last records, then the correlator and discovery */
 /* the shims' records, from agent/sources/shim.c */
 void gpu_on_activity(struct agent *a, const struct corr_gpu *g);
 void gpu_on_callback(struct agent *a, const struct gpu_launch_cb_event *cb);
@@ -180,8 +198,6 @@ void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object 
 int diag_finish(struct diag *d); /* flush, save the baseline */
 void diag_free(struct diag *d);
 
-/* the "gpu_summary" record, live and in replay */
-void gpu_emit_summary(struct agent *a, const struct corr_summary *s);
 
 /* loader.c: open, configure, load, attach the skeleton */
 int loader_start(struct agent *a);

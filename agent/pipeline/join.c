@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * join.c - the live GPU join: GPU activity and launch callbacks from the
- * CUPTI shims (agent/sources/shim.c) and launches from the uprobes
- * (agent/sources/decode.c) go through one correlator; joined GPU activity
- * leaves as "kernel"/"memcpy"/"memset" records (deep mode) or per-interval
- * "gpu_summary" records (sentinel), the same records --replay writes
- * (docs/events.md). NVTX ranges are paired here into step markers.
+ * join.c - the GPU join, live and replayed: GPU activity and launch callbacks
+ * from the CUPTI shims (agent/sources/shim.c) and launches from the uprobes
+ * (agent/sources/decode.c) go through one correlator; a recording's reader
+ * (agent/sources/replay.c) runs its own correlator and hands its joined
+ * records to the same gpu_joined(). Joined GPU activity goes to the step
+ * segmenter and leaves as "kernel"/"memcpy"/"memset" records (deep mode,
+ * deep-dives, the flight recorder) or per-interval "gpu_summary" records
+ * (sentinel), cut in one place (cut()). NVTX ranges are paired here into
+ * step markers.
  *
  * Everything runs on the event loop thread.
  */
@@ -20,6 +23,8 @@
 #include "correlator.h"
 
 #define JSON_BUF (64 * 1024)
+/* a recording, sentinel: cut finished intervals once this many records are held */
+#define STATS_HOLD 262144
 
 /*
  * NVTX ranges from the shims become markers for the step segmenter: push
@@ -55,48 +60,100 @@ struct markers {
 
 struct gpu {
 	struct agent *a;
-	struct markers *mk;
-	struct corr *corr;
+	bool recording; /* --replay: intervals in the recording's own clock */
+	struct markers *mk; /* live: NVTX pairing of the shims' markers */
+	struct corr *corr;  /* live; a recording's correlator belongs to its reader */
 	struct corr_stats *st; /* sentinel summaries */
 	char *buf;
-	uint64_t t_cut; /* start of the next summary interval */
-	uint64_t too_long;
+	uint64_t interval_ns; /* a recording's --interval; 0: one summary at the end */
+	uint64_t t_cut;	      /* start of the next summary interval; 0: not started */
+	uint64_t max_start;   /* a recording: the latest GPU start seen */
+	struct gpu_counts n;
 };
 
-static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
+static void emit_summary(void *ctx, const struct corr_summary *s);
+
+/*
+ * The held statistics become gpu_summary records, up to `upto` (all of them
+ * when final). Live, at each --interval tick: one summary since the last
+ * cut; GPU records lag their interval, so it starts at the oldest one held.
+ * A recording: whole --interval windows of its own clock (empty ones
+ * skipped), the rest at the end, or one summary when no interval is set.
+ */
+static void cut(struct gpu *gp, uint64_t upto, bool final)
+{
+	uint64_t first = corr_stats__first_ts(gp->st);
+
+	if (!gp->recording) {
+		if (!gp->t_cut)
+			gp->t_cut = gp->a->last_interval_ns;
+		if (first != UINT64_MAX && (upto > gp->t_cut || final))
+			corr_stats__cut(gp->st, gp->t_cut < first ? gp->t_cut : first,
+					final ? UINT64_MAX : upto, emit_summary, gp);
+		gp->t_cut = upto;
+		return;
+	}
+	if (gp->interval_ns) {
+		if (final)
+			upto = UINT64_MAX - gp->interval_ns;
+		if (!gp->t_cut && first != UINT64_MAX)
+			gp->t_cut = first;
+		while (gp->t_cut && gp->t_cut + gp->interval_ns <= upto) {
+			first = corr_stats__first_ts(gp->st);
+			if (first == UINT64_MAX)
+				break;
+			/* skip empty intervals in one step */
+			if (first >= gp->t_cut + gp->interval_ns)
+				gp->t_cut += (first - gp->t_cut) / gp->interval_ns * gp->interval_ns;
+			if (gp->t_cut + gp->interval_ns > upto)
+				break;
+			corr_stats__cut(gp->st, gp->t_cut, gp->t_cut + gp->interval_ns,
+					emit_summary, gp);
+			gp->t_cut += gp->interval_ns;
+		}
+	}
+	if (final)
+		corr_stats__cut(gp->st, gp->t_cut ? gp->t_cut : corr_stats__first_ts(gp->st),
+				UINT64_MAX, emit_summary, gp);
+}
+
+void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
 {
 	struct gpu *gp = ctx;
 	struct agent *a = gp->a;
+	uint32_t pid = l ? l->pid : g->pid;
 	struct corr_json_common cm;
 	const char *inst;
-	bool deep = true;
-	int len;
+	int len, err;
 
+	gp->n.joined++;
 	diag_on_gpu(a->diag, g, l); /* steps are cut from the GPU stream */
 	if (gp->st) {
 		corr_stats__add(gp->st, g, l);
+		if (gp->recording) {
+			if (g->start_ns > gp->max_start)
+				gp->max_start = g->start_ns;
+			/* a recording is nearly time-ordered: keep two intervals of slack */
+			if (gp->interval_ns && gp->n.joined % STATS_HOLD == 0 &&
+			    gp->max_start > 2 * gp->interval_ns)
+				cut(gp, gp->max_start - 2 * gp->interval_ns, false);
+		}
 		/* sentinel: deep-dived processes send, the flight recorder keeps (route.c) */
-		deep = false;
-		if (!route_wants_detail(a, l ? l->pid : g->pid))
+		if (!route_wants_detail(a, pid))
 			return;
 	}
-	inst = agent_instance_of(a, l ? l->pid : g->pid);
+	inst = agent_instance_of(a, pid);
 	cm.host = agent_host(a);
 	cm.instance = inst;
 	len = corr_gpu_to_json(gp->buf, JSON_BUF, &cm, g, l);
 	if (len < 0) {
-		gp->too_long++;
+		gp->n.too_long++; /* a name beyond 64 KiB */
 		return;
 	}
-	if (deep)
-		rec_emit_raw(a, REC_EVENT, inst, gp->buf, (size_t)len);
-	else
-		route_detail(a, l ? l->pid : g->pid, inst, gp->buf, (size_t)len);
-}
-
-static void on_summary(void *ctx, const struct corr_summary *s)
-{
-	gpu_emit_summary(ctx, s);
+	err = gp->st ? route_detail(a, pid, inst, gp->buf, (size_t)len)
+		     : rec_emit_raw(a, REC_EVENT, inst, gp->buf, (size_t)len);
+	if (err && !gp->n.err)
+		gp->n.err = -EIO;
 }
 
 static void marker_close(struct gpu *gp, uint32_t pid, uint32_t tid, const struct mk_open *o,
@@ -177,47 +234,68 @@ void gpu_on_marker(struct agent *a, const struct gpu_marker_event *e)
 	}
 }
 
-int gpu_init(struct agent *a)
+struct gpu *gpu_new(struct agent *a, bool recording)
 {
 	const struct agent_opts *o = &a->opts;
 	struct corr_opts co = { .sz = sizeof(co), .log = agent_lib_log,
-				.log_ctx = "correlator: " };
+				.log_ctx = "correlator: ", .emit = gpu_joined };
 	struct corr_stats_opts so = { .sz = sizeof(so) };
-	struct gpu *gp;
-	int err;
+	struct gpu *gp = calloc(1, sizeof(*gp));
 
-	if (o->shim_socket && !strcmp(o->shim_socket, "none"))
-		return 0;
-	gp = calloc(1, sizeof(*gp));
 	if (!gp)
-		return -ENOMEM;
+		return NULL;
 	gp->a = a;
-	co.emit = on_gpu;
+	gp->recording = recording;
 	co.emit_ctx = gp;
 	gp->buf = malloc(JSON_BUF);
-	gp->corr = corr__new(&co);
-	gp->mk = calloc(1, sizeof(*gp->mk));
-	if (!gp->buf || !gp->corr || !gp->mk) {
-		err = -ENOMEM;
+	if (!gp->buf)
 		goto fail;
-	}
-	if (o->mode != MODE_DEEP) {
-		gp->st = corr_stats__new(&so);
-		if (!gp->st) {
-			err = -ENOMEM;
-			goto fail;
-		}
-	}
-	a->gpu = gp;
-	return 0;
-
+	if (!recording && (!(gp->corr = corr__new(&co)) || !(gp->mk = calloc(1, sizeof(*gp->mk)))))
+		goto fail;
+	if (o->mode != MODE_DEEP && !(gp->st = corr_stats__new(&so)))
+		goto fail;
+	if (recording && o->interval_s > 0)
+		gp->interval_ns = (uint64_t)(o->interval_s * 1e9);
+	return gp;
 fail:
+	gpu_destroy(gp);
+	errno = ENOMEM;
+	return NULL;
+}
+
+void gpu_finish(struct gpu *gp)
+{
+	if (gp && gp->corr)
+		corr__flush(gp->corr);
+	if (gp && gp->st)
+		cut(gp, UINT64_MAX, true);
+}
+
+void gpu_counts(const struct gpu *gp, struct gpu_counts *out)
+{
+	*out = gp->n;
+	out->stats_dropped = gp->st ? corr_stats__dropped(gp->st) : 0;
+}
+
+void gpu_destroy(struct gpu *gp)
+{
+	if (!gp)
+		return;
 	corr_stats__free(gp->st);
 	corr__free(gp->corr);
 	free(gp->buf);
 	free(gp->mk);
 	free(gp);
-	return err;
+}
+
+int gpu_init(struct agent *a)
+{
+	const struct agent_opts *o = &a->opts;
+
+	if (o->shim_socket && !strcmp(o->shim_socket, "none"))
+		return 0;
+	a->gpu = gpu_new(a, false);
+	return a->gpu ? 0 : -ENOMEM;
 }
 
 void gpu_on_activity(struct agent *a, const struct corr_gpu *g)
@@ -260,21 +338,13 @@ void gpu_interval(struct agent *a, bool final)
 
 	if (!gp)
 		return;
-	if (final)
-		corr__flush(gp->corr);
-	else
-		corr__advance(gp->corr, now);
-	if (gp->st) {
-		uint64_t first = corr_stats__first_ts(gp->st);
-
-		if (!gp->t_cut)
-			gp->t_cut = a->last_interval_ns;
-		/* GPU records lag their interval: cut up to now, the rest waits */
-		if (first != UINT64_MAX && (now > gp->t_cut || final))
-			corr_stats__cut(gp->st, gp->t_cut < first ? gp->t_cut : first,
-					final ? UINT64_MAX : now, on_summary, a);
-		gp->t_cut = now;
+	if (final) {
+		gpu_finish(gp);
+		return;
 	}
+	corr__advance(gp->corr, now);
+	if (gp->st)
+		cut(gp, now, false);
 }
 
 void gpu_stats(struct agent *a, json_t *r)
@@ -294,7 +364,7 @@ void gpu_stats(struct agent *a, json_t *r)
 			     "joined", (json_int_t)c->joined, "unmatched", (json_int_t)c->unmatched,
 			     "launches_evicted", (json_int_t)c->launches_evicted, "gpu_evicted",
 			     (json_int_t)c->gpu_evicted, "refused", (json_int_t)c->refused,
-			     "too_long", (json_int_t)gp->too_long));
+			     "too_long", (json_int_t)gp->n.too_long));
 	if (gp->mk)
 		json_object_set_new(json_object_get(r, "gpu"), "nvtx",
 				    json_pack("{s:I,s:I,s:I}", "ranges",
@@ -309,19 +379,18 @@ void gpu_free(struct agent *a)
 
 	if (!gp)
 		return;
-	corr_stats__free(gp->st);
-	corr__free(gp->corr);
-	free(gp->buf);
-	free(gp->mk);
-	free(gp);
+	gpu_destroy(gp);
 	a->gpu = NULL;
 }
 
-/* "gpu_summary", shared with agent/sources/replay.c */
-void gpu_emit_summary(struct agent *a, const struct corr_summary *s)
+/* the "gpu_summary" record */
+static void emit_summary(void *ctx, const struct corr_summary *s)
 {
+	struct gpu *gp = ctx;
+	struct agent *a = gp->a;
 	json_t *o, *devs, *streams, *top;
 
+	gp->n.summaries++;
 	o = rec_new(a, "gpu_summary", s->pid, 0, s->t0_ns);
 	if (!o)
 		return;

@@ -4,11 +4,12 @@
  * Nsight Systems SQLite export, our own JSON lines) goes through the same
  * correlator and sinks as live events. No BPF, no root.
  *
- * Deep mode: one kernel/memcpy/memset record per GPU activity, formatted by
- * corr_gpu_to_json() (hot path: millions of records) and written with
- * rec_emit_raw(). Sentinel mode: per-interval, per-process gpu_summary
- * records; the interval is --interval in the recording's own clock.
- * Both end with one replay_status record (docs/events.md).
+ * The reader's joined records go to the same join as live ones
+ * (agent/pipeline/join.c, gpu_joined()): deep mode writes one
+ * kernel/memcpy/memset record per GPU activity, sentinel mode per-interval,
+ * per-process gpu_summary records, the interval being --interval in the
+ * recording's own clock. Both end with one replay_status record
+ * (docs/events.md).
  *
  * Diagnosis (issue 5, docs/diagnosis.md): GPU records and markers also go
  * to a step segmenter; at the end of the recording every step becomes a
@@ -25,94 +26,19 @@
 #include "correlator.h"
 #include "diagnose.h"
 
-#define JSON_BUF (64 * 1024)
-/* sentinel: cut finished intervals once this many records are held */
-#define STATS_HOLD 262144
-
 struct replay {
 	struct agent *a;
-	bool deep;
-	char *buf;
-	struct corr_stats *st;
-	uint64_t interval_ns;
-	uint64_t t_next; /* start of the next interval to cut; 0: not started */
-	uint64_t max_start;
-	uint64_t emitted, too_long, summaries;
-	int err;
+	struct gpu *gp; /* the join (agent/pipeline/join.c), as live */
 	struct diag *dg; /* steps and anomalies (agent/pipeline/diag.c); NULL: off */
 	uint64_t bad_lines, other_lines;
 	const volatile sig_atomic_t *stop; /* set by SIGINT / SIGTERM */
 };
-
-static void emit_summary(void *ctx, const struct corr_summary *s)
-{
-	struct replay *r = ctx;
-
-	r->summaries++;
-	gpu_emit_summary(r->a, s);
-}
-
-/* cut every whole interval that ends before `upto` */
-static void cut_until(struct replay *r, uint64_t upto)
-{
-	if (!r->t_next) {
-		uint64_t first = corr_stats__first_ts(r->st);
-
-		if (first == UINT64_MAX)
-			return;
-		r->t_next = first;
-	}
-	while (r->t_next + r->interval_ns <= upto) {
-		uint64_t first = corr_stats__first_ts(r->st);
-
-		if (first == UINT64_MAX)
-			return;
-		/* skip empty intervals in one step */
-		if (first >= r->t_next + r->interval_ns)
-			r->t_next += (first - r->t_next) / r->interval_ns * r->interval_ns;
-		if (r->t_next + r->interval_ns > upto)
-			return;
-		corr_stats__cut(r->st, r->t_next, r->t_next + r->interval_ns, emit_summary, r);
-		r->t_next += r->interval_ns;
-	}
-}
 
 static void on_marker(void *ctx, const struct corr_marker *m)
 {
 	struct replay *r = ctx;
 
 	diag_on_marker(r->dg, m);
-}
-
-static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
-{
-	struct replay *r = ctx;
-	struct corr_json_common cm;
-	const char *inst;
-	int len;
-
-	r->emitted++;
-	diag_on_gpu(r->dg, g, l);
-	if (!r->deep) {
-		corr_stats__add(r->st, g, l);
-		if (g->start_ns > r->max_start)
-			r->max_start = g->start_ns;
-		/* a recording is nearly time-ordered: keep two intervals of slack */
-		if (r->interval_ns && r->emitted % STATS_HOLD == 0 &&
-		    r->max_start > 2 * r->interval_ns)
-			cut_until(r, r->max_start - 2 * r->interval_ns);
-		return;
-	}
-	inst = agent_instance_of(r->a, l ? l->pid : 0);
-	cm.host = agent_host(r->a);
-	cm.instance = inst;
-	len = corr_gpu_to_json(r->buf, JSON_BUF, &cm, g, l);
-	if (len < 0) {
-		r->too_long++; /* a name beyond 64 KiB: counted in replay_status */
-		return;
-	}
-	if (rec_emit_raw(r->a, REC_EVENT, inst, r->buf, (size_t)len))
-		r->err = -EIO;
 }
 
 /*
@@ -270,7 +196,7 @@ static void emit_diag_status(struct replay *r, const char *path, int err)
 }
 
 static void emit_status(struct replay *r, const char *path, const struct corr_replay_stats *st,
-			int err)
+			const struct gpu_counts *n, int err)
 {
 	const struct corr_counters *c = &st->corr;
 	json_t *o = rec_new(r->a, "replay_status", 0, 0, now_ns());
@@ -297,21 +223,18 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 	json_object_set_new(o, "launches_evicted", json_integer((json_int_t)c->launches_evicted));
 	json_object_set_new(o, "gpu_evicted", json_integer((json_int_t)c->gpu_evicted));
 	json_object_set_new(o, "refused", json_integer((json_int_t)c->refused));
-	json_object_set_new(o, "records_too_long", json_integer((json_int_t)r->too_long));
-	json_object_set_new(o, "summaries", json_integer((json_int_t)r->summaries));
-	json_object_set_new(o, "stats_dropped",
-			    json_integer((json_int_t)(r->st ? corr_stats__dropped(r->st) : 0)));
+	json_object_set_new(o, "records_too_long", json_integer((json_int_t)n->too_long));
+	json_object_set_new(o, "summaries", json_integer((json_int_t)n->summaries));
+	json_object_set_new(o, "stats_dropped", json_integer((json_int_t)n->stats_dropped));
 	rec_emit(r->a, REC_STATS, o);
 }
 
 int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *stop)
 {
-	const struct agent_opts *ao = agent_opts(a);
-	struct replay r = {.a = a, .deep = ao->mode == MODE_DEEP, .stop = stop};
+	struct replay r = {.a = a, .stop = stop};
 	struct corr_opts co = {
 	    .sz = sizeof(co),
-	    .emit = on_gpu,
-	    .emit_ctx = &r,
+	    .emit = gpu_joined,
 	    .log = agent_lib_log,
 	    .log_ctx = "replay: ",
 	};
@@ -323,7 +246,7 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 	    .marker_ctx = &r,
 	    .stop = stop,
 	};
-	struct corr_stats_opts so = {.sz = sizeof(so)};
+	struct gpu_counts n = {0};
 	struct corr_input in = {0};
 	struct corr_replay_stats st = {0};
 	const char *base = strrchr(path, '/');
@@ -346,6 +269,7 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 		pr_err("replay: diagnosis setup: %s", strerror(-err));
 		goto cleanup;
 	}
+	a->diag = r.dg; /* the join feeds the agent's diagnosis, as live */
 	/*
 	 * read once (a FIFO or a pipe is read as a stream); our own step
 	 * records: re-run the detector on them, nothing else
@@ -374,45 +298,32 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 		pr_info("replay: %s: %llu steps re-judged, %llu anomalies, %llu malformed lines",
 			path, (unsigned long long)r.dg->steps, (unsigned long long)r.dg->anomalies,
 			(unsigned long long)r.bad_lines);
-		if (!err && r.err)
-			err = r.err;
 		goto cleanup;
 	}
 
 	if (err)
 		goto replayed; /* load failed (logged): the status records still say so */
-	if (r.deep) {
-		r.buf = malloc(JSON_BUF);
-		if (!r.buf) {
-			err = -ENOMEM;
-			goto cleanup;
-		}
-	} else {
-		r.st = corr_stats__new(&so);
-		if (!r.st) {
-			err = -errno;
-			goto cleanup;
-		}
-		r.interval_ns = ao->interval_s > 0 ? (uint64_t)(ao->interval_s * 1e9) : 0;
+	r.gp = gpu_new(a, true);
+	if (!r.gp) {
+		err = -errno;
+		goto cleanup;
 	}
+	co.emit_ctx = r.gp;
 	err = corr_replay_input(path, &in, &co, &ro, &st);
 	corr_input_release(&in);
 replayed:
+	if (r.gp) {
+		gpu_finish(r.gp); /* the rest: whole intervals, or one summary */
+		gpu_counts(r.gp, &n);
+	}
 	if (err == -EINTR)
 		pr_warn("replay: %s: stopped by a signal after %llu GPU records: the output is "
 			"incomplete (replay_status.interrupted)",
-			path, (unsigned long long)r.emitted);
+			path, (unsigned long long)n.joined);
 	else if (err)
 		pr_err("replay: %s: failed (%s) after %llu GPU records", path, strerror(-err),
-		       (unsigned long long)r.emitted);
-	if (r.st) {
-		/* the rest: whole intervals, or one summary when no interval is set */
-		if (r.interval_ns)
-			cut_until(&r, UINT64_MAX - r.interval_ns);
-		corr_stats__cut(r.st, r.t_next ? r.t_next : corr_stats__first_ts(r.st), UINT64_MAX,
-				emit_summary, &r);
-	}
-	emit_status(&r, path, &st, err);
+		       (unsigned long long)n.joined);
+	emit_status(&r, path, &st, &n, err);
 	if (r.dg) {
 		int derr = diag_finish(r.dg);
 
@@ -426,14 +337,14 @@ replayed:
 		path, corr_format_name(st.format), (unsigned long long)st.gpu_records,
 		(unsigned long long)st.corr.joined, (unsigned long long)st.corr.unmatched,
 		(unsigned long long)st.markers);
-	if (!err && r.err)
-		err = r.err;
+	if (!err && n.err)
+		err = n.err;
 	if (!err && r.dg && r.dg->err)
 		err = r.dg->err;
 cleanup:
 	corr_input_release(&in);
+	a->diag = NULL;
 	diag_free(r.dg);
-	corr_stats__free(r.st);
-	free(r.buf);
+	gpu_destroy(r.gp);
 	return err;
 }
