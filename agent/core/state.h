@@ -197,6 +197,10 @@ void diag_advance(struct diag *d, uint64_t now_ns);
 void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object */
 int diag_finish(struct diag *d); /* flush, save the baseline */
 void diag_free(struct diag *d);
+/* pipeline/steprec.c: the step record's one writer and one reader */
+json_t *steprec_to_json(struct agent *a, const struct diag_step *s); /* NULL: no memory */
+/* 0; -ENOENT: not a step record; -EINVAL: no positive dur_ns or an unknown phase */
+int steprec_from_json(const json_t *o, struct diag_step *s);
 
 
 /* loader.c: open, configure, load, attach the skeleton */

@@ -29,10 +29,6 @@ static struct {
 
 /* ------------------------------------------------------------ diagnosis -- */
 
-static json_t *int_or_null(int64_t v)
-{
-	return v < 0 ? json_null() : json_integer((json_int_t)v);
-}
 
 static void emit_anomaly(void *ctx, const struct diag_anomaly *an)
 {
@@ -82,55 +78,16 @@ static void emit_step(void *ctx, const struct diag_step *cs)
 {
 	struct diag *d = ctx;
 	struct diag_step s = *cs;
-	json_t *o, *top;
+	json_t *o;
 
 	s.instance = agent_instance_of(d->a, s.pid);
 	if (s.rank < 0) /* no rank= in its marker: the process's environment */
 		s.rank = agent_rank_of(d->a, s.pid);
-	o = rec_new(d->a, "step", s.pid, s.tid, s.start_ns);
+	o = steprec_to_json(d->a, &s);
 	if (!o) {
 		d->err = -ENOMEM;
 		return;
 	}
-	top = json_array();
-	json_object_set_new(o, "rank", s.rank < 0 ? json_null() : json_integer(s.rank));
-	json_object_set_new(o, "seq", json_integer((json_int_t)s.seq));
-	json_object_set_new(o, "start_ns", json_integer((json_int_t)s.start_ns));
-	json_object_set_new(o, "dur_ns", json_integer((json_int_t)s.dur_ns));
-	json_object_set_new(o, "phase", json_string(diag_phase_name(s.phase)));
-	json_object_set_new(o, "tokens", int_or_null(s.tokens));
-	json_object_set_new(o, "batch_size", int_or_null(s.batch_size));
-	json_object_set_new(o, "kv_tokens", int_or_null(s.kv_tokens));
-	json_object_set_new(o, "source", json_string(s.source));
-	json_object_set_new(o, "marker", s.marker ? json_string(s.marker) : json_null());
-	json_object_set_new(o, "gpu_busy_ns", int_or_null(s.gpu_busy_ns));
-	json_object_set_new(o, "idle_ns", int_or_null(s.idle_ns));
-	json_object_set_new(o, "idle_gaps", int_or_null(s.idle_gaps));
-	json_object_set_new(o, "idle_max_ns", int_or_null(s.idle_max_ns));
-	json_object_set_new(o, "kernels", int_or_null(s.kernels));
-	json_object_set_new(o, "graph_kernels", int_or_null(s.graph_kernels));
-	json_object_set_new(o, "memcpys", int_or_null(s.memcpys));
-	json_object_set_new(o, "comm_ns", int_or_null(s.comm_ns));
-	if (s.l2s_p50_ns >= 0)
-		json_object_set_new(o, "launch_to_start_ns",
-				    json_pack("{s:I,s:I,s:I}", "p50", (json_int_t)s.l2s_p50_ns,
-					      "p90", (json_int_t)s.l2s_p90_ns, "p99",
-					      (json_int_t)s.l2s_p99_ns));
-	else
-		json_object_set_new(o, "launch_to_start_ns", json_null());
-	json_object_set_new(o, "offcpu_ns", int_or_null(s.offcpu_ns));
-	json_object_set_new(o, "runq_ns", int_or_null(s.runq_ns));
-	json_object_set_new(o, "slow_syscalls", int_or_null(s.slow_syscalls));
-	json_object_set_new(o, "slow_syscall_ns", int_or_null(s.slow_syscall_ns));
-	json_object_set_new(o, "net_bytes", int_or_null(s.net_bytes));
-	json_object_set_new(o, "preempt_pid",
-			    s.preempt_pid ? json_integer(s.preempt_pid) : json_null());
-	for (uint32_t i = 0; i < s.n_top; i++)
-		json_array_append_new(top, json_pack("{s:s,s:I,s:I}", "name",
-						     s.top[i].name ? s.top[i].name : "", "count",
-						     (json_int_t)s.top[i].count, "total_ns",
-						     (json_int_t)s.top[i].total_ns));
-	json_object_set_new(o, "top_kernels", top);
 	d->steps++;
 	if (rec_emit(d->a, REC_SUMMARY, o))
 		d->err = -EIO;

@@ -63,12 +63,6 @@ static bool is_step_stream(const char *buf, size_t len)
 	return false;
 }
 
-static int64_t jint(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-
-	return json_is_integer(v) ? (int64_t)json_integer_value(v) : DIAG_UNKNOWN;
-}
 
 /*
  * Re-detection: every `step` line goes to the detector as if it had just
@@ -86,9 +80,8 @@ static int replay_steps(struct replay *r, const char *path, const char *buf, siz
 		size_t len = nl ? (size_t)(nl - p) + 1 : (size_t)(end - p);
 		const char *line = p;
 		json_error_t je;
-		json_t *o, *top;
+		json_t *o;
 		struct diag_step s;
-		const char *phase, *inst;
 
 		p += len;
 		if (r->stop && *r->stop) {
@@ -106,58 +99,19 @@ static int replay_steps(struct replay *r, const char *path, const char *buf, siz
 			json_decref(o);
 			continue;
 		}
-		if (!json_is_string(json_object_get(o, "type")) ||
-		    strcmp(json_string_value(json_object_get(o, "type")), "step")) {
-			r->other_lines++;
-			json_decref(o);
-			continue;
-		}
-		diag_step_init(&s);
-		inst = json_string_value(json_object_get(o, "instance"));
-		s.instance = inst ? inst : "";
-		s.rank = json_is_integer(json_object_get(o, "rank"))
-			     ? (int32_t)json_integer_value(json_object_get(o, "rank"))
-			     : -1;
-		s.pid = (uint32_t)(jint(o, "pid") > 0 ? jint(o, "pid") : 0);
-		s.tid = (uint32_t)(jint(o, "tid") > 0 ? jint(o, "tid") : 0);
-		s.start_ns = (uint64_t)(jint(o, "start_ns") > 0 ? jint(o, "start_ns") : 0);
-		s.dur_ns = (uint64_t)(jint(o, "dur_ns") > 0 ? jint(o, "dur_ns") : 0);
-		phase = json_string_value(json_object_get(o, "phase"));
-		if (!s.dur_ns || (phase && diag_phase_parse(phase, &s.phase))) {
+		switch (steprec_from_json(o, &s)) {
+		case 0:
+			diag_add_step(r->dg, &s);
+			break;
+		case -ENOENT:
+			r->other_lines++; /* another record type: skipped */
+			break;
+		default:
 			if (r->bad_lines++ < 10)
 				pr_warn("replay: %s: line %lu: step without a positive dur_ns or "
 					"with an unknown phase, skipped",
 					path, ln);
-			json_decref(o);
-			continue;
 		}
-		s.tokens = jint(o, "tokens");
-		s.batch_size = jint(o, "batch_size");
-		s.kv_tokens = jint(o, "kv_tokens");
-		s.gpu_busy_ns = jint(o, "gpu_busy_ns");
-		s.idle_ns = jint(o, "idle_ns");
-		s.idle_gaps = jint(o, "idle_gaps");
-		s.idle_max_ns = jint(o, "idle_max_ns");
-		s.kernels = jint(o, "kernels");
-		s.comm_ns = jint(o, "comm_ns");
-		s.offcpu_ns = jint(o, "offcpu_ns");
-		s.runq_ns = jint(o, "runq_ns");
-		s.slow_syscalls = jint(o, "slow_syscalls");
-		s.slow_syscall_ns = jint(o, "slow_syscall_ns");
-		s.preempt_pid = (uint32_t)(jint(o, "preempt_pid") > 0 ? jint(o, "preempt_pid") : 0);
-		top = json_object_get(o, "top_kernels");
-		for (size_t i = 0;
-		     json_is_array(top) && i < json_array_size(top) && s.n_top < DIAG_TOP_MAX;
-		     i++) {
-			json_t *k = json_array_get(top, i);
-			const char *name = json_string_value(json_object_get(k, "name"));
-
-			if (!name || jint(k, "count") <= 0 || jint(k, "total_ns") < 0)
-				continue;
-			s.top[s.n_top++] = (struct diag_kernel){name, (uint64_t)jint(k, "count"),
-								(uint64_t)jint(k, "total_ns")};
-		}
-		diag_add_step(r->dg, &s);
 		json_decref(o);
 	}
 	return err;

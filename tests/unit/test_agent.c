@@ -16,6 +16,7 @@
 #include "jsonw.h"
 #include "numparse.h"
 #include "state.h"
+#include "diagnose.h"
 
 /* a sink that keeps the last record */
 struct mem_sink {
@@ -313,6 +314,107 @@ static void test_jsonw(void **state)
 }
 
 /* option numbers: the whole string, within bounds, else untouched */
+/* the step record's writer and reader (agent/pipeline/steprec.c) agree field by field */
+static void test_steprec_round_trip(void **state)
+{
+	struct mem_sink m;
+	struct agent *a = agent_new(&m);
+	struct diag_step s, back;
+	json_t *o, *parsed;
+	char *text;
+
+	(void)state;
+	diag_step_init(&s);
+	s.rank = 3;
+	s.pid = 42;
+	s.tid = 43;
+	s.seq = 7;
+	s.start_ns = 1000000000123ull;
+	s.dur_ns = 75000000;
+	s.phase = DIAG_PHASE_DECODE;
+	s.tokens = 64;
+	s.batch_size = 64;
+	s.kv_tokens = 131072;
+	s.source = "usdt";
+	s.gpu_busy_ns = 70000000;
+	s.idle_ns = 5000000;
+	s.idle_gaps = 3;
+	s.idle_max_ns = 4000000;
+	s.kernels = 1375;
+	s.graph_kernels = 963;
+	s.memcpys = 7;
+	s.comm_ns = 1400000;
+	s.l2s_p50_ns = 800000;
+	s.l2s_p90_ns = 900000;
+	s.l2s_p99_ns = 1000000;
+	s.offcpu_ns = 120000;
+	s.runq_ns = 30000;
+	s.slow_syscalls = 2;
+	s.slow_syscall_ns = 2500000;
+	s.net_bytes = 4096;
+	s.preempt_pid = 99;
+	s.n_top = 1;
+	s.top[0] = (struct diag_kernel){"gemm", 160, 9980963};
+	o = steprec_to_json(a, &s);
+	assert_non_null(o);
+	/* through text, as a file of step records is read back */
+	text = json_dumps(o, JSON_COMPACT);
+	parsed = json_loads(text, 0, NULL);
+	assert_non_null(parsed);
+	assert_int_equal(steprec_from_json(parsed, &back), 0);
+	assert_string_equal(back.instance, "testhost");
+	assert_int_equal(back.rank, s.rank);
+	assert_int_equal(back.pid, s.pid);
+	assert_int_equal(back.tid, s.tid);
+	assert_int_equal(back.seq, s.seq);
+	assert_int_equal(back.start_ns, s.start_ns);
+	assert_int_equal(back.dur_ns, s.dur_ns);
+	assert_int_equal(back.phase, s.phase);
+	assert_int_equal(back.tokens, s.tokens);
+	assert_int_equal(back.batch_size, s.batch_size);
+	assert_int_equal(back.kv_tokens, s.kv_tokens);
+	assert_int_equal(back.gpu_busy_ns, s.gpu_busy_ns);
+	assert_int_equal(back.idle_ns, s.idle_ns);
+	assert_int_equal(back.idle_gaps, s.idle_gaps);
+	assert_int_equal(back.idle_max_ns, s.idle_max_ns);
+	assert_int_equal(back.kernels, s.kernels);
+	assert_int_equal(back.graph_kernels, s.graph_kernels);
+	assert_int_equal(back.memcpys, s.memcpys);
+	assert_int_equal(back.comm_ns, s.comm_ns);
+	assert_int_equal(back.l2s_p50_ns, s.l2s_p50_ns);
+	assert_int_equal(back.l2s_p90_ns, s.l2s_p90_ns);
+	assert_int_equal(back.l2s_p99_ns, s.l2s_p99_ns);
+	assert_int_equal(back.offcpu_ns, s.offcpu_ns);
+	assert_int_equal(back.runq_ns, s.runq_ns);
+	assert_int_equal(back.slow_syscalls, s.slow_syscalls);
+	assert_int_equal(back.slow_syscall_ns, s.slow_syscall_ns);
+	assert_int_equal(back.net_bytes, s.net_bytes);
+	assert_int_equal(back.preempt_pid, s.preempt_pid);
+	assert_int_equal(back.n_top, 1);
+	assert_string_equal(back.top[0].name, "gemm");
+	assert_int_equal(back.top[0].count, 160);
+	assert_int_equal(back.top[0].total_ns, 9980963);
+	/* unknown fields are written null and read back unknown */
+	diag_step_init(&s);
+	s.dur_ns = 1;
+	json_decref(o);
+	json_decref(parsed);
+	free(text);
+	o = steprec_to_json(a, &s);
+	assert_int_equal(steprec_from_json(o, &back), 0);
+	assert_int_equal(back.tokens, DIAG_UNKNOWN);
+	assert_int_equal(back.offcpu_ns, DIAG_UNKNOWN);
+	assert_int_equal(back.l2s_p99_ns, DIAG_UNKNOWN);
+	assert_int_equal(back.rank, -1);
+	/* not a step, and a step without a duration */
+	json_object_set_new(o, "dur_ns", json_integer(0));
+	assert_int_equal(steprec_from_json(o, &back), -EINVAL);
+	json_object_set_new(o, "type", json_string("kernel"));
+	assert_int_equal(steprec_from_json(o, &back), -ENOENT);
+	json_decref(o);
+	free(a);
+}
+
 static void test_numparse(void **state)
 {
 	double d = -1;
@@ -344,6 +446,7 @@ int main(void)
 		cmocka_unit_test(test_decode_launch), cmocka_unit_test(test_decode_forged),
 		cmocka_unit_test(test_names),	      cmocka_unit_test(test_jsonw),
 		cmocka_unit_test(test_numparse),
+		cmocka_unit_test(test_steprec_round_trip),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
