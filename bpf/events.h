@@ -22,8 +22,7 @@
 #endif
 
 #define INFERTRACE_ABI_VERSION 1
-/* "schema" field of every JSON line; docs/events.md */
-#define INFERTRACE_SCHEMA_VERSION 1
+/* the JSON lines' "schema" is INFERTRACE_SCHEMA_VERSION in correlator/include/correlator.h */
 
 #define TASK_COMM_LEN 16
 #define LIB_NAME_LEN 64

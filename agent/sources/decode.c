@@ -47,19 +47,6 @@ static json_t *str_n(const char *s, size_t max)
 }
 
 /* the common fields, in rec_new()'s order and form */
-static void jw_common(struct agent *a, struct jsonw *w, const char *type,
-		      const struct event_hdr *h)
-{
-	jw_uint(w, "schema", INFERTRACE_SCHEMA_VERSION);
-	jw_str(w, "type", type);
-	jw_str(w, "host", a->host);
-	jw_str(w, "instance", agent_instance_of(a, h->pid));
-	if (h->pid)
-		jw_uint(w, "pid", h->pid);
-	if (h->tid)
-		jw_uint(w, "tid", h->tid);
-	jw_uint(w, "ts_ns", h->ts_ns);
-}
 
 /*
  * One record per launch in deep mode: the hottest record, written with
@@ -83,7 +70,9 @@ long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size
 		}
 	}
 	jw_init(&w, buf, cap);
-	jw_common(a, &w, "cuda_launch", &e->hdr);
+	jw_common(&w, "cuda_launch", a->host, agent_instance_of(a, e->hdr.pid),
+		  e->hdr.pid ? (int64_t)e->hdr.pid : JW_OMIT, e->hdr.tid ? (int64_t)e->hdr.tid : JW_OMIT,
+		  e->hdr.ts_ns);
 	jw_str(&w, "api", corr_api_name(e->api));
 	if (is_copy) {
 		jw_hex(&w, "stream", e->stream);

@@ -31,6 +31,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * "schema" of every JSON line the agent and this library write (the common
+ * fields, docs/events.md): defined here once, under every writer.
+ */
+#define INFERTRACE_SCHEMA_VERSION 1
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -314,6 +314,36 @@ static void test_jsonw(void **state)
 }
 
 /* option numbers: the whole string, within bounds, else untouched */
+/* the common fields: the hand writer and the jansson builder write the same bytes */
+static void test_common_fields_agree(void **state)
+{
+	static const struct { uint32_t pid, tid; } ids[] = { {0, 0}, {42, 0}, {42, 43} };
+	struct mem_sink m;
+	struct agent *a = agent_new(&m);
+
+	(void)state;
+	a->opts.instance = "llama/0 \"q\""; /* escaped the same way too */
+	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+		json_t *o = rec_new(a, "step", ids[i].pid, ids[i].tid, 123456789012345ull);
+		char hand[512], *tree;
+		struct jsonw w;
+		long n;
+
+		jw_init(&w, hand, sizeof(hand));
+		jw_common(&w, "step", a->host, agent_instance_of(a, ids[i].pid),
+			  ids[i].pid ? (int64_t)ids[i].pid : JW_OMIT,
+			  ids[i].tid ? (int64_t)ids[i].tid : JW_OMIT, 123456789012345ull);
+		n = jw_end(&w);
+		assert_true(n > 0 && (size_t)n < sizeof(hand));
+		hand[n] = '\0';
+		tree = json_dumps(o, JSON_COMPACT);
+		assert_string_equal(hand, tree);
+		free(tree);
+		json_decref(o);
+	}
+	free(a);
+}
+
 /* the step record's writer and reader (agent/pipeline/steprec.c) agree field by field */
 static void test_steprec_round_trip(void **state)
 {
@@ -447,6 +477,7 @@ int main(void)
 		cmocka_unit_test(test_names),	      cmocka_unit_test(test_jsonw),
 		cmocka_unit_test(test_numparse),
 		cmocka_unit_test(test_steprec_round_trip),
+		cmocka_unit_test(test_common_fields_agree),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
