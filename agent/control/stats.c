@@ -10,30 +10,13 @@
 #include "ops.h"
 #include "infertrace.skel.h"
 
-static const char *const type_names[EV_TYPE_MAX] = {
-	[EV_CUDA_LAUNCH] = "cuda_launch", [EV_CUDA_SYNC] = "cuda_sync",
-	[EV_OFFCPU] = "offcpu",		  [EV_RUNQ] = "runq",
-	[EV_SYSCALL] = "syscall",	  [EV_TCP_RETRANS] = "tcp_retransmit",
-	[EV_PROC_EXEC] = "proc_exec",	  [EV_PROC_EXIT] = "proc_exit",
-	[EV_LIB_MAP] = "lib_map",	  [EV_STEP_MARK] = "step_mark",
-	[EV_NET_IO] = "net_io",
-	[EV_GPU_KERNEL] = "gpu_kernel",	  [EV_GPU_MEMCPY] = "gpu_memcpy",
-	[EV_GPU_MEMSET] = "gpu_memset",	  [EV_GPU_LAUNCH_CB] = "gpu_launch_cb",
-	[EV_SHIM_STATUS] = "shim_status",
-};
-
-const char *event_type_name(int t)
-{
-	return t >= 0 && t < EV_TYPE_MAX ? type_names[t] : NULL;
-}
-
 static json_t *by_type(const uint64_t *v)
 {
 	json_t *o = json_object();
 
 	for (int t = 0; t < EV_TYPE_MAX; t++)
-		if (type_names[t])
-			json_object_set_new(o, type_names[t], json_integer((json_int_t)v[t]));
+		if (event_type_name(t))
+			json_object_set_new(o, event_type_name(t), json_integer((json_int_t)v[t]));
 	return o;
 }
 

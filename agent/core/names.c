@@ -2,7 +2,8 @@
 /*
  * names.c - numbers and ids as names for records: syscalls (the table the
  * Makefile generates from this architecture's unistd_64.h), TCP states and
- * thread names. Used by the sources that decode and aggregate.
+ * thread names, event types (stats and metrics). Used by the sources that
+ * decode and aggregate, and by control.
  */
 #include <stdio.h>
 #include <string.h>
@@ -42,4 +43,21 @@ const char *thread_comm(uint32_t pid, uint32_t tid, char *buf, size_t sz)
 		fclose(f);
 	}
 	return buf;
+}
+
+static const char *const type_names[EV_TYPE_MAX] = {
+	[EV_CUDA_LAUNCH] = "cuda_launch", [EV_CUDA_SYNC] = "cuda_sync",
+	[EV_OFFCPU] = "offcpu",		  [EV_RUNQ] = "runq",
+	[EV_SYSCALL] = "syscall",	  [EV_TCP_RETRANS] = "tcp_retransmit",
+	[EV_PROC_EXEC] = "proc_exec",	  [EV_PROC_EXIT] = "proc_exit",
+	[EV_LIB_MAP] = "lib_map",	  [EV_STEP_MARK] = "step_mark",
+	[EV_NET_IO] = "net_io",
+	[EV_GPU_KERNEL] = "gpu_kernel",	  [EV_GPU_MEMCPY] = "gpu_memcpy",
+	[EV_GPU_MEMSET] = "gpu_memset",	  [EV_GPU_LAUNCH_CB] = "gpu_launch_cb",
+	[EV_SHIM_STATUS] = "shim_status",
+};
+
+const char *event_type_name(int t)
+{
+	return t >= 0 && t < EV_TYPE_MAX ? type_names[t] : NULL;
 }

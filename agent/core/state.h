@@ -272,7 +272,7 @@ json_t *hist_to_json(const __u64 *slots, const __u64 *prev, unsigned n);
 
 /* stats.c: the agent's own counters as a "stats" record */
 void stats_emit(struct agent *a, uint64_t interval_ns, bool final);
-/* the name of an event type in stats and metrics ("step_mark"); NULL: none */
+/* core/names.c: the name of an event type in stats and metrics ("step_mark"); NULL: none */
 const char *event_type_name(int type);
 
 /* thread names */
