@@ -19,6 +19,7 @@
 #include "numparse.h"
 #include "state.h"
 #include "ops.h"
+#include "perfetto.h"
 #include "sink_kafka.h"
 #include "infertrace.skel.h"
 

@@ -36,6 +36,7 @@
 
 #include "state.h"
 #include "ops.h"
+#include "perfetto.h"
 #include "control_proto.h"
 #include "server.h"
 #include "util.h"

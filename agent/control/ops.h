@@ -3,7 +3,8 @@
  * ops.h - operating the agent while it runs: per-instance deep-dive
  * (deepdive.c), the flight recorder (recorder.c), the control socket
  * (control.c), the Kafka control topic (control_kafka.c), the Prometheus
- * endpoint (metrics.c) and the Perfetto / Chrome trace writer (perfetto.c).
+ * endpoint (metrics.c). The Perfetto / Chrome trace writer, a sink, has its
+ * own header (agent/sinks/perfetto.h).
  * docs/operations.md explains them to operators.
  *
  * Threading: everything here runs on the event loop thread (main.c), like
@@ -150,36 +151,6 @@ int recorder_foreach(struct agent *a, const char *instance,
  */
 int recorder_snapshot(struct agent *a, const char *instance, char **buf, size_t *len,
 		      uint64_t *records);
-
-/* ------------------------------------------------------------- Perfetto -- */
-/*
- * Chrome trace JSON (opens in ui.perfetto.dev and chrome://tracing) from
- * the agent's own records: one track per CPU thread (launches, off-CPU,
- * slow syscalls, synchronisations, markers), one process per GPU device
- * with a track per stream (kernels, copies, memsets), and a flow arrow from
- * each launch to each kernel it started. Records of other types are
- * ignored (counted). docs/operations.md, "Perfetto export".
- */
-struct perfetto;
-struct perfetto_stats {
-	uint64_t records; /* records given */
-	uint64_t events;  /* trace events written (metadata excluded) */
-	uint64_t flows;
-	uint64_t ignored; /* records that draw nothing */
-	uint64_t bad;	  /* records that are not JSON objects with a type */
-};
-struct perfetto *perfetto_new(void); /* NULL + errno */
-int perfetto_add(struct perfetto *p, const json_t *rec);
-int perfetto_add_json(struct perfetto *p, const char *json, size_t len);
-/* the whole document; 0 or -errno */
-int perfetto_write(struct perfetto *p, FILE *f);
-void perfetto_get_stats(const struct perfetto *p, struct perfetto_stats *out);
-void perfetto_free(struct perfetto *p);
-/*
- * A sink that feeds every record to a struct perfetto and writes path at
- * close (--replay FILE --perfetto OUT). NULL + errno.
- */
-struct sink *sink_perfetto_open(const char *path);
 
 /* -------------------------------------------------------- control topic -- */
 /*

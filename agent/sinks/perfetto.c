@@ -39,7 +39,7 @@
 #include <string.h>
 
 #include "state.h"
-#include "ops.h"
+#include "perfetto.h"
 #include "util.h"
 
 #define GPU_PID_BASE 0x40000000u

@@ -16,6 +16,7 @@
 
 #include "state.h"
 #include "ops.h"
+#include "perfetto.h"
 #include "control_proto.h"
 
 /* a sink that keeps every record */
