@@ -18,6 +18,8 @@
 
 #include "numparse.h"
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "ops.h"
 #include "perfetto.h"
 #include "sink_kafka.h"

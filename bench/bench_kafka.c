@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "sink_kafka.h"
 
 static struct agent agent; /* large: static */

@@ -35,6 +35,8 @@
 #include <sys/un.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "ops.h"
 #include "perfetto.h"
 #include "control_proto.h"

@@ -22,6 +22,8 @@
 #include <string.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "ops.h"
 #include "control_proto.h"
 #include "sink_kafka.h"

@@ -25,6 +25,8 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "ops.h"
 #include "server.h"
 #include "infertrace.skel.h"

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "ops.h"
 
 int ops_init(struct agent *a)

@@ -163,4 +163,7 @@ void control_kafka_poll(struct agent *a);
 void control_kafka_stats(struct agent *a, json_t *obj);
 void control_kafka_free(struct agent *a);
 
+/* stats.c: the agent's own counters as a "stats" record */
+void stats_emit(struct agent *a, uint64_t interval_ns, bool final);
+
 #endif /* INFERTRACE_OPS_H */

@@ -21,6 +21,7 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "pipeline.h"
 #include "ops.h"
 #include "infertrace.skel.h"
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "state.h"
+#include "pipeline.h"
 #include "ops.h"
 #include "diagnose.h"
 

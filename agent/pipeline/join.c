@@ -19,6 +19,7 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "pipeline.h"
 #include "ops.h"
 #include "correlator.h"
 

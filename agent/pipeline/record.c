@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "state.h"
+#include "pipeline.h"
 
 json_t *rec_new(struct agent *a, const char *type, uint32_t pid, uint32_t tid, uint64_t ts_ns)
 {

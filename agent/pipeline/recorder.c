@@ -38,6 +38,7 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "pipeline.h"
 #include "ops.h"
 #include "infertrace.skel.h"
 

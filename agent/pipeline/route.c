@@ -19,6 +19,7 @@
 #include <errno.h>
 
 #include "state.h"
+#include "pipeline.h"
 #include "ops.h"
 
 int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const char *json,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "state.h"
+#include "pipeline.h"
 #include "diagnose.h"
 
 static json_t *int_or_null(int64_t v)

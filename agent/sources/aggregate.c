@@ -17,6 +17,8 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "infertrace.skel.h"
 
 struct thread_prev {

@@ -11,6 +11,8 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "diagnose.h"
 #include "jsonw.h"
 #include "infertrace.skel.h"

@@ -26,6 +26,8 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "infertrace.skel.h"
 
 #define MAPS_RETRIES 20 /* ticks to wait for a reported mapping to appear */

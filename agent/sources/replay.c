@@ -23,6 +23,8 @@
 #include <string.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "correlator.h"
 #include "diagnose.h"
 

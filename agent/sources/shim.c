@@ -16,6 +16,8 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "shim_rx.h"
 
 #define MAX_SHIMS 256

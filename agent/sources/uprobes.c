@@ -21,6 +21,8 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "infertrace.skel.h"
 
 static bool api_is_sync(unsigned api)

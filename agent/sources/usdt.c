@@ -33,6 +33,8 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "infertrace.skel.h"
 #include "util.h"
 

@@ -16,6 +16,8 @@
 #include "jsonw.h"
 #include "numparse.h"
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "diagnose.h"
 
 /* a sink that keeps the last record */

@@ -15,6 +15,8 @@
 #include <cmocka.h>
 
 #include "state.h"
+#include "pipeline.h"
+#include "sources.h"
 #include "ops.h"
 #include "perfetto.h"
 #include "control_proto.h"
