@@ -29,7 +29,7 @@ DEB_PKGS := clang llvm make gcc pkg-config libbpf-dev bpftool libelf-dev zlib1g-
 	libjansson-dev librdkafka-dev libcmocka-dev libsqlite3-dev systemtap-sdt-dev kcat \
 	iproute2 jq procps util-linux yamllint python3-yaml \
 	golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev \
-	golang-gopkg-yaml.v3-dev prometheus
+	golang-gopkg-yaml.v3-dev prometheus libcurl4-openssl-dev
 # npm packages the tests run (tests/node/package.json, pinned by its lock):
 # kubernetes-models (chart schemas), kafkajs (a second Kafka client),
 # @opentelemetry/otlp-transformer (the OTLP protocol definitions). Installed
@@ -46,7 +46,7 @@ INCLUDES := -I$(BUILD) -Ibpf -Iagent -Icorrelator/include
 CFLAGS ?=
 LDFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_COMMON) $(INCLUDES) $(CFLAGS)
-AGENT_LIBS := -lbpf -lelf -lz -ljansson -lsqlite3 -lrdkafka -ldl -lpthread -lm
+AGENT_LIBS := -lbpf -lelf -lz -ljansson -lsqlite3 -lrdkafka -lcurl -ldl -lpthread -lm
 
 .PHONY: all deps test demo bench fmt check-fmt clean help vmlinux docs
 all: $(BUILD)/infertrace-agent $(BUILD)/libinfertrace_cupti.so $(BUILD)/agentctl
