@@ -25,11 +25,15 @@
 #                         --flush-timeout, every record counted as dropped,
 #                         the JSON lines complete
 #   otlp_bad_url          --otlp without http(s)://: exit 64, clear error
+#   otlp_receiver_strict  the receiver itself refuses what a collector would
+#                         misread: an unknown field, a 64-bit integer as a
+#                         JSON number, an enum by name (and takes the same
+#                         request written right)
 set -u
 . "$(dirname "$0")/lib.sh"
 
 NAMES="otlp_replay_kineto otlp_replay_anomaly otlp_live otlp_retry otlp_refused
-otlp_collector_down otlp_bad_url"
+otlp_collector_down otlp_bad_url otlp_receiver_strict"
 NODE_DIR=$IT_ROOT/tests/node
 if [ ! -x "$AGENT" ]; then
 	for n in $NAMES; do echo "FAIL $n: $AGENT not built"; done
@@ -211,3 +215,27 @@ rc=$?
 expect "exit $rc, want 64" eq "$rc" 64
 expect "no clear error: $out" grep -q 'http:// or https:// URL' <<<"$out"
 report $name
+
+# --------------------------------------------------------------------------
+name=otlp_receiver_strict
+if ! command -v curl >/dev/null; then
+	skip $name "curl missing"
+else
+	receiver_start $name && {
+		post() { curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+			--data-binary "$1" "$RECV_URL/v1/logs"; }
+		rec() { printf '{"resourceLogs":[{"scopeLogs":[{"logRecords":[{%s}]}]}]}' "$1"; }
+		good='"timeUnixNano":"1700000000000000000","severityNumber":9,"body":{"stringValue":"x"}'
+		code=$(post "$(rec "$good")")
+		expect "a right request: HTTP $code" [ "$code" = 200 ]
+		for bad in "$good,\"bogus\":1" "${good/\"1700000000000000000\"/1700000000}" \
+			"${good/:9,/:\"SEVERITY_NUMBER_INFO\",}"; do
+			code=$(post "$(rec "$bad")")
+			expect "accepted ($code): $bad" [ "$code" = 400 ]
+		done
+		receiver_stop
+		expect "receiver logged $(jq -s 'map(select(.error)) | length' "$T/$name.req") errors, want 3" \
+			[ "$(jq -s 'map(select(.error)) | length' "$T/$name.req")" = 3 ]
+	}
+	report $name
+fi
