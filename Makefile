@@ -363,8 +363,9 @@ deps:
 			|| { echo "make deps: apt-get failed for:$$missing" >&2; exit 1; }; \
 	fi
 	@command -v npm >/dev/null || { echo "  DEPS     installing: nodejs npm"; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm \
-			>/dev/null || { echo "make deps: apt-get failed for: nodejs npm" >&2; exit 1; }; }
+		export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && \
+		apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null \
+			|| { echo "make deps: apt-get failed for: nodejs npm" >&2; exit 1; }; }
 	@if [ ! -f $(NODE_DIR)/node_modules/.package-lock.json ] || \
 	    [ $(NODE_DIR)/package-lock.json -nt $(NODE_DIR)/node_modules/.package-lock.json ]; then \
 		echo "  DEPS     npm ci in $(NODE_DIR)"; \
