@@ -89,16 +89,16 @@ enum {
 	OPT_SPILL_DIR,
 	OPT_SPILL_MAX,
 	OPT_FLUSH_TIMEOUT,
-	OPT_STEP_MARKERS, /* diagnosis (issue 5): agent/replay.c */
+	OPT_STEP_MARKERS, /* diagnosis (issue 5): agent/sources/replay.c */
 	OPT_BASELINE,
 	OPT_BASELINE_SAVE,
 	OPT_DETECT,
-	OPT_OTLP, /* OpenTelemetry (issue 19): agent/sink_otlp.c */
+	OPT_OTLP, /* OpenTelemetry (issue 19): agent/sinks/sink_otlp.c */
 	OPT_OTLP_QUEUE_MAX,
 };
 
 /*
- * Diagnosis options are kept by agent/replay.c (issue 5); the prototype
+ * Diagnosis options are kept by agent/sources/replay.c (issue 5); the prototype
  * moves to agent.h when the live loop wires the detector.
  */
 
@@ -650,6 +650,8 @@ static int run_live(struct agent *a)
 		goto cleanup;
 	}
 	err = gpu_init(a);
+	if (!err)
+		err = shim_init(a);
 	if (err)
 		goto cleanup;
 	err = diag_new(a, &a->diag);
@@ -701,6 +703,7 @@ static int run_live(struct agent *a)
 			 * interval reaps exited processes (their instance names).
 			 */
 			ring_buffer__consume(a->rb);
+			shim_interval(a);
 			gpu_interval(a, false);
 			diag_advance(a->diag, now);
 			aggregate_interval(a, false);
@@ -716,6 +719,7 @@ static int run_live(struct agent *a)
 	{
 		uint64_t span = now_ns() - a->last_interval_ns;
 
+		shim_interval(a);
 		gpu_interval(a, true);
 		diag_finish(a->diag);
 		aggregate_interval(a, true);
@@ -728,6 +732,7 @@ cleanup:
 	ops_free(a); /* first: deep-dived shims are told to go back to sentinel */
 	diag_free(a->diag);
 	a->diag = NULL;
+	shim_free(a);
 	gpu_free(a);
 	loop_free();
 	ring_buffer__free(a->rb);
@@ -818,7 +823,7 @@ int main(int argc, char **argv)
 	}
 
 	if (a->opts.replay)
-		err = replay_run(a, a->opts.replay);
+		err = replay_run(a, a->opts.replay, &exiting);
 	else
 		err = run_live(a);
 

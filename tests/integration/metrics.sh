@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #
-# metrics - the Prometheus endpoint (--metrics ADDR:PORT, agent/metrics.c):
+# metrics - the Prometheus endpoint (--metrics ADDR:PORT, agent/control/metrics.c):
 #
 #   metrics_exposition:  /metrics is text exposition format 0.0.4: every
 #                        sample line parses, belongs to a family announced by
@@ -15,7 +15,7 @@
 #                        (Debian's prometheus package, make deps), accepts
 #                        the scrape taken while the workload runs, and every
 #                        family the agent can announce is in it with at least
-#                        one sample: each infertrace_* name in agent/metrics.c
+#                        one sample: each infertrace_* name in agent/control/metrics.c
 #                        (the infertrace_kafka_* ones need --kafka:
 #                        tests/integration/kafka.sh checks those)
 #   metrics_health:      /healthz and /readyz answer 200, unknown paths 404,
@@ -112,8 +112,8 @@ else
 		eval '[ "$rc" = 0 ] && [ -z "$lint" ]'
 fi
 # every family the source can announce, announced and with a sample
-fams=$(grep -oE '"infertrace_[a-z0-9_]+' agent/metrics.c | tr -d '"' | grep -v '^infertrace_kafka_' | sort -u)
-expect "no family names read from agent/metrics.c" [ -n "$fams" ]
+fams=$(grep -oE '"infertrace_[a-z0-9_]+' agent/control/metrics.c | tr -d '"' | grep -v '^infertrace_kafka_' | sort -u)
+expect "no family names read from agent/control/metrics.c" [ -n "$fams" ]
 for fam in $fams; do
 	grep -qxF "# TYPE $fam $(awk -v f="$fam" '$1 == "#" && $2 == "TYPE" && $3 == f {print $4}' <<<"$b1")" <<<"$b1" ||
 		{ fail_because "family $fam not announced"; continue; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #
-# otlp - the OpenTelemetry sink (--otlp URL, agent/sink_otlp.c) against a
+# otlp - the OpenTelemetry sink (--otlp URL, agent/sinks/sink_otlp.c) against a
 # small receiver (tests/node/otlp_receiver.mjs) that decodes every request
 # with the OpenTelemetry protocol definitions of the npm package
 # @opentelemetry/otlp-transformer and refuses anything that does not map

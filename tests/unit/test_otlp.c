@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * test_otlp.c - the OTLP sink's loop side (agent/sink_otlp.c) with no
+ * test_otlp.c - the OTLP sink's loop side (agent/sinks/sink_otlp.c) with no
  * collector: records it cannot read are refused and counted, the classes
  * it does not export are passed over, a full request queue drops and
  * counts instead of waiting, and the exit flush is bounded. The requests
