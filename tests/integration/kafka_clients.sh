@@ -70,16 +70,8 @@ elif ! command -v promtool >/dev/null; then
 	echo "FAIL $name: promtool missing (make deps installs Debian's prometheus package)"
 else
 	started=
-	for _ in 1 2 3 4 5; do
-		PORT=$((20000 + RANDOM % 30000))
-		if agent_start kmetrics -i 0.25 --kafka "$BROKERS" --kafka-topic-prefix kmet \
-			--spill-dir "$T/spill.kmet" --metrics "127.0.0.1:$PORT" --control-socket none \
-			--shim-socket none; then
-			started=1
-			break
-		fi
-		grep -q "Address already in use" "$AGENT_ERR" || break
-	done
+	agent_start_metrics kmetrics -i 0.25 --kafka "$BROKERS" --kafka-topic-prefix kmet \
+		--spill-dir "$T/spill.kmet" --control-socket none --shim-socket none && started=1
 	if [ -z "$started" ]; then
 		fail_because "agent did not start: $(agent_tail)"
 	else
