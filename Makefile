@@ -29,7 +29,7 @@ DEB_PKGS := clang llvm make gcc pkg-config libbpf-dev bpftool libelf-dev zlib1g-
 	libjansson-dev librdkafka-dev libcmocka-dev libsqlite3-dev systemtap-sdt-dev kcat \
 	iproute2 jq procps util-linux yamllint python3-yaml universal-ctags \
 	golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev \
-	golang-gopkg-yaml.v3-dev prometheus
+	golang-gopkg-yaml.v3-dev prometheus libcurl4-openssl-dev
 # npm packages the tests run (tests/node/package.json, pinned by its lock):
 # kubernetes-models (chart schemas), kafkajs (a second Kafka client),
 # @opentelemetry/otlp-transformer (the OTLP protocol definitions). Installed
@@ -49,7 +49,7 @@ INCLUDES := -I$(BUILD) -Ibpf -Iagent $(addprefix -Iagent/,$(AGENT_DIRS)) -Icorre
 CFLAGS ?=
 LDFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_COMMON) $(INCLUDES) $(CFLAGS)
-AGENT_LIBS := -lbpf -lelf -lz -ljansson -lsqlite3 -lrdkafka -ldl -lpthread -lm
+AGENT_LIBS := -lbpf -lelf -lz -ljansson -lsqlite3 -lrdkafka -lcurl -ldl -lpthread -lm
 
 .PHONY: all deps test tests-build demo bench fmt check-fmt clean help vmlinux docs
 all: $(BUILD)/infertrace-agent $(BUILD)/libinfertrace_cupti.so $(BUILD)/agentctl
@@ -370,8 +370,9 @@ deps:
 			|| { echo "make deps: apt-get failed for:$$missing" >&2; exit 1; }; \
 	fi
 	@command -v npm >/dev/null || { echo "  DEPS     installing: nodejs npm"; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm \
-			>/dev/null || { echo "make deps: apt-get failed for: nodejs npm" >&2; exit 1; }; }
+		export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && \
+		apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null \
+			|| { echo "make deps: apt-get failed for: nodejs npm" >&2; exit 1; }; }
 	@if [ ! -f $(NODE_DIR)/node_modules/.package-lock.json ] || \
 	    [ $(NODE_DIR)/package-lock.json -nt $(NODE_DIR)/node_modules/.package-lock.json ]; then \
 		echo "  DEPS     npm ci in $(NODE_DIR)"; \

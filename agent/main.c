@@ -23,6 +23,7 @@
 #include "ops.h"
 #include "perfetto.h"
 #include "sink_kafka.h"
+#include "sink_otlp.h"
 #include "infertrace.skel.h"
 
 static volatile sig_atomic_t exiting;
@@ -95,6 +96,8 @@ enum {
 	OPT_BASELINE,
 	OPT_BASELINE_SAVE,
 	OPT_DETECT,
+	OPT_OTLP, /* OpenTelemetry (issue 19): agent/sinks/sink_otlp.c */
+	OPT_OTLP_QUEUE_MAX,
 };
 
 /*
@@ -196,8 +199,15 @@ static const struct argp_option options[] = {
 	  "Size bound of the spill; when full, events are shed first, then summaries and "
 	  "stats, anomalies last (default 1024)" },
 	{ "flush-timeout", OPT_FLUSH_TIMEOUT, "SECS", 0,
-	  "At exit, wait up to SECS for Kafka to confirm what is queued; the rest stays in the "
+	  "At exit, wait up to SECS for Kafka (and OTLP) to confirm what is queued; the rest stays in the "
 	  "spill for the next start (default 10)" },
+	{ "otlp", OPT_OTLP, "URL", 0,
+	  "Also send steps, anomalies and process changes as OpenTelemetry log records and the "
+	  "interval aggregates as metrics, over OTLP/HTTP JSON to URL/v1/logs and "
+	  "URL/v1/metrics, e.g. http://collector:4318 (default: off)" },
+	{ "otlp-queue-max", OPT_OTLP_QUEUE_MAX, "N", 0,
+	  "OTLP requests held while the collector is slow or away; beyond, new ones are "
+	  "dropped and counted (default 64)" },
 	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for debug)" },
 	{ "config-doc", OPT_CONFIG_DOC, NULL, OPTION_HIDDEN,
 	  "Print docs/configuration.md (generated from this table)" },
@@ -460,6 +470,16 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "--kafka-queue-max takes 10 to 10000000 records, not '%s'",
 				   arg);
 		o->kafka_queue_max = l;
+		break;
+	case OPT_OTLP:
+		if (strncmp(arg, "http://", 7) && strncmp(arg, "https://", 8))
+			argp_error(state, "--otlp takes an http:// or https:// URL, not '%s'", arg);
+		o->otlp = arg;
+		break;
+	case OPT_OTLP_QUEUE_MAX:
+		if (parse_long(arg, 1, 100000, &l))
+			argp_error(state, "--otlp-queue-max takes 1 to 100000 requests, not '%s'", arg);
+		o->otlp_queue_max = l;
 		break;
 	case OPT_SPILL_DIR:
 		if (!*arg || strlen(arg) >= 3800)
@@ -795,6 +815,14 @@ int main(int argc, char **argv)
 		if (!ks)
 			return 1;
 		a->sinks[a->n_sinks++] = ks;
+	}
+	/* --otlp: besides the others (sink_otlp.h) */
+	if (a->opts.otlp) {
+		struct sink *os = sink_otlp_open(a->opts.otlp, a->opts.otlp_queue_max);
+
+		if (!os)
+			return 1;
+		a->sinks[a->n_sinks++] = os;
 	}
 
 	if (a->opts.replay)

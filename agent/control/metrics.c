@@ -224,7 +224,10 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 	/*
 	 * The Kafka sink reports its own counters in the stats record ("kafka":
 	 * queue and spill fill, broker errors, records produced); every numeric
-	 * member becomes infertrace_kafka_<name>. Absent until the sink runs.
+	 * member becomes infertrace_kafka_<name>, except dropped_<class>_total:
+	 * one family infertrace_kafka_dropped_total{class} (a class name in a
+	 * metric name, "summary", reads as a Prometheus type: promtool refuses
+	 * it). Absent until the sink runs.
 	 */
 	x = a->ops->last_stats ? json_object_get(a->ops->last_stats, "kafka") : NULL;
 	json_object_foreach(x, k, v)
@@ -236,12 +239,24 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 			continue;
 		for (const char *c = k; *c; c++)
 			ok &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_';
-		if (!ok || strlen(k) > 60)
+		if (!ok || strlen(k) > 60 || !strncmp(k, "dropped_", 8))
 			continue;
 		snprintf(name, sizeof(name), "infertrace_kafka_%s", k);
 		one(f, name, strstr(k, "_total") ? "counter" : "gauge",
 		    "Kafka sink counter (stats record, kafka object).",
 		    json_is_boolean(v) ? json_is_true(v) : json_number_value(v));
+	}
+	if (x) {
+		help(f, "infertrace_kafka_dropped_total", "counter",
+		     "Records the Kafka sink will never deliver, by class (stats record, "
+		     "kafka.dropped_<class>_total).");
+		for (int c = 0; c < REC_CLASS_COUNT; c++) {
+			char key[64];
+
+			snprintf(key, sizeof(key), "dropped_%s_total", classes[c]);
+			fprintf(f, "infertrace_kafka_dropped_total{class=\"%s\"} %llu\n", classes[c],
+				(unsigned long long)jget(x, key));
+		}
 	}
 
 	self_usage(&cpu, &rss);

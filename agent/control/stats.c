@@ -121,10 +121,11 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	shim_stats(a, r);
 	gpu_stats(a, r);
 	diag_stats(a->diag, r);
-	ops_stats(a, r);
-	/* sinks with counters of their own (the Kafka sink: "kafka") */
+	/* sinks with counters of their own (the Kafka sink: "kafka"); before
+	 * ops_stats, which keeps the record for /metrics (infertrace_kafka_*) */
 	for (int i = 0; i < a->n_sinks; i++)
 		if (a->sinks[i]->stats)
 			a->sinks[i]->stats(a->sinks[i], r);
+	ops_stats(a, r);
 	rec_emit(a, REC_STATS, r);
 }

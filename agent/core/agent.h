@@ -63,6 +63,8 @@ struct agent_opts {
 	const char *spill_dir;
 	uint32_t spill_max_mib;
 	double flush_timeout_s; /* exit: wait this long for delivery */
+	const char *otlp; /* --otlp URL (agent/sinks/sink_otlp.h); NULL: off */
+	uint32_t otlp_queue_max; /* requests; 0: OTLP_QUEUE_MAX_DEFAULT */
 	/* operating the agent (agent/control/ops.h, docs/operations.md) */
 	const char *control_socket; /* NULL: CTL_SOCK_DEFAULT; "none": off */
 	const char *control_group; /* besides root, members may use the socket */

@@ -15,7 +15,9 @@
 #                                 a template that does not parse
 #   helm_k8s_schema_LABEL[...]    every rendered object against the Kubernetes
 #                                 schemas (tests/node/k8s_validate.mjs, npm
-#                                 kubernetes-models)
+#                                 kubernetes-models) and its type declarations
+#                                 (unknown fields)
+#   helm_k8s_schema_catches_nindent  ... which refuse a wrong nindent
 #   helm_lint / helm_template_*   `helm lint --strict` and `helm template`
 #                                 (only when helm is on the PATH; its renders
 #                                 then replace render.go's below)
@@ -124,6 +126,22 @@ if [ -n "$RENDER" ]; then
 			echo "PASS helm_renderer_catches_$name"
 		fi
 	done
+	# a wrong nindent renders valid YAML with the labels' keys in metadata:
+	# the Kubernetes field check must refuse it
+	rm -rf "$tmp/faulty" && cp -r "$CHART" "$tmp/faulty"
+	sed -i 's/include "infertrace.labels" . | nindent 4/include "infertrace.labels" . | nindent 2/' \
+		"$tmp/faulty/templates/configmap.yaml"
+	if ! $schema; then
+		:
+	elif ! "$RENDER" -chart "$tmp/faulty" -out /dev/null -json "$tmp/faulty.json" 2>"$tmp/faulty.err"; then
+		echo "FAIL helm_k8s_schema_catches_nindent: render failed: $(head -c 300 "$tmp/faulty.err")"
+	elif node "$NODE_DIR/k8s_validate.mjs" faulty "$tmp/faulty.json" >"$tmp/faulty.out" 2>&1; then
+		echo "FAIL helm_k8s_schema_catches_nindent: labels under metadata passed"
+	elif grep -q '^FAIL .*ConfigMap.*unknown fields /metadata/' "$tmp/faulty.out"; then
+		echo "PASS helm_k8s_schema_catches_nindent"
+	else
+		echo "FAIL helm_k8s_schema_catches_nindent: $(head -c 300 "$tmp/faulty.out")"
+	fi
 fi
 
 # ------------------------------------------------------ helm, if present ----

@@ -338,7 +338,8 @@ def check_rendered(label, docs, values, table, table_src):
             problems.append(f"flag '{k}' = '{v}' (the agent takes true or false)")
         elif table[k] != "flag" and not v:
             problems.append(f"option '{k}' has no value")
-    for k, path in (("mode", ("agent", "mode")), ("kafka", ("kafka", "brokers"))):
+    for k, path in (("mode", ("agent", "mode")), ("kafka", ("kafka", "brokers")),
+                    ("otlp", ("otlp", "endpoint"))):
         want = get(*path)
         if want and seen.get(k) != str(want):
             problems.append(f"{k} = {seen.get(k)!r}, values say {want!r}")

@@ -13,11 +13,17 @@
 #                        four topics
 #   kafka_kafkajs_gzip   -X compression.codec=gzip: plain kafkajs reads all
 #                        four topics
+#   kafka_metrics_promtool  root: a live agent with --kafka and --metrics;
+#                        promtool check metrics accepts the scrape, and every
+#                        number of the stats record's kafka object is an
+#                        infertrace_kafka_* sample (dropped_<class>_total:
+#                        infertrace_kafka_dropped_total{class}), the
+#                        families metrics.sh cannot see without Kafka
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/kafka_lib.sh"
 
-NAMES="kafka_kafkajs_lz4 kafka_kafkajs_gzip"
+NAMES="kafka_kafkajs_lz4 kafka_kafkajs_gzip kafka_metrics_promtool"
 # shellcheck disable=SC2086
 kafka_preflight $NAMES
 NODE_DIR=$IT_ROOT/tests/node
@@ -28,10 +34,6 @@ if ! command -v node >/dev/null || [ ! -d "$NODE_DIR/node_modules/kafkajs" ] ||
 fi
 DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
 SMALL=$DATA/kineto/tracelens_hf_qwen1.5-0.5b_h100.json.gz
-if [ ! -r "$SMALL" ]; then
-	for n in $NAMES; do skip "$n" "recording not found: $SMALL"; done
-	exit 0
-fi
 mock_start || { for n in $NAMES; do echo "FAIL $n: mock cluster did not start: $(head -c 300 "$T/mock.err")"; done; exit 0; }
 
 # kafkajs_run NAME PREFIX [AGENT ARGS...]: the agent replays the recording
@@ -59,6 +61,47 @@ kafkajs_check() {
 	expect "kafkajs and kcat disagree on ${topics[1]}" \
 		eq "$(jq --arg t "${topics[1]}" '.kafka_by_topic[$t] // 0' <<<"$c")" "$(wc -l <"$T/$name.kcat")"
 }
+
+# --------------------------------------------------------------------------
+name=kafka_metrics_promtool
+if [ "$(id -u)" -ne 0 ]; then
+	skip $name "needs root (a live agent)"
+elif ! command -v promtool >/dev/null; then
+	echo "FAIL $name: promtool missing (make deps installs Debian's prometheus package)"
+else
+	started=
+	agent_start_metrics kmetrics -i 0.25 --kafka "$BROKERS" --kafka-topic-prefix kmet \
+		--spill-dir "$T/spill.kmet" --control-socket none --shim-socket none && started=1
+	if [ -z "$started" ]; then
+		fail_because "agent did not start: $(agent_tail)"
+	else
+		wait_record '.type == "stats" and .kafka.delivered_total > 0' 20 ||
+			fail_because "no stats record with delivered Kafka records"
+		body=$(curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics")
+		lint=$(promtool check metrics <<<"$body" 2>&1)
+		rc=$?
+		expect "promtool check metrics: exit $rc: $(head -n 3 <<<"$lint" | tr '\n' ' ')" \
+			eval '[ "$rc" = 0 ] && [ -z "$lint" ]'
+		keys=$(jq -r 'select(.type == "stats" and .kafka != null) | .kafka | to_entries[]
+			| select(.value | type == "number" or type == "boolean") | .key' "$AGENT_OUT" | sort -u)
+		expect "no numbers in the stats record's kafka object" [ -n "$keys" ]
+		for k in $keys; do
+			case $k in
+			dropped_*_total) m="infertrace_kafka_dropped_total{class=\"$(sed 's/^dropped_//; s/_total$//' <<<"$k")\"}" ;;
+			*) m=infertrace_kafka_$k ;;
+			esac
+			grep -qF "$m " <<<"$body" || fail_because "no sample of $m"
+		done
+		agent_stop INT || fail_because "agent did not exit on SIGINT"
+	fi
+	report $name
+fi
+
+if [ ! -r "$SMALL" ]; then
+	for n in kafka_kafkajs_lz4 kafka_kafkajs_gzip; do skip "$n" "recording not found: $SMALL"; done
+	mock_stop
+	exit 0
+fi
 
 # --------------------------------------------------------------------------
 name=kafka_kafkajs_lz4

@@ -137,6 +137,18 @@ agent_start() {
 
 # agent_stop [SIGNAL]: signal the agent (default INT), wait up to 15 s; exit
 # status in AGENT_RC; false when it did not exit
+# agent_start_metrics NAME [options]: agent_start with --metrics on a free
+# loopback port (up to 5 tries when the port is taken); sets PORT
+agent_start_metrics() {
+	local name=$1 _
+	shift
+	for _ in 1 2 3 4 5; do
+		PORT=$((20000 + RANDOM % 30000))
+		agent_start "$name" "$@" --metrics "127.0.0.1:$PORT" && return 0
+		grep -q "Address already in use" "$AGENT_ERR" || return 1
+	done
+	return 1
+}
 agent_stop() {
 	local sig=${1:-INT}
 	[ -n "$AGENT_PID" ] || return 1

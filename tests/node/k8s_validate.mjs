@@ -9,10 +9,12 @@
 // Prints one line per object: "PASS helm_k8s_schema_LABEL[Kind/name]" or
 // "FAIL ...: why". A kind with no schema here is a FAIL, not a pass.
 // What the schemas check: types, enums, required fields, formats and
-// patterns (quantities, durations). What they do not: unknown fields (the
-// schemas allow extra properties; `kubectl --validate=strict` is the
-// server's check).
+// patterns (quantities, durations). They allow extra properties, so unknown
+// fields (a misspelt name, a block indented one level off) are found from
+// the package's type declarations (k8s_fields.mjs), as the API server's
+// strict field validation would.
 import { readFileSync } from "node:fs";
+import { unknownFields } from "./k8s_fields.mjs";
 
 const [label, file] = process.argv.slice(2);
 const docs = JSON.parse(readFileSync(file, "utf8"));
@@ -23,8 +25,9 @@ const packages = ["kubernetes-models", "@kubernetes-models/prometheus-operator"]
 async function modelOf(apiVersion, kind) {
 	for (const p of packages) {
 		try {
-			const m = await import(`${p}/${apiVersion}/${kind}`);
-			if (m[kind]) return m[kind];
+			const spec = `${p}/${apiVersion}/${kind}`;
+			const m = await import(spec);
+			if (m[kind]) return { Model: m[kind], spec };
 		} catch (e) {
 			if (e.code !== "ERR_PACKAGE_PATH_NOT_EXPORTED" && e.code !== "ERR_MODULE_NOT_FOUND")
 				throw e;
@@ -46,7 +49,7 @@ for (const { source, object } of docs) {
 		failed++;
 		continue;
 	}
-	const Model = await modelOf(apiVersion, kind);
+	const { Model, spec } = (await modelOf(apiVersion, kind)) ?? {};
 	if (!Model) {
 		console.log(`FAIL ${name}: no schema for ${apiVersion} ${kind} in ${packages.join(", ")}`);
 		failed++;
@@ -54,6 +57,8 @@ for (const { source, object } of docs) {
 	}
 	try {
 		new Model(object).validate();
+		const unknown = unknownFields(object, spec);
+		if (unknown.length) throw new Error(`unknown fields ${unknown.slice(0, 6).join(", ")}`);
 		console.log(`PASS ${name}`);
 	} catch (e) {
 		console.log(`FAIL ${name}: ${source}: ${String(e.message).split("\n").slice(0, 4).join("; ")}`);
