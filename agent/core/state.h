@@ -117,7 +117,9 @@ struct agent {
 	struct gpu *gpu; /* pipeline/join.c, live; NULL when GPU-side capture is off */
 	struct shim_src *shim; /* sources/shim.c: the shims' socket; NULL: not open */
 	struct diag *diag; /* diag.c: steps and anomalies; NULL when off */
-	struct ops *ops; /* ops.h: deep-dive, flight recorder, control, metrics */
+	struct recorder *rec; /* pipeline/recorder.c: the flight recorder; NULL: off */
+	struct deepdive *dd;  /* pipeline/deepdive.c; NULL before ops_init() */
+	struct ops *ops; /* control/ops.h: control socket, metrics, control topic */
 	struct usdt_cache *usdt; /* usdt.c: which files carry step probes */
 };
 

@@ -22,7 +22,6 @@
 
 #include "state.h"
 #include "pipeline.h"
-#include "ops.h"
 #include "infertrace.skel.h"
 
 #define MAX_DEEP_DIVES 64
@@ -57,13 +56,13 @@ int deepdive_init(struct agent *a)
 
 	if (!dd)
 		return -ENOMEM;
-	a->ops->dd = dd;
+	a->dd = dd;
 	return 0;
 }
 
 static struct deepdive *dd_of(struct agent *a)
 {
-	return a->ops ? a->ops->dd : NULL;
+	return a->dd;
 }
 
 static struct dive *dive_find(struct deepdive *dd, const char *name)
@@ -383,5 +382,5 @@ void deepdive_free(struct agent *a)
 	while (dd->n)
 		dive_end(a, dd, dd->n - 1, "shutdown");
 	free(dd);
-	a->ops->dd = NULL;
+	a->dd = NULL;
 }

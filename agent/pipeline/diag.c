@@ -14,7 +14,6 @@
 
 #include "state.h"
 #include "pipeline.h"
-#include "ops.h"
 #include "diagnose.h"
 
 /*

@@ -20,7 +20,6 @@
 
 #include "state.h"
 #include "pipeline.h"
-#include "ops.h"
 #include "correlator.h"
 
 #define JSON_BUF (64 * 1024)

@@ -39,7 +39,6 @@
 
 #include "state.h"
 #include "pipeline.h"
-#include "ops.h"
 #include "infertrace.skel.h"
 
 #define REC_CHUNK (256 * 1024)
@@ -179,18 +178,18 @@ int recorder_init(struct agent *a)
 		return -ENOMEM;
 	r->window_ns = (uint64_t)(o->recorder_s * 1e9);
 	r->budget = (size_t)o->recorder_mib << 20;
-	a->ops->rec = r;
+	a->rec = r;
 	return kernel_map(a, r);
 }
 
 bool recorder_flushing(struct agent *a)
 {
-	return a->ops && a->ops->rec && a->ops->rec->flushing;
+	return a->rec && a->rec->flushing;
 }
 
 bool recorder_enabled(struct agent *a)
 {
-	return a->ops && a->ops->rec;
+	return a->rec;
 }
 
 static void chunk_drop(struct recorder *r, struct rinst *ri)
@@ -317,7 +316,7 @@ static void append(struct recorder *r, const char *key, const char *json, size_t
 void recorder_tap(struct agent *a, enum rec_class cls, const char *key, const char *json,
 		  size_t len)
 {
-	struct recorder *r = a->ops ? a->ops->rec : NULL;
+	struct recorder *r = a->rec;
 
 	if (!r || r->flushing || (cls != REC_EVENT && cls != REC_ANOMALY))
 		return;
@@ -330,7 +329,7 @@ void recorder_tap(struct agent *a, enum rec_class cls, const char *key, const ch
 
 void recorder_keep(struct agent *a, const char *key, const char *json, size_t len)
 {
-	struct recorder *r = a->ops ? a->ops->rec : NULL;
+	struct recorder *r = a->rec;
 
 	if (r && !r->flushing)
 		append(r, key ? key : agent_host(a), json, len, 0);
@@ -338,7 +337,7 @@ void recorder_keep(struct agent *a, const char *key, const char *json, size_t le
 
 void recorder_tick(struct agent *a)
 {
-	struct recorder *r = a->ops->rec;
+	struct recorder *r = a->rec;
 	uint64_t now = now_ns();
 
 	if (!r)
@@ -462,7 +461,7 @@ static struct rinst *inst_find(struct recorder *r, const char *key)
 
 int recorder_flush(struct agent *a, const char *key, const char *trigger)
 {
-	struct recorder *r = a->ops ? a->ops->rec : NULL;
+	struct recorder *r = a->rec;
 	uint64_t now = now_ns(), since, first = 0, n = 0, bytes = 0, old = 0;
 	char jbuf[DECODE_LAUNCH_MAX];
 	struct ent_hdr *h = NULL;
@@ -531,7 +530,7 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 int recorder_foreach(struct agent *a, const char *instance,
 		     int (*fn)(void *ctx, const char *json, size_t len), void *ctx)
 {
-	struct recorder *r = a->ops ? a->ops->rec : NULL;
+	struct recorder *r = a->rec;
 	uint64_t now = now_ns(), since;
 	char jbuf[DECODE_LAUNCH_MAX];
 	struct ent_hdr *h = NULL;
@@ -611,7 +610,7 @@ int recorder_snapshot(struct agent *a, const char *instance, char **buf, size_t 
 
 void recorder_stats(struct agent *a, json_t *obj)
 {
-	struct recorder *r = a->ops->rec;
+	struct recorder *r = a->rec;
 	uint64_t held = 0;
 	int inst = 0;
 
@@ -649,7 +648,7 @@ void recorder_stats(struct agent *a, json_t *obj)
 
 void recorder_free(struct agent *a)
 {
-	struct recorder *r = a->ops ? a->ops->rec : NULL;
+	struct recorder *r = a->rec;
 
 	if (!r)
 		return;
@@ -661,5 +660,5 @@ void recorder_free(struct agent *a)
 		munmap((void *)r->k_cur, r->k_cur_len);
 	free(r->k_read);
 	free(r);
-	a->ops->rec = NULL;
+	a->rec = NULL;
 }

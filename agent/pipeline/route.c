@@ -20,7 +20,6 @@
 
 #include "state.h"
 #include "pipeline.h"
-#include "ops.h"
 
 int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const char *json,
 		 size_t len)

@@ -32,7 +32,6 @@
 
 #include "state.h"
 #include "spill.h"
-#include "ops.h"
 #include "sink_kafka.h"
 
 #define SERVICE_EVERY 256 /* write() polls the producer this often */

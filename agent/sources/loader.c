@@ -23,7 +23,6 @@
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
-#include "ops.h"
 #include "infertrace.skel.h"
 
 enum hook_kind { HOOK_TP_BTF };
