@@ -566,7 +566,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 				   : key == OPT_BASELINE_SAVE ? "baseline-save"
 							      : "detect";
 
-		if (diag_option(name, arg))
+		if (diag_option(o, name, arg))
 			argp_error(state, "--%s: bad value '%s'", name, arg);
 		break;
 	}

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "events.h"
+#include "diagnose.h"
 
 #define AGENT_VERSION "0.1.0"
 #define MAX_PID_FILTER 64
@@ -75,6 +76,13 @@ struct agent_opts {
 	uint32_t recorder_launches; /* kernel flight queue entries; 0: none */
 	const char *metrics; /* ADDR:PORT of the Prometheus endpoint; NULL: off */
 	const char *perfetto; /* --replay ... --perfetto OUT */
+	/* steps and anomalies (agent/pipeline/diag.c; --step-markers, --baseline, --detect) */
+	struct agent_diag_opts {
+		const char *markers; /* NULL: the library's defaults */
+		bool auto_only, no_anchor, off;
+		const char *baseline, *baseline_save;
+		struct diag_det_opts det; /* .sz set by diag_new() */
+	} diag;
 	int verbose;
 };
 

@@ -16,16 +16,6 @@
 #include "pipeline.h"
 #include "diagnose.h"
 
-/*
- * Diagnosis options from the command line (main.c calls diag_option()),
- * for the live loop and --replay alike.
- */
-static struct {
-	const char *markers; /* NULL: the library's defaults */
-	bool auto_only, no_anchor, off;
-	const char *baseline, *baseline_save;
-	struct diag_det_opts det;
-} dopt = {.det = {.sz = sizeof(struct diag_det_opts)}};
 
 /* ------------------------------------------------------------ diagnosis -- */
 
@@ -95,29 +85,30 @@ static void emit_step(void *ctx, const struct diag_step *cs)
 		diag_det__add_step(d->det, &s, NULL);
 }
 
-int diag_option(const char *name, const char *arg)
+int diag_option(struct agent_opts *ao, const char *name, const char *arg)
 {
+	struct agent_diag_opts *dopt = &ao->diag;
 	char *end;
 	double v;
 
 	if (!strcmp(name, "step-markers")) {
 		if (!strcmp(arg, "auto")) {
-			dopt.auto_only = true;
+			dopt->auto_only = true;
 		} else if (!strcmp(arg, "launches")) {
-			dopt.auto_only = dopt.no_anchor = true;
+			dopt->auto_only = dopt->no_anchor = true;
 		} else if (!strcmp(arg, "off")) {
-			dopt.off = true;
+			dopt->off = true;
 		} else {
-			dopt.markers = arg;
+			dopt->markers = arg;
 		}
 		return 0;
 	}
 	if (!strcmp(name, "baseline")) {
-		dopt.baseline = arg;
+		dopt->baseline = arg;
 		return 0;
 	}
 	if (!strcmp(name, "baseline-save")) {
-		dopt.baseline_save = arg;
+		dopt->baseline_save = arg;
 		return 0;
 	}
 	if (strcmp(name, "detect"))
@@ -135,21 +126,21 @@ int diag_option(const char *name, const char *arg)
 			return -EINVAL;
 #define KEY(k) (kl == strlen(k) && !strncmp(arg, k, kl))
 		if (KEY("k"))
-			dopt.det.k_single = dopt.det.k_window = v;
+			dopt->det.k_single = dopt->det.k_window = v;
 		else if (KEY("floor"))
-			dopt.det.floor_single = v;
+			dopt->det.floor_single = v;
 		else if (KEY("window-floor"))
-			dopt.det.floor_window = v;
+			dopt->det.floor_window = v;
 		else if (KEY("window") && v <= 32)
-			dopt.det.window = (uint32_t)v;
+			dopt->det.window = (uint32_t)v;
 		else if (KEY("bootstrap"))
-			dopt.det.bootstrap = (uint32_t)v;
+			dopt->det.bootstrap = (uint32_t)v;
 		else if (KEY("straggler"))
-			dopt.det.straggler_rel = v;
+			dopt->det.straggler_rel = v;
 		else if (KEY("regression"))
-			dopt.det.regression_rel = v;
+			dopt->det.regression_rel = v;
 		else if (KEY("gap"))
-			dopt.det.gap_floor_ns = (uint64_t)(v * 1e6);
+			dopt->det.gap_floor_ns = (uint64_t)(v * 1e6);
 		else
 			return -EINVAL;
 #undef KEY
@@ -159,20 +150,22 @@ int diag_option(const char *name, const char *arg)
 
 int diag_new(struct agent *a, struct diag **out)
 {
+	const struct agent_diag_opts *dopt = &a->opts.diag;
 	struct diag *d;
 	struct diag_seg_opts so = {
 	    .sz = sizeof(so),
-	    .markers = dopt.markers,
-	    .auto_only = dopt.auto_only,
-	    .no_anchor = dopt.no_anchor,
+	    .markers = dopt->markers,
+	    .auto_only = dopt->auto_only,
+	    .no_anchor = dopt->no_anchor,
 	    .step = emit_step,
 	    .log = agent_lib_log,
 	};
-	struct diag_det_opts o = dopt.det;
+	struct diag_det_opts o = dopt->det;
 	int err;
 
+	o.sz = sizeof(o);
 	*out = NULL;
-	if (dopt.off)
+	if (dopt->off)
 		return 0;
 	d = calloc(1, sizeof(*d));
 	if (!d)
@@ -189,25 +182,25 @@ int diag_new(struct agent *a, struct diag **out)
 		goto fail;
 	}
 	/* a run can be long: say now that its baseline could not be saved */
-	if (dopt.baseline_save) {
+	if (dopt->baseline_save) {
 		char dir[4096];
-		const char *slash = strrchr(dopt.baseline_save, '/');
+		const char *slash = strrchr(dopt->baseline_save, '/');
 
 		snprintf(dir, sizeof(dir), "%.*s",
-			 slash ? (int)(slash - dopt.baseline_save + 1) : 1,
-			 slash ? dopt.baseline_save : ".");
+			 slash ? (int)(slash - dopt->baseline_save + 1) : 1,
+			 slash ? dopt->baseline_save : ".");
 		if (access(dir, W_OK | X_OK)) {
 			err = -errno;
 			pr_err("diag: cannot write baseline %s (directory %s): %s",
-			       dopt.baseline_save, dir, strerror(-err));
+			       dopt->baseline_save, dir, strerror(-err));
 			goto fail;
 		}
 	}
-	if (dopt.baseline) {
-		err = diag_det__load(d->det, dopt.baseline);
+	if (dopt->baseline) {
+		err = diag_det__load(d->det, dopt->baseline);
 		if (err)
 			goto fail;
-		pr_info("baseline %s: %llu keys", dopt.baseline,
+		pr_info("baseline %s: %llu keys", dopt->baseline,
 			(unsigned long long)diag_det__counters(d->det)->baseline_keys);
 	}
 	d->seg = diag_seg__new(&so);
@@ -316,8 +309,8 @@ int diag_finish(struct diag *d)
 		return 0;
 	err = diag_seg__flush(d->seg);
 	diag_det__flush(d->det, UINT64_MAX);
-	if (!err && dopt.baseline_save)
-		err = diag_det__save(d->det, dopt.baseline_save);
+	if (!err && d->a->opts.diag.baseline_save)
+		err = diag_det__save(d->det, d->a->opts.diag.baseline_save);
 	return err;
 }
 

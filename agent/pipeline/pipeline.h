@@ -64,7 +64,8 @@ struct diag {
 	uint64_t dive_errors; /* --anomaly-deep-dive refused (logged once; deep_dive.refused) */
 	int err; /* first sink error */
 };
-int diag_option(const char *name, const char *arg); /* --step-markers, --baseline ... */
+/* --step-markers, --baseline, --baseline-save, --detect into ao->diag: 0, -EINVAL, -ENOENT */
+int diag_option(struct agent_opts *ao, const char *name, const char *arg);
 int diag_new(struct agent *a, struct diag **out); /* *out NULL: diagnosis is off */
 void diag_on_gpu(struct diag *d, const struct corr_gpu *g, const struct corr_launch *l);
 void diag_on_marker(struct diag *d, const struct corr_marker *m);
