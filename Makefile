@@ -102,7 +102,8 @@ AGENT_LIB_SRCS := $(filter-out agent/main.c,$(AGENT_SRCS))
 AGENT_LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(AGENT_LIB_SRCS))
 AGENT_LIB := $(BUILD)/libinfertrace_agent.a
 
-# every agent object may include the skeleton and the syscall name table
+# the skeleton is agent/sources/loader.c's alone (tests/static/modules.py); every agent
+# object waits for it and for the syscall name table, simpler than naming the users
 $(AGENT_LIB_OBJS) $(BUILD)/agent/main.o: $(BUILD)/infertrace.skel.h $(BUILD)/syscall_names.h
 
 # syscall number -> name, from the kernel headers of this architecture

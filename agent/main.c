@@ -24,7 +24,6 @@
 #include "perfetto.h"
 #include "sink_kafka.h"
 #include "sink_otlp.h"
-#include "infertrace.skel.h"
 
 static volatile sig_atomic_t exiting;
 
@@ -603,18 +602,6 @@ static int on_ring(void *ctx, void *data, size_t size)
 	return 0;
 }
 
-static int add_ring(struct agent *a, struct bpf_map *m)
-{
-	int err;
-
-	if (!a->rb) {
-		a->rb = ring_buffer__new(bpf_map__fd(m), on_ring, a, NULL);
-		return a->rb ? 0 : -errno;
-	}
-	err = ring_buffer__add(a->rb, bpf_map__fd(m), on_ring, a);
-	return err;
-}
-
 static void on_rings_readable(struct agent *a, void *ctx)
 {
 	(void)ctx;
@@ -638,11 +625,7 @@ static int run_live(struct agent *a)
 	err = aggregate_init(a);
 	if (err)
 		goto cleanup;
-	err = add_ring(a, a->skel->maps.rb_cuda);
-	if (!err)
-		err = add_ring(a, a->skel->maps.rb_sched);
-	if (!err)
-		err = add_ring(a, a->skel->maps.rb_misc);
+	err = loader_open_rings(a, on_ring, a);
 	if (err) {
 		pr_err("ring buffer setup: %s", strerror(-err));
 		goto cleanup;
@@ -738,8 +721,6 @@ cleanup:
 	shim_free(a);
 	gpu_free(a);
 	loop_free();
-	ring_buffer__free(a->rb);
-	a->rb = NULL;
 	discovery_stop(a);
 	uprobes_reaper_stop(); /* links go before the programs they hold */
 	aggregate_free(a);

@@ -198,7 +198,7 @@ json_t *control_status(struct agent *a)
 			    json_string(a->opts.mode == MODE_DEEP ? "deep" : "sentinel"));
 	json_object_set_new(r, "uptime_s", json_real((now_ns() - a->start_ns) / 1e9));
 	json_object_set_new(r, "interval_s", json_real(a->opts.interval_s));
-	json_object_set_new(r, "bpf_loaded", json_boolean(a->skel != NULL));
+	json_object_set_new(r, "bpf_loaded", json_boolean(loader_loaded(a)));
 	json_object_set_new(r, "instances", instances_json(a, procs, dives));
 	json_object_set_new(r, "processes", procs);
 	json_object_set_new(r, "deep_dives", dives);

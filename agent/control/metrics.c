@@ -22,14 +22,12 @@
 #include <unistd.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <bpf/libbpf.h>
 
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
 #include "ops.h"
 #include "server.h"
-#include "infertrace.skel.h"
 
 #define METRICS_MAX_CONNS 8
 #define METRICS_REQ_MAX 4096
@@ -94,10 +92,7 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 	double cpu, rss;
 	const char *k;
 
-	if (a->skel) {
-		loader_read_type_counts(a, bpf_map__fd(a->skel->maps.event_counts), ev);
-		loader_read_type_counts(a, bpf_map__fd(a->skel->maps.drop_counts), dr);
-	}
+	loader_event_counts(a, ev, dr); /* zeros while BPF is not loaded */
 	help(f, "infertrace_build_info", "gauge", "Agent version and mode (value 1).");
 	fprintf(f, "infertrace_build_info{version=\"%s\",mode=\"%s\"} 1\n", AGENT_VERSION,
 		a->opts.mode == MODE_DEEP ? "deep" : "sentinel");
@@ -325,9 +320,9 @@ static void handle(struct agent *a, struct metrics *m, unsigned int slot)
 	} else if (!strcmp(path, "/readyz")) {
 		bool ticking = now_ns() - a->ops->last_tick_ns < READY_TICK_NS;
 
-		if (a->skel && ticking)
+		if (loader_loaded(a) && ticking)
 			respond(m->srv, slot, 200, text, "ready\n", 6);
-		else if (!a->skel)
+		else if (!loader_loaded(a))
 			respond(m->srv, slot, 503, text, "not ready: BPF not loaded\n", 26);
 		else
 			respond(m->srv, slot, 503, text, "not ready: event loop stalled\n", 30);

@@ -26,6 +26,8 @@ int ops_init(struct agent *a)
 	a->ops->last_tick_ns = now_ns();
 	err = recorder_init(a);
 	if (!err)
+		err = flight_start(a); /* its kernel half: the BPF source's rings */
+	if (!err)
 		err = deepdive_init(a);
 	if (!err)
 		err = control_init(a);
@@ -62,6 +64,7 @@ void ops_free(struct agent *a)
 	metrics_free(a);
 	control_free(a);
 	deepdive_free(a);
+	flight_stop(a);
 	recorder_free(a);
 	json_decref(a->ops->last_stats);
 	json_decref(a->ops->rates);

@@ -4,13 +4,11 @@
  * and at exit with what BPF emitted and dropped per event type, what user
  * space decoded, rejected and wrote (docs/events.md, "stats").
  */
-#include <bpf/libbpf.h>
 
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
 #include "ops.h"
-#include "infertrace.skel.h"
 
 static json_t *by_type(const uint64_t *v)
 {
@@ -77,10 +75,7 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	int procs = 0, files = 0, probes = 0;
 	json_t *r;
 
-	if (a->skel) {
-		loader_read_type_counts(a, bpf_map__fd(a->skel->maps.event_counts), events);
-		loader_read_type_counts(a, bpf_map__fd(a->skel->maps.drop_counts), drops);
-	}
+	loader_event_counts(a, events, drops); /* zeros while BPF is not loaded */
 	for (int i = 0; i < a->n_procs; i++)
 		procs += a->procs[i].used && a->procs[i].start_time != PROC_GONE;
 	for (int i = 0; i < MAX_LIBFILES; i++)

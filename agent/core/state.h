@@ -77,6 +77,15 @@ struct agent_counters {
 	uint64_t step_marks; /* step probe hits decoded */
 };
 
+/* the kernel half's rings as agent/sources/flight.c sees them (stats.recorder.kernel_launches) */
+struct flight_counts {
+	uint32_t per_cpu, cpus;
+	uint64_t written; /* launches the BPF side wrote, all CPUs */
+	uint64_t overwritten; /* of which lost before they were copied */
+	uint64_t pulls; /* pulls that handed at least one launch to the recorder */
+	uint64_t no_stack; /* handed launches whose stack could not be kept */
+};
+
 /*
  * How the pipeline's capture decisions (deep-dives) reach the sources: each
  * source registers its half when it starts; NULL while that source is off.
@@ -89,8 +98,14 @@ struct capture_hooks {
 	int (*runtime_cfg)(struct agent *a);
 	/* a process's CUPTI shim: deep or always-on capture; agent/sources/shim.c */
 	int (*shim_mode)(struct agent *a, uint32_t pid, enum agent_mode mode);
-	/* a flight-recorder launch entry as cuda_launch JSON (a buffer of
-	 * DECODE_LAUNCH_MAX bytes holds any); agent/sources/decode.c */
+	/*
+	 * The flight recorder's kernel half; agent/sources/flight.c. Copy the
+	 * launches the BPF side wrote since the last call into the recorder
+	 * (recorder_kernel_launch() each); its rings' counters; an entry as
+	 * cuda_launch JSON (a buffer of DECODE_LAUNCH_MAX bytes holds any).
+	 */
+	void (*flight_pull)(struct agent *a);
+	void (*flight_counts)(struct agent *a, struct flight_counts *out);
 	long (*flight_json)(struct agent *a, const struct flight_launch *f, char *buf, size_t cap);
 };
 
@@ -101,8 +116,8 @@ struct agent {
 	struct capture_hooks cap;
 	char host[256];
 	char default_instance[INSTANCE_LEN];
-	struct infertrace_bpf *skel;
-	struct ring_buffer *rb;
+	struct infertrace_bpf *skel; /* agent/sources/loader.c's alone */
+	struct ring_buffer *rb; /* loader_open_rings() */
 	bool in_ring; /* a ring callback runs: ring_buffer__consume() must not nest */
 	struct sink *sinks[MAX_SINKS];
 	int n_sinks;

@@ -18,11 +18,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <bpf/libbpf.h>
 
 #include "state.h"
 #include "pipeline.h"
-#include "infertrace.skel.h"
 
 #define MAX_DEEP_DIVES 64
 #define SHIM_REPUSH_NS 1000000000ull /* shims that connect later learn the mode within 1 s */

@@ -132,13 +132,21 @@ bool recorder_enabled(struct agent *a);
 /*
  * The kernel half (bpf/events.h, struct flight_launch): in sentinel mode BPF
  * writes every launch into per-CPU rings of an mmap'able array map, which
- * the agent copies at every tick. Sized from the options alone, before the
- * BPF object is loaded: entries per CPU (a power of 2; 0: off), and CPUs.
+ * agent/sources/flight.c copies when the recorder asks (cap.flight_pull: at
+ * every tick, and before a window is read). Sized from the options alone,
+ * before the BPF object is loaded: entries per CPU (a power of 2; 0: off),
+ * and CPUs.
  */
 #define FLIGHT_STACKS 16384 /* stack map buckets (256 bytes each): few collisions */
 uint32_t recorder_kernel_per_cpu(struct agent *a);
 uint32_t recorder_kernel_cpus(void);
 bool recorder_kernel_enabled(struct agent *a);
+/*
+ * One launch copied from the kernel's rings, into instance's window as a
+ * binary entry (formatted by cap.flight_json only when the window is read).
+ * 0: taken; -ESTALE: older than the window (counted); -ENODEV: no recorder.
+ */
+int recorder_kernel_launch(struct agent *a, const struct flight_launch *f, const char *instance);
 void recorder_tap(struct agent *a, enum rec_class cls, const char *key, const char *json,
 		  size_t len);
 void recorder_keep(struct agent *a, const char *key, const char *json, size_t len);

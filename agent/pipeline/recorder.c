@@ -18,9 +18,12 @@
  *
  * The kernel half (bpf/events.h, struct flight_launch): in sentinel mode the
  * BPF side also writes every launch of a traced thread into per-CPU rings of
- * an mmap'able array map. recorder_tick() copies what is new into the
- * instances' windows as binary entries (ENT_LAUNCH: no JSON work per launch);
- * they become cuda_launch JSON only when a window is sent or exported.
+ * an mmap'able array map. The BPF source owns them (agent/sources/flight.c):
+ * recorder_tick(), and every reader of a window first, asks it through
+ * cap.flight_pull to hand what is new to recorder_kernel_launch(), which
+ * keeps each as a binary entry (ENT_LAUNCH: no JSON work per launch); they
+ * become cuda_launch JSON (cap.flight_json) only when a window is sent or
+ * exported.
  *
  * Layout: per instance a FIFO of 256 KiB chunks; a record is one entry
  * (16-byte header + its JSON text or binary launch, 8-byte aligned), appended with one
@@ -32,14 +35,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <sys/mman.h>
-#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
 #include "state.h"
 #include "pipeline.h"
-#include "infertrace.skel.h"
 
 #define REC_CHUNK (256 * 1024)
 #define REC_MAX_INST 64
@@ -78,17 +77,10 @@ struct recorder {
 	uint64_t kept, kept_unsent, kept_bytes;
 	uint64_t evicted_age, evicted_budget, too_large, instances_evicted;
 	uint64_t flushes, flushed;
-	/* the kernel half: the maps' memory, and what became of the launches */
-	struct flight_launch *k_ring;
-	volatile struct flight_cursor *k_cur;
-	size_t k_ring_len, k_cur_len;
-	uint32_t k_per_cpu, k_cpus;
-	uint64_t *k_read; /* per CPU: entries consumed */
-	uint64_t k_copied, k_overwritten, k_old, k_no_stack;
-	uint64_t k_pulls; /* pull_kernel calls that copied at least one launch */
+	/* the kernel half: what became of the launches flight.c handed down */
+	uint64_t k_since; /* of the pull under way: older launches are outside the window */
+	uint64_t k_copied, k_old;
 };
-
-static void pull_kernel(struct agent *a, struct recorder *r);
 
 static size_t ent_size(size_t len)
 {
@@ -99,13 +91,6 @@ static size_t ent_size(size_t len)
 static bool recorder_on(const struct agent_opts *o)
 {
 	return o->recorder_s > 0 && o->recorder_mib;
-}
-
-static size_t page_round(size_t n)
-{
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-
-	return (n + pg - 1) / pg * pg;
 }
 
 uint32_t recorder_kernel_per_cpu(struct agent *a)
@@ -132,40 +117,6 @@ uint32_t recorder_kernel_cpus(void)
 	return n > 0 ? (uint32_t)n : 1;
 }
 
-/* map the flight and flight_cur arrays (BPF_F_MMAPABLE) into the agent */
-static int kernel_map(struct agent *a, struct recorder *r)
-{
-	void *ring, *cur;
-
-	r->k_per_cpu = recorder_kernel_per_cpu(a);
-	if (!a->skel || !r->k_per_cpu)
-		return 0;
-	r->k_cpus = recorder_kernel_cpus();
-	r->k_ring_len = page_round((size_t)r->k_per_cpu * r->k_cpus * sizeof(struct flight_launch));
-	r->k_cur_len = page_round((size_t)r->k_cpus * sizeof(struct flight_cursor));
-	ring = mmap(NULL, r->k_ring_len, PROT_READ, MAP_SHARED,
-		    bpf_map__fd(a->skel->maps.flight), 0);
-	cur = mmap(NULL, r->k_cur_len, PROT_READ, MAP_SHARED,
-		   bpf_map__fd(a->skel->maps.flight_cur), 0);
-	r->k_read = calloc(r->k_cpus, sizeof(*r->k_read));
-	if (ring == MAP_FAILED || cur == MAP_FAILED || !r->k_read) {
-		int err = -errno;
-
-		pr_err("flight recorder: cannot map the kernel's launch rings: %s",
-		       strerror(err ? -err : ENOMEM));
-		if (ring != MAP_FAILED)
-			munmap(ring, r->k_ring_len);
-		if (cur != MAP_FAILED)
-			munmap(cur, r->k_cur_len);
-		free(r->k_read);
-		r->k_read = NULL;
-		return err ? err : -ENOMEM;
-	}
-	r->k_ring = ring;
-	r->k_cur = cur;
-	return 0;
-}
-
 int recorder_init(struct agent *a)
 {
 	const struct agent_opts *o = &a->opts;
@@ -179,7 +130,7 @@ int recorder_init(struct agent *a)
 	r->window_ns = (uint64_t)(o->recorder_s * 1e9);
 	r->budget = (size_t)o->recorder_mib << 20;
 	a->rec = r;
-	return kernel_map(a, r);
+	return 0; /* the kernel half: flight_start() (agent/sources/flight.c) */
 }
 
 bool recorder_flushing(struct agent *a)
@@ -335,6 +286,32 @@ void recorder_keep(struct agent *a, const char *key, const char *json, size_t le
 		append(r, key ? key : agent_host(a), json, len, 0);
 }
 
+/* ask the BPF source for the launches its rings hold since the last pull */
+static void pull_kernel(struct agent *a, struct recorder *r)
+{
+	uint64_t now = now_ns();
+
+	if (!a->cap.flight_pull)
+		return;
+	r->k_since = now > r->window_ns ? now - r->window_ns : 0;
+	a->cap.flight_pull(a);
+}
+
+int recorder_kernel_launch(struct agent *a, const struct flight_launch *f, const char *instance)
+{
+	struct recorder *r = a->rec;
+
+	if (!r)
+		return -ENODEV;
+	if (f->ev.hdr.ts_ns < r->k_since) {
+		r->k_old++;
+		return -ESTALE;
+	}
+	r->k_copied++;
+	append(r, instance, (const char *)f, sizeof(*f), ENT_LAUNCH);
+	return 0;
+}
+
 void recorder_tick(struct agent *a)
 {
 	struct recorder *r = a->rec;
@@ -355,70 +332,6 @@ void recorder_tick(struct agent *a)
 	}
 }
 
-/* launches the BPF side wrote so far, all CPUs */
-static uint64_t kernel_written(const struct recorder *r)
-{
-	uint64_t sum = 0;
-
-	for (uint32_t c = 0; c < r->k_cpus; c++)
-		sum += __atomic_load_n(&r->k_cur[c].n, __ATOMIC_ACQUIRE);
-	return sum;
-}
-
-/*
- * Copy what the BPF side wrote since the last call into the instances'
- * windows, as binary entries. An entry overwritten before it was read (the
- * CPU wrote more than its ring holds in one tick), or while it was read, is
- * counted in k_overwritten; one older than the window is skipped.
- */
-static void pull_kernel(struct agent *a, struct recorder *r)
-{
-	uint64_t now = now_ns(), since = now > r->window_ns ? now - r->window_ns : 0;
-	uint64_t copied = r->k_copied;
-
-	if (!r->k_ring)
-		return;
-	for (uint32_t c = 0; c < r->k_cpus; c++) {
-		uint64_t n = __atomic_load_n(&r->k_cur[c].n, __ATOMIC_ACQUIRE);
-		uint64_t i = r->k_read[c];
-
-		if (n - i > r->k_per_cpu) {
-			r->k_overwritten += n - i - r->k_per_cpu;
-			i = n - r->k_per_cpu;
-		}
-		for (; i < n; i++) {
-			const struct flight_launch *e =
-			    &r->k_ring[(size_t)c * r->k_per_cpu + (i & (r->k_per_cpu - 1))];
-			struct flight_launch copy;
-
-			if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != i + 1) {
-				r->k_overwritten++;
-				continue;
-			}
-			memcpy(&copy, e, sizeof(copy));
-			__atomic_thread_fence(__ATOMIC_ACQUIRE);
-			if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) != i + 1 || copy.seq != i + 1) {
-				r->k_overwritten++;
-				continue;
-			}
-			if (copy.ev.hdr.ts_ns < since) {
-				r->k_old++;
-				continue;
-			}
-			/* bpf_get_stackid() failed: another stack held its bucket */
-			if (copy.stack_id < -1)
-				r->k_no_stack++;
-			r->k_copied++;
-			append(r, agent_instance_of(a, copy.ev.hdr.pid), (const char *)&copy,
-			       sizeof(copy), ENT_LAUNCH);
-		}
-		r->k_read[c] = n;
-	}
-	/* each pull copies at most k_per_cpu per CPU: copied <= pulls x that */
-	if (r->k_copied != copied)
-		r->k_pulls++;
-}
-
 /*
  * The JSON text of an entry: the payload itself, or a binary launch made
  * into the cuda_launch record deep mode would have sent (with its stack,
@@ -437,7 +350,7 @@ static const char *ent_json(struct agent *a, const struct ent_hdr *h, char *buf,
 	if (!a->cap.flight_json)
 		return NULL; /* the BPF side is gone (shutdown) */
 	memcpy(&f, h + 1, sizeof(f));
-	/* the BPF source formats its own binary entries (agent/sources/decode.c) */
+	/* the BPF source formats its own binary entries (agent/sources/flight.c) */
 	n = a->cap.flight_json(a, &f, buf, cap);
 	if (n < 0)
 		return NULL;
@@ -633,14 +546,16 @@ void recorder_stats(struct agent *a, json_t *obj)
 		      "too_large", (json_int_t)r->too_large, "instances_evicted",
 		      (json_int_t)r->instances_evicted, "flushes", (json_int_t)r->flushes,
 		      "flushed", (json_int_t)r->flushed));
-	if (r->k_ring) {
-		json_t *k = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "per_cpu",
-				      (json_int_t)r->k_per_cpu, "cpus", (json_int_t)r->k_cpus,
-				      "written", (json_int_t)kernel_written(r), "copied",
-				      (json_int_t)r->k_copied, "pulls", (json_int_t)r->k_pulls,
-				      "overwritten",
-				      (json_int_t)r->k_overwritten, "older_than_window",
-				      (json_int_t)r->k_old, "stacks_missing", (json_int_t)r->k_no_stack);
+	if (a->cap.flight_counts) {
+		struct flight_counts fc = {};
+		json_t *k;
+
+		a->cap.flight_counts(a, &fc);
+		k = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "per_cpu", (json_int_t)fc.per_cpu,
+			      "cpus", (json_int_t)fc.cpus, "written", (json_int_t)fc.written,
+			      "copied", (json_int_t)r->k_copied, "pulls", (json_int_t)fc.pulls,
+			      "overwritten", (json_int_t)fc.overwritten, "older_than_window",
+			      (json_int_t)r->k_old, "stacks_missing", (json_int_t)fc.no_stack);
 
 		json_object_set_new(json_object_get(obj, "recorder"), "kernel_launches", k);
 	}
@@ -654,11 +569,6 @@ void recorder_free(struct agent *a)
 		return;
 	for (int i = 0; i < r->n_inst; i++)
 		inst_clear(r, &r->inst[i]);
-	if (r->k_ring)
-		munmap(r->k_ring, r->k_ring_len);
-	if (r->k_cur)
-		munmap((void *)r->k_cur, r->k_cur_len);
-	free(r->k_read);
 	free(r);
 	a->rec = NULL;
 }

@@ -19,7 +19,6 @@
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
-#include "infertrace.skel.h"
 
 struct thread_prev {
 	uint32_t tid; /* tree key */
@@ -183,7 +182,7 @@ static void free_bucket(void *p)
  */
 static void collect_syscalls(struct agent *a)
 {
-	int fd = bpf_map__fd(a->skel->maps.syscall_stats);
+	int fd = loader_map_fd(a, LOADER_SYSCALL_STATS);
 	struct agg *g = a->agg;
 	struct syscall_key k, next;
 	struct syscall_stats st;
@@ -245,7 +244,7 @@ static json_t *thread_syscalls(struct agent *a, uint32_t tid, bool *any)
 
 static void delete_dead_syscalls(struct agent *a)
 {
-	int fd = bpf_map__fd(a->skel->maps.syscall_stats);
+	int fd = loader_map_fd(a, LOADER_SYSCALL_STATS);
 	struct agg *g = a->agg;
 	struct syscall_key k, next;
 	void *prevk = NULL;
@@ -326,7 +325,7 @@ static void emit_thread(struct agent *a, struct thread_prev *tp, const struct th
 static void net_interval(struct agent *a)
 {
 	struct agg *g = a->agg;
-	int fd = bpf_map__fd(a->skel->maps.netdev_stats);
+	int fd = loader_map_fd(a, LOADER_NETDEV_STATS);
 	int ncpu = libbpf_num_possible_cpus();
 	struct netdev_key k, next;
 	void *prevk = NULL;
@@ -411,7 +410,7 @@ static void push_dead(struct agg *g, uint32_t tid)
 void aggregate_interval(struct agent *a, bool final)
 {
 	struct agg *g = a->agg;
-	int fd = bpf_map__fd(a->skel->maps.thread_stats);
+	int fd = loader_map_fd(a, LOADER_THREAD_STATS);
 	uint32_t k, next;
 	void *prevk = NULL;
 	struct thread_stats cur;

@@ -15,7 +15,6 @@
 #include "sources.h"
 #include "diagnose.h"
 #include "jsonw.h"
-#include "infertrace.skel.h"
 
 static const struct {
 	unsigned type;
@@ -320,25 +319,4 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		return 0; /* only the steps use them (to_diag above) */
 	}
 	return 0;
-}
-
-long decode_flight_json(struct agent *a, const struct flight_launch *f, char *buf, size_t cap)
-{
-	struct cuda_launch_stack_event se;
-	size_t size = sizeof(se.ev);
-
-	se.ev = f->ev;
-	/* ids are never reused for another stack: a failed lookup only loses one */
-	if (f->stack_id >= 0 && a->skel &&
-	    !bpf_map__lookup_elem(a->skel->maps.flight_stacks, &f->stack_id, sizeof(f->stack_id),
-				  se.ips, sizeof(se.ips), 0)) {
-		unsigned depth = 0;
-
-		while (depth < MAX_STACK_DEPTH && se.ips[depth])
-			depth++;
-		se.ev.flags |= LAUNCH_F_STACK;
-		se.ev.stack_sz = depth * 8;
-		size = sizeof(se);
-	}
-	return decode_launch_json(a, &se.ev, size, buf, cap);
 }

@@ -22,13 +22,9 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
-
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
-#include "infertrace.skel.h"
 
 #define MAPS_RETRIES 20 /* ticks to wait for a reported mapping to appear */
 
@@ -365,8 +361,8 @@ static bool maps_cuda(uint32_t pid)
 
 static struct proc *proc_add(struct agent *a, uint32_t pid)
 {
-	struct traced_proc tp = {};
 	struct proc *p = NULL;
+	int err;
 
 	for (int i = 0; i < a->n_procs; i++)
 		if (!a->procs[i].used) {
@@ -388,11 +384,10 @@ static struct proc *proc_add(struct agent *a, uint32_t pid)
 	p->instance_id = ++a->next_instance_id;
 	read_comm(pid, p->comm, sizeof(p->comm));
 	read_instance(a, p);
-	tp.instance_id = p->instance_id;
-	tp.flags = a->opts.mode == MODE_DEEP ? PROC_F_DEEP : 0;
-	if (bpf_map__update_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), &tp, sizeof(tp),
-				 BPF_ANY)) {
-		pr_warn("pid %u: cannot add to traced_procs: %s", pid, strerror(errno));
+	err = loader_proc_add(a, pid, p->instance_id,
+			      a->opts.mode == MODE_DEEP ? PROC_F_DEEP : 0);
+	if (err) {
+		pr_warn("pid %u: cannot add to traced_procs: %s", pid, strerror(-err));
 		p->used = false;
 		return NULL;
 	}
@@ -436,7 +431,7 @@ static void proc_release(struct agent *a, struct proc *p, const char *why)
 {
 	uint32_t pid = p->pid;
 
-	bpf_map__delete_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), 0);
+	loader_proc_remove(a, pid);
 	usdt_detach(p);
 	emit_proc_record(a, p, why);
 	for (int i = 0; i < p->n_libs; i++)

@@ -3,6 +3,12 @@
  * loader.c - the BPF side's lifecycle: open, configure, load, attach, each
  * step checked and named in the log.
  *
+ * The only file that includes infertrace.skel.h or touches a->skel: the
+ * other sources ask it for what they need from the maps, rings and
+ * programs through the small loader_* functions below (state.h), so that
+ * a change of the BPF side shows in one file (tests/static/modules.py
+ * checks that no other file names the skeleton).
+ *
  * The programs are a table: for each hook the best program (tp_btf/fentry)
  * and its fallback (raw_tp/kprobe) calling the same logic. Feature probes
  * against the running kernel choose one before load; the other is not
@@ -150,17 +156,39 @@ static int choose_programs(struct agent *a)
 	return fallbacks;
 }
 
-int loader_set_proc_flags(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags)
+bool loader_loaded(const struct agent *a)
+{
+	return a->skel != NULL;
+}
+
+static int proc_update(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags,
+		       __u64 how)
 {
 	struct traced_proc tp = {.instance_id = instance_id, .flags = flags};
 
 	if (!a->skel)
 		return -ENODEV;
-	/* BPF_EXIST: never re-add a process discovery just removed */
 	if (bpf_map__update_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), &tp, sizeof(tp),
-				 BPF_EXIST))
+				 how))
 		return -errno;
 	return 0;
+}
+
+int loader_proc_add(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags)
+{
+	return proc_update(a, pid, instance_id, flags, BPF_ANY);
+}
+
+void loader_proc_remove(struct agent *a, uint32_t pid)
+{
+	if (a->skel)
+		bpf_map__delete_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), 0);
+}
+
+int loader_set_proc_flags(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags)
+{
+	/* BPF_EXIST: never re-add a process discovery just removed */
+	return proc_update(a, pid, instance_id, flags, BPF_EXIST);
 }
 
 int loader_update_runtime_cfg(struct agent *a)
@@ -192,12 +220,12 @@ int loader_update_runtime_cfg(struct agent *a)
 	return 0;
 }
 
-int loader_read_type_counts(struct agent *a, int map_fd, uint64_t *out)
+/* sum a per-CPU counter map into out[EV_TYPE_MAX] */
+static int read_type_counts(int map_fd, uint64_t *out)
 {
 	int ncpu = libbpf_num_possible_cpus();
 	uint64_t vals[ncpu > 0 ? ncpu : 1];
 
-	(void)a;
 	if (ncpu <= 0)
 		return -EINVAL;
 	for (__u32 t = 0; t < EV_TYPE_MAX; t++) {
@@ -206,6 +234,96 @@ int loader_read_type_counts(struct agent *a, int map_fd, uint64_t *out)
 			continue;
 		for (int c = 0; c < ncpu; c++)
 			out[t] += vals[c];
+	}
+	return 0;
+}
+
+int loader_event_counts(struct agent *a, uint64_t *events, uint64_t *drops)
+{
+	int err;
+
+	if (!a->skel)
+		return -ENODEV;
+	err = read_type_counts(bpf_map__fd(a->skel->maps.event_counts), events);
+	if (!err)
+		err = read_type_counts(bpf_map__fd(a->skel->maps.drop_counts), drops);
+	return err;
+}
+
+int loader_map_fd(struct agent *a, enum loader_map m)
+{
+	const struct bpf_map *map = NULL;
+
+	if (!a->skel)
+		return -ENODEV;
+	switch (m) {
+	case LOADER_THREAD_STATS:
+		map = a->skel->maps.thread_stats;
+		break;
+	case LOADER_SYSCALL_STATS:
+		map = a->skel->maps.syscall_stats;
+		break;
+	case LOADER_NETDEV_STATS:
+		map = a->skel->maps.netdev_stats;
+		break;
+	case LOADER_FLIGHT:
+		map = a->skel->maps.flight;
+		break;
+	case LOADER_FLIGHT_CUR:
+		map = a->skel->maps.flight_cur;
+		break;
+	}
+	return map ? bpf_map__fd(map) : -EINVAL;
+}
+
+int loader_flight_stack(struct agent *a, int32_t stack_id, __u64 *ips, size_t size)
+{
+	if (!a->skel)
+		return -ENODEV;
+	if (bpf_map__lookup_elem(a->skel->maps.flight_stacks, &stack_id, sizeof(stack_id), ips,
+				 size, 0))
+		return -errno;
+	return 0;
+}
+
+struct bpf_program *loader_program(struct agent *a, const char *name)
+{
+	return a->skel ? bpf_object__find_program_by_name(a->skel->obj, name) : NULL;
+}
+
+struct bpf_program *loader_sync_return(struct agent *a)
+{
+	return a->skel ? a->skel->progs.on_sync_return : NULL;
+}
+
+struct bpf_program *loader_step_program(struct agent *a, bool end)
+{
+	if (!a->skel)
+		return NULL;
+	return end ? a->skel->progs.infertrace_step_end : a->skel->progs.infertrace_step_begin;
+}
+
+int loader_open_rings(struct agent *a, int (*fn)(void *ctx, void *data, size_t size), void *ctx)
+{
+	const struct bpf_map *rings[3];
+
+	if (!a->skel)
+		return -ENODEV;
+	rings[0] = a->skel->maps.rb_cuda;
+	rings[1] = a->skel->maps.rb_sched;
+	rings[2] = a->skel->maps.rb_misc;
+	for (size_t i = 0; i < sizeof(rings) / sizeof(rings[0]); i++) {
+		int fd = bpf_map__fd(rings[i]), err;
+
+		if (!a->rb) {
+			a->rb = ring_buffer__new(fd, fn, ctx, NULL);
+			if (!a->rb)
+				return -errno;
+			continue;
+		}
+		err = ring_buffer__add(a->rb, fd, fn, ctx);
+		if (err)
+			return err;
 	}
 	return 0;
 }
@@ -275,7 +393,6 @@ int loader_start(struct agent *a)
 		goto cleanup;
 	a->cap.proc_flags = loader_set_proc_flags;
 	a->cap.runtime_cfg = loader_update_runtime_cfg;
-	a->cap.flight_json = decode_flight_json;
 
 	/* attach the table's loaded programs; uprobes come per library file */
 	for (size_t i = 0; i < N_PROGS; i++) {
@@ -315,11 +432,12 @@ void loader_stop(struct agent *a)
 		bpf_link__destroy(links[i]);
 		links[i] = NULL;
 	}
+	ring_buffer__free(a->rb); /* its rings are the skeleton's maps */
+	a->rb = NULL;
 	infertrace_bpf__destroy(a->skel);
 	a->skel = NULL;
 	a->cap.proc_flags = NULL;
 	a->cap.runtime_cfg = NULL;
-	a->cap.flight_json = NULL;
 	btf__free(vmlinux_btf);
 	vmlinux_btf = NULL;
 }

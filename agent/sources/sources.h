@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * sources.h - the sources: the BPF side (loader.c owns the skeleton;
- * decode.c, aggregate.c), discovery and probe attachment (discovery.c,
+ * decode.c, aggregate.c, flight.c), discovery and probe attachment (discovery.c,
  * uprobes.c, usdt.c), the CUPTI shims' socket (shim.c over shim_rx.c) and
  * --replay (replay.c, its entry point in agent.h). Each produces records and
  * feeds the pipeline (agent/pipeline/pipeline.h); main.c starts and stops
@@ -21,14 +21,50 @@ void shim_interval(struct agent *a); /* read what is left, push the deep mode to
 void shim_stats(struct agent *a, json_t *stats_record);
 void shim_free(struct agent *a);
 
-/* loader.c: open, configure, load, attach the skeleton */
+/*
+ * loader.c: open, configure, load, attach the skeleton. The only file that
+ * includes infertrace.skel.h or touches a->skel: what the other files need
+ * of the BPF side's maps, rings and programs is one of these functions
+ * (-ENODEV or NULL while it is not loaded).
+ */
+struct bpf_program;
 int loader_start(struct agent *a);
 void loader_stop(struct agent *a);
+bool loader_loaded(const struct agent *a);
 int loader_update_runtime_cfg(struct agent *a);
+/* traced_procs: follow a process (any flags), or no longer */
+int loader_proc_add(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags);
+void loader_proc_remove(struct agent *a, uint32_t pid);
 /* a traced process's flags in traced_procs (PROC_F_DEEP), only if it is there */
 int loader_set_proc_flags(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags);
-/* sum a per-CPU counter map into out[EV_TYPE_MAX] */
-int loader_read_type_counts(struct agent *a, int map_fd, uint64_t *out);
+/* the per-CPU event_counts and drop_counts summed by type, out[EV_TYPE_MAX] each */
+int loader_event_counts(struct agent *a, uint64_t *events, uint64_t *drops);
+/* the maps read from user space: aggregate.c, flight.c */
+enum loader_map {
+	LOADER_THREAD_STATS,
+	LOADER_SYSCALL_STATS,
+	LOADER_NETDEV_STATS,
+	LOADER_FLIGHT, /* mmap'able: the per-CPU launch rings */
+	LOADER_FLIGHT_CUR, /* mmap'able: their cursors */
+};
+int loader_map_fd(struct agent *a, enum loader_map m);
+/* a flight_stacks entry (size: bytes of ips) */
+int loader_flight_stack(struct agent *a, int32_t stack_id, __u64 *ips, size_t size);
+/* the uprobe program of a CUDA entry point by name (corr_api_name()), the sync-call return */
+struct bpf_program *loader_program(struct agent *a, const char *name);
+struct bpf_program *loader_sync_return(struct agent *a);
+/* the USDT step programs: step_begin, or step_end (end) */
+struct bpf_program *loader_step_program(struct agent *a, bool end);
+/* rb_cuda, rb_sched and rb_misc into a->rb, each record to fn (freed by loader_stop) */
+int loader_open_rings(struct agent *a, int (*fn)(void *ctx, void *data, size_t size), void *ctx);
+
+/*
+ * flight.c: the flight recorder's kernel half (after recorder_init()): maps
+ * the per-CPU launch rings and registers the capture_hooks that copy their
+ * new entries into the recorder and format them
+ */
+int flight_start(struct agent *a);
+void flight_stop(struct agent *a);
 
 /* uprobes.c: CUDA library probes, once per file */
 int uprobes_attach_file(struct agent *a, int lib_idx);
@@ -67,8 +103,6 @@ void usdt_free(struct agent *a); /* the file cache, at shutdown */
 /* a cuda_launch record's JSON (deep mode, and the flight recorder's kernel half) */
 long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size_t size,
 			char *buf, size_t cap); /* length, or -errno (counted) */
-/* the same from a flight-recorder entry, its stack looked up by id */
-long decode_flight_json(struct agent *a, const struct flight_launch *f, char *buf, size_t cap);
 
 /* aggregate.c: per-interval summaries from the maps */
 int aggregate_init(struct agent *a);

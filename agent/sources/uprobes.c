@@ -23,7 +23,6 @@
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
-#include "infertrace.skel.h"
 
 static bool api_is_sync(unsigned api)
 {
@@ -120,7 +119,7 @@ int uprobes_attach_file(struct agent *a, int idx)
 				strcat(strcat(missing, " "), corr_api_name(api));
 			continue;
 		}
-		prog = bpf_object__find_program_by_name(a->skel->obj, corr_api_name(api));
+		prog = loader_program(a, corr_api_name(api));
 		if (!prog) {
 			pr_err("BPF object lacks program %s (build mismatch)", corr_api_name(api));
 			err = -ENOENT;
@@ -136,7 +135,7 @@ int uprobes_attach_file(struct agent *a, int idx)
 		}
 		lf->links[n++] = l;
 		if (api_is_sync(api)) {
-			l = attach_one(a->skel->progs.on_sync_return, lf->path, corr_api_name(api),
+			l = attach_one(loader_sync_return(a), lf->path, corr_api_name(api),
 				       true);
 			if (!l) {
 				err = -errno;

@@ -35,7 +35,6 @@
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
-#include "infertrace.skel.h"
 #include "util.h"
 
 #define PROVIDER "infertrace"
@@ -189,8 +188,8 @@ static bool proc_has_usdt(const struct proc *p)
 
 int usdt_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const char *path)
 {
-	struct bpf_program *progs[USDT_LINKS] = { a->skel->progs.infertrace_step_begin,
-						  a->skel->progs.infertrace_step_end };
+	struct bpf_program *progs[USDT_LINKS] = { loader_step_program(a, false),
+						  loader_step_program(a, true) };
 	static const char *const names[USDT_LINKS] = { "step_begin", "step_end" };
 	bool first = !proc_has_usdt(p);
 	struct usdt_link *u;

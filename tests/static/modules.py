@@ -8,7 +8,8 @@ Calls go down the data flow, never back up:
   > agent/core > correlator/
 A file may call a file of its own folder or of a folder below; no group of
 files calls each other in a cycle (a file never calls back up, directly or in
-a ring). Callbacks registered by the caller are how a lower layer hands work
+a ring). Only agent/sources/loader.c includes the BPF skeleton
+(infertrace.skel.h) or touches a->skel: the rest ask it. Callbacks registered by the caller are how a lower layer hands work
 up: they are function pointers, which this check does not follow.
 
 How: Universal Ctags lists every non-static function and variable defined in
@@ -166,7 +167,29 @@ def main():
             print(f"FAIL modules_calls_down: {f} calls up into {d} ({n})")
     else:
         print("PASS modules_calls_down (main > control > sources > pipeline > sinks > core > correlator)")
+    skeleton_owner()
     return 0
+
+
+SKEL_OWNER = "agent/sources/loader.c"
+
+
+def skeleton_owner():
+    """only the loader includes the BPF skeleton or reaches into it (a->skel)"""
+    bad = []
+    for f in sorted(glob.glob("agent/**/*.[ch]", recursive=True)):
+        if f == SKEL_OWNER:
+            continue
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            raw = fh.read()
+        if re.search(r'^\s*#\s*include\s*[<"]infertrace\.skel\.h[>"]', raw, flags=re.M):
+            bad.append(f"{f} includes infertrace.skel.h")
+        if re.search(r"(->|\.)skel\b", strip(raw)):
+            bad.append(f"{f} touches ->skel")
+    for b in bad:
+        print(f"FAIL modules_skeleton_owner: {b} (ask {SKEL_OWNER} for what it needs)")
+    if not bad:
+        print(f"PASS modules_skeleton_owner (only {SKEL_OWNER} owns the BPF skeleton)")
 
 
 if __name__ == "__main__":
