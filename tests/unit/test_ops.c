@@ -2,8 +2,8 @@
 /*
  * test_ops.c - the operating modules without BPF or sockets: the control
  * request parser, the flight recorder (what it keeps, what an anomaly
- * sends, the memory budget) and the Perfetto writer (tracks, names, flows,
- * lanes for overlapping slices).
+ * sends, the memory budget, the launches its kernel half hands down) and
+ * the Perfetto writer (tracks, names, flows, lanes for overlapping slices).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -229,6 +229,80 @@ static void test_recorder_budget(void **state)
 	agent_del(a, &c);
 }
 
+/*
+ * The kernel half's boundary: the BPF source (here a fake of
+ * agent/sources/flight.c) hands launches down when the recorder pulls, the
+ * recorder keeps those inside its window and formats them only when the
+ * window is sent.
+ */
+static int fake_pulls;
+
+static void fake_flight_pull(struct agent *a)
+{
+	struct flight_launch f = {};
+	uint64_t now = now_ns();
+
+	fake_pulls++;
+	if (fake_pulls > 1)
+		return; /* the rings hold nothing new */
+	f.seq = 1;
+	f.ev.hdr.ts_ns = now;
+	assert_int_equal(recorder_kernel_launch(a, &f, "i1"), 0);
+	f.seq = 2;
+	f.ev.hdr.ts_ns = 1; /* long before the 10 s window (the clock has run longer) */
+	assert_int_equal(recorder_kernel_launch(a, &f, "i1"), -ESTALE);
+}
+
+static void fake_flight_counts(struct agent *a, struct flight_counts *out)
+{
+	(void)a;
+	*out = (struct flight_counts){.per_cpu = 16, .cpus = 1, .written = 3, .overwritten = 1,
+				      .pulls = 1};
+}
+
+static long fake_flight_json(struct agent *a, const struct flight_launch *f, char *buf, size_t cap)
+{
+	(void)a;
+	return snprintf(buf, cap, "{\"type\":\"cuda_launch\",\"seq\":%llu}",
+			(unsigned long long)f->seq);
+}
+
+static void test_recorder_kernel_launches(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c, 4);
+	json_t *st = json_object(), *k, *fr;
+
+	(void)state;
+	fake_pulls = 0;
+	a->cap.flight_pull = fake_flight_pull;
+	a->cap.flight_counts = fake_flight_counts;
+	a->cap.flight_json = fake_flight_json;
+	recorder_tick(a);
+	assert_int_equal(fake_pulls, 1);
+	assert_int_equal(c.n, 0); /* kept, not sent */
+	/* a window is read after a fresh pull */
+	assert_int_equal(recorder_flush(a, "i1", "anomaly"), 1);
+	assert_int_equal(fake_pulls, 2);
+	assert_int_equal(c.n, 2);
+	fr = json_loads(c.recs[0], 0, NULL);
+	assert_non_null(fr);
+	assert_string_equal(json_string_value(json_object_get(fr, "type")), "flight_recorder");
+	assert_int_equal(json_integer_value(json_object_get(fr, "records")), 1);
+	json_decref(fr);
+	assert_string_equal(c.recs[1], "{\"type\":\"cuda_launch\",\"seq\":1}");
+	recorder_stats(a, st);
+	k = json_object_get(json_object_get(st, "recorder"), "kernel_launches");
+	assert_non_null(k);
+	assert_int_equal(json_integer_value(json_object_get(k, "per_cpu")), 16);
+	assert_int_equal(json_integer_value(json_object_get(k, "written")), 3);
+	assert_int_equal(json_integer_value(json_object_get(k, "copied")), 1);
+	assert_int_equal(json_integer_value(json_object_get(k, "overwritten")), 1);
+	assert_int_equal(json_integer_value(json_object_get(k, "older_than_window")), 1);
+	json_decref(st);
+	agent_del(a, &c);
+}
+
 /* ----------------------------------------------------------- perfetto -- */
 
 static void test_perfetto_tracks_and_flows(void **state)
@@ -310,6 +384,7 @@ int main(void)
 	    cmocka_unit_test(test_parse_bad),
 	    cmocka_unit_test(test_recorder_anomaly_sends_window),
 	    cmocka_unit_test(test_recorder_budget),
+	    cmocka_unit_test(test_recorder_kernel_launches),
 	    cmocka_unit_test(test_perfetto_tracks_and_flows),
 	};
 
