@@ -23,9 +23,14 @@
 #ifndef INFERTRACE_FAKE_CUPTI_H
 #define INFERTRACE_FAKE_CUPTI_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <cupti.h>
 
@@ -82,5 +87,30 @@ size_t fake_cupti_buffers_held(void);
 size_t fake_cupti_distinct_buffers(void);
 /* buffer requests the shim declined */
 uint64_t fake_cupti_declined(void);
+
+/*
+ * The shim the tests load with the double: $INFERTRACE_SHIM_SO, else
+ * build/libinfertrace_cupti.so found from this binary, two levels under build/
+ * (build/tests/unit/test_shim, build/tests/integration/gpu_live).
+ */
+static inline const char *fake_cupti_shim_path(void)
+{
+	static char p[PATH_MAX + 64];
+	char exe[PATH_MAX];
+	ssize_t n;
+	char *s;
+
+	if (getenv("INFERTRACE_SHIM_SO"))
+		return getenv("INFERTRACE_SHIM_SO");
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return "build/libinfertrace_cupti.so";
+	exe[n] = '\0';
+	s = strrchr(exe, '/');
+	if (s)
+		*s = '\0';
+	snprintf(p, sizeof(p), "%s/../../libinfertrace_cupti.so", exe);
+	return p;
+}
 
 #endif /* INFERTRACE_FAKE_CUPTI_H */

@@ -22,13 +22,11 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
-#define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
+#include "cudart.h"
+#include "harness.h"
+
 #define CUDA_DRV "/usr/local/cuda/lib64/stubs/libcuda.so"
 #define MAX_THREADS 64
-
-struct dim3 {
-	unsigned x, y, z;
-};
 
 /* cudaLaunchConfig_t / CUlaunchConfig prefixes (driver_types.h, cuda.h) */
 struct rt_config {
@@ -46,7 +44,6 @@ struct drv_config {
 	unsigned nattrs;
 };
 
-typedef int (*launch_fn)(const void *, struct dim3, struct dim3, void **, size_t, void *);
 typedef int (*launch_exc_fn)(const struct rt_config *, const void *, void **);
 typedef int (*graph_fn)(void *, void *);
 typedef int (*memcpy_fn)(void *, const void *, size_t, int, void *);
@@ -212,18 +209,10 @@ int main(int argc, char **argv)
 			return 1;
 	}
 
-	pthread_barrier_init(&ready, NULL, nthreads + 1);
-	for (int i = 0; i < nthreads; i++)
-		pthread_create(&th[i], NULL, worker, (void *)(long)i);
-	pthread_barrier_wait(&ready);
-	printf("{\"pid\":%d,\"tids\":[", getpid());
-	for (int i = 0; i < nthreads; i++)
-		printf("%s%d", i ? "," : "", tids[i]);
+	start_workers(th, nthreads, worker, &ready, tids);
 	printf("],\"calls\":%ld,\"rt\":%d,\"drv\":%d}\n", calls, !!rt, !!drv);
 	fflush(stdout);
-	if (wait_file)
-		while (access(wait_file, F_OK))
-			usleep(10000);
+	await_file(wait_file, 0);
 	pthread_barrier_wait(&ready);
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);

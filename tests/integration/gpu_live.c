@@ -79,6 +79,7 @@
 #include <generated_nvtx_meta.h>
 
 #include "fake_cupti.h"
+#include "harness.h"
 
 #define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
 #define CUDA_DRV "/usr/local/cuda/lib64/stubs/libcuda.so"
@@ -134,14 +135,6 @@ static _Atomic uint32_t next_corr = FIRST_CORR;
 static _Atomic int add_errors;
 static _Atomic int records;
 static pthread_barrier_t ready;
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /*
  * When GPU work launched at t2 starts: GPU_DELAY_NS later; with -s also not
@@ -431,31 +424,9 @@ static void *need(void *h, const char *name)
 	return p;
 }
 
-/* build/libinfertrace_cupti.so, next to this binary's build tree */
-static const char *shim_path(char *buf, size_t sz)
-{
-	char exe[PATH_MAX];
-	ssize_t n;
-	char *slash;
-
-	if (getenv("INFERTRACE_SHIM_SO"))
-		return getenv("INFERTRACE_SHIM_SO");
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return NULL;
-	exe[n] = '\0';
-	slash = strrchr(exe, '/');
-	if (!slash)
-		return NULL;
-	*slash = '\0';
-	snprintf(buf, sz, "%s/../../libinfertrace_cupti.so", exe);
-	return buf;
-}
-
 int main(int argc, char **argv)
 {
 	const char *wait_file = NULL, *exit_file = NULL, *mode = "deep", *so_path;
-	char so_buf[PATH_MAX + 32];
 	pthread_t th[MAX_THREADS];
 	int nthreads = 2, opt, (*init)(void);
 	void *rt, *drv, *so;
@@ -529,10 +500,10 @@ int main(int argc, char **argv)
 	setenv("INFERTRACE_SHIM_FLUSH_MS", "20", 0);
 	setenv("INFERTRACE_SHIM_STATUS_MS", "100", 0);
 	setenv("INFERTRACE_SHIM_RETRY_MS", "20", 0);
-	so_path = shim_path(so_buf, sizeof(so_buf));
-	so = so_path ? dlopen(so_path, RTLD_NOW | RTLD_LOCAL) : NULL;
+	so_path = fake_cupti_shim_path();
+	so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
 	if (!so) {
-		fprintf(stderr, "gpu_live: cannot load the shim %s: %s\n", so_path ? so_path : "?",
+		fprintf(stderr, "gpu_live: cannot load the shim %s: %s\n", so_path,
 			dlerror());
 		return 1;
 	}
@@ -542,18 +513,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	pthread_barrier_init(&ready, NULL, nthreads + 1);
-	for (int i = 0; i < nthreads; i++)
-		pthread_create(&th[i], NULL, worker, (void *)(long)i);
-	pthread_barrier_wait(&ready);
-	printf("{\"pid\":%d,\"tids\":[", getpid());
-	for (int i = 0; i < nthreads; i++)
-		printf("%s%d", i ? "," : "", tids[i]);
+	start_workers(th, nthreads, worker, &ready, tids);
 	printf("],\"mono_ns\":%llu}\n", (unsigned long long)mono_ns());
 	fflush(stdout);
-	if (wait_file)
-		while (access(wait_file, F_OK))
-			usleep(10000);
+	await_file(wait_file, 0);
 	if (period_ns) {
 		FILE *gf = wait_file ? fopen(wait_file, "r") : NULL;
 		unsigned long long t0 = 0;
@@ -595,8 +558,7 @@ int main(int argc, char **argv)
 		printf("{\"hog\":%d}\n", (int)hog_pid);
 	printf("{\"done\":true,\"records\":%d,\"add_errors\":%d}\n", (int)records, (int)add_errors);
 	fflush(stdout);
-	for (int i = 0; exit_file && i < 3000 && access(exit_file, F_OK); i++)
-		usleep(10000);
+	await_file(exit_file, 30);
 	/* exit: the shim's destructor flushes and says goodbye before the process ends */
 	return add_errors ? 4 : 0;
 }

@@ -21,20 +21,11 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
-#define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
+#include "cudart.h"
+#include "harness.h"
 
-struct dim3 {
-	unsigned x, y, z;
-};
-typedef int (*launch_fn)(const void *, struct dim3, struct dim3, void **, size_t, void *);
 typedef unsigned (*semaphore_fn)(int end);
 typedef void (*steps_fn)(int, void (*)(void *), void *);
-
-static void wait_file(const char *path, int secs)
-{
-	for (int i = 0; path && i < secs * 100 && access(path, F_OK); i++)
-		usleep(10000);
-}
 
 /* a step's GPU work: what the engine would launch */
 static void launch3(void *arg)
@@ -53,7 +44,7 @@ int main(int argc, char **argv)
 	semaphore_fn semaphore;
 	launch_fn launch;
 	steps_fn run;
-	void *rt, *h;
+	void *h;
 
 	while ((opt = getopt(argc, argv, "l:n:w:e:")) != -1) {
 		switch (opt) {
@@ -80,15 +71,11 @@ int main(int argc, char **argv)
 			argv[0]);
 		return 2;
 	}
-	rt = dlopen(CUDA_LIB, RTLD_NOW);
-	launch = rt ? (launch_fn)dlsym(rt, "cudaLaunchKernel") : NULL;
-	if (!launch) {
-		fprintf(stderr, "usdt_dlopen: cannot load %s: %s\n", CUDA_LIB, dlerror());
+	launch = cudart_launch("usdt_dlopen");
+	if (!launch)
 		return 1;
-	}
-	printf("{\"pid\":%d,\"tid\":%ld}\n", getpid(), (long)syscall(SYS_gettid));
-	fflush(stdout);
-	wait_file(go, 30);
+	print_pid_tid();
+	await_file(go, 30);
 
 	h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	semaphore = h ? (semaphore_fn)dlsym(h, "usdt_lib_semaphore") : NULL;
@@ -116,6 +103,6 @@ int main(int argc, char **argv)
 	run(steps, launch3, (void *)launch);
 	printf("{\"done\":true}\n");
 	fflush(stdout);
-	wait_file(ex, 30);
+	await_file(ex, 30);
 	return 0;
 }

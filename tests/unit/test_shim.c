@@ -158,26 +158,6 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static const char *shim_path(void)
-{
-	static char p[PATH_MAX + 64];
-	char exe[PATH_MAX];
-	ssize_t n;
-	char *s;
-
-	if (getenv("INFERTRACE_SHIM_SO"))
-		return getenv("INFERTRACE_SHIM_SO");
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n < 0)
-		return "build/libinfertrace_cupti.so";
-	exe[n] = '\0';
-	s = strrchr(exe, '/');
-	*s = '\0';
-	/* build/tests/unit/test_shim -> build/libinfertrace_cupti.so */
-	snprintf(p, sizeof(p), "%s/../../libinfertrace_cupti.so", exe);
-	return p;
-}
-
 static int setup(void **state)
 {
 	struct t *t = calloc(1, sizeof(*t));
@@ -208,7 +188,7 @@ static void unload(struct t *t)
 	assert_int_equal(dlclose(t->so), 0);
 	t->so = NULL;
 	/* really gone: the next test gets a fresh shim */
-	assert_null(dlopen(shim_path(), RTLD_NOW | RTLD_NOLOAD));
+	assert_null(dlopen(fake_cupti_shim_path(), RTLD_NOW | RTLD_NOLOAD));
 }
 
 static int teardown(void **state)
@@ -230,9 +210,9 @@ static void load(struct t *t)
 {
 	int (*init)(void);
 
-	t->so = dlopen(shim_path(), RTLD_NOW | RTLD_LOCAL);
+	t->so = dlopen(fake_cupti_shim_path(), RTLD_NOW | RTLD_LOCAL);
 	if (!t->so)
-		fail_msg("dlopen %s: %s", shim_path(), dlerror());
+		fail_msg("dlopen %s: %s", fake_cupti_shim_path(), dlerror());
 	init = (int (*)(void))dlsym(t->so, "InitializeInjection");
 	assert_non_null(init);
 	assert_int_equal(init(), 1);
@@ -358,7 +338,7 @@ static void test_only_export(void **state)
 {
 	struct t *t = *state;
 
-	t->so = dlopen(shim_path(), RTLD_NOW | RTLD_LOCAL);
+	t->so = dlopen(fake_cupti_shim_path(), RTLD_NOW | RTLD_LOCAL);
 	assert_non_null(t->so);
 	assert_non_null(dlsym(t->so, "InitializeInjection"));
 	assert_null(dlsym(t->so, "g_shim"));
