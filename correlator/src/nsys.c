@@ -59,10 +59,48 @@ static bool has_col(sqlite3 *db, const char *t, const char *col)
 	return ok;
 }
 
+/*
+ * sql (a query of table) with row(ctx, st) for each row, until one fails.
+ * Returns 0, row()'s error, or -EINVAL logged with SQLite's reason.
+ */
+static int each_row(struct replay_ctx *rc, sqlite3 *db, const char *table, const char *sql,
+		    int (*row)(void *ctx, sqlite3_stmt *st), void *ctx)
+{
+	sqlite3_stmt *st = NULL;
+	int r, err = 0;
+
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+		goto sql_err;
+	while ((r = sqlite3_step(st)) == SQLITE_ROW && !(err = row(ctx, st)))
+		;
+	if (!err && r != SQLITE_DONE)
+		goto sql_err;
+	sqlite3_finalize(st);
+	return err;
+sql_err:
+	replay_log(rc, CORR_LOG_ERROR, "nsys: %s: %s", table, sqlite3_errmsg(db));
+	sqlite3_finalize(st);
+	return -EINVAL;
+}
+
+/* StringIds: id, value */
+static int string_row(void *ctx, sqlite3_stmt *st)
+{
+	struct strtab *tab = ctx;
+	int64_t id = sqlite3_column_int64(st, 0);
+	const char *v = (const char *)sqlite3_column_text(st, 1);
+
+	if (id >= 0 && id < tab->n && v && !tab->s[id]) {
+		tab->s[id] = strdup(v);
+		if (!tab->s[id])
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 static int load_strings(struct replay_ctx *rc, sqlite3 *db, struct strtab *tab)
 {
 	sqlite3_stmt *st = NULL;
-	int rc_sql, err = 0;
 
 	if (!has_table(db, "StringIds"))
 		return 0;
@@ -80,24 +118,7 @@ static int load_strings(struct replay_ctx *rc, sqlite3 *db, struct strtab *tab)
 	tab->s = calloc((size_t)tab->n, sizeof(*tab->s));
 	if (!tab->s)
 		return -ENOMEM;
-	if (sqlite3_prepare_v2(db, "SELECT id, value FROM StringIds", -1, &st, NULL) != SQLITE_OK)
-		goto sql_err;
-	while ((rc_sql = sqlite3_step(st)) == SQLITE_ROW) {
-		int64_t id = sqlite3_column_int64(st, 0);
-		const char *v = (const char *)sqlite3_column_text(st, 1);
-
-		if (id >= 0 && id < tab->n && v && !tab->s[id]) {
-			tab->s[id] = strdup(v);
-			if (!tab->s[id]) {
-				err = -ENOMEM;
-				break;
-			}
-		}
-	}
-	if (!err && rc_sql != SQLITE_DONE)
-		goto sql_err;
-	sqlite3_finalize(st);
-	return err;
+	return each_row(rc, db, "StringIds", "SELECT id, value FROM StringIds", string_row, tab);
 sql_err:
 	replay_log(rc, CORR_LOG_ERROR, "nsys: StringIds: %s", sqlite3_errmsg(db));
 	sqlite3_finalize(st);
@@ -116,12 +137,31 @@ static const char *str_of(const struct strtab *tab, sqlite3_stmt *st, int col)
 	return id >= 0 && id < tab->n ? tab->s[id] : NULL;
 }
 
-static int read_api(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab,
-		    const char *table)
+/* the rows of read_api() and read_gpu() */
+struct rows {
+	struct replay_ctx *rc;
+	const struct strtab *tab;
+	enum corr_kind kind;
+};
+
+/* start, globalTid, correlationId, nameId */
+static int api_row(void *ctx, sqlite3_stmt *st)
 {
+	struct rows *x = ctx;
+	uint64_t gtid = (uint64_t)sqlite3_column_int64(st, 1);
+	const char *name = str_of(x->tab, st, 3);
+
+	x->rc->st->events++;
+	x->rc->st->launches++;
+	return corr__add_launch(x->rc->c, (uint32_t)((gtid >> 24) & 0xFFFFFF),
+				(uint32_t)(gtid & 0xFFFFFF), (uint64_t)sqlite3_column_int64(st, 0),
+				(uint32_t)sqlite3_column_int64(st, 2), 0, name);
+}
+
+static int read_api(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab, const char *table)
+{
+	struct rows x = {rc, tab, 0};
 	char q[256];
-	sqlite3_stmt *st = NULL;
-	int r, err = 0;
 
 	if (!has_table(db, table))
 		return 0;
@@ -129,37 +169,46 @@ static int read_api(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab
 		 "SELECT start, globalTid, correlationId, nameId FROM %s "
 		 "WHERE correlationId IS NOT NULL ORDER BY start",
 		 table);
-	if (sqlite3_prepare_v2(db, q, -1, &st, NULL) != SQLITE_OK)
-		goto sql_err;
-	while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-		uint64_t gtid = (uint64_t)sqlite3_column_int64(st, 1);
-		const char *name = str_of(tab, st, 3);
+	return each_row(rc, db, table, q, api_row, &x);
+}
 
-		rc->st->events++;
-		rc->st->launches++;
-		err = corr__add_launch(rc->c, (uint32_t)((gtid >> 24) & 0xFFFFFF),
-				       (uint32_t)(gtid & 0xFFFFFF),
-				       (uint64_t)sqlite3_column_int64(st, 0),
-				       (uint32_t)sqlite3_column_int64(st, 2), 0, name);
-		if (err)
-			break;
-	}
-	if (!err && r != SQLITE_DONE)
-		goto sql_err;
-	sqlite3_finalize(st);
-	return err;
-sql_err:
-	replay_log(rc, CORR_LOG_ERROR, "nsys: %s: %s", table, sqlite3_errmsg(db));
-	sqlite3_finalize(st);
-	return -EINVAL;
+/* a row of read_gpu()'s query: start, end, ids, globalPid, name, grid, block, bytes... */
+static int gpu_row(void *ctx, sqlite3_stmt *st)
+{
+	struct rows *x = ctx;
+	struct corr_gpu g = {
+	    .kind = x->kind,
+	    .start_ns = (uint64_t)sqlite3_column_int64(st, 0),
+	    .end_ns = (uint64_t)sqlite3_column_int64(st, 1),
+	    .device = (uint32_t)sqlite3_column_int64(st, 2),
+	    .context = (uint32_t)sqlite3_column_int64(st, 3),
+	    .stream = (uint32_t)sqlite3_column_int64(st, 4),
+	    .corr_id = (uint32_t)sqlite3_column_int64(st, 5),
+	    .pid = (uint32_t)(((uint64_t)sqlite3_column_int64(st, 6) >> 24) & 0xFFFFFF),
+	    .name = str_of(x->tab, st, 7),
+	    .grid = {(uint32_t)sqlite3_column_int64(st, 8), (uint32_t)sqlite3_column_int64(st, 9),
+		     (uint32_t)sqlite3_column_int64(st, 10)},
+	    .block = {(uint32_t)sqlite3_column_int64(st, 11),
+		      (uint32_t)sqlite3_column_int64(st, 12),
+		      (uint32_t)sqlite3_column_int64(st, 13)},
+	    .bytes = (uint64_t)sqlite3_column_int64(st, 14),
+	    .copy_kind = (uint32_t)sqlite3_column_int64(st, 15),
+	    .graph_node_id = (uint64_t)sqlite3_column_int64(st, 16),
+	    .graph_id = (uint32_t)sqlite3_column_int64(st, 17),
+	};
+
+	if (x->kind == CORR_KIND_MEMSET)
+		g.copy_kind = 0;
+	x->rc->st->events++;
+	x->rc->st->gpu_records++;
+	return corr__add_gpu(x->rc->c, &g);
 }
 
 static int read_gpu(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab,
 		    const char *table, enum corr_kind kind)
 {
+	struct rows x = { rc, tab, kind };
 	char q[768];
-	sqlite3_stmt *st = NULL;
-	int r, err = 0;
 	const char *name_col = "NULL";
 	const char *kcols = "0,0,0,0,0,0";
 	const char *extra1 = "0", *extra2 = "0";
@@ -182,47 +231,7 @@ static int read_gpu(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab
 		 "%s, %s, %s, %s, %s, %s FROM %s ORDER BY start",
 		 name_col, kcols, extra1, extra2, has_col(db, table, "graphNodeId") ? "graphNodeId" : "0",
 		 has_col(db, table, "graphId") ? "graphId" : "0", table);
-	if (sqlite3_prepare_v2(db, q, -1, &st, NULL) != SQLITE_OK)
-		goto sql_err;
-	while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-		struct corr_gpu g = {
-			.kind = kind,
-			.start_ns = (uint64_t)sqlite3_column_int64(st, 0),
-			.end_ns = (uint64_t)sqlite3_column_int64(st, 1),
-			.device = (uint32_t)sqlite3_column_int64(st, 2),
-			.context = (uint32_t)sqlite3_column_int64(st, 3),
-			.stream = (uint32_t)sqlite3_column_int64(st, 4),
-			.corr_id = (uint32_t)sqlite3_column_int64(st, 5),
-			.pid = (uint32_t)(((uint64_t)sqlite3_column_int64(st, 6) >> 24) & 0xFFFFFF),
-			.name = str_of(tab, st, 7),
-			.grid = { (uint32_t)sqlite3_column_int64(st, 8),
-				  (uint32_t)sqlite3_column_int64(st, 9),
-				  (uint32_t)sqlite3_column_int64(st, 10) },
-			.block = { (uint32_t)sqlite3_column_int64(st, 11),
-				   (uint32_t)sqlite3_column_int64(st, 12),
-				   (uint32_t)sqlite3_column_int64(st, 13) },
-			.bytes = (uint64_t)sqlite3_column_int64(st, 14),
-			.copy_kind = (uint32_t)sqlite3_column_int64(st, 15),
-			.graph_node_id = (uint64_t)sqlite3_column_int64(st, 16),
-			.graph_id = (uint32_t)sqlite3_column_int64(st, 17),
-		};
-
-		if (kind == CORR_KIND_MEMSET)
-			g.copy_kind = 0;
-		rc->st->events++;
-		rc->st->gpu_records++;
-		err = corr__add_gpu(rc->c, &g);
-		if (err)
-			break;
-	}
-	if (!err && r != SQLITE_DONE)
-		goto sql_err;
-	sqlite3_finalize(st);
-	return err;
-sql_err:
-	replay_log(rc, CORR_LOG_ERROR, "nsys: %s: %s", table, sqlite3_errmsg(db));
-	sqlite3_finalize(st);
-	return -EINVAL;
+	return each_row(rc, db, table, q, gpu_row, &x);
 }
 
 int nsys_read(struct replay_ctx *rc, const char *path)
