@@ -243,6 +243,26 @@ static int next_or_close(struct scan *sc, char close, bool *done)
 	return fail(sc, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
 }
 
+/* open ('{' or '[') a container; *done when it is empty (and closed already) */
+static int open_container(struct scan *sc, char open, bool *done)
+{
+	if (expect(sc, open))
+		return -EINVAL;
+	ws(sc);
+	*done = sc->p < sc->end && *sc->p == (open == '{' ? '}' : ']');
+	if (*done)
+		sc->p++;
+	return 0;
+}
+
+/* an object's next "key": */
+static int key(struct scan *sc, struct span *k)
+{
+	bool esc;
+
+	return str(sc, k, &esc) || expect(sc, ':') ? -EINVAL : 0;
+}
+
 static uint64_t span_u64(const struct span *s)
 {
 	uint64_t v = 0;
@@ -274,18 +294,14 @@ static int num_or_str(struct scan *sc, uint64_t *out)
 
 static int u32x3(struct scan *sc, uint32_t v[3])
 {
-	bool done = false;
+	bool done;
 	int i = 0;
 
 	ws(sc);
 	if (sc->p >= sc->end || *sc->p != '[')
 		return skip(sc);
-	sc->p++;
-	ws(sc);
-	if (sc->p < sc->end && *sc->p == ']') {
-		sc->p++;
-		return 0;
-	}
+	if (open_container(sc, '[', &done))
+		return -EINVAL;
 	while (!done) {
 		uint64_t x;
 
@@ -317,20 +333,15 @@ struct kev {
 
 static int parse_args(struct scan *sc, struct kev *e)
 {
-	bool done = false, esc;
+	bool done;
 	struct span k;
 
-	if (expect(sc, '{'))
+	if (open_container(sc, '{', &done))
 		return -EINVAL;
-	ws(sc);
-	if (sc->p < sc->end && *sc->p == '}') {
-		sc->p++;
-		return 0;
-	}
 	while (!done) {
 		uint64_t *dst = NULL;
 
-		if (str(sc, &k, &esc) || expect(sc, ':'))
+		if (key(sc, &k))
 			return -EINVAL;
 		if (IS(&k, "correlation")) {
 			dst = &e->corr;
@@ -375,15 +386,10 @@ static int parse_event(struct scan *sc, struct kev *e)
 	struct span k, v;
 
 	memset(e, 0, sizeof(*e));
-	if (expect(sc, '{'))
+	if (open_container(sc, '{', &done))
 		return -EINVAL;
-	ws(sc);
-	if (sc->p < sc->end && *sc->p == '}') {
-		sc->p++;
-		return 0;
-	}
 	while (!done) {
-		if (str(sc, &k, &esc) || expect(sc, ':'))
+		if (key(sc, &k))
 			return -EINVAL;
 		if (IS(&k, "ph")) {
 			if (str(sc, &e->ph, &esc))
@@ -515,17 +521,12 @@ static int dispatch(struct replay_ctx *rc, const struct kev *e, char *namebuf)
 
 static int events_array(struct scan *sc, struct replay_ctx *rc, char *namebuf)
 {
-	bool done = false;
+	bool done;
 	struct kev e;
 	int err;
 
-	if (expect(sc, '['))
+	if (open_container(sc, '[', &done))
 		return -EINVAL;
-	ws(sc);
-	if (sc->p < sc->end && *sc->p == ']') {
-		sc->p++;
-		return 0;
-	}
 	while (!done) {
 		ws(sc);
 		if (sc->p < sc->end && *sc->p != '{') {
@@ -549,7 +550,7 @@ int kineto_read(struct replay_ctx *rc, const char *buf, size_t len)
 {
 	struct scan sc = { .base = buf, .p = buf, .end = buf + len };
 	char *namebuf = malloc(NAME_MAX_LEN);
-	bool done = false, esc, seen = false;
+	bool done, seen = false;
 	struct span k;
 	int err = -EINVAL;
 
@@ -562,13 +563,10 @@ int kineto_read(struct replay_ctx *rc, const char *buf, size_t len)
 		seen = true;
 		goto out;
 	}
-	if (expect(&sc, '{'))
+	if (open_container(&sc, '{', &done))
 		goto out;
-	ws(&sc);
-	if (sc.p < sc.end && *sc.p == '}')
-		done = true;
 	while (!done) {
-		if (str(&sc, &k, &esc) || expect(&sc, ':'))
+		if (key(&sc, &k))
 			goto out;
 		if (IS(&k, "traceEvents")) {
 			err = events_array(&sc, rc, namebuf);
