@@ -161,19 +161,26 @@ static void add(const void *rec)
 		records++;
 }
 
+/* what CUPTI's kernel, memcpy and memset records share (their structs differ) */
+#define SET_ACTIVITY(m, k, t0, dur, stream_id, corr_id)                                            \
+	do {                                                                                       \
+		memset(&(m), 0, sizeof(m));                                                        \
+		(m).kind = (k);                                                                    \
+		(m).start = (t0);                                                                  \
+		(m).end = (m).start + (dur);                                                       \
+		(m).deviceId = 0;                                                                  \
+		(m).contextId = 1;                                                                 \
+		(m).streamId = (stream_id);                                                        \
+		(m).correlationId = (corr_id);                                                     \
+	} while (0)
+
 static void add_kernel(uint32_t corr, uint64_t start, uint32_t stream, uint32_t graph_id,
 		       uint64_t node, const char *name)
 {
 	CUpti_ActivityKernel10 k;
 
-	memset(&k, 0, sizeof(k));
-	k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-	k.start = start;
-	k.end = start + (stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS);
-	k.correlationId = corr;
-	k.deviceId = 0;
-	k.contextId = 1;
-	k.streamId = stream;
+	SET_ACTIVITY(k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, start,
+		     stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS, stream, corr);
 	k.gridX = 64;
 	k.gridY = 2;
 	k.gridZ = 1;
@@ -333,17 +340,11 @@ static void round_once(int idx, int round)
 	{
 		CUpti_ActivityMemcpy6 m;
 
-		memset(&m, 0, sizeof(m));
-		m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+		SET_ACTIVITY(m, CUPTI_ACTIVITY_KIND_MEMCPY, gpu_start(idx, c->t2, 1000), 1000, stream,
+			     c->corr);
 		m.copyKind = stall_round >= 0 ? CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
 					      : CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
 		m.bytes = 4096 + idx;
-		m.start = gpu_start(idx, c->t2, 1000);
-		m.end = m.start + 1000;
-		m.deviceId = 0;
-		m.contextId = 1;
-		m.streamId = stream;
-		m.correlationId = c->corr;
 		add(&m);
 	}
 	c->n = 1;
@@ -356,15 +357,8 @@ static void round_once(int idx, int round)
 	{
 		CUpti_ActivityMemset4 m;
 
-		memset(&m, 0, sizeof(m));
-		m.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+		SET_ACTIVITY(m, CUPTI_ACTIVITY_KIND_MEMSET, c->t2 + GPU_DELAY_NS, 500, stream, c->corr);
 		m.bytes = 512;
-		m.start = c->t2 + GPU_DELAY_NS;
-		m.end = m.start + 500;
-		m.deviceId = 0;
-		m.contextId = 1;
-		m.streamId = stream;
-		m.correlationId = c->corr;
 		add(&m);
 	}
 	c->n = 1;
