@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "diagnose.h"
+#include "test_data.h"
 
 static uint64_t rs = 88172645463325252ULL;
 
@@ -34,17 +35,6 @@ static double noise(double amp)
 	rs ^= rs >> 7;
 	rs ^= rs << 17;
 	return 1 + amp * (((rs >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1);
-}
-
-static const char *data_dir(void)
-{
-	const char *env = getenv("INFERTRACE_DATA");
-
-	if (env && !access(env, R_OK))
-		return env;
-	if (!access("../shared/data/README.md", R_OK))
-		return "../shared/data";
-	return NULL;
 }
 
 #define MAXA 256
@@ -645,7 +635,7 @@ static void hta_steps(const char *file, struct segctx *c)
 	struct corr_replay_opts ro = {.sz = sizeof(ro), .marker = seg_marker, .marker_ctx = c};
 	struct corr_replay_stats st;
 
-	snprintf(path, sizeof(path), "%s/kineto/%s", data_dir(), file);
+	snprintf(path, sizeof(path), "%s/kineto/%s", test_data_dir(), file);
 	c->sg = diag_seg__new(&so);
 	assert_non_null(c->sg);
 	assert_int_equal(corr_replay_file(path, &co, &ro, &st), 0);
@@ -661,7 +651,7 @@ static void test_hta_ranks(void **state)
 	struct diag_det *d;
 
 	(void)state;
-	if (!data_dir()) {
+	if (!test_data_dir()) {
 		free(r0);
 		free(r1);
 		free(g);
@@ -1259,7 +1249,7 @@ int main(void)
 	    cmocka_unit_test(test_gap_chart),
 	};
 
-	if (!data_dir())
+	if (!test_data_dir())
 		printf("test_detect: $INFERTRACE_DATA (../shared/data) absent: real-trace tests "
 		       "skipped\n");
 	return cmocka_run_group_tests(tests, NULL, NULL);
