@@ -331,115 +331,115 @@ struct kev {
 	uint32_t grid[3], block[3];
 };
 
-static int parse_args(struct scan *sc, struct kev *e)
+/*
+ * An object, member by member: member(ctx, sc, key) reads the value of a
+ * key it knows and returns 0, returns 1 for one it does not (the value is
+ * skipped), or -EINVAL.
+ */
+static inline int each_member(struct scan *sc,
+			      int (*member)(void *ctx, struct scan *sc, const struct span *k),
+			      void *ctx)
 {
-	bool done;
 	struct span k;
+	bool done;
+	int r;
 
 	if (open_container(sc, '{', &done))
 		return -EINVAL;
 	while (!done) {
-		uint64_t *dst = NULL;
-
 		if (key(sc, &k))
 			return -EINVAL;
-		if (IS(&k, "correlation")) {
-			dst = &e->corr;
-			e->has_corr = true;
-		} else if (IS(&k, "device"))
-			dst = &e->device;
-		else if (IS(&k, "stream"))
-			dst = &e->stream;
-		else if (IS(&k, "context"))
-			dst = &e->context;
-		else if (IS(&k, "graph id") || IS(&k, "graphId") || IS(&k, "graph_id"))
-			dst = &e->graph_id;
-		else if (IS(&k, "graph node id") || IS(&k, "graphNodeId") || IS(&k, "graph_node_id"))
-			dst = &e->graph_node;
-		else if (IS(&k, "bytes"))
-			dst = &e->bytes;
-		else if (IS(&k, "cbid"))
-			dst = &e->cbid;
-		else if (IS(&k, "copyKind") || IS(&k, "copy kind"))
-			dst = &e->copy_kind;
-		if (dst) {
-			if (num_or_str(sc, dst))
-				return -EINVAL;
-		} else if (IS(&k, "grid")) {
-			if (u32x3(sc, e->grid))
-				return -EINVAL;
-		} else if (IS(&k, "block")) {
-			if (u32x3(sc, e->block))
-				return -EINVAL;
-		} else if (skip(sc)) {
-			return -EINVAL;
-		}
-		if (next_or_close(sc, '}', &done))
+		r = member(ctx, sc, &k);
+		if (r < 0 || (r > 0 && skip(sc)) || next_or_close(sc, '}', &done))
 			return -EINVAL;
 	}
 	return 0;
 }
 
-static int parse_event(struct scan *sc, struct kev *e)
+/* a member of an event's "args" */
+static int args_member(void *ctx, struct scan *sc, const struct span *k)
 {
-	bool done = false, esc;
-	struct span k, v;
+	struct kev *e = ctx;
+	uint64_t *dst = NULL;
 
-	memset(e, 0, sizeof(*e));
-	if (open_container(sc, '{', &done))
-		return -EINVAL;
-	while (!done) {
-		if (key(sc, &k))
-			return -EINVAL;
-		if (IS(&k, "ph")) {
-			if (str(sc, &e->ph, &esc))
-				return -EINVAL;
-		} else if (IS(&k, "cat")) {
-			if (str(sc, &e->cat, &esc))
-				return -EINVAL;
-		} else if (IS(&k, "name")) {
-			ws(sc);
-			if (sc->p < sc->end && *sc->p == '"') {
-				if (str(sc, &e->name, &e->name_esc))
-					return -EINVAL;
-			} else if (skip(sc)) {
-				return -EINVAL;
-			}
-		} else if (IS(&k, "pid")) {
-			if (num_or_str(sc, &e->pid))
-				return -EINVAL;
-		} else if (IS(&k, "tid")) {
-			if (num_or_str(sc, &e->tid))
-				return -EINVAL;
-		} else if (IS(&k, "ts") || IS(&k, "dur")) {
-			bool ts = k.n == 2;
+	if (IS(k, "correlation")) {
+		dst = &e->corr;
+		e->has_corr = true;
+	} else if (IS(k, "device"))
+		dst = &e->device;
+	else if (IS(k, "stream"))
+		dst = &e->stream;
+	else if (IS(k, "context"))
+		dst = &e->context;
+	else if (IS(k, "graph id") || IS(k, "graphId") || IS(k, "graph_id"))
+		dst = &e->graph_id;
+	else if (IS(k, "graph node id") || IS(k, "graphNodeId") || IS(k, "graph_node_id"))
+		dst = &e->graph_node;
+	else if (IS(k, "bytes"))
+		dst = &e->bytes;
+	else if (IS(k, "cbid"))
+		dst = &e->cbid;
+	else if (IS(k, "copyKind") || IS(k, "copy kind"))
+		dst = &e->copy_kind;
+	if (dst)
+		return num_or_str(sc, dst) ? -EINVAL : 0;
+	if (IS(k, "grid"))
+		return u32x3(sc, e->grid) ? -EINVAL : 0;
+	if (IS(k, "block"))
+		return u32x3(sc, e->block) ? -EINVAL : 0;
+	return 1;
+}
 
-			ws(sc);
-			if (sc->p < sc->end && *sc->p == '"') {
-				if (str(sc, &v, &esc))
-					return -EINVAL;
-			} else if (number(sc, &v)) {
+/* a member of an event */
+static int event_member(void *ctx, struct scan *sc, const struct span *k)
+{
+	struct kev *e = ctx;
+	struct span v;
+	bool esc;
+
+	if (IS(k, "ph"))
+		return str(sc, &e->ph, &esc) ? -EINVAL : 0;
+	if (IS(k, "cat"))
+		return str(sc, &e->cat, &esc) ? -EINVAL : 0;
+	if (IS(k, "name")) {
+		ws(sc);
+		if (sc->p < sc->end && *sc->p == '"')
+			return str(sc, &e->name, &e->name_esc) ? -EINVAL : 0;
+		return 1;
+	}
+	if (IS(k, "pid"))
+		return num_or_str(sc, &e->pid) ? -EINVAL : 0;
+	if (IS(k, "tid"))
+		return num_or_str(sc, &e->tid) ? -EINVAL : 0;
+	if (IS(k, "ts") || IS(k, "dur")) {
+		bool ts = k->n == 2;
+
+		ws(sc);
+		if (sc->p < sc->end && *sc->p == '"') {
+			if (str(sc, &v, &esc))
 				return -EINVAL;
-			}
-			if (corr_us_text_to_ns(v.s, v.n, ts ? &e->ts : &e->dur))
-				return fail(sc, "bad timestamp");
-			if (ts)
-				e->has_ts = true;
-		} else if (IS(&k, "args")) {
-			ws(sc);
-			if (sc->p < sc->end && *sc->p == '{') {
-				if (parse_args(sc, e))
-					return -EINVAL;
-			} else if (skip(sc)) {
-				return -EINVAL;
-			}
-		} else if (skip(sc)) {
+		} else if (number(sc, &v)) {
 			return -EINVAL;
 		}
-		if (next_or_close(sc, '}', &done))
-			return -EINVAL;
+		if (corr_us_text_to_ns(v.s, v.n, ts ? &e->ts : &e->dur))
+			return fail(sc, "bad timestamp");
+		if (ts)
+			e->has_ts = true;
+		return 0;
 	}
-	return 0;
+	if (IS(k, "args")) {
+		ws(sc);
+		if (sc->p < sc->end && *sc->p == '{')
+			return each_member(sc, args_member, e) ? -EINVAL : 0;
+		return 1;
+	}
+	return 1;
+}
+
+static int parse_event(struct scan *sc, struct kev *e)
+{
+	memset(e, 0, sizeof(*e));
+	return each_member(sc, event_member, e);
 }
 
 static const char *ev_name(const struct kev *e, char *buf, size_t sz)
