@@ -9,6 +9,8 @@
 #define INFERTRACE_TEST_HARNESS_H
 
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +53,39 @@ static inline void start_workers(pthread_t *th, int n, void *(*fn)(void *),
 	printf("{\"pid\":%d,\"tids\":[", getpid());
 	for (int i = 0; i < n; i++)
 		printf("%s%d", i ? "," : "", tids[i]);
+}
+
+/* the step workloads' options: -n STEPS (30), -w GO_FILE, -e EXIT_FILE, -l LIB */
+struct step_opts {
+	int steps;
+	const char *go, *ex, *lib;
+};
+
+/* 0, or -1 on an option the workload does not take (lib: whether -l is one) */
+static inline int step_opts_parse(int argc, char **argv, bool lib, struct step_opts *o)
+{
+	int opt;
+
+	*o = (struct step_opts){.steps = 30};
+	while ((opt = getopt(argc, argv, lib ? "l:n:w:e:" : "n:w:e:")) != -1) {
+		switch (opt) {
+		case 'l':
+			o->lib = optarg;
+			break;
+		case 'n':
+			o->steps = atoi(optarg);
+			break;
+		case 'w':
+			o->go = optarg;
+			break;
+		case 'e':
+			o->ex = optarg;
+			break;
+		default:
+			return -1;
+		}
+	}
+	return 0;
 }
 
 #endif /* INFERTRACE_TEST_HARNESS_H */

@@ -39,34 +39,14 @@ static void launch3(void *arg)
 
 int main(int argc, char **argv)
 {
-	const char *go = NULL, *ex = NULL, *lib = NULL;
-	int steps = 30, opt, waited = 0;
+	int waited = 0;
 	semaphore_fn semaphore;
+	struct step_opts o;
 	launch_fn launch;
 	steps_fn run;
 	void *h;
 
-	while ((opt = getopt(argc, argv, "l:n:w:e:")) != -1) {
-		switch (opt) {
-		case 'l':
-			lib = optarg;
-			break;
-		case 'n':
-			steps = atoi(optarg);
-			break;
-		case 'w':
-			go = optarg;
-			break;
-		case 'e':
-			ex = optarg;
-			break;
-		default:
-			lib = NULL;
-			optind = argc;
-			break;
-		}
-	}
-	if (!lib) {
+	if (step_opts_parse(argc, argv, true, &o) || !o.lib) {
 		fprintf(stderr, "usage: %s -l LIB [-n STEPS] [-w GO_FILE] [-e EXIT_FILE]\n",
 			argv[0]);
 		return 2;
@@ -75,13 +55,13 @@ int main(int argc, char **argv)
 	if (!launch)
 		return 1;
 	print_pid_tid();
-	await_file(go, 30);
+	await_file(o.go, 30);
 
-	h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	h = dlopen(o.lib, RTLD_NOW | RTLD_LOCAL);
 	semaphore = h ? (semaphore_fn)dlsym(h, "usdt_lib_semaphore") : NULL;
 	run = h ? (steps_fn)dlsym(h, "usdt_lib_steps") : NULL;
 	if (!semaphore || !run) {
-		fprintf(stderr, "usdt_dlopen: cannot load %s: %s\n", lib, dlerror());
+		fprintf(stderr, "usdt_dlopen: cannot load %s: %s\n", o.lib, dlerror());
 		return 1;
 	}
 	/*
@@ -100,9 +80,9 @@ int main(int argc, char **argv)
 	usleep(500000);
 	printf("{\"loaded\":true,\"waited_ms\":%d,\"semaphore\":%u}\n", waited, semaphore(0));
 	fflush(stdout);
-	run(steps, launch3, (void *)launch);
+	run(o.steps, launch3, (void *)launch);
 	printf("{\"done\":true}\n");
 	fflush(stdout);
-	await_file(ex, 30);
+	await_file(o.ex, 30);
 	return 0;
 }

@@ -29,33 +29,20 @@ INFERTRACE_STEP_DEFINE_SEMAPHORES();
 
 int main(int argc, char **argv)
 {
-	const char *go = NULL, *ex = NULL;
 	struct dim3 grid = { 4, 1, 1 }, block = { 64, 1, 1 };
-	int steps = 30, opt;
+	struct step_opts o;
 	launch_fn launch;
 
-	while ((opt = getopt(argc, argv, "n:w:e:")) != -1) {
-		switch (opt) {
-		case 'n':
-			steps = atoi(optarg);
-			break;
-		case 'w':
-			go = optarg;
-			break;
-		case 'e':
-			ex = optarg;
-			break;
-		default:
-			fprintf(stderr, "usage: %s [-n STEPS] [-w GO_FILE] [-e EXIT_FILE]\n", argv[0]);
-			return 2;
-		}
+	if (step_opts_parse(argc, argv, false, &o)) {
+		fprintf(stderr, "usage: %s [-n STEPS] [-w GO_FILE] [-e EXIT_FILE]\n", argv[0]);
+		return 2;
 	}
 	launch = cudart_launch("usdt_steps");
 	if (!launch)
 		return 1;
 	print_pid_tid();
-	await_file(go, 30);
-	for (int i = 0; i < steps; i++) {
+	await_file(o.go, 30);
+	for (int i = 0; i < o.steps; i++) {
 		unsigned long long b = mono_ns(), e;
 
 		INFERTRACE_STEP_BEGIN(100 + i, 1 + i % 4, 1000LL * (i + 1),
@@ -71,6 +58,6 @@ int main(int argc, char **argv)
 	}
 	printf("{\"done\":true}\n");
 	fflush(stdout);
-	await_file(ex, 30);
+	await_file(o.ex, 30);
 	return 0;
 }
