@@ -89,6 +89,28 @@ size_t fake_cupti_distinct_buffers(void);
 uint64_t fake_cupti_declined(void);
 
 /*
+ * What CUPTI's kernel, memcpy and memset records share (their structs
+ * differ): m zeroed, then kind k on device dev, context ctx, stream,
+ * correlation id corr, from t0 for dur ns.
+ */
+#define FAKE_CUPTI_ACTIVITY(m, k, dev, ctx, t0, dur, stream, corr)                                 \
+	do {                                                                                       \
+		memset(&(m), 0, sizeof(m));                                                        \
+		(m).kind = (k);                                                                    \
+		(m).deviceId = (dev);                                                              \
+		(m).contextId = (ctx);                                                             \
+		(m).start = (t0);                                                                  \
+		(m).end = (m).start + (dur);                                                       \
+		(m).streamId = (stream);                                                           \
+		(m).correlationId = (corr);                                                        \
+	} while (0)
+
+/* a kernel record's grid and block */
+#define FAKE_CUPTI_DIMS(k, gx, gy, gz, bx, by, bz)                                                 \
+	((k).gridX = (gx), (k).gridY = (gy), (k).gridZ = (gz), (k).blockX = (bx),                  \
+	 (k).blockY = (by), (k).blockZ = (bz))
+
+/*
  * The shim the tests load with the double: $INFERTRACE_SHIM_SO, else
  * build/libinfertrace_cupti.so found from this binary, two levels under build/
  * (build/tests/unit/test_shim, build/tests/integration/gpu_live).

@@ -161,32 +161,14 @@ static void add(const void *rec)
 		records++;
 }
 
-/* what CUPTI's kernel, memcpy and memset records share (their structs differ) */
-#define SET_ACTIVITY(m, k, t0, dur, stream_id, corr_id)                                            \
-	do {                                                                                       \
-		memset(&(m), 0, sizeof(m));                                                        \
-		(m).kind = (k);                                                                    \
-		(m).start = (t0);                                                                  \
-		(m).end = (m).start + (dur);                                                       \
-		(m).deviceId = 0;                                                                  \
-		(m).contextId = 1;                                                                 \
-		(m).streamId = (stream_id);                                                        \
-		(m).correlationId = (corr_id);                                                     \
-	} while (0)
-
 static void add_kernel(uint32_t corr, uint64_t start, uint32_t stream, uint32_t graph_id,
 		       uint64_t node, const char *name)
 {
 	CUpti_ActivityKernel10 k;
 
-	SET_ACTIVITY(k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, start,
-		     stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS, stream, corr);
-	k.gridX = 64;
-	k.gridY = 2;
-	k.gridZ = 1;
-	k.blockX = 128;
-	k.blockY = 1;
-	k.blockZ = 1;
+	FAKE_CUPTI_ACTIVITY(k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 0, 1, start,
+			    stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS, stream, corr);
+	FAKE_CUPTI_DIMS(k, 64, 2, 1, 128, 1, 1);
 	k.graphId = graph_id;
 	k.graphNodeId = node;
 	k.name = name;
@@ -340,8 +322,8 @@ static void round_once(int idx, int round)
 	{
 		CUpti_ActivityMemcpy6 m;
 
-		SET_ACTIVITY(m, CUPTI_ACTIVITY_KIND_MEMCPY, gpu_start(idx, c->t2, 1000), 1000, stream,
-			     c->corr);
+		FAKE_CUPTI_ACTIVITY(m, CUPTI_ACTIVITY_KIND_MEMCPY, 0, 1,
+				    gpu_start(idx, c->t2, 1000), 1000, stream, c->corr);
 		m.copyKind = stall_round >= 0 ? CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
 					      : CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
 		m.bytes = 4096 + idx;
@@ -357,7 +339,8 @@ static void round_once(int idx, int round)
 	{
 		CUpti_ActivityMemset4 m;
 
-		SET_ACTIVITY(m, CUPTI_ACTIVITY_KIND_MEMSET, c->t2 + GPU_DELAY_NS, 500, stream, c->corr);
+		FAKE_CUPTI_ACTIVITY(m, CUPTI_ACTIVITY_KIND_MEMSET, 0, 1, c->t2 + GPU_DELAY_NS, 500,
+				    stream, c->corr);
 		m.bytes = 512;
 		add(&m);
 	}
