@@ -281,16 +281,25 @@ static void contend_cpu(void)
 	sched_setaffinity(0, sizeof(old), &old);
 }
 
+/* a call that launches one kernel, name, of kdur ns on stream */
+static void one_kernel(int idx, const char *api, int dom, int cbid, uint32_t stream, uint64_t kdur,
+		       const char *name)
+{
+	struct call *c = do_call(idx, api, "kernel", dom, cbid);
+
+	add_kernel(c->corr, gpu_start(idx, c->t2, kdur), stream, 0, 0, name);
+	c->n = 1;
+}
+
 static void round_once(int idx, int round)
 {
 	uint32_t stream = 7 + idx;
 	uint64_t kdur = stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS;
 	struct call *c;
 
-	c = do_call(idx, "cudaLaunchKernel", "kernel", CUPTI_CB_DOMAIN_RUNTIME_API,
-		    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
-	add_kernel(c->corr, gpu_start(idx, c->t2, kdur), stream, 0, 0, "_Z10gl_eagerPfi");
-	c->n = 1;
+	one_kernel(idx, "cudaLaunchKernel", CUPTI_CB_DOMAIN_RUNTIME_API,
+		   CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, stream, kdur,
+		   "_Z10gl_eagerPfi");
 
 	c = do_call(idx, "cudaGraphLaunch", "graph", CUPTI_CB_DOMAIN_RUNTIME_API,
 		    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000);
@@ -312,10 +321,8 @@ static void round_once(int idx, int round)
 
 		nanosleep(&ts, NULL);
 	}
-	c = do_call(idx, "cuLaunchKernel", "kernel", CUPTI_CB_DOMAIN_DRIVER_API,
-		    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
-	add_kernel(c->corr, gpu_start(idx, c->t2, kdur), stream, 0, 0, "triton_gl_driver");
-	c->n = 1;
+	one_kernel(idx, "cuLaunchKernel", CUPTI_CB_DOMAIN_DRIVER_API,
+		   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, stream, kdur, "triton_gl_driver");
 
 	c = do_call(idx, "cudaMemcpyAsync", "memcpy", CUPTI_CB_DOMAIN_RUNTIME_API,
 		    CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020);
