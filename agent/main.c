@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,7 @@ enum {
 	OPT_SPILL_DIR,
 	OPT_SPILL_MAX,
 	OPT_FLUSH_TIMEOUT,
-	OPT_STEP_MARKERS, /* diagnosis (issue 5): agent/sources/replay.c */
+	OPT_STEP_MARKERS, /* diagnosis: agent_opts.diag, parsed by agent/pipeline/diag.c */
 	OPT_BASELINE,
 	OPT_BASELINE_SAVE,
 	OPT_DETECT,
@@ -100,128 +101,309 @@ enum {
 };
 
 /*
- * Diagnosis options are kept by agent/sources/replay.c (issue 5); the prototype
- * moves to agent.h when the live loop wires the detector.
+ * The option table: every option once, with its value type, bounds, the
+ * field it sets and its doc. It drives parse_arg (command line and
+ * --config alike), --help (argp's table is built from it) and
+ * docs/configuration.md (--config-doc). Numbers are validated whole with
+ * strtol/strtod and errno (core/numparse.h) against the bounds; a bad value
+ * is one error line "--NAME WHAT, not 'VALUE'".
  */
-
-static const struct argp_option options[] = {
-	{ "mode", 'm', "MODE", 0, "sentinel (default): per-thread aggregates every interval "
-				  "plus events above the thresholds; deep: every event" },
-	{ "interval", 'i', "SECS", 0, "Aggregation interval (default 1)" },
-	{ "duration", 'd', "SECS", 0, "Stop after SECS (default: run until SIGINT/SIGTERM)" },
-	{ "output", 'o', "FILE", 0, "Write JSON lines to FILE (default: stdout)" },
-	{ "pid", 'p', "PID", 0, "Trace only this process (repeatable)" },
-	{ "instance", OPT_INSTANCE, "NAME", 0,
-	  "Instance name for every record (default: INFERTRACE_INSTANCE of the process, "
-	  "else HOST/COMM)" },
-	{ "offcpu-threshold", OPT_OFFCPU_T, "MS", 0,
-	  "Report single off-CPU intervals from MS (default 1)" },
-	{ "runq-threshold", OPT_RUNQ_T, "MS", 0, "Report single run-queue waits from MS (default 1)" },
-	{ "syscall-threshold", OPT_SYSCALL_T, "MS", 0, "Report single syscalls from MS (default 1)" },
-	{ "sync-threshold", OPT_SYNC_T, "MS", 0,
-	  "Report single CUDA synchronisations from MS (default 1)" },
-	{ "no-stacks", OPT_NO_STACKS, NULL, 0, "Deep mode: no user stacks at launches" },
-	{ "stack-rate", OPT_STACK_RATE, "N", 0,
-	  "Deep mode: at most N user stacks per thread per second (default 100)" },
-	{ "ringbuf-kib", OPT_RINGBUF, "KIB", 0,
-	  "Size of the scheduler and misc rings in KiB; the CUDA ring is 4x (default 1024)" },
-	{ "max-threads", OPT_MAX_THREADS, "N", 0, "Traced threads kept in the kernel (default 16384)" },
-	{ "summary", OPT_SUMMARY, NULL, 0, "Print a readable summary on stderr at exit" },
-	{ "no-net", OPT_NO_NET, NULL, 0, "Do not trace network traffic" },
-	{ "replay", OPT_REPLAY, "FILE", 0,
-	  "Replay a recording (PyTorch profiler / Kineto trace, Nsight Systems SQLite export, "
-	  "or this agent's JSON lines) instead of tracing; no root needed" },
-	{ "config", 'c', "FILE", 0,
-	  "Read options from FILE: one 'option = value' per line, option being a long option "
-	  "name; options given after --config override it" },
-	{ "shim-socket", OPT_SHIM_SOCKET, "PATH", 0,
-	  "Unix socket the CUPTI shims (libinfertrace_cupti.so) connect to, or 'none' "
-	  "(default /run/infertrace/shim.sock)" },
-	{ "control-socket", OPT_CONTROL_SOCKET, "PATH", 0,
-	  "Unix socket agentctl talks to (status, deep-dive, export), or 'none' "
-	  "(default /run/infertrace/agent.sock)" },
-	{ "control-group", OPT_CONTROL_GROUP, "GROUP", 0,
-	  "Members of GROUP may use the control socket too (default: root only)" },
-	{ "deep-dive-max", OPT_DEEP_DIVE_MAX, "SECS", 0,
-	  "Longest deep-dive a request may ask for; longer ones are cut (default 600; "
-	  "a request without duration gets 60)" },
-	{ "anomaly-deep-dive", OPT_ANOMALY_DIVE, "SECS", 0,
-	  "On an anomaly, deep-dive its instance for SECS (a later anomaly extends it; cut to "
-	  "--deep-dive-max); 0: off (default)" },
-	{ "recorder-seconds", OPT_RECORDER_S, "SECS", 0,
-	  "Flight recorder: keep the last SECS of detail per instance, sent when an anomaly "
-	  "is flagged or a deep-dive starts; 0 turns it off (default 10)" },
-	{ "recorder-mib", OPT_RECORDER_MIB, "MIB", 0,
-	  "Memory budget of the flight recorder, all instances together (default 64)" },
-	{ "recorder-launches", OPT_RECORDER_LAUNCHES, "N", 0,
-	  "Flight recorder in sentinel mode: every CUDA launch goes into a ring of N entries "
-	  "per CPU (rounded up to a power of 2; 104 bytes each) that the agent copies into the "
-	  "window every 100 ms, with the arguments passed in registers and user stacks at "
-	  "--stack-rate; 0 keeps no launches (default 4096)" },
-	{ "metrics", OPT_METRICS, "ADDR:PORT", 0,
-	  "Serve Prometheus metrics (/metrics, /healthz, /readyz) over HTTP on ADDR:PORT, "
-	  "e.g. :9464 or 127.0.0.1:9464 (default: off)" },
-	{ "perfetto", OPT_PERFETTO, "FILE", 0,
-	  "With --replay: write the recording as a Perfetto / Chrome trace JSON to FILE "
-	  "(JSON lines only with --output)" },
-	{ "step-markers", OPT_STEP_MARKERS, "LIST", 0,
-	  "Steps: marker names that delimit a step, comma separated (default "
-	  "execute_model,run_batch,forward_batch,ProfilerStep#); 'auto' ignores names and cuts "
-	  "steps from the launch stream; 'launches' uses the launch stream only; 'off' disables "
-	  "steps and detection" },
-	{ "baseline", OPT_BASELINE, "FILE", 0,
-	  "Compare steps with the baseline saved in FILE: sustained regressions and changed "
-	  "kernels become anomalies" },
-	{ "baseline-save", OPT_BASELINE_SAVE, "FILE", 0,
-	  "Save the learned step baseline to FILE at the end" },
-	{ "detect", OPT_DETECT, "KEY=VALUE", 0,
-	  "Detector setting (repeatable): k (UCL sigmas, 5), floor (0.17), window-floor (0.09), "
-	  "window (steps, 4), bootstrap (steps, 24), straggler (0.15), regression (0.10), "
-	  "gap (ms of GPU idle in one gap beyond the usual longest, 10)" },
-	{ "kafka", OPT_KAFKA, "BROKERS", 0,
-	  "Produce every record to Kafka (bootstrap servers host:port,...) instead of stdout; "
-	  "with --output, to both (default: off)" },
-	{ "kafka-topic-prefix", OPT_KAFKA_PREFIX, "PREFIX", 0,
-	  "Topics PREFIX.steps, PREFIX.anomalies, PREFIX.events, PREFIX.stats "
-	  "(default infertrace)" },
-	{ "kafka-topic", OPT_KAFKA_TOPIC, "CLASS=TOPIC", 0,
-	  "Another topic for one class: steps, anomalies, events or stats (repeatable)" },
-	{ "kafka-property", 'X', "KEY=VALUE", 0,
-	  "librdkafka property, e.g. security.protocol=SASL_SSL (repeatable; overrides the "
-	  "agent's producer defaults)" },
-	{ "kafka-queue-max", OPT_KAFKA_QUEUE_MAX, "N", 0,
-	  "Records the producer holds in memory before the spill takes them (default 100000)" },
-	{ "spill-dir", OPT_SPILL_DIR, "DIR", 0,
-	  "On-disk buffer for records Kafka cannot take now, resent in order and after a "
-	  "restart (default /var/lib/infertrace/spill)" },
-	{ "spill-max-mib", OPT_SPILL_MAX, "MIB", 0,
-	  "Size bound of the spill; when full, events are shed first, then summaries and "
-	  "stats, anomalies last (default 1024)" },
-	{ "flush-timeout", OPT_FLUSH_TIMEOUT, "SECS", 0,
-	  "At exit, wait up to SECS for Kafka (and OTLP) to confirm what is queued; the rest stays in the "
-	  "spill for the next start (default 10)" },
-	{ "otlp", OPT_OTLP, "URL", 0,
-	  "Also send steps, anomalies and process changes as OpenTelemetry log records and the "
-	  "interval aggregates as metrics, over OTLP/HTTP JSON to URL/v1/logs and "
-	  "URL/v1/metrics, e.g. http://collector:4318 (default: off)" },
-	{ "otlp-queue-max", OPT_OTLP_QUEUE_MAX, "N", 0,
-	  "OTLP requests held while the collector is slow or away; beyond, new ones are "
-	  "dropped and counted (default 64)" },
-	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for debug)" },
-	{ "config-doc", OPT_CONFIG_DOC, NULL, OPTION_HIDDEN,
-	  "Print docs/configuration.md (generated from this table)" },
-	{},
+enum opt_type {
+	OT_FLAG,   /* bool field: true (false with OF_CLEAR) */
+	OT_COUNT,  /* int field: one more each time */
+	OT_STR,	   /* const char * field; length within [min, max] when they are set */
+	OT_DOUBLE, /* double field within [min, max] */
+	OT_MS,	   /* milliseconds within [min, max] into a uint64_t field of ns */
+	OT_U32,	   /* uint32_t field, an integer within [min, max] */
+	OT_FN,	   /* set() takes the value */
 };
 
-static error_t parse_arg(int key, char *arg, struct argp_state *state);
+enum {
+	OF_CLEAR = 1,  /* OT_FLAG: sets false */
+	OF_POW2 = 2,   /* OT_U32: a power of two */
+	OF_HIDDEN = 4, /* not in --help, the docs or --config */
+};
 
-static const struct argp_option *option_by_name(const char *name)
+struct opt_def;
+/* 0, or -EINVAL for the option's error line (set() may also argp_error() itself) */
+typedef int (*opt_set_fn)(const struct opt_def *d, struct agent_opts *o, char *arg,
+			  struct argp_state *state);
+
+struct opt_def {
+	const char *name;
+	int key;
+	const char *arg; /* the value's name; NULL: a flag */
+	enum opt_type type;
+	size_t off; /* the field in struct agent_opts */
+	double min, max;
+	int flags;
+	opt_set_fn set;	 /* OT_FN */
+	const char *err; /* what the value must be: "--NAME ERR, not 'VALUE'" */
+	const char *doc;
+};
+
+#define FIELD(f) offsetof(struct agent_opts, f)
+
+static int set_mode(const struct opt_def *d, struct agent_opts *o, char *arg,
+		    struct argp_state *state);
+static int set_pid(const struct opt_def *d, struct agent_opts *o, char *arg,
+		   struct argp_state *state);
+static int set_config(const struct opt_def *d, struct agent_opts *o, char *arg,
+		      struct argp_state *state);
+static int set_metrics(const struct opt_def *d, struct agent_opts *o, char *arg,
+		       struct argp_state *state);
+static int set_diag(const struct opt_def *d, struct agent_opts *o, char *arg,
+		    struct argp_state *state);
+static int set_kafka_topic(const struct opt_def *d, struct agent_opts *o, char *arg,
+			   struct argp_state *state);
+static int set_kafka_prop(const struct opt_def *d, struct agent_opts *o, char *arg,
+			  struct argp_state *state);
+static int set_config_doc(const struct opt_def *d, struct agent_opts *o, char *arg,
+			  struct argp_state *state);
+static int set_otlp(const struct opt_def *d, struct agent_opts *o, char *arg,
+		    struct argp_state *state);
+
+/* --instance names: INSTANCE_LEN - 1 characters, as the error line says */
+_Static_assert(INSTANCE_LEN == 128, "update --instance's bound and message");
+
+static const struct opt_def opt_table[] = {
+    {"mode", 'm', "MODE", OT_FN, .set = set_mode, .err = "must be sentinel or deep",
+     .doc = "sentinel (default): per-thread aggregates every interval plus events above "
+	    "the thresholds; deep: every event"},
+    {"interval", 'i', "SECS", OT_DOUBLE, FIELD(interval_s), 0.01, 3600,
+     .err = "takes seconds between 0.01 and 3600", .doc = "Aggregation interval (default 1)"},
+    {"duration", 'd', "SECS", OT_DOUBLE, FIELD(duration_s), 0.01, 1e9,
+     .err = "takes a positive number of seconds",
+     .doc = "Stop after SECS (default: run until SIGINT/SIGTERM)"},
+    {"output", 'o', "FILE", OT_STR, FIELD(output),
+     .doc = "Write JSON lines to FILE (default: stdout)"},
+    {"pid", 'p', "PID", OT_FN, .set = set_pid, .err = "takes a process id",
+     .doc = "Trace only this process (repeatable)"},
+    {"instance", OPT_INSTANCE, "NAME", OT_STR, FIELD(instance), 1, INSTANCE_LEN - 1,
+     .err = "takes a name of 1 to 127 characters",
+     .doc = "Instance name for every record (default: INFERTRACE_INSTANCE of the process, "
+	    "else HOST/COMM)"},
+    {"offcpu-threshold", OPT_OFFCPU_T, "MS", OT_MS, FIELD(offcpu_thresh_ns), 0, 3600e3,
+     .err = "takes milliseconds from 0 to 3600000",
+     .doc = "Report single off-CPU intervals from MS (default 1)"},
+    {"runq-threshold", OPT_RUNQ_T, "MS", OT_MS, FIELD(runq_thresh_ns), 0, 3600e3,
+     .err = "takes milliseconds from 0 to 3600000",
+     .doc = "Report single run-queue waits from MS (default 1)"},
+    {"syscall-threshold", OPT_SYSCALL_T, "MS", OT_MS, FIELD(syscall_thresh_ns), 0, 3600e3,
+     .err = "takes milliseconds from 0 to 3600000",
+     .doc = "Report single syscalls from MS (default 1)"},
+    {"sync-threshold", OPT_SYNC_T, "MS", OT_MS, FIELD(sync_thresh_ns), 0, 3600e3,
+     .err = "takes milliseconds from 0 to 3600000",
+     .doc = "Report single CUDA synchronisations from MS (default 1)"},
+    {"no-stacks", OPT_NO_STACKS, NULL, OT_FLAG, FIELD(stacks), .flags = OF_CLEAR,
+     .doc = "Deep mode: no user stacks at launches"},
+    {"stack-rate", OPT_STACK_RATE, "N", OT_U32, FIELD(stack_rate), 0, 1000000,
+     .err = "takes stacks per second (0-1000000)",
+     .doc = "Deep mode: at most N user stacks per thread per second (default 100)"},
+    {"ringbuf-kib", OPT_RINGBUF, "KIB", OT_U32, FIELD(ringbuf_kib), 64, 1 << 20, .flags = OF_POW2,
+     .err = "takes a power of two from 64 to 1048576",
+     .doc = "Size of the scheduler and misc rings in KiB; the CUDA ring is 4x (default 1024)"},
+    {"max-threads", OPT_MAX_THREADS, "N", OT_U32, FIELD(max_threads), 16, 1 << 22,
+     .err = "takes 16 to 4194304", .doc = "Traced threads kept in the kernel (default 16384)"},
+    {"summary", OPT_SUMMARY, NULL, OT_FLAG, FIELD(summary),
+     .doc = "Print a readable summary on stderr at exit"},
+    {"no-net", OPT_NO_NET, NULL, OT_FLAG, FIELD(no_net), .doc = "Do not trace network traffic"},
+    {"replay", OPT_REPLAY, "FILE", OT_STR, FIELD(replay),
+     .doc = "Replay a recording (PyTorch profiler / Kineto trace, Nsight Systems SQLite "
+	    "export, or this agent's JSON lines) instead of tracing; no root needed"},
+    {"config", 'c', "FILE", OT_FN, .set = set_config,
+     .doc = "Read options from FILE: one 'option = value' per line, option being a long "
+	    "option name; options given after --config override it"},
+    {"shim-socket", OPT_SHIM_SOCKET, "PATH", OT_STR, FIELD(shim_socket), 1, 107,
+     .err = "takes a path shorter than 108 bytes or 'none'",
+     .doc = "Unix socket the CUPTI shims (libinfertrace_cupti.so) connect to, or 'none' "
+	    "(default /run/infertrace/shim.sock)"},
+    {"control-socket", OPT_CONTROL_SOCKET, "PATH", OT_STR, FIELD(control_socket), 1, 107,
+     .err = "takes a path shorter than 108 bytes or 'none'",
+     .doc = "Unix socket agentctl talks to (status, deep-dive, export), or 'none' "
+	    "(default /run/infertrace/agent.sock)"},
+    {"control-group", OPT_CONTROL_GROUP, "GROUP", OT_STR, FIELD(control_group), 1, 0,
+     .err = "takes a group name",
+     .doc = "Members of GROUP may use the control socket too (default: root only)"},
+    {"deep-dive-max", OPT_DEEP_DIVE_MAX, "SECS", OT_DOUBLE, FIELD(deep_dive_max_s), 1, 86400,
+     .err = "takes seconds from 1 to 86400",
+     .doc = "Longest deep-dive a request may ask for; longer ones are cut (default 600; "
+	    "a request without duration gets 60)"},
+    {"anomaly-deep-dive", OPT_ANOMALY_DIVE, "SECS", OT_DOUBLE, FIELD(anomaly_dive_s), 0, 86400,
+     .err = "takes seconds from 0 (off) to 86400",
+     .doc = "On an anomaly, deep-dive its instance for SECS (a later anomaly extends it; "
+	    "cut to --deep-dive-max); 0: off (default)"},
+    {"recorder-seconds", OPT_RECORDER_S, "SECS", OT_DOUBLE, FIELD(recorder_s), 0, 3600,
+     .err = "takes seconds from 0 to 3600",
+     .doc = "Flight recorder: keep the last SECS of detail per instance, sent when an "
+	    "anomaly is flagged or a deep-dive starts; 0 turns it off (default 10)"},
+    {"recorder-mib", OPT_RECORDER_MIB, "MIB", OT_U32, FIELD(recorder_mib), 1, 65536,
+     .err = "takes MiB from 1 to 65536",
+     .doc = "Memory budget of the flight recorder, all instances together (default 64)"},
+    {"recorder-launches", OPT_RECORDER_LAUNCHES, "N", OT_U32, FIELD(recorder_launches), 0, 1 << 20,
+     .err = "takes a count from 0 to 1048576",
+     .doc = "Flight recorder in sentinel mode: every CUDA launch goes into a ring of N "
+	    "entries per CPU (rounded up to a power of 2; 104 bytes each) that the agent "
+	    "copies into the window every 100 ms, with the arguments passed in registers "
+	    "and user stacks at --stack-rate; 0 keeps no launches (default 4096)"},
+    {"metrics", OPT_METRICS, "ADDR:PORT", OT_FN, .set = set_metrics,
+     .err = "takes ADDR:PORT (e.g. :9464)",
+     .doc = "Serve Prometheus metrics (/metrics, /healthz, /readyz) over HTTP on ADDR:PORT, "
+	    "e.g. :9464 or 127.0.0.1:9464 (default: off)"},
+    {"perfetto", OPT_PERFETTO, "FILE", OT_STR, FIELD(perfetto),
+     .doc = "With --replay: write the recording as a Perfetto / Chrome trace JSON to FILE "
+	    "(JSON lines only with --output)"},
+    {"step-markers", OPT_STEP_MARKERS, "LIST", OT_FN, .set = set_diag,
+     .doc = "Steps: marker names that delimit a step, comma separated (default "
+	    "execute_model,run_batch,forward_batch,ProfilerStep#); 'auto' ignores names and "
+	    "cuts steps from the launch stream; 'launches' uses the launch stream only; "
+	    "'off' disables steps and detection"},
+    {"baseline", OPT_BASELINE, "FILE", OT_FN, .set = set_diag,
+     .doc = "Compare steps with the baseline saved in FILE: sustained regressions and "
+	    "changed kernels become anomalies"},
+    {"baseline-save", OPT_BASELINE_SAVE, "FILE", OT_FN, .set = set_diag,
+     .doc = "Save the learned step baseline to FILE at the end"},
+    {"detect", OPT_DETECT, "KEY=VALUE", OT_FN, .set = set_diag,
+     .doc = "Detector setting (repeatable): k (UCL sigmas, 5), floor (0.17), window-floor "
+	    "(0.09), window (steps, 4), bootstrap (steps, 24), straggler (0.15), regression "
+	    "(0.10), gap (ms of GPU idle in one gap beyond the usual longest, 10)"},
+    {"kafka", OPT_KAFKA, "BROKERS", OT_STR, FIELD(kafka), 1, 0,
+     .err = "takes host:port[,host:port...]",
+     .doc = "Produce every record to Kafka (bootstrap servers host:port,...) instead of "
+	    "stdout; with --output, to both (default: off)"},
+    {"kafka-topic-prefix", OPT_KAFKA_PREFIX, "PREFIX", OT_STR, FIELD(kafka_prefix), 1, 200,
+     .err = "takes 1 to 200 characters",
+     .doc = "Topics PREFIX.steps, PREFIX.anomalies, PREFIX.events, PREFIX.stats "
+	    "(default infertrace)"},
+    {"kafka-topic", OPT_KAFKA_TOPIC, "CLASS=TOPIC", OT_FN, .set = set_kafka_topic,
+     .err = "takes CLASS=TOPIC, CLASS one of steps, anomalies, events, stats",
+     .doc = "Another topic for one class: steps, anomalies, events or stats (repeatable)"},
+    {"kafka-property", 'X', "KEY=VALUE", OT_FN, .set = set_kafka_prop,
+     .doc = "librdkafka property, e.g. security.protocol=SASL_SSL (repeatable; overrides "
+	    "the agent's producer defaults)"},
+    {"kafka-queue-max", OPT_KAFKA_QUEUE_MAX, "N", OT_U32, FIELD(kafka_queue_max), 10, 10000000,
+     .err = "takes 10 to 10000000 records",
+     .doc = "Records the producer holds in memory before the spill takes them (default "
+	    "100000)"},
+    {"spill-dir", OPT_SPILL_DIR, "DIR", OT_STR, FIELD(spill_dir), 1, 3799,
+     .err = "takes a directory",
+     .doc = "On-disk buffer for records Kafka cannot take now, resent in order and after a "
+	    "restart (default /var/lib/infertrace/spill)"},
+    {"spill-max-mib", OPT_SPILL_MAX, "MIB", OT_U32, FIELD(spill_max_mib), 1, 1 << 20,
+     .err = "takes 1 to 1048576 MiB",
+     .doc = "Size bound of the spill; when full, events are shed first, then summaries and "
+	    "stats, anomalies last (default 1024)"},
+    {"flush-timeout", OPT_FLUSH_TIMEOUT, "SECS", OT_DOUBLE, FIELD(flush_timeout_s), 0, 3600,
+     .err = "takes seconds from 0 to 3600",
+     .doc = "At exit, wait up to SECS for Kafka (and OTLP) to confirm what is queued; the "
+	    "rest stays in the spill for the next start (default 10)"},
+    {"otlp", OPT_OTLP, "URL", OT_FN, .set = set_otlp, .err = "takes an http:// or https:// URL",
+     .doc = "Also send steps, anomalies and process changes as OpenTelemetry log records and "
+	    "the interval aggregates as metrics, over OTLP/HTTP JSON to URL/v1/logs and "
+	    "URL/v1/metrics, e.g. http://collector:4318 (default: off)"},
+    {"otlp-queue-max", OPT_OTLP_QUEUE_MAX, "N", OT_U32, FIELD(otlp_queue_max), 1, 100000,
+     .err = "takes 1 to 100000 requests",
+     .doc = "OTLP requests held while the collector is slow or away; beyond, new ones are "
+	    "dropped and counted (default 64)"},
+    {"verbose", 'v', NULL, OT_COUNT, FIELD(verbose), .doc = "More diagnostics (repeat for debug)"},
+    {"config-doc", OPT_CONFIG_DOC, NULL, OT_FN, .flags = OF_HIDDEN, .set = set_config_doc,
+     .doc = "Print docs/configuration.md (generated from this table)"},
+};
+
+#define N_OPTS (sizeof(opt_table) / sizeof(opt_table[0]))
+
+/* argp's view of opt_table, for --help (built in main) */
+static struct argp_option argp_options[N_OPTS + 1];
+
+static void build_argp_options(void)
 {
-	for (const struct argp_option *o = options; o->name || o->doc; o++)
-		if (o->name && !(o->flags & OPTION_HIDDEN) && !strcmp(o->name, name) &&
-		    strcmp(name, "config"))
-			return o;
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const struct opt_def *d = &opt_table[i];
+
+		argp_options[i] = (struct argp_option){
+		    .name = d->name,
+		    .key = d->key,
+		    .arg = d->arg,
+		    .flags = d->flags & OF_HIDDEN ? OPTION_HIDDEN : 0,
+		    .doc = d->doc,
+		};
+	}
+}
+
+static const struct opt_def *option_by_key(int key)
+{
+	for (size_t i = 0; i < N_OPTS; i++)
+		if (opt_table[i].key == key)
+			return &opt_table[i];
 	return NULL;
+}
+
+/* what --config may set: every visible option but --config itself */
+static const struct opt_def *option_by_name(const char *name)
+{
+	for (size_t i = 0; i < N_OPTS; i++)
+		if (!(opt_table[i].flags & OF_HIDDEN) && opt_table[i].set != set_config &&
+		    !strcmp(opt_table[i].name, name))
+			return &opt_table[i];
+	return NULL;
+}
+
+/* one option's value into its field: 0 or -EINVAL */
+static int opt_apply(const struct opt_def *d, struct agent_opts *o, char *arg,
+		     struct argp_state *state)
+{
+	void *field = (char *)o + d->off;
+	double v;
+	long l;
+
+	switch (d->type) {
+	case OT_FLAG:
+		*(bool *)field = !(d->flags & OF_CLEAR);
+		return 0;
+	case OT_COUNT:
+		(*(int *)field)++;
+		return 0;
+	case OT_STR: {
+		size_t len = strlen(arg);
+
+		if ((d->min && len < d->min) || (d->max && len > d->max))
+			return -EINVAL;
+		*(const char **)field = arg;
+		return 0;
+	}
+	case OT_DOUBLE:
+		if (parse_double(arg, d->min, d->max, &v))
+			return -EINVAL;
+		*(double *)field = v;
+		return 0;
+	case OT_MS:
+		if (parse_double(arg, d->min, d->max, &v))
+			return -EINVAL;
+		*(uint64_t *)field = v * 1e6;
+		o->thresholds_set = true;
+		return 0;
+	case OT_U32:
+		if (parse_long(arg, (long)d->min, (long)d->max, &l) ||
+		    ((d->flags & OF_POW2) && (l & (l - 1))))
+			return -EINVAL;
+		*(uint32_t *)field = (uint32_t)l;
+		return 0;
+	case OT_FN:
+		return d->set(d, o, arg, state);
+	}
+	return -EINVAL;
+}
+
+/* apply, or exit with the option's one error line */
+static void opt_set(const struct opt_def *d, struct agent_opts *o, char *arg,
+		    struct argp_state *state)
+{
+	if (!opt_apply(d, o, arg, state))
+		return;
+	if (d->type == OT_STR)
+		argp_error(state, "--%s %s", d->name, d->err);
+	else
+		argp_error(state, "--%s %s, not '%s'", d->name, d->err, arg);
 }
 
 /*
@@ -263,22 +445,24 @@ static bool is_true(const char *v)
 }
 
 /*
- * --config FILE: each line "option = value" (or "option value") applies
- * the long option of that name through parse_arg, so the file and the
- * command line share one table, one validation and one set of messages.
- * Flags take true/false. '#' starts a comment.
+ * --config FILE: each line "option = value" (or "option value") sets the
+ * long option of that name through opt_set, so the file and the command
+ * line share one table, one validation and one set of messages. Flags take
+ * true/false. '#' starts a comment.
  */
-static void load_config(const char *path, struct argp_state *state)
+static int set_config(const struct opt_def *od, struct agent_opts *opts, char *path,
+		      struct argp_state *state)
 {
 	char line[1024];
 	int lineno = 0;
 	FILE *f = fopen(path, "re");
 
+	(void)od;
 	if (!f)
 		argp_failure(state, 2, errno, "--config %s", path);
 	while (fgets(line, sizeof(line), f)) {
 		char *k = line, *v, *end;
-		const struct argp_option *o;
+		const struct opt_def *d;
 
 		lineno++;
 		line[strcspn(line, "#\n")] = '\0';
@@ -292,291 +476,160 @@ static void load_config(const char *path, struct argp_state *state)
 		*end = '\0';
 		for (end = v + strlen(v); end > v && (end[-1] == ' ' || end[-1] == '\t'); end--)
 			end[-1] = '\0';
-		o = option_by_name(k);
-		if (!o) {
+		d = option_by_name(k);
+		if (!d) {
 			fclose(f);
 			argp_error(state, "%s:%d: unknown option '%s'", path, lineno, k);
 		}
-		if (!o->arg) {
-			if (!is_true(v) && strcmp(v, "false") && strcmp(v, "no") && strcmp(v, "off") &&
-			    strcmp(v, "0")) {
+		if (!d->arg) {
+			if (!is_true(v) && strcmp(v, "false") && strcmp(v, "no") &&
+			    strcmp(v, "off") && strcmp(v, "0")) {
 				fclose(f);
 				argp_error(state, "%s:%d: '%s' takes true or false, not '%s'", path,
 					   lineno, k, v);
 			}
 			if (is_true(v))
-				parse_arg(o->key, NULL, state);
+				opt_set(d, opts, NULL, state);
 			continue;
 		}
 		if (!*v) {
 			fclose(f);
 			argp_error(state, "%s:%d: '%s' needs a value", path, lineno, k);
 		}
-		/* parse_arg may keep the pointer (paths, names): keep the string */
-		parse_arg(o->key, config_keep(v), state);
+		/* options may keep the pointer (paths, names): keep the string */
+		opt_set(d, opts, config_keep(v), state);
 	}
 	fclose(f);
+	return 0;
 }
 
-/* docs/configuration.md, generated from the options table (make docs) */
-static void print_config_doc(void)
+/* docs/configuration.md, generated from the option table (make docs) */
+static int set_config_doc(const struct opt_def *od, struct agent_opts *o, char *arg,
+			  struct argp_state *state)
 {
-	printf("# Configuration\n\n"
-	       "Generated by `infertrace-agent --config-doc` from the agent's option table; a test\n"
-	       "keeps this page equal to that output (`make docs` regenerates it).\n\n"
-	       "Every option can be given on the command line (`--name=value`) or in a file read\n"
-	       "with `--config FILE`, one `name = value` per line (`#` starts a comment; flags take\n"
-	       "`true` or `false`). Options after `--config` on the command line override the file.\n\n"
-	       "| option | short | value | meaning |\n|---|---|---|---|\n");
-	for (const struct argp_option *o = options; o->name || o->doc; o++) {
-		if (!o->name || (o->flags & OPTION_HIDDEN))
+	(void)od, (void)o, (void)arg, (void)state;
+	printf(
+	    "# Configuration\n\n"
+	    "Generated by `infertrace-agent --config-doc` from the agent's option table; a test\n"
+	    "keeps this page equal to that output (`make docs` regenerates it).\n\n"
+	    "Every option can be given on the command line (`--name=value`) or in a file read\n"
+	    "with `--config FILE`, one `name = value` per line (`#` starts a comment; flags take\n"
+	    "`true` or `false`). Options after `--config` on the command line override the "
+	    "file.\n\n"
+	    "| option | short | value | meaning |\n|---|---|---|---|\n");
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const struct opt_def *d = &opt_table[i];
+
+		if (d->flags & OF_HIDDEN)
 			continue;
-		printf("| `--%s` | %s%c%s | %s | %s |\n", o->name, o->key < 128 ? "`-" : "",
-		       o->key < 128 ? o->key : ' ', o->key < 128 ? "`" : "", o->arg ? o->arg : "flag",
-		       o->doc);
+		printf("| `--%s` | %s%c%s | %s | %s |\n", d->name, d->key < 128 ? "`-" : "",
+		       d->key < 128 ? d->key : ' ', d->key < 128 ? "`" : "",
+		       d->arg ? d->arg : "flag", d->doc);
 	}
+	exit(0);
+}
+
+static int set_mode(const struct opt_def *d, struct agent_opts *o, char *arg,
+		    struct argp_state *state)
+{
+	(void)d, (void)state;
+	if (!strcmp(arg, "sentinel"))
+		o->mode = MODE_SENTINEL;
+	else if (!strcmp(arg, "deep"))
+		o->mode = MODE_DEEP;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static int set_pid(const struct opt_def *d, struct agent_opts *o, char *arg,
+		   struct argp_state *state)
+{
+	long l;
+
+	(void)d;
+	if (parse_long(arg, 1, INT_MAX, &l))
+		return -EINVAL;
+	if (o->n_pids >= MAX_PID_FILTER)
+		argp_error(state, "at most %d --pid options", MAX_PID_FILTER);
+	o->pids[o->n_pids++] = (int)l;
+	return 0;
+}
+
+static int set_metrics(const struct opt_def *d, struct agent_opts *o, char *arg,
+		       struct argp_state *state)
+{
+	(void)d, (void)state;
+	if (!strchr(arg, ':') || !strrchr(arg, ':')[1])
+		return -EINVAL;
+	o->metrics = arg;
+	return 0;
+}
+
+static int set_otlp(const struct opt_def *d, struct agent_opts *o, char *arg,
+		    struct argp_state *state)
+{
+	(void)d, (void)state;
+	if (strncmp(arg, "http://", 7) && strncmp(arg, "https://", 8))
+		return -EINVAL;
+	o->otlp = arg;
+	return 0;
+}
+
+/* the diagnosis options: agent_opts.diag, parsed by agent/pipeline/diag.c */
+static int set_diag(const struct opt_def *d, struct agent_opts *o, char *arg,
+		    struct argp_state *state)
+{
+	if (diag_option(o, d->name, arg))
+		argp_error(state, "--%s: bad value '%s'", d->name, arg);
+	return 0;
+}
+
+static int set_kafka_topic(const struct opt_def *d, struct agent_opts *o, char *arg,
+			   struct argp_state *state)
+{
+	const char *eq = strchr(arg, '=');
+	char cls[16];
+	int c = -1;
+
+	(void)d, (void)state;
+	if (eq && eq[1] && (size_t)(eq - arg) < sizeof(cls)) {
+		snprintf(cls, sizeof(cls), "%.*s", (int)(eq - arg), arg);
+		c = kafka_class_of_suffix(cls);
+	}
+	if (c < 0)
+		return -EINVAL;
+	o->kafka_topics[c] = eq + 1;
+	return 0;
+}
+
+static int set_kafka_prop(const struct opt_def *d, struct agent_opts *o, char *arg,
+			  struct argp_state *state)
+{
+	(void)d;
+	if (!strchr(arg, '=') || *arg == '=')
+		argp_error(state, "-X takes KEY=VALUE, not '%s'", arg);
+	if (o->n_kafka_props >= MAX_KAFKA_PROPS)
+		argp_error(state, "at most %d -X options", MAX_KAFKA_PROPS);
+	o->kafka_props[o->n_kafka_props++] = arg;
+	return 0;
 }
 
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
 	struct agent_opts *o = state->input;
-	double d;
-	long l;
+	const struct opt_def *d = option_by_key(key);
 
+	if (d) {
+		opt_set(d, o, arg, state);
+		return 0;
+	}
 	switch (key) {
-	case 'm':
-		if (!strcmp(arg, "sentinel"))
-			o->mode = MODE_SENTINEL;
-		else if (!strcmp(arg, "deep"))
-			o->mode = MODE_DEEP;
-		else
-			argp_error(state, "--mode must be sentinel or deep, not '%s'", arg);
-		break;
-	case 'i':
-		if (parse_double(arg, 0.01, 3600, &d))
-			argp_error(state, "--interval takes seconds between 0.01 and 3600, not '%s'",
-				   arg);
-		o->interval_s = d;
-		break;
-	case 'd':
-		if (parse_double(arg, 0.01, 1e9, &d))
-			argp_error(state, "--duration takes a positive number of seconds, not '%s'",
-				   arg);
-		o->duration_s = d;
-		break;
-	case 'o':
-		o->output = arg;
-		break;
-	case 'p':
-		if (parse_long(arg, 1, INT_MAX, &l))
-			argp_error(state, "--pid takes a process id, not '%s'", arg);
-		if (o->n_pids >= MAX_PID_FILTER)
-			argp_error(state, "at most %d --pid options", MAX_PID_FILTER);
-		o->pids[o->n_pids++] = (int)l;
-		break;
-	case OPT_INSTANCE:
-		if (!*arg || strlen(arg) >= INSTANCE_LEN)
-			argp_error(state, "--instance takes a name of 1 to %d characters",
-				   INSTANCE_LEN - 1);
-		o->instance = arg;
-		break;
-	case OPT_OFFCPU_T:
-	case OPT_RUNQ_T:
-	case OPT_SYSCALL_T:
-	case OPT_SYNC_T:
-		if (parse_double(arg, 0, 3600e3, &d))
-			argp_error(state, "--%s takes milliseconds from 0 to 3600000, not '%s'",
-				   key == OPT_OFFCPU_T ? "offcpu-threshold"
-				   : key == OPT_RUNQ_T ? "runq-threshold"
-				   : key == OPT_SYSCALL_T ? "syscall-threshold"
-							  : "sync-threshold",
-				   arg);
-		if (key == OPT_OFFCPU_T)
-			o->offcpu_thresh_ns = d * 1e6;
-		else if (key == OPT_RUNQ_T)
-			o->runq_thresh_ns = d * 1e6;
-		else if (key == OPT_SYSCALL_T)
-			o->syscall_thresh_ns = d * 1e6;
-		else
-			o->sync_thresh_ns = d * 1e6;
-		o->thresholds_set = true;
-		break;
-	case OPT_NO_STACKS:
-		o->stacks = false;
-		break;
-	case OPT_STACK_RATE:
-		if (parse_long(arg, 0, 1000000, &l))
-			argp_error(state, "--stack-rate takes stacks per second (0-1000000), not '%s'",
-				   arg);
-		o->stack_rate = l;
-		break;
-	case OPT_RINGBUF:
-		if (parse_long(arg, 64, 1 << 20, &l) || (l & (l - 1)))
-			argp_error(state, "--ringbuf-kib takes a power of two from 64 to 1048576, "
-					  "not '%s'",
-				   arg);
-		o->ringbuf_kib = l;
-		break;
-	case OPT_MAX_THREADS:
-		if (parse_long(arg, 16, 1 << 22, &l))
-			argp_error(state, "--max-threads takes 16 to 4194304, not '%s'", arg);
-		o->max_threads = l;
-		break;
-	case OPT_SUMMARY:
-		o->summary = true;
-		break;
-	case OPT_NO_NET:
-		o->no_net = true;
-		break;
-	case OPT_REPLAY:
-		o->replay = arg;
-		break;
-	case OPT_KAFKA:
-		if (!*arg)
-			argp_error(state, "--kafka takes host:port[,host:port...]");
-		o->kafka = arg;
-		break;
-	case OPT_KAFKA_PREFIX:
-		if (!*arg || strlen(arg) > 200)
-			argp_error(state, "--kafka-topic-prefix takes 1 to 200 characters");
-		o->kafka_prefix = arg;
-		break;
-	case OPT_KAFKA_TOPIC: {
-		const char *eq = strchr(arg, '=');
-		char cls[16];
-		int c = -1;
-
-		if (eq && eq[1] && (size_t)(eq - arg) < sizeof(cls)) {
-			snprintf(cls, sizeof(cls), "%.*s", (int)(eq - arg), arg);
-			c = kafka_class_of_suffix(cls);
-		}
-		if (c < 0)
-			argp_error(state, "--kafka-topic takes CLASS=TOPIC, CLASS one of steps, "
-					  "anomalies, events, stats; not '%s'",
-				   arg);
-		o->kafka_topics[c] = eq + 1;
-		break;
-	}
-	case 'X':
-		if (!strchr(arg, '=') || *arg == '=')
-			argp_error(state, "-X takes KEY=VALUE, not '%s'", arg);
-		if (o->n_kafka_props >= MAX_KAFKA_PROPS)
-			argp_error(state, "at most %d -X options", MAX_KAFKA_PROPS);
-		o->kafka_props[o->n_kafka_props++] = arg;
-		break;
-	case OPT_KAFKA_QUEUE_MAX:
-		if (parse_long(arg, 10, 10000000, &l))
-			argp_error(state, "--kafka-queue-max takes 10 to 10000000 records, not '%s'",
-				   arg);
-		o->kafka_queue_max = l;
-		break;
-	case OPT_OTLP:
-		if (strncmp(arg, "http://", 7) && strncmp(arg, "https://", 8))
-			argp_error(state, "--otlp takes an http:// or https:// URL, not '%s'", arg);
-		o->otlp = arg;
-		break;
-	case OPT_OTLP_QUEUE_MAX:
-		if (parse_long(arg, 1, 100000, &l))
-			argp_error(state, "--otlp-queue-max takes 1 to 100000 requests, not '%s'", arg);
-		o->otlp_queue_max = l;
-		break;
-	case OPT_SPILL_DIR:
-		if (!*arg || strlen(arg) >= 3800)
-			argp_error(state, "--spill-dir takes a directory");
-		o->spill_dir = arg;
-		break;
-	case OPT_SPILL_MAX:
-		if (parse_long(arg, 1, 1 << 20, &l))
-			argp_error(state, "--spill-max-mib takes 1 to 1048576 MiB, not '%s'", arg);
-		o->spill_max_mib = l;
-		break;
-	case OPT_FLUSH_TIMEOUT:
-		if (parse_double(arg, 0, 3600, &d))
-			argp_error(state, "--flush-timeout takes seconds from 0 to 3600, not '%s'",
-				   arg);
-		o->flush_timeout_s = d;
-		break;
-	case 'v':
-		o->verbose++;
-		break;
-	case 'c':
-		load_config(arg, state);
-		break;
-	case OPT_SHIM_SOCKET:
-		if (!*arg || strlen(arg) >= 108)
-			argp_error(state, "--shim-socket takes a path shorter than 108 bytes or 'none'");
-		o->shim_socket = arg;
-		break;
-	case OPT_CONTROL_SOCKET:
-		if (!*arg || strlen(arg) >= 108)
-			argp_error(state,
-				   "--control-socket takes a path shorter than 108 bytes or 'none'");
-		o->control_socket = arg;
-		break;
-	case OPT_CONTROL_GROUP:
-		if (!*arg)
-			argp_error(state, "--control-group takes a group name");
-		o->control_group = arg;
-		break;
-	case OPT_DEEP_DIVE_MAX:
-		if (parse_double(arg, 1, 86400, &d))
-			argp_error(state, "--deep-dive-max takes seconds from 1 to 86400, not '%s'",
-				   arg);
-		o->deep_dive_max_s = d;
-		break;
-	case OPT_ANOMALY_DIVE:
-		if (parse_double(arg, 0, 86400, &d))
-			argp_error(state,
-				   "--anomaly-deep-dive takes seconds from 0 (off) to 86400, not '%s'",
-				   arg);
-		o->anomaly_dive_s = d;
-		break;
-	case OPT_RECORDER_S:
-		if (parse_double(arg, 0, 3600, &d))
-			argp_error(state, "--recorder-seconds takes seconds from 0 to 3600, not '%s'",
-				   arg);
-		o->recorder_s = d;
-		break;
-	case OPT_RECORDER_MIB:
-		if (parse_long(arg, 1, 65536, &l))
-			argp_error(state, "--recorder-mib takes MiB from 1 to 65536, not '%s'", arg);
-		o->recorder_mib = l;
-		break;
-	case OPT_RECORDER_LAUNCHES:
-		if (parse_long(arg, 0, 1L << 20, &l))
-			argp_error(state,
-				   "--recorder-launches takes a count from 0 to 1048576, not '%s'", arg);
-		o->recorder_launches = (uint32_t)l;
-		break;
-	case OPT_METRICS:
-		if (!strchr(arg, ':') || !strrchr(arg, ':')[1])
-			argp_error(state, "--metrics takes ADDR:PORT (e.g. :9464), not '%s'", arg);
-		o->metrics = arg;
-		break;
-	case OPT_PERFETTO:
-		o->perfetto = arg;
-		break;
-	case OPT_STEP_MARKERS:
-	case OPT_BASELINE:
-	case OPT_BASELINE_SAVE:
-	case OPT_DETECT: {
-		const char *name = key == OPT_STEP_MARKERS ? "step-markers"
-				   : key == OPT_BASELINE    ? "baseline"
-				   : key == OPT_BASELINE_SAVE ? "baseline-save"
-							      : "detect";
-
-		if (diag_option(o, name, arg))
-			argp_error(state, "--%s: bad value '%s'", name, arg);
-		break;
-	}
 	case ARGP_KEY_END:
 		if (o->perfetto && !o->replay)
 			argp_error(state, "--perfetto needs --replay FILE (live: agentctl export "
 					  "--perfetto)");
 		break;
-	case OPT_CONFIG_DOC:
-		print_config_doc();
-		exit(0);
 	case ARGP_KEY_ARG:
 		argp_error(state, "unexpected argument '%s'", arg);
 		break;
@@ -732,7 +785,7 @@ int main(int argc, char **argv)
 {
 	static struct agent agent; /* large: process and library tables */
 	struct agent *a = &agent;
-	const struct argp argp = { options, parse_arg, NULL, doc };
+	const struct argp argp = { argp_options, parse_arg, NULL, doc };
 	struct sigaction sa = { .sa_handler = on_signal };
 	int err;
 
@@ -753,6 +806,7 @@ int main(int argc, char **argv)
 		.recorder_launches = 4096,
 		.flush_timeout_s = FLUSH_TIMEOUT_DEFAULT,
 	};
+	build_argp_options();
 	err = argp_parse(&argp, argc, argv, 0, NULL, &a->opts);
 	if (err)
 		return 2;

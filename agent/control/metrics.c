@@ -82,6 +82,36 @@ static void self_usage(double *cpu_s, double *rss)
 	*rss = (double)pages * (psz > 0 ? psz : 4096);
 }
 
+/* metrics that are members of the stats record's objects, in the order they are written */
+static const struct stats_metric {
+	const char *obj, *key; /* the stats object (gpu_stats, ops_add_objects) and member */
+	const char *name, *type, *help;
+} from_stats[] = {
+    {"gpu", "shims_connected", "infertrace_shims_connected", "gauge", "CUPTI shims connected now."},
+    {"gpu", "shim_records", "infertrace_shim_records_total", "counter",
+     "Valid records received from shims."},
+    {"gpu", "joined", "infertrace_gpu_records_joined_total", "counter",
+     "GPU records joined to their launch."},
+    {"gpu", "unmatched", "infertrace_gpu_records_unmatched_total", "counter",
+     "GPU records emitted without a launch."},
+    {"deep_dive", "active", "infertrace_deep_dives_active", "gauge",
+     "Instances in a deep-dive now."},
+    {"deep_dive", "processes", "infertrace_deep_dive_processes", "gauge",
+     "Processes in deep capture by deep-dives."},
+    {"deep_dive", "started", "infertrace_deep_dives_started_total", "counter",
+     "Deep-dives started."},
+    {"recorder", "used_bytes", "infertrace_recorder_bytes", "gauge",
+     "Memory the flight recorder holds."},
+    {"recorder", "budget_bytes", "infertrace_recorder_budget_bytes", "gauge",
+     "The flight recorder's memory budget."},
+    {"recorder", "records_held", "infertrace_recorder_records", "gauge",
+     "Records in the flight recorder's windows."},
+    {"recorder", "flushes", "infertrace_recorder_flushes_total", "counter",
+     "Flight-recorder windows sent (anomaly or deep-dive)."},
+    {"control", "requests", "infertrace_control_requests_total", "counter",
+     "Control socket requests."},
+};
+
 static void render(struct agent *a, struct metrics *m, FILE *f)
 {
 	uint64_t ev[EV_TYPE_MAX] = {}, dr[EV_TYPE_MAX] = {}, bpf_drops = 0;
@@ -175,34 +205,13 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 	one(f, "infertrace_attached_probes", "gauge", "CUDA uprobes attached now.", probes);
 	one(f, "infertrace_attach_errors_total", "counter", "Probes that could not be attached.",
 	    (double)a->cnt.attach_errors);
-	one(f, "infertrace_shims_connected", "gauge", "CUPTI shims connected now.",
-	    (double)jget(g, "shims_connected"));
-	one(f, "infertrace_shim_records_total", "counter", "Valid records received from shims.",
-	    (double)jget(g, "shim_records"));
-	one(f, "infertrace_gpu_records_joined_total", "counter",
-	    "GPU records joined to their launch.", (double)jget(g, "joined"));
-	one(f, "infertrace_gpu_records_unmatched_total", "counter",
-	    "GPU records emitted without a launch.", (double)jget(g, "unmatched"));
+	for (size_t i = 0; i < sizeof(from_stats) / sizeof(from_stats[0]); i++) {
+		const struct stats_metric *sm = &from_stats[i];
 
-	x = json_object_get(o, "deep_dive");
-	one(f, "infertrace_deep_dives_active", "gauge", "Instances in a deep-dive now.",
-	    (double)jget(x, "active"));
-	one(f, "infertrace_deep_dive_processes", "gauge",
-	    "Processes in deep capture by deep-dives.", (double)jget(x, "processes"));
-	one(f, "infertrace_deep_dives_started_total", "counter", "Deep-dives started.",
-	    (double)jget(x, "started"));
-	x = json_object_get(o, "recorder");
-	one(f, "infertrace_recorder_bytes", "gauge", "Memory the flight recorder holds.",
-	    (double)jget(x, "used_bytes"));
-	one(f, "infertrace_recorder_budget_bytes", "gauge", "The flight recorder's memory budget.",
-	    (double)jget(x, "budget_bytes"));
-	one(f, "infertrace_recorder_records", "gauge", "Records in the flight recorder's windows.",
-	    (double)jget(x, "records_held"));
-	one(f, "infertrace_recorder_flushes_total", "counter",
-	    "Flight-recorder windows sent (anomaly or deep-dive).", (double)jget(x, "flushes"));
+		one(f, sm->name, sm->type, sm->help,
+		    (double)jget(json_object_get(o, sm->obj), sm->key));
+	}
 	x = json_object_get(o, "control");
-	one(f, "infertrace_control_requests_total", "counter", "Control socket requests.",
-	    (double)jget(x, "requests"));
 	help(f, "infertrace_control_errors_total", "counter",
 	     "Control socket requests or peers refused, by reason.");
 	fprintf(f, "infertrace_control_errors_total{reason=\"malformed\"} %llu\n",

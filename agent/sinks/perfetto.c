@@ -851,11 +851,11 @@ struct sink *sink_perfetto_open(const char *path)
 	ps->path = strdup(path);
 	if (!ps->p || !ps->path)
 		goto fail;
-	ps->s.name = "perfetto";
-	ps->s.write = pf_write;
-	ps->s.flush = pf_flush;
-	ps->s.close = pf_close;
-	ps->s.priv = ps;
+	ps->s = (struct sink){.name = "perfetto",
+			      .write = pf_write,
+			      .flush = pf_flush,
+			      .close = pf_close,
+			      .priv = ps};
 	return &ps->s;
 
 fail : {

@@ -80,10 +80,10 @@ struct sink *sink_file_open(const char *path)
 	}
 	/* a line per record; large buffer so bursts cost few syscalls */
 	setvbuf(fs->f, NULL, _IOFBF, 1 << 16);
-	fs->s.name = "file";
-	fs->s.write = file_write;
-	fs->s.flush = file_flush;
-	fs->s.close = file_close;
-	fs->s.priv = fs;
+	fs->s = (struct sink){.name = "file",
+			      .write = file_write,
+			      .flush = file_flush,
+			      .close = file_close,
+			      .priv = fs};
 	return &fs->s;
 }

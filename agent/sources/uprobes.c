@@ -13,8 +13,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,6 +21,7 @@
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
+#include "elfscan.h"
 
 static bool api_is_sync(unsigned api)
 {
@@ -30,56 +29,18 @@ static bool api_is_sync(unsigned api)
 	       api == API_CUDA_DEVICE_SYNCHRONIZE;
 }
 
-/* which of names[] the file defines (dynsym or symtab, functions only) */
-static int elf_find_symbols(const char *path, bool *found)
+/* elf_scan_funcs(): which of the CUDA entry points the file defines */
+static void note_api(void *ctx, const char *name)
 {
-	Elf_Scn *scn = NULL;
-	int fd, err = 0;
-	Elf *elf;
+	bool *found = ctx;
 
-	if (elf_version(EV_CURRENT) == EV_NONE)
-		return -EINVAL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	elf = elf_begin(fd, ELF_C_READ, NULL);
-	if (!elf) {
-		err = -EINVAL;
-		goto cleanup;
+	for (unsigned api = 0; api < API_COUNT; api++) {
+		size_t n = strlen(corr_api_name(api));
+
+		/* versioned names in .symtab look like sym@@VER */
+		if (!strncmp(name, corr_api_name(api), n) && (name[n] == '\0' || name[n] == '@'))
+			found[api] = true;
 	}
-	while ((scn = elf_nextscn(elf, scn))) {
-		GElf_Shdr sh;
-		Elf_Data *data;
-
-		if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_DYNSYM && sh.sh_type != SHT_SYMTAB))
-			continue;
-		data = elf_getdata(scn, NULL);
-		if (!data || !sh.sh_entsize)
-			continue;
-		for (size_t i = 0; i < sh.sh_size / sh.sh_entsize; i++) {
-			GElf_Sym sym;
-			const char *name;
-
-			if (!gelf_getsym(data, i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
-			    sym.st_shndx == SHN_UNDEF)
-				continue;
-			name = elf_strptr(elf, sh.sh_link, sym.st_name);
-			if (!name)
-				continue;
-			for (unsigned api = 0; api < API_COUNT; api++) {
-				size_t n = strlen(corr_api_name(api));
-
-				/* versioned names in .symtab look like sym@@VER */
-				if (!strncmp(name, corr_api_name(api), n) &&
-				    (name[n] == '\0' || name[n] == '@'))
-					found[api] = true;
-			}
-		}
-	}
-	elf_end(elf);
-cleanup:
-	close(fd);
-	return err;
 }
 
 static struct bpf_link *attach_one(struct bpf_program *prog, const char *path, const char *sym,
@@ -97,7 +58,9 @@ int uprobes_attach_file(struct agent *a, int idx)
 	char missing[512] = "";
 	int err, n = 0;
 
-	err = elf_find_symbols(lf->path, found);
+	err = elf_scan_funcs(lf->path, note_api, found);
+	if (err == -ENOEXEC)
+		err = -EINVAL; /* as libelf says: not an ELF file */
 	if (err) {
 		pr_err("%s: cannot read ELF symbols: %s", lf->display, strerror(-err));
 		return err;

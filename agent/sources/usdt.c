@@ -24,8 +24,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +33,7 @@
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
+#include "elfscan.h"
 #include "util.h"
 
 #define PROVIDER "infertrace"
@@ -97,55 +96,36 @@ static int cache_insert(struct usdt_cache *c, size_t at, dev_t dev, ino_t ino, b
 	return 0;
 }
 
+/* elf_scan_sections(): 1 when a .note.stapsdt section holds a note of our provider */
+static int step_notes(void *ctx, Elf *e, const GElf_Shdr *sh, const char *name, Elf_Data *d)
+{
+	size_t off = 0, name_off, desc_off;
+	GElf_Nhdr nh;
+
+	(void)ctx, (void)sh;
+	if (!name || strcmp(name, ".note.stapsdt"))
+		return 0;
+	while ((off = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0) {
+		/* desc: pc, base, semaphore (3 addresses), then "provider\0name\0args\0" */
+		size_t addrs = 3 * (gelf_getclass(e) == ELFCLASS32 ? 4 : 8);
+		const char *desc = (const char *)d->d_buf + desc_off;
+
+		if (nh.n_type == 3 && nh.n_descsz > addrs + sizeof(PROVIDER) &&
+		    !strcmp(desc + addrs, PROVIDER))
+			return 1;
+	}
+	return 0;
+}
+
 /*
  * 1 when the ELF file at path carries a USDT note of our provider, 0 when
  * not (or not ELF), -errno when it cannot be opened
  */
 static int elf_has_step_notes(const char *path)
 {
-	Elf_Scn *scn = NULL;
-	size_t shstrndx;
-	int fd, found = 0;
-	Elf *e;
+	int ret = elf_scan_sections(path, ELF_SECTIONS(SHT_NOTE), step_notes, NULL);
 
-	if (elf_version(EV_CURRENT) == EV_NONE)
-		return -EINVAL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	e = elf_begin(fd, ELF_C_READ, NULL);
-	if (!e || elf_kind(e) != ELF_K_ELF || elf_getshdrstrndx(e, &shstrndx))
-		goto cleanup;
-	while (!found && (scn = elf_nextscn(e, scn))) {
-		GElf_Shdr sh;
-		GElf_Nhdr nh;
-		Elf_Data *d;
-		size_t off = 0, name_off, desc_off;
-		const char *name;
-
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_NOTE)
-			continue;
-		name = elf_strptr(e, shstrndx, sh.sh_name);
-		if (!name || strcmp(name, ".note.stapsdt"))
-			continue;
-		d = elf_getdata(scn, NULL);
-		while (d && (off = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0) {
-			/* desc: pc, base, semaphore (3 addresses), then "provider\0name\0args\0" */
-			size_t addrs = 3 * (gelf_getclass(e) == ELFCLASS32 ? 4 : 8);
-			const char *desc = (const char *)d->d_buf + desc_off;
-
-			if (nh.n_type == 3 && nh.n_descsz > addrs + sizeof(PROVIDER) &&
-			    !strcmp(desc + addrs, PROVIDER)) {
-				found = 1;
-				break;
-			}
-		}
-	}
-cleanup:
-	if (e)
-		elf_end(e);
-	close(fd);
-	return found;
+	return ret == -ENOEXEC ? 0 : ret;
 }
 
 /* 1: the file has our notes, 0: it has not, -errno: it could not be read (not cached) */

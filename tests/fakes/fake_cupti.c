@@ -80,6 +80,16 @@ static void ulk(void)
 	pthread_mutex_unlock(&lock);
 }
 
+/* expr of type, read under the lock */
+#define LOCKED(type, expr)                                                                         \
+	({                                                                                         \
+		type v_;                                                                           \
+		lk();                                                                              \
+		v_ = (expr);                                                                       \
+		ulk();                                                                             \
+		v_;                                                                                \
+	})
+
 static void logcall(const char *fn)
 {
 	if (f.nlog < MAX_LOG)
@@ -145,22 +155,12 @@ int fake_cupti_call_count(const char *fn)
 
 bool fake_cupti_kind_enabled(CUpti_ActivityKind kind)
 {
-	bool on;
-
-	lk();
-	on = (unsigned)kind < MAX_KINDS && f.kind_on[kind];
-	ulk();
-	return on;
+	return LOCKED(bool, (unsigned)kind < MAX_KINDS && f.kind_on[kind]);
 }
 
 bool fake_cupti_kind_ever_enabled(CUpti_ActivityKind kind)
 {
-	bool on;
-
-	lk();
-	on = (unsigned)kind < MAX_KINDS && f.kind_ever[kind];
-	ulk();
-	return on;
+	return LOCKED(bool, (unsigned)kind < MAX_KINDS && f.kind_ever[kind]);
 }
 
 static ssize_t cb_index(uint32_t dom, uint32_t cbid)
@@ -176,12 +176,7 @@ static ssize_t cb_index(uint32_t dom, uint32_t cbid)
 
 bool fake_cupti_callback_enabled(CUpti_CallbackDomain dom, CUpti_CallbackId cbid)
 {
-	bool on;
-
-	lk();
-	on = f.subscribed && cb_index(dom, cbid) >= 0;
-	ulk();
-	return on;
+	return LOCKED(bool, f.subscribed &&cb_index(dom, cbid) >= 0);
 }
 
 size_t fake_cupti_enabled_callbacks(uint32_t (*pairs)[2], size_t max)
@@ -200,22 +195,12 @@ size_t fake_cupti_enabled_callbacks(uint32_t (*pairs)[2], size_t max)
 
 bool fake_cupti_has_ts_callback(void)
 {
-	bool on;
-
-	lk();
-	on = f.ts != NULL;
-	ulk();
-	return on;
+	return LOCKED(bool, f.ts != NULL);
 }
 
 bool fake_cupti_subscribed(void)
 {
-	bool on;
-
-	lk();
-	on = f.subscribed;
-	ulk();
-	return on;
+	return LOCKED(bool, f.subscribed);
 }
 
 /* the subscriber's callback if (dom, cbid) is enabled, else NULL */
@@ -386,32 +371,17 @@ void fake_cupti_complete(void)
 
 size_t fake_cupti_buffers_held(void)
 {
-	size_t n;
-
-	lk();
-	n = f.nheld;
-	ulk();
-	return n;
+	return LOCKED(size_t, f.nheld);
 }
 
 size_t fake_cupti_distinct_buffers(void)
 {
-	size_t n;
-
-	lk();
-	n = f.nseen;
-	ulk();
-	return n;
+	return LOCKED(size_t, f.nseen);
 }
 
 uint64_t fake_cupti_declined(void)
 {
-	uint64_t n;
-
-	lk();
-	n = f.declined;
-	ulk();
-	return n;
+	return LOCKED(uint64_t, f.declined);
 }
 
 /* ----------------------------------------------------------- CUPTI API --- */

@@ -23,9 +23,14 @@
 #ifndef INFERTRACE_FAKE_CUPTI_H
 #define INFERTRACE_FAKE_CUPTI_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <cupti.h>
 
@@ -82,5 +87,52 @@ size_t fake_cupti_buffers_held(void);
 size_t fake_cupti_distinct_buffers(void);
 /* buffer requests the shim declined */
 uint64_t fake_cupti_declined(void);
+
+/*
+ * What CUPTI's kernel, memcpy and memset records share (their structs
+ * differ): m zeroed, then kind k on device dev, context ctx, stream,
+ * correlation id corr, from t0 for dur ns.
+ */
+#define FAKE_CUPTI_ACTIVITY(m, k, dev, ctx, t0, dur, stream, corr)                                 \
+	do {                                                                                       \
+		memset(&(m), 0, sizeof(m));                                                        \
+		(m).kind = (k);                                                                    \
+		(m).deviceId = (dev);                                                              \
+		(m).contextId = (ctx);                                                             \
+		(m).start = (t0);                                                                  \
+		(m).end = (m).start + (dur);                                                       \
+		(m).streamId = (stream);                                                           \
+		(m).correlationId = (corr);                                                        \
+	} while (0)
+
+/* a kernel record's grid and block */
+#define FAKE_CUPTI_DIMS(k, gx, gy, gz, bx, by, bz)                                                 \
+	((k).gridX = (gx), (k).gridY = (gy), (k).gridZ = (gz), (k).blockX = (bx),                  \
+	 (k).blockY = (by), (k).blockZ = (bz))
+
+/*
+ * The shim the tests load with the double: $INFERTRACE_SHIM_SO, else
+ * build/libinfertrace_cupti.so found from this binary, two levels under build/
+ * (build/tests/unit/test_shim, build/tests/integration/gpu_live).
+ */
+static inline const char *fake_cupti_shim_path(void)
+{
+	static char p[PATH_MAX + 64];
+	char exe[PATH_MAX];
+	ssize_t n;
+	char *s;
+
+	if (getenv("INFERTRACE_SHIM_SO"))
+		return getenv("INFERTRACE_SHIM_SO");
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return "build/libinfertrace_cupti.so";
+	exe[n] = '\0';
+	s = strrchr(exe, '/');
+	if (s)
+		*s = '\0';
+	snprintf(p, sizeof(p), "%s/../../libinfertrace_cupti.so", exe);
+	return p;
+}
 
 #endif /* INFERTRACE_FAKE_CUPTI_H */

@@ -31,28 +31,6 @@ if [ ! -x "$CTL" ] || [ ! -x "$RAW" ]; then
 	exit 0
 fi
 
-# fast forms of wait_record/jqo for big deep-dive outputs: grep -F FILTER
-# picks the candidate lines first (FILTER: a literal every match contains)
-wait_rec() { # wait_rec FILTER JQ_COND SECS
-	local i
-	for ((i = 0; i < $3 * 10; i++)); do
-		grep -F -- "$1" "$AGENT_OUT" 2>/dev/null |
-			jq -e -n -R "[inputs | fromjson? | select($2)] | length > 0" >/dev/null 2>&1 && return 0
-		kill -0 "$AGENT_PID" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
-jqf() { # jqf FILTER [jq options] JQ: like jqo on the lines holding FILTER
-	local flt=$1
-	shift
-	grep -F -- "$flt" "$AGENT_OUT" | jq -c -n -R "${@:1:$#-1}" "[inputs | fromjson?] | ${*: -1}"
-}
-launches() { # launches PID [AFTER_NS]: cuda_launch records of PID (ts_ns > AFTER_NS)
-	grep -F '"type":"cuda_launch"' "$AGENT_OUT" | grep -F "\"pid\":$1," |
-		jq -n -R --argjson after "${2:-0}" '[inputs | fromjson? | select(.ts_ns > $after)] | length'
-}
-
 SOCK=$T/ctl/agent.sock
 chmod 711 "$T" # uid 65534 must reach the socket to be refused by the agent
 ctl() { "$CTL" --socket "$SOCK" "$@"; }

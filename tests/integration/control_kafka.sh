@@ -19,28 +19,6 @@ it_preflight control_kafka_deep_dive
 kafka_preflight control_kafka_deep_dive
 [ -x "$CTL" ] || { echo "FAIL control_kafka_deep_dive: $CTL not built"; exit 0; }
 
-# fast forms of wait_record/jqo for big deep-dive outputs: grep -F FILTER
-# picks the candidate lines first (FILTER: a literal every match contains)
-wait_rec() { # wait_rec FILTER JQ_COND SECS
-	local i
-	for ((i = 0; i < $3 * 10; i++)); do
-		grep -F -- "$1" "$AGENT_OUT" 2>/dev/null |
-			jq -e -n -R "[inputs | fromjson? | select($2)] | length > 0" >/dev/null 2>&1 && return 0
-		kill -0 "$AGENT_PID" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
-jqf() { # jqf FILTER [jq options] JQ: like jqo on the lines holding FILTER
-	local flt=$1
-	shift
-	grep -F -- "$flt" "$AGENT_OUT" | jq -c -n -R "${@:1:$#-1}" "[inputs | fromjson?] | ${*: -1}"
-}
-launches() { # launches PID [AFTER_NS]: cuda_launch records of PID (ts_ns > AFTER_NS)
-	grep -F '"type":"cuda_launch"' "$AGENT_OUT" | grep -F "\"pid\":$1," |
-		jq -n -R --argjson after "${2:-0}" '[inputs | fromjson? | select(.ts_ns > $after)] | length'
-}
-
 A=it-ck-a-$$ B=it-ck-b-$$
 # publish until the record shows up: a consumer that has not joined its
 # group yet starts at the latest offset and would not see an earlier message

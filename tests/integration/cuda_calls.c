@@ -15,6 +15,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +23,11 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
-#define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
+#include "cudart.h"
+#include "harness.h"
+
 #define CUDA_DRV "/usr/local/cuda/lib64/stubs/libcuda.so"
 #define MAX_THREADS 64
-
-struct dim3 {
-	unsigned x, y, z;
-};
 
 /* cudaLaunchConfig_t / CUlaunchConfig prefixes (driver_types.h, cuda.h) */
 struct rt_config {
@@ -46,7 +45,6 @@ struct drv_config {
 	unsigned nattrs;
 };
 
-typedef int (*launch_fn)(const void *, struct dim3, struct dim3, void **, size_t, void *);
 typedef int (*launch_exc_fn)(const struct rt_config *, const void *, void **);
 typedef int (*graph_fn)(void *, void *);
 typedef int (*memcpy_fn)(void *, const void *, size_t, int, void *);
@@ -79,6 +77,31 @@ static void *sym(void *h, const char *name)
 		fprintf(stderr, "cuda_calls: %s missing\n", name);
 	return p;
 }
+
+/* the entry points, from the runtime (drv 0) or the driver (drv 1) when it is loaded */
+static const struct {
+	int drv;
+	const char *name;
+	void **dst;
+} syms[] = {
+    {0, "cudaLaunchKernel", (void **)&f.launch},
+    {0, "cudaLaunchKernel_ptsz", (void **)&f.launch_ptsz},
+    {0, "cudaLaunchKernelExC", (void **)&f.exc},
+    {0, "cudaLaunchKernelExC_ptsz", (void **)&f.exc_ptsz},
+    {0, "cudaGraphLaunch", (void **)&f.graph},
+    {0, "cudaGraphLaunch_ptsz", (void **)&f.graph_ptsz},
+    {0, "cudaMemcpyAsync", (void **)&f.copy},
+    {0, "cudaMemcpyAsync_ptsz", (void **)&f.copy_ptsz},
+    {0, "cudaStreamSynchronize", (void **)&f.ssync},
+    {0, "cudaStreamSynchronize_ptsz", (void **)&f.ssync_ptsz},
+    {0, "cudaDeviceSynchronize", (void **)&f.dsync},
+    {1, "cuLaunchKernel", (void **)&f.cu_launch},
+    {1, "cuLaunchKernel_ptsz", (void **)&f.cu_launch_ptsz},
+    {1, "cuLaunchKernelEx", (void **)&f.cu_ex},
+    {1, "cuLaunchKernelEx_ptsz", (void **)&f.cu_ex_ptsz},
+    {1, "cuGraphLaunch", (void **)&f.cu_graph},
+    {1, "cuGraphLaunch_ptsz", (void **)&f.cu_graph_ptsz},
+};
 
 /* one round: every entry point once, with recognisable arguments */
 static void round_once(int idx)
@@ -149,6 +172,7 @@ int main(int argc, char **argv)
 	pthread_t th[MAX_THREADS];
 	int nthreads = 2, opt;
 	void *rt, *drv;
+	bool missing = false;
 
 	while ((opt = getopt(argc, argv, "t:n:w:s:l:")) != -1) {
 		switch (opt) {
@@ -169,7 +193,8 @@ int main(int argc, char **argv)
 			break;
 		default:
 			fprintf(stderr,
-				"usage: %s [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECS] [-l SECS]\n",
+				"usage: %s [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECS] [-l "
+				"SECS]\n",
 				argv[0]);
 			return 2;
 		}
@@ -184,46 +209,20 @@ int main(int argc, char **argv)
 			dlerror());
 		return 1;
 	}
-	if (rt) {
-		f.launch = sym(rt, "cudaLaunchKernel");
-		f.launch_ptsz = sym(rt, "cudaLaunchKernel_ptsz");
-		f.exc = sym(rt, "cudaLaunchKernelExC");
-		f.exc_ptsz = sym(rt, "cudaLaunchKernelExC_ptsz");
-		f.graph = sym(rt, "cudaGraphLaunch");
-		f.graph_ptsz = sym(rt, "cudaGraphLaunch_ptsz");
-		f.copy = sym(rt, "cudaMemcpyAsync");
-		f.copy_ptsz = sym(rt, "cudaMemcpyAsync_ptsz");
-		f.ssync = sym(rt, "cudaStreamSynchronize");
-		f.ssync_ptsz = sym(rt, "cudaStreamSynchronize_ptsz");
-		f.dsync = sym(rt, "cudaDeviceSynchronize");
-		if (!f.launch || !f.launch_ptsz || !f.exc || !f.exc_ptsz || !f.graph ||
-		    !f.graph_ptsz || !f.copy || !f.copy_ptsz || !f.ssync || !f.ssync_ptsz || !f.dsync)
-			return 1;
-	}
-	if (drv) {
-		f.cu_launch = sym(drv, "cuLaunchKernel");
-		f.cu_launch_ptsz = sym(drv, "cuLaunchKernel_ptsz");
-		f.cu_ex = sym(drv, "cuLaunchKernelEx");
-		f.cu_ex_ptsz = sym(drv, "cuLaunchKernelEx_ptsz");
-		f.cu_graph = sym(drv, "cuGraphLaunch");
-		f.cu_graph_ptsz = sym(drv, "cuGraphLaunch_ptsz");
-		if (!f.cu_launch || !f.cu_launch_ptsz || !f.cu_ex || !f.cu_ex_ptsz || !f.cu_graph ||
-		    !f.cu_graph_ptsz)
-			return 1;
-	}
+	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+		void *h = syms[i].drv ? drv : rt;
 
-	pthread_barrier_init(&ready, NULL, nthreads + 1);
-	for (int i = 0; i < nthreads; i++)
-		pthread_create(&th[i], NULL, worker, (void *)(long)i);
-	pthread_barrier_wait(&ready);
-	printf("{\"pid\":%d,\"tids\":[", getpid());
-	for (int i = 0; i < nthreads; i++)
-		printf("%s%d", i ? "," : "", tids[i]);
+		*syms[i].dst = sym(h, syms[i].name);
+		if (h && !*syms[i].dst)
+			missing = true;
+	}
+	if (missing)
+		return 1;
+
+	start_workers(th, nthreads, worker, &ready, tids);
 	printf("],\"calls\":%ld,\"rt\":%d,\"drv\":%d}\n", calls, !!rt, !!drv);
 	fflush(stdout);
-	if (wait_file)
-		while (access(wait_file, F_OK))
-			usleep(10000);
+	await_file(wait_file, 0);
 	pthread_barrier_wait(&ready);
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);

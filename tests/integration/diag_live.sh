@@ -94,6 +94,15 @@ expect_one_anomaly() {
 	expect "$(jq length <<<"$1") anomalies, want 1: $(jq -c '[.[] | {step_start_ns, dur_ns, chart, kind}]' <<<"$1")" \
 		eq "$(jq length <<<"$1")" 1
 }
+# stalled_anomaly STEPS: INST's anomalies in an: exactly one, and it is step STALL of STEPS
+stalled_anomaly() {
+	local start
+	start=$(jq --argjson s "$STALL" '.[$s].start_ns' <<<"$1")
+	an=$(anomalies_of "$INST")
+	expect_one_anomaly "$an"
+	expect "the anomaly is not step $STALL (start $start): $(jq -c '.[0] | {step_start_ns, dur_ns}' <<<"$an")" \
+		jqe --argjson s "$start" '.[0].step_start_ns == $s' <<<"$an"
+}
 
 # run NAME GPU_LIVE_ARGS...: gpu_live (one thread, instance it-NAME-$$) and a
 # sentinel agent on it, until the agent wrote a step for each of its rounds
@@ -164,11 +173,7 @@ report diag_live_steps
 # ---------------------------------------------------------------- anomaly --
 _why=("${WHY[@]}")
 if [ -n "$ok" ]; then
-	stall_start=$(jq --argjson s "$STALL" '.[$s].start_ns' <<<"$steps")
-	an=$(anomalies_of "$INST")
-	expect_one_anomaly "$an"
-	expect "the anomaly is not the stalled step (start $stall_start): $(jq -c '.[0] | {step_start_ns, dur_ns}' <<<"$an")" \
-		jqe --argjson s "$stall_start" '.[0].step_start_ns == $s' <<<"$an"
+	stalled_anomaly "$steps"
 	expect "kind $(jq -r '.[0].kind' <<<"$an"), want host_stall" \
 		jqe '.[0].kind == "host_stall"' <<<"$an"
 	expect "rank $(jq -r '.[0].rank' <<<"$an"), want 1" jqe '.[0].rank == 1' <<<"$an"
@@ -386,11 +391,9 @@ if [ -n "$OK" ]; then
 	hog=$(jq -r 'select(.hog) | .hog' "$T/contention.work")
 	steps=$(steps_of "$WPID")
 	expect "$(jq length <<<"$steps") steps, want $STEPS" eq "$(jq length <<<"$steps")" "$STEPS"
-	cst=$(jq --argjson s "$STALL" '.[$s].start_ns' <<<"$steps")
-	an=$(anomalies_of "$INST")
-	expect_one_anomaly "$an"
-	expect "the anomaly is not step $STALL (start $cst) or not cpu_contention: $(jq -c '.[0] | {step_start_ns, kind, chart}' <<<"$an")" \
-		jqe --argjson s "$cst" '.[0].step_start_ns == $s and .[0].kind == "cpu_contention"' <<<"$an"
+	stalled_anomaly "$steps"
+	expect "kind $(jq -r '.[0].kind' <<<"$an") (chart $(jq -r '.[0].chart' <<<"$an")), want cpu_contention" \
+		jqe '.[0].kind == "cpu_contention"' <<<"$an"
 	expect "no runq suspect of >= 5 ms preempted by the spinning process $hog: $(jq -c '.[0].suspects' <<<"$an")" \
 		jqe --arg h "preempted by pid $hog" '[.[0].suspects[] | select(.what == "runq" and .value >= 5000000
 			and (.evidence | contains($h)))] | length == 1' <<<"$an"

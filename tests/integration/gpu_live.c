@@ -79,6 +79,7 @@
 #include <generated_nvtx_meta.h>
 
 #include "fake_cupti.h"
+#include "harness.h"
 
 #define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
 #define CUDA_DRV "/usr/local/cuda/lib64/stubs/libcuda.so"
@@ -135,14 +136,6 @@ static _Atomic int add_errors;
 static _Atomic int records;
 static pthread_barrier_t ready;
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /*
  * When GPU work launched at t2 starts: GPU_DELAY_NS later; with -s also not
  * before the thread's stream finished its previous work (one stream runs in
@@ -173,20 +166,9 @@ static void add_kernel(uint32_t corr, uint64_t start, uint32_t stream, uint32_t 
 {
 	CUpti_ActivityKernel10 k;
 
-	memset(&k, 0, sizeof(k));
-	k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-	k.start = start;
-	k.end = start + (stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS);
-	k.correlationId = corr;
-	k.deviceId = 0;
-	k.contextId = 1;
-	k.streamId = stream;
-	k.gridX = 64;
-	k.gridY = 2;
-	k.gridZ = 1;
-	k.blockX = 128;
-	k.blockY = 1;
-	k.blockZ = 1;
+	FAKE_CUPTI_ACTIVITY(k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 0, 1, start,
+			    stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS, stream, corr);
+	FAKE_CUPTI_DIMS(k, 64, 2, 1, 128, 1, 1);
 	k.graphId = graph_id;
 	k.graphNodeId = node;
 	k.name = name;
@@ -299,16 +281,25 @@ static void contend_cpu(void)
 	sched_setaffinity(0, sizeof(old), &old);
 }
 
+/* a call that launches one kernel, name, of kdur ns on stream */
+static void one_kernel(int idx, const char *api, int dom, int cbid, uint32_t stream, uint64_t kdur,
+		       const char *name)
+{
+	struct call *c = do_call(idx, api, "kernel", dom, cbid);
+
+	add_kernel(c->corr, gpu_start(idx, c->t2, kdur), stream, 0, 0, name);
+	c->n = 1;
+}
+
 static void round_once(int idx, int round)
 {
 	uint32_t stream = 7 + idx;
 	uint64_t kdur = stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS;
 	struct call *c;
 
-	c = do_call(idx, "cudaLaunchKernel", "kernel", CUPTI_CB_DOMAIN_RUNTIME_API,
-		    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
-	add_kernel(c->corr, gpu_start(idx, c->t2, kdur), stream, 0, 0, "_Z10gl_eagerPfi");
-	c->n = 1;
+	one_kernel(idx, "cudaLaunchKernel", CUPTI_CB_DOMAIN_RUNTIME_API,
+		   CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, stream, kdur,
+		   "_Z10gl_eagerPfi");
 
 	c = do_call(idx, "cudaGraphLaunch", "graph", CUPTI_CB_DOMAIN_RUNTIME_API,
 		    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000);
@@ -330,27 +321,19 @@ static void round_once(int idx, int round)
 
 		nanosleep(&ts, NULL);
 	}
-	c = do_call(idx, "cuLaunchKernel", "kernel", CUPTI_CB_DOMAIN_DRIVER_API,
-		    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
-	add_kernel(c->corr, gpu_start(idx, c->t2, kdur), stream, 0, 0, "triton_gl_driver");
-	c->n = 1;
+	one_kernel(idx, "cuLaunchKernel", CUPTI_CB_DOMAIN_DRIVER_API,
+		   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, stream, kdur, "triton_gl_driver");
 
 	c = do_call(idx, "cudaMemcpyAsync", "memcpy", CUPTI_CB_DOMAIN_RUNTIME_API,
 		    CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020);
 	{
 		CUpti_ActivityMemcpy6 m;
 
-		memset(&m, 0, sizeof(m));
-		m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+		FAKE_CUPTI_ACTIVITY(m, CUPTI_ACTIVITY_KIND_MEMCPY, 0, 1,
+				    gpu_start(idx, c->t2, 1000), 1000, stream, c->corr);
 		m.copyKind = stall_round >= 0 ? CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
 					      : CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
 		m.bytes = 4096 + idx;
-		m.start = gpu_start(idx, c->t2, 1000);
-		m.end = m.start + 1000;
-		m.deviceId = 0;
-		m.contextId = 1;
-		m.streamId = stream;
-		m.correlationId = c->corr;
 		add(&m);
 	}
 	c->n = 1;
@@ -363,15 +346,9 @@ static void round_once(int idx, int round)
 	{
 		CUpti_ActivityMemset4 m;
 
-		memset(&m, 0, sizeof(m));
-		m.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+		FAKE_CUPTI_ACTIVITY(m, CUPTI_ACTIVITY_KIND_MEMSET, 0, 1, c->t2 + GPU_DELAY_NS, 500,
+				    stream, c->corr);
 		m.bytes = 512;
-		m.start = c->t2 + GPU_DELAY_NS;
-		m.end = m.start + 500;
-		m.deviceId = 0;
-		m.contextId = 1;
-		m.streamId = stream;
-		m.correlationId = c->corr;
 		add(&m);
 	}
 	c->n = 1;
@@ -431,31 +408,9 @@ static void *need(void *h, const char *name)
 	return p;
 }
 
-/* build/libinfertrace_cupti.so, next to this binary's build tree */
-static const char *shim_path(char *buf, size_t sz)
-{
-	char exe[PATH_MAX];
-	ssize_t n;
-	char *slash;
-
-	if (getenv("INFERTRACE_SHIM_SO"))
-		return getenv("INFERTRACE_SHIM_SO");
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return NULL;
-	exe[n] = '\0';
-	slash = strrchr(exe, '/');
-	if (!slash)
-		return NULL;
-	*slash = '\0';
-	snprintf(buf, sz, "%s/../../libinfertrace_cupti.so", exe);
-	return buf;
-}
-
 int main(int argc, char **argv)
 {
 	const char *wait_file = NULL, *exit_file = NULL, *mode = "deep", *so_path;
-	char so_buf[PATH_MAX + 32];
 	pthread_t th[MAX_THREADS];
 	int nthreads = 2, opt, (*init)(void);
 	void *rt, *drv, *so;
@@ -529,10 +484,10 @@ int main(int argc, char **argv)
 	setenv("INFERTRACE_SHIM_FLUSH_MS", "20", 0);
 	setenv("INFERTRACE_SHIM_STATUS_MS", "100", 0);
 	setenv("INFERTRACE_SHIM_RETRY_MS", "20", 0);
-	so_path = shim_path(so_buf, sizeof(so_buf));
-	so = so_path ? dlopen(so_path, RTLD_NOW | RTLD_LOCAL) : NULL;
+	so_path = fake_cupti_shim_path();
+	so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
 	if (!so) {
-		fprintf(stderr, "gpu_live: cannot load the shim %s: %s\n", so_path ? so_path : "?",
+		fprintf(stderr, "gpu_live: cannot load the shim %s: %s\n", so_path,
 			dlerror());
 		return 1;
 	}
@@ -542,18 +497,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	pthread_barrier_init(&ready, NULL, nthreads + 1);
-	for (int i = 0; i < nthreads; i++)
-		pthread_create(&th[i], NULL, worker, (void *)(long)i);
-	pthread_barrier_wait(&ready);
-	printf("{\"pid\":%d,\"tids\":[", getpid());
-	for (int i = 0; i < nthreads; i++)
-		printf("%s%d", i ? "," : "", tids[i]);
+	start_workers(th, nthreads, worker, &ready, tids);
 	printf("],\"mono_ns\":%llu}\n", (unsigned long long)mono_ns());
 	fflush(stdout);
-	if (wait_file)
-		while (access(wait_file, F_OK))
-			usleep(10000);
+	await_file(wait_file, 0);
 	if (period_ns) {
 		FILE *gf = wait_file ? fopen(wait_file, "r") : NULL;
 		unsigned long long t0 = 0;
@@ -595,8 +542,7 @@ int main(int argc, char **argv)
 		printf("{\"hog\":%d}\n", (int)hog_pid);
 	printf("{\"done\":true,\"records\":%d,\"add_errors\":%d}\n", (int)records, (int)add_errors);
 	fflush(stdout);
-	for (int i = 0; exit_file && i < 3000 && access(exit_file, F_OK); i++)
-		usleep(10000);
+	await_file(exit_file, 30);
 	/* exit: the shim's destructor flushes and says goodbye before the process ends */
 	return add_errors ? 4 : 0;
 }

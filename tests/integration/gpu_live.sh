@@ -117,11 +117,7 @@ run_live() {
 		fi
 	fi
 	[ "$WAIT_RC" = 0 ] || fail_because "gpu_live exit $WAIT_RC: $(head -c 300 "$WOUT.err")"
-	wait_record ".type==\"process\" and .event==\"exit\" and .pid==$WPID" 10 ||
-		fail_because "no process exit record for pid $WPID"
-	agent_stop INT || { fail_because "agent did not exit on SIGINT"; return 1; }
-	[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
-	return 0
+	agent_finish "$WPID"
 }
 
 # calls: the workload's per-call lines, as one JSON array, with host tids

@@ -46,15 +46,24 @@ run_replay() {
 		"$@" 2>"$T/$name.err"
 }
 
+# replay_compare NAME ARGS...: run_replay NAME with the topics NAME.*; it must
+# exit 0, and Kafka must hold exactly the records of its --output (the
+# comparison in c, for the case's own checks)
+replay_compare() {
+	local name=$1 rc
+	shift
+	run_replay "$name" --kafka-topic-prefix "$name" "$@"
+	rc=$?
+	expect "agent exit $rc: $(tail -c 300 "$T/$name.err")" eq "$rc" 0
+	KTOPICS="$name.steps $name.anomalies $name.events $name.stats" kafka_dump "$T/$name.dump"
+	c=$(kafka_compare "$T/$name.dump" exact "$T/$name.jsonl")
+	expect_compare "$c"
+}
+
 # --------------------------------------------------------------------------
 # each case has topics of its own (--kafka-topic-prefix)
 name=kafka_replay_deep
-run_replay deep --kafka-topic-prefix deep --replay "$SMALL" --mode deep
-rc=$?
-expect "agent exit $rc: $(tail -c 300 "$T/deep.err")" eq "$rc" 0
-KTOPICS="deep.steps deep.anomalies deep.events deep.stats" kafka_dump "$T/deep.dump"
-c=$(kafka_compare "$T/deep.dump" exact "$T/deep.jsonl")
-expect_compare "$c"
+replay_compare deep --replay "$SMALL" --mode deep
 expect "no kernel records in deep.events: $(jq -c .kafka_by_topic <<<"$c")" \
 	ge "$(jq '.kafka_by_topic["deep.events"] // 0' <<<"$c")" 1000
 expect "kernel records not in deep.events: $(jq -c .type_topic <<<"$c")" \
@@ -67,12 +76,7 @@ report $name
 
 # --------------------------------------------------------------------------
 name=kafka_replay_sentinel
-run_replay sent --kafka-topic-prefix sent --replay "$BIG" -i 0.05
-rc=$?
-expect "agent exit $rc: $(tail -c 300 "$T/sent.err")" eq "$rc" 0
-KTOPICS="sent.steps sent.anomalies sent.events sent.stats" kafka_dump "$T/sent.dump"
-c=$(kafka_compare "$T/sent.dump" exact "$T/sent.jsonl")
-expect_compare "$c"
+replay_compare sent --replay "$BIG" -i 0.05
 expect "no summaries in sent.steps: $(jq -c .kafka_by_topic <<<"$c")" \
 	ge "$(jq '.kafka_by_topic["sent.steps"] // 0' <<<"$c")" 1
 expect "events in sentinel mode: $(jq -c .kafka_by_topic <<<"$c")" \
@@ -81,12 +85,7 @@ report $name
 
 # --------------------------------------------------------------------------
 name=kafka_queue_overflow
-run_replay ovf --kafka-topic-prefix ovf --replay "$BIG" --mode deep --kafka-queue-max 500 -v
-rc=$?
-expect "agent exit $rc: $(tail -c 300 "$T/ovf.err")" eq "$rc" 0
-KTOPICS="ovf.steps ovf.anomalies ovf.events ovf.stats" kafka_dump "$T/ovf.dump"
-c=$(kafka_compare "$T/ovf.dump" exact "$T/ovf.jsonl")
-expect_compare "$c"
+replay_compare ovf --replay "$BIG" --mode deep --kafka-queue-max 500 -v
 expect "fewer than 13000 records: $(jq -c .kafka_by_topic <<<"$c")" ge "$(jq .messages <<<"$c")" 13000
 # the spill was used and is empty again
 through=$(sed -n 's/.*(\([0-9]*\) through the spill).*/\1/p' "$T/ovf.err")

@@ -183,6 +183,37 @@ in_exit_range() { [ "$1" -ge 1 ] && [ "$1" -le 125 ]; }
 # jqo FILTER: run a jq filter over all of AGENT_OUT's records (slurped as .)
 jqo() { local f=${*: -1}; jq -c -n -R "${@:1:$#-1}" "[inputs | fromjson?] | $f" "$AGENT_OUT"; }
 
+# fast forms of wait_record/jqf for big deep-dive outputs: grep -F FILTER
+# picks the candidate lines first (FILTER: a literal every match contains)
+wait_rec() { # wait_rec FILTER JQ_COND SECS
+	local i
+	for ((i = 0; i < $3 * 10; i++)); do
+		grep -F -- "$1" "$AGENT_OUT" 2>/dev/null |
+			jq -e -n -R "[inputs | fromjson? | select($2)] | length > 0" >/dev/null 2>&1 && return 0
+		kill -0 "$AGENT_PID" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+jqf() { # jqf FILTER [jq options] JQ: like jqo on the lines holding FILTER
+	local flt=$1
+	shift
+	grep -F -- "$flt" "$AGENT_OUT" | jq -c -n -R "${@:1:$#-1}" "[inputs | fromjson?] | ${*: -1}"
+}
+launches() { # launches PID [AFTER_NS]: cuda_launch records of PID (ts_ns > AFTER_NS)
+	grep -F '"type":"cuda_launch"' "$AGENT_OUT" | grep -F "\"pid\":$1," |
+		jq -n -R --argjson after "${2:-0}" '[inputs | fromjson? | select(.ts_ns > $after)] | length'
+}
+
+# agent_finish PID: PID's exit record, then the agent stops on SIGINT with exit 0
+agent_finish() {
+	wait_record ".type==\"process\" and .event==\"exit\" and .pid==$1" 10 ||
+		fail_because "no process exit record for pid $1"
+	agent_stop INT || { fail_because "agent did not exit on SIGINT"; return 1; }
+	[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+	return 0
+}
+
 # the attach record of PID lists both CUDA libraries (runtime and driver)
 cuda_attached() { # cuda_attached PID SECS
 	wait_record ".type==\"process\" and .pid==$1 and
@@ -251,11 +282,7 @@ run_traced() {
 	[ "$WAIT_RC" = 0 ] || fail_because "workload exit $WAIT_RC: $(head -c 200 "$out.err")"
 	WTID=$(tail -n 1 "$out" | jq -r '.tid // empty')
 	num "$WTID" || { fail_because "workload printed no worker tid"; return 1; }
-	wait_record ".type==\"process\" and .event==\"exit\" and .pid==$WPID" 10 ||
-		fail_because "no process exit record for pid $WPID"
-	agent_stop INT || { fail_because "agent did not exit on SIGINT"; return 1; }
-	[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
-	return 0
+	agent_finish "$WPID"
 }
 
 # thread_sum FIELD: FIELD summed over the worker's thread records

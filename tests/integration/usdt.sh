@@ -93,63 +93,66 @@ finish_steps() {
 		jqe --argjson n "${nfiles:-0}" '$n > 2 and .usdt_files_read == $n' <<<"$st"
 }
 
-N=30
-go=$T/go ex=$T/exit WOUT=$T/work
-bg_start "$WOUT" "$USDT_STEPS" -n "$N" -w "$go" -e "$ex"
-wp=$BG_PID
-if ! wait_line "$WOUT" 10; then
-	fail_because "usdt_steps printed nothing: $(head -c 300 "$WOUT.err")"
-else
+# start_engine NAME WORKLOAD ARGS...: WORKLOAD in the background, output in
+# WOUT (first line {"pid","tid"}: WPID, TID; its pid in wp), then the agent
+# (NAME) on that pid; 0 once the agent traces it, else the reason is noted
+start_engine() {
+	local name=$1
+	shift
+	bg_start "$WOUT" "$@"
+	wp=$BG_PID
+	if ! wait_line "$WOUT" 10; then
+		fail_because "$(basename "$1") printed nothing: $(head -c 300 "$WOUT.err")"
+		return 1
+	fi
 	WPID=$(head -n 1 "$WOUT" | jq -r .pid)
 	TID=$(head -n 1 "$WOUT" | jq -r .tid)
-	if ! agent_start usdt -i 0.25 --pid "$WPID"; then
+	if ! agent_start "$name" -i 0.25 --pid "$WPID"; then
 		fail_because "agent did not start: $(agent_tail)"
-	elif ! wait_record ".type == \"process\" and .pid == $WPID" 10; then
-		fail_because "no attach record for pid $WPID: $(agent_tail)"
-	else
-		sleep 0.2
-		touch "$go"
-		for ((i = 0; i < 100; i++)); do
-			grep -q '"done"' "$WOUT" && break
-			sleep 0.1
-		done
-		finish_steps usdt_steps 100
+		return 1
 	fi
+	if ! wait_record ".type == \"process\" and .pid == $WPID" 10; then
+		fail_because "no attach record for pid $WPID: $(agent_tail)"
+		return 1
+	fi
+}
+
+# wait_done TENTHS: until the workload says it is done (at most TENTHS x 0.1 s)
+wait_done() {
+	local i
+	for ((i = 0; i < $1; i++)); do
+		grep -q '"done"' "$WOUT" && break
+		sleep 0.1
+	done
+}
+
+N=30
+go=$T/go ex=$T/exit WOUT=$T/work
+if start_engine usdt "$USDT_STEPS" -n "$N" -w "$go" -e "$ex"; then
+	sleep 0.2
+	touch "$go"
+	wait_done 100
+	finish_steps usdt_steps 100
 fi
 report usdt_steps
 
 # ----------------------------------------------------- shared library --
 go=$T/go3 ex=$T/exit3 WOUT=$T/work3
-bg_start "$WOUT" "$USDT_DLOPEN" -l "$USDT_LIB" -n "$N" -w "$go" -e "$ex"
-wp=$BG_PID
-if ! wait_line "$WOUT" 10; then
-	fail_because "usdt_dlopen printed nothing: $(head -c 300 "$WOUT.err")"
-else
-	WPID=$(head -n 1 "$WOUT" | jq -r .pid)
-	TID=$(head -n 1 "$WOUT" | jq -r .tid)
-	if ! agent_start usdt_lib -i 0.25 --pid "$WPID"; then
-		fail_because "agent did not start: $(agent_tail)"
-	elif ! wait_record ".type == \"process\" and .pid == $WPID" 10; then
-		fail_because "no attach record for pid $WPID: $(agent_tail)"
-	else
-		# not loaded yet: nothing to attach to
-		expect "libusdt_steps.so mapped before the go" [ -z "$(grep libusdt_steps "/proc/$WPID/maps")" ]
-		touch "$go"
-		for ((i = 0; i < 150; i++)); do
-			grep -q '"done"' "$WOUT" && break
-			sleep 0.1
-		done
-		expect "the library's semaphores never went up: $(grep loaded "$WOUT")" \
-			jqe -s 'map(select(has("loaded"))) | length == 1 and .[0].semaphore >= 1' "$WOUT"
-		finish_steps usdt_dlopen 200
-		att=$(grep -c "pid $WPID: step probes .* attached in .*/libusdt_steps.so\$" "$AGENT_ERR")
-		expect "$att attach lines for the library, want 1: $(grep 'step probes' "$AGENT_ERR" | head -3)" \
-			eq "$att" 1
-		expect "step probes attached elsewhere: $(grep 'step probes' "$AGENT_ERR" | head -3)" \
-			eq "$(grep -c 'step probes' "$AGENT_ERR")" 1
-		expect "the agent warned: $(grep -iE 'warn|error' "$AGENT_ERR" | grep -iv 'control socket' | head -2)" \
-			[ -z "$(grep -iE 'warn|error' "$AGENT_ERR" | grep -iv 'control socket')" ]
-	fi
+if start_engine usdt_lib "$USDT_DLOPEN" -l "$USDT_LIB" -n "$N" -w "$go" -e "$ex"; then
+	# not loaded yet: nothing to attach to
+	expect "libusdt_steps.so mapped before the go" [ -z "$(grep libusdt_steps "/proc/$WPID/maps")" ]
+	touch "$go"
+	wait_done 150
+	expect "the library's semaphores never went up: $(grep loaded "$WOUT")" \
+		jqe -s 'map(select(has("loaded"))) | length == 1 and .[0].semaphore >= 1' "$WOUT"
+	finish_steps usdt_dlopen 200
+	att=$(grep -c "pid $WPID: step probes .* attached in .*/libusdt_steps.so\$" "$AGENT_ERR")
+	expect "$att attach lines for the library, want 1: $(grep 'step probes' "$AGENT_ERR" | head -3)" \
+		eq "$att" 1
+	expect "step probes attached elsewhere: $(grep 'step probes' "$AGENT_ERR" | head -3)" \
+		eq "$(grep -c 'step probes' "$AGENT_ERR")" 1
+	expect "the agent warned: $(grep -iE 'warn|error' "$AGENT_ERR" | grep -iv 'control socket' | head -2)" \
+		[ -z "$(grep -iE 'warn|error' "$AGENT_ERR" | grep -iv 'control socket')" ]
 fi
 report usdt_library
 

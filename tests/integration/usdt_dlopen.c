@@ -21,20 +21,11 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
-#define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
+#include "cudart.h"
+#include "harness.h"
 
-struct dim3 {
-	unsigned x, y, z;
-};
-typedef int (*launch_fn)(const void *, struct dim3, struct dim3, void **, size_t, void *);
 typedef unsigned (*semaphore_fn)(int end);
 typedef void (*steps_fn)(int, void (*)(void *), void *);
-
-static void wait_file(const char *path, int secs)
-{
-	for (int i = 0; path && i < secs * 100 && access(path, F_OK); i++)
-		usleep(10000);
-}
 
 /* a step's GPU work: what the engine would launch */
 static void launch3(void *arg)
@@ -48,53 +39,29 @@ static void launch3(void *arg)
 
 int main(int argc, char **argv)
 {
-	const char *go = NULL, *ex = NULL, *lib = NULL;
-	int steps = 30, opt, waited = 0;
+	int waited = 0;
 	semaphore_fn semaphore;
+	struct step_opts o;
 	launch_fn launch;
 	steps_fn run;
-	void *rt, *h;
+	void *h;
 
-	while ((opt = getopt(argc, argv, "l:n:w:e:")) != -1) {
-		switch (opt) {
-		case 'l':
-			lib = optarg;
-			break;
-		case 'n':
-			steps = atoi(optarg);
-			break;
-		case 'w':
-			go = optarg;
-			break;
-		case 'e':
-			ex = optarg;
-			break;
-		default:
-			lib = NULL;
-			optind = argc;
-			break;
-		}
-	}
-	if (!lib) {
+	if (step_opts_parse(argc, argv, true, &o) || !o.lib) {
 		fprintf(stderr, "usage: %s -l LIB [-n STEPS] [-w GO_FILE] [-e EXIT_FILE]\n",
 			argv[0]);
 		return 2;
 	}
-	rt = dlopen(CUDA_LIB, RTLD_NOW);
-	launch = rt ? (launch_fn)dlsym(rt, "cudaLaunchKernel") : NULL;
-	if (!launch) {
-		fprintf(stderr, "usdt_dlopen: cannot load %s: %s\n", CUDA_LIB, dlerror());
+	launch = cudart_launch("usdt_dlopen");
+	if (!launch)
 		return 1;
-	}
-	printf("{\"pid\":%d,\"tid\":%ld}\n", getpid(), (long)syscall(SYS_gettid));
-	fflush(stdout);
-	wait_file(go, 30);
+	print_pid_tid();
+	await_file(o.go, 30);
 
-	h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	h = dlopen(o.lib, RTLD_NOW | RTLD_LOCAL);
 	semaphore = h ? (semaphore_fn)dlsym(h, "usdt_lib_semaphore") : NULL;
 	run = h ? (steps_fn)dlsym(h, "usdt_lib_steps") : NULL;
 	if (!semaphore || !run) {
-		fprintf(stderr, "usdt_dlopen: cannot load %s: %s\n", lib, dlerror());
+		fprintf(stderr, "usdt_dlopen: cannot load %s: %s\n", o.lib, dlerror());
 		return 1;
 	}
 	/*
@@ -113,9 +80,9 @@ int main(int argc, char **argv)
 	usleep(500000);
 	printf("{\"loaded\":true,\"waited_ms\":%d,\"semaphore\":%u}\n", waited, semaphore(0));
 	fflush(stdout);
-	run(steps, launch3, (void *)launch);
+	run(o.steps, launch3, (void *)launch);
 	printf("{\"done\":true}\n");
 	fflush(stdout);
-	wait_file(ex, 30);
+	await_file(o.ex, 30);
 	return 0;
 }

@@ -20,18 +20,11 @@
 #include <unistd.h>
 
 #include "../../include/infertrace/step.h"
+#include "harness.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
 INFERTRACE_STEP_DEFINE_SEMAPHORES();
-
-static unsigned long long mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
 
 EXPORT unsigned usdt_lib_semaphore(int end)
 {

@@ -22,64 +22,27 @@
 #include <sys/syscall.h>
 
 #include "../../include/infertrace/step.h"
+#include "cudart.h"
+#include "harness.h"
 
 INFERTRACE_STEP_DEFINE_SEMAPHORES();
 
-#define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
-
-struct dim3 {
-	unsigned x, y, z;
-};
-typedef int (*launch_fn)(const void *, struct dim3, struct dim3, void **, size_t, void *);
-
-static unsigned long long mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
-static void wait_file(const char *path, int secs)
-{
-	for (int i = 0; path && i < secs * 100 && access(path, F_OK); i++)
-		usleep(10000);
-}
-
 int main(int argc, char **argv)
 {
-	const char *go = NULL, *ex = NULL;
 	struct dim3 grid = { 4, 1, 1 }, block = { 64, 1, 1 };
-	int steps = 30, opt;
+	struct step_opts o;
 	launch_fn launch;
-	void *rt;
 
-	while ((opt = getopt(argc, argv, "n:w:e:")) != -1) {
-		switch (opt) {
-		case 'n':
-			steps = atoi(optarg);
-			break;
-		case 'w':
-			go = optarg;
-			break;
-		case 'e':
-			ex = optarg;
-			break;
-		default:
-			fprintf(stderr, "usage: %s [-n STEPS] [-w GO_FILE] [-e EXIT_FILE]\n", argv[0]);
-			return 2;
-		}
+	if (step_opts_parse(argc, argv, false, &o)) {
+		fprintf(stderr, "usage: %s [-n STEPS] [-w GO_FILE] [-e EXIT_FILE]\n", argv[0]);
+		return 2;
 	}
-	rt = dlopen(CUDA_LIB, RTLD_NOW);
-	launch = rt ? (launch_fn)dlsym(rt, "cudaLaunchKernel") : NULL;
-	if (!launch) {
-		fprintf(stderr, "usdt_steps: cannot load %s: %s\n", CUDA_LIB, dlerror());
+	launch = cudart_launch("usdt_steps");
+	if (!launch)
 		return 1;
-	}
-	printf("{\"pid\":%d,\"tid\":%ld}\n", getpid(), (long)syscall(SYS_gettid));
-	fflush(stdout);
-	wait_file(go, 30);
-	for (int i = 0; i < steps; i++) {
+	print_pid_tid();
+	await_file(o.go, 30);
+	for (int i = 0; i < o.steps; i++) {
 		unsigned long long b = mono_ns(), e;
 
 		INFERTRACE_STEP_BEGIN(100 + i, 1 + i % 4, 1000LL * (i + 1),
@@ -95,6 +58,6 @@ int main(int argc, char **argv)
 	}
 	printf("{\"done\":true}\n");
 	fflush(stdout);
-	wait_file(ex, 30);
+	await_file(o.ex, 30);
 	return 0;
 }

@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness.h"
+
 static const char *wait_file;
 static char **args;
 static int nargs;
@@ -40,19 +42,13 @@ static pid_t worker_tid;
 
 static double mono(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
+	return mono_ns() / 1e9;
 }
 
 static void wait_go(void)
 {
-	if (!wait_file)
-		return;
 	/* bounded: a test that died must not leave us behind forever */
-	for (int i = 0; i < 6000 && access(wait_file, F_OK); i++)
-		usleep(10000);
+	await_file(wait_file, 60);
 }
 
 static long arg_long(int i)

@@ -19,6 +19,7 @@
 #include "pipeline.h"
 #include "sources.h"
 #include "diagnose.h"
+#include "json_assert.h"
 
 /* a sink that keeps the last record */
 struct mem_sink {
@@ -166,8 +167,8 @@ static void test_hist(void **state)
 	prev[13] = 4;
 	h = hist_to_json(slots, prev, HIST_SLOTS);
 	assert_int_equal(json_object_size(h), 2);
-	assert_int_equal(json_integer_value(json_object_get(h, "0")), 3);
-	assert_int_equal(json_integer_value(json_object_get(h, "8192")), 6);
+	assert_json_int(h, "0", 3);
+	assert_json_int(h, "8192", 6);
 	json_decref(h);
 }
 
@@ -197,18 +198,18 @@ static void test_decode_launch(void **state)
 	assert_int_equal(decode_record(a, &e, sizeof(e)), 0);
 	r = json_loads(m.last, 0, NULL);
 	assert_non_null(r);
-	assert_string_equal(json_string_value(json_object_get(r, "type")), "cuda_launch");
-	assert_string_equal(json_string_value(json_object_get(r, "api")), "cuLaunchKernelEx");
-	assert_int_equal(json_integer_value(json_object_get(r, "pid")), 4242);
-	assert_int_equal(json_integer_value(json_object_get(r, "tid")), 4243);
-	assert_int_equal(json_integer_value(json_object_get(r, "ts_ns")), 123456789);
-	assert_string_equal(json_string_value(json_object_get(r, "func")), "0xdef2");
-	assert_string_equal(json_string_value(json_object_get(r, "stream")), "0x5001");
+	assert_json_str(r, "type", "cuda_launch");
+	assert_json_str(r, "api", "cuLaunchKernelEx");
+	assert_json_int(r, "pid", 4242);
+	assert_json_int(r, "tid", 4243);
+	assert_json_int(r, "ts_ns", 123456789);
+	assert_json_str(r, "func", "0xdef2");
+	assert_json_str(r, "stream", "0x5001");
 	assert_int_equal(json_integer_value(json_array_get(json_object_get(r, "grid"), 2)), 13);
 	assert_int_equal(json_integer_value(json_array_get(json_object_get(r, "block"), 0)), 64);
-	assert_int_equal(json_integer_value(json_object_get(r, "shared_mem")), 512);
-	assert_int_equal(json_integer_value(json_object_get(r, "schema")), INFERTRACE_SCHEMA_VERSION);
-	assert_string_equal(json_string_value(json_object_get(r, "host")), "testhost");
+	assert_json_int(r, "shared_mem", 512);
+	assert_json_int(r, "schema", INFERTRACE_SCHEMA_VERSION);
+	assert_json_str(r, "host", "testhost");
 	json_decref(r);
 	free(a);
 }
@@ -294,11 +295,11 @@ static void test_jsonw(void **state)
 	assert_true(n > 0);
 	r = json_loadb(buf, (size_t)n, 0, NULL);
 	assert_non_null(r);
-	assert_string_equal(json_string_value(json_object_get(r, "s")), "a\"b\\c\n\x01/é");
-	assert_int_equal(json_integer_value(json_object_get(r, "neg")), -42);
-	assert_string_equal(json_string_value(json_object_get(r, "h")), "0xdeadbeef");
+	assert_json_str(r, "s", "a\"b\\c\n\x01/é");
+	assert_json_int(r, "neg", -42);
+	assert_json_str(r, "h", "0xdeadbeef");
 	assert_int_equal(json_integer_value(json_array_get(json_object_get(r, "d"), 2)), 4294967295LL);
-	assert_string_equal(json_string_value(json_object_get(r, "cut")), "abc");
+	assert_json_str(r, "cut", "abc");
 	json_decref(r);
 	/* jansson has no unsigned 64-bit integers: check the text itself */
 	jw_init(&w, buf, sizeof(buf));

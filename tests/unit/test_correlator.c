@@ -16,6 +16,7 @@
 
 #include "correlator.h"
 #include "../../correlator/src/internal.h"
+#include "json_assert.h"
 
 #define MAXOUT 64
 
@@ -561,14 +562,14 @@ static void test_json_out(void **state)
 	assert_true(n > 0);
 	o = json_loadb(buf, (size_t)n, 0, &err);
 	assert_non_null(o);
-	assert_string_equal(json_string_value(json_object_get(o, "type")), "kernel");
-	assert_string_equal(json_string_value(json_object_get(o, "instance")), "i\"x");
-	assert_int_equal(json_integer_value(json_object_get(o, "pid")), 1);
-	assert_int_equal(json_integer_value(json_object_get(o, "launch_to_start_ns")), 500);
-	assert_int_equal(json_integer_value(json_object_get(o, "correlation_id")), 9);
-	assert_string_equal(json_string_value(json_object_get(o, "name")), "_Z3fooi");
+	assert_json_str(o, "type", "kernel");
+	assert_json_str(o, "instance", "i\"x");
+	assert_json_int(o, "pid", 1);
+	assert_json_int(o, "launch_to_start_ns", 500);
+	assert_json_int(o, "correlation_id", 9);
+	assert_json_str(o, "name", "_Z3fooi");
 	if (corr_demangle("_Z3fooi"))
-		assert_string_equal(json_string_value(json_object_get(o, "demangled")),
+		assert_json_str(o, "demangled",
 				    "foo(int)");
 	json_decref(o);
 

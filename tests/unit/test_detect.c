@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "diagnose.h"
+#include "test_data.h"
 
 static uint64_t rs = 88172645463325252ULL;
 
@@ -34,17 +35,6 @@ static double noise(double amp)
 	rs ^= rs >> 7;
 	rs ^= rs << 17;
 	return 1 + amp * (((rs >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1);
-}
-
-static const char *data_dir(void)
-{
-	const char *env = getenv("INFERTRACE_DATA");
-
-	if (env && !access(env, R_OK))
-		return env;
-	if (!access("../shared/data/README.md", R_OK))
-		return "../shared/data";
-	return NULL;
 }
 
 #define MAXA 256
@@ -75,6 +65,40 @@ static struct diag_det *det(struct got *g)
 	return d;
 }
 
+/* a test's detector and what it reported (cmocka state: fx_setup, fx_teardown) */
+struct fx {
+	struct got g;
+	struct diag_det *d;
+};
+
+static int fx_setup(void **state)
+{
+	struct fx *x = calloc(1, sizeof(*x));
+
+	if (!x)
+		return -1;
+	x->d = det(&x->g);
+	*state = x;
+	return 0;
+}
+
+/* a fresh detector in x for the rest of a test (what the old one learned is gone) */
+static struct diag_det *fx_renew(struct fx *x)
+{
+	diag_det__free(x->d);
+	x->d = det(&x->g);
+	return x->d;
+}
+
+static int fx_teardown(void **state)
+{
+	struct fx *x = *state;
+
+	diag_det__free(x->d);
+	free(x);
+	return 0;
+}
+
 /* a decode step of `batch` requests: 20 ms + 0.5 ms per request, +-1% noise */
 static void mk(struct diag_step *s, uint64_t *ts, int batch, double factor)
 {
@@ -93,16 +117,27 @@ static void mk(struct diag_step *s, uint64_t *ts, int batch, double factor)
 	*ts += s->dur_ns + 100000;
 }
 
+/* n steps of batch 8, 9, ... (period sizes), nothing asserted: the detector learns them */
+static void warm_up(struct diag_det *d, uint64_t *ts, int n, int period)
+{
+	struct diag_step s;
+
+	for (int i = 0; i < n; i++) {
+		mk(&s, ts, 8 + i % period, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+}
+
 static void test_single_and_run(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 	int run_flags = 0;
 
-	(void)state;
 	for (int i = 0; i < 300; i++) {
 		mk(&s, &ts, 8 + i % 4, 1);
 		assert_int_equal(diag_det__add_step(d, &s, &v), 0);
@@ -145,19 +180,17 @@ static void test_single_and_run(void **state)
 	}
 	assert_true(run_flags >= 6);
 	assert_string_equal(g->a[g->n - 1].chart, "window");
-	diag_det__free(d);
-	free(g);
 }
 
 /* a heavier batch takes longer and is not an anomaly: the workload explains it */
 static void test_heavier_batch_ok(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	uint64_t ts = 1;
 
-	(void)state;
 	for (int i = 0; i < 2000; i++) {
 		/* batches sweep 1..64 and back: every batch size is new for a while */
 		int b = 1 + (i / 4) % 64;
@@ -166,8 +199,6 @@ static void test_heavier_batch_ok(void **state)
 		diag_det__add_step(d, &s, NULL);
 	}
 	assert_int_equal(g->n, 0);
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -178,13 +209,13 @@ static void test_heavier_batch_ok(void **state)
 static void test_monotone_bound(void **state)
 {
 	static const int known[] = {2, 3, 12, 13, 14};
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 
-	(void)state;
 	for (int i = 0; i < 400; i++) {
 		mk(&s, &ts, known[i % 5], 1);
 		diag_det__add_step(d, &s, NULL);
@@ -205,10 +236,9 @@ static void test_monotone_bound(void **state)
 	assert_true(v.judged);
 	assert_false(v.anomalous);
 	assert_int_equal(v.source, 2);
-	diag_det__free(d);
 
 	/* only lighter workloads known: the wide limit of the guess alone */
-	d = det(g);
+	d = fx_renew(x);
 	g->n = 0;
 	for (int i = 0; i < 400; i++) {
 		mk(&s, &ts, known[i % 2], 1);
@@ -219,8 +249,6 @@ static void test_monotone_bound(void **state)
 	assert_true(v.judged);
 	assert_false(v.anomalous);
 	assert_int_equal(v.source, 2);
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -232,13 +260,13 @@ static void test_monotone_bound(void **state)
 static void test_lower_bound(void **state)
 {
 	static const int known[] = {2, 3, 12, 13, 14, 30, 31, 32};
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 
-	(void)state;
 	for (int i = 0; i < 400; i++) {
 		int b = known[i % 8];
 
@@ -254,8 +282,6 @@ static void test_lower_bound(void **state)
 	assert_int_equal(v.source, 2);
 	assert_in_range(v.median_ns, 59500000, 61000000);
 	assert_false(v.anomalous);
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -266,18 +292,15 @@ static void test_lower_bound(void **state)
  */
 static void test_second_mode(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 	int flagged = 0, run = 0;
 
-	(void)state;
-	for (int i = 0; i < 300; i++) {
-		mk(&s, &ts, 8 + i % 2, 1);
-		diag_det__add_step(d, &s, NULL);
-	}
+	warm_up(d, &ts, 300, 2);
 	assert_int_equal(g->n, 0);
 	for (int i = 0; i < 100; i++) {
 		bool odd = i % 5 == 4;
@@ -313,8 +336,6 @@ static void test_second_mode(void **state)
 	mk(&s, &ts, 8, 2.5);
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.anomalous);
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -324,18 +345,15 @@ static void test_second_mode(void **state)
  */
 static void test_window_skips_flagged(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 	int window = 0;
 
-	(void)state;
-	for (int i = 0; i < 300; i++) {
-		mk(&s, &ts, 8 + i % 4, 1);
-		diag_det__add_step(d, &s, NULL);
-	}
+	warm_up(d, &ts, 300, 4);
 	for (int i = 0; i < 16; i++) {
 		mk(&s, &ts, 8 + i % 4, i % 2 ? 1.13 : 1.6);
 		diag_det__add_step(d, &s, &v);
@@ -346,8 +364,6 @@ static void test_window_skips_flagged(void **state)
 	for (int i = 0; i < g->n; i++)
 		if (strcmp(g->a[i].chart, "single"))
 			assert_string_equal(g->a[i].chart, "window");
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -370,13 +386,13 @@ static void cpu_step(struct diag_step *s, uint64_t *ts, int batch, double runq_m
 
 static void test_cpu_chart(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 
-	(void)state;
 	for (int i = 0; i < 300; i++) {
 		cpu_step(&s, &ts, 8 + i % 4, 0, false);
 		s.preempt_pid = 0;
@@ -403,19 +419,17 @@ static void test_cpu_chart(void **state)
 	diag_det__add_step(d, &s, &v);
 	assert_false(v.anomalous);
 	assert_int_equal(g->n, 1);
-	diag_det__free(d);
-	free(g);
 }
 
 /* kinds and suspects from the breakdown */
 static void test_kinds(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	uint64_t ts = 1;
 
-	(void)state;
 	for (int i = 0; i < 200; i++) {
 		mk(&s, &ts, 4, 1);
 		s.offcpu_ns = 100000;
@@ -475,8 +489,6 @@ static void test_kinds(void **state)
 	/* 16 ms against the usual 2 ms of a step that took about 25 ms */
 	assert_true(fabs(g->a[3].suspects[0].value - 14e6) < 0.2e6);
 	assert_non_null(strstr(g->ev[3][0], "ms longer than usual (16.00 ms in the step)"));
-	diag_det__free(d);
-	free(g);
 }
 
 /* a 2 s prefill step, +-1.5% noise, longest GPU idle gap 2.4 ms +-40% */
@@ -649,7 +661,7 @@ static void hta_steps(const char *file, struct segctx *c)
 	struct corr_replay_opts ro = {.sz = sizeof(ro), .marker = seg_marker, .marker_ctx = c};
 	struct corr_replay_stats st;
 
-	snprintf(path, sizeof(path), "%s/kineto/%s", data_dir(), file);
+	snprintf(path, sizeof(path), "%s/kineto/%s", test_data_dir(), file);
 	c->sg = diag_seg__new(&so);
 	assert_non_null(c->sg);
 	assert_int_equal(corr_replay_file(path, &co, &ro, &st), 0);
@@ -665,7 +677,7 @@ static void test_hta_ranks(void **state)
 	struct diag_det *d;
 
 	(void)state;
-	if (!data_dir()) {
+	if (!test_data_dir()) {
 		free(r0);
 		free(r1);
 		free(g);
@@ -828,13 +840,13 @@ static void calm_steps(struct diag_det *d, uint64_t *ts, int n)
 
 static void test_noise(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL, held_start;
 
-	(void)state;
 	calm_steps(d, &ts, 300);
 	assert_int_equal(g->n, 0);
 	/* the first two lone spikes are reported at once */
@@ -921,8 +933,6 @@ static void test_noise(void **state)
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.anomalous);
 	assert_int_equal(g->n, 9);
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -932,13 +942,13 @@ static void test_noise(void **state)
  */
 static void test_small_spike(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL, first;
 
-	(void)state;
 	calm_steps(d, &ts, 300);
 	gpu_spike(&s, &ts, 9, 1.2);
 	diag_det__add_step(d, &s, &v);
@@ -962,8 +972,6 @@ static void test_small_spike(void **state)
 	gpu_spike(&s, &ts, 10, 1.3);
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.anomalous);
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -980,13 +988,13 @@ static void bare(struct diag_step *s, uint64_t *ts, int batch, double f)
 
 static void test_noise_no_breakdown(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 
-	(void)state;
 	for (int i = 0; i < 300; i++) {
 		bare(&s, &ts, 8 + i % 4, 1);
 		diag_det__add_step(d, &s, &v);
@@ -1009,8 +1017,6 @@ static void test_noise_no_breakdown(void **state)
 	assert_int_equal(g->n, 3);
 	assert_int_equal(g->a[2].kind, DIAG_KIND_HOST_STALL);
 	assert_int_equal(diag_det__counters(d)->noise, 1);
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -1022,18 +1028,15 @@ static void test_noise_no_breakdown(void **state)
  */
 static void test_spikes_and_floors(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 	int first = 0, early = 0, late = 0;
 
-	(void)state;
-	for (int i = 0; i < 300; i++) {
-		mk(&s, &ts, 8 + i % 4, 1);
-		diag_det__add_step(d, &s, NULL);
-	}
+	warm_up(d, &ts, 300, 4);
 	/*
 	 * 30 lone 1.2x spikes, one every 4 steps, on four workloads in turn
 	 * (one recurring on one workload would be its second mode, see
@@ -1059,10 +1062,9 @@ static void test_spikes_and_floors(void **state)
 	mk(&s, &ts, 9, 2.0);
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.anomalous);
-	diag_det__free(d);
 
 	/* prefill, convex in tokens (attention): 30 ms + 2e-4 ms x tokens^1.5 */
-	d = det(g);
+	d = fx_renew(x);
 	g->n = 0;
 	for (int i = 0; i < 400; i++) {
 		int t = 2000 + (int)(3000 * noise(1));
@@ -1087,10 +1089,9 @@ static void test_spikes_and_floors(void **state)
 	assert_int_equal(v.source, 2);
 	assert_false(v.anomalous);
 	assert_true(v.median_ns >= 30000000);
-	diag_det__free(d);
 
 	/* batches 4 and 30 learned, then 1100 steps of 30: batch 4's cell is stale */
-	d = det(g);
+	d = fx_renew(x);
 	g->n = 0;
 	for (int i = 0; i < 1200; i++) {
 		mk(&s, &ts, i < 100 && i % 2 ? 4 : 30, 1);
@@ -1101,8 +1102,6 @@ static void test_spikes_and_floors(void **state)
 	diag_det__add_step(d, &s, &v);
 	assert_int_equal(v.source, 0);
 	assert_true(v.anomalous);
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -1113,17 +1112,14 @@ static void test_spikes_and_floors(void **state)
  */
 static void test_young_cell(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 
-	(void)state;
-	for (int i = 0; i < 300; i++) {
-		mk(&s, &ts, 8 + i % 4, 1);
-		diag_det__add_step(d, &s, NULL);
-	}
+	warm_up(d, &ts, 300, 4);
 	mk(&s, &ts, 40, 1);
 	diag_det__add_step(d, &s, &v);
 	assert_int_equal(v.source, 2);
@@ -1139,8 +1135,6 @@ static void test_young_cell(void **state)
 	diag_det__add_step(d, &s, &v);
 	assert_false(v.anomalous);
 	assert_int_equal(g->n, 3);
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -1150,13 +1144,12 @@ static void test_young_cell(void **state)
  */
 static void test_bootstrap_stall(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 
-	(void)state;
 	for (int i = 0; i < 124; i++) {
 		mk(&s, &ts, 8, i == 10 ? 6 : 1);
 		diag_det__add_step(d, &s, &v);
@@ -1166,8 +1159,6 @@ static void test_bootstrap_stall(void **state)
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.anomalous);
 	assert_true(v.score > 1);
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -1178,14 +1169,14 @@ static void test_bootstrap_stall(void **state)
  */
 static void test_level_under_raised_limit(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
+	struct fx *x = *state;
+	struct got *g = &x->g;
+	struct diag_det *d = x->d;
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 	int run = 0;
 
-	(void)state;
 	calm_steps(d, &ts, 300);
 	/* lone spikes of 1.3-1.6x, one every 4 steps, on four workloads in turn */
 	for (int i = 0; i < 160; i++) {
@@ -1206,8 +1197,6 @@ static void test_level_under_raised_limit(void **state)
 	assert_true(run >= 7);
 	assert_int_equal(g->n, run);
 	assert_int_equal(g->a[0].kind, DIAG_KIND_GPU_SLOW);
-	diag_det__free(d);
-	free(g);
 }
 
 static void test_bad_baseline_and_steps(void **state)
@@ -1242,28 +1231,28 @@ static void test_bad_baseline_and_steps(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_single_and_run),
-	    cmocka_unit_test(test_heavier_batch_ok),
-	    cmocka_unit_test(test_monotone_bound),
-	    cmocka_unit_test(test_lower_bound),
-	    cmocka_unit_test(test_second_mode),
-	    cmocka_unit_test(test_window_skips_flagged),
-	    cmocka_unit_test(test_cpu_chart),
-	    cmocka_unit_test(test_kinds),
+	    cmocka_unit_test_setup_teardown(test_single_and_run, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_heavier_batch_ok, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_monotone_bound, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_lower_bound, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_second_mode, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_window_skips_flagged, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_cpu_chart, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_kinds, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_hta_ranks),
 	    cmocka_unit_test(test_saved_baseline_regression),
 	    cmocka_unit_test(test_bad_baseline_and_steps),
-	    cmocka_unit_test(test_spikes_and_floors),
-	    cmocka_unit_test(test_young_cell),
-	    cmocka_unit_test(test_bootstrap_stall),
-	    cmocka_unit_test(test_level_under_raised_limit),
-	    cmocka_unit_test(test_noise),
-	    cmocka_unit_test(test_noise_no_breakdown),
-	    cmocka_unit_test(test_small_spike),
+	    cmocka_unit_test_setup_teardown(test_spikes_and_floors, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_young_cell, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_bootstrap_stall, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_level_under_raised_limit, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_noise, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_noise_no_breakdown, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_small_spike, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_gap_chart),
 	};
 
-	if (!data_dir())
+	if (!test_data_dir())
 		printf("test_detect: $INFERTRACE_DATA (../shared/data) absent: real-trace tests "
 		       "skipped\n");
 	return cmocka_run_group_tests(tests, NULL, NULL);

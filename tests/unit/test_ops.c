@@ -20,6 +20,7 @@
 #include "ops.h"
 #include "perfetto.h"
 #include "control_proto.h"
+#include "json_assert.h"
 
 /* a sink that keeps every record */
 struct cap_sink {
@@ -178,11 +179,11 @@ static void test_recorder_anomaly_sends_window(void **state)
 	assert_int_equal(c.cls[2], REC_ANOMALY);
 	fr = json_loads(c.recs[3], 0, NULL);
 	assert_non_null(fr);
-	assert_string_equal(json_string_value(json_object_get(fr, "type")), "flight_recorder");
-	assert_string_equal(json_string_value(json_object_get(fr, "instance")), "i1");
-	assert_string_equal(json_string_value(json_object_get(fr, "trigger")), "anomaly");
-	assert_int_equal(json_integer_value(json_object_get(fr, "records")), 1);
-	assert_int_equal(json_integer_value(json_object_get(fr, "already_sent")), 2);
+	assert_json_str(fr, "type", "flight_recorder");
+	assert_json_str(fr, "instance", "i1");
+	assert_json_str(fr, "trigger", "anomaly");
+	assert_json_int(fr, "records", 1);
+	assert_json_int(fr, "already_sent", 2);
 	json_decref(fr);
 	assert_non_null(strstr(c.recs[4], "\"n\":2"));
 	assert_int_equal(c.cls[4], REC_EVENT);

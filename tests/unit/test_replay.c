@@ -29,6 +29,7 @@
 #include <zlib.h>
 
 #include "correlator.h"
+#include "test_data.h"
 
 /* ---------------------------------------------------------- helpers ---- */
 
@@ -49,23 +50,9 @@ static void cap_log(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
 		strcat(logbuf, "\n");
 }
 
-static const char *data_dir(void)
-{
-	static char dir[1024];
-	const char *env = getenv("INFERTRACE_DATA");
-
-	if (env && !access(env, R_OK))
-		return env;
-	if (!access("../shared/data/README.md", R_OK)) {
-		snprintf(dir, sizeof(dir), "../shared/data");
-		return dir;
-	}
-	return NULL;
-}
-
 static int data_path(char *out, size_t sz, const char *rel)
 {
-	const char *d = data_dir();
+	const char *d = test_data_dir();
 
 	if (!d)
 		return -ENOENT;

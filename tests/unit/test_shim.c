@@ -158,26 +158,6 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static const char *shim_path(void)
-{
-	static char p[PATH_MAX + 64];
-	char exe[PATH_MAX];
-	ssize_t n;
-	char *s;
-
-	if (getenv("INFERTRACE_SHIM_SO"))
-		return getenv("INFERTRACE_SHIM_SO");
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n < 0)
-		return "build/libinfertrace_cupti.so";
-	exe[n] = '\0';
-	s = strrchr(exe, '/');
-	*s = '\0';
-	/* build/tests/unit/test_shim -> build/libinfertrace_cupti.so */
-	snprintf(p, sizeof(p), "%s/../../libinfertrace_cupti.so", exe);
-	return p;
-}
-
 static int setup(void **state)
 {
 	struct t *t = calloc(1, sizeof(*t));
@@ -208,7 +188,7 @@ static void unload(struct t *t)
 	assert_int_equal(dlclose(t->so), 0);
 	t->so = NULL;
 	/* really gone: the next test gets a fresh shim */
-	assert_null(dlopen(shim_path(), RTLD_NOW | RTLD_NOLOAD));
+	assert_null(dlopen(fake_cupti_shim_path(), RTLD_NOW | RTLD_NOLOAD));
 }
 
 static int teardown(void **state)
@@ -230,9 +210,9 @@ static void load(struct t *t)
 {
 	int (*init)(void);
 
-	t->so = dlopen(shim_path(), RTLD_NOW | RTLD_LOCAL);
+	t->so = dlopen(fake_cupti_shim_path(), RTLD_NOW | RTLD_LOCAL);
 	if (!t->so)
-		fail_msg("dlopen %s: %s", shim_path(), dlerror());
+		fail_msg("dlopen %s: %s", fake_cupti_shim_path(), dlerror());
 	init = (int (*)(void))dlsym(t->so, "InitializeInjection");
 	assert_non_null(init);
 	assert_int_equal(init(), 1);
@@ -332,20 +312,8 @@ static CUpti_ActivityKernel10 mk_kernel(uint32_t corr, uint64_t start, const cha
 {
 	CUpti_ActivityKernel10 k;
 
-	memset(&k, 0, sizeof(k));
-	k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-	k.start = start;
-	k.end = start + 1000;
-	k.correlationId = corr;
-	k.deviceId = 1;
-	k.contextId = 2;
-	k.streamId = 7;
-	k.gridX = 128;
-	k.gridY = 2;
-	k.gridZ = 1;
-	k.blockX = 256;
-	k.blockY = 1;
-	k.blockZ = 1;
+	FAKE_CUPTI_ACTIVITY(k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 1, 2, start, 1000, 7, corr);
+	FAKE_CUPTI_DIMS(k, 128, 2, 1, 256, 1, 1);
 	k.graphId = 9;
 	k.graphNodeId = 0x100000002ull;
 	k.name = name;
@@ -358,7 +326,7 @@ static void test_only_export(void **state)
 {
 	struct t *t = *state;
 
-	t->so = dlopen(shim_path(), RTLD_NOW | RTLD_LOCAL);
+	t->so = dlopen(fake_cupti_shim_path(), RTLD_NOW | RTLD_LOCAL);
 	assert_non_null(t->so);
 	assert_non_null(dlsym(t->so, "InitializeInjection"));
 	assert_null(dlsym(t->so, "g_shim"));
@@ -489,25 +457,11 @@ static void test_activity_records_end_to_end(void **state)
 	load(t);
 	wait_status(t, SHIM_CLOCK_MONOTONIC_CB, MODE_DEEP);
 
-	memset(&mc, 0, sizeof(mc));
-	mc.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+	FAKE_CUPTI_ACTIVITY(mc, CUPTI_ACTIVITY_KIND_MEMCPY, 1, 2, 6000000, 500000, 8, 202);
 	mc.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
 	mc.bytes = 1 << 20;
-	mc.start = 6000000;
-	mc.end = 6500000;
-	mc.deviceId = 1;
-	mc.contextId = 2;
-	mc.streamId = 8;
-	mc.correlationId = 202;
-	memset(&ms, 0, sizeof(ms));
-	ms.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+	FAKE_CUPTI_ACTIVITY(ms, CUPTI_ACTIVITY_KIND_MEMSET, 1, 2, 7000000, 100, 9, 203);
 	ms.bytes = 4096;
-	ms.start = 7000000;
-	ms.end = 7000100;
-	ms.deviceId = 1;
-	ms.contextId = 2;
-	ms.streamId = 9;
-	ms.correlationId = 203;
 	memset(longname, 'x', sizeof(longname) - 1);
 	longname[sizeof(longname) - 1] = '\0';
 
@@ -863,13 +817,19 @@ static int raw_connect(const char *path)
 	return fd;
 }
 
+/* a record r of type t as a shim sends it: zeroed, its header's type and size set */
+#define REC_INIT(r, t)                                                                             \
+	do {                                                                                       \
+		memset(&(r), 0, sizeof(r));                                                        \
+		(r).hdr.type = (t);                                                                \
+		(r).hdr.size = sizeof(r);                                                          \
+	} while (0)
+
 static struct shim_status_event mk_hello(uint32_t abi)
 {
 	struct shim_status_event s;
 
-	memset(&s, 0, sizeof(s));
-	s.hdr.type = EV_SHIM_STATUS;
-	s.hdr.size = sizeof(s);
+	REC_INIT(s, EV_SHIM_STATUS);
 	s.hdr.pid = (uint32_t)getpid();
 	s.abi_version = abi;
 	return s;
@@ -880,9 +840,7 @@ static struct gpu_launch_cb_event mk_cb(uint32_t corr)
 {
 	struct gpu_launch_cb_event cb;
 
-	memset(&cb, 0, sizeof(cb));
-	cb.hdr.type = EV_GPU_LAUNCH_CB;
-	cb.hdr.size = sizeof(cb);
+	REC_INIT(cb, EV_GPU_LAUNCH_CB);
 	cb.domain = 1;
 	cb.correlation_id = corr;
 	return cb;
@@ -934,9 +892,7 @@ static void test_rx_forged_and_garbage(void **state)
 	memset(msg, 0xa5, sizeof(msg));
 	assert_int_equal(send(fd, msg, 7, 0), 7); /* shorter than a header */
 	assert_int_equal(send(fd, msg, sizeof(msg), 0), sizeof(msg));
-	memset(&act, 0, sizeof(act));
-	act.hdr.type = EV_GPU_KERNEL;
-	act.hdr.size = sizeof(act);
+	REC_INIT(act, EV_GPU_KERNEL);
 	memset(act.name, 'A', sizeof(act.name)); /* no NUL */
 	assert_int_equal(send(fd, &act, sizeof(act), 0), sizeof(act));
 	act.name[5] = '\0';

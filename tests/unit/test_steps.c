@@ -20,17 +20,7 @@
 #include <cmocka.h>
 
 #include "diagnose.h"
-
-static const char *data_dir(void)
-{
-	const char *env = getenv("INFERTRACE_DATA");
-
-	if (env && !access(env, R_OK))
-		return env;
-	if (!access("../shared/data/README.md", R_OK))
-		return "../shared/data";
-	return NULL;
-}
+#include "test_data.h"
 
 #define MAXS 64
 struct got {
@@ -81,7 +71,7 @@ static void on_marker(void *ctx, const struct corr_marker *m)
 static int run_trace(const char *file, struct got *g, const struct diag_seg_opts *so)
 {
 	char path[1024];
-	const char *dir = data_dir();
+	const char *dir = test_data_dir();
 	struct diag_seg_opts o = *so;
 	struct corr_opts co = {.sz = sizeof(co), .emit = on_gpu, .emit_ctx = g};
 	struct corr_replay_opts ro = {.sz = sizeof(ro), .marker = on_marker, .marker_ctx = g};
@@ -127,23 +117,31 @@ static void check_vs_ref(struct got *g, int first_ref, int n)
 
 #define VLLM "tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz"
 
+/* the vLLM trace through the segmenter, markers fed: its 11 steps sorted by start */
+static struct got *run_vllm(const struct diag_seg_opts *o)
+{
+	struct got *g;
+
+	if (!test_data_dir())
+		skip();
+	g = calloc(1, sizeof(*g));
+	assert_non_null(g);
+	g->feed_markers = true;
+	run_trace(VLLM, g, o);
+	assert_int_equal(g->n, 11);
+	qsort(g->s, g->n, sizeof(g->s[0]), cmp_start);
+	return g;
+}
+
 /* automatic (marker names ignored): the same 11 steps, 1 prefill + 9 decode + 1 empty */
 static void test_vllm_auto(void **state)
 {
 	struct diag_seg_opts o = {.sz = sizeof(o), .auto_only = true};
-	struct got *g = calloc(1, sizeof(*g));
+	struct got *g = run_vllm(&o);
 	int pre = 0, dec = 0, empty = 0;
 
 	(void)state;
-	if (!data_dir()) {
-		free(g);
-		skip();
-	}
-	g->feed_markers = true;
-	run_trace(VLLM, g, &o);
 	assert_int_equal(g->nref, 11);
-	assert_int_equal(g->n, 11);
-	qsort(g->s, g->n, sizeof(g->s[0]), cmp_start);
 	check_vs_ref(g, 0, 11);
 	for (int i = 0; i < g->n; i++) {
 		assert_string_equal(g->s[i].source, "anchor");
@@ -187,7 +185,7 @@ static void test_vllm_launch_stream_only(void **state)
 	struct got *g = calloc(1, sizeof(*g));
 
 	(void)state;
-	if (!data_dir()) {
+	if (!test_data_dir()) {
 		free(g);
 		skip();
 	}
@@ -224,17 +222,9 @@ static void test_vllm_launch_stream_only(void **state)
 static void test_vllm_markers(void **state)
 {
 	struct diag_seg_opts o = {.sz = sizeof(o)};
-	struct got *g = calloc(1, sizeof(*g));
+	struct got *g = run_vllm(&o);
 
 	(void)state;
-	if (!data_dir()) {
-		free(g);
-		skip();
-	}
-	g->feed_markers = true;
-	run_trace(VLLM, g, &o);
-	assert_int_equal(g->n, 11);
-	qsort(g->s, g->n, sizeof(g->s[0]), cmp_start);
 	for (int i = 0; i < 11; i++) {
 		assert_int_equal(g->s[i].start_ns, g->ref[i].ts);
 		assert_int_equal(g->s[i].dur_ns, g->ref[i].end - g->ref[i].ts);
@@ -252,7 +242,7 @@ static void test_hta_profiler_steps(void **state)
 					 "hta_sampled_rank-1.json.gz"};
 
 	(void)state;
-	if (!data_dir())
+	if (!test_data_dir())
 		skip();
 	for (int r = 0; r < 2; r++) {
 		struct diag_seg_opts o = {.sz = sizeof(o)};
@@ -459,7 +449,7 @@ int main(void)
 	    cmocka_unit_test(test_processes_in_time_order),
 	};
 
-	if (!data_dir())
+	if (!test_data_dir())
 		printf("test_steps: $INFERTRACE_DATA (../shared/data) absent: real-trace tests "
 		       "skipped\n");
 	return cmocka_run_group_tests(tests, NULL, NULL);
