@@ -461,7 +461,11 @@ double dm_predict(const struct dmodel *m, double t, double kv, int *src, bool *n
 	 * three of this very workload, just now. Better than a guess, not a
 	 * measurement yet: it is used, novel, where no fresh cell is near.
 	 */
+#ifdef DIAG_ABLATE_YOUNG
+	young = NULL;
+#else
 	young = b && b->cnt && bin_fresh(m, b) ? b : NULL;
+#endif
 	for (unsigned i = 0; i < sizeof(nb_off) / sizeof(nb_off[0]); i++) {
 		int nt = bt + nb_off[i][0], nk = bk + nb_off[i][1];
 

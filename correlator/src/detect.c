@@ -128,6 +128,47 @@
 #define CH_HEAVY 3.0
 #define CH_SHARE 0.8
 
+/*
+ * Ablation switches for measuring each rule (eval/ablate.sh builds the
+ * evaluation with one of them defined; docs/diagnosis.md gives the effects).
+ * None is defined in a normal build.
+ */
+#ifdef DIAG_ABLATE_CHURN
+#define ABL_CHURN 1
+#else
+#define ABL_CHURN 0
+#endif
+#ifdef DIAG_ABLATE_MODES
+#define ABL_MODES 1
+#else
+#define ABL_MODES 0
+#endif
+#ifdef DIAG_ABLATE_HOLD
+#define ABL_HOLD 1
+#else
+#define ABL_HOLD 0
+#endif
+#ifdef DIAG_ABLATE_BOUND
+#define ABL_BOUND 1
+#else
+#define ABL_BOUND 0
+#endif
+#ifdef DIAG_ABLATE_GUESS
+#define ABL_GUESS 1
+#else
+#define ABL_GUESS 0
+#endif
+#ifdef DIAG_ABLATE_SPIKE
+#define ABL_SPIKE 1
+#else
+#define ABL_SPIKE 0
+#endif
+#ifdef DIAG_ABLATE_WINDOW
+#define ABL_WINDOW 1
+#else
+#define ABL_WINDOW 0
+#endif
+
 static const char *const kind_names[DIAG_KIND_COUNT] = {
     "host_stall", "cpu_contention", "gpu_slow", "communication", "straggler", "regression",
 };
@@ -964,7 +1005,7 @@ static double churn_limit(const struct dkey *k, double ucl1)
 {
 	double q;
 
-	if (k->ch_cnt < CH_MIN || k->seq->churn.mean >= CH_SHARE)
+	if (ABL_CHURN || k->ch_cnt < CH_MIN || k->seq->churn.mean >= CH_SHARE)
 		return 0;
 	q = k->ch_sorted[(uint32_t)(CH_Q * (k->ch_cnt - 1) + 0.5)];
 	return q > CH_HEAVY * ucl1 ? q : 0;
@@ -1064,7 +1105,7 @@ static void expect(struct dkey *k, const struct diag_step *s, struct judge *j)
 	j->cls = step_class(k->seq, s);
 	j->med = dm_predict(&k->m, j->t, j->kv, &j->src, &j->novel);
 	/* a guess under a lighter workload's median is certainly too low */
-	if (j->novel && j->med > 0) {
+	if (!ABL_BOUND && j->novel && j->med > 0) {
 		double lb = dm_bound(&k->m, j->t, j->kv, -1);
 
 		if (lb > j->med)
@@ -1088,7 +1129,7 @@ static void limits(const struct diag_det *d, const struct dkey *k, struct judge 
 	/* a roofline guess (no cell near) is only as good as the fit's own spread */
 	if (j->src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
 		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
-	if (j->novel && ucl1 < guess_floor)
+	if (!ABL_GUESS && j->novel && ucl1 < guess_floor)
 		ucl1 = guess_floor;
 	if (j->cls) {
 		double cl = churn_limit(k, j->ucl1_own);
@@ -1149,7 +1190,7 @@ static void charts(const struct diag_det *d, struct dkey *k, const struct diag_s
 	 * heavier workload's: above that bound by the chart's own limit it is
 	 * flagged as if its cell were known
 	 */
-	if (!j->flag1 && j->novel && !j->churn) {
+	if (!ABL_BOUND && !j->flag1 && j->novel && !j->churn) {
 		double ub = dm_bound(&k->m, j->t, j->kv, 1);
 
 		if (ub > 0 && j->dur > ub * (1 + j->ucl1_own)) {
@@ -1162,7 +1203,7 @@ static void charts(const struct diag_det *d, struct dkey *k, const struct diag_s
 		}
 	}
 	/* a second mode of this workload; the next step may end a run */
-	if (j->flag1 && j->measured && k->seq->last_ok &&
+	if (!ABL_MODES && j->flag1 && j->measured && k->seq->last_ok &&
 	    mode_match(k, dm_bin_key(j->t, j->kv), j->dur / j->med) >= MODE_MIN) {
 		j->flag1 = false;
 		j->explained = true;
@@ -1174,7 +1215,7 @@ static void charts(const struct diag_det *d, struct dkey *k, const struct diag_s
 	if (!j->flag1 && !j->explained) {
 		double wm = (j->wsum + j->up) / (j->wn + 1);
 
-		j->flagw = !j->novel && !j->churn && j->wn + 1 >= d->o.window && wm > j->uclw &&
+		j->flagw = !ABL_WINDOW && !j->novel && !j->churn && j->wn + 1 >= d->o.window && wm > j->uclw &&
 			   j->up > d->o.floor_window / 2;
 	}
 	host_charts(d, k, s, j);
@@ -1203,7 +1244,7 @@ static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step 
 			s->gpu_busy_ns - k->f_busy.mean * j->med >= NOISE_GPU * (j->dur - j->med);
 	else
 		spike = spike && j->dur < NOISE_NB * j->med;
-	j->hold = spike && j->up < SPIKE_TEACH * j->ucl1 &&
+	j->hold = !ABL_HOLD && spike && j->up < SPIKE_TEACH * j->ucl1 &&
 		  (noise_count(sq) >= NOISE_MIN || j->dur < NOISE_SMALL * j->med);
 	/* an uneven spike after a held one: a burst of jitter, not a level */
 	j->chain = j->hold && sq->held && sq->burst < BURST_MAX &&
@@ -1398,7 +1439,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		 * stretch the limit rises with the spikes instead of flagging
 		 * each one. A run of slow steps or a big stall never teaches it.
 		 */
-		if (k->consec == 1 && j.judged && !j.novel && k->flag_u >= 0)
+		if (!ABL_SPIKE && k->consec == 1 && j.judged && !j.novel && k->flag_u >= 0)
 			ew_add(&k->u1, k->flag_u);
 		k->consec = 0;
 		if (j.explained)
