@@ -116,16 +116,18 @@
  * limit learned from accepted steps alone would only ever shrink. Churn must
  * be the exception (under CH_SHARE of the sequence's recent steps): where
  * every step changes the batch, the class separates nothing. Once CH_MIN are
- * known and their CH_Q quantile is above the single chart's limit, churn
- * costs unrecorded work on this key: a churn step is judged against that
- * quantile and teaches neither the cells nor the charts. Otherwise it is
- * judged, and teaches, like any step.
+ * known and their CH_HEAVY_Q quantile is over CH_HEAVY x the single chart's
+ * limit (a tenth of them far slower than steady steps: no few faults among
+ * them can say that), churn costs unrecorded work on this key: a churn step
+ * is judged against their CH_Q quantile and teaches neither the cells nor
+ * the charts. Otherwise it is judged, and teaches, like any step.
  */
 #define CH_N 128
 #define CH_MIN 16
 #define CH_Q 0.99
 #define CH_CLIP 6.0
 #define CH_HEAVY 3.0
+#define CH_HEAVY_Q 0.9
 #define CH_SHARE 0.8
 
 /*
@@ -1007,8 +1009,10 @@ static double churn_limit(const struct dkey *k, double ucl1)
 
 	if (ABL_CHURN || k->ch_cnt < CH_MIN || k->seq->churn.mean >= CH_SHARE)
 		return 0;
+	if (k->ch_sorted[(uint32_t)(CH_HEAVY_Q * (k->ch_cnt - 1) + 0.5)] <= CH_HEAVY * ucl1)
+		return 0;
 	q = k->ch_sorted[(uint32_t)(CH_Q * (k->ch_cnt - 1) + 0.5)];
-	return q > CH_HEAVY * ucl1 ? q : 0;
+	return q > ucl1 ? q : ucl1;
 }
 
 static void churn_add(struct dkey *k, double up, double clip)
