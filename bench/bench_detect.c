@@ -143,12 +143,11 @@ int main(void)
 		diag_det__add_step(d, &st[i], NULL);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
 	secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-	printf(
-	    "bench_detect: %d steps (8 instances x 4 ranks x 2 phases, 3 kernels per step) in "
-	    "%.3f s of CPU time: %.2f M steps/s on one core (target >= 1 M/s); %llu anomalies, "
-	    "%llu refits\n",
-	    N_STEPS, secs, N_STEPS / secs / 1e6, (unsigned long long)anomalies,
-	    (unsigned long long)diag_det__counters(d)->refits);
+	printf("bench_detect: %d steps (8 instances x 4 ranks x 2 phases, 3 kernels per step) in "
+	       "%.3f s of CPU time: %.2f M steps/s on one core (target >= 1 M/s); %llu anomalies, "
+	       "%llu refits\n",
+	       N_STEPS, secs, N_STEPS / secs / 1e6, (unsigned long long)anomalies,
+	       (unsigned long long)diag_det__counters(d)->refits);
 	diag_det__free(d);
 	free(st);
 	return memory();

@@ -887,7 +887,8 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 
 		if (dump)
 			fprintf(
-			    dump, "%s\t%s\t%zu\t%s\t%s\t%lld\t%lld\t%.0f\t%llu\t%d\t%d\t%s\t%d\t%.3f\n",
+			    dump,
+			    "%s\t%s\t%zu\t%s\t%s\t%lld\t%lld\t%.0f\t%llu\t%d\t%d\t%s\t%d\t%.3f\n",
 			    dump_campaign, x->name, i, fault_name[f], diag_phase_name(rec[i].phase),
 			    (long long)rec[i].tokens, (long long)rec[i].kv, rec[i].dur,
 			    (unsigned long long)rec[i].median, rec[i].judged, rec[i].flagged,
@@ -1161,10 +1162,11 @@ static int blind(uint64_t seed, double rate, const struct diag_det_opts *o)
 		free(x.s);
 	}
 	if (!brief)
-		printf("FPR0: flagged share of a clean run (natural FPR); FPR: of the clean steps of "
-		       "the faulted run; LAG: mean steps from an episode's start to its first "
-		       "anomaly; KIND: hits whose kind names the fault (no breakdown: shape "
-		       "only)\n\n");
+		printf(
+		    "FPR0: flagged share of a clean run (natural FPR); FPR: of the clean steps of "
+		    "the faulted run; LAG: mean steps from an episode's start to its first "
+		    "anomaly; KIND: hits whose kind names the fault (no breakdown: shape "
+		    "only)\n\n");
 	return 0;
 }
 
@@ -1216,7 +1218,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		errno = 0;
 		med_theta = strtod(arg, &end);
 		if (errno || *end || med_theta <= 0)
-			argp_error(state, "--median-theta takes a positive fraction, not '%s'", arg);
+			argp_error(state, "--median-theta takes a positive fraction, not '%s'",
+				   arg);
 		break;
 	case 's':
 		errno = 0;

@@ -22,6 +22,9 @@
  *    share of the step than usual (k sd, RUNQ_FLOOR of the step and 1 ms)
  *    while the GPU idled at least half as long is CPU contention, also for
  *    a workload no cell knows;
+ *  - churn: a step whose batch changed membership did work its record may
+ *    not count; where a key's churn steps are often far slower than steady
+ *    ones, they are judged against a quantile of their own excesses;
  *  - flagged steps never teach the baseline (a run of slow steps must not
  *    become the norm), unless they persist for LEVEL_SHIFT steps: then the
  *    new level is accepted and said so, and only a saved baseline
@@ -255,9 +258,9 @@ struct dseq {
 	uint32_t noise_pos;
 	bool held; /* an anomaly waits for the next step: noise or not */
 	struct diag_anomaly han;
-	float hr;	/* its dur / median */
-	uint32_t burst; /* held spikes in a row */
-	double pbs, pkv; /* batch and KV tokens of the previous step; < 0 unknown */
+	float hr;	     /* its dur / median */
+	uint32_t burst;	     /* held spikes in a row */
+	double pbs, pkv;     /* batch and KV tokens of the previous step; < 0 unknown */
 	struct ewstat churn; /* share of churn steps (step_class) */
 };
 
@@ -1077,12 +1080,12 @@ static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
  * (charts()), and what the step's sequence makes of it (sequence()).
  */
 struct judge {
-	double t, kv, dur;   /* workload coordinates and duration, ns */
-	double med, up;	     /* expected median; u+ = max(dur / med - 1, 0) */
+	double t, kv, dur;     /* workload coordinates and duration, ns */
+	double med, up;	       /* expected median; u+ = max(dur / med - 1, 0) */
 	double ucl1, ucl1_own; /* single chart's limit; before a guess widened it */
-	double uclw, wsum;	/* smoothed chart: limit, sum of its window */
-	double gx, uclg;	/* gap chart: longest gap over usual, and its limit */
-	double cx, uclc;	/* CPU chart: extra run-queue wait, and its limit */
+	double uclw, wsum;     /* smoothed chart: limit, sum of its window */
+	double gx, uclg;       /* gap chart: longest gap over usual, and its limit */
+	double cx, uclc;       /* CPU chart: extra run-queue wait, and its limit */
 	uint32_t wn, cls;
 	int src;
 	bool novel, measured, churn, judged;
@@ -1219,8 +1222,8 @@ static void charts(const struct diag_det *d, struct dkey *k, const struct diag_s
 	if (!j->flag1 && !j->explained) {
 		double wm = (j->wsum + j->up) / (j->wn + 1);
 
-		j->flagw = !ABL_WINDOW && !j->novel && !j->churn && j->wn + 1 >= d->o.window && wm > j->uclw &&
-			   j->up > d->o.floor_window / 2;
+		j->flagw = !ABL_WINDOW && !j->novel && !j->churn && j->wn + 1 >= d->o.window &&
+			   wm > j->uclw && j->up > d->o.floor_window / 2;
 	}
 	host_charts(d, k, s, j);
 }
@@ -1233,8 +1236,7 @@ static void charts(const struct diag_det *d, struct dkey *k, const struct diag_s
  * a step with no breakdown to say either way, a small one) waits for the
  * next step, which also decides the one held before.
  */
-static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step *s,
-		     struct judge *j)
+static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step *s, struct judge *j)
 {
 	struct dseq *sq = k->seq;
 	bool spike;
@@ -1260,8 +1262,8 @@ static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step 
 		mode_add(sq->pk, sq->pcell, sq->pr, sq->pstep);
 	if (sq->npend && j->calm)
 		sq->noise[sq->noise_pos++ % NOISE_N] = sq->nstep;
-	sq->pend = (j->flag1 || j->explained) && j->measured && !j->flagg && !j->flagc &&
-		   sq->last_ok;
+	sq->pend =
+	    (j->flag1 || j->explained) && j->measured && !j->flagg && !j->flagc && sq->last_ok;
 	if (sq->pend) {
 		sq->pk = k;
 		sq->pcell = dm_bin_key(j->t, j->kv);
