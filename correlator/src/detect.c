@@ -1001,10 +1001,11 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 /* ------------------------------------------------------------- judge ---- */
 
 /*
- * The limit of a churn step: a high quantile of the key's recent churn
- * excesses; 0 while they are no larger than the steady steps' limit (or too
- * few to say): churn then costs nothing the record does not describe, and
- * the step is judged, and teaches, like any other.
+ * The limit of a churn step: the CH_Q quantile of the key's recent churn
+ * excesses (at least the steady limit); 0 while too few of them are far over
+ * the steady limit (or too few are known, or churn is the rule): churn then
+ * costs nothing the record does not describe, and the step is judged, and
+ * teaches, like any other.
  */
 static double churn_limit(const struct dkey *k, double ucl1)
 {
@@ -1041,14 +1042,14 @@ static void churn_add(struct dkey *k, double up, double clip)
 }
 
 /*
- * The class of a step's workload (struct dmodel: cls). In a continuously
- * batched engine, a step's KV tokens are the previous step's plus one token
- * per request that stayed: when they are not (KV short: requests left and
- * new, shorter ones took their place; the batch shrank), requests joined
- * and were prefilled in this step, work its record may not describe (no
- * prefill count, phase unknown). Class 1: the batch's membership changed;
- * 2: KV grew by more than the batch (new requests that were prefilled
- * before, counted now); 0: steady. Prefill steps are class 0.
+ * The class of a step (churn, above). In a continuously batched engine, a
+ * step's KV tokens are the previous step's plus one token per request that
+ * stayed: when they are short of that (requests left and newer, shorter
+ * ones took their place) or the batch shrank, requests joined and were
+ * prefilled in this step, work its record may not describe (no prefill
+ * count, phase unknown): class 1. Class 2: KV grew by more than the batch
+ * plus one request's context (several joined). 0: steady. Prefill steps are
+ * class 0 and start the comparison again.
  */
 #define CHURN_TOL 0.002
 static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
