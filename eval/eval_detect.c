@@ -1184,7 +1184,8 @@ static const struct argp_option options[] = {
     {"rate", 'r', "FRAC", 0, "Fraction of steps faulted per campaign (default 0.05)"},
     {"steps", 'n', "N", 0, "Steps synthesised per request trace (default 40000)"},
     {"brief", 'b', NULL, 0,
-     "Print only the issue's targets, on one line (eval/seeds.sh runs this for seeds 1-10)"},
+     "Print one line of figures per form and judge, and one for the modelled streams: "
+     "'seed N STREAM JUDGE key value ...' (eval/seeds.sh reads them)"},
     {"blind", 'B', NULL, 0,
      "Only the blind protocol (the real stream in its three forms), not the modelled streams"},
     {"median-theta", 'm', "FRAC", 0,
@@ -1255,7 +1256,8 @@ int main(int argc, char **argv)
 	    "USAGE: eval_detect [--seed N] [--data DIR]\n\nEXAMPLES:\n"
 	    "  eval_detect                # the reporting seed\n"
 	    "  eval_detect --seed 1       # the tuning seed\n"
-	    "  eval/seeds.sh 1 10         # the targets at seeds 1-10, mean and least\n",
+	    "  eval_detect --blind        # the real stream only, its three forms\n"
+	    "  eval/seeds.sh 11 100       # every figure at seeds 11-100, mean and worst\n",
 	};
 	struct args a = {.seed = 7, .rate = 0.05, .max_steps = 40000};
 	struct diag_det_opts o = {.sz = sizeof(o)};
