@@ -328,6 +328,7 @@ $(BUILD)/bench/bench_replay: bench/bench_replay.c $(CORR_LIB)
 # tuned on) with their mean and worst. bench_detect links the correlator
 # library, like bench_replay: a dedicated rule wins over the bench pattern
 # rule.
+EVAL_SEED ?= 7
 $(BUILD)/eval/eval_detect: eval/eval_detect.c $(CORR_LIB)
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)

@@ -887,7 +887,8 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 
 		if (dump)
 			fprintf(
-			    dump, "%s\t%s\t%zu\t%s\t%s\t%lld\t%lld\t%.0f\t%llu\t%d\t%d\t%s\t%d\t%.3f\n",
+			    dump,
+			    "%s\t%s\t%zu\t%s\t%s\t%lld\t%lld\t%.0f\t%llu\t%d\t%d\t%s\t%d\t%.3f\n",
 			    dump_campaign, x->name, i, fault_name[f], diag_phase_name(rec[i].phase),
 			    (long long)rec[i].tokens, (long long)rec[i].kv, rec[i].dur,
 			    (unsigned long long)rec[i].median, rec[i].judged, rec[i].flagged,
@@ -1161,10 +1162,11 @@ static int blind(uint64_t seed, double rate, const struct diag_det_opts *o)
 		free(x.s);
 	}
 	if (!brief)
-		printf("FPR0: flagged share of a clean run (natural FPR); FPR: of the clean steps of "
-		       "the faulted run; LAG: mean steps from an episode's start to its first "
-		       "anomaly; KIND: hits whose kind names the fault (no breakdown: shape "
-		       "only)\n\n");
+		printf(
+		    "FPR0: flagged share of a clean run (natural FPR); FPR: of the clean steps of "
+		    "the faulted run; LAG: mean steps from an episode's start to its first "
+		    "anomaly; KIND: hits whose kind names the fault (no breakdown: shape "
+		    "only)\n\n");
 	return 0;
 }
 
@@ -1182,7 +1184,8 @@ static const struct argp_option options[] = {
     {"rate", 'r', "FRAC", 0, "Fraction of steps faulted per campaign (default 0.05)"},
     {"steps", 'n', "N", 0, "Steps synthesised per request trace (default 40000)"},
     {"brief", 'b', NULL, 0,
-     "Print only the issue's targets, on one line (eval/seeds.sh runs this for seeds 1-10)"},
+     "Print one line of figures per form and judge, and one for the modelled streams: "
+     "'seed N STREAM JUDGE key value ...' (eval/seeds.sh reads them)"},
     {"blind", 'B', NULL, 0,
      "Only the blind protocol (the real stream in its three forms), not the modelled streams"},
     {"median-theta", 'm', "FRAC", 0,
@@ -1216,7 +1219,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		errno = 0;
 		med_theta = strtod(arg, &end);
 		if (errno || *end || med_theta <= 0)
-			argp_error(state, "--median-theta takes a positive fraction, not '%s'", arg);
+			argp_error(state, "--median-theta takes a positive fraction, not '%s'",
+				   arg);
 		break;
 	case 's':
 		errno = 0;
@@ -1252,7 +1256,8 @@ int main(int argc, char **argv)
 	    "USAGE: eval_detect [--seed N] [--data DIR]\n\nEXAMPLES:\n"
 	    "  eval_detect                # the reporting seed\n"
 	    "  eval_detect --seed 1       # the tuning seed\n"
-	    "  eval/seeds.sh 1 10         # the targets at seeds 1-10, mean and least\n",
+	    "  eval_detect --blind        # the real stream only, its three forms\n"
+	    "  eval/seeds.sh 11 100       # every figure at seeds 11-100, mean and worst\n",
 	};
 	struct args a = {.seed = 7, .rate = 0.05, .max_steps = 40000};
 	struct diag_det_opts o = {.sz = sizeof(o)};

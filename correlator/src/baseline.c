@@ -103,6 +103,58 @@ static int grow(struct dmodel *m)
 	return 0;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Memory is bounded per key, whatever the number of workloads: at
+ * BIN_SLOTS_MAX slots the table keeps the half of its cells that ran most
+ * recently instead of growing (a cell that has not run for a while is stale,
+ * learned again from its next step anyway).
+ */
+static int prune(struct dmodel *m)
+{
+	uint64_t *age = malloc(sizeof(*age) * (m->used ? m->used : 1)), cut;
+	struct dbin *nt = malloc(sizeof(*nt) * m->cap);
+	uint32_t n = 0, keep;
+
+	if (!age || !nt) {
+		free(age);
+		free(nt);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < m->cap; i++)
+		if (m->bins[i].key != BIN_EMPTY)
+			age[n++] = m->bins[i].last;
+	qsort(age, n, sizeof(*age), cmp_u64);
+	cut = n ? age[n / 2] : 0;
+	for (uint32_t i = 0; i < m->cap; i++)
+		nt[i].key = BIN_EMPTY;
+	keep = n - n / 2;
+	m->used = 0;
+	for (uint32_t i = 0; i < m->cap && m->used < keep; i++)
+		if (m->bins[i].key != BIN_EMPTY && m->bins[i].last >= cut) {
+			*slot_for(nt, m->cap, m->bins[i].key) = m->bins[i];
+			m->used++;
+		}
+	free(age);
+	free(m->bins);
+	m->bins = nt;
+	return 0;
+}
+
+/* room for one more cell: grow the table, or at its bound forget the oldest half */
+static int make_room(struct dmodel *m)
+{
+	if ((m->used + 1) * 4 <= m->cap * 3)
+		return 0;
+	return m->cap >= BIN_SLOTS_MAX ? prune(m) : grow(m);
+}
+
 float dm_bin_median(const struct dbin *b)
 {
 	if (!b->cnt)
@@ -138,8 +190,8 @@ int dm_add(struct dmodel *m, double t, double kv, double dur)
 	float old = 0;
 	int err;
 
-	if ((m->used + 1) * 4 > m->cap * 3) {
-		err = grow(m);
+	if (!dm_find(m, key)) {
+		err = make_room(m);
 		if (err)
 			return err;
 	}
@@ -183,8 +235,8 @@ int dm_put_bin(struct dmodel *m, uint64_t key, double med, uint32_t cnt, double 
 
 	if (!cnt || cnt > BIN_RING || key == BIN_EMPTY)
 		return -EINVAL;
-	if ((m->used + 1) * 4 > m->cap * 3) {
-		err = grow(m);
+	if (!dm_find(m, key)) {
+		err = make_room(m);
 		if (err)
 			return err;
 	}
@@ -409,7 +461,11 @@ double dm_predict(const struct dmodel *m, double t, double kv, int *src, bool *n
 	 * three of this very workload, just now. Better than a guess, not a
 	 * measurement yet: it is used, novel, where no fresh cell is near.
 	 */
+#ifdef DIAG_ABLATE_YOUNG
+	young = NULL;
+#else
 	young = b && b->cnt && bin_fresh(m, b) ? b : NULL;
+#endif
 	for (unsigned i = 0; i < sizeof(nb_off) / sizeof(nb_off[0]); i++) {
 		int nt = bt + nb_off[i][0], nk = bk + nb_off[i][1];
 

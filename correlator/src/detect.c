@@ -22,6 +22,9 @@
  *    share of the step than usual (k sd, RUNQ_FLOOR of the step and 1 ms)
  *    while the GPU idled at least half as long is CPU contention, also for
  *    a workload no cell knows;
+ *  - churn: a step whose batch changed membership did work its record may
+ *    not count; where a key's churn steps are often far slower than steady
+ *    ones, they are judged against a quantile of their own excesses;
  *  - flagged steps never teach the baseline (a run of slow steps must not
  *    become the norm), unless they persist for LEVEL_SHIFT steps: then the
  *    new level is accepted and said so, and only a saved baseline
@@ -116,17 +119,60 @@
  * limit learned from accepted steps alone would only ever shrink. Churn must
  * be the exception (under CH_SHARE of the sequence's recent steps): where
  * every step changes the batch, the class separates nothing. Once CH_MIN are
- * known and their CH_Q quantile is above the single chart's limit, churn
- * costs unrecorded work on this key: a churn step is judged against that
- * quantile and teaches neither the cells nor the charts. Otherwise it is
- * judged, and teaches, like any step.
+ * known and their CH_HEAVY_Q quantile is over CH_HEAVY x the single chart's
+ * limit (a tenth of them far slower than steady steps: no few faults among
+ * them can say that), churn costs unrecorded work on this key: a churn step
+ * is judged against their CH_Q quantile and teaches neither the cells nor
+ * the charts. Otherwise it is judged, and teaches, like any step.
  */
 #define CH_N 128
 #define CH_MIN 16
 #define CH_Q 0.99
 #define CH_CLIP 6.0
 #define CH_HEAVY 3.0
+#define CH_HEAVY_Q 0.9
 #define CH_SHARE 0.8
+
+/*
+ * Ablation switches for measuring each rule (eval/ablate.sh builds the
+ * evaluation with one of them defined; docs/diagnosis.md gives the effects).
+ * None is defined in a normal build.
+ */
+#ifdef DIAG_ABLATE_CHURN
+#define ABL_CHURN 1
+#else
+#define ABL_CHURN 0
+#endif
+#ifdef DIAG_ABLATE_MODES
+#define ABL_MODES 1
+#else
+#define ABL_MODES 0
+#endif
+#ifdef DIAG_ABLATE_HOLD
+#define ABL_HOLD 1
+#else
+#define ABL_HOLD 0
+#endif
+#ifdef DIAG_ABLATE_BOUND
+#define ABL_BOUND 1
+#else
+#define ABL_BOUND 0
+#endif
+#ifdef DIAG_ABLATE_GUESS
+#define ABL_GUESS 1
+#else
+#define ABL_GUESS 0
+#endif
+#ifdef DIAG_ABLATE_SPIKE
+#define ABL_SPIKE 1
+#else
+#define ABL_SPIKE 0
+#endif
+#ifdef DIAG_ABLATE_WINDOW
+#define ABL_WINDOW 1
+#else
+#define ABL_WINDOW 0
+#endif
 
 static const char *const kind_names[DIAG_KIND_COUNT] = {
     "host_stall", "cpu_contention", "gpu_slow", "communication", "straggler", "regression",
@@ -212,9 +258,9 @@ struct dseq {
 	uint32_t noise_pos;
 	bool held; /* an anomaly waits for the next step: noise or not */
 	struct diag_anomaly han;
-	float hr;	/* its dur / median */
-	uint32_t burst; /* held spikes in a row */
-	double pbs, pkv; /* batch and KV tokens of the previous step; < 0 unknown */
+	float hr;	     /* its dur / median */
+	uint32_t burst;	     /* held spikes in a row */
+	double pbs, pkv;     /* batch and KV tokens of the previous step; < 0 unknown */
 	struct ewstat churn; /* share of churn steps (step_class) */
 };
 
@@ -942,19 +988,22 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 /* ------------------------------------------------------------- judge ---- */
 
 /*
- * The limit of a churn step: a high quantile of the key's recent churn
- * excesses; 0 while they are no larger than the steady steps' limit (or too
- * few to say): churn then costs nothing the record does not describe, and
- * the step is judged, and teaches, like any other.
+ * The limit of a churn step: the CH_Q quantile of the key's recent churn
+ * excesses (at least the steady limit); 0 while too few of them are far over
+ * the steady limit (or too few are known, or churn is the rule): churn then
+ * costs nothing the record does not describe, and the step is judged, and
+ * teaches, like any other.
  */
 static double churn_limit(const struct dkey *k, double ucl1)
 {
 	double q;
 
-	if (k->ch_cnt < CH_MIN || k->seq->churn.mean >= CH_SHARE)
+	if (ABL_CHURN || k->ch_cnt < CH_MIN || k->seq->churn.mean >= CH_SHARE)
+		return 0;
+	if (k->ch_sorted[(uint32_t)(CH_HEAVY_Q * (k->ch_cnt - 1) + 0.5)] <= CH_HEAVY * ucl1)
 		return 0;
 	q = k->ch_sorted[(uint32_t)(CH_Q * (k->ch_cnt - 1) + 0.5)];
-	return q > CH_HEAVY * ucl1 ? q : 0;
+	return q > ucl1 ? q : ucl1;
 }
 
 static void churn_add(struct dkey *k, double up, double clip)
@@ -980,14 +1029,14 @@ static void churn_add(struct dkey *k, double up, double clip)
 }
 
 /*
- * The class of a step's workload (struct dmodel: cls). In a continuously
- * batched engine, a step's KV tokens are the previous step's plus one token
- * per request that stayed: when they are not (KV short: requests left and
- * new, shorter ones took their place; the batch shrank), requests joined
- * and were prefilled in this step, work its record may not describe (no
- * prefill count, phase unknown). Class 1: the batch's membership changed;
- * 2: KV grew by more than the batch (new requests that were prefilled
- * before, counted now); 0: steady. Prefill steps are class 0.
+ * The class of a step (churn, above). In a continuously batched engine, a
+ * step's KV tokens are the previous step's plus one token per request that
+ * stayed: when they are short of that (requests left and newer, shorter
+ * ones took their place) or the batch shrank, requests joined and were
+ * prefilled in this step, work its record may not describe (no prefill
+ * count, phase unknown): class 1. Class 2: KV grew by more than the batch
+ * plus one request's context (several joined). 0: steady. Prefill steps are
+ * class 0 and start the comparison again.
  */
 #define CHURN_TOL 0.002
 static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
@@ -1013,72 +1062,78 @@ static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
 	return c;
 }
 
-int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct diag_verdict *v)
-{
-	const char *inst = s->instance ? s->instance : "";
-	double t, kv, med, u, up, ucl1, uclw, uclg = 0, gx = 0, wsum = 0, dur, guess_floor;
-	double ucl1_own;	 /* the chart's limit before a guess widens it */
-	double cx = 0, uclc = 0; /* the CPU chart: extra run-queue wait, ns, and its limit */
-	bool flag1 = false, flagw = false, flagg = false, flagc = false, judged = false,
-	     novel = true;
-	bool explained = false, measured, flagged, ok, calm, spike, hold, chain;
-	bool hostg = false, hostc = false; /* the gap or CPU chart sees a stall */
-	bool churn = false; /* membership changed, and that costs work the record does not count */
-	uint32_t cls;
-	struct dseq *sq;
-	struct dkey *k;
-	uint32_t wn = 0;
-	int src = -1;
+/*
+ * One step as the judge sees it: what the model expects (expect()), the
+ * limits from the residuals' own spread (limits()), what each chart says
+ * (charts()), and what the step's sequence makes of it (sequence()).
+ */
+struct judge {
+	double t, kv, dur;     /* workload coordinates and duration, ns */
+	double med, up;	       /* expected median; u+ = max(dur / med - 1, 0) */
+	double ucl1, ucl1_own; /* single chart's limit; before a guess widened it */
+	double uclw, wsum;     /* smoothed chart: limit, sum of its window */
+	double gx, uclg;       /* gap chart: longest gap over usual, and its limit */
+	double cx, uclc;       /* CPU chart: extra run-queue wait, and its limit */
+	uint32_t wn, cls;
+	int src;
+	bool novel, measured, churn, judged;
+	bool flag1, flagw, flagg, flagc, explained, flagged;
+	bool hostg, hostc; /* the gap or CPU chart sees a stall */
+	bool calm, ok, hold, chain;
+};
 
-	if (v)
-		memset(v, 0, sizeof(*v));
-	d->cnt.steps++;
-	if (!s->dur_ns) {
-		d->cnt.bad_steps++;
-		return -EINVAL;
-	}
-	peers(d, inst, s);
-	k = key_get(d, inst, s->rank, s->phase);
-	if (!k)
-		return d->kused >= d->o.max_keys ? -ENOSPC : -ENOMEM;
-	k->steps++;
-	dur = (double)s->dur_ns;
-	t = s->tokens >= 0 ? (double)s->tokens : (double)s->batch_size;
-	kv = (double)s->kv_tokens;
+/*
+ * The model: the median duration expected for the step's workload
+ * (baseline.c: its cell, a neighbour scaled by the line, the line), never
+ * under what a lighter workload's cell measured.
+ */
+static void expect(struct dkey *k, const struct diag_step *s, struct judge *j)
+{
+	double u;
+
+	j->dur = (double)s->dur_ns;
+	j->t = s->tokens >= 0 ? (double)s->tokens : (double)s->batch_size;
+	j->kv = (double)s->kv_tokens;
+	j->src = -1;
 	k->m.now = k->steps;
 	k->m.stale = STALE_STEPS;
-	cls = step_class(k->seq, s);
-	med = dm_predict(&k->m, t, kv, &src, &novel);
+	j->cls = step_class(k->seq, s);
+	j->med = dm_predict(&k->m, j->t, j->kv, &j->src, &j->novel);
 	/* a guess under a lighter workload's median is certainly too low */
-	if (novel && med > 0) {
-		double lb = dm_bound(&k->m, t, kv, -1);
+	if (!ABL_BOUND && j->novel && j->med > 0) {
+		double lb = dm_bound(&k->m, j->t, j->kv, -1);
 
-		if (lb > med)
-			med = lb;
+		if (lb > j->med)
+			j->med = lb;
 	}
 	/* the workload's own cell or a neighbour's, not a guess of the line */
-	measured = src == 0 || src == 1;
-	u = med > 0 ? dur / med - 1 : 0;
-	up = u > 0 ? u : 0;
+	j->measured = j->src == 0 || j->src == 1;
+	u = j->med > 0 ? j->dur / j->med - 1 : 0;
+	j->up = u > 0 ? u : 0;
+}
 
-	/* limits from the residuals' own spread, with floors */
-	ucl1 = k->u1.n >= CHART_WARM ? k->u1.mean + d->o.k_single * sqrt(k->u1.var) : 0;
+/* limits from the residuals' own spread, with floors */
+static void limits(const struct diag_det *d, const struct dkey *k, struct judge *j)
+{
+	double ucl1 = k->u1.n >= CHART_WARM ? k->u1.mean + d->o.k_single * sqrt(k->u1.var) : 0;
+	double guess_floor = j->src == 0 ? STALE_FLOOR : NOVEL_FLOOR, uclw;
+
 	if (ucl1 < d->o.floor_single)
 		ucl1 = d->o.floor_single;
-	ucl1_own = ucl1;
+	j->ucl1_own = ucl1;
 	/* a roofline guess (no cell near) is only as good as the fit's own spread */
-	if (src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
+	if (j->src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
 		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
-	guess_floor = src == 0 ? STALE_FLOOR : NOVEL_FLOOR;
-	if (novel && ucl1 < guess_floor)
+	if (!ABL_GUESS && j->novel && ucl1 < guess_floor)
 		ucl1 = guess_floor;
-	if (cls) {
-		double cl = churn_limit(k, ucl1_own);
+	if (j->cls) {
+		double cl = churn_limit(k, j->ucl1_own);
 
-		churn = cl > 0;
-		if (churn && ucl1 < cl)
+		j->churn = cl > 0;
+		if (j->churn && ucl1 < cl)
 			ucl1 = cl;
 	}
+	j->ucl1 = ucl1;
 	/*
 	 * the smoothed chart's own spread once it has some; before, the single
 	 * chart's (bootstrap included), scaled to a mean of `window` steps: a
@@ -1089,233 +1144,215 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	else
 		uclw =
 		    k->u1.n >= 2 ? k->u1.mean + d->o.k_window * sqrt(k->u1.var / d->o.window) : 0;
-	if (uclw < d->o.floor_window)
-		uclw = d->o.floor_window;
+	j->uclw = uclw < d->o.floor_window ? d->o.floor_window : uclw;
+}
 
-	if (med > 0 && k->steps > d->o.bootstrap) {
-		judged = true;
-		flag1 = up > ucl1;
-		/*
-		 * a novel workload's guess is loose, but no step is slower than
-		 * a heavier workload's: above that bound by the chart's own limit
-		 * it is flagged as if its cell were known
-		 */
-		if (!flag1 && novel && !churn) {
-			double ub = dm_bound(&k->m, t, kv, 1);
-
-			if (ub > 0 && dur > ub * (1 + ucl1_own)) {
-				flag1 = true;
-				src = 3;
-				measured = false;
-				med = ub;
-				u = up = dur / med - 1;
-				ucl1 = ucl1_own;
-			}
-		}
-		/* a second mode of this workload; the next step may end a run */
-		if (flag1 && measured && k->seq->last_ok &&
-		    mode_match(k, dm_bin_key(t, kv), dur / med) >= MODE_MIN) {
-			flag1 = false;
-			explained = true;
-		}
-		/* smoothed chart over the steps the single chart did not flag */
-		for (uint32_t i = 0; i < k->wcnt; i++)
-			wsum += k->win[i];
-		wn = k->wcnt;
-		if (!flag1 && !explained) {
-			double wm = (wsum + up) / (wn + 1);
-
-			flagw = !novel && !churn && wn + 1 >= d->o.window && wm > uclw &&
-				up > d->o.floor_window / 2;
-		}
-		/* the gap chart knows no workload: novel ones are judged too */
-		if (s->idle_max_ns >= 0 && k->gap.n >= CHART_WARM) {
-			gx = (double)s->idle_max_ns - k->gap.mean;
-			uclg = d->o.k_single * sqrt(k->gap.var);
-			if (uclg < (double)d->o.gap_floor_ns)
-				uclg = (double)d->o.gap_floor_ns;
-			hostg = gx > uclg;
-			flagg = !flag1 && !flagw && hostg;
-		}
-		/*
-		 * the CPU chart knows no workload either: the launcher waited for
-		 * a CPU a larger share of the step than it does, and the GPU
-		 * idled for it
-		 */
-		if (s->runq_ns >= 0 && s->idle_ns >= 0 && k->f_runq.n >= CHART_WARM &&
-		    k->f_idle.n) {
-			cx = (double)s->runq_ns - k->f_runq.mean * dur;
-			uclc = fmax(d->o.k_single * sqrt(k->f_runq.var), RUNQ_FLOOR) * dur;
-			if (uclc < 1e6)
-				uclc = 1e6;
-			hostc = cx > uclc && s->idle_ns - k->f_idle.mean * dur >= 0.5 * cx;
-			flagc = !flag1 && !flagw && !flagg && hostc;
-		}
+/* the host charts: they know no workload, so novel ones are judged too */
+static void host_charts(const struct diag_det *d, const struct dkey *k, const struct diag_step *s,
+			struct judge *j)
+{
+	/* a host stall is one long GPU idle gap */
+	if (s->idle_max_ns >= 0 && k->gap.n >= CHART_WARM) {
+		j->gx = (double)s->idle_max_ns - k->gap.mean;
+		j->uclg = d->o.k_single * sqrt(k->gap.var);
+		if (j->uclg < (double)d->o.gap_floor_ns)
+			j->uclg = (double)d->o.gap_floor_ns;
+		j->hostg = j->gx > j->uclg;
+		j->flagg = !j->flag1 && !j->flagw && j->hostg;
 	}
 	/*
-	 * the window remembers u+ of the last unflagged steps judged against a
-	 * measurement; flagged ones are skipped, not kept as holes: a slow GPU
-	 * under jitter, flagged every other step, left the chart blind
+	 * the launcher waited for a CPU a larger share of the step than it
+	 * does, and the GPU idled for it
 	 */
-	if (judged && cls)
-		churn_add(k, up, CH_CLIP * ucl1);
-	if (!flag1 && !explained && measured && !churn) {
-		k->win[k->wpos] = (float)up;
-		k->wpos = (k->wpos + 1) % d->o.window;
-		if (k->wcnt < d->o.window)
-			k->wcnt++;
+	if (s->runq_ns >= 0 && s->idle_ns >= 0 && k->f_runq.n >= CHART_WARM && k->f_idle.n) {
+		j->cx = (double)s->runq_ns - k->f_runq.mean * j->dur;
+		j->uclc = fmax(d->o.k_single * sqrt(k->f_runq.var), RUNQ_FLOOR) * j->dur;
+		if (j->uclc < 1e6)
+			j->uclc = 1e6;
+		j->hostc = j->cx > j->uclc && s->idle_ns - k->f_idle.mean * j->dur >= 0.5 * j->cx;
+		j->flagc = !j->flag1 && !j->flagw && !j->flagg && j->hostc;
 	}
+}
 
-	if (judged)
-		d->cnt.judged++;
-	else
-		d->cnt.bootstrapping++;
-	if (v) {
-		v->judged = judged;
-		v->median_ns = (uint64_t)med;
-		v->source = src;
-		v->expected_ns =
-		    med > 0 ? (uint64_t)(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var))) : 0;
-		v->score = ucl1 > 0 ? up / ucl1 : 0;
-	}
+/* the duration charts, single and smoothed, then the host charts */
+static void charts(const struct diag_det *d, struct dkey *k, const struct diag_step *s,
+		   struct judge *j)
+{
+	j->judged = true;
+	j->flag1 = j->up > j->ucl1;
 	/*
-	 * lone steps: flagged (or explained) between two clearly normal steps
-	 * of the sequence, normal meaning under half the limit against a cell
-	 * that measured the workload; the step after decides
+	 * a novel workload's guess is loose, but no step is slower than a
+	 * heavier workload's: above that bound by the chart's own limit it is
+	 * flagged as if its cell were known
 	 */
-	sq = k->seq;
+	if (!ABL_BOUND && !j->flag1 && j->novel && !j->churn) {
+		double ub = dm_bound(&k->m, j->t, j->kv, 1);
+
+		if (ub > 0 && j->dur > ub * (1 + j->ucl1_own)) {
+			j->flag1 = true;
+			j->src = 3;
+			j->measured = false;
+			j->med = ub;
+			j->up = j->dur / j->med - 1;
+			j->ucl1 = j->ucl1_own;
+		}
+	}
+	/* a second mode of this workload; the next step may end a run */
+	if (!ABL_MODES && j->flag1 && j->measured && k->seq->last_ok &&
+	    mode_match(k, dm_bin_key(j->t, j->kv), j->dur / j->med) >= MODE_MIN) {
+		j->flag1 = false;
+		j->explained = true;
+	}
+	/* smoothed chart over the steps the single chart did not flag */
+	for (uint32_t i = 0; i < k->wcnt; i++)
+		j->wsum += k->win[i];
+	j->wn = k->wcnt;
+	if (!j->flag1 && !j->explained) {
+		double wm = (j->wsum + j->up) / (j->wn + 1);
+
+		j->flagw = !ABL_WINDOW && !j->novel && !j->churn && j->wn + 1 >= d->o.window &&
+			   wm > j->uclw && j->up > d->o.floor_window / 2;
+	}
+	host_charts(d, k, s, j);
+}
+
+/*
+ * What the step's (instance, rank) sequence makes of it: lone steps (flagged
+ * or explained between two clearly normal ones, normal meaning under half
+ * the limit against a measured cell) teach second modes; a spike that noise
+ * may hold (no host chart sees a stall, the GPU was busy for the excess; on
+ * a step with no breakdown to say either way, a small one) waits for the
+ * next step, which also decides the one held before.
+ */
+static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step *s, struct judge *j)
+{
+	struct dseq *sq = k->seq;
+	bool spike;
+
 	sq->n++;
-	flagged = flag1 || flagw || flagg || flagc;
-	if (judged && churn && !flagged && !explained && up > ucl1_own)
-		d->cnt.churn++;
-	calm = judged && !flagged && !explained && up < ucl1_own;
-	ok = calm && measured && up < ucl1_own / 2;
-	/*
-	 * a spike noise may hold: no host chart sees a stall and the GPU was
-	 * busy for the excess; on a step with no breakdown to say either
-	 * way, a small one (a stall that makes a step NOISE_NB slower is
-	 * reported at once)
-	 */
-	spike = (flag1 || flagw) && measured && !hostg && !hostc;
+	j->calm = j->judged && !j->flagged && !j->explained && j->up < j->ucl1_own;
+	j->ok = j->calm && j->measured && j->up < j->ucl1_own / 2;
+	spike = (j->flag1 || j->flagw) && j->measured && !j->hostg && !j->hostc;
 	if (s->gpu_busy_ns >= 0)
 		spike = spike && k->f_busy.n >= CHART_WARM &&
-			s->gpu_busy_ns - k->f_busy.mean * med >= NOISE_GPU * (dur - med);
+			s->gpu_busy_ns - k->f_busy.mean * j->med >= NOISE_GPU * (j->dur - j->med);
 	else
-		spike = spike && dur < NOISE_NB * med;
-	hold = spike && up < SPIKE_TEACH * ucl1 &&
-	       (noise_count(sq) >= NOISE_MIN || dur < NOISE_SMALL * med);
+		spike = spike && j->dur < NOISE_NB * j->med;
+	j->hold = !ABL_HOLD && spike && j->up < SPIKE_TEACH * j->ucl1 &&
+		  (noise_count(sq) >= NOISE_MIN || j->dur < NOISE_SMALL * j->med);
 	/* an uneven spike after a held one: a burst of jitter, not a level */
-	chain =
-	    hold && sq->held && sq->burst < BURST_MAX && fabs(dur / med / sq->hr - 1) > BURST_TOL;
+	j->chain = j->hold && sq->held && sq->burst < BURST_MAX &&
+		   fabs(j->dur / j->med / sq->hr - 1) > BURST_TOL;
 	if (sq->held)
-		release(d, sq, calm || chain);
-	hold = hold && (sq->last_quiet || chain);
-	if (sq->pend && ok)
+		release(d, sq, j->calm || j->chain);
+	j->hold = j->hold && (sq->last_quiet || j->chain);
+	if (sq->pend && j->ok)
 		mode_add(sq->pk, sq->pcell, sq->pr, sq->pstep);
-	if (sq->npend && calm)
+	if (sq->npend && j->calm)
 		sq->noise[sq->noise_pos++ % NOISE_N] = sq->nstep;
-	sq->pend = (flag1 || explained) && measured && !flagg && !flagc && sq->last_ok;
+	sq->pend =
+	    (j->flag1 || j->explained) && j->measured && !j->flagg && !j->flagc && sq->last_ok;
 	if (sq->pend) {
 		sq->pk = k;
-		sq->pcell = dm_bin_key(t, kv);
-		sq->pr = (float)(dur / med);
+		sq->pcell = dm_bin_key(j->t, j->kv);
+		sq->pr = (float)(j->dur / j->med);
 		sq->pstep = k->steps;
 	}
-	sq->npend = flag1 && spike && sq->last_quiet;
+	sq->npend = j->flag1 && spike && sq->last_quiet;
 	sq->nstep = sq->n;
-	sq->last_ok = ok;
-	sq->last_quiet = judged && !flagged;
-	if (flagged) {
-		struct diag_anomaly an = {0};
+	sq->last_ok = j->ok;
+	sq->last_quiet = j->judged && !j->flagged;
+}
 
-		k->consec++;
-		k->flag_u = !flagg && !flagc && up < SPIKE_TEACH * ucl1 ? ucl1 : -1;
-		an.instance = inst;
-		an.rank = s->rank;
-		an.phase = s->phase;
-		an.step_start_ns = s->start_ns;
-		an.dur_ns = s->dur_ns;
-		an.expected_ns = (uint64_t)(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var)));
-		if (flagg) {
-			an.score = gx / uclg;
-			an.chart = "gap";
-		} else if (flagc) {
-			an.score = cx / uclc;
-			an.chart = "cpu";
-		} else {
-			an.score = flag1 ? up / ucl1 : ((wsum + up) / (wn + 1)) / uclw;
-			an.chart = flag1 ? "single" : "window";
-		}
-		classify(k, s, med, flagw, flagg ? gx : 0, flagc ? cx : 0, &an);
+/*
+ * A flagged step: its anomaly, kind from the evidence (classify()), reported
+ * now or held for the next step; 64 in a row are a new level, learned again.
+ */
+static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
+		  const struct judge *j, struct diag_verdict *v)
+{
+	struct dseq *sq = k->seq;
+	struct diag_anomaly an = {0};
+
+	k->consec++;
+	k->flag_u = !j->flagg && !j->flagc && j->up < SPIKE_TEACH * j->ucl1 ? j->ucl1 : -1;
+	an.instance = k->instance;
+	an.rank = s->rank;
+	an.phase = s->phase;
+	an.step_start_ns = s->start_ns;
+	an.dur_ns = s->dur_ns;
+	an.expected_ns = (uint64_t)(j->med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var)));
+	if (j->flagg) {
+		an.score = j->gx / j->uclg;
+		an.chart = "gap";
+	} else if (j->flagc) {
+		an.score = j->cx / j->uclc;
+		an.chart = "cpu";
+	} else {
+		an.score = j->flag1 ? j->up / j->ucl1 : ((j->wsum + j->up) / (j->wn + 1)) / j->uclw;
+		an.chart = j->flag1 ? "single" : "window";
+	}
+	classify(k, s, j->med, j->flagw, j->flagg ? j->gx : 0, j->flagc ? j->cx : 0, &an);
+	if (v)
+		v->score = an.score;
+	if (j->hold) {
+		sq->han = an;
+		sq->hr = (float)(j->dur / j->med);
+		sq->burst = j->chain ? sq->burst + 1 : 1;
+		sq->held = true;
+		d->n_held++;
 		if (v)
-			v->score = an.score;
-		if (hold) {
-			sq->han = an;
-			sq->han.instance = k->instance;
-			sq->hr = (float)(dur / med);
-			sq->burst = chain ? sq->burst + 1 : 1;
-			sq->held = true;
-			d->n_held++;
-			if (v)
-				v->held = true;
-		} else {
-			emit(d, &an);
-			if (v)
-				v->anomalous = true;
-		}
-		if (k->consec < LEVEL_SHIFT)
-			goto regress;
-		dlog(d, CORR_LOG_WARN,
-		     "diag: %s rank %d %s: %llu slow steps in a row, accepting the new level", inst,
-		     s->rank, diag_phase_name(s->phase), (unsigned long long)k->consec);
-		k->consec = 0;
-		memset(&k->gap, 0, sizeof(k->gap));
-		memset(k->modes, 0, sizeof(k->modes));
-		dm_free(&k->m);
-		if (dm_init(&k->m))
-			return -ENOMEM;
-		k->steps = 0;
-		goto regress;
+			v->held = true;
+	} else {
+		emit(d, &an);
+		if (v)
+			v->anomalous = true;
 	}
-	/*
-	 * a lone, moderate flagged step (a spike) between accepted ones teaches
-	 * the chart, clipped at the limit it crossed: in a noisy stretch the
-	 * limit rises with the spikes instead of flagging each one. A run of
-	 * slow steps (contention, a slow GPU) or a big stall never teaches it.
-	 */
-	if (k->consec == 1 && judged && !novel && k->flag_u >= 0)
-		ew_add(&k->u1, k->flag_u);
+	if (k->consec < LEVEL_SHIFT)
+		return 0;
+	dlog(d, CORR_LOG_WARN,
+	     "diag: %s rank %d %s: %llu slow steps in a row, accepting the new level", k->instance,
+	     s->rank, diag_phase_name(s->phase), (unsigned long long)k->consec);
 	k->consec = 0;
-	if (explained) {
-		d->cnt.explained++;
-		goto regress;
-	}
-	/*
-	 * accepted: it teaches the baseline and the charts, its excess clipped
-	 * at TEACH_CLIP x the floor: a slow level under the limit (a GPU 1.33x
-	 * slow in a noisy stretch) taught as is raised the limit step by step
-	 * and was never flagged
-	 */
-	learn_breakdown(d, k, s);
-	if (churn)
-		goto regress;
-	if (judged && !novel) {
-		double wm = (wsum + up) / (wn + 1);
+	memset(&k->gap, 0, sizeof(k->gap));
+	memset(k->modes, 0, sizeof(k->modes));
+	dm_free(&k->m);
+	if (dm_init(&k->m))
+		return -ENOMEM;
+	k->steps = 0;
+	return 0;
+}
 
-		ew_add(&k->u1, fmin(up, TEACH_CLIP * d->o.floor_single));
-		if (wn + 1 >= d->o.window)
+/*
+ * An accepted step teaches the baseline and the charts, its excess clipped
+ * at TEACH_CLIP x the floor: a slow level under the limit (a GPU 1.33x slow
+ * in a noisy stretch) taught as is raised the limit step by step and was
+ * never flagged. A churn step whose key learned that churn costs unrecorded
+ * work teaches neither.
+ */
+static int learn(struct diag_det *d, struct dkey *k, const struct diag_step *s,
+		 const struct judge *j)
+{
+	learn_breakdown(d, k, s);
+	if (j->churn)
+		return 0;
+	if (j->judged && !j->novel) {
+		double wm = (j->wsum + j->up) / (j->wn + 1);
+
+		ew_add(&k->u1, fmin(j->up, TEACH_CLIP * d->o.floor_single));
+		if (j->wn + 1 >= d->o.window)
 			ew_add(&k->uw, fmin(wm, TEACH_CLIP * d->o.floor_window));
-	} else if (!judged && med > 0 && src == 0) {
+	} else if (!j->judged && j->med > 0 && j->src == 0) {
 		/*
 		 * bootstrap warms the chart too, clipped at the floor: nothing
 		 * judged these steps, and one stall among them taught as is
 		 * made the limit several times the step
 		 */
-		ew_add(&k->u1, fmin(up, d->o.floor_single));
+		ew_add(&k->u1, fmin(j->up, d->o.floor_single));
 	}
-	if (dm_add(&k->m, t, kv, dur) == -ENOMEM)
+	if (dm_add(&k->m, j->t, j->kv, j->dur) == -ENOMEM)
 		return -ENOMEM;
-	dm_lin_sample(&k->m, t, kv, dur);
+	dm_lin_sample(&k->m, j->t, j->kv, j->dur);
 	k->accepted++;
 	/*
 	 * refit at the end of the bootstrap, then each time the accepted steps
@@ -1329,8 +1366,84 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		if (!dm_lin_fit(&k->m.lin))
 			d->cnt.refits++;
 	}
-regress:
-	regression(d, k, s, t, kv);
+	return 0;
+}
+
+/* the window remembers u+ of the last unflagged steps judged against a measurement */
+static void remember(const struct diag_det *d, struct dkey *k, const struct judge *j)
+{
+	if (j->judged && j->cls)
+		churn_add(k, j->up, CH_CLIP * j->ucl1);
+	/* flagged ones are skipped, not kept as holes: a slow GPU under jitter, flagged
+	 * every other step, left the chart blind */
+	if (!j->flag1 && !j->explained && j->measured && !j->churn) {
+		k->win[k->wpos] = (float)j->up;
+		k->wpos = (k->wpos + 1) % d->o.window;
+		if (k->wcnt < d->o.window)
+			k->wcnt++;
+	}
+}
+
+int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct diag_verdict *v)
+{
+	const char *inst = s->instance ? s->instance : "";
+	struct judge j = {0};
+	struct dkey *k;
+	int err = 0;
+
+	if (v)
+		memset(v, 0, sizeof(*v));
+	d->cnt.steps++;
+	if (!s->dur_ns) {
+		d->cnt.bad_steps++;
+		return -EINVAL;
+	}
+	peers(d, inst, s);
+	k = key_get(d, inst, s->rank, s->phase);
+	if (!k)
+		return d->kused >= d->o.max_keys ? -ENOSPC : -ENOMEM;
+	k->steps++;
+	expect(k, s, &j);
+	limits(d, k, &j);
+	if (j.med > 0 && k->steps > d->o.bootstrap)
+		charts(d, k, s, &j);
+	remember(d, k, &j);
+	if (j.judged)
+		d->cnt.judged++;
+	else
+		d->cnt.bootstrapping++;
+	if (v) {
+		v->judged = j.judged;
+		v->median_ns = (uint64_t)j.med;
+		v->source = j.src;
+		v->expected_ns =
+		    j.med > 0 ? (uint64_t)(j.med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var))) : 0;
+		v->score = j.ucl1 > 0 ? j.up / j.ucl1 : 0;
+	}
+	j.flagged = j.flag1 || j.flagw || j.flagg || j.flagc;
+	if (j.judged && j.churn && !j.flagged && !j.explained && j.up > j.ucl1_own)
+		d->cnt.churn++;
+	sequence(d, k, s, &j);
+	if (j.flagged) {
+		err = report(d, k, s, &j, v);
+	} else {
+		/*
+		 * a lone, moderate flagged step (a spike) between accepted ones
+		 * teaches the chart, clipped at the limit it crossed: in a noisy
+		 * stretch the limit rises with the spikes instead of flagging
+		 * each one. A run of slow steps or a big stall never teaches it.
+		 */
+		if (!ABL_SPIKE && k->consec == 1 && j.judged && !j.novel && k->flag_u >= 0)
+			ew_add(&k->u1, k->flag_u);
+		k->consec = 0;
+		if (j.explained)
+			d->cnt.explained++;
+		else
+			err = learn(d, k, s, &j);
+	}
+	if (err)
+		return err;
+	regression(d, k, s, j.t, j.kv);
 	return 0;
 }
 

@@ -19,6 +19,7 @@
 #define BIN_RING 16
 #define BIN_MIN 4 /* durations a cell needs before it predicts */
 #define BIN_EMPTY UINT64_MAX
+#define BIN_SLOTS_MAX 4096 /* cells per key at most 3/4 of this (baseline.c: prune) */
 
 struct dbin {
 	uint64_t key;  /* BIN_EMPTY: free slot */

@@ -1228,6 +1228,87 @@ static void test_bad_baseline_and_steps(void **state)
 	unlink(path);
 }
 
+/*
+ * Churn (issue 17): a decode step whose batch changed membership (KV tokens
+ * short of the previous step's plus the batch: a request left, a newer,
+ * shorter one took its place) prefilled the newcomer, work its record does
+ * not count. Where such steps are often far slower than steady ones (here
+ * every 10th step, 2-6x, uneven), the key learns it: they are judged against a high
+ * quantile of their own excesses, counted in `churn`, not flagged; a steady
+ * step is still judged against the steady limit, and a churn step far over
+ * what churn costs is still flagged. Where churn costs nothing (a second
+ * detector), a 1.5x churn step is flagged like any other.
+ */
+static void mk_churn(struct diag_step *s, uint64_t *ts, int64_t *kv, bool churn, double factor)
+{
+	double base;
+
+	*kv += churn ? 32 - 250 : 32;
+	base = (20e6 + 200.0 * *kv) * noise(0.01);
+	diag_step_init(s);
+	s->instance = "test";
+	s->phase = DIAG_PHASE_DECODE;
+	s->tokens = s->batch_size = 32;
+	s->kv_tokens = *kv;
+	s->start_ns = *ts;
+	s->dur_ns = (uint64_t)(base * factor);
+	*ts += s->dur_ns + 100000;
+}
+
+static void test_churn(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+	int64_t kv = 32 * 300;
+	int late = 0;
+
+	(void)state;
+	for (int i = 0; i < 600; i++) {
+		bool churn = i % 10 == 9;
+
+		/* an uneven cost, as a prefill's is: no recurring second mode */
+		mk_churn(&s, &ts, &kv, churn, churn ? 2 + 2 * noise(1) : 1);
+		diag_det__add_step(d, &s, &v);
+		/* the first churn steps are flagged until the key knows them */
+		if (i >= 400)
+			late += v.anomalous || v.held;
+	}
+	assert_int_equal(late, 0);
+	assert_true(diag_det__counters(d)->churn >= 15);
+	/* a steady step at 1.5x: the steady limit */
+	mk_churn(&s, &ts, &kv, false, 1.5);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	for (int i = 0; i < 8; i++) {
+		mk_churn(&s, &ts, &kv, false, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	/* a churn step far over what churn costs here (6x at most): a stall */
+	mk_churn(&s, &ts, &kv, true, 12);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	diag_det__free(d);
+
+	/* churn that costs nothing: a 1.5x churn step is flagged like any step */
+	memset(g, 0, sizeof(*g));
+	d = det(g);
+	kv = 32 * 300;
+	for (int i = 0; i < 600; i++) {
+		mk_churn(&s, &ts, &kv, i % 10 == 9, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	mk_churn(&s, &ts, &kv, true, 1.5);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	assert_int_equal(diag_det__counters(d)->churn, 0);
+	diag_det__free(d);
+	free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1249,6 +1330,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_noise, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_noise_no_breakdown, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_small_spike, fx_setup, fx_teardown),
+	    cmocka_unit_test(test_churn),
 	    cmocka_unit_test(test_gap_chart),
 	};
 
