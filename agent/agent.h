@@ -61,6 +61,7 @@ struct agent_opts {
 	uint32_t kafka_queue_max; /* records held in memory by the producer */
 	const char *spill_dir;
 	uint32_t spill_max_mib;
+	int spill_foreign; /* enum spill_foreign (spill.h): another owner's records */
 	double flush_timeout_s; /* exit: wait this long for delivery */
 	/* operating the agent (agent/ops.h, docs/operations.md) */
 	const char *control_socket; /* NULL: CTL_SOCK_DEFAULT; "none": off */

@@ -20,6 +20,7 @@
 #include "state.h"
 #include "ops.h"
 #include "sink_kafka.h"
+#include "spill.h"
 #include "infertrace.skel.h"
 
 static volatile sig_atomic_t exiting;
@@ -87,6 +88,7 @@ enum {
 	OPT_KAFKA_QUEUE_MAX,
 	OPT_SPILL_DIR,
 	OPT_SPILL_MAX,
+	OPT_SPILL_FOREIGN,
 	OPT_FLUSH_TIMEOUT,
 	OPT_STEP_MARKERS, /* diagnosis (issue 5): agent/replay.c */
 	OPT_BASELINE,
@@ -188,7 +190,12 @@ static const struct argp_option options[] = {
 	  "Records the producer holds in memory before the spill takes them (default 100000)" },
 	{ "spill-dir", OPT_SPILL_DIR, "DIR", 0,
 	  "On-disk buffer for records Kafka cannot take now, resent in order and after a "
-	  "restart (default /var/lib/infertrace/spill)" },
+	  "restart (default /var/lib/infertrace/spill; with --replay "
+	  "/var/lib/infertrace/spill-replay)" },
+	{ "spill-foreign", OPT_SPILL_FOREIGN, "POLICY", 0,
+	  "Records in the spill written for another Kafka cluster or topic prefix: leave them "
+	  "(keep, the default, with a warning), send them with this run's settings (send), or "
+	  "delete them (discard)" },
 	{ "spill-max-mib", OPT_SPILL_MAX, "MIB", 0,
 	  "Size bound of the spill; when full, events are shed first, then summaries and "
 	  "stats, anomalies last (default 1024)" },
@@ -467,6 +474,16 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		if (parse_long(arg, 1, 1 << 20, &l))
 			argp_error(state, "--spill-max-mib takes 1 to 1048576 MiB, not '%s'", arg);
 		o->spill_max_mib = l;
+		break;
+	case OPT_SPILL_FOREIGN:
+		if (!strcmp(arg, "keep"))
+			o->spill_foreign = SPILL_FOREIGN_KEEP;
+		else if (!strcmp(arg, "send"))
+			o->spill_foreign = SPILL_FOREIGN_ADOPT;
+		else if (!strcmp(arg, "discard"))
+			o->spill_foreign = SPILL_FOREIGN_DISCARD;
+		else
+			argp_error(state, "--spill-foreign takes keep, send or discard, not '%s'", arg);
 		break;
 	case OPT_FLUSH_TIMEOUT:
 		if (parse_double(arg, 0, 3600, &d))
