@@ -48,10 +48,11 @@
 #define SERVICE_EVERY 256 /* write() polls the producer this often */
 #define PROBE_RECORDS 100 /* spilled records sent to find out if the broker is back */
 #define PROBE_BACKOFF_NS 2000000000ull
-#define SPILL_FLUSH_NS 100000000ull /* spilled records reach the file within 100 ms */
-#define DRAIN_BUDGET 20000	    /* records moved from the spill per call: bounded work */
-#define STALL_NS 15000000000ull	    /* records held and no delivery report: a new producer */
-#define RID_HEADER "infertrace-id"  /* the record id header of every message */
+#define SPILL_FLUSH_NS 100000000ull  /* spilled records reach the file within 100 ms */
+#define DRAIN_BUDGET 20000	     /* records moved from the spill per call: bounded work */
+#define STALL_NS 15000000000ull	     /* records held and no delivery report: a new producer */
+#define STALL_MAX_NS 300000000000ull /* doubled while no report comes, up to this */
+#define RID_HEADER "infertrace-id"   /* the record id header of every message */
 
 enum broker_state { BROKER_UNKNOWN, BROKER_UP, BROKER_DOWN };
 static const char *const broker_names[] = {"unknown", "up", "down"};
@@ -81,6 +82,7 @@ struct kafka_sink {
 	uint64_t probe_after;
 	uint64_t last_flush;
 	uint64_t last_report; /* the last delivery report, or the producer's start */
+	uint64_t stall_ns;    /* no report for this long: a new producer */
 	struct spill_id rid;  /* run id, and the number of the last record accepted */
 	uint32_t queue_max;
 	unsigned since_service;
@@ -321,6 +323,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	(void)rk;
 	k->last_report = now_ns();
 	if (!m->err) {
+		k->stall_ns = STALL_NS;
 		k->c.delivered++;
 		set_broker(k, BROKER_UP, NULL);
 		if (ticket)
@@ -546,11 +549,16 @@ static void service(struct kafka_sink *k, int timeout_ms)
 	if (k->evacuating)
 		give_back(k, false, 0);
 	now = now_ns();
-	if (!k->fatal && rd_kafka_outq_len(k->rk) > 0 && now - k->last_report > STALL_NS) {
-		/* held records and no report, success or failure: do not trust this producer */
+	if (!k->fatal && rd_kafka_outq_len(k->rk) > 0 && now - k->last_report > k->stall_ns) {
+		/*
+		 * held records and no report, success or failure: do not trust
+		 * this producer. In a long outage this repeats, ever less often.
+		 */
 		pr_warn("kafka: %d records in the producer and no delivery report in %llu s: "
 			"starting a new producer",
-			rd_kafka_outq_len(k->rk), STALL_NS / 1000000000ull);
+			rd_kafka_outq_len(k->rk),
+			(unsigned long long)(k->stall_ns / 1000000000ull));
+		k->stall_ns = k->stall_ns * 2 < STALL_MAX_NS ? k->stall_ns * 2 : STALL_MAX_NS;
 		k->fatal = true;
 	}
 	if (k->fatal) {
@@ -872,6 +880,7 @@ struct sink *sink_kafka_open(struct agent *a)
 	k->pfd[0] = k->pfd[1] = -1;
 	k->queue_max = o->kafka_queue_max ? o->kafka_queue_max : KAFKA_QUEUE_MAX_DEFAULT;
 	k->last_flush = now_ns();
+	k->stall_ns = STALL_NS;
 	k->s.name = "kafka";
 	k->s.write = kafka_write;
 	k->s.flush = kafka_flush;

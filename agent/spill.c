@@ -636,8 +636,9 @@ static void seg_resync_at_read(struct spill *sp, struct seg *s)
 	s->unread = unread;
 	sp->unread += unread;
 	if (at == len)
-		s->end = s->read;
-	s->read += at;
+		s->end = s->read; /* nothing good after it */
+	else
+		s->read += at;
 	/* records skipped count as done: cons may pass them */
 	if (s->cons < s->read && !s->outstanding)
 		s->cons = s->read;

@@ -41,10 +41,17 @@ kafka_preflight() {
 # each); BROKERS is its bootstrap address, MOCK_PID its pid. SIGUSR1 sets
 # the broker down, SIGUSR2 up again.
 mock_start() {
-	local i t args=()
+	local t args=()
 	for t in $KTOPICS "$@"; do args+=(-t "$t"); done
+	# emptied here: the child truncates it only once it runs, and the loop
+	# below must not read an earlier mock's address
+	: >"$T/mock.out"
 	"$KAFKA_MOCK" -p 4 "${args[@]}" </dev/null >"$T/mock.out" 2>"$T/mock.err" &
-	MOCK_PID=$!
+	mock_started $!
+}
+mock_started() { # mock_started PID: keep the pid, wait for the bootstrap address
+	local i
+	MOCK_PID=$1
 	_it_pids+=("$MOCK_PID")
 	for ((i = 0; i < 100; i++)); do
 		BROKERS=$(sed -n 's/^bootstrap=//p' "$T/mock.out")
@@ -71,21 +78,15 @@ mock_down() { mock_cmd down; }
 # commands on a pipe (mock_ctl) for per-broker control
 MOCK_FD=
 mock_start_ctl() {
-	local i t nb=1 args=()
+	local t nb=1 args=()
 	if [ "${1:-}" = -b ]; then nb=$2; shift 2; fi
 	for t in $KTOPICS "$@"; do args+=(-t "$t"); done
 	rm -f "$T/mock.ctl"
 	mkfifo "$T/mock.ctl" || return 1
 	exec {MOCK_FD}<>"$T/mock.ctl"
+	: >"$T/mock.out"
 	"$KAFKA_MOCK" -b "$nb" -p 4 "${args[@]}" <&"$MOCK_FD" >"$T/mock.out" 2>"$T/mock.err" &
-	MOCK_PID=$!
-	_it_pids+=("$MOCK_PID")
-	for ((i = 0; i < 100; i++)); do
-		BROKERS=$(sed -n 's/^bootstrap=//p' "$T/mock.out")
-		[ -n "$BROKERS" ] && return 0
-		sleep 0.05
-	done
-	return 1
+	mock_started $!
 }
 # mock_ctl down|up [ID]: one broker (or all) down or up, confirmed
 mock_ctl() {
@@ -226,12 +227,21 @@ last_kafka() {
 	jq -r "select(.type == \"stats\" and .kafka != null) | .kafka.$2" "$1" 2>/dev/null | tail -n 1
 }
 
+# last_stats FILE FIELD: FIELD of the kafka object of the last complete
+# stats record, read from the file's end (the file grows: a jq over all of
+# it would take longer each time)
+last_stats() {
+	tail -n 200 "$1" 2>/dev/null | grep '"type":"stats"' | grep '}$' | tail -n 1 |
+		jq -r ".kafka.$2" 2>/dev/null
+}
+
 # wait_spill_empty FILE SECS: until a stats record shows an empty spill
-# (what the producer holds then is delivered by the exit flush)
+# (what the producer holds then is delivered by the exit flush); bounded
+# by the clock
 wait_spill_empty() {
-	local f=$1 secs=$2 i
-	for ((i = 0; i < secs * 5; i++)); do
-		[ "$(last_kafka "$f" spill_records)" = 0 ] && return 0
+	local f=$1 end=$((SECONDS + $2))
+	while [ "$SECONDS" -lt "$end" ]; do
+		[ "$(last_stats "$f" spill_records)" = 0 ] && return 0
 		sleep 0.2
 	done
 	return 1

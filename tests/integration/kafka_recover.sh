@@ -49,14 +49,25 @@ first_ok() {
 	echo "?"
 }
 since() { [ "$2" = "?" ] && echo "?" || secs "$1" "$2"; }
+# CLOCK_MONOTONIC-like seconds (the clock of ts_ns, without suspend)
+mono() { awk '{print $1}' /proc/uptime; }
+# resumed FILE UP: seconds from UP (mono) to the first stats record whose
+# delivered_total grew past what it was at UP ("?" when none)
+resumed() {
+	jq -n -r -R --argjson up "$2" '[inputs | fromjson? | select(.type == "stats" and .kafka) |
+		{t: (.ts_ns / 1e9), d: .kafka.delivered_total}] as $s |
+		([$s[] | select(.t < $up) | .d] | max // 0) as $d0 |
+		(first($s[] | select(.t >= $up and .d > $d0)) // null) as $r |
+		if $r == null then "?" else ($r.t - $up) * 100 | round / 100 end' "$1"
+}
 secs() { echo "$2 - $1" | bc; }
 
-# wait_empty ERRFILE OUTFILE SECS: a live agent's stats show an empty spill
-# and an empty producer
+# wait_drained FILE SECS: a live agent's last stats show an empty spill and
+# an empty producer; bounded by the clock
 wait_drained() {
-	local f=$1 secs=$2 i
-	for ((i = 0; i < secs * 10; i++)); do
-		[ "$(last_kafka "$f" spill_records)" = 0 ] && [ "$(last_kafka "$f" queue_records)" = 0 ] &&
+	local f=$1 end=$((SECONDS + $2))
+	while [ "$SECONDS" -lt "$end" ]; do
+		[ "$(last_stats "$f" spill_records)" = 0 ] && [ "$(last_stats "$f" queue_records)" = 0 ] &&
 			return 0
 		sleep 0.1
 	done
@@ -98,8 +109,20 @@ replay_case() {
 	mock_stop
 }
 
+# up_and_drain WHAT: every broker up, then until the agent drained (30 s at
+# most); UP_MONO, UP_AT, DRAINED_AT; false when the mock did not answer
+up_and_drain() {
+	mock_ctl up || { fail_because "mock did not come up"; return 1; }
+	UP_MONO=$(mono)
+	UP_AT=$(now)
+	wait_drained "$AGENT_OUT" 30 ||
+		fail_because "not drained 30 s after $1: spill $(last_stats "$AGENT_OUT" spill_records), producer $(last_stats "$AGENT_OUT" queue_records)"
+	DRAINED_AT=$(now)
+}
+
 live_case() {
-	local c k up0 end0 b
+	local c k up0 end0 up1 end1 up2 end2 m0 m1 b
+	local -a mr
 	KTOPICS="lv.steps lv.anomalies lv.events lv.stats"
 	mock_start_ctl -b 3 || { fail_because "mock cluster did not start: $(head -c 300 "$T/mock.err")"; return; }
 	mock_ctl down || { fail_because "mock did not go down"; return; }
@@ -109,26 +132,23 @@ live_case() {
 		{ fail_because "agent did not start: $(agent_tail)"; return; }
 	# 1. down before the first record, 2. down while producing
 	sleep 5
-	mock_ctl up || { fail_because "mock did not come up"; return; }
-	up0=$(now)
-	wait_drained "$AGENT_OUT" 30 || fail_because "not drained 30 s after the first outage: $(last_kafka "$AGENT_OUT" '{queue_records, spill_records, broker}' | tr -d '\n ')"
-	end0=$(now)
+	up_and_drain "the first outage" || return
+	m0=$UP_MONO up0=$UP_AT end0=$DRAINED_AT
 	sleep 2
 	mock_ctl down || { fail_because "mock did not go down"; return; }
 	sleep 5
-	mock_ctl up || { fail_because "mock did not come up"; return; }
-	up1=$(now)
-	wait_drained "$AGENT_OUT" 30 || fail_because "not drained 30 s after the second outage: $(last_kafka "$AGENT_OUT" '{queue_records, spill_records, broker}' | tr -d '\n ')"
-	end1=$(now)
+	up_and_drain "the second outage" || return
+	m1=$UP_MONO up1=$UP_AT end1=$DRAINED_AT
 	# 3. a rolling restart
 	for b in 1 2 3; do
 		mock_ctl down "$b" || { fail_because "broker $b did not go down"; return; }
 		sleep 2
 		mock_ctl up "$b" || { fail_because "broker $b did not come up"; return; }
+		mr[b]=$(mono)
 		sleep 2
 	done
 	up2=$(now)
-	wait_drained "$AGENT_OUT" 30 || fail_because "not drained 30 s after the rolling restart: $(last_kafka "$AGENT_OUT" '{queue_records, spill_records, broker}' | tr -d '\n ')"
+	wait_drained "$AGENT_OUT" 30 || fail_because "not drained 30 s after the rolling restart: spill $(last_stats "$AGENT_OUT" spill_records), producer $(last_stats "$AGENT_OUT" queue_records)"
 	end2=$(now)
 	agent_stop INT || { fail_because "agent did not exit on SIGINT"; return; }
 	expect "agent exit $AGENT_RC: $(agent_tail)" eq "$AGENT_RC" 0
@@ -140,7 +160,7 @@ live_case() {
 	k=$(jq -c 'select(.type == "stats" and .final) | .kafka' "$AGENT_OUT" | tail -n 1)
 	expect "nothing spilled in two outages: $k" ge "$(jq .spilled_total <<<"$k")" 20
 	expect "records dropped: $k" eq "$(jq '.dropped_event_total + .dropped_summary_total + .dropped_anomaly_total + .dropped_stats_total' <<<"$k")" 0
-	echo "INFO kafka_recover_live: $(jq .messages <<<"$c") records; drained $(secs "$up0" "$end0") s after the outage before production, $(secs "$up1" "$end1") s after the one during production, $(secs "$up2" "$end2") s after the rolling restart (stats every 0.05 s)"
+	echo "INFO kafka_recover_live: $(jq .messages <<<"$c") records; first delivery after the outage before production $(resumed "$AGENT_OUT" "$m0") s, during production $(resumed "$AGENT_OUT" "$m1") s, after each broker of the rolling restart $(resumed "$AGENT_OUT" "${mr[1]}") $(resumed "$AGENT_OUT" "${mr[2]}") $(resumed "$AGENT_OUT" "${mr[3]}") s (a stats record every 0.05 s; all sent and confirmed: $(secs "$up0" "$end0"), $(secs "$up1" "$end1"), $(secs "$up2" "$end2") s)"
 	mock_stop
 	exec {MOCK_FD}>&-
 }
@@ -163,7 +183,7 @@ kill9_case() {
 	delay=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
 	sleep "$delay"
 	kill -KILL "$AGENT_PID"
-	killed_at="spill $(last_kafka "$AGENT_OUT" spill_records), producer $(last_kafka "$AGENT_OUT" queue_records)"
+	killed_at="spill $(last_stats "$AGENT_OUT" spill_records), producer $(last_stats "$AGENT_OUT" queue_records)"
 	wait_exit "$AGENT_PID" 10 || { fail_because "agent did not die"; return; }
 	agent_start k9b --pid "$IDLE" -i 0.05 --no-net --kafka "$BROKERS" --kafka-topic-prefix k9d \
 		--spill-dir "$T/spill.k9d" --kafka-queue-max 20 --flush-timeout 1 ||

@@ -507,6 +507,39 @@ static void test_resync(void **state)
 	assert_int_equal(count_files(".seg"), 0);
 }
 
+/* the same damage while the spill is open (read after the check at open) */
+static void test_resync_at_read(void **state)
+{
+	struct spill *sp = open_spill(8 << 20, 1 << 20);
+	struct spill_stats st;
+	char path[512];
+	int out[200], n, fd;
+
+	(void)state;
+	append_n(sp, 0, 100, REC_SUMMARY, 100);
+	assert_int_equal(spill_flush(sp), 0);
+	only_segment(path, sizeof(path));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	/* record 30's value, and records 60 to 99: nothing good after 60 */
+	assert_int_equal(pwrite(fd, "\xff\xfe\xfd\xfc", 4, SEG_HDR + 30 * REC(6, 100) + 60), 4);
+	for (int i = 60; i < 100; i++)
+		assert_int_equal(pwrite(fd, "XXXX", 4, SEG_HDR + i * REC(6, 100) + 4), 4);
+	close(fd);
+	n = drain(sp, out, 200, true);
+	assert_int_equal(n, 59);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(out[i], i < 30 ? i : i + 1);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.torn, 2);
+	assert_int_equal(st.resynced, 1);
+	assert_int_equal(st.torn_bytes, 41 * REC(6, 100));
+	assert_int_equal(st.unread, 0);
+	assert_int_equal(st.records, 0);
+	spill_close(sp);
+	assert_int_equal(count_files(".seg"), 0);
+}
+
 /* the consumed offset of a segment header set to v, as a bad disk or hand would */
 static void set_consumed(uint64_t v)
 {
@@ -520,7 +553,9 @@ static void set_consumed(uint64_t v)
 	close(fd);
 }
 
-/* 100 records, 30 confirmed and committed, then a damaged consumed offset */
+#define UNTOUCHED UINT64_MAX
+
+/* 100 records, 30 confirmed and committed, then the consumed offset set to v */
 static struct spill *consumed_case(uint64_t v, struct spill_stats *st)
 {
 	struct spill *sp = open_spill(8 << 20, 1 << 20);
@@ -532,7 +567,8 @@ static struct spill *consumed_case(uint64_t v, struct spill_stats *st)
 		spill_done(sp, spill_take(sp));
 	}
 	spill_close(sp);
-	set_consumed(v);
+	if (v != UNTOUCHED)
+		set_consumed(v);
 	sp = open_spill(8 << 20, 1 << 20);
 	spill_get_stats(sp, st);
 	return sp;
@@ -561,17 +597,8 @@ static void test_consumed_damaged(void **state)
 	}
 	/* untouched: the 70 not confirmed, nothing suspect */
 	{
-		struct spill *sp = open_spill(8 << 20, 1 << 20);
-		struct spill_rec r;
+		struct spill *sp = consumed_case(UNTOUCHED, &st);
 
-		append_n(sp, 0, 100, REC_SUMMARY, 100);
-		for (int i = 0; i < 30; i++) {
-			assert_int_equal(spill_peek(sp, &r), 0);
-			spill_done(sp, spill_take(sp));
-		}
-		spill_close(sp);
-		sp = open_spill(8 << 20, 1 << 20);
-		spill_get_stats(sp, &st);
 		assert_int_equal(st.recovered, 70);
 		assert_int_equal(st.suspect, 0);
 		n = drain(sp, out, 200, true);
@@ -756,6 +783,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_prepend, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_exclusive, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_resync, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_resync_at_read, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_consumed_damaged, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreign, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unsafe_dir, setup, teardown),
