@@ -90,14 +90,14 @@ enum {
 	OPT_SPILL_MAX,
 	OPT_SPILL_FOREIGN,
 	OPT_FLUSH_TIMEOUT,
-	OPT_STEP_MARKERS, /* diagnosis (issue 5): agent/replay.c */
+	OPT_STEP_MARKERS, /* diagnosis (issue 5): agent/sources/replay.c */
 	OPT_BASELINE,
 	OPT_BASELINE_SAVE,
 	OPT_DETECT,
 };
 
 /*
- * Diagnosis options are kept by agent/replay.c (issue 5); the prototype
+ * Diagnosis options are kept by agent/sources/replay.c (issue 5); the prototype
  * moves to agent.h when the live loop wires the detector.
  */
 
@@ -647,6 +647,8 @@ static int run_live(struct agent *a)
 		goto cleanup;
 	}
 	err = gpu_init(a);
+	if (!err)
+		err = shim_init(a);
 	if (err)
 		goto cleanup;
 	err = diag_new(a, &a->diag);
@@ -698,6 +700,7 @@ static int run_live(struct agent *a)
 			 * interval reaps exited processes (their instance names).
 			 */
 			ring_buffer__consume(a->rb);
+			shim_interval(a);
 			gpu_interval(a, false);
 			diag_advance(a->diag, now);
 			aggregate_interval(a, false);
@@ -713,6 +716,7 @@ static int run_live(struct agent *a)
 	{
 		uint64_t span = now_ns() - a->last_interval_ns;
 
+		shim_interval(a);
 		gpu_interval(a, true);
 		diag_finish(a->diag);
 		aggregate_interval(a, true);
@@ -725,6 +729,7 @@ cleanup:
 	ops_free(a); /* first: deep-dived shims are told to go back to sentinel */
 	diag_free(a->diag);
 	a->diag = NULL;
+	shim_free(a);
 	gpu_free(a);
 	loop_free();
 	ring_buffer__free(a->rb);
@@ -807,7 +812,7 @@ int main(int argc, char **argv)
 	}
 
 	if (a->opts.replay)
-		err = replay_run(a, a->opts.replay);
+		err = replay_run(a, a->opts.replay, &exiting);
 	else
 		err = run_live(a);
 

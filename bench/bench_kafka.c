@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * bench_kafka - the Kafka sink alone (agent/sink_kafka.c): how many records
+ * bench_kafka - the Kafka sink alone (agent/sinks/sink_kafka.c): how many records
  * per second it takes and delivers to a broker (the mock cluster of
  * build/tests/integration/kafka_mock in bench/bench_kafka.sh).
  *

@@ -4,7 +4,7 @@
  *
  * Why uprobes: they see every launch of every process that maps the library,
  * with the launching thread and CLOCK_MONOTONIC time, without touching the
- * process. The agent (agent/uprobes.c) attaches each program to the symbol of
+ * process. The agent (agent/sources/uprobes.c) attaches each program to the symbol of
  * the same name in every libcudart / libcuda file that a traced process maps,
  * once per file (pid -1), so the filter below is what keeps other processes out.
  *

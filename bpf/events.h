@@ -10,7 +10,7 @@
  *   - bump INFERTRACE_ABI_VERSION when a record changes; the agent refuses a
  *     shim that speaks another version.
  *
- * The agent decodes these in agent/decode.c (must match field for field).
+ * The agent decodes these in agent/sources/decode.c (must match field for field).
  */
 #ifndef INFERTRACE_EVENTS_H
 #define INFERTRACE_EVENTS_H
@@ -22,8 +22,7 @@
 #endif
 
 #define INFERTRACE_ABI_VERSION 1
-/* "schema" field of every JSON line; docs/events.md */
-#define INFERTRACE_SCHEMA_VERSION 1
+/* the JSON lines' "schema" is INFERTRACE_SCHEMA_VERSION in correlator/include/correlator.h */
 
 #define TASK_COMM_LEN 16
 #define LIB_NAME_LEN 64
@@ -78,7 +77,8 @@ _Static_assert(sizeof(struct event_hdr) == 24, "event_hdr ABI");
 
 /*
  * CUDA entry points probed by bpf/cuda.bpf.c. The index is also the slot in
- * thread_stats.launches[]. Names live in agent/cuda_api.c (must match).
+ * thread_stats.launches[]. Names live in correlator/src/corr.c, api_names[]
+ * (corr_api_name(), must match; a _Static_assert there counts them).
  */
 enum cuda_api {
 	API_CUDA_LAUNCH_KERNEL = 0,
@@ -396,7 +396,7 @@ struct runtime_cfg {
 _Static_assert(sizeof(struct runtime_cfg) == 64, "runtime_cfg ABI");
 
 /*
- * The kernel half of the flight recorder (agent/recorder.c): in sentinel
+ * The kernel half of the flight recorder (agent/pipeline/recorder.c): in sentinel
  * mode every launch of a traced thread is written, with the arguments its
  * registers hold, into its CPU's slice of the array map "flight" (a ring
  * of flight_per_cpu entries per CPU, overwritten in turn; no lock, no

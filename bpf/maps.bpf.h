@@ -4,7 +4,7 @@
  *
  * Every .bpf.c includes this file and all of them are linked into one object
  * by `bpftool gen object`; the definitions are __weak so that the linker keeps
- * one copy of each. Sizes marked "agent" are set by agent/loader.c with
+ * one copy of each. Sizes marked "agent" are set by agent/sources/loader.c with
  * bpf_map__set_max_entries() before load.
  */
 #ifndef INFERTRACE_MAPS_BPF_H
@@ -25,7 +25,7 @@ struct {
 	__type(value, struct runtime_cfg);
 } runtime_cfg SEC(".maps") __weak;
 
-/* processes to trace, tgid -> instance; written by agent/discovery.c */
+/* processes to trace, tgid -> instance; written by agent/sources/discovery.c */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096); /* agent */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * proc.bpf.c - process lifecycle for discovery (agent/discovery.c).
+ * proc.bpf.c - process lifecycle for discovery (agent/sources/discovery.c).
  *
  * A CUDA library is loaded long after exec (python imports torch late), so
  * exec alone cannot find CUDA processes: the hook that matters is the
@@ -8,7 +8,7 @@
  * mmap's entry before the mapping exists; the agent then reads
  * /proc/PID/maps. A traced process has every executable mapping reported,
  * whatever the file's name: an engine library it dlopen()s may carry the
- * step probes (agent/usdt.c). exec and exit are reported only for traced
+ * step probes (agent/sources/usdt.c). exec and exit are reported only for traced
  * processes.
  */
 #include "lib/common.bpf.h"

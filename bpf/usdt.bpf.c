@@ -3,7 +3,7 @@
  * usdt.bpf.c - the step probes of include/infertrace/step.h (provider
  * "infertrace", probes step_begin(tokens, batch, kv_tokens, phase) and
  * step_end()). The agent attaches them per traced process to each file it
- * maps that has them, executable or library (agent/usdt.c; libbpf resolves
+ * maps that has them, executable or library (agent/sources/usdt.c; libbpf resolves
  * the probe sites, argument locations and semaphores from the ELF notes).
  * One record per probe hit, on rb_misc; the agent hands them to the step
  * segmenter.

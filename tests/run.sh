@@ -4,6 +4,7 @@
 # tests/run.sh - run every test tier and sum the results.
 #
 #   unit:        build/tests/unit/test_*   (cmocka; "[  PASSED  ] N test(s)." lines)
+#   static:      tests/static/*.sh         (checks over the sources; same output as:)
 #   integration: tests/integration/*.sh    (print "PASS name", "FAIL name: why",
 #                                           "SKIP name: why", one line per test)
 #
@@ -48,7 +49,7 @@ for t in "$BUILD"/tests/unit/test_*; do
 	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 done
 
-for t in tests/integration/*.sh; do
+for t in tests/static/*.sh tests/integration/*.sh; do
 	[ -f "$t" ] || continue
 	name=$(basename "$t" .sh)
 	want "$name" || continue

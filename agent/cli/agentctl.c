@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * agentctl - talk to the infertrace agent of this node over its control
- * socket (agent/control.c, protocol in agent/control_proto.h), or to every
+ * socket (agent/control/control.c, protocol in agent/control/control_proto.h), or to every
  * agent of a fleet through the <prefix>.control Kafka topic.
  *
  * One request, one reply; exit status 0 when the agent said ok, 1 when it

@@ -8,7 +8,7 @@
  * SHIM_MSG_MAX bytes and sends them with MSG_DONTWAIT: a full socket (agent
  * slow) or no connection (agent absent) drops the batch and counts it. The
  * same connection carries mode switches back from the agent. Protocol:
- * agent/shim/proto.h; the agent side: agent/shim_rx.c.
+ * agent/shim/proto.h; the agent side: agent/sources/shim_rx.c.
  */
 #include <errno.h>
 #include <poll.h>

@@ -2,7 +2,7 @@
 /*
  * cupti.c - the CUPTI side of libinfertrace_cupti.so: InitializeInjection,
  * the activity buffer pool, the launch callback and the conversion of CUPTI
- * records into bpf/events.h records (field for field as agent/shim_rx.c
+ * records into bpf/events.h records (field for field as agent/sources/shim_rx.c
  * validates them).
  *
  * The driver loads this library through CUDA_INJECTION64_PATH and calls

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * proto.h - the shim channel: what flows between libinfertrace_cupti.so (in
- * each CUDA process) and the agent's receiver (agent/shim_rx.c). Both sides
- * include this file; docs/architecture_shim.md describes the design.
+ * each CUDA process) and the agent's receiver (agent/sources/shim_rx.c). Both sides
+ * include this file; docs/architecture.md ("The CUPTI shim and its channel") describes the design.
  *
  * Transport: one SOCK_SEQPACKET Unix connection per CUDA process to the
  * agent's listening socket (default SHIM_SOCK_DEFAULT, env SHIM_ENV_SOCKET).

@@ -150,7 +150,7 @@ static __always_inline __u32 log2_u64(__u64 v)
 /*
  * Histogram slot of a duration: slot 0 holds [0, 2) us, slot i >= 1 holds
  * [2^i, 2^(i+1)) us, the last slot everything above. Must match
- * agent/aggregate.c (hist_lower_us).
+ * agent/sources/aggregate.c (hist_lower_us).
  */
 static __always_inline __u32 hist_slot(__u64 ns)
 {

@@ -26,9 +26,16 @@
 #ifndef INFERTRACE_CORRELATOR_H
 #define INFERTRACE_CORRELATOR_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/*
+ * "schema" of every JSON line the agent and this library write (the common
+ * fields, docs/events.md): defined here once, under every writer.
+ */
+#define INFERTRACE_SCHEMA_VERSION 1
 
 #ifdef __cplusplus
 extern "C" {
@@ -182,6 +189,8 @@ uint32_t corr__pending(const struct corr *c);
 
 /* name of an enum cuda_api value (bpf/events.h), "unknown" otherwise */
 const char *corr_api_name(uint16_t api);
+/* a driver (cu*) entry point rather than a runtime (cuda*) one */
+bool corr_api_is_driver(uint16_t api);
 /* name of a CUPTI launch callback id (runtime or driver domain), or NULL */
 const char *corr_cbid_name(uint32_t domain, uint32_t cbid);
 
@@ -288,6 +297,14 @@ struct corr_replay_opts {
 	void *marker_ctx;
 	corr_log_fn log;
 	void *log_ctx;
+	/*
+	 * May be NULL. Set non-zero (from a signal handler) to stop a replay:
+	 * reading, gunzip and every reader check it at least every few MiB or
+	 * thousand records, and a blocked open() or read() interrupted by the
+	 * signal returns; the call then fails with -EINTR after flushing what
+	 * was read.
+	 */
+	const volatile sig_atomic_t *stop;
 };
 
 struct corr_replay_stats {
@@ -301,9 +318,24 @@ struct corr_replay_stats {
 	struct corr_counters corr;
 };
 
+/*
+ * A recording read into memory by corr_replay_load(): its text (gunzipped
+ * when it was gzip), or only a note that it is an SQLite export in a regular
+ * file, which SQLite reads in place from its path.
+ */
+struct corr_input {
+	char *buf; /* NUL-terminated; NULL when in_place */
+	size_t len; /* bytes of buf, or of the file when in_place */
+	bool in_place;
+	bool owned; /* buf is freed by corr_input_release() */
+};
+
 /* format name for logs and records */
 const char *corr_format_name(enum corr_format f);
-/* detect the format of a file from its first bytes: 0 or -errno */
+/*
+ * Detect the format of a file from its first bytes: 0 or -errno. It opens
+ * and reads the file: not for FIFOs or pipes (corr_replay_load() is).
+ */
 int corr_replay_detect(const char *path, enum corr_format *out);
 /*
  * Read a recording and feed it through a correlator made from copts (the
@@ -315,9 +347,21 @@ int corr_replay_detect(const char *path, enum corr_format *out);
  */
 int corr_replay_file(const char *path, const struct corr_opts *copts,
 		     const struct corr_replay_opts *ropts, struct corr_replay_stats *stats);
-/* the same on a buffer in memory (Kineto or JSON lines; tests, fuzzing) */
+/* the same on a buffer in memory (any format, gzip too; tests, fuzzing) */
 int corr_replay_buf(const char *buf, size_t len, const struct corr_opts *copts,
 		    const struct corr_replay_opts *ropts, struct corr_replay_stats *stats);
+/*
+ * corr_replay_file() in two steps, for a caller that looks at the input
+ * first: load opens path once and reads it as a stream (a FIFO or a pipe
+ * works; nothing is reopened or seeked), gunzips it within the limits of
+ * docs/operations.md ("Replay limits"); 0 or -errno, logged. Then
+ * corr_replay_input() replays it (path names it in logs; needed in_place).
+ */
+int corr_replay_load(const char *path, const struct corr_replay_opts *ropts,
+		     struct corr_input *in);
+int corr_replay_input(const char *path, const struct corr_input *in, const struct corr_opts *copts,
+		      const struct corr_replay_opts *ropts, struct corr_replay_stats *stats);
+void corr_input_release(struct corr_input *in);
 
 /* ------------------------------------------------------------ JSON out -- */
 
@@ -330,7 +374,7 @@ struct corr_json_common {
 /*
  * Format one deep-mode record ("kernel", "memcpy" or "memset") as one JSON
  * object without newline into buf. Returns the length, or -ENOSPC when buf
- * is too small (nothing useful written). Field list: docs/events_gpu.md.
+ * is too small (nothing useful written). Field list: docs/events.md.
  */
 int corr_gpu_to_json(char *buf, size_t sz, const struct corr_json_common *cm,
 		     const struct corr_gpu *g, const struct corr_launch *l);

@@ -279,6 +279,11 @@ struct diag_det_counters {
 	uint64_t explained; /* over the limit at a recurring second mode of the workload */
 	uint64_t noise;	    /* lone GPU-bound spikes in a noisy stretch, not reported */
 	uint64_t baseline_keys; /* keys loaded from a saved baseline */
+	/*
+	 * steps over the steady limit whose batch changed membership, within
+	 * the limit learned for such steps (work the record does not count)
+	 */
+	uint64_t churn;
 };
 
 struct diag_det *diag_det__new(const struct diag_det_opts *opts);

@@ -189,20 +189,7 @@ const char *corr_cbid_name(uint32_t domain, uint32_t cbid)
 	return NULL;
 }
 
-static void corr_log(struct corr *c, enum corr_log_level lvl, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void corr_log(struct corr *c, enum corr_log_level lvl, const char *fmt, ...)
-{
-	char msg[256];
-	va_list ap;
-
-	if (!c->o.log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	c->o.log(c->o.log_ctx, lvl, "%s", msg);
-}
+#define corr_log(c, ...) corr_log_forward((c)->o.log, (c)->o.log_ctx, __VA_ARGS__)
 
 struct corr *corr__new(const struct corr_opts *opts)
 {
@@ -780,7 +767,7 @@ static int up_grow(struct corr *c, struct thr *t)
 }
 
 /* driver entry points (cu*) follow the runtime ones in enum cuda_api (bpf/events.h) */
-static inline bool api_is_driver(uint16_t api)
+bool corr_api_is_driver(uint16_t api)
 {
 	return api >= 11; /* API_CU_LAUNCH_KERNEL */
 }
@@ -869,8 +856,8 @@ int corr__add_callback(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_n
 		if (u->ts <= t->last_cb_ts || ts - u->ts > c->o.match_window_ns)
 			continue;
 		/* a later one wins unless it would replace one of the right family */
-		if (!found || api_is_driver(u->api) == (domain == 1) ||
-		    api_is_driver(hit.api) != (domain == 1))
+		if (!found || corr_api_is_driver(u->api) == (domain == 1) ||
+		    corr_api_is_driver(hit.api) != (domain == 1))
 			hit = *u;
 		found = true;
 	}

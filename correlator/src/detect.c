@@ -107,6 +107,27 @@
 #define BURST_MAX 3
 #define BURST_TOL 0.04
 
+/*
+ * Churn: a decode (or phase unknown) step whose batch changed membership
+ * prefilled the newcomers, work its record may not count (step_class()).
+ * Every judged churn step teaches the key a ring of the last CH_N churn
+ * excesses (u+ over the steady cost of its workload), clipped at CH_CLIP x
+ * its limit: a quantile shrugs off the few faults among them, where a
+ * limit learned from accepted steps alone would only ever shrink. Churn must
+ * be the exception (under CH_SHARE of the sequence's recent steps): where
+ * every step changes the batch, the class separates nothing. Once CH_MIN are
+ * known and their CH_Q quantile is above the single chart's limit, churn
+ * costs unrecorded work on this key: a churn step is judged against that
+ * quantile and teaches neither the cells nor the charts. Otherwise it is
+ * judged, and teaches, like any step.
+ */
+#define CH_N 128
+#define CH_MIN 16
+#define CH_Q 0.99
+#define CH_CLIP 6.0
+#define CH_HEAVY 3.0
+#define CH_SHARE 0.8
+
 static const char *const kind_names[DIAG_KIND_COUNT] = {
     "host_stall", "cpu_contention", "gpu_slow", "communication", "straggler", "regression",
 };
@@ -193,6 +214,8 @@ struct dseq {
 	struct diag_anomaly han;
 	float hr;	/* its dur / median */
 	uint32_t burst; /* held spikes in a row */
+	double pbs, pkv; /* batch and KV tokens of the previous step; < 0 unknown */
+	struct ewstat churn; /* share of churn steps (step_class) */
 };
 
 /* a lone flagged step: its cell, dur / median, and when (key steps) */
@@ -225,6 +248,9 @@ struct dkey {
 	struct dseq *seq;
 	struct dmode modes[MODE_N];
 	uint32_t mode_pos;
+	/* u+ of recent churn steps (step_class), sorted: their own limit */
+	float ch[CH_N], ch_sorted[CH_N];
+	uint32_t ch_pos, ch_cnt;
 };
 
 struct dinst {
@@ -251,20 +277,7 @@ struct diag_det {
 	uint32_t n_held; /* sequences holding an anomaly */
 };
 
-static void dlog(const struct diag_det *d, enum corr_log_level lvl, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void dlog(const struct diag_det *d, enum corr_log_level lvl, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	if (!d->o.log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	d->o.log(d->o.log_ctx, lvl, "%s", msg);
-}
+#define dlog(d, ...) corr_log_forward((d)->o.log, (d)->o.log_ctx, __VA_ARGS__)
 
 struct diag_det *diag_det__new(const struct diag_det_opts *opts)
 {
@@ -928,6 +941,78 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 
 /* ------------------------------------------------------------- judge ---- */
 
+/*
+ * The limit of a churn step: a high quantile of the key's recent churn
+ * excesses; 0 while they are no larger than the steady steps' limit (or too
+ * few to say): churn then costs nothing the record does not describe, and
+ * the step is judged, and teaches, like any other.
+ */
+static double churn_limit(const struct dkey *k, double ucl1)
+{
+	double q;
+
+	if (k->ch_cnt < CH_MIN || k->seq->churn.mean >= CH_SHARE)
+		return 0;
+	q = k->ch_sorted[(uint32_t)(CH_Q * (k->ch_cnt - 1) + 0.5)];
+	return q > CH_HEAVY * ucl1 ? q : 0;
+}
+
+static void churn_add(struct dkey *k, double up, double clip)
+{
+	float v = (float)fmin(up, clip), old = 0;
+	bool full = k->ch_cnt == CH_N;
+	uint32_t n = k->ch_cnt, i;
+
+	if (full) {
+		old = k->ch[k->ch_pos];
+		for (i = 0; i < n - 1 && k->ch_sorted[i] != old; i++)
+			;
+		memmove(&k->ch_sorted[i], &k->ch_sorted[i + 1], sizeof(float) * (n - 1 - i));
+		n--;
+	}
+	for (i = n; i > 0 && k->ch_sorted[i - 1] > v; i--)
+		k->ch_sorted[i] = k->ch_sorted[i - 1];
+	k->ch_sorted[i] = v;
+	k->ch[k->ch_pos] = v;
+	k->ch_pos = (k->ch_pos + 1) % CH_N;
+	if (!full)
+		k->ch_cnt++;
+}
+
+/*
+ * The class of a step's workload (struct dmodel: cls). In a continuously
+ * batched engine, a step's KV tokens are the previous step's plus one token
+ * per request that stayed: when they are not (KV short: requests left and
+ * new, shorter ones took their place; the batch shrank), requests joined
+ * and were prefilled in this step, work its record may not describe (no
+ * prefill count, phase unknown). Class 1: the batch's membership changed;
+ * 2: KV grew by more than the batch (new requests that were prefilled
+ * before, counted now); 0: steady. Prefill steps are class 0.
+ */
+#define CHURN_TOL 0.002
+static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
+{
+	double bs = (double)s->batch_size, kv = (double)s->kv_tokens, exp, tol;
+	uint32_t c = 0;
+
+	if (s->phase == DIAG_PHASE_PREFILL) {
+		sq->pbs = sq->pkv = -1;
+		return 0;
+	}
+	if (sq->pbs > 0 && sq->pkv > 0 && bs >= 0 && kv >= 0) {
+		exp = sq->pkv + fmin(bs, sq->pbs);
+		tol = 0.5 + CHURN_TOL * kv;
+		if (kv < exp - tol || bs < sq->pbs)
+			c = 1;
+		else if (bs > 0 && kv > exp + tol + kv / bs)
+			c = 2;
+	}
+	ew_add(&sq->churn, c != 0);
+	sq->pbs = s->batch_size >= 0 ? bs : -1;
+	sq->pkv = s->kv_tokens >= 0 ? kv : -1;
+	return c;
+}
+
 int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct diag_verdict *v)
 {
 	const char *inst = s->instance ? s->instance : "";
@@ -938,6 +1023,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	     novel = true;
 	bool explained = false, measured, flagged, ok, calm, spike, hold, chain;
 	bool hostg = false, hostc = false; /* the gap or CPU chart sees a stall */
+	bool churn = false; /* membership changed, and that costs work the record does not count */
+	uint32_t cls;
 	struct dseq *sq;
 	struct dkey *k;
 	uint32_t wn = 0;
@@ -960,6 +1047,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	kv = (double)s->kv_tokens;
 	k->m.now = k->steps;
 	k->m.stale = STALE_STEPS;
+	cls = step_class(k->seq, s);
 	med = dm_predict(&k->m, t, kv, &src, &novel);
 	/* a guess under a lighter workload's median is certainly too low */
 	if (novel && med > 0) {
@@ -984,6 +1072,13 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	guess_floor = src == 0 ? STALE_FLOOR : NOVEL_FLOOR;
 	if (novel && ucl1 < guess_floor)
 		ucl1 = guess_floor;
+	if (cls) {
+		double cl = churn_limit(k, ucl1_own);
+
+		churn = cl > 0;
+		if (churn && ucl1 < cl)
+			ucl1 = cl;
+	}
 	/*
 	 * the smoothed chart's own spread once it has some; before, the single
 	 * chart's (bootstrap included), scaled to a mean of `window` steps: a
@@ -1005,7 +1100,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		 * a heavier workload's: above that bound by the chart's own limit
 		 * it is flagged as if its cell were known
 		 */
-		if (!flag1 && novel) {
+		if (!flag1 && novel && !churn) {
 			double ub = dm_bound(&k->m, t, kv, 1);
 
 			if (ub > 0 && dur > ub * (1 + ucl1_own)) {
@@ -1030,7 +1125,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		if (!flag1 && !explained) {
 			double wm = (wsum + up) / (wn + 1);
 
-			flagw = !novel && wn + 1 >= d->o.window && wm > uclw &&
+			flagw = !novel && !churn && wn + 1 >= d->o.window && wm > uclw &&
 				up > d->o.floor_window / 2;
 		}
 		/* the gap chart knows no workload: novel ones are judged too */
@@ -1062,7 +1157,9 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	 * measurement; flagged ones are skipped, not kept as holes: a slow GPU
 	 * under jitter, flagged every other step, left the chart blind
 	 */
-	if (!flag1 && !explained && measured) {
+	if (judged && cls)
+		churn_add(k, up, CH_CLIP * ucl1);
+	if (!flag1 && !explained && measured && !churn) {
 		k->win[k->wpos] = (float)up;
 		k->wpos = (k->wpos + 1) % d->o.window;
 		if (k->wcnt < d->o.window)
@@ -1089,6 +1186,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	sq = k->seq;
 	sq->n++;
 	flagged = flag1 || flagw || flagg || flagc;
+	if (judged && churn && !flagged && !explained && up > ucl1_own)
+		d->cnt.churn++;
 	calm = judged && !flagged && !explained && up < ucl1_own;
 	ok = calm && measured && up < ucl1_own / 2;
 	/*
@@ -1197,6 +1296,9 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	 * slow in a noisy stretch) taught as is raised the limit step by step
 	 * and was never flagged
 	 */
+	learn_breakdown(d, k, s);
+	if (churn)
+		goto regress;
 	if (judged && !novel) {
 		double wm = (wsum + up) / (wn + 1);
 
@@ -1211,7 +1313,6 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		 */
 		ew_add(&k->u1, fmin(up, d->o.floor_single));
 	}
-	learn_breakdown(d, k, s);
 	if (dm_add(&k->m, t, kv, dur) == -ENOMEM)
 		return -ENOMEM;
 	dm_lin_sample(&k->m, t, kv, dur);

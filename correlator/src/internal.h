@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <stddef.h>
 
 #include "correlator.h"
@@ -54,11 +55,26 @@ struct replay_ctx {
 	const struct corr_replay_opts *ro;
 	struct corr_replay_stats *st;
 };
-void replay_log(const struct replay_ctx *rc, enum corr_log_level lvl, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+/* log.c: format once, hand to the owner's callback (NULL: dropped) */
+void corr_log_forward(corr_log_fn fn, void *ctx, enum corr_log_level lvl, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+#define replay_log(rc, ...)                                                                 \
+	corr_log_forward((rc)->ro ? (rc)->ro->log : NULL, (rc)->ro ? (rc)->ro->log_ctx : NULL, \
+			 __VA_ARGS__)
+/* the caller asked to stop (corr_replay_opts.stop): readers return -EINTR */
+static inline bool replay_stopped(const struct replay_ctx *rc)
+{
+	return rc->ro && rc->ro->stop && *rc->ro->stop;
+}
+/* 3 when buf starts with a UTF-8 byte order mark, else 0 (inline: every reader asks) */
+static inline size_t corr_bom_len(const char *buf, size_t len)
+{
+	return len >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3) ? 3 : 0;
+}
 int kineto_read(struct replay_ctx *rc, const char *buf, size_t len);
 int jsonl_read(struct replay_ctx *rc, const char *buf, size_t len);
-int nsys_read(struct replay_ctx *rc, const char *path);
+/* from path, or from buf (an export read from a pipe) when buf is set */
+int nsys_read(struct replay_ctx *rc, const char *path, const char *buf, size_t len);
 
 /*
  * corr__add_launch() with the launch's sources as a live run recorded them

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * jsonl.c - the agent's own JSON lines (docs/events.md, docs/events_gpu.md).
+ * jsonl.c - the agent's own JSON lines (docs/events.md).
  * Lines are small, so jansson parses each; errors name the line.
  *
  * Used records:
@@ -9,7 +9,7 @@
  *     launch_api, launch_cbid, launch_src, correlation_id, then the GPU
  *     record itself joins it again: a deep-mode recording re-analysed
  *     offline gives the same joins (tests/integration/gpu_live.sh);
- *   cuda_launch {pid, tid, ts_ns, api} (agent/decode.c): a uprobe launch
+ *   cuda_launch {pid, tid, ts_ns, api} (agent/sources/decode.c): a uprobe launch
  *     (api by name). Alone it joins nothing: a recording holds no callbacks;
  *   gpu_launch_cb {pid, tid, ts_ns, correlation_id, domain, cbid}: a shim
  *     callback. The agent writes no such record (callbacks only feed its
@@ -22,27 +22,65 @@
 
 #include "internal.h"
 
-static uint64_t ju(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
+#define JSONL_LINE_MAX (1u << 20) /* longest line read (docs/operations.md) */
 
-	if (json_is_integer(v))
-		return json_integer_value(v) < 0 ? 0 : (uint64_t)json_integer_value(v);
-	if (json_is_real(v))
-		return json_real_value(v) < 0 ? 0 : (uint64_t)json_real_value(v);
+/*
+ * Numbers of a line, range-checked: a field beyond its width (or a real
+ * beyond 2^64, whose conversion is undefined) fails the line instead of
+ * being cut to a wrong value ("pid":1.5e19 is not pid 3470524416).
+ * Negative values still read as 0 (unknown), as they always have.
+ */
+struct line {
+	json_t *o;
+	const char *bad; /* first field out of range */
+};
+
+static uint64_t jnum(struct line *ln, json_t *v, const char *k, uint64_t max)
+{
+	if (json_is_integer(v)) {
+		json_int_t x = json_integer_value(v);
+
+		if (x < 0)
+			return 0;
+		if ((uint64_t)x <= max)
+			return (uint64_t)x;
+	} else if (json_is_real(v)) {
+		double x = json_real_value(v);
+
+		if (x < 0)
+			return 0;
+		/* (double)max rounds up to 2^64 or 2^32: '<' keeps the cast defined */
+		if (x < (double)max || (max < UINT64_MAX && x <= (double)max))
+			return (uint64_t)x;
+	} else {
+		return 0;
+	}
+	if (!ln->bad)
+		ln->bad = k;
 	return 0;
 }
 
-static void u32x3(json_t *o, const char *k, uint32_t v[3])
+static uint64_t ju(struct line *ln, const char *k)
 {
-	json_t *a = json_object_get(o, k);
-
-	for (size_t i = 0; i < 3 && json_is_array(a) && i < json_array_size(a); i++)
-		v[i] = (uint32_t)json_integer_value(json_array_get(a, i));
+	return jnum(ln, json_object_get(ln->o, k), k, UINT64_MAX);
 }
 
-static int one(struct replay_ctx *rc, json_t *o)
+static uint32_t ju32(struct line *ln, const char *k)
 {
+	return (uint32_t)jnum(ln, json_object_get(ln->o, k), k, UINT32_MAX);
+}
+
+static void u32x3(struct line *ln, const char *k, uint32_t v[3])
+{
+	json_t *a = json_object_get(ln->o, k);
+
+	for (size_t i = 0; i < 3 && json_is_array(a) && i < json_array_size(a); i++)
+		v[i] = (uint32_t)jnum(ln, json_array_get(a, i), k, UINT32_MAX);
+}
+
+static int one(struct replay_ctx *rc, struct line *ln)
+{
+	json_t *o = ln->o;
 	const char *type = json_string_value(json_object_get(o, "type"));
 	struct corr_gpu g;
 	int err;
@@ -57,50 +95,62 @@ static int one(struct replay_ctx *rc, json_t *o)
 		g.kind = type[0] == 'k' ? CORR_KIND_KERNEL :
 			 type[3] == 'c' ? CORR_KIND_MEMCPY :
 					  CORR_KIND_MEMSET;
-		g.pid = (uint32_t)ju(o, "pid");
-		g.corr_id = (uint32_t)ju(o, "correlation_id");
-		g.device = (uint32_t)ju(o, "device");
-		g.context = (uint32_t)ju(o, "context");
-		g.stream = (uint32_t)ju(o, "stream");
-		g.graph_id = (uint32_t)ju(o, "graph_id");
-		g.graph_node_id = ju(o, "graph_node_id");
-		g.start_ns = ju(o, "start_ns");
-		g.end_ns = ju(o, "end_ns");
-		g.bytes = ju(o, "bytes");
-		g.copy_kind = (uint32_t)ju(o, "copy_kind");
-		u32x3(o, "grid", g.grid);
-		u32x3(o, "block", g.block);
+		g.pid = ju32(ln, "pid");
+		g.corr_id = ju32(ln, "correlation_id");
+		g.device = ju32(ln, "device");
+		g.context = ju32(ln, "context");
+		g.stream = ju32(ln, "stream");
+		g.graph_id = ju32(ln, "graph_id");
+		g.graph_node_id = ju(ln, "graph_node_id");
+		g.start_ns = ju(ln, "start_ns");
+		g.end_ns = ju(ln, "end_ns");
+		g.bytes = ju(ln, "bytes");
+		g.copy_kind = ju32(ln, "copy_kind");
+		u32x3(ln, "grid", g.grid);
+		u32x3(ln, "block", g.block);
 		g.name = json_string_value(json_object_get(o, "name"));
 		if (g.pid && json_is_integer(json_object_get(o, "launch_ts_ns"))) {
 			const char *src = json_string_value(json_object_get(o, "launch_src"));
 			bool cb = src && (!strcmp(src, "cupti") || !strcmp(src, "uprobe+cupti"));
 			bool up = !src || strcmp(src, "cupti");
+			uint32_t tid = ju32(ln, "tid"), cbid = ju32(ln, "launch_cbid");
+			uint64_t lts = ju(ln, "launch_ts_ns");
 
+			if (ln->bad)
+				return -ERANGE;
 			rc->st->launches++;
-			err = corr_add_launch_src(rc->c, g.pid, (uint32_t)ju(o, "tid"),
-						  ju(o, "launch_ts_ns"), g.corr_id,
-						  (uint32_t)ju(o, "launch_cbid"),
+			err = corr_add_launch_src(rc->c, g.pid, tid, lts, g.corr_id, cbid,
 						  json_string_value(json_object_get(o, "launch_api")),
 						  up, cb);
 			if (err)
 				return err;
 		}
+		if (ln->bad)
+			return -ERANGE;
 		rc->st->gpu_records++;
 		return corr__add_gpu(rc->c, &g);
 	}
 	if (!strcmp(type, "cuda_launch")) {
 		const char *api = json_string_value(json_object_get(o, "api"));
 		int a = api ? corr_api_from_name(api) : -1;
+		uint32_t pid = ju32(ln, "pid"), tid = ju32(ln, "tid");
+		uint64_t ts = ju(ln, "ts_ns");
 
+		if (ln->bad)
+			return -ERANGE;
 		rc->st->launches++;
-		return corr__add_uprobe_launch(rc->c, (uint32_t)ju(o, "pid"), (uint32_t)ju(o, "tid"),
-					       ju(o, "ts_ns"), a < 0 ? 0xffff : (uint16_t)a);
+		return corr__add_uprobe_launch(rc->c, pid, tid, ts, a < 0 ? 0xffff : (uint16_t)a);
 	}
 	if (!strcmp(type, "gpu_launch_cb")) {
+		uint32_t pid = ju32(ln, "pid"), tid = ju32(ln, "tid");
+		uint64_t ts = ju(ln, "ts_ns");
+		uint32_t corr = ju32(ln, "correlation_id"), dom = ju32(ln, "domain");
+		uint32_t cbid = ju32(ln, "cbid");
+
+		if (ln->bad)
+			return -ERANGE;
 		rc->st->launches++;
-		return corr__add_callback(rc->c, (uint32_t)ju(o, "pid"), (uint32_t)ju(o, "tid"),
-					  ju(o, "ts_ns"), (uint32_t)ju(o, "correlation_id"),
-					  (uint32_t)ju(o, "domain"), (uint32_t)ju(o, "cbid"));
+		return corr__add_callback(rc->c, pid, tid, ts, corr, dom, cbid);
 	}
 	rc->st->skipped++;
 	return 0;
@@ -108,17 +158,19 @@ static int one(struct replay_ctx *rc, json_t *o)
 
 int jsonl_read(struct replay_ctx *rc, const char *buf, size_t len)
 {
-	const char *p = buf, *end = buf + len;
-	size_t line = 0;
+	const char *p = buf + corr_bom_len(buf, len), *end = buf + len;
+	size_t line = 0, records = 0;
 	int err = 0;
 
 	while (p < end) {
 		const char *nl = memchr(p, '\n', end - p);
 		const char *e = nl ? nl : end;
 		json_error_t jerr;
+		struct line ln;
 		json_t *o;
 
-		line++;
+		if ((line++ & 4095) == 0 && replay_stopped(rc))
+			return -EINTR;
 		/* skip blank lines */
 		while (p < e && (*p == ' ' || *p == '\t' || *p == '\r'))
 			p++;
@@ -126,7 +178,16 @@ int jsonl_read(struct replay_ctx *rc, const char *buf, size_t len)
 			p = e + 1;
 			continue;
 		}
-		o = json_loadb(p, e - p, JSON_DISABLE_EOF_CHECK, &jerr);
+		/* our records are below 64 KiB; a DOM of a huge line costs many times it */
+		if ((size_t)(e - p) > JSONL_LINE_MAX) {
+			replay_log(rc, CORR_LOG_ERROR,
+				   "JSON lines: line %zu (byte offset %zu): longer than %u bytes, "
+				   "not a record of this agent",
+				   line, (size_t)(p - buf), JSONL_LINE_MAX);
+			return -EINVAL;
+		}
+		/* the whole line: data after the object is corruption too */
+		o = json_loadb(p, e - p, 0, &jerr);
 		if (!o || !json_is_object(o)) {
 			replay_log(rc, CORR_LOG_ERROR, "JSON lines: line %zu (byte offset %zu): %s",
 				   line, (size_t)(p - buf) + (o ? 0 : (size_t)jerr.position),
@@ -135,8 +196,25 @@ int jsonl_read(struct replay_ctx *rc, const char *buf, size_t len)
 			json_decref(o);
 			return -EINVAL;
 		}
-		err = one(rc, o);
+		/* the first record says whose lines these are */
+		if (!records++ && !json_is_string(json_object_get(o, "type"))) {
+			replay_log(rc, CORR_LOG_ERROR,
+				   "JSON lines: line %zu: no string \"type\": not records of this "
+				   "agent (docs/events.md), nor a Chrome trace (no traceEvents)",
+				   line);
+			json_decref(o);
+			return -EINVAL;
+		}
+		ln.o = o;
+		ln.bad = NULL;
+		err = one(rc, &ln);
 		json_decref(o);
+		if (err && ln.bad) {
+			replay_log(rc, CORR_LOG_ERROR,
+				   "JSON lines: line %zu (byte offset %zu): \"%s\" out of range",
+				   line, (size_t)(p - buf), ln.bad);
+			return -EINVAL;
+		}
 		if (err)
 			return err;
 		p = e + 1;

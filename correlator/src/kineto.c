@@ -438,7 +438,10 @@ static int parse_event(struct scan *sc, struct kev *e)
 
 static const char *ev_name(const struct kev *e, char *buf, size_t sz)
 {
-	if (e->name_esc) {
+	if (!e->name.s) {
+		/* no string name: "" as before, without memcpy() from NULL */
+		buf[0] = '\0';
+	} else if (e->name_esc) {
 		unescape(&e->name, buf, sz);
 	} else {
 		size_t n = e->name.n < sz - 1 ? e->name.n : sz - 1;
@@ -515,6 +518,7 @@ static int dispatch(struct replay_ctx *rc, const struct kev *e, char *namebuf)
 
 static int events_array(struct scan *sc, struct replay_ctx *rc, char *namebuf)
 {
+	uint32_t n = 0;
 	bool done = false;
 	struct kev e;
 	int err;
@@ -527,6 +531,9 @@ static int events_array(struct scan *sc, struct replay_ctx *rc, char *namebuf)
 		return 0;
 	}
 	while (!done) {
+		/* a stop request is seen within a few thousand events */
+		if ((n++ & 4095) == 0 && replay_stopped(rc))
+			return -EINTR;
 		ws(sc);
 		if (sc->p < sc->end && *sc->p != '{') {
 			if (skip(sc)) /* not an event object: tolerate and count */
@@ -547,7 +554,7 @@ static int events_array(struct scan *sc, struct replay_ctx *rc, char *namebuf)
 
 int kineto_read(struct replay_ctx *rc, const char *buf, size_t len)
 {
-	struct scan sc = { .base = buf, .p = buf, .end = buf + len };
+	struct scan sc = { .base = buf, .p = buf + corr_bom_len(buf, len), .end = buf + len };
 	char *namebuf = malloc(NAME_MAX_LEN);
 	bool done = false, esc, seen = false;
 	struct span k;
@@ -560,13 +567,19 @@ int kineto_read(struct replay_ctx *rc, const char *buf, size_t len)
 		/* the bare-array form of the Chrome trace format */
 		err = events_array(&sc, rc, namebuf);
 		seen = true;
-		goto out;
+		goto tail;
 	}
 	if (expect(&sc, '{'))
 		goto out;
 	ws(&sc);
-	if (sc.p < sc.end && *sc.p == '}')
+	if (sc.p < sc.end && *sc.p == '}') {
+		sc.p++;
 		done = true;
+	}
+	/*
+	 * Every byte counts, also after traceEvents: a trace cut or corrupted
+	 * there (the metadata Kineto writes last) is an error, not ok.
+	 */
 	while (!done) {
 		if (str(&sc, &k, &esc) || expect(&sc, ':'))
 			goto out;
@@ -574,6 +587,7 @@ int kineto_read(struct replay_ctx *rc, const char *buf, size_t len)
 			err = events_array(&sc, rc, namebuf);
 			if (err)
 				goto out;
+			err = -EINVAL;
 			seen = true;
 		} else if (skip(&sc)) {
 			goto out;
@@ -585,6 +599,15 @@ int kineto_read(struct replay_ctx *rc, const char *buf, size_t len)
 	if (!seen) {
 		err = -EINVAL;
 		fail(&sc, "no traceEvents array");
+	}
+tail:
+	/* nothing but white space after the document */
+	if (!err) {
+		ws(&sc);
+		if (sc.p < sc.end) {
+			err = -EINVAL;
+			fail(&sc, "data after the end of the trace (corrupt or concatenated?)");
+		}
 	}
 out:
 	if (err == -EINVAL && sc.err)
@@ -626,8 +649,10 @@ int corr_us_text_to_ns(const char *s, size_t len, uint64_t *out)
 		i++;
 		if (i < len && (s[i] == '-' || s[i] == '+'))
 			esign = s[i++] == '-' ? -1 : 1;
+		/* saturate: "1e99999999999" must not overflow the int */
 		for (; i < len && s[i] >= '0' && s[i] <= '9'; i++)
-			exp = exp * 10 + (s[i] - '0');
+			if (exp <= 30)
+				exp = exp * 10 + (s[i] - '0');
 		if (exp > 30)
 			return -ERANGE;
 	}

@@ -19,9 +19,20 @@
 
 #include "internal.h"
 
+/*
+ * StringIds as (id, string) pairs sorted by id: memory follows the rows the
+ * file holds, not its largest id (one id of 60,000,000 cost a 480 MB dense
+ * array), and no max(id) + 1 can overflow.
+ */
+struct strent {
+	int64_t id;
+	size_t ord; /* row order: the first row of an id wins, as before */
+	char *s;
+};
+
 struct strtab {
-	char **s;
-	int64_t n;
+	struct strent *e;
+	size_t n, cap;
 };
 
 static bool has_table(sqlite3 *db, const char *t)
@@ -59,46 +70,72 @@ static bool has_col(sqlite3 *db, const char *t, const char *col)
 	return ok;
 }
 
+static int cmp_strent(const void *a, const void *b)
+{
+	const struct strent *x = a, *y = b;
+
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	return x->ord < y->ord ? -1 : x->ord > y->ord;
+}
+
 static int load_strings(struct replay_ctx *rc, sqlite3 *db, struct strtab *tab)
 {
 	sqlite3_stmt *st = NULL;
 	int rc_sql, err = 0;
+	size_t k = 0;
 
 	if (!has_table(db, "StringIds"))
 		return 0;
-	if (sqlite3_prepare_v2(db, "SELECT max(id) FROM StringIds", -1, &st, NULL) != SQLITE_OK ||
-	    sqlite3_step(st) != SQLITE_ROW)
-		goto sql_err;
-	tab->n = sqlite3_column_int64(st, 0) + 1;
-	sqlite3_finalize(st);
-	st = NULL;
-	if (tab->n <= 0 || tab->n > (1 << 26)) {
-		replay_log(rc, CORR_LOG_ERROR, "nsys: StringIds: implausible max id %lld",
-			   (long long)tab->n - 1);
-		return -EINVAL;
-	}
-	tab->s = calloc((size_t)tab->n, sizeof(*tab->s));
-	if (!tab->s)
-		return -ENOMEM;
 	if (sqlite3_prepare_v2(db, "SELECT id, value FROM StringIds", -1, &st, NULL) != SQLITE_OK)
 		goto sql_err;
 	while ((rc_sql = sqlite3_step(st)) == SQLITE_ROW) {
 		int64_t id = sqlite3_column_int64(st, 0);
 		const char *v = (const char *)sqlite3_column_text(st, 1);
 
-		if (id >= 0 && id < tab->n && v && !tab->s[id]) {
-			tab->s[id] = strdup(v);
-			if (!tab->s[id]) {
+		if (id < 0 || !v)
+			continue;
+		if (tab->n == tab->cap) {
+			size_t nc = tab->cap ? tab->cap * 2 : 1024;
+			struct strent *ne = realloc(tab->e, nc * sizeof(*ne));
+
+			if (!ne) {
 				err = -ENOMEM;
 				break;
 			}
+			tab->e = ne;
+			tab->cap = nc;
 		}
+		tab->e[tab->n].s = strdup(v);
+		if (!tab->e[tab->n].s) {
+			err = -ENOMEM;
+			break;
+		}
+		tab->e[tab->n].id = id;
+		tab->e[tab->n].ord = tab->n;
+		tab->n++;
 	}
 	if (!err && rc_sql != SQLITE_DONE)
 		goto sql_err;
 	sqlite3_finalize(st);
-	return err;
+	if (err || tab->n < 2)
+		return err;
+	qsort(tab->e, tab->n, sizeof(*tab->e), cmp_strent);
+	/* one entry per id: the first row's */
+	for (size_t i = 0; i < tab->n; i++) {
+		if (k && tab->e[k - 1].id == tab->e[i].id) {
+			free(tab->e[i].s);
+			continue;
+		}
+		tab->e[k++] = tab->e[i];
+	}
+	tab->n = k;
+	return 0;
 sql_err:
+	if (replay_stopped(rc)) {
+		sqlite3_finalize(st);
+		return -EINTR;
+	}
 	replay_log(rc, CORR_LOG_ERROR, "nsys: StringIds: %s", sqlite3_errmsg(db));
 	sqlite3_finalize(st);
 	return -EINVAL;
@@ -106,6 +143,7 @@ sql_err:
 
 static const char *str_of(const struct strtab *tab, sqlite3_stmt *st, int col)
 {
+	size_t lo = 0, hi = tab->n;
 	int64_t id;
 
 	if (sqlite3_column_type(st, col) == SQLITE_TEXT)
@@ -113,7 +151,15 @@ static const char *str_of(const struct strtab *tab, sqlite3_stmt *st, int col)
 	if (sqlite3_column_type(st, col) != SQLITE_INTEGER)
 		return NULL;
 	id = sqlite3_column_int64(st, col);
-	return id >= 0 && id < tab->n ? tab->s[id] : NULL;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (tab->e[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < tab->n && tab->e[lo].id == id ? tab->e[lo].s : NULL;
 }
 
 static int read_api(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab,
@@ -133,6 +179,11 @@ static int read_api(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab
 		goto sql_err;
 	while ((r = sqlite3_step(st)) == SQLITE_ROW) {
 		uint64_t gtid = (uint64_t)sqlite3_column_int64(st, 1);
+
+		if ((rc->st->events & 4095) == 0 && replay_stopped(rc)) {
+			err = -EINTR;
+			break;
+		}
 		const char *name = str_of(tab, st, 3);
 
 		rc->st->events++;
@@ -149,6 +200,10 @@ static int read_api(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab
 	sqlite3_finalize(st);
 	return err;
 sql_err:
+	if (replay_stopped(rc)) {
+		sqlite3_finalize(st);
+		return -EINTR;
+	}
 	replay_log(rc, CORR_LOG_ERROR, "nsys: %s: %s", table, sqlite3_errmsg(db));
 	sqlite3_finalize(st);
 	return -EINVAL;
@@ -207,6 +262,10 @@ static int read_gpu(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab
 			.graph_id = (uint32_t)sqlite3_column_int64(st, 17),
 		};
 
+		if ((rc->st->events & 4095) == 0 && replay_stopped(rc)) {
+			err = -EINTR;
+			break;
+		}
 		if (kind == CORR_KIND_MEMSET)
 			g.copy_kind = 0;
 		rc->st->events++;
@@ -220,26 +279,48 @@ static int read_gpu(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab
 	sqlite3_finalize(st);
 	return err;
 sql_err:
+	if (replay_stopped(rc)) {
+		sqlite3_finalize(st);
+		return -EINTR;
+	}
 	replay_log(rc, CORR_LOG_ERROR, "nsys: %s: %s", table, sqlite3_errmsg(db));
 	sqlite3_finalize(st);
 	return -EINVAL;
 }
 
-int nsys_read(struct replay_ctx *rc, const char *path)
+/* SQLite runs a query's sort before its first row: a stop must reach it */
+static int on_progress(void *ctx)
+{
+	return replay_stopped(ctx);
+}
+
+int nsys_read(struct replay_ctx *rc, const char *path, const char *buf, size_t len)
 {
 	struct strtab tab = { 0 };
+	const char *name = path ? path : "buffer";
 	sqlite3 *db = NULL;
 	int err;
 
-	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+	if (buf) {
+		/* read from a pipe: SQLite reads it from memory, read-only */
+		if (sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK ||
+		    sqlite3_deserialize(db, "main", (unsigned char *)buf, (sqlite3_int64)len,
+					(sqlite3_int64)len, SQLITE_DESERIALIZE_READONLY) != SQLITE_OK) {
+			replay_log(rc, CORR_LOG_ERROR, "nsys: %s: %s", name,
+				   db ? sqlite3_errmsg(db) : "cannot open");
+			err = -EIO;
+			goto cleanup;
+		}
+	} else if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
 		replay_log(rc, CORR_LOG_ERROR, "nsys: %s: %s", path,
 			   db ? sqlite3_errmsg(db) : "cannot open");
 		err = -EIO;
 		goto cleanup;
 	}
+	sqlite3_progress_handler(db, 10000, on_progress, rc);
 	/* a damaged file opens fine; the first read of the schema tells */
 	if (sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL) != SQLITE_OK) {
-		replay_log(rc, CORR_LOG_ERROR, "nsys: %s: not a readable SQLite database: %s", path,
+		replay_log(rc, CORR_LOG_ERROR, "nsys: %s: not a readable SQLite database: %s", name,
 			   sqlite3_errmsg(db));
 		err = -EINVAL;
 		goto cleanup;
@@ -250,7 +331,7 @@ int nsys_read(struct replay_ctx *rc, const char *path)
 	if (!has_table(db, "CUPTI_ACTIVITY_KIND_KERNEL") &&
 	    !has_table(db, "CUPTI_ACTIVITY_KIND_MEMCPY") &&
 	    !has_table(db, "CUPTI_ACTIVITY_KIND_MEMSET"))
-		replay_log(rc, CORR_LOG_WARN, "nsys: %s holds no CUDA activity tables", path);
+		replay_log(rc, CORR_LOG_WARN, "nsys: %s holds no CUDA activity tables", name);
 	err = read_api(rc, db, &tab, "CUPTI_ACTIVITY_KIND_RUNTIME");
 	if (!err)
 		err = read_api(rc, db, &tab, "CUPTI_ACTIVITY_KIND_DRIVER");
@@ -261,9 +342,12 @@ int nsys_read(struct replay_ctx *rc, const char *path)
 	if (!err)
 		err = read_gpu(rc, db, &tab, "CUPTI_ACTIVITY_KIND_MEMSET", CORR_KIND_MEMSET);
 cleanup:
-	for (int64_t i = 0; i < tab.n; i++)
-		free(tab.s[i]);
-	free(tab.s);
+	/* a query the stop interrupted may look like a missing table */
+	if (!err && replay_stopped(rc))
+		err = -EINTR;
+	for (size_t i = 0; i < tab.n; i++)
+		free(tab.e[i].s);
+	free(tab.e);
 	sqlite3_close(db);
 	return err;
 }

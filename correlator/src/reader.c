@@ -1,11 +1,19 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * reader.c - replay entry: detect the format, load (and gunzip) the file,
+ * reader.c - replay entry: load (and gunzip) the input, detect the format,
  * run the matching reader through a correlator, flush it.
  *
- * Files are loaded whole: the pull scanner keeps pointers into the buffer and
- * costs nothing more, so peak memory is the uncompressed size plus the
- * correlator's bounded state.
+ * Inputs are read as a stream, once, from a single open(): a FIFO or a pipe
+ * (`--replay <(zcat x.gz)`) works like a file, and the format is detected
+ * from the bytes read, never by reopening or seeking. Only an SQLite export
+ * in a regular file is left in place for SQLite to open; one from a pipe is
+ * opened from memory.
+ *
+ * Inputs are loaded whole: the pull scanner keeps pointers into the buffer
+ * and costs nothing more. Peak memory is the input, plus its uncompressed
+ * text for gzip (at most REPLAY_GZIP_RATIO times the compressed size plus
+ * REPLAY_GZIP_SLACK: a gzip bomb is refused, not inflated), plus the
+ * correlator's and the readers' bounded state (docs/operations.md).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +29,14 @@
 #include "internal.h"
 
 #define REPLAY_MAX_INPUT (16ULL << 30) /* refuse more than 16 GiB uncompressed */
+/*
+ * gzip: the uncompressed text may be at most this many times the compressed
+ * input plus the slack. Real traces expand 9-19x (../shared/data); gzip's
+ * own limit is ~1032x, reached by a file of one repeated byte.
+ */
+#define REPLAY_GZIP_RATIO 64
+#define REPLAY_GZIP_SLACK (64ULL << 20)
+#define READ_CHUNK (16u << 20) /* read() and inflate() steps: a stop is seen between them */
 
 const char *corr_format_name(enum corr_format f)
 {
@@ -32,68 +48,113 @@ const char *corr_format_name(enum corr_format f)
 	}
 }
 
-void replay_log(const struct replay_ctx *rc, enum corr_log_level lvl, const char *fmt, ...)
+/* the caller's options at their full size (older callers pass a smaller sz) */
+static void ropts_copy(struct corr_replay_opts *dst, const struct corr_replay_opts *src)
 {
-	char msg[512];
-	va_list ap;
-
-	if (!rc->ro || !rc->ro->log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	rc->ro->log(rc->ro->log_ctx, lvl, "%s", msg);
+	memset(dst, 0, sizeof(*dst));
+	if (src)
+		memcpy(dst, src, src->sz < sizeof(*dst) ? src->sz : sizeof(*dst));
+	dst->sz = sizeof(*dst);
 }
 
-static int read_all(const char *path, char **out, size_t *len)
+static int stop_err(const struct replay_ctx *rc)
 {
-	struct stat sb;
-	char *buf = NULL;
+	replay_log(rc, CORR_LOG_WARN, "stopped on request: the input was not read to its end");
+	return -EINTR;
+}
+
+/* open once; a FIFO blocks here until a writer comes, or a signal stops it */
+static int open_input(const struct replay_ctx *rc, const char *path)
+{
+	for (;;) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+		if (fd >= 0)
+			return fd;
+		if (errno != EINTR)
+			return -errno;
+		if (replay_stopped(rc))
+			return -EINTR;
+	}
+}
+
+/* read to EOF (a regular file, a FIFO, a pipe); *out is NUL-terminated */
+static int read_fd(const struct replay_ctx *rc, int fd, const struct stat *sb, char **out,
+		   size_t *len)
+{
+	size_t cap = S_ISREG(sb->st_mode) && sb->st_size > 0 ? (size_t)sb->st_size : 1 << 20;
 	size_t off = 0;
-	int fd, err = 0;
+	char *buf, *nb;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &sb)) {
-		err = -errno;
-		goto cleanup;
-	}
-	buf = malloc((size_t)sb.st_size + 1);
-	if (!buf) {
-		err = -ENOMEM;
-		goto cleanup;
-	}
-	while (off < (size_t)sb.st_size) {
-		ssize_t n = read(fd, buf + off, (size_t)sb.st_size - off);
+	if (cap > REPLAY_MAX_INPUT)
+		cap = REPLAY_MAX_INPUT;
+	buf = malloc(cap + 1);
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		size_t want = cap - off < READ_CHUNK ? cap - off : READ_CHUNK;
+		ssize_t n;
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			err = n < 0 ? -errno : -EIO;
-			goto cleanup;
+		if (replay_stopped(rc)) {
+			free(buf);
+			return -EINTR;
 		}
+		if (!want) {
+			/* full: a pipe, or a file that grew; one byte more tells */
+			if (cap >= REPLAY_MAX_INPUT) {
+				char probe;
+
+				n = read(fd, &probe, 1);
+				if (n == 0)
+					break;
+				replay_log(rc, CORR_LOG_ERROR, "input larger than %llu bytes: refused",
+					   (unsigned long long)REPLAY_MAX_INPUT);
+				free(buf);
+				return -EFBIG;
+			}
+			cap = cap * 2 > REPLAY_MAX_INPUT ? REPLAY_MAX_INPUT : cap * 2;
+			nb = realloc(buf, cap + 1);
+			if (!nb) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+			continue;
+		}
+		n = read(fd, buf + off, want);
+		if (n < 0 && errno == EINTR)
+			continue; /* the stop flag is checked above */
+		if (n < 0) {
+			int err = -errno;
+
+			free(buf);
+			return err;
+		}
+		if (!n)
+			break;
 		off += (size_t)n;
 	}
 	buf[off] = '\0';
 	*out = buf;
 	*len = off;
-	buf = NULL;
-cleanup:
-	free(buf);
-	close(fd);
-	return err;
+	return 0;
 }
 
 /* gunzip a whole buffer (concatenated members too); errors name the offset */
 static int gunzip(const struct replay_ctx *rc, const char *in, size_t inlen, char **out,
 		  size_t *outlen)
 {
-	z_stream zs = { 0 };
+	z_stream zs = {0};
+	uint64_t limit = (uint64_t)inlen * REPLAY_GZIP_RATIO + REPLAY_GZIP_SLACK;
 	size_t cap = inlen * 6 + 4096, len = 0;
-	char *buf = malloc(cap + 1), *nb;
+	char *buf, *nb;
 	int zr, err = 0;
 
+	if (limit > REPLAY_MAX_INPUT)
+		limit = REPLAY_MAX_INPUT;
+	if (cap > limit)
+		cap = (size_t)limit;
+	buf = malloc(cap + 1);
 	if (!buf)
 		return -ENOMEM;
 	if (inflateInit2(&zs, 15 + 32) != Z_OK) {
@@ -101,16 +162,25 @@ static int gunzip(const struct replay_ctx *rc, const char *in, size_t inlen, cha
 		return -ENOMEM;
 	}
 	zs.next_in = (Bytef *)in;
-	zs.avail_in = (uInt)(inlen > UINT32_MAX ? UINT32_MAX : inlen);
+	zs.avail_in = (uInt)(inlen > READ_CHUNK ? READ_CHUNK : inlen);
 	for (;;) {
+		size_t used;
+
+		if (replay_stopped(rc)) {
+			err = -EINTR;
+			goto cleanup;
+		}
 		if (len == cap) {
-			if (cap >= REPLAY_MAX_INPUT) {
-				replay_log(rc, CORR_LOG_ERROR, "gzip: more than %llu bytes",
-					   (unsigned long long)REPLAY_MAX_INPUT);
+			if (cap >= limit) {
+				replay_log(rc, CORR_LOG_ERROR,
+					   "gzip: expands beyond %llu bytes (%dx its %zu compressed "
+					   "bytes + %llu MiB): refused",
+					   (unsigned long long)limit, REPLAY_GZIP_RATIO, inlen,
+					   (unsigned long long)(REPLAY_GZIP_SLACK >> 20));
 				err = -EFBIG;
 				goto cleanup;
 			}
-			cap *= 2;
+			cap = (uint64_t)cap * 2 > limit ? (size_t)limit : cap * 2;
 			nb = realloc(buf, cap + 1);
 			if (!nb) {
 				err = -ENOMEM;
@@ -119,12 +189,11 @@ static int gunzip(const struct replay_ctx *rc, const char *in, size_t inlen, cha
 			buf = nb;
 		}
 		zs.next_out = (Bytef *)buf + len;
-		zs.avail_out = (uInt)(cap - len > UINT32_MAX ? UINT32_MAX : cap - len);
+		zs.avail_out = (uInt)(cap - len > READ_CHUNK ? READ_CHUNK : cap - len);
 		zr = inflate(&zs, Z_NO_FLUSH);
 		len = (size_t)((char *)zs.next_out - buf);
+		used = (size_t)((const char *)zs.next_in - in);
 		if (zr == Z_STREAM_END) {
-			size_t used = (size_t)((const char *)zs.next_in - in);
-
 			if (used >= inlen)
 				break;
 			/* another gzip member follows */
@@ -132,29 +201,25 @@ static int gunzip(const struct replay_ctx *rc, const char *in, size_t inlen, cha
 				err = -EINVAL;
 				goto cleanup;
 			}
-			zs.avail_in = (uInt)(inlen - used > UINT32_MAX ? UINT32_MAX : inlen - used);
+			zs.avail_in = (uInt)(inlen - used > READ_CHUNK ? READ_CHUNK : inlen - used);
 			continue;
 		}
-		if (zr == Z_BUF_ERROR && zs.avail_in == 0 && zs.avail_out) {
+		if (zr == Z_BUF_ERROR && used >= inlen && zs.avail_out) {
 			replay_log(rc, CORR_LOG_ERROR,
 				   "gzip: truncated: input ends at compressed offset %zu "
 				   "(uncompressed offset %zu) inside the stream",
-				   (size_t)((const char *)zs.next_in - in), len);
+				   used, len);
 			err = -EINVAL;
 			goto cleanup;
 		}
 		if (zr != Z_OK && zr != Z_BUF_ERROR) {
-			replay_log(rc, CORR_LOG_ERROR, "gzip: compressed offset %zu: %s",
-				   (size_t)((const char *)zs.next_in - in),
+			replay_log(rc, CORR_LOG_ERROR, "gzip: compressed offset %zu: %s", used,
 				   zs.msg ? zs.msg : "corrupt data");
 			err = -EINVAL;
 			goto cleanup;
 		}
-		if (zs.avail_in == 0 && (size_t)((const char *)zs.next_in - in) < inlen)
-			zs.avail_in = (uInt)(inlen - (size_t)((const char *)zs.next_in - in) >
-							 UINT32_MAX ?
-						     UINT32_MAX :
-						     inlen - (size_t)((const char *)zs.next_in - in));
+		if (zs.avail_in == 0 && used < inlen)
+			zs.avail_in = (uInt)(inlen - used > READ_CHUNK ? READ_CHUNK : inlen - used);
 	}
 	buf[len] = '\0';
 	*out = buf;
@@ -168,14 +233,26 @@ cleanup:
 
 static const char sqlite_magic[16] = "SQLite format 3";
 
+static bool is_gzip(const char *b, size_t n)
+{
+	return n >= 2 && (unsigned char)b[0] == 0x1f && (unsigned char)b[1] == 0x8b;
+}
+
+static bool is_sqlite(const char *b, size_t n)
+{
+	return n >= 16 && !memcmp(b, sqlite_magic, 16);
+}
+
 /*
- * JSON lines when the first line is a whole JSON object with a string
- * "type" (our records); a Chrome trace starts an object that spans lines or
- * holds traceEvents.
+ * JSON lines when the first line is a whole JSON object, unless it holds
+ * traceEvents, or is all there is and has no string "type" (a one-line
+ * Chrome trace); a Chrome trace otherwise (its object spans lines). Whether the lines are this agent's
+ * records (a string "type") is the JSON-lines reader's to say. A UTF-8 BOM
+ * is skipped.
  */
 static enum corr_format detect_text(const char *buf, size_t len)
 {
-	const char *p = buf, *nl;
+	const char *p = buf + corr_bom_len(buf, len), *nl, *q;
 	json_t *o;
 	enum corr_format f = CORR_FMT_KINETO;
 
@@ -188,8 +265,12 @@ static enum corr_format detect_text(const char *buf, size_t len)
 	nl = memchr(p, '\n', (size_t)(buf + len - p));
 	if (!nl || nl - p > (1 << 20))
 		return CORR_FMT_KINETO;
+	for (q = nl; q < buf + len && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'); q++)
+		;
 	o = json_loadb(p, (size_t)(nl - p), 0, NULL);
-	if (o && json_is_string(json_object_get(o, "type")) && !json_object_get(o, "traceEvents"))
+	/* one line that is no record of ours: a document, not a stream of records */
+	if (json_is_object(o) && !json_object_get(o, "traceEvents") &&
+	    (json_is_string(json_object_get(o, "type")) || q < buf + len))
 		f = CORR_FMT_JSONL;
 	json_decref(o);
 	return f;
@@ -197,7 +278,7 @@ static enum corr_format detect_text(const char *buf, size_t len)
 
 int corr_replay_detect(const char *path, enum corr_format *out)
 {
-	unsigned char head[16] = { 0 };
+	char head[16] = {0};
 	ssize_t n;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
@@ -207,9 +288,9 @@ int corr_replay_detect(const char *path, enum corr_format *out)
 	close(fd);
 	if (n < 0)
 		return -errno;
-	if (n >= 16 && !memcmp(head, sqlite_magic, 16))
+	if (is_sqlite(head, (size_t)n))
 		*out = CORR_FMT_NSYS;
-	else if (n >= 2 && head[0] == 0x1f && head[1] == 0x8b)
+	else if (is_gzip(head, (size_t)n))
 		*out = CORR_FMT_KINETO; /* refined after gunzip */
 	else
 		*out = CORR_FMT_AUTO;
@@ -220,19 +301,17 @@ static int run(struct replay_ctx *rc, const char *path, const char *buf, size_t 
 	       const struct corr_opts *copts)
 {
 	struct corr_opts o;
-	enum corr_format f = rc->ro && rc->ro->format ? rc->ro->format : CORR_FMT_AUTO;
+	enum corr_format f = rc->ro->format;
 	int err;
 
 	if (f == CORR_FMT_AUTO && buf)
-		f = detect_text(buf, len);
+		f = is_sqlite(buf, len) ? CORR_FMT_NSYS : detect_text(buf, len);
+	if (f == CORR_FMT_AUTO && !buf && path)
+		f = CORR_FMT_NSYS;
 	if (f == CORR_FMT_AUTO) {
 		replay_log(rc, CORR_LOG_ERROR,
 			   "%s: unknown format (not gzip, SQLite, a Chrome trace or JSON lines)",
 			   path ? path : "buffer");
-		return -EINVAL;
-	}
-	if (f == CORR_FMT_NSYS && !path) {
-		replay_log(rc, CORR_LOG_ERROR, "nsys exports are read from a file");
 		return -EINVAL;
 	}
 	rc->st->format = f;
@@ -249,8 +328,8 @@ static int run(struct replay_ctx *rc, const char *path, const char *buf, size_t 
 	if (f == CORR_FMT_KINETO)
 		o.flags |= CORR_F_PID_FROM_LAUNCH;
 	if (!o.log) {
-		o.log = rc->ro ? rc->ro->log : NULL;
-		o.log_ctx = rc->ro ? rc->ro->log_ctx : NULL;
+		o.log = rc->ro->log;
+		o.log_ctx = rc->ro->log_ctx;
 	}
 	rc->c = corr__new(&o);
 	if (!rc->c)
@@ -258,8 +337,10 @@ static int run(struct replay_ctx *rc, const char *path, const char *buf, size_t 
 	switch (f) {
 	case CORR_FMT_KINETO: err = kineto_read(rc, buf, len); break;
 	case CORR_FMT_JSONL: err = jsonl_read(rc, buf, len); break;
-	default: err = nsys_read(rc, path); break;
+	default: err = nsys_read(rc, path, buf, len); break;
 	}
+	if (err == -EINTR)
+		stop_err(rc);
 	/* what was read stays emitted, also after an error */
 	corr__flush(rc->c);
 	rc->st->corr = *corr__counters(rc->c);
@@ -268,69 +349,138 @@ static int run(struct replay_ctx *rc, const char *path, const char *buf, size_t 
 	return err;
 }
 
+/* a buffer as read: gunzipped first when it is gzip (not for SQLite) */
+static int load_buf(struct replay_ctx *rc, char *raw, size_t rawlen, bool owned,
+		    struct corr_input *in)
+{
+	int err;
+
+	memset(in, 0, sizeof(*in));
+	if (rc->ro->format == CORR_FMT_NSYS || !is_gzip(raw, rawlen)) {
+		in->buf = raw;
+		in->len = rawlen;
+		in->owned = owned;
+		return 0;
+	}
+	err = gunzip(rc, raw, rawlen, &in->buf, &in->len);
+	if (owned)
+		free(raw);
+	if (err == -EINTR)
+		return stop_err(rc);
+	in->owned = !err;
+	return err;
+}
+
+int corr_replay_load(const char *path, const struct corr_replay_opts *ropts,
+		     struct corr_input *in)
+{
+	struct corr_replay_stats dummy;
+	struct corr_replay_opts ro;
+	struct replay_ctx rc = {.ro = &ro, .st = &dummy};
+	struct stat sb;
+	char head[16];
+	char *raw = NULL;
+	size_t rawlen = 0;
+	int fd, err;
+
+	ropts_copy(&ro, ropts);
+	memset(in, 0, sizeof(*in));
+	if (!path)
+		return -EINVAL;
+	fd = open_input(&rc, path);
+	if (fd < 0) {
+		if (fd == -EINTR)
+			return stop_err(&rc);
+		replay_log(&rc, CORR_LOG_ERROR, "%s: %s", path, strerror(-fd));
+		return fd;
+	}
+	if (fstat(fd, &sb)) {
+		err = -errno;
+		close(fd);
+		replay_log(&rc, CORR_LOG_ERROR, "%s: %s", path, strerror(-err));
+		return err;
+	}
+	/* an SQLite export in a regular file: SQLite reads it in place */
+	if (S_ISREG(sb.st_mode) &&
+	    (ro.format == CORR_FMT_NSYS ||
+	     (pread(fd, head, sizeof(head), 0) == sizeof(head) && is_sqlite(head, sizeof(head))))) {
+		close(fd);
+		in->in_place = true;
+		in->len = (size_t)sb.st_size;
+		return 0;
+	}
+	err = read_fd(&rc, fd, &sb, &raw, &rawlen);
+	close(fd);
+	if (err == -EINTR)
+		return stop_err(&rc);
+	if (err) {
+		if (err != -EFBIG)
+			replay_log(&rc, CORR_LOG_ERROR, "%s: %s", path, strerror(-err));
+		return err;
+	}
+	return load_buf(&rc, raw, rawlen, true, in);
+}
+
+void corr_input_release(struct corr_input *in)
+{
+	if (in->owned)
+		free(in->buf);
+	memset(in, 0, sizeof(*in));
+}
+
+int corr_replay_input(const char *path, const struct corr_input *in, const struct corr_opts *copts,
+		      const struct corr_replay_opts *ropts, struct corr_replay_stats *stats)
+{
+	struct corr_replay_stats dummy;
+	struct corr_replay_opts ro;
+	struct replay_ctx rc = {.ro = &ro, .st = stats ? stats : &dummy};
+
+	ropts_copy(&ro, ropts);
+	memset(rc.st, 0, sizeof(*rc.st));
+	rc.st->bytes = in->len;
+	if (!copts || !copts->emit || (!in->buf && !in->in_place) || (in->in_place && !path))
+		return -EINVAL;
+	if (in->in_place)
+		ro.format = CORR_FMT_NSYS;
+	return run(&rc, path, in->in_place ? NULL : in->buf, in->in_place ? 0 : in->len, copts);
+}
+
 int corr_replay_buf(const char *buf, size_t len, const struct corr_opts *copts,
 		    const struct corr_replay_opts *ropts, struct corr_replay_stats *stats)
 {
 	struct corr_replay_stats dummy;
-	struct replay_ctx rc = { .ro = ropts, .st = stats ? stats : &dummy };
+	struct corr_replay_opts ro;
+	struct replay_ctx rc = {.ro = &ro, .st = stats ? stats : &dummy};
+	struct corr_input in;
+	int err;
 
+	ropts_copy(&ro, ropts);
 	memset(rc.st, 0, sizeof(*rc.st));
 	rc.st->bytes = len;
-	if (!copts || !copts->emit)
+	if (!copts || !copts->emit || (!buf && len))
 		return -EINVAL;
-	return run(&rc, NULL, buf, len, copts);
+	err = load_buf(&rc, (char *)(buf ? buf : ""), len, false, &in);
+	if (err)
+		return err;
+	err = corr_replay_input(NULL, &in, copts, ropts, stats);
+	corr_input_release(&in);
+	return err;
 }
 
 int corr_replay_file(const char *path, const struct corr_opts *copts,
 		     const struct corr_replay_opts *ropts, struct corr_replay_stats *stats)
 {
-	struct corr_replay_stats dummy;
-	struct replay_ctx rc = { .ro = ropts, .st = stats ? stats : &dummy };
-	enum corr_format f;
-	char *raw = NULL, *text = NULL;
-	size_t rawlen = 0, textlen = 0;
+	struct corr_input in;
 	int err;
 
-	memset(rc.st, 0, sizeof(*rc.st));
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
 	if (!copts || !copts->emit || !path)
 		return -EINVAL;
-	err = corr_replay_detect(path, &f);
-	if (err) {
-		replay_log(&rc, CORR_LOG_ERROR, "%s: %s", path, strerror(-err));
+	err = corr_replay_load(path, ropts, &in);
+	if (err)
 		return err;
-	}
-	if (f == CORR_FMT_NSYS || (ropts && ropts->format == CORR_FMT_NSYS)) {
-		struct corr_replay_opts ro2 = { .sz = sizeof(ro2), .format = CORR_FMT_NSYS };
-		struct stat sb;
-
-		if (ropts)
-			memcpy(&ro2, ropts, ropts->sz < sizeof(ro2) ? ropts->sz : sizeof(ro2));
-		ro2.format = CORR_FMT_NSYS;
-		rc.ro = &ro2;
-		if (!stat(path, &sb))
-			rc.st->bytes = (uint64_t)sb.st_size;
-		return run(&rc, path, NULL, 0, copts);
-	}
-	err = read_all(path, &raw, &rawlen);
-	if (err) {
-		replay_log(&rc, CORR_LOG_ERROR, "%s: %s", path, strerror(-err));
-		return err;
-	}
-	if (rawlen >= 2 && (unsigned char)raw[0] == 0x1f && (unsigned char)raw[1] == 0x8b) {
-		err = gunzip(&rc, raw, rawlen, &text, &textlen);
-		free(raw);
-		raw = NULL;
-		if (err)
-			goto cleanup;
-	} else {
-		text = raw;
-		textlen = rawlen;
-		raw = NULL;
-	}
-	rc.st->bytes = textlen;
-	err = run(&rc, path, text, textlen, copts);
-cleanup:
-	free(raw);
-	free(text);
+	err = corr_replay_input(path, &in, copts, ropts, stats);
+	corr_input_release(&in);
 	return err;
 }

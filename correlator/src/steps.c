@@ -92,20 +92,7 @@ struct diag_seg {
 	struct diag_seg_counters cnt;
 };
 
-static void slog(const struct diag_seg *sg, enum corr_log_level lvl, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void slog(const struct diag_seg *sg, enum corr_log_level lvl, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	if (!sg->o.log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	sg->o.log(sg->o.log_ctx, lvl, "%s", msg);
-}
+#define slog(sg, ...) corr_log_forward((sg)->o.log, (sg)->o.log_ctx, __VA_ARGS__)
 
 struct diag_seg *diag_seg__new(const struct diag_seg_opts *opts)
 {

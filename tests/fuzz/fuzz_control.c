@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * fuzz_control.c - libFuzzer target for the control request parser
- * (agent/control_proto.c), which sees every byte a control-socket peer or a
+ * (agent/control/control_proto.c), which sees every byte a control-socket peer or a
  * <prefix>.control Kafka message sends. Whatever the input: 0 or -EINVAL,
  * an accepted request is well-formed (known command, bounded printable
  * instance, sane duration), the error text is terminated, nothing leaks

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * fuzz_shim_rx.c - libFuzzer target for the validation of what CUPTI shims
- * send the agent (agent/shim_rx.c). Each input is one message on a fresh
+ * send the agent (agent/sources/shim_rx.c). Each input is one message on a fresh
  * connection; every record handed to the callback must be a shim record of
- * its exact size, with the kernel's pid. Build: make fuzz-shim-rx (clang).
+ * its exact size, with the kernel's pid, and its strings terminated. The
+ * types a shim may send are listed here, not taken as a range: a new type
+ * (EV_GPU_MARKER came after EV_SHIM_STATUS) is a valid record, not a crash.
+ * Build: make fuzz-shim-rx (clang).
  */
 #include <stdlib.h>
 #include <stdio.h>
@@ -14,14 +17,31 @@
 
 #define FUZZ_PID 4242u
 
+/* exact size of each type a shim may send; 0: must never be delivered */
+static size_t shim_size(unsigned type)
+{
+	switch (type) {
+	case EV_GPU_KERNEL:
+	case EV_GPU_MEMCPY:
+	case EV_GPU_MEMSET: return sizeof(struct gpu_activity_event);
+	case EV_GPU_LAUNCH_CB: return sizeof(struct gpu_launch_cb_event);
+	case EV_SHIM_STATUS: return sizeof(struct shim_status_event);
+	case EV_GPU_MARKER: return sizeof(struct gpu_marker_event);
+	default: return 0;
+	}
+}
+
 static void on_record(void *ctx, const struct event_hdr *h, size_t len)
 {
 	(void)ctx;
-	if (len != h->size || h->pid != FUZZ_PID || h->type < EV_GPU_KERNEL ||
-	    h->type > EV_SHIM_STATUS)
+	if (!shim_size(h->type) || len != h->size || h->size != shim_size(h->type) ||
+	    h->pid != FUZZ_PID)
 		abort();
 	if (h->type <= EV_GPU_MEMSET &&
 	    !memchr(((const struct gpu_activity_event *)h)->name, '\0', GPU_NAME_LEN))
+		abort();
+	if (h->type == EV_GPU_MARKER &&
+	    !memchr(((const struct gpu_marker_event *)h)->name, '\0', MARKER_NAME_LEN))
 		abort();
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #
-# control - the control socket and agentctl (agent/control.c, issue 4):
+# control - the control socket and agentctl (agent/control/control.c, issue 4):
 #
 #   control_deep_dive_on_off:    sentinel agent, two CUDA workloads of two
 #                                instances; `agentctl deep-dive` on one:

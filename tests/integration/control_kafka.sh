@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #
 # control_kafka - fleet-wide deep-dive through the <prefix>.control topic
-# (agent/control_kafka.c) on librdkafka's mock cluster (kafka_lib.sh):
+# (agent/control/control_kafka.c) on librdkafka's mock cluster (kafka_lib.sh):
 #
 #   control_kafka_deep_dive:  `agentctl deep-dive --kafka BROKERS` publishes
 #                             the request keyed by instance; the agent

@@ -22,9 +22,9 @@ trap cleanup EXIT
 
 # --- static: keys in the sources ------------------------------------------
 missing=""
-keys=$( { grep -ohE 'json_object_set_new\([a-z_]+, "[a-z0-9_]+"' agent/*.c correlator/src/*.c 2>/dev/null |
+keys=$( { grep -ohE 'json_object_set_new\([a-z_]+, "[a-z0-9_]+"' agent/*.c agent/{core,sinks,pipeline,sources,control}/*.c correlator/src/*.c 2>/dev/null |
 	sed -E 's/.*"([a-z0-9_]+)"/\1/'
-	grep -ohE 'json_pack\("[^"]*"[^;]*' agent/*.c correlator/src/*.c 2>/dev/null |
+	grep -ohE 'json_pack\("[^"]*"[^;]*' agent/*.c agent/{core,sinks,pipeline,sources,control}/*.c correlator/src/*.c 2>/dev/null |
 	grep -oE '"[a-z_][a-z0-9_]*"' | tr -d '"'; } | sort -u)
 for k in $keys; do
 	grep -qE "\`([a-z_]+(\[\])?\.)?$k\`" "$DOC" || missing="$missing $k"

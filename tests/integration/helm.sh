@@ -5,17 +5,26 @@
 # unit, checked without a cluster. One line per case: PASS / FAIL / SKIP.
 #
 #   helm_yamllint                 yamllint on Chart.yaml, values.yaml, ci/
-#   helm_lint / helm_template_*   `helm lint` and `helm template` (only when
-#                                 helm is on the PATH; SKIP otherwise)
-#   helm_values_* / helm_*_{default,nondefault}
-#                                 tests/integration/helm_check.py: .Values
-#                                 references, values documentation, renders
-#                                 of every template with the default and the
-#                                 ci/ values (helm's output when helm exists,
-#                                 the checker's partial evaluator otherwise),
-#                                 the DaemonSet's security context, mounts,
-#                                 probes, the agent.conf options against the
-#                                 agent's option table, Kafka TLS/SASL wiring
+#   helm_render_go_LABEL          tests/helm/render.go (text/template + sprig,
+#                                 as Helm) renders the chart with values.yaml
+#                                 (LABEL default) and each ci/*-values.yaml
+#                                 (LABEL: the file's name less -values.yaml);
+#                                 a template error or an unknown function fails
+#   helm_renderer_catches_*       ... and fails on a misspelt function, a
+#                                 misspelt .Values path, a failing `required`,
+#                                 a template that does not parse
+#   helm_k8s_schema_LABEL[...]    every rendered object against the Kubernetes
+#                                 schemas (tests/node/k8s_validate.mjs, npm
+#                                 kubernetes-models)
+#   helm_lint / helm_template_*   `helm lint --strict` and `helm template`
+#                                 (only when helm is on the PATH; its renders
+#                                 then replace render.go's below)
+#   helm_values_* / helm_*_LABEL  tests/integration/helm_check.py: .Values
+#                                 references, values documentation, and on
+#                                 each render the DaemonSet's security
+#                                 context, mounts, probes, the agent.conf
+#                                 options against the agent's option table,
+#                                 Kafka TLS/SASL wiring
 #   helm_rendered_yamllint_*      yamllint on those renders (duplicate keys,
 #                                 which the YAML parser would silently merge)
 #   helm_agent_parses_*           the agent accepts the rendered agent.conf
@@ -60,32 +69,94 @@ if [ -x "$BUILD/infertrace-agent" ] && "$BUILD/infertrace-agent" --config-doc >"
 	opts_src="$BUILD/infertrace-agent --config-doc"
 fi
 
+# ------------------------------------------------- the chart, rendered ----
+# LABEL=values-file pairs: default is values.yaml alone
+sets=("default=")
+for f in "$CHART"/ci/*-values.yaml; do
+	[ -f "$f" ] && sets+=("$(basename "$f" -values.yaml)=$f")
+done
+RENDER=$BUILD/tests/helm-render
+NODE_DIR=tests/node
+if ! command -v go >/dev/null; then
+	echo "FAIL helm_render_go: go missing (make deps installs golang-go)"
+	RENDER=
+elif ! make -s BUILD="$BUILD" "$RENDER" >"$tmp/build" 2>&1; then
+	echo "FAIL helm_render_go: building tests/helm/render.go: $(tail -n 3 "$tmp/build" | tr '\n' ' ')"
+	RENDER=
+fi
+schema=true
+if ! command -v node >/dev/null || [ ! -d "$NODE_DIR/node_modules/kubernetes-models" ]; then
+	echo "FAIL helm_k8s_schema: node or $NODE_DIR/node_modules/kubernetes-models missing (make deps)"
+	schema=false
+fi
+
+checker_args=()
+for s in "${sets[@]}"; do
+	label=${s%%=*} file=${s#*=}
+	args=()
+	[ -n "$file" ] && args=(-f "$file") && checker_args+=(--values "$label=$file")
+	[ -n "$RENDER" ] || continue
+	if "$RENDER" -chart "$CHART" -name it -namespace infertrace "${args[@]}" \
+		-out "$tmp/render-$label.yaml" -json "$tmp/render-$label.json" \
+		-notes "$tmp/notes-$label.txt" 2>"$tmp/render.err"; then
+		echo "PASS helm_render_go_$label"
+		$schema && node "$NODE_DIR/k8s_validate.mjs" "$label" "$tmp/render-$label.json"
+	else
+		echo "FAIL helm_render_go_$label: $(head -c 400 "$tmp/render.err")"
+	fi
+done
+
+# the renderer must refuse what Helm refuses: a copy of the chart with one
+# fault each (sed expressions on templates/configmap.yaml)
+if [ -n "$RENDER" ]; then
+	for fault in 'function|s/nindent 4 }}/nindnet 4 }}/' \
+		'values_path|s/\.Values\.agent\.mode/.Values.agent.mdoe/' \
+		'required|s/{{ \.Values\.agent\.mode }}/{{ required "agent.output is required" .Values.agent.output }}/' \
+		'parse|s/{{- if \.Values\.agent\.output }}/{{- if .Values.agent.output }}{{ end }}/'; do
+		name=${fault%%|*} expr=${fault#*|}
+		rm -rf "$tmp/faulty" && cp -r "$CHART" "$tmp/faulty"
+		sed -i "$expr" "$tmp/faulty/templates/configmap.yaml"
+		if cmp -s "$CHART/templates/configmap.yaml" "$tmp/faulty/templates/configmap.yaml"; then
+			echo "FAIL helm_renderer_catches_$name: the fault '$expr' changed nothing"
+		elif "$RENDER" -chart "$tmp/faulty" -out /dev/null 2>"$tmp/faulty.err"; then
+			echo "FAIL helm_renderer_catches_$name: rendered without an error"
+		else
+			echo "PASS helm_renderer_catches_$name"
+		fi
+	done
+fi
+
 # ------------------------------------------------------ helm, if present ----
-rendered=()
+# helm's own renders are checked below instead of render.go's
 if command -v helm >/dev/null; then
-	if helm lint "$CHART" -f "$CHART/ci/nondefault-values.yaml" >"$tmp/lint" 2>&1; then
+	if helm lint --strict "$CHART" >"$tmp/lint" 2>&1; then
 		echo "PASS helm_lint"
 	else
 		echo "FAIL helm_lint: $(grep -E 'ERROR|WARNING' "$tmp/lint" | head -n 3 | tr '\n' ' ')"
 	fi
-	for set in default nondefault; do
+	for s in "${sets[@]}"; do
+		label=${s%%=*} file=${s#*=}
 		args=()
-		[ "$set" = nondefault ] && args=(-f "$CHART/ci/nondefault-values.yaml")
-		if helm template it "$CHART" --namespace infertrace "${args[@]}" >"$tmp/render-$set.yaml" 2>"$tmp/render-$set.err"; then
-			echo "PASS helm_template_$set"
-			rendered+=(--rendered "$set=$tmp/render-$set.yaml")
+		[ -n "$file" ] && args=(-f "$file")
+		if helm template it "$CHART" --namespace infertrace "${args[@]}" \
+			>"$tmp/helm-$label.yaml" 2>"$tmp/helm.err"; then
+			echo "PASS helm_template_$label"
+			mv "$tmp/helm-$label.yaml" "$tmp/render-$label.yaml"
 		else
-			echo "FAIL helm_template_$set: $(head -c 300 "$tmp/render-$set.err")"
+			echo "FAIL helm_template_$label: $(head -c 300 "$tmp/helm.err")"
 		fi
 	done
 else
-	echo "SKIP helm_lint: helm not on PATH (the checks below use helm_check.py's partial evaluator)"
+	echo "SKIP helm_lint: helm not on PATH (the chart is rendered by tests/helm/render.go)"
 fi
 
 # ---------------------------------------------------- the chart's checks ----
+for s in "${sets[@]}"; do
+	label=${s%%=*}
+	[ -f "$tmp/render-$label.yaml" ] && checker_args+=(--rendered "$label=$tmp/render-$label.yaml")
+done
 python3 tests/integration/helm_check.py --chart "$CHART" --options "$opts" \
-	--options-source "$opts_src" --values "nondefault=$CHART/ci/nondefault-values.yaml" \
-	--dump "$tmp/partial" "${rendered[@]}"
+	--options-source "$opts_src" --dump "$tmp/conf" "${checker_args[@]}"
 
 # renders through yamllint: duplicate keys, trailing blanks, bad indentation
 cat >"$tmp/rendered.yamllint" <<'EOF'
@@ -99,27 +170,24 @@ rules:
   indentation: {spaces: consistent, indent-sequences: whatever}
   truthy: disable
 EOF
-for set in default nondefault; do
-	if [ -f "$tmp/render-$set.yaml" ]; then
-		files=("$tmp/render-$set.yaml")
+for s in "${sets[@]}"; do
+	label=${s%%=*}
+	if [ ! -f "$tmp/render-$label.yaml" ]; then
+		echo "FAIL helm_rendered_yamllint_$label: nothing rendered"
+	elif yamllint -f parsable -c "$tmp/rendered.yamllint" "$tmp/render-$label.yaml" >"$tmp/ryl" 2>&1; then
+		echo "PASS helm_rendered_yamllint_$label"
 	else
-		files=("$tmp"/partial/"$set"-*.yaml)
-	fi
-	if [ ! -f "${files[0]}" ]; then
-		echo "FAIL helm_rendered_yamllint_$set: nothing rendered"
-	elif yamllint -f parsable -c "$tmp/rendered.yamllint" "${files[@]}" >"$tmp/ryl" 2>&1; then
-		echo "PASS helm_rendered_yamllint_$set"
-	else
-		echo "FAIL helm_rendered_yamllint_$set: $(head -n 3 "$tmp/ryl" | sed "s|$tmp/||g" | tr '\n' ' ')"
+		echo "FAIL helm_rendered_yamllint_$label: $(head -n 3 "$tmp/ryl" | sed "s|$tmp/||g" | tr '\n' ' ')"
 	fi
 done
 
 # the agent itself parses each rendered agent.conf and the systemd example:
 # --config-doc after --config exits 0 once every line was accepted
-for conf in "$tmp/partial/default-agent.conf" "$tmp/partial/nondefault-agent.conf" \
-	deploy/systemd/agent.conf; do
+confs=()
+for s in "${sets[@]}"; do confs+=("$tmp/conf/${s%%=*}-agent.conf"); done
+for conf in "${confs[@]}" deploy/systemd/agent.conf; do
 	case $conf in
-	*/partial/*) name=helm_agent_parses_$(basename "$conf" -agent.conf) ;;
+	*/conf/*) name=helm_agent_parses_$(basename "$conf" -agent.conf) ;;
 	*) name=systemd_agent_conf_parses ;;
 	esac
 	if [ ! -x "$BUILD/infertrace-agent" ]; then

@@ -1,35 +1,28 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #
-# tests/integration/helm_check.py - checks of deploy/helm/infertrace without
-# Helm. Called by tests/integration/helm.sh; prints one "PASS name",
+# tests/integration/helm_check.py - checks of deploy/helm/infertrace and its
+# renders. Called by tests/integration/helm.sh; prints one "PASS name",
 # "FAIL name: why" or "SKIP name: why" line per case (tests/run.sh counts
 # them).
 #
-# Helm is not installable everywhere this runs, so the chart is checked in
-# two layers:
+# The chart is rendered by tests/helm/render.go (Go's text/template with
+# sprig, as Helm) or by `helm template`; helm.sh hands the renders in. Two
+# layers of checks:
 #   1. Static: every `.Values.a.b` path a template uses exists in values.yaml;
 #      every key of a CI values file exists in values.yaml (Helm silently
 #      ignores a misspelt key); every value is used by some template; every
 #      paragraph of values.yaml starts with a comment.
-#   2. Rendered: with `--rendered FILE` (helm.sh passes `helm template`
-#      output when helm is on the PATH) the real render is checked; otherwise
-#      each template is rendered by the partial evaluator below, which is NOT
-#      Helm. It resolves what these templates use: `.Values` paths, `if`/`with`
-#      on values, `range` over values, `toYaml ... | nindent`, constant
-#      `include`s, `int` and `quote`; anything else becomes the scalar
-#      TEMPLATED. Control-flow lines vanish as with `{{-`. That keeps the YAML
-#      structure exact for these templates, so the documents parse, and the
-#      DaemonSet's security context, mounts and probes and the agent's config
-#      file are checked with the values that produced them.
+#   2. Rendered (`--rendered LABEL=FILE`, one per values set): the
+#      DaemonSet's security context, mounts and probes, the agent's config
+#      file and the Kafka TLS/SASL wiring, checked with the values that
+#      produced them. The Kubernetes schemas are checked by
+#      tests/node/k8s_validate.mjs.
 import re
 import sys
 
 import yaml
 
-PLACEHOLDER = "TEMPLATED"
-CHART_META = {"Name": "infertrace", "Version": "0.0.0", "AppVersion": "0.0.0"}
-RELEASE = {"Name": "it", "Namespace": "infertrace", "Service": "Helm"}
 
 # what the DaemonSet must grant and mount (issue 6; docs/operations.md)
 REQUIRED_CAPS = {"BPF", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE", "DAC_READ_SEARCH"}
@@ -41,7 +34,7 @@ REQUIRED_HOST_MOUNTS = {  # container path -> (node path, read-only required)
 }
 
 results = []
-DUMP = None  # --dump DIR: renders and agent.conf files go there
+DUMP = None  # --dump DIR: the rendered agent.conf files go there
 
 
 def out(status, name, why=""):
@@ -74,11 +67,6 @@ def lookup(values, path):
     return cur
 
 
-def truthy(v):
-    # Go templates: false, 0, nil and empty strings/collections are false
-    return v not in (None, False, 0, "", [], {}) and not (isinstance(v, float) and v == 0)
-
-
 def leaves(d, prefix=()):
     if isinstance(d, dict) and d:
         for k, v in d.items():
@@ -87,7 +75,6 @@ def leaves(d, prefix=()):
         yield prefix
 
 
-ACTION = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.S)
 VALUES_REF = re.compile(r"\$?\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 
 
@@ -168,316 +155,6 @@ def check_static(values_path, templates, ci_files):
             problems.append(f"values.yaml:{i}: '{s[:40]}' starts a paragraph without a comment")
         prev_blank = False
     case("helm_values_documented", problems)
-
-
-# ---------------------------------------------------- partial evaluator ----
-def split_pipeline(expr):
-    parts, depth, quote, cur = [], 0, None, ""
-    for ch in expr:
-        if quote:
-            cur += ch
-            if ch == quote:
-                quote = None
-            continue
-        if ch in "\"`":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "|" and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-            continue
-        cur += ch
-    parts.append(cur.strip())
-    return parts
-
-
-class Unknown(Exception):
-    pass
-
-
-class Evaluator:
-    def __init__(self, values, defines, errors):
-        self.values = values
-        self.defines = defines
-        self.errors = errors
-
-    def operand(self, tok, scope):
-        tok = tok.strip()
-        if tok.startswith("(") and tok.endswith(")"):
-            return self.expr(tok[1:-1], scope)
-        if tok.startswith('"') and tok.endswith('"'):
-            return tok[1:-1]
-        if re.fullmatch(r"-?\d+", tok):
-            return int(tok)
-        if tok in ("true", "false"):
-            return tok == "true"
-        m = VALUES_REF.fullmatch(tok)
-        if m:
-            path = tuple(m.group(1)[1:].split("."))
-            try:
-                return lookup(self.values, path)
-            except KeyError:
-                self.errors.append(f".Values.{'.'.join(path)} undefined")
-                return None
-        if tok == ".":
-            return scope["."]
-        if re.fullmatch(r"\$\w+", tok) and tok in scope:
-            return scope[tok]
-        m = re.fullmatch(r"\.(Release|Chart)\.(\w+)", tok)
-        if m:
-            return (RELEASE if m.group(1) == "Release" else CHART_META).get(m.group(2), "")
-        raise Unknown(tok)
-
-    def call(self, words, scope, piped=None):
-        fn, args = words[0], words[1:]
-        vals = lambda: [self.operand(a, scope) for a in args] + (  # noqa: E731
-            [piped] if piped is not None else [])
-        if fn == "not":
-            return not truthy(vals()[0])
-        if fn == "and":
-            return all(truthy(v) for v in vals())
-        if fn == "or":
-            return any(truthy(v) for v in vals())
-        if fn == "int":
-            v = vals()[0]
-            return int(v) if isinstance(v, (int, float)) else Unknown
-        if fn == "until":
-            return list(range(int(vals()[0])))
-        if fn == "quote":
-            return '"%s"' % vals()[0]
-        if fn == "ternary":
-            a, b, c = vals()
-            return a if truthy(c) else b
-        if fn == "include":
-            name, dot = vals()[:2]
-            if name not in self.defines:
-                self.errors.append(f"include of undefined template {name}")
-                raise Unknown(fn)
-            return self.render_tokens(self.defines[name], {".": dot})
-        if fn == "default":
-            d, v = vals()
-            return v if truthy(v) else d
-        if fn == "trunc":
-            n, v = vals()
-            return str(v)[:int(n)]
-        if fn == "trimSuffix":
-            suf, v = vals()
-            return str(v)[: -len(suf)] if suf and str(v).endswith(suf) else str(v)
-        if fn == "replace":
-            old, new, v = vals()
-            return str(v).replace(old, new)
-        if fn == "contains":
-            sub, v = vals()
-            return sub in str(v)
-        if fn == "printf":
-            f, *rest = vals()
-            return f.replace("%s", "{}").format(*rest) if "%" not in f.replace("%s", "") \
-                else Unknown
-        if fn in ("toYaml", "toJson"):
-            v = vals()[0]
-            if fn == "toJson":
-                import json
-                return json.dumps(v)
-            return yaml.safe_dump(v, default_flow_style=False, sort_keys=False).rstrip("\n") \
-                if truthy(v) else ("{}" if isinstance(v, dict) else "[]" if isinstance(v, list) else "")
-        if fn in ("nindent", "indent"):
-            n, text = vals()
-            pad = " " * int(n)
-            body = "\n".join(pad + ln if ln else ln for ln in str(text).split("\n"))
-            return "\n" + body if fn == "nindent" else body
-        if len(words) == 1 and piped is None:
-            return self.operand(fn, scope)
-        raise Unknown(fn)
-
-    def expr(self, text, scope):
-        val = None
-        for i, stage in enumerate(split_pipeline(text)):
-            words = re.findall(r'"[^"]*"|\([^)]*\)|\S+', stage)
-            val = self.call(words, scope, None if i == 0 else val)
-            if val is Unknown:
-                raise Unknown(stage)
-        return val
-
-    def render_tokens(self, text, scope):
-        """token-level render of a define body: if / else if / else / end,
-        $var := assignments, trim markers; enough for _helpers.tpl"""
-        toks = []
-        pos = 0
-        for m in ACTION.finditer(text):
-            toks.append(("text", text[pos:m.start()]))
-            toks.append(("act", m.group(2), m.group(1) == "-", m.group(3) == "-"))
-            pos = m.end()
-        toks.append(("text", text[pos:]))
-        # trim markers eat the whitespace of the neighbouring text
-        for i, t in enumerate(toks):
-            if t[0] == "act":
-                if t[2] and i > 0:
-                    toks[i - 1] = ("text", toks[i - 1][1].rstrip())
-                if t[3] and i + 1 < len(toks):
-                    toks[i + 1] = ("text", toks[i + 1][1].lstrip())
-        scope = dict(scope)
-
-        def run(i, emit):
-            buf = ""
-            while i < len(toks):
-                t = toks[i]
-                if t[0] == "text":
-                    buf += t[1] if emit else ""
-                    i += 1
-                    continue
-                act = t[1]
-                word = act.split()[0] if act.split() else ""
-                if act.startswith("/*"):
-                    i += 1
-                elif word in ("end", "else"):
-                    return buf, i, act
-                elif word == "if":
-                    cond, done = act[2:].strip(), False
-                    i += 1
-                    while True:
-                        take = emit and not done and truthy(self.expr(cond, scope))
-                        sub, i, stop = run(i, take)
-                        buf += sub if take else ""
-                        done = done or take
-                        i += 1
-                        if stop.startswith("else if"):
-                            cond = stop[len("else if"):].strip()
-                        elif stop == "else":
-                            cond = "true"
-                        else:
-                            break
-                elif re.match(r"\$\w+\s*:?=", act):
-                    var, e = re.split(r"\s*:?=\s*", act, 1)
-                    if emit:
-                        scope[var] = self.expr(e, scope)
-                    i += 1
-                else:
-                    if emit:
-                        v = self.expr(act, scope)
-                        buf += "" if v is None else str(v)
-                    i += 1
-            return buf, i, "eof"
-
-        return run(0, True)[0]
-
-    def scalar(self, text, scope):
-        try:
-            v = self.expr(text, scope)
-        except Unknown:
-            return PLACEHOLDER
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, float) and v.is_integer():
-            return str(int(v))
-        return "" if v is None else str(v)
-
-
-def parse_defines(text):
-    """name -> body; the define's own trim markers applied (`-}}` / `{{- end`)"""
-    defines = {}
-    pat = r'\{\{-?\s*define\s+"([^"]+)"\s*(-?)\}\}(.*?)\{\{(-?)\s*end\s*-?\}\}'
-    # a define body holds nested ends: match the end at the define's depth
-    for m in re.finditer(r'\{\{-?\s*define\s+"([^"]+)"\s*(-?)\}\}', text):
-        depth, pos = 1, m.end()
-        for a in ACTION.finditer(text, m.end()):
-            word = (a.group(2).split() or [""])[0]
-            if word in ("if", "with", "range", "define"):
-                depth += 1
-            elif word == "end":
-                depth -= 1
-                if depth == 0:
-                    body = text[pos:a.start()]
-                    if m.group(2):
-                        body = body.lstrip()
-                    if a.group(1):
-                        body = body.rstrip()
-                    defines[m.group(1)] = body
-                    break
-    del pat
-    return defines
-
-
-def render(text, values, defines, errors):
-    """line-based partial render: see the header comment"""
-    ev = Evaluator(values, defines, errors)
-    lines = text.split("\n")
-    rendered = []
-
-    def block(i, scope, emit):
-        """render lines from i until the matching end; returns the index after it"""
-        while i < len(lines):
-            line = lines[i]
-            m = re.fullmatch(r"\s*\{\{-?\s*(.*?)\s*-?\}\}\s*", line)
-            if m and not re.search(r"\}\}.*\{\{", line):
-                act = m.group(1)
-                word = act.split()[0] if act.split() else ""
-                if act.startswith("/*"):
-                    i += 1
-                    continue
-                if word == "end":
-                    return i + 1, "end"
-                if word == "else":
-                    return i + 1, "else"
-                if word in ("if", "with", "range"):
-                    i = control(i + 1, word, act[len(word):].strip(), scope, emit)
-                    continue
-                # a directive alone on its line inserts text (nindent) or nothing
-                val = ev.scalar(act, scope)
-                if emit:
-                    if val.startswith("\n"):
-                        rendered.extend(val[1:].split("\n"))
-                    elif val == PLACEHOLDER and "nindent" in act:
-                        n = int(re.search(r"nindent\s+(\d+)", act).group(1))
-                        rendered.append(" " * n + f"templated-{len(rendered)}: {PLACEHOLDER}")
-                    elif val.strip():
-                        rendered.append(val)
-                i += 1
-                continue
-            if emit:
-                rendered.append(ACTION.sub(lambda mm: ev.scalar(mm.group(2), scope), line))
-            i += 1
-        return i, "eof"
-
-    def control(i, word, arg, scope, emit):
-        if word == "range":
-            m = re.fullmatch(r"(?:(\$\w+)\s*,\s*)?(\$\w+)\s*:=\s*(.*)", arg)
-            kvar, vvar, src = (m.group(1), m.group(2), m.group(3)) if m else (None, None, arg)
-            try:
-                coll = ev.expr(src, scope)
-            except Unknown:
-                coll = [PLACEHOLDER]
-            items = list(coll.items()) if isinstance(coll, dict) else list(enumerate(coll or []))
-            end = None
-            for k, v in items or [(None, None)]:
-                sub = dict(scope)
-                if m:
-                    if kvar:
-                        sub[kvar] = k
-                    sub[vvar] = v
-                else:
-                    sub["."] = v
-                end, _ = block(i, sub, emit and bool(items))
-            return end
-        try:
-            cond = ev.expr(arg, scope)
-            known = True
-        except Unknown:
-            cond, known = None, False
-        sub = dict(scope)
-        if word == "with":
-            sub["."] = cond
-        take = truthy(cond) if known else True
-        j, how = block(i, sub, emit and take)
-        while how == "else":
-            # `else` / `else if X`: only plain else appears in YAML templates
-            j, how = block(j, scope, emit and known and not take)
-        return j
-
-    block(0, {".": None}, True)
-    return "\n".join(rendered)
 
 
 # ------------------------------------------------------ rendered checks ----
@@ -661,8 +338,6 @@ def check_rendered(label, docs, values, table, table_src):
             problems.append(f"flag '{k}' = '{v}' (the agent takes true or false)")
         elif table[k] != "flag" and not v:
             problems.append(f"option '{k}' has no value")
-        if PLACEHOLDER in v:
-            problems.append(f"option '{k}' was not rendered: {v}")
     for k, path in (("mode", ("agent", "mode")), ("kafka", ("kafka", "brokers"))):
         want = get(*path)
         if want and seen.get(k) != str(want):
@@ -737,9 +412,10 @@ def main(argv):
     ap.add_argument("--chart", required=True)
     ap.add_argument("--options", required=True, help="docs/configuration.md or --config-doc output")
     ap.add_argument("--options-source", default="docs/configuration.md")
-    ap.add_argument("--values", action="append", default=[], help="LABEL=FILE (non-default)")
-    ap.add_argument("--rendered", action="append", default=[], help="LABEL=FILE (helm template)")
-    ap.add_argument("--dump", help="write the partial renders into this directory")
+    ap.add_argument("--values", action="append", default=[],
+                    help="LABEL=FILE: a values file over values.yaml (LABEL default: values.yaml alone)")
+    ap.add_argument("--rendered", action="append", default=[], help="LABEL=FILE: its render")
+    ap.add_argument("--dump", help="write each rendered agent.conf into this directory")
     a = ap.parse_args(argv)
 
     import glob
@@ -769,31 +445,17 @@ def main(argv):
             return o
         return merge(defaults, over)
 
-    sets = [("default", defaults)] + [
-        (lbl, merged(load_yaml(f))) for lbl, f in (v.split("=", 1) for v in a.values)]
-    rendered = dict(v.split("=", 1) for v in a.rendered)
-    helpers = "".join(open(t).read() for t in tmpls if t.endswith(".tpl"))
-    defines = parse_defines(helpers)
-    for label, values in sets:
-        problems, docs = [], []
-        if label in rendered:
-            with open(rendered[label]) as f:
-                docs = docs_of(f.read(), "helm template", problems)
-        else:
-            for t in tmpls:
-                if not t.endswith((".yaml", ".yml")):
-                    continue
-                errors = []
-                with open(t) as f:
-                    text = render(f.read(), values, defines, errors)
-                if a.dump:
-                    os.makedirs(a.dump, exist_ok=True)
-                    with open(f"{a.dump}/{label}-{os.path.basename(t)}", "w") as f:
-                        f.write(text)
-                problems += [f"{os.path.basename(t)}: {e}" for e in errors]
-                docs += docs_of(text, os.path.basename(t), problems)
+    sets = dict([("default", defaults)] + [
+        (lbl, merged(load_yaml(f))) for lbl, f in (v.split("=", 1) for v in a.values)])
+    for label, path in (v.split("=", 1) for v in a.rendered):
+        if label not in sets:
+            out("FAIL", f"helm_render_{label}", "no --values for this render")
+            continue
+        problems = []
+        with open(path) as f:
+            docs = docs_of(f.read(), path, problems)
         case(f"helm_templates_yaml_{label}", problems)
-        check_rendered(label, docs, values, table, a.options_source)
+        check_rendered(label, docs, sets[label], table, a.options_source)
     return 1 if any(r.startswith("FAIL") for r in results) else 0
 
 

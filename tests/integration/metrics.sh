@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #
-# metrics - the Prometheus endpoint (--metrics ADDR:PORT, agent/metrics.c):
+# metrics - the Prometheus endpoint (--metrics ADDR:PORT, agent/control/metrics.c):
 #
 #   metrics_exposition:  /metrics is text exposition format 0.0.4: every
 #                        sample line parses, belongs to a family announced by
@@ -11,11 +11,18 @@
 #                        kind, CPU seconds, RSS), labels
 #                        are low-cardinality (no pid, tid, instance, kernel);
 #                        counters grow while a CUDA workload runs
+#   metrics_promtool:    Prometheus's own checker, `promtool check metrics`
+#                        (Debian's prometheus package, make deps), accepts
+#                        the scrape taken while the workload runs, and every
+#                        family the agent can announce is in it with at least
+#                        one sample: each infertrace_* name in agent/control/metrics.c
+#                        (the infertrace_kafka_* ones need --kafka:
+#                        tests/integration/kafka.sh checks those)
 #   metrics_health:      /healthz and /readyz answer 200, unknown paths 404,
 #                        other methods 405, a silent or oversized client does
 #                        not stop the endpoint from answering others
 source "$(dirname "$0")/lib.sh"
-it_preflight metrics_exposition metrics_health
+it_preflight metrics_exposition metrics_promtool metrics_health
 
 # http PATH [METHOD]: the whole response (status line, headers, body); curl
 # when installed, else bash's /dev/tcp
@@ -45,6 +52,7 @@ done
 if [ -z "$started" ]; then
 	fail_because "agent did not start: $(agent_tail)"
 	report metrics_exposition
+	report metrics_promtool
 	report metrics_health
 	exit 0
 fi
@@ -92,6 +100,26 @@ e1=$(awk '$1 == "infertrace_records_emitted_total{class=\"summary\"}" {print $2}
 e2=$(awk '$1 == "infertrace_records_emitted_total{class=\"summary\"}" {print $2}' <<<"$b2")
 expect "summary records did not grow across 1.5 s ($e1 -> $e2)" eval '[ "${e2%.*}" -gt "${e1%.*}" ]'
 report metrics_exposition
+
+# -------------------------------------------------------------- promtool ----
+# the scrape of the running workload, b1
+if ! command -v promtool >/dev/null; then
+	fail_because "promtool missing (make deps installs Debian's prometheus package)"
+else
+	lint=$(promtool check metrics <<<"$b1" 2>&1)
+	rc=$?
+	expect "promtool check metrics: exit $rc: $(head -n 3 <<<"$lint" | tr '\n' ' ')" \
+		eval '[ "$rc" = 0 ] && [ -z "$lint" ]'
+fi
+# every family the source can announce, announced and with a sample
+fams=$(grep -oE '"infertrace_[a-z0-9_]+' agent/control/metrics.c | tr -d '"' | grep -v '^infertrace_kafka_$' | sort -u)
+expect "no family names read from agent/control/metrics.c" [ -n "$fams" ]
+for fam in $fams; do
+	grep -qxF "# TYPE $fam $(awk -v f="$fam" '$1 == "#" && $2 == "TYPE" && $3 == f {print $4}' <<<"$b1")" <<<"$b1" ||
+		{ fail_because "family $fam not announced"; continue; }
+	grep -qE "^$fam(\{| )" <<<"$b1" || fail_because "family $fam has no sample"
+done
+report metrics_promtool
 
 # ---------------------------------------------------------------- health ----
 expect "/healthz not 200" [ "$(http /healthz | status_of)" = 200 ]

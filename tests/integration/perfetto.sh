@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #
-# perfetto - the Chrome trace JSON export (agent/perfetto.c) that
+# perfetto - the Chrome trace JSON export (agent/sinks/perfetto.c) that
 # ui.perfetto.dev opens, offline and live, and the flight recorder behind the
-# live one (agent/recorder.c):
+# live one (agent/pipeline/recorder.c):
 #
 #   perfetto_replay:   --replay of real Kineto recordings --perfetto OUT (as a
 #                      user, no root): valid JSON; every pid/tid drawn on has a

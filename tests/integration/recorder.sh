@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #
 # recorder - the flight recorder's kernel half (bpf/cuda.bpf.c flight_push,
-# agent/recorder.c pull_kernel; issue 4, item 4): in sentinel mode every
+# agent/pipeline/recorder.c pull_kernel; issue 4, item 4): in sentinel mode every
 # launch is kept, with its arguments and stack, and sent only on a trigger.
 #
 #   recorder_every_launch:  a sentinel agent, a workload of 3 threads x 25

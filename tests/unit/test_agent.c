@@ -16,6 +16,7 @@
 #include "jsonw.h"
 #include "numparse.h"
 #include "state.h"
+#include "diagnose.h"
 
 /* a sink that keeps the last record */
 struct mem_sink {
@@ -256,12 +257,15 @@ static void test_decode_forged(void **state)
 static void test_names(void **state)
 {
 	(void)state;
-	assert_string_equal(cuda_api_name(API_CUDA_GRAPH_LAUNCH), "cudaGraphLaunch");
-	assert_string_equal(cuda_api_name(API_CU_GRAPH_LAUNCH_PTSZ), "cuGraphLaunch_ptsz");
-	assert_string_equal(cuda_api_name(API_COUNT), "unknown");
-	assert_string_equal(cuda_api_name(1000), "unknown");
-	for (unsigned i = 0; i < API_COUNT; i++)
-		assert_non_null(cuda_api_names[i]);
+	/* one table for the agent and the correlator (correlator/src/corr.c) */
+	assert_string_equal(corr_api_name(API_CUDA_GRAPH_LAUNCH), "cudaGraphLaunch");
+	assert_string_equal(corr_api_name(API_CU_GRAPH_LAUNCH_PTSZ), "cuGraphLaunch_ptsz");
+	assert_string_equal(corr_api_name(API_COUNT), "unknown");
+	assert_string_equal(corr_api_name(1000), "unknown");
+	for (unsigned i = 0; i < API_COUNT; i++) {
+		assert_string_not_equal(corr_api_name(i), "unknown");
+		assert_int_equal(corr_api_is_driver(i), i >= API_CU_LAUNCH_KERNEL);
+	}
 	assert_string_equal(syscall_name(0), "read");
 	assert_null(syscall_name(100000));
 	assert_string_equal(tcp_state_name(1), "ESTABLISHED");
@@ -310,6 +314,137 @@ static void test_jsonw(void **state)
 }
 
 /* option numbers: the whole string, within bounds, else untouched */
+/* the common fields: the hand writer and the jansson builder write the same bytes */
+static void test_common_fields_agree(void **state)
+{
+	static const struct { uint32_t pid, tid; } ids[] = { {0, 0}, {42, 0}, {42, 43} };
+	struct mem_sink m;
+	struct agent *a = agent_new(&m);
+
+	(void)state;
+	a->opts.instance = "llama/0 \"q\""; /* escaped the same way too */
+	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+		json_t *o = rec_new(a, "step", ids[i].pid, ids[i].tid, 123456789012345ull);
+		char hand[512], *tree;
+		struct jsonw w;
+		long n;
+
+		jw_init(&w, hand, sizeof(hand));
+		jw_common(&w, "step", a->host, agent_instance_of(a, ids[i].pid),
+			  ids[i].pid ? (int64_t)ids[i].pid : JW_OMIT,
+			  ids[i].tid ? (int64_t)ids[i].tid : JW_OMIT, 123456789012345ull);
+		n = jw_end(&w);
+		assert_true(n > 0 && (size_t)n < sizeof(hand));
+		hand[n] = '\0';
+		tree = json_dumps(o, JSON_COMPACT);
+		assert_string_equal(hand, tree);
+		free(tree);
+		json_decref(o);
+	}
+	free(a);
+}
+
+/* the step record's writer and reader (agent/pipeline/steprec.c) agree field by field */
+static void test_steprec_round_trip(void **state)
+{
+	struct mem_sink m;
+	struct agent *a = agent_new(&m);
+	struct diag_step s, back;
+	json_t *o, *parsed;
+	char *text;
+
+	(void)state;
+	diag_step_init(&s);
+	s.rank = 3;
+	s.pid = 42;
+	s.tid = 43;
+	s.seq = 7;
+	s.start_ns = 1000000000123ull;
+	s.dur_ns = 75000000;
+	s.phase = DIAG_PHASE_DECODE;
+	s.tokens = 64;
+	s.batch_size = 64;
+	s.kv_tokens = 131072;
+	s.source = "usdt";
+	s.gpu_busy_ns = 70000000;
+	s.idle_ns = 5000000;
+	s.idle_gaps = 3;
+	s.idle_max_ns = 4000000;
+	s.kernels = 1375;
+	s.graph_kernels = 963;
+	s.memcpys = 7;
+	s.comm_ns = 1400000;
+	s.l2s_p50_ns = 800000;
+	s.l2s_p90_ns = 900000;
+	s.l2s_p99_ns = 1000000;
+	s.offcpu_ns = 120000;
+	s.runq_ns = 30000;
+	s.slow_syscalls = 2;
+	s.slow_syscall_ns = 2500000;
+	s.net_bytes = 4096;
+	s.preempt_pid = 99;
+	s.n_top = 1;
+	s.top[0] = (struct diag_kernel){"gemm", 160, 9980963};
+	o = steprec_to_json(a, &s);
+	assert_non_null(o);
+	/* through text, as a file of step records is read back */
+	text = json_dumps(o, JSON_COMPACT);
+	parsed = json_loads(text, 0, NULL);
+	assert_non_null(parsed);
+	assert_int_equal(steprec_from_json(parsed, &back), 0);
+	assert_string_equal(back.instance, "testhost");
+	assert_int_equal(back.rank, s.rank);
+	assert_int_equal(back.pid, s.pid);
+	assert_int_equal(back.tid, s.tid);
+	assert_int_equal(back.seq, s.seq);
+	assert_int_equal(back.start_ns, s.start_ns);
+	assert_int_equal(back.dur_ns, s.dur_ns);
+	assert_int_equal(back.phase, s.phase);
+	assert_int_equal(back.tokens, s.tokens);
+	assert_int_equal(back.batch_size, s.batch_size);
+	assert_int_equal(back.kv_tokens, s.kv_tokens);
+	assert_int_equal(back.gpu_busy_ns, s.gpu_busy_ns);
+	assert_int_equal(back.idle_ns, s.idle_ns);
+	assert_int_equal(back.idle_gaps, s.idle_gaps);
+	assert_int_equal(back.idle_max_ns, s.idle_max_ns);
+	assert_int_equal(back.kernels, s.kernels);
+	assert_int_equal(back.graph_kernels, s.graph_kernels);
+	assert_int_equal(back.memcpys, s.memcpys);
+	assert_int_equal(back.comm_ns, s.comm_ns);
+	assert_int_equal(back.l2s_p50_ns, s.l2s_p50_ns);
+	assert_int_equal(back.l2s_p90_ns, s.l2s_p90_ns);
+	assert_int_equal(back.l2s_p99_ns, s.l2s_p99_ns);
+	assert_int_equal(back.offcpu_ns, s.offcpu_ns);
+	assert_int_equal(back.runq_ns, s.runq_ns);
+	assert_int_equal(back.slow_syscalls, s.slow_syscalls);
+	assert_int_equal(back.slow_syscall_ns, s.slow_syscall_ns);
+	assert_int_equal(back.net_bytes, s.net_bytes);
+	assert_int_equal(back.preempt_pid, s.preempt_pid);
+	assert_int_equal(back.n_top, 1);
+	assert_string_equal(back.top[0].name, "gemm");
+	assert_int_equal(back.top[0].count, 160);
+	assert_int_equal(back.top[0].total_ns, 9980963);
+	/* unknown fields are written null and read back unknown */
+	diag_step_init(&s);
+	s.dur_ns = 1;
+	json_decref(o);
+	json_decref(parsed);
+	free(text);
+	o = steprec_to_json(a, &s);
+	assert_int_equal(steprec_from_json(o, &back), 0);
+	assert_int_equal(back.tokens, DIAG_UNKNOWN);
+	assert_int_equal(back.offcpu_ns, DIAG_UNKNOWN);
+	assert_int_equal(back.l2s_p99_ns, DIAG_UNKNOWN);
+	assert_int_equal(back.rank, -1);
+	/* not a step, and a step without a duration */
+	json_object_set_new(o, "dur_ns", json_integer(0));
+	assert_int_equal(steprec_from_json(o, &back), -EINVAL);
+	json_object_set_new(o, "type", json_string("kernel"));
+	assert_int_equal(steprec_from_json(o, &back), -ENOENT);
+	json_decref(o);
+	free(a);
+}
+
 static void test_numparse(void **state)
 {
 	double d = -1;
@@ -341,6 +476,8 @@ int main(void)
 		cmocka_unit_test(test_decode_launch), cmocka_unit_test(test_decode_forged),
 		cmocka_unit_test(test_names),	      cmocka_unit_test(test_jsonw),
 		cmocka_unit_test(test_numparse),
+		cmocka_unit_test(test_steprec_round_trip),
+		cmocka_unit_test(test_common_fields_agree),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,6 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include <jansson.h>
@@ -415,8 +420,11 @@ static void test_truncated_kineto(void **state)
 	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
 
 	(void)state;
-	/* every cut of the file fails cleanly, naming an offset, never crashes */
-	for (size_t cut = 1; cut < len - 2; cut++) {
+	/*
+	 * every cut of the file fails cleanly, naming an offset, never crashes;
+	 * also the cut after the events array (issue 18 #14: it was ok)
+	 */
+	for (size_t cut = 1; cut < len - 1; cut++) {
 		memset(&t, 0, sizeof(t));
 		logbuf[0] = '\0';
 		char *copy = malloc(cut); /* exact size: ASan sees any overrun */
@@ -548,6 +556,353 @@ static void test_jsonl_roundtrip(void **state)
 	assert_non_null(strstr(logbuf, "line 3"));
 }
 
+
+/* ------------------------------------------- hostile input (issue 18) -- */
+
+/* correlator/src/internal.h: not installed, exported by the library */
+int corr_us_text_to_ns(const char *s, size_t len, uint64_t *out);
+
+static int replay_text(const char *text, struct tiny_got *t, struct corr_replay_stats *st)
+{
+	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = t };
+	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	size_t n = strlen(text);
+	char *copy = malloc(n + 1); /* exact size: ASan sees any overrun */
+	int err;
+
+	memcpy(copy, text, n + 1);
+	memset(t, 0, sizeof(*t));
+	logbuf[0] = '\0';
+	err = corr_replay_buf(copy, n, &co, &ro, st);
+	free(copy);
+	return err;
+}
+
+#define LAUNCH(name_field)                                                                       \
+	"{\"traceEvents\": [\n{\"ph\": \"X\", \"cat\": \"cuda_runtime\", " name_field             \
+	" \"pid\": 42, \"tid\": 43, \"ts\": 12.5, \"args\": {\"correlation\": 7}},\n"             \
+	"{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"pid\": 0, \"tid\": 7, \"ts\": 20," \
+	" \"args\": {\"correlation\": 7}}\n]}\n"
+
+/* #12: an event without a string name (memcpy from NULL, caught by SAN=undefined) */
+static void test_kineto_nameless(void **state)
+{
+	struct tiny_got t;
+
+	(void)state;
+	assert_int_equal(replay_text(LAUNCH(""), &t, NULL), 0);
+	assert_int_equal(t.n, 1);
+	assert_true(t.has_l[0]);
+	assert_string_equal(t.l[0].api, "");
+	assert_int_equal(replay_text(LAUNCH("\"name\": 5,"), &t, NULL), 0);
+	assert_true(t.has_l[0]);
+	assert_string_equal(t.l[0].api, "");
+}
+
+/* #12: an exponent beyond int (signed overflow) must be out of range, not 1 µs */
+static void test_kineto_huge_exponent(void **state)
+{
+	static const char *const ts[] = { "1e4294967296", "1e-4294967296", "1e99999999999999999999",
+					  "1.5E2147483648" };
+	uint64_t ns = 0;
+	struct tiny_got t;
+	char buf[512];
+
+	(void)state;
+	assert_int_equal(corr_us_text_to_ns("1e3", 3, &ns), 0);
+	assert_int_equal(ns, 1000000);
+	for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
+		ns = 0;
+		assert_int_equal(corr_us_text_to_ns(ts[i], strlen(ts[i]), &ns), -ERANGE);
+		snprintf(buf, sizeof(buf),
+			 "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"ts\": %s}]}",
+			 ts[i]);
+		assert_int_equal(replay_text(buf, &t, NULL), -EINVAL);
+		assert_non_null(strstr(logbuf, "bad timestamp"));
+	}
+}
+
+/* #12: JSON-lines numbers beyond their field: an error naming it, not a cut value */
+static void test_jsonl_out_of_range(void **state)
+{
+	static const char *const bad[] = {
+		"\"pid\":1.5e19", /* was pid 3470524416 */
+		"\"pid\":1e20", /* beyond uint64_t: the conversion was undefined */
+		"\"pid\":4294967296",
+		"\"pid\":1,\"correlation_id\":99999999999",
+		"\"pid\":1,\"start_ns\":1e300",
+		"\"pid\":1,\"grid\":[1,4294967296,1]",
+	};
+	struct tiny_got t;
+	char buf[512];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(buf, sizeof(buf), "{\"type\":\"x\"}\n{\"schema\":1,\"type\":\"kernel\",%s}\n",
+			 bad[i]);
+		assert_int_equal(replay_text(buf, &t, NULL), -EINVAL);
+		assert_non_null(strstr(logbuf, "line 2"));
+		assert_non_null(strstr(logbuf, "out of range"));
+		assert_int_equal(t.n, 0);
+	}
+	/* in range, real or integer, and negative (unknown): accepted as before */
+	assert_int_equal(replay_text("{\"type\":\"kernel\",\"pid\":4294967295,\"start_ns\":5.0,"
+				     "\"end_ns\":-1}\n",
+				     &t, NULL),
+			 0);
+	assert_int_equal(t.n, 1);
+	assert_int_equal(t.g[0].pid, 4294967295u);
+	assert_int_equal(t.g[0].start_ns, 5);
+	assert_int_equal(t.g[0].end_ns, 0);
+}
+
+/* an nsys export with one kernel whose name is StringIds id `id` */
+static void make_nsys(const char *path, long long id)
+{
+	char sql[1024];
+	sqlite3 *db;
+
+	unlink(path);
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	snprintf(sql, sizeof(sql),
+		 "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
+		 "INSERT INTO StringIds VALUES (%lld, 'kern'), (1, 'cudaLaunchKernel_v7000');"
+		 "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, globalTid INT,"
+		 " correlationId INT, nameId INT);"
+		 "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (100, 110, %lld, 5, 1);"
+		 "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT,"
+		 " contextId INT, streamId INT, correlationId INT, globalPid INT, demangledName INT,"
+		 " gridX INT, gridY INT, gridZ INT, blockX INT, blockY INT, blockZ INT);"
+		 "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (200, 210, 0, 1, 7, 5, %lld, %lld,"
+		 " 1, 1, 1, 32, 1, 1);",
+		 id, (77LL << 24) | 78, 77LL << 24, id);
+	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+}
+
+static int nsys_once(const char *path, struct tiny_got *t)
+{
+	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = t };
+	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+
+	memset(t, 0, sizeof(*t));
+	logbuf[0] = '\0';
+	return corr_replay_file(path, &co, &ro, NULL);
+}
+
+/* #12, #16: StringIds ids are looked up, not indexed: no max(id) + 1, no huge array */
+static void test_nsys_string_ids(void **state)
+{
+	char dir[] = "/tmp/infertrace-replay-XXXXXX", path[256];
+	struct tiny_got t;
+	pid_t child;
+	int ws;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/x.sqlite", dir);
+	/* INT64_MAX: max(id) + 1 overflowed ("implausible max id") */
+	make_nsys(path, 9223372036854775807LL);
+	assert_int_equal(nsys_once(path, &t), 0);
+	assert_int_equal(t.n, 1);
+	assert_true(t.has_l[0]);
+	assert_int_equal(t.l[0].pid, 77);
+	assert_int_equal(t.l[0].tid, 78);
+	assert_string_equal(t.name[0], "kern");
+	/*
+	 * 60,000,000: a dense table of 480 MB before. The replay must fit
+	 * in 256 MiB more address space than this process has (a child, as
+	 * RLIMIT_AS is for good; not under ASan, whose shadow needs terabytes).
+	 */
+	make_nsys(path, 60000000);
+#if !defined(__SANITIZE_ADDRESS__)
+	child = fork();
+	assert_true(child >= 0);
+	if (!child) {
+		struct rlimit rl;
+		FILE *f = fopen("/proc/self/statm", "r");
+		unsigned long pages = 0;
+
+		if (!f || fscanf(f, "%lu", &pages) != 1)
+			_exit(3);
+		fclose(f);
+		rl.rlim_cur = rl.rlim_max = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (256 << 20);
+		if (setrlimit(RLIMIT_AS, &rl))
+			_exit(4);
+		_exit(nsys_once(path, &t) || t.n != 1 || strcmp(t.name[0], "kern") ? 1 : 0);
+	}
+	assert_int_equal(waitpid(child, &ws, 0), child);
+	assert_true(WIFEXITED(ws));
+	assert_int_equal(WEXITSTATUS(ws), 0);
+#else
+	(void)child;
+	(void)ws;
+#endif
+	assert_int_equal(nsys_once(path, &t), 0);
+	assert_string_equal(t.name[0], "kern");
+	unlink(path);
+	rmdir(dir);
+}
+
+/* #14: a trace cut or corrupted after traceEvents is an error */
+static void test_kineto_after_events(void **state)
+{
+	static const char *const bad[] = {
+		"{\"traceEvents\": [], \"deviceProperties\": [{\"id\": 0, \"name\": \"H1",
+		"{\"traceEvents\": [], \"deviceProperties\": [{\"id\": 0}]",
+		"{\"traceEvents\": [], \"x\": 1} trailing",
+		"{\"traceEvents\": []}}",
+		"{\"traceEvents\": []}\n{\"traceEvents\": []}",
+		"[{\"ph\": \"X\"}] [",
+		"{\"traceEvents\": [], \"x\": tru}",
+	};
+	struct tiny_got t;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_not_equal(replay_text(bad[i], &t, NULL), 0);
+		assert_non_null(strstr(logbuf, "offset"));
+	}
+	assert_int_equal(replay_text("{\"traceEvents\": [], \"x\": [1, {\"y\": null}]}\n \n", &t,
+				     NULL),
+			 0);
+}
+
+/* #15: errors that say what the input is; a BOM is no "unknown format" */
+static void test_detect_messages(void **state)
+{
+	struct corr_replay_stats st;
+	struct tiny_got t;
+	char *bom = malloc(sizeof(tiny) + 3);
+
+	(void)state;
+	assert_int_equal(replay_text("{\"timestamp\": 0, \"input_length\": 5}\n"
+				     "{\"timestamp\": 1, \"input_length\": 6}\n",
+				     &t, &st),
+			 -EINVAL);
+	assert_int_equal(st.format, CORR_FMT_JSONL);
+	assert_non_null(strstr(logbuf, "JSON lines: line 1"));
+	assert_non_null(strstr(logbuf, "\"type\""));
+	assert_null(strstr(logbuf, "traceEvents array"));
+	/* a one-line JSON document without traceEvents is a Chrome trace without them */
+	assert_int_equal(replay_text("{\"a\": 1}\n", &t, &st), -EINVAL);
+	assert_non_null(strstr(logbuf, "no traceEvents array"));
+	/* UTF-8 byte order mark, Chrome trace and JSON lines */
+	memcpy(bom, "\xef\xbb\xbf", 3);
+	memcpy(bom + 3, tiny, sizeof(tiny));
+	assert_int_equal(replay_text(bom, &t, &st), 0);
+	assert_int_equal(st.format, CORR_FMT_KINETO);
+	assert_int_equal(t.n, 2);
+	assert_int_equal(replay_text("\xef\xbb\xbf{\"type\":\"kernel\",\"pid\":3}\n", &t, &st), 0);
+	assert_int_equal(st.format, CORR_FMT_JSONL);
+	assert_int_equal(t.n, 1);
+	/* a line beyond 1 MiB is no record of ours (a DOM would cost many times it) */
+	{
+		static const char head[] = "{\"type\":\"x\"}\n{\"type\":\"y\",\"pad\":\"";
+		size_t n = (1 << 20) + 64;
+		char *big = malloc(n + 1);
+
+		memset(big, ' ', n);
+		memcpy(big, head, sizeof(head) - 1);
+		memcpy(big + n - 3, "\"}\n", 3);
+		big[n] = '\0';
+		assert_int_equal(replay_text(big, &t, NULL), -EINVAL);
+		assert_non_null(strstr(logbuf, "line 2"));
+		assert_non_null(strstr(logbuf, "longer than"));
+		free(big);
+	}
+	free(bom);
+}
+
+/* #16: a gzip bomb is refused at a bound relative to its size */
+static void test_gzip_bomb(void **state)
+{
+	char dir[] = "/tmp/infertrace-replay-XXXXXX", path[256];
+	struct tiny_got t = { 0 };
+	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
+	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	static char spaces[1 << 20];
+	struct stat sb;
+	gzFile gz;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/bomb.json.gz", dir);
+	memset(spaces, ' ', sizeof(spaces));
+	gz = gzopen(path, "wb9");
+	assert_non_null(gz);
+	gzwrite(gz, tiny, sizeof(tiny) - 1);
+	/* 96 MiB of white space after a valid trace: ~100 KB compressed */
+	for (int i = 0; i < 96; i++)
+		assert_int_equal(gzwrite(gz, spaces, sizeof(spaces)), (int)sizeof(spaces));
+	gzclose(gz);
+	assert_int_equal(stat(path, &sb), 0);
+	assert_true(sb.st_size < (1 << 20));
+	logbuf[0] = '\0';
+	assert_int_equal(corr_replay_file(path, &co, &ro, NULL), -EFBIG);
+	assert_non_null(strstr(logbuf, "gzip: expands beyond"));
+	assert_int_equal(t.n, 0);
+	unlink(path);
+	rmdir(dir);
+}
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	stop_flag = 1;
+}
+
+/* #13: pipes and FIFOs are read as streams; a stop request ends a blocked replay */
+static void test_pipe_fifo_stop(void **state)
+{
+	char dir[] = "/tmp/infertrace-replay-XXXXXX", path[256], fdpath[64];
+	struct tiny_got t;
+	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
+	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log, .stop = &stop_flag };
+	struct corr_replay_stats st;
+	struct sigaction sa = { .sa_handler = on_alarm }; /* no SA_RESTART: open() returns */
+	int fds[2];
+	pid_t child;
+
+	(void)state;
+	/* a pipe (`--replay <(cat trace)`): nothing to stat, nothing to reopen */
+	assert_int_equal(pipe(fds), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (!child) {
+		close(fds[0]);
+		_exit(write(fds[1], tiny, sizeof(tiny) - 1) == sizeof(tiny) - 1 ? 0 : 1);
+	}
+	close(fds[1]);
+	snprintf(fdpath, sizeof(fdpath), "/dev/fd/%d", fds[0]);
+	memset(&t, 0, sizeof(t));
+	logbuf[0] = '\0';
+	assert_int_equal(corr_replay_file(fdpath, &co, &ro, &st), 0);
+	assert_int_equal(st.format, CORR_FMT_KINETO);
+	assert_int_equal(t.n, 2);
+	close(fds[0]);
+	waitpid(child, NULL, 0);
+
+	/* a FIFO without a writer: open() blocks until the stop request */
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/fifo", dir);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	assert_int_equal(sigaction(SIGALRM, &sa, NULL), 0);
+	stop_flag = 0;
+	alarm(1);
+	logbuf[0] = '\0';
+	assert_int_equal(corr_replay_file(path, &co, &ro, &st), -EINTR);
+	assert_non_null(strstr(logbuf, "stopped"));
+	/* a stop already requested ends a replay of a buffer */
+	assert_int_equal(corr_replay_buf(tiny, sizeof(tiny) - 1, &co, &ro, NULL), -EINTR);
+	stop_flag = 0;
+	signal(SIGALRM, SIG_DFL);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -563,6 +918,14 @@ int main(void)
 		cmocka_unit_test(test_truncated_kineto),
 		cmocka_unit_test(test_garbage_and_truncated_files),
 		cmocka_unit_test(test_jsonl_roundtrip),
+		cmocka_unit_test(test_kineto_nameless),
+		cmocka_unit_test(test_kineto_huge_exponent),
+		cmocka_unit_test(test_jsonl_out_of_range),
+		cmocka_unit_test(test_nsys_string_ids),
+		cmocka_unit_test(test_kineto_after_events),
+		cmocka_unit_test(test_detect_messages),
+		cmocka_unit_test(test_gzip_bomb),
+		cmocka_unit_test(test_pipe_fifo_stop),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

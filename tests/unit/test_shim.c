@@ -7,7 +7,7 @@
  * build/libinfertrace_cupti.so for every test, calling InitializeInjection as
  * the CUDA driver does; dlclose runs the shim's destructor, so each test
  * starts from a fresh shim. Records travel through the real socket into the
- * real agent/shim_rx.c. No environment is needed: the test sets the shim's
+ * real agent/sources/shim_rx.c. No environment is needed: the test sets the shim's
  * env variables itself (socket in a temporary directory, short intervals).
  *
  * Waiting is bounded by deadlines that only turn a hang into a failure;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * test_shim_nspid.c - host tids for shims in another pid namespace
- * (agent/shim_rx.c): the NSpid: parser on synthetic status texts, the
+ * (agent/sources/shim_rx.c): the NSpid: parser on synthetic status texts, the
  * /proc/PID/task scan on a synthetic tree, and the receiver rewriting a
  * launch callback's tid end to end through shim_rx_feed().
  */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * test_spill.c - the Kafka sink's on-disk buffer (agent/spill.c): records
+ * test_spill.c - the Kafka sink's on-disk buffer (agent/sinks/spill.c): records
  * come back in order and intact, survive a close and a process killed
  * without closing, a torn or corrupt tail is skipped and counted, the size
  * bound holds, shedding takes events before summaries before anomalies,

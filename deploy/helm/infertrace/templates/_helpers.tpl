@@ -69,7 +69,7 @@ Paths inside the containers; the agent reads the config file from the
 ConfigMap mount, the SASL credentials from the memory volume the init
 container fills. Sibling directories, never one volume inside another: a
 mount point inside a read-only ConfigMap volume cannot be created. Keep in sync with the agent's defaults: shim.sock and
-agent.sock under /run/infertrace (agent/main.c, agent/control_proto.h).
+agent.sock under /run/infertrace (agent/main.c, agent/control/control_proto.h).
 */}}
 {{- define "infertrace.configDir" -}}/etc/infertrace/config{{- end }}
 {{- define "infertrace.secretConfDir" -}}/run/infertrace-secrets{{- end }}

@@ -1,0 +1,504 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * metrics.c - Prometheus endpoint (--metrics ADDR:PORT, off by default): a
+ * tiny HTTP/1.0 responder on the event loop. GET /metrics answers the
+ * agent's own counters in the text exposition format 0.0.4; /healthz says
+ * the process is alive; /readyz says BPF is loaded and the loop turned in
+ * the last 2 s (the Helm chart probes both).
+ *
+ * Bounded and nonblocking like the control socket, on the same server core
+ * (core/server.h): at most METRICS_MAX_CONNS connections, requests up to
+ * 4 KiB, a 5 s deadline per connection from its accept, one response then
+ * close.
+ *
+ * Cardinality: labels are event types, record classes, drop stages and
+ * sink names - small fixed sets. No pid, tid, instance or kernel name is a
+ * label (docs/operations.md lists every metric).
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <bpf/libbpf.h>
+
+#include "state.h"
+#include "ops.h"
+#include "server.h"
+#include "infertrace.skel.h"
+
+#define METRICS_MAX_CONNS 8
+#define METRICS_REQ_MAX 4096
+#define METRICS_DEADLINE_NS (5ull * 1000000000ull)
+#define READY_TICK_NS (2ull * 1000000000ull)
+
+struct metrics {
+	struct agent *a;
+	struct srv *srv; /* per connection: the request, the response, the deadline */
+	uint64_t requests, scrapes, bad_requests, not_found, refused, timeouts;
+};
+
+static void help(FILE *f, const char *name, const char *type, const char *text)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
+}
+
+static void one(FILE *f, const char *name, const char *type, const char *text, double v)
+{
+	help(f, name, type, text);
+	fprintf(f, "%s %.17g\n", name, v);
+}
+
+static uint64_t jget(const json_t *o, const char *k)
+{
+	return (uint64_t)json_integer_value(json_object_get(o, k));
+}
+
+/* utime + stime in seconds and RSS in bytes of this process */
+static void self_usage(double *cpu_s, double *rss)
+{
+	char buf[1024], *p;
+	unsigned long long ut = 0, st = 0, pages = 0;
+	long tck = sysconf(_SC_CLK_TCK), psz = sysconf(_SC_PAGESIZE);
+	FILE *f = fopen("/proc/self/stat", "re");
+
+	*cpu_s = *rss = 0;
+	if (f) {
+		if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+			/* after "pid (comm)": fields 3..; utime 14, stime 15 */
+			sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+			       &st);
+		fclose(f);
+	}
+	f = fopen("/proc/self/statm", "re");
+	if (f) {
+		if (fscanf(f, "%*u %llu", &pages) != 1)
+			pages = 0;
+		fclose(f);
+	}
+	*cpu_s = tck > 0 ? (double)(ut + st) / tck : 0;
+	*rss = (double)pages * (psz > 0 ? psz : 4096);
+}
+
+static void render(struct agent *a, struct metrics *m, FILE *f)
+{
+	uint64_t ev[EV_TYPE_MAX] = {}, dr[EV_TYPE_MAX] = {}, bpf_drops = 0;
+	static const char *const classes[REC_CLASS_COUNT] = {"event", "summary", "anomaly",
+							     "stats"};
+	json_t *o = json_object(), *g, *x, *v;
+	int procs = 0, probes = 0;
+	double cpu, rss;
+	const char *k;
+
+	if (a->skel) {
+		loader_read_type_counts(a, bpf_map__fd(a->skel->maps.event_counts), ev);
+		loader_read_type_counts(a, bpf_map__fd(a->skel->maps.drop_counts), dr);
+	}
+	help(f, "infertrace_build_info", "gauge", "Agent version and mode (value 1).");
+	fprintf(f, "infertrace_build_info{version=\"%s\",mode=\"%s\"} 1\n", AGENT_VERSION,
+		a->opts.mode == MODE_DEEP ? "deep" : "sentinel");
+	help(f, "infertrace_bpf_events_total", "counter",
+	     "Records the BPF programs wrote to the rings, by event type.");
+	/* the BPF families only (the GPU types are the shims') */
+	for (int t = 0; t < EV_GPU_KERNEL; t++)
+		if (event_type_name(t))
+			fprintf(f, "infertrace_bpf_events_total{type=\"%s\"} %llu\n",
+				event_type_name(t), (unsigned long long)ev[t]);
+	help(f, "infertrace_bpf_drops_total", "counter",
+	     "Records lost in the kernel because a ring was full, by event type.");
+	for (int t = 0; t < EV_GPU_KERNEL; t++)
+		if (event_type_name(t)) {
+			fprintf(f, "infertrace_bpf_drops_total{type=\"%s\"} %llu\n",
+				event_type_name(t), (unsigned long long)dr[t]);
+			bpf_drops += dr[t];
+		}
+	one(f, "infertrace_records_decoded_total", "counter", "Ring records decoded.",
+	    (double)a->cnt.records);
+	help(f, "infertrace_records_emitted_total", "counter",
+	     "JSON records produced for the sinks, by record class.");
+	for (int c = 0; c < REC_CLASS_COUNT; c++)
+		fprintf(f, "infertrace_records_emitted_total{class=\"%s\"} %llu\n", classes[c],
+			(unsigned long long)a->cnt.emitted[c]);
+	help(f, "infertrace_sink_records_total", "counter", "Records a sink accepted, by sink.");
+	for (int i = 0; i < a->n_sinks; i++)
+		fprintf(f, "infertrace_sink_records_total{sink=\"%s\"} %llu\n", a->sinks[i]->name,
+			(unsigned long long)a->sinks[i]->written);
+	help(f, "infertrace_sink_errors_total", "counter", "Records a sink refused, by sink.");
+	for (int i = 0; i < a->n_sinks; i++)
+		fprintf(f, "infertrace_sink_errors_total{sink=\"%s\"} %llu\n", a->sinks[i]->name,
+			(unsigned long long)a->sinks[i]->errors);
+
+	shim_stats(a, o);
+	gpu_stats(a, o);
+	g = json_object_get(o, "gpu");
+	help(f, "infertrace_drops_total", "counter",
+	     "Records lost, by stage: bpf_ring (ring full), decode (malformed ring record), "
+	     "json (record could not be built), sink (a sink refused), shim_channel (the CUPTI "
+	     "shim could not send), cupti (CUPTI dropped), recorder (evicted from the flight "
+	     "recorder by its memory budget).");
+	fprintf(f, "infertrace_drops_total{stage=\"bpf_ring\"} %llu\n",
+		(unsigned long long)bpf_drops);
+	fprintf(f, "infertrace_drops_total{stage=\"decode\"} %llu\n",
+		(unsigned long long)a->cnt.bad_records);
+	fprintf(f, "infertrace_drops_total{stage=\"json\"} %llu\n",
+		(unsigned long long)a->cnt.json_errors);
+	fprintf(f, "infertrace_drops_total{stage=\"sink\"} %llu\n",
+		(unsigned long long)a->cnt.sink_errors);
+	fprintf(f, "infertrace_drops_total{stage=\"shim_channel\"} %llu\n",
+		(unsigned long long)jget(g, "shim_dropped"));
+	fprintf(f, "infertrace_drops_total{stage=\"cupti\"} %llu\n",
+		(unsigned long long)jget(g, "cupti_dropped"));
+	ops_add_objects(a, o);
+	x = json_object_get(o, "recorder");
+	fprintf(f, "infertrace_drops_total{stage=\"recorder\"} %llu\n",
+		(unsigned long long)jget(x, "evicted_budget"));
+
+	for (int i = 0; i < a->n_procs; i++)
+		procs += a->procs[i].used && a->procs[i].start_time != PROC_GONE;
+	for (int i = 0; i < MAX_LIBFILES; i++)
+		if (a->libs[i].used)
+			probes += a->libs[i].n_links;
+	diag_stats(a->diag, o);
+	x = json_object_get(o, "diag");
+	if (x) {
+		json_t *kinds = json_object_get(x, "anomalies_by_kind");
+
+		one(f, "infertrace_steps_total", "counter", "Inference steps cut.",
+		    (double)jget(x, "steps"));
+		help(f, "infertrace_anomalies_total", "counter",
+		     "Anomalous steps, by kind (host_stall, cpu_contention, gpu_slow, "
+		     "communication, straggler, regression).");
+		json_object_foreach(kinds, k, v)
+			fprintf(f, "infertrace_anomalies_total{kind=\"%s\"} %llu\n", k,
+				(unsigned long long)json_integer_value(v));
+	}
+	one(f, "infertrace_traced_processes", "gauge", "CUDA processes traced now.", procs);
+	one(f, "infertrace_attached_probes", "gauge", "CUDA uprobes attached now.", probes);
+	one(f, "infertrace_attach_errors_total", "counter", "Probes that could not be attached.",
+	    (double)a->cnt.attach_errors);
+	one(f, "infertrace_shims_connected", "gauge", "CUPTI shims connected now.",
+	    (double)jget(g, "shims_connected"));
+	one(f, "infertrace_shim_records_total", "counter", "Valid records received from shims.",
+	    (double)jget(g, "shim_records"));
+	one(f, "infertrace_gpu_records_joined_total", "counter",
+	    "GPU records joined to their launch.", (double)jget(g, "joined"));
+	one(f, "infertrace_gpu_records_unmatched_total", "counter",
+	    "GPU records emitted without a launch.", (double)jget(g, "unmatched"));
+
+	x = json_object_get(o, "deep_dive");
+	one(f, "infertrace_deep_dives_active", "gauge", "Instances in a deep-dive now.",
+	    (double)jget(x, "active"));
+	one(f, "infertrace_deep_dive_processes", "gauge",
+	    "Processes in deep capture by deep-dives.", (double)jget(x, "processes"));
+	one(f, "infertrace_deep_dives_started_total", "counter", "Deep-dives started.",
+	    (double)jget(x, "started"));
+	x = json_object_get(o, "recorder");
+	one(f, "infertrace_recorder_bytes", "gauge", "Memory the flight recorder holds.",
+	    (double)jget(x, "used_bytes"));
+	one(f, "infertrace_recorder_budget_bytes", "gauge", "The flight recorder's memory budget.",
+	    (double)jget(x, "budget_bytes"));
+	one(f, "infertrace_recorder_records", "gauge", "Records in the flight recorder's windows.",
+	    (double)jget(x, "records_held"));
+	one(f, "infertrace_recorder_flushes_total", "counter",
+	    "Flight-recorder windows sent (anomaly or deep-dive).", (double)jget(x, "flushes"));
+	x = json_object_get(o, "control");
+	one(f, "infertrace_control_requests_total", "counter", "Control socket requests.",
+	    (double)jget(x, "requests"));
+	help(f, "infertrace_control_errors_total", "counter",
+	     "Control socket requests or peers refused, by reason.");
+	fprintf(f, "infertrace_control_errors_total{reason=\"malformed\"} %llu\n",
+		(unsigned long long)jget(x, "malformed"));
+	fprintf(f, "infertrace_control_errors_total{reason=\"oversized\"} %llu\n",
+		(unsigned long long)jget(x, "oversized"));
+	fprintf(f, "infertrace_control_errors_total{reason=\"peer\"} %llu\n",
+		(unsigned long long)jget(x, "refused_peer"));
+	fprintf(f, "infertrace_control_errors_total{reason=\"busy\"} %llu\n",
+		(unsigned long long)jget(x, "refused_limit"));
+	one(f, "infertrace_metrics_scrapes_total", "counter", "Scrapes of this endpoint.",
+	    (double)m->scrapes);
+
+	/*
+	 * The Kafka sink reports its own counters in the stats record ("kafka":
+	 * queue and spill fill, broker errors, records produced); every numeric
+	 * member becomes infertrace_kafka_<name>. Absent until the sink runs.
+	 */
+	x = a->ops->last_stats ? json_object_get(a->ops->last_stats, "kafka") : NULL;
+	json_object_foreach(x, k, v)
+	{
+		char name[96];
+		bool ok = true;
+
+		if (!json_is_number(v) && !json_is_boolean(v))
+			continue;
+		for (const char *c = k; *c; c++)
+			ok &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_';
+		if (!ok || strlen(k) > 60)
+			continue;
+		snprintf(name, sizeof(name), "infertrace_kafka_%s", k);
+		one(f, name, strstr(k, "_total") ? "counter" : "gauge",
+		    "Kafka sink counter (stats record, kafka object).",
+		    json_is_boolean(v) ? json_is_true(v) : json_number_value(v));
+	}
+
+	self_usage(&cpu, &rss);
+	one(f, "infertrace_process_cpu_seconds_total", "counter",
+	    "User and system CPU time of the agent.", cpu);
+	one(f, "infertrace_process_resident_memory_bytes", "gauge", "Resident memory of the agent.",
+	    rss);
+	one(f, "infertrace_uptime_seconds", "gauge", "Seconds since the agent started.",
+	    (now_ns() - a->start_ns) / 1e9);
+	json_decref(o);
+}
+
+static void respond(struct srv *s, unsigned int slot, int code, const char *ctype, const char *body,
+		    size_t len)
+{
+	const char *reason = code == 200   ? "OK"
+			     : code == 404 ? "Not Found"
+			     : code == 405 ? "Method Not Allowed"
+			     : code == 503 ? "Service Unavailable"
+					   : "Bad Request";
+	char hdr[256];
+	int n = snprintf(hdr, sizeof(hdr),
+			 "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+			 "Connection: close\r\n\r\n",
+			 code, reason, ctype, len);
+
+	char *out = malloc(n + len);
+
+	if (!out)
+		return;
+	memcpy(out, hdr, n);
+	memcpy(out + n, body, len);
+	srv_queue(s, slot, out, n + len);
+}
+
+static void handle(struct agent *a, struct metrics *m, unsigned int slot)
+{
+	struct srv_conn *c = srv_conn(m->srv, slot);
+	char method[8], path[256];
+	const char *text = "text/plain; charset=utf-8";
+
+	m->requests++;
+	if (sscanf((const char *)c->in, "%7s %255s HTTP/%*d.%*d", method, path) != 2) {
+		m->bad_requests++;
+		respond(m->srv, slot, 400, text, "bad request\n", 12);
+		return;
+	}
+	path[strcspn(path, "?")] = '\0';
+	if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
+		m->bad_requests++;
+		respond(m->srv, slot, 405, text, "GET only\n", 9);
+	} else if (!strcmp(path, "/metrics")) {
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+
+		if (!f)
+			return;
+		m->scrapes++;
+		render(a, m, f);
+		fclose(f);
+		respond(m->srv, slot, 200, "text/plain; version=0.0.4; charset=utf-8", buf, len);
+		free(buf);
+	} else if (!strcmp(path, "/healthz")) {
+		respond(m->srv, slot, 200, text, "ok\n", 3);
+	} else if (!strcmp(path, "/readyz")) {
+		bool ticking = now_ns() - a->ops->last_tick_ns < READY_TICK_NS;
+
+		if (a->skel && ticking)
+			respond(m->srv, slot, 200, text, "ready\n", 6);
+		else if (!a->skel)
+			respond(m->srv, slot, 503, text, "not ready: BPF not loaded\n", 26);
+		else
+			respond(m->srv, slot, 503, text, "not ready: event loop stalled\n", 30);
+	} else {
+		m->not_found++;
+		respond(m->srv, slot, 404, text, "not found: /metrics /healthz /readyz\n", 37);
+	}
+	if (!strcmp(method, "HEAD") && c->out) {
+		/* headers only */
+		char *end = strstr(c->out, "\r\n\r\n");
+
+		if (end)
+			c->out_len = end + 4 - c->out;
+	}
+}
+
+static int on_event(void *ctx, struct srv *s, unsigned int slot, uint32_t events)
+{
+	struct metrics *m = ctx;
+	struct srv_conn *c = srv_conn(s, slot);
+	ssize_t n;
+
+	(void)events;
+	while (!c->out && c->in_len < METRICS_REQ_MAX) {
+		n = srv_recv(s, slot);
+		if (n == -EAGAIN)
+			return 0;
+		if (n <= 0) {
+			srv_close(s, slot);
+			return 0;
+		}
+		if (strstr((const char *)c->in, "\r\n\r\n") || strstr((const char *)c->in, "\n\n"))
+			break;
+	}
+	if (!c->out) {
+		if (c->in_len >= METRICS_REQ_MAX) {
+			m->bad_requests++;
+			respond(s, slot, 400, "text/plain", "request too large\n", 18);
+		} else {
+			handle(m->a, m, slot);
+		}
+		if (!c->out) {
+			srv_close(s, slot);
+			return 0;
+		}
+		srv_interest(s, slot, EPOLLOUT);
+	}
+	if (srv_send(s, slot, NULL) == -EAGAIN)
+		return 0;
+	srv_close(s, slot);
+	return 0;
+}
+
+static int on_accept(void *ctx, struct srv *s, int fd, int slot)
+{
+	struct metrics *m = ctx;
+
+	(void)s;
+	(void)fd;
+	if (slot < 0) {
+		m->refused++;
+		return -1;
+	}
+	return 0;
+}
+
+static void on_ready(struct agent *a, void *ctx)
+{
+	struct metrics *m = ctx;
+
+	(void)a;
+	srv_serve(m->srv);
+}
+
+void metrics_tick(struct agent *a)
+{
+	struct metrics *m = a->ops->met;
+
+	if (!m)
+		return;
+	m->timeouts += srv_expire(m->srv, METRICS_DEADLINE_NS);
+}
+
+/* ADDR:PORT, [V6ADDR]:PORT or :PORT (every address) */
+static int parse_addr(const char *spec, char *host, size_t hsz, char *port, size_t psz)
+{
+	const char *colon = strrchr(spec, ':');
+	size_t hl;
+
+	if (!colon || !colon[1] || strlen(colon + 1) >= psz)
+		return -EINVAL;
+	hl = colon - spec;
+	if (hl >= 2 && spec[0] == '[' && spec[hl - 1] == ']') {
+		spec++;
+		hl -= 2;
+	}
+	if (hl >= hsz)
+		return -EINVAL;
+	memcpy(host, spec, hl);
+	host[hl] = '\0';
+	snprintf(port, psz, "%s", colon + 1);
+	return 0;
+}
+
+int metrics_init(struct agent *a)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res = NULL;
+	struct srv_opts so = {
+	    .sz = sizeof(so),
+	    .max_conns = METRICS_MAX_CONNS,
+	    .accepts = 16,
+	    .max_events = 16,
+	    .in_cap = METRICS_REQ_MAX,
+	    .on_accept = on_accept,
+	    .on_event = on_event,
+	};
+	char host[256], port[16];
+	struct metrics *m;
+	int err, one = 1, lfd = -1;
+
+	if (!a->opts.metrics)
+		return 0;
+	if (parse_addr(a->opts.metrics, host, sizeof(host), port, sizeof(port))) {
+		pr_err("--metrics %s: want ADDR:PORT", a->opts.metrics);
+		return -EINVAL;
+	}
+	err = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+	if (err) {
+		pr_err("--metrics %s: %s", a->opts.metrics, gai_strerror(err));
+		return -EINVAL;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		freeaddrinfo(res);
+		return -ENOMEM;
+	}
+	m->a = a;
+	so.ctx = m;
+	lfd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    bind(lfd, res->ai_addr, res->ai_addrlen) || listen(lfd, 16) ||
+	    !(m->srv = srv_new(lfd, &so))) {
+		err = -errno;
+		pr_err("--metrics %s: %s", a->opts.metrics, strerror(-err));
+		goto fail;
+	}
+	err = agent_watch_fd(a, srv_fd(m->srv), on_ready, m);
+	if (err) {
+		pr_err("--metrics: event loop: %s", strerror(-err));
+		goto fail;
+	}
+	freeaddrinfo(res);
+	a->ops->met = m;
+	pr_info("metrics on http://%s/metrics", a->opts.metrics);
+	return 0;
+
+fail:
+	freeaddrinfo(res);
+	if (m->srv)
+		srv_free(m->srv); /* closes lfd */
+	else if (lfd >= 0)
+		close(lfd);
+	free(m);
+	return err;
+}
+
+void metrics_stats(struct agent *a, json_t *obj)
+{
+	struct metrics *m = a->ops->met;
+
+	if (!m)
+		return;
+	json_object_set_new(obj, "metrics",
+			    json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "requests",
+				      (json_int_t)m->requests, "scrapes", (json_int_t)m->scrapes,
+				      "bad_requests", (json_int_t)m->bad_requests, "not_found",
+				      (json_int_t)m->not_found, "refused", (json_int_t)m->refused,
+				      "timeouts", (json_int_t)m->timeouts));
+}
+
+void metrics_free(struct agent *a)
+{
+	struct metrics *m = a->ops ? a->ops->met : NULL;
+
+	if (!m)
+		return;
+	agent_unwatch_fd(a, srv_fd(m->srv));
+	srv_free(m->srv);
+	free(m);
+	a->ops->met = NULL;
+}

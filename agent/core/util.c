@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* util.c - see util.h. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+int mkdir_p(const char *dir, mode_t parent_mode, mode_t mode)
+{
+	char path[PATH_MAX];
+
+	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, parent_mode) && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(path, mode) && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int mkdir_parents(const char *path, mode_t mode)
+{
+	char dir[PATH_MAX];
+	char *p;
+
+	if (snprintf(dir, sizeof(dir), "%s", path) >= (int)sizeof(dir))
+		return -ENAMETOOLONG;
+	p = strrchr(dir, '/');
+	if (!p || p == dir)
+		return 0; /* in the current directory, or in / */
+	*p = '\0';
+	return mkdir_p(dir, mode, mode);
+}
+
+int write_all(int fd, const void *buf, size_t len, int64_t off)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = off >= 0 ? pwrite(fd, p, len, off) : send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= n;
+		if (off >= 0)
+			off += n;
+	}
+	return 0;
+}
+
+int grow_array(void **arr, size_t *cap, size_t n, size_t elem, size_t first)
+{
+	size_t nc = *cap ? *cap : (first ? first : 1);
+	void *na;
+
+	if (n < *cap)
+		return 0;
+	while (nc <= n) {
+		if (nc > SIZE_MAX / 2 / elem)
+			return -ENOMEM;
+		nc *= 2;
+	}
+	na = realloc(*arr, nc * elem);
+	if (!na)
+		return -ENOMEM;
+	*arr = na;
+	*cap = nc;
+	return 0;
+}

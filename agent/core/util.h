@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * util.h - one helper per small job the agent does in many places: mkdir -p,
+ * writing a whole buffer, growing an array. No agent state: the shim
+ * receiver, agentctl and the fuzz targets link util.o alone (Makefile).
+ * Every function returns 0 or -errno.
+ */
+#ifndef INFERTRACE_UTIL_H
+#define INFERTRACE_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/*
+ * mkdir -p dir: its missing parents with parent_mode, dir itself with mode;
+ * existing directories are left as they are. -ENAMETOOLONG over PATH_MAX.
+ */
+int mkdir_p(const char *dir, mode_t parent_mode, mode_t mode);
+
+/* mkdir -p of the directory that holds path (a socket, a file), every level with mode */
+int mkdir_parents(const char *path, mode_t mode);
+
+/*
+ * All of buf, retrying short writes and EINTR. off >= 0: pwrite() at off (a
+ * file); off < 0: send() with MSG_NOSIGNAL (a stream socket: a peer that is
+ * gone is -EPIPE, not SIGPIPE). A nonblocking fd that fills is -EAGAIN.
+ */
+int write_all(int fd, const void *buf, size_t len, int64_t off);
+
+/*
+ * Room for element n in *arr of *cap elements of elem bytes: when n >= *cap
+ * the capacity doubles (first when it was 0) until it holds n + 1. *arr and
+ * *cap change only on success; -ENOMEM leaves them alone.
+ */
+int grow_array(void **arr, size_t *cap, size_t n, size_t elem, size_t first);
+
+#endif /* INFERTRACE_UTIL_H */

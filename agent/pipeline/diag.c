@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * diag.c - inference steps and anomalies (correlator/include/diagnose.h),
+ * for the live loop and for --replay alike: GPU records, markers and CPU
+ * events of launching threads go to the segmenter; each finished step
+ * becomes a "step" record and goes through the detector, whose verdicts
+ * become "anomaly" records (docs/events.md, docs/diagnosis.md).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "state.h"
+#include "ops.h"
+#include "diagnose.h"
+
+/*
+ * Diagnosis options from the command line (main.c calls diag_option()),
+ * for the live loop and --replay alike.
+ */
+static struct {
+	const char *markers; /* NULL: the library's defaults */
+	bool auto_only, no_anchor, off;
+	const char *baseline, *baseline_save;
+	struct diag_det_opts det;
+} dopt = {.det = {.sz = sizeof(struct diag_det_opts)}};
+
+/* ------------------------------------------------------------ diagnosis -- */
+
+
+static void emit_anomaly(void *ctx, const struct diag_anomaly *an)
+{
+	struct diag *d = ctx;
+	json_t *o = rec_new(d->a, "anomaly", 0, 0, an->step_start_ns), *sus;
+
+	if (!o) {
+		d->err = -ENOMEM;
+		return;
+	}
+	sus = json_array();
+	/* the detector's instance (a step stream names its own) */
+	json_object_set_new(o, "instance", json_string(an->instance));
+	json_object_set_new(o, "rank", an->rank < 0 ? json_null() : json_integer(an->rank));
+	json_object_set_new(o, "phase", json_string(diag_phase_name(an->phase)));
+	json_object_set_new(o, "step_start_ns", json_integer((json_int_t)an->step_start_ns));
+	json_object_set_new(o, "dur_ns", json_integer((json_int_t)an->dur_ns));
+	json_object_set_new(o, "expected_ns", json_integer((json_int_t)an->expected_ns));
+	json_object_set_new(o, "score", json_real(an->score));
+	json_object_set_new(o, "kind", json_string(diag_kind_name(an->kind)));
+	json_object_set_new(o, "chart", json_string(an->chart));
+	for (uint32_t i = 0; i < an->n_suspects; i++)
+		json_array_append_new(
+		    sus, json_pack("{s:s,s:s,s:f,s:f}", "what", an->suspects[i].what, "evidence",
+				   an->suspects[i].evidence, "value", an->suspects[i].value,
+				   "ratio", an->suspects[i].ratio));
+	json_object_set_new(o, "suspects", sus);
+	d->anomalies++;
+	if (rec_emit(d->a, REC_ANOMALY, o))
+		d->err = -EIO;
+	/*
+	 * then full detail on the instance, where configured; steps are judged
+	 * at the loop's interval, never inside a ring or shim read. Replay has
+	 * no deep-dives (-ENOTSUP), deep mode needs none (-EALREADY).
+	 */
+	if (d->a->opts.anomaly_dive_s > 0 && an->instance[0]) {
+		int err =
+		    deepdive_start(d->a, an->instance, d->a->opts.anomaly_dive_s, "anomaly", NULL);
+
+		if (err && err != -ENOTSUP && err != -EALREADY && !d->dive_errors++)
+			pr_warn("anomaly on %s: deep-dive refused: %s", an->instance,
+				strerror(-err));
+	}
+}
+
+static void emit_step(void *ctx, const struct diag_step *cs)
+{
+	struct diag *d = ctx;
+	struct diag_step s = *cs;
+	json_t *o;
+
+	s.instance = agent_instance_of(d->a, s.pid);
+	if (s.rank < 0) /* no rank= in its marker: the process's environment */
+		s.rank = agent_rank_of(d->a, s.pid);
+	o = steprec_to_json(d->a, &s);
+	if (!o) {
+		d->err = -ENOMEM;
+		return;
+	}
+	d->steps++;
+	if (rec_emit(d->a, REC_SUMMARY, o))
+		d->err = -EIO;
+	if (d->det)
+		diag_det__add_step(d->det, &s, NULL);
+}
+
+int diag_option(const char *name, const char *arg)
+{
+	char *end;
+	double v;
+
+	if (!strcmp(name, "step-markers")) {
+		if (!strcmp(arg, "auto")) {
+			dopt.auto_only = true;
+		} else if (!strcmp(arg, "launches")) {
+			dopt.auto_only = dopt.no_anchor = true;
+		} else if (!strcmp(arg, "off")) {
+			dopt.off = true;
+		} else {
+			dopt.markers = arg;
+		}
+		return 0;
+	}
+	if (!strcmp(name, "baseline")) {
+		dopt.baseline = arg;
+		return 0;
+	}
+	if (!strcmp(name, "baseline-save")) {
+		dopt.baseline_save = arg;
+		return 0;
+	}
+	if (strcmp(name, "detect"))
+		return -ENOENT;
+	/* KEY=VALUE */
+	{
+		const char *eq = strchr(arg, '=');
+		size_t kl = eq ? (size_t)(eq - arg) : 0;
+
+		if (!eq)
+			return -EINVAL;
+		errno = 0;
+		v = strtod(eq + 1, &end);
+		if (errno || end == eq + 1 || *end || !(v > 0) || v > 1e9)
+			return -EINVAL;
+#define KEY(k) (kl == strlen(k) && !strncmp(arg, k, kl))
+		if (KEY("k"))
+			dopt.det.k_single = dopt.det.k_window = v;
+		else if (KEY("floor"))
+			dopt.det.floor_single = v;
+		else if (KEY("window-floor"))
+			dopt.det.floor_window = v;
+		else if (KEY("window") && v <= 32)
+			dopt.det.window = (uint32_t)v;
+		else if (KEY("bootstrap"))
+			dopt.det.bootstrap = (uint32_t)v;
+		else if (KEY("straggler"))
+			dopt.det.straggler_rel = v;
+		else if (KEY("regression"))
+			dopt.det.regression_rel = v;
+		else if (KEY("gap"))
+			dopt.det.gap_floor_ns = (uint64_t)(v * 1e6);
+		else
+			return -EINVAL;
+#undef KEY
+	}
+	return 0;
+}
+
+int diag_new(struct agent *a, struct diag **out)
+{
+	struct diag *d;
+	struct diag_seg_opts so = {
+	    .sz = sizeof(so),
+	    .markers = dopt.markers,
+	    .auto_only = dopt.auto_only,
+	    .no_anchor = dopt.no_anchor,
+	    .step = emit_step,
+	    .log = agent_lib_log,
+	};
+	struct diag_det_opts o = dopt.det;
+	int err;
+
+	*out = NULL;
+	if (dopt.off)
+		return 0;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->a = a;
+	so.step_ctx = d;
+	o.sz = sizeof(o);
+	o.anomaly = emit_anomaly;
+	o.anomaly_ctx = d;
+	o.log = agent_lib_log;
+	d->det = diag_det__new(&o);
+	if (!d->det) {
+		err = -errno;
+		goto fail;
+	}
+	/* a run can be long: say now that its baseline could not be saved */
+	if (dopt.baseline_save) {
+		char dir[4096];
+		const char *slash = strrchr(dopt.baseline_save, '/');
+
+		snprintf(dir, sizeof(dir), "%.*s",
+			 slash ? (int)(slash - dopt.baseline_save + 1) : 1,
+			 slash ? dopt.baseline_save : ".");
+		if (access(dir, W_OK | X_OK)) {
+			err = -errno;
+			pr_err("diag: cannot write baseline %s (directory %s): %s",
+			       dopt.baseline_save, dir, strerror(-err));
+			goto fail;
+		}
+	}
+	if (dopt.baseline) {
+		err = diag_det__load(d->det, dopt.baseline);
+		if (err)
+			goto fail;
+		pr_info("baseline %s: %llu keys", dopt.baseline,
+			(unsigned long long)diag_det__counters(d->det)->baseline_keys);
+	}
+	d->seg = diag_seg__new(&so);
+	if (!d->seg) {
+		err = -errno;
+		goto fail;
+	}
+	*out = d;
+	return 0;
+fail:
+	diag_free(d);
+	return err;
+}
+
+void diag_on_gpu(struct diag *d, const struct corr_gpu *g, const struct corr_launch *l)
+{
+	if (d)
+		diag_seg__add_gpu(d->seg, g, l);
+}
+
+void diag_on_marker(struct diag *d, const struct corr_marker *m)
+{
+	if (d)
+		diag_seg__add_marker(d->seg, m);
+}
+
+void diag_on_cpu(struct diag *d, const struct diag_cpu_event *e)
+{
+	if (d)
+		diag_seg__add_cpu(d->seg, e);
+}
+
+void diag_on_step_mark(struct diag *d, const struct step_mark_event *e)
+{
+	if (!d)
+		return;
+	if (e->kind == STEP_MARK_BEGIN)
+		diag_seg__usdt_begin(
+		    d->seg, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, e->tokens, e->batch, e->kv_tokens,
+		    e->phase >= 0 && e->phase <= DIAG_PHASE_MIXED ? (enum diag_phase)e->phase
+								  : DIAG_PHASE_UNKNOWN);
+	else
+		diag_seg__usdt_end(d->seg, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
+}
+
+void diag_add_step(struct diag *d, const struct diag_step *s)
+{
+	if (!d)
+		return;
+	d->steps++;
+	diag_det__add_step(d->det, s, NULL);
+}
+
+/*
+ * A held anomaly (a lone GPU-bound spike in a noisy stretch) waits for the
+ * next step of its rank; steps are cut 2 s after their end, so one whose
+ * step ended this long ago has no next step coming soon: report it.
+ */
+#define HELD_MAX_NS 5000000000ULL
+
+void diag_advance(struct diag *d, uint64_t now)
+{
+	if (!d)
+		return;
+	diag_seg__advance(d->seg, now);
+	if (now > HELD_MAX_NS)
+		diag_det__flush(d->det, now - HELD_MAX_NS);
+}
+
+/* the "diag" object of the stats record (docs/events.md) */
+void diag_stats(struct diag *d, json_t *r)
+{
+	const struct diag_det_counters *dc;
+	const struct diag_seg_counters *sc;
+	json_t *kinds;
+
+	if (!d)
+		return;
+	dc = diag_det__counters(d->det);
+	sc = diag_seg__counters(d->seg);
+	kinds = json_object();
+	for (int k = 0; k < DIAG_KIND_COUNT; k++)
+		json_object_set_new(kinds, diag_kind_name((enum diag_kind)k),
+				    json_integer((json_int_t)dc->by_kind[k]));
+	json_object_set_new(
+	    r, "diag",
+	    json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "steps",
+		      (json_int_t)d->steps, "steps_marker",
+		      (json_int_t)(sc->steps_marker + sc->steps_usdt), "steps_auto",
+		      (json_int_t)(sc->steps_auto + sc->steps_anchor), "records_outside_steps",
+		      (json_int_t)sc->outside, "records_dropped", (json_int_t)sc->dropped,
+		      "bad_metadata", (json_int_t)sc->bad_metadata, "judged",
+		      (json_int_t)dc->judged, "anomalies", (json_int_t)dc->anomalies,
+		      "anomalies_by_kind", kinds, "explained", (json_int_t)dc->explained, "noise",
+		      (json_int_t)dc->noise, "refits", (json_int_t)dc->refits, "keys",
+		      (json_int_t)dc->keys, "keys_dropped", (json_int_t)dc->keys_dropped,
+		      "bad_steps", (json_int_t)dc->bad_steps, "deep_dives_refused",
+		      (json_int_t)d->dive_errors));
+}
+
+int diag_finish(struct diag *d)
+{
+	int err = 0;
+
+	if (!d)
+		return 0;
+	err = diag_seg__flush(d->seg);
+	diag_det__flush(d->det, UINT64_MAX);
+	if (!err && dopt.baseline_save)
+		err = diag_det__save(d->det, dopt.baseline_save);
+	return err;
+}
+
+void diag_free(struct diag *d)
+{
+	if (!d)
+		return;
+	diag_seg__free(d->seg);
+	diag_det__free(d->det);
+	free(d);
+}

@@ -1,0 +1,664 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * recorder.c - the flight recorder: the last --recorder-seconds of detail
+ * per instance, in memory, so that when a step is flagged anomalous (a
+ * REC_ANOMALY record) or a deep-dive starts, the seconds before the trigger
+ * are sent too.
+ *
+ * What it holds (docs/operations.md, "Flight recorder"): every record of
+ * class REC_EVENT or REC_ANOMALY the agent produces, whether or not it was
+ * sent. In sentinel mode that is the detail the agent produces anyway:
+ * single events above the thresholds (off-CPU, run-queue,
+ * syscalls, CUDA synchronisations, retransmits) - sent as before - and the
+ * GPU activity records of the CUPTI shims (kernels and copies, joined with
+ * the sampled launch callbacks) - which sentinel mode only summarises, so
+ * they are kept here and sent only on a trigger. During a deep-dive or in
+ * deep mode the instance's records are all sent and also kept, so that an
+ * export covers them.
+ *
+ * The kernel half (bpf/events.h, struct flight_launch): in sentinel mode the
+ * BPF side also writes every launch of a traced thread into per-CPU rings of
+ * an mmap'able array map. recorder_tick() copies what is new into the
+ * instances' windows as binary entries (ENT_LAUNCH: no JSON work per launch);
+ * they become cuda_launch JSON only when a window is sent or exported.
+ *
+ * Layout: per instance a FIFO of 256 KiB chunks; a record is one entry
+ * (16-byte header + its JSON text or binary launch, 8-byte aligned), appended with one
+ * memcpy. Chunks leave whole: when their newest entry is older than the
+ * window, or when a new chunk would exceed the global budget (the oldest
+ * chunk of any instance goes first, counted in evicted_budget). So the
+ * window holds at least --recorder-seconds unless the budget is reached.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "state.h"
+#include "ops.h"
+#include "infertrace.skel.h"
+
+#define REC_CHUNK (256 * 1024)
+#define REC_MAX_INST 64
+#define ENT_SENT 1u
+#define ENT_LAUNCH 2u /* the payload is a struct flight_launch, not JSON */
+
+struct ent_hdr {
+	uint32_t len;	/* JSON bytes */
+	uint32_t flags; /* ENT_SENT: already delivered to the sinks; ENT_LAUNCH */
+	uint64_t t_ns;	/* when it was recorded (CLOCK_MONOTONIC) */
+};
+
+struct chunk {
+	struct chunk *next;
+	size_t cap, used;
+	uint64_t n; /* entries */
+	uint64_t first_ns, last_ns;
+	unsigned char data[];
+};
+
+struct rinst {
+	char name[INSTANCE_LEN];
+	struct chunk *head, *tail;
+	uint64_t records; /* entries held */
+	uint64_t lost;	  /* entries evicted by the budget since the last flush */
+	uint64_t last_use_ns;
+};
+
+struct recorder {
+	uint64_t window_ns;
+	size_t budget, used;
+	struct rinst inst[REC_MAX_INST];
+	int n_inst;
+	struct rinst *last;
+	bool flushing;
+	uint64_t kept, kept_unsent, kept_bytes;
+	uint64_t evicted_age, evicted_budget, too_large, instances_evicted;
+	uint64_t flushes, flushed;
+	/* the kernel half: the maps' memory, and what became of the launches */
+	struct flight_launch *k_ring;
+	volatile struct flight_cursor *k_cur;
+	size_t k_ring_len, k_cur_len;
+	uint32_t k_per_cpu, k_cpus;
+	uint64_t *k_read; /* per CPU: entries consumed */
+	uint64_t k_copied, k_overwritten, k_old, k_no_stack;
+	uint64_t k_pulls; /* pull_kernel calls that copied at least one launch */
+};
+
+static void pull_kernel(struct agent *a, struct recorder *r);
+
+static size_t ent_size(size_t len)
+{
+	return sizeof(struct ent_hdr) + ((len + 7) & ~(size_t)7);
+}
+
+/* the options turn the recorder on (its kernel half has more conditions) */
+static bool recorder_on(const struct agent_opts *o)
+{
+	return o->recorder_s > 0 && o->recorder_mib;
+}
+
+static size_t page_round(size_t n)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (n + pg - 1) / pg * pg;
+}
+
+uint32_t recorder_kernel_per_cpu(struct agent *a)
+{
+	const struct agent_opts *o = &a->opts;
+	uint32_t n = 16;
+
+	if (!recorder_on(o) || !o->recorder_launches || o->replay || o->mode == MODE_DEEP)
+		return 0;
+	while (n < o->recorder_launches && n < (1u << 24))
+		n <<= 1;
+	return n;
+}
+
+bool recorder_kernel_enabled(struct agent *a)
+{
+	return recorder_kernel_per_cpu(a) != 0;
+}
+
+uint32_t recorder_kernel_cpus(void)
+{
+	int n = libbpf_num_possible_cpus();
+
+	return n > 0 ? (uint32_t)n : 1;
+}
+
+/* map the flight and flight_cur arrays (BPF_F_MMAPABLE) into the agent */
+static int kernel_map(struct agent *a, struct recorder *r)
+{
+	void *ring, *cur;
+
+	r->k_per_cpu = recorder_kernel_per_cpu(a);
+	if (!a->skel || !r->k_per_cpu)
+		return 0;
+	r->k_cpus = recorder_kernel_cpus();
+	r->k_ring_len = page_round((size_t)r->k_per_cpu * r->k_cpus * sizeof(struct flight_launch));
+	r->k_cur_len = page_round((size_t)r->k_cpus * sizeof(struct flight_cursor));
+	ring = mmap(NULL, r->k_ring_len, PROT_READ, MAP_SHARED,
+		    bpf_map__fd(a->skel->maps.flight), 0);
+	cur = mmap(NULL, r->k_cur_len, PROT_READ, MAP_SHARED,
+		   bpf_map__fd(a->skel->maps.flight_cur), 0);
+	r->k_read = calloc(r->k_cpus, sizeof(*r->k_read));
+	if (ring == MAP_FAILED || cur == MAP_FAILED || !r->k_read) {
+		int err = -errno;
+
+		pr_err("flight recorder: cannot map the kernel's launch rings: %s",
+		       strerror(err ? -err : ENOMEM));
+		if (ring != MAP_FAILED)
+			munmap(ring, r->k_ring_len);
+		if (cur != MAP_FAILED)
+			munmap(cur, r->k_cur_len);
+		free(r->k_read);
+		r->k_read = NULL;
+		return err ? err : -ENOMEM;
+	}
+	r->k_ring = ring;
+	r->k_cur = cur;
+	return 0;
+}
+
+int recorder_init(struct agent *a)
+{
+	const struct agent_opts *o = &a->opts;
+	struct recorder *r;
+
+	if (!recorder_on(o))
+		return 0;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->window_ns = (uint64_t)(o->recorder_s * 1e9);
+	r->budget = (size_t)o->recorder_mib << 20;
+	a->ops->rec = r;
+	return kernel_map(a, r);
+}
+
+bool recorder_flushing(struct agent *a)
+{
+	return a->ops && a->ops->rec && a->ops->rec->flushing;
+}
+
+bool recorder_enabled(struct agent *a)
+{
+	return a->ops && a->ops->rec;
+}
+
+static void chunk_drop(struct recorder *r, struct rinst *ri)
+{
+	struct chunk *c = ri->head;
+
+	ri->head = c->next;
+	if (!ri->head)
+		ri->tail = NULL;
+	ri->records -= c->n;
+	r->used -= sizeof(*c) + c->cap;
+	free(c);
+}
+
+static void inst_clear(struct recorder *r, struct rinst *ri)
+{
+	while (ri->head)
+		chunk_drop(r, ri);
+}
+
+/* drop the oldest chunk of any instance; false when nothing is held */
+static bool evict_oldest(struct recorder *r)
+{
+	struct rinst *old = NULL;
+
+	for (int i = 0; i < r->n_inst; i++) {
+		struct rinst *ri = &r->inst[i];
+
+		if (ri->head && (!old || ri->head->first_ns < old->head->first_ns))
+			old = ri;
+	}
+	if (!old)
+		return false;
+	r->evicted_budget += old->head->n;
+	old->lost += old->head->n;
+	chunk_drop(r, old);
+	return true;
+}
+
+static struct rinst *inst_get(struct recorder *r, const char *key, uint64_t now)
+{
+	struct rinst *ri = NULL, *lru = NULL;
+
+	if (r->last && !strcmp(r->last->name, key))
+		return r->last;
+	for (int i = 0; i < r->n_inst; i++) {
+		if (!strcmp(r->inst[i].name, key)) {
+			ri = &r->inst[i];
+			break;
+		}
+		if (!lru || r->inst[i].last_use_ns < lru->last_use_ns)
+			lru = &r->inst[i];
+	}
+	if (!ri) {
+		if (r->n_inst < REC_MAX_INST) {
+			ri = &r->inst[r->n_inst++];
+		} else {
+			/* more instances than slots: the least recently active goes */
+			ri = lru;
+			inst_clear(r, ri);
+			r->instances_evicted++;
+		}
+		memset(ri, 0, sizeof(*ri));
+		snprintf(ri->name, sizeof(ri->name), "%s", key);
+	}
+	ri->last_use_ns = now;
+	r->last = ri;
+	return ri;
+}
+
+static void append(struct recorder *r, const char *key, const char *json, size_t len,
+		   uint32_t flags)
+{
+	size_t need = ent_size(len);
+	uint64_t now = now_ns();
+	struct ent_hdr h = {.len = (uint32_t)len, .flags = flags, .t_ns = now};
+	struct rinst *ri;
+	struct chunk *c;
+
+	if (need > r->budget / 4 || len > UINT32_MAX) {
+		r->too_large++;
+		return;
+	}
+	ri = inst_get(r, key && *key ? key : "", now);
+	c = ri->tail;
+	if (!c || c->cap - c->used < need) {
+		size_t cap = need > REC_CHUNK ? need : REC_CHUNK;
+
+		while (r->used + sizeof(*c) + cap > r->budget && evict_oldest(r))
+			;
+		if (r->used + sizeof(*c) + cap > r->budget) {
+			r->too_large++;
+			return;
+		}
+		c = malloc(sizeof(*c) + cap);
+		if (!c) {
+			r->too_large++;
+			return;
+		}
+		c->next = NULL;
+		c->cap = cap;
+		c->used = 0;
+		c->n = 0;
+		c->first_ns = now;
+		if (ri->tail)
+			ri->tail->next = c;
+		else
+			ri->head = c;
+		ri->tail = c;
+		r->used += sizeof(*c) + cap;
+	}
+	memcpy(c->data + c->used, &h, sizeof(h));
+	memcpy(c->data + c->used + sizeof(h), json, len);
+	c->used += need;
+	c->n++;
+	c->last_ns = now;
+	ri->records++;
+	r->kept++;
+	r->kept_bytes += len;
+	if (!(flags & ENT_SENT))
+		r->kept_unsent++;
+}
+
+void recorder_tap(struct agent *a, enum rec_class cls, const char *key, const char *json,
+		  size_t len)
+{
+	struct recorder *r = a->ops ? a->ops->rec : NULL;
+
+	if (!r || r->flushing || (cls != REC_EVENT && cls != REC_ANOMALY))
+		return;
+	if (!key)
+		key = agent_host(a);
+	append(r, key, json, len, ENT_SENT);
+	if (cls == REC_ANOMALY)
+		recorder_flush(a, key, "anomaly");
+}
+
+void recorder_keep(struct agent *a, const char *key, const char *json, size_t len)
+{
+	struct recorder *r = a->ops ? a->ops->rec : NULL;
+
+	if (r && !r->flushing)
+		append(r, key ? key : agent_host(a), json, len, 0);
+}
+
+void recorder_tick(struct agent *a)
+{
+	struct recorder *r = a->ops->rec;
+	uint64_t now = now_ns();
+
+	if (!r)
+		return;
+	pull_kernel(a, r);
+	if (now < r->window_ns)
+		return;
+	for (int i = 0; i < r->n_inst; i++) {
+		struct rinst *ri = &r->inst[i];
+
+		while (ri->head && ri->head->last_ns < now - r->window_ns) {
+			r->evicted_age += ri->head->n;
+			chunk_drop(r, ri);
+		}
+	}
+}
+
+/* launches the BPF side wrote so far, all CPUs */
+static uint64_t kernel_written(const struct recorder *r)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t c = 0; c < r->k_cpus; c++)
+		sum += __atomic_load_n(&r->k_cur[c].n, __ATOMIC_ACQUIRE);
+	return sum;
+}
+
+/*
+ * Copy what the BPF side wrote since the last call into the instances'
+ * windows, as binary entries. An entry overwritten before it was read (the
+ * CPU wrote more than its ring holds in one tick), or while it was read, is
+ * counted in k_overwritten; one older than the window is skipped.
+ */
+static void pull_kernel(struct agent *a, struct recorder *r)
+{
+	uint64_t now = now_ns(), since = now > r->window_ns ? now - r->window_ns : 0;
+	uint64_t copied = r->k_copied;
+
+	if (!r->k_ring)
+		return;
+	for (uint32_t c = 0; c < r->k_cpus; c++) {
+		uint64_t n = __atomic_load_n(&r->k_cur[c].n, __ATOMIC_ACQUIRE);
+		uint64_t i = r->k_read[c];
+
+		if (n - i > r->k_per_cpu) {
+			r->k_overwritten += n - i - r->k_per_cpu;
+			i = n - r->k_per_cpu;
+		}
+		for (; i < n; i++) {
+			const struct flight_launch *e =
+			    &r->k_ring[(size_t)c * r->k_per_cpu + (i & (r->k_per_cpu - 1))];
+			struct flight_launch copy;
+
+			if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != i + 1) {
+				r->k_overwritten++;
+				continue;
+			}
+			memcpy(&copy, e, sizeof(copy));
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) != i + 1 || copy.seq != i + 1) {
+				r->k_overwritten++;
+				continue;
+			}
+			if (copy.ev.hdr.ts_ns < since) {
+				r->k_old++;
+				continue;
+			}
+			/* bpf_get_stackid() failed: another stack held its bucket */
+			if (copy.stack_id < -1)
+				r->k_no_stack++;
+			r->k_copied++;
+			append(r, agent_instance_of(a, copy.ev.hdr.pid), (const char *)&copy,
+			       sizeof(copy), ENT_LAUNCH);
+		}
+		r->k_read[c] = n;
+	}
+	/* each pull copies at most k_per_cpu per CPU: copied <= pulls x that */
+	if (r->k_copied != copied)
+		r->k_pulls++;
+}
+
+/*
+ * The JSON text of an entry: the payload itself, or a binary launch made
+ * into the cuda_launch record deep mode would have sent (with its stack,
+ * looked up now). NULL when it cannot be formatted (counted).
+ */
+static const char *ent_json(struct agent *a, const struct ent_hdr *h, char *buf, size_t cap,
+			    size_t *len)
+{
+	struct flight_launch f;
+	long n;
+
+	if (!(h->flags & ENT_LAUNCH)) {
+		*len = h->len;
+		return (const char *)(h + 1);
+	}
+	if (!a->cap.flight_json)
+		return NULL; /* the BPF side is gone (shutdown) */
+	memcpy(&f, h + 1, sizeof(f));
+	/* the BPF source formats its own binary entries (agent/sources/decode.c) */
+	n = a->cap.flight_json(a, &f, buf, cap);
+	if (n < 0)
+		return NULL;
+	*len = (size_t)n;
+	return buf;
+}
+
+/* walk the entries of ri inside the window */
+#define for_each_entry(ri, c, off, h, since)                                                       \
+	for (c = (ri)->head; c; c = c->next)                                                       \
+		for (off = 0; off < c->used; off += ent_size(h->len))                              \
+			if ((h = (struct ent_hdr *)(c->data + off))->t_ns >= (since))
+
+static struct rinst *inst_find(struct recorder *r, const char *key)
+{
+	for (int i = 0; i < r->n_inst; i++)
+		if (!strcmp(r->inst[i].name, key))
+			return &r->inst[i];
+	return NULL;
+}
+
+int recorder_flush(struct agent *a, const char *key, const char *trigger)
+{
+	struct recorder *r = a->ops ? a->ops->rec : NULL;
+	uint64_t now = now_ns(), since, first = 0, n = 0, bytes = 0, old = 0;
+	char jbuf[DECODE_LAUNCH_MAX];
+	struct ent_hdr *h = NULL;
+	struct rinst *ri;
+	struct chunk *c;
+	size_t off;
+	json_t *m;
+
+	if (!r || r->flushing || !key)
+		return 0;
+	pull_kernel(a, r);
+	since = now > r->window_ns ? now - r->window_ns : 0;
+	ri = inst_find(r, key);
+	if (!ri)
+		return 0; /* nothing was recorded for it here (a fleet-wide deep-dive) */
+	{
+		for_each_entry(ri, c, off, h, since)
+		{
+			if (!first)
+				first = h->t_ns;
+			if (h->flags & ENT_SENT) {
+				old++;
+				continue;
+			}
+			n++;
+			bytes += h->len;
+		}
+	}
+	r->flushing = true;
+	r->flushes++;
+	m = rec_new(a, "flight_recorder", 0, 0, now);
+	if (m) {
+		json_object_set_new(m, "instance", json_string(key));
+		json_object_set_new(m, "trigger", json_string(trigger));
+		json_object_set_new(m, "window_ns", json_integer((json_int_t)r->window_ns));
+		json_object_set_new(m, "window_start_ns",
+				    json_integer((json_int_t)(first ? first : now)));
+		json_object_set_new(m, "window_end_ns", json_integer((json_int_t)now));
+		json_object_set_new(m, "records", json_integer((json_int_t)n));
+		json_object_set_new(m, "bytes", json_integer((json_int_t)bytes));
+		json_object_set_new(m, "already_sent", json_integer((json_int_t)old));
+		json_object_set_new(m, "evicted", json_integer((json_int_t)(ri ? ri->lost : 0)));
+	}
+	/* a released window goes to every sink, remote ones included */
+	rec_send_obj(a, REC_EVENT, m);
+	if (ri) {
+		ri->lost = 0;
+		for_each_entry(ri, c, off, h, since)
+		{
+			const char *json;
+			size_t len;
+
+			if (h->flags & ENT_SENT)
+				continue;
+			json = ent_json(a, h, jbuf, sizeof(jbuf), &len);
+			if (json)
+				rec_send(a, REC_EVENT, key, json, len, true);
+			h->flags |= ENT_SENT;
+			r->flushed++;
+		}
+	}
+	r->flushing = false;
+	return (int)n;
+}
+
+int recorder_foreach(struct agent *a, const char *instance,
+		     int (*fn)(void *ctx, const char *json, size_t len), void *ctx)
+{
+	struct recorder *r = a->ops ? a->ops->rec : NULL;
+	uint64_t now = now_ns(), since;
+	char jbuf[DECODE_LAUNCH_MAX];
+	struct ent_hdr *h = NULL;
+	struct chunk *c;
+	size_t off;
+	int ret;
+
+	if (!r)
+		return 0;
+	pull_kernel(a, r);
+	since = now > r->window_ns ? now - r->window_ns : 0;
+	for (int i = 0; i < r->n_inst; i++) {
+		struct rinst *ri = &r->inst[i];
+
+		if (instance && strcmp(ri->name, instance))
+			continue;
+		for_each_entry(ri, c, off, h, since)
+		{
+			size_t len;
+			const char *json = ent_json(a, h, jbuf, sizeof(jbuf), &len);
+
+			if (!json)
+				continue;
+			ret = fn(ctx, json, len);
+			if (ret)
+				return ret;
+		}
+	}
+	return 0;
+}
+
+struct snap {
+	char *out;
+	size_t pos, cap;
+	uint64_t records;
+};
+
+static int snap_add(void *ctx, const char *json, size_t n)
+{
+	struct snap *sn = ctx;
+	uint32_t n32 = (uint32_t)n;
+
+	if (sn->pos + 4 + n > sn->cap) {
+		size_t ncap = sn->cap ? sn->cap * 2 : 1 << 20;
+		char *nb;
+
+		while (ncap < sn->pos + 4 + n)
+			ncap *= 2;
+		nb = realloc(sn->out, ncap);
+		if (!nb)
+			return -ENOMEM;
+		sn->out = nb;
+		sn->cap = ncap;
+	}
+	memcpy(sn->out + sn->pos, &n32, 4);
+	memcpy(sn->out + sn->pos + 4, json, n);
+	sn->pos += 4 + n;
+	sn->records++;
+	return 0;
+}
+
+int recorder_snapshot(struct agent *a, const char *instance, char **buf, size_t *len,
+		      uint64_t *records)
+{
+	struct snap sn = {};
+	int err = recorder_foreach(a, instance, snap_add, &sn);
+
+	if (err) {
+		free(sn.out);
+		sn = (struct snap){};
+	}
+	*buf = sn.out;
+	*len = sn.pos;
+	*records = sn.records;
+	return err;
+}
+
+void recorder_stats(struct agent *a, json_t *obj)
+{
+	struct recorder *r = a->ops->rec;
+	uint64_t held = 0;
+	int inst = 0;
+
+	if (!r) {
+		json_object_set_new(obj, "recorder", json_null());
+		return;
+	}
+	for (int i = 0; i < r->n_inst; i++) {
+		held += r->inst[i].records;
+		inst += r->inst[i].head != NULL;
+	}
+	json_object_set_new(
+	    obj, "recorder",
+	    json_pack("{s:f,s:I,s:I,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "window_s",
+		      r->window_ns / 1e9, "budget_bytes", (json_int_t)r->budget, "used_bytes",
+		      (json_int_t)r->used, "instances", inst, "records_held", (json_int_t)held,
+		      "kept", (json_int_t)r->kept, "kept_unsent", (json_int_t)r->kept_unsent,
+		      "kept_bytes", (json_int_t)r->kept_bytes, "evicted_age",
+		      (json_int_t)r->evicted_age, "evicted_budget", (json_int_t)r->evicted_budget,
+		      "too_large", (json_int_t)r->too_large, "instances_evicted",
+		      (json_int_t)r->instances_evicted, "flushes", (json_int_t)r->flushes,
+		      "flushed", (json_int_t)r->flushed));
+	if (r->k_ring) {
+		json_t *k = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "per_cpu",
+				      (json_int_t)r->k_per_cpu, "cpus", (json_int_t)r->k_cpus,
+				      "written", (json_int_t)kernel_written(r), "copied",
+				      (json_int_t)r->k_copied, "pulls", (json_int_t)r->k_pulls,
+				      "overwritten",
+				      (json_int_t)r->k_overwritten, "older_than_window",
+				      (json_int_t)r->k_old, "stacks_missing", (json_int_t)r->k_no_stack);
+
+		json_object_set_new(json_object_get(obj, "recorder"), "kernel_launches", k);
+	}
+}
+
+void recorder_free(struct agent *a)
+{
+	struct recorder *r = a->ops ? a->ops->rec : NULL;
+
+	if (!r)
+		return;
+	for (int i = 0; i < r->n_inst; i++)
+		inst_clear(r, &r->inst[i]);
+	if (r->k_ring)
+		munmap(r->k_ring, r->k_ring_len);
+	if (r->k_cur)
+		munmap((void *)r->k_cur, r->k_cur_len);
+	free(r->k_read);
+	free(r);
+	a->ops->rec = NULL;
+}

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * route.c - the one place that decides where a record goes: sent now, held
+ * back from the sinks that leave the node, or kept in the flight recorder.
+ * Every producer (the sources, the join, diagnosis, deep-dives) emits
+ * through here; the sinks below only transport what they are given.
+ *
+ *   class      deep mode / instance in deep-dive     sentinel
+ *   event      every sink, and kept in the window     local sinks; remote sinks
+ *                                                     get it only when a window
+ *                                                     is released (recorder.c)
+ *   summary    every sink                             every sink
+ *   anomaly    every sink, kept, releases the window  the same
+ *   stats      every sink                             every sink
+ *
+ * GPU detail that sentinel mode only summarises (kernels of processes not in
+ * a deep-dive) is not sent at all: route_detail() keeps it in the window.
+ */
+#include <errno.h>
+
+#include "state.h"
+#include "ops.h"
+
+int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const char *json,
+		 size_t len)
+{
+	bool release = cls != REC_EVENT || deepdive_instance_deep(a, key);
+	int err = rec_send(a, cls, key, json, len, release);
+
+	/* the flight recorder keeps detail; an anomaly sends its window (ops.h) */
+	recorder_tap(a, cls, key, json, len);
+	return err;
+}
+
+int rec_emit(struct agent *a, enum rec_class cls, json_t *rec)
+{
+	size_t len;
+	const char *buf = rec_dump(a, rec, &len);
+	int err = buf ? rec_emit_raw(a, cls, json_string_value(json_object_get(rec, "instance")),
+				     buf, len)
+		      : rec ? -EINVAL : -ENOMEM;
+
+	json_decref(rec);
+	return err;
+}
+
+bool route_wants_detail(struct agent *a, uint32_t pid)
+{
+	return deepdive_pid_deep(a, pid) || recorder_enabled(a);
+}
+
+int route_detail(struct agent *a, uint32_t pid, const char *key, const char *json, size_t len)
+{
+	if (deepdive_pid_deep(a, pid))
+		return rec_emit_raw(a, REC_EVENT, key, json, len);
+	recorder_keep(a, key, json, len);
+	return 0;
+}

@@ -1,0 +1,591 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * discovery.c - which processes are traced, and which library files carry
+ * probes.
+ *
+ * At start the agent scans /proc for processes that map libcudart or libcuda
+ * (or takes the --pid set). Afterwards bpf/proc.bpf.c reports every
+ * executable mapping of a libcud* file (a process that just loaded CUDA),
+ * every executable mapping a traced process makes (a library it dlopen()s,
+ * which may hold the step probes: usdt.c), and exec/exit of traced
+ * processes. Libraries are opened through /proc/PID/root so that a
+ * container's own copy is the file probed; files are told apart by (device,
+ * inode), attached once, and detached when their last traced user exits.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "state.h"
+#include "infertrace.skel.h"
+
+#define MAPS_RETRIES 20 /* ticks to wait for a reported mapping to appear */
+
+int cuda_lib_kind(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	if (!strncmp(base, "libcudart.so", 12) || !strncmp(base, "libcudart-", 10))
+		return 1;
+	if (!strncmp(base, "libcuda.so", 10))
+		return 2;
+	return 0;
+}
+
+int maps_parse_line(const char *line, unsigned long *dev_major, unsigned long *dev_minor,
+		    unsigned long *ino, char *path, size_t path_sz, bool *exec)
+{
+	unsigned long start, end, off;
+	char perms[8];
+	int pos = 0;
+
+	if (sscanf(line, "%lx-%lx %7s %lx %lx:%lx %lu %n", &start, &end, perms, &off, dev_major,
+		   dev_minor, ino, &pos) < 7)
+		return -EINVAL;
+	*exec = strchr(perms, 'x') != NULL;
+	while (line[pos] == ' ')
+		pos++;
+	snprintf(path, path_sz, "%s", line + pos);
+	path[strcspn(path, "\n")] = '\0';
+	return 0;
+}
+
+/* the non-empty value of KEY in a NUL-separated environment, or NULL */
+static const char *environ_get(const char *env, size_t len, const char *key, size_t *vlen)
+{
+	size_t i = 0, kl = strlen(key);
+
+	while (i < len) {
+		const char *s = env + i;
+		size_t n = strnlen(s, len - i);
+
+		if (n > kl + 1 && !strncmp(s, key, kl) && s[kl] == '=') {
+			*vlen = n - kl - 1;
+			return s + kl + 1;
+		}
+		i += n + 1;
+	}
+	return NULL;
+}
+
+const char *instance_from_environ(const char *env, size_t len, char *out, size_t out_sz)
+{
+	size_t n;
+	const char *v = environ_get(env, len, "INFERTRACE_INSTANCE", &n);
+
+	if (!v)
+		return NULL;
+	snprintf(out, out_sz, "%.*s", (int)n, v);
+	return out;
+}
+
+/*
+ * The process's rank among the workers of its instance: INFERTRACE_RANK,
+ * else LOCAL_RANK (torchrun, DeepSpeed, Accelerate: the worker's GPU on the
+ * node), else RANK. -1 when none holds a number in 0..65535; a malformed
+ * INFERTRACE_RANK hides the others (-2, so that the caller can say so).
+ */
+int rank_from_environ(const char *env, size_t len)
+{
+	static const char *const keys[] = {"INFERTRACE_RANK", "LOCAL_RANK", "RANK"};
+
+	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+		size_t n;
+		const char *v = environ_get(env, len, keys[k], &n);
+		long r = 0;
+
+		if (!v)
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			if (v[i] < '0' || v[i] > '9' || r > 65535) {
+				r = -1;
+				break;
+			}
+			r = r * 10 + (v[i] - '0');
+		}
+		if (r >= 0 && r <= 65535)
+			return (int)r;
+		if (k == 0)
+			return -2;
+	}
+	return -1;
+}
+
+static bool pid_allowed(struct agent *a, uint32_t pid)
+{
+	if (!a->opts.n_pids)
+		return true;
+	for (int i = 0; i < a->opts.n_pids; i++)
+		if ((uint32_t)a->opts.pids[i] == pid)
+			return true;
+	return false;
+}
+
+static uint64_t proc_start_time(uint32_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long st = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	/* comm may hold spaces and ')': fields restart after the last ')' */
+	p = strrchr(buf, ')');
+	if (!p)
+		return 0;
+	/* field 22 is starttime; after ')' come fields 3.. */
+	for (int field = 2; field < 21 && p; field++)
+		p = strchr(p + 1, ' ');
+	if (p)
+		st = strtoull(p + 1, NULL, 10);
+	return st;
+}
+
+static void read_comm(uint32_t pid, char *comm, size_t sz)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%u/comm", pid);
+	comm[0] = '\0';
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, comm, sz - 1);
+	close(fd);
+	if (n < 0)
+		n = 0;
+	comm[n] = '\0';
+	comm[strcspn(comm, "\n")] = '\0';
+}
+
+static void read_instance(struct agent *a, struct proc *p)
+{
+	char path[64], *env = NULL;
+	size_t cap = 0, len = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(p->instance, sizeof(p->instance), "%.100s/%.16s", a->host, p->comm);
+	p->rank = -1;
+	snprintf(path, sizeof(path), "/proc/%u/environ", p->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	for (;;) {
+		if (len == cap) {
+			char *ne;
+
+			if (cap >= (1 << 20))
+				break; /* absurd environment: keep the default */
+			cap = cap ? cap * 2 : 8192;
+			ne = realloc(env, cap);
+			if (!ne)
+				break;
+			env = ne;
+		}
+		n = read(fd, env + len, cap - len);
+		if (n <= 0)
+			break;
+		len += n;
+	}
+	close(fd);
+	if (env) {
+		instance_from_environ(env, len, p->instance, sizeof(p->instance));
+		p->rank = rank_from_environ(env, len);
+		if (p->rank == -2) {
+			pr_warn("pid %u: INFERTRACE_RANK is not a number in 0..65535: rank unknown",
+				p->pid);
+			p->rank = -1;
+		}
+	}
+	free(env);
+}
+
+static void emit_proc_record(struct agent *a, struct proc *p, const char *what)
+{
+	json_t *r = rec_new(a, "process", p->pid, 0, now_ns());
+	json_t *libs = json_array();
+
+	for (int i = 0; i < p->n_libs; i++)
+		json_array_append_new(libs, json_string(a->libs[p->libs[i]].display));
+	json_object_set_new(r, "event", json_string(what));
+	json_object_set_new(r, "comm", json_string(p->comm));
+	json_object_set_new(r, "libraries", libs);
+	rec_emit(a, REC_SUMMARY, r);
+}
+
+/* find or attach the library file (dev, ino); returns its index or -errno */
+static int lib_get(struct agent *a, uint32_t pid, const char *path, int kind)
+{
+	char full[600];
+	struct stat st;
+	int free_slot = -1, err;
+
+	snprintf(full, sizeof(full), "/proc/%u/root%s", pid, path);
+	if (stat(full, &st))
+		return -errno;
+	for (int i = 0; i < MAX_LIBFILES; i++) {
+		struct libfile *lf = &a->libs[i];
+
+		if (!lf->used) {
+			if (free_slot < 0)
+				free_slot = i;
+			continue;
+		}
+		if (lf->dev == st.st_dev && lf->ino == st.st_ino)
+			return lf->rejected ? -ENOENT : i;
+	}
+	if (free_slot < 0) {
+		pr_warn("more than %d distinct CUDA library files: %s not traced", MAX_LIBFILES,
+			path);
+		return -ENOSPC;
+	}
+	struct libfile *lf = &a->libs[free_slot];
+
+	memset(lf, 0, sizeof(*lf));
+	lf->dev = st.st_dev;
+	lf->ino = st.st_ino;
+	lf->is_driver = kind == 2;
+	snprintf(lf->path, sizeof(lf->path), "%s", full);
+	snprintf(lf->display, sizeof(lf->display), "%s", path);
+	lf->used = true;
+	err = uprobes_attach_file(a, free_slot);
+	if (err) {
+		/* keep the slot as a tombstone: the error was said once */
+		lf->rejected = true;
+		return err;
+	}
+	return free_slot;
+}
+
+static void lib_put(struct agent *a, int idx)
+{
+	struct libfile *lf = &a->libs[idx];
+
+	if (--lf->users > 0)
+		return;
+	pr_info("detached %s (no traced process maps it)", lf->display);
+	uprobes_detach_file(a, idx);
+	lf->used = false;
+}
+
+/*
+ * Read /proc/PID/maps and attach every CUDA library the process maps that
+ * it did not map before, and the step probes of every executable file that
+ * has them (usdt.c). Returns the number of CUDA libraries mapped, or -errno
+ * when maps cannot be read; p->n_exec_maps gets the number of executable
+ * file mappings.
+ */
+static int proc_scan_libs(struct agent *a, struct proc *p)
+{
+	char path[64], line[1024], lpath[512];
+	int count = 0, n_exec = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%u/maps", p->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long maj, min, ino;
+		bool exec, have = false;
+		int kind, idx;
+
+		if (maps_parse_line(line, &maj, &min, &ino, lpath, sizeof(lpath), &exec) || !exec ||
+		    !ino)
+			continue;
+		n_exec++;
+		if (lpath[0] == '/')
+			usdt_on_mapping(a, p, makedev(maj, min), ino, lpath);
+		kind = cuda_lib_kind(lpath);
+		if (!kind)
+			continue;
+		count++;
+		idx = lib_get(a, p->pid, lpath, kind);
+		if (idx < 0)
+			continue;
+		for (int i = 0; i < p->n_libs; i++)
+			if (p->libs[i] == idx)
+				have = true;
+		if (have || p->n_libs >= MAX_PROC_LIBS) {
+			if (!a->libs[idx].users)
+				lib_put(a, idx); /* attached for nobody */
+			continue;
+		}
+		p->libs[p->n_libs++] = idx;
+		a->libs[idx].users++;
+	}
+	fclose(f);
+	p->n_exec_maps = n_exec;
+	return count;
+}
+
+/* does the process map a CUDA library at all (cheap pre-check for the scan) */
+static bool maps_cuda(uint32_t pid)
+{
+	char path[64], line[1024];
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%u/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *slash = strchr(line, '/');
+
+		if (slash && strstr(slash, "libcud") && cuda_lib_kind(slash))
+			found = true;
+	}
+	fclose(f);
+	return found;
+}
+
+static struct proc *proc_add(struct agent *a, uint32_t pid)
+{
+	struct traced_proc tp = {};
+	struct proc *p = NULL;
+
+	for (int i = 0; i < a->n_procs; i++)
+		if (!a->procs[i].used) {
+			p = &a->procs[i];
+			break;
+		}
+	if (!p) {
+		if (a->n_procs >= MAX_PROCS) {
+			a->cnt.proc_table_full++;
+			pr_warn("more than %d traced processes: pid %u not traced", MAX_PROCS, pid);
+			return NULL;
+		}
+		p = &a->procs[a->n_procs++];
+	}
+	memset(p, 0, sizeof(*p));
+	p->used = true;
+	p->pid = pid;
+	p->start_time = proc_start_time(pid);
+	p->instance_id = ++a->next_instance_id;
+	read_comm(pid, p->comm, sizeof(p->comm));
+	read_instance(a, p);
+	tp.instance_id = p->instance_id;
+	tp.flags = a->opts.mode == MODE_DEEP ? PROC_F_DEEP : 0;
+	if (bpf_map__update_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), &tp, sizeof(tp),
+				 BPF_ANY)) {
+		pr_warn("pid %u: cannot add to traced_procs: %s", pid, strerror(errno));
+		p->used = false;
+		return NULL;
+	}
+	a->cnt.procs_seen++;
+	return p;
+}
+
+static void proc_trace(struct agent *a, uint32_t pid)
+{
+	struct proc *p = proc_find_live(a, pid);
+	int n;
+
+	if (!pid_allowed(a, pid) || pid == (uint32_t)getpid())
+		return;
+	if (p) {
+		int before = p->n_libs;
+
+		n = proc_scan_libs(a, p);
+		if (n < 0 || p->n_libs == before)
+			p->maps_pending = true;
+		else
+			emit_proc_record(a, p, "libraries");
+		return;
+	}
+	p = proc_add(a, pid);
+	if (!p)
+		return;
+	n = proc_scan_libs(a, p);
+	if (n < 0) {
+		a->cnt.maps_read_errors++;
+		pr_debug("pid %u: cannot read maps: %s", pid, strerror(-n));
+	}
+	if (!p->n_libs)
+		p->maps_pending = true;
+	pr_info("tracing pid %u (%s), instance %s, %d CUDA libraries", pid, p->comm,
+		agent_instance_of(a, pid), p->n_libs);
+	emit_proc_record(a, p, "attach");
+}
+
+static void proc_release(struct agent *a, struct proc *p, const char *why)
+{
+	uint32_t pid = p->pid;
+
+	bpf_map__delete_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), 0);
+	usdt_detach(p);
+	emit_proc_record(a, p, why);
+	for (int i = 0; i < p->n_libs; i++)
+		lib_put(a, p->libs[i]);
+	p->n_libs = 0;
+	a->cnt.procs_exited++;
+	/*
+	 * The slot stays until aggregate.c has reported the process's threads a
+	 * last time (it calls discovery_reap via aggregate_interval).
+	 */
+	p->maps_pending = false;
+	p->start_time = PROC_GONE; /* marks "gone" */
+}
+
+int discovery_start(struct agent *a)
+{
+	DIR *d;
+	struct dirent *de;
+
+	if (a->opts.n_pids) {
+		for (int i = 0; i < a->opts.n_pids; i++) {
+			if (kill(a->opts.pids[i], 0) && errno == ESRCH) {
+				pr_err("--pid %d: no such process", a->opts.pids[i]);
+				return -ESRCH;
+			}
+		}
+		for (int i = 0; i < a->opts.n_pids; i++)
+			proc_trace(a, a->opts.pids[i]);
+		return 0;
+	}
+	d = opendir("/proc");
+	if (!d) {
+		pr_err("cannot read /proc: %s", strerror(errno));
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		char *end;
+		unsigned long pid = strtoul(de->d_name, &end, 10);
+
+		if (*end || !pid)
+			continue;
+		if (maps_cuda(pid))
+			proc_trace(a, pid);
+	}
+	closedir(d);
+	if (!a->n_procs)
+		pr_info("no CUDA process yet; watching for processes that load libcudart or "
+			"libcuda");
+	return 0;
+}
+
+void discovery_on_lib_map(struct agent *a, uint32_t pid)
+{
+	struct proc *p = proc_find_live(a, pid);
+
+	if (p) {
+		p->maps_pending = true; /* picked up at the next tick, mapping complete */
+		return;
+	}
+	proc_trace(a, pid);
+}
+
+void discovery_on_exec(struct agent *a, uint32_t pid)
+{
+	struct proc *p = proc_find_live(a, pid);
+
+	if (!p)
+		return;
+	/* the old image's mappings are gone; its new libraries will be reported */
+	for (int i = 0; i < p->n_libs; i++)
+		lib_put(a, p->libs[i]);
+	p->n_libs = 0;
+	usdt_detach(p);
+	p->n_exec_maps = 0;
+	read_comm(pid, p->comm, sizeof(p->comm));
+	read_instance(a, p);
+	p->maps_pending = true;
+	emit_proc_record(a, p, "exec");
+}
+
+void discovery_on_exit(struct agent *a, uint32_t pid)
+{
+	struct proc *p = proc_find_live(a, pid);
+
+	if (p)
+		proc_release(a, p, "exit");
+}
+
+void discovery_tick(struct agent *a)
+{
+	for (int i = 0; i < a->n_procs; i++) {
+		struct proc *p = &a->procs[i];
+
+		if (!p->used || p->start_time == PROC_GONE)
+			continue;
+		/* an exit whose record was lost, or a reused pid */
+		if (proc_start_time(p->pid) != p->start_time) {
+			proc_release(a, p, "exit");
+			continue;
+		}
+		if (p->maps_pending) {
+			int before = p->n_libs, maps_before = p->n_exec_maps;
+			int n = proc_scan_libs(a, p);
+
+			if (n >= 0 && p->n_libs > before)
+				emit_proc_record(a, p, "libraries");
+			/*
+			 * The mapping is reported at mmap's entry: read again until
+			 * it shows, then once more, since a burst of dlopen()s may
+			 * have had a mapping still in flight during this read.
+			 */
+			if (++p->maps_pending > MAPS_RETRIES)
+				p->maps_pending = 0;
+			else if (p->n_libs > before || p->n_exec_maps > maps_before)
+				p->maps_pending = MAPS_RETRIES;
+		}
+	}
+}
+
+/*
+ * Free the slots of processes that are gone, once their threads have been
+ * reported for the last time: aggregate.c deletes a gone thread's entries
+ * one interval after it first finds it gone, so the slot (and the instance
+ * name those last records carry) stays for two intervals.
+ */
+void discovery_reap(struct agent *a)
+{
+	for (int i = 0; i < a->n_procs; i++)
+		if (a->procs[i].used && a->procs[i].start_time == PROC_GONE &&
+		    ++a->procs[i].gone_intervals >= 2)
+			a->procs[i].used = false;
+	while (a->n_procs && !a->procs[a->n_procs - 1].used)
+		a->n_procs--;
+}
+
+void discovery_stop(struct agent *a)
+{
+	for (int i = 0; i < a->n_procs; i++) {
+		struct proc *p = &a->procs[i];
+
+		if (!p->used || p->start_time == PROC_GONE)
+			continue;
+		usdt_detach(p);
+		for (int j = 0; j < p->n_libs; j++)
+			lib_put(a, p->libs[j]);
+		p->n_libs = 0;
+	}
+	for (int i = 0; i < MAX_LIBFILES; i++)
+		if (a->libs[i].used) {
+			uprobes_detach_file(a, i);
+			a->libs[i].used = false;
+		}
+	usdt_free(a);
+}

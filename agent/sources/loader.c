@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * loader.c - the BPF side's lifecycle: open, configure, load, attach, each
+ * step checked and named in the log.
+ *
+ * The programs are a table: for each hook the best program (tp_btf/fentry)
+ * and its fallback (raw_tp/kprobe) calling the same logic. Feature probes
+ * against the running kernel choose one before load; the other is not
+ * loaded. CUDA uprobes are not in the table: uprobes.c attaches them per
+ * library file.
+ */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/utsname.h>
+#include <linux/capability.h>
+#include <sys/syscall.h>
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+
+#include "state.h"
+#include "ops.h"
+#include "infertrace.skel.h"
+
+enum hook_kind { HOOK_TP_BTF };
+
+struct prog_spec {
+	const char *family; /* sched, syscalls, net, proc */
+	const char *best; /* program name */
+	const char *fallback;
+	enum hook_kind kind;
+	const char *target; /* tracepoint or kernel function */
+	bool optional; /* the agent runs without it (logged) */
+};
+
+static const struct prog_spec progs[] = {
+	{ "sched", "on_sched_switch", "on_sched_switch_raw", HOOK_TP_BTF, "sched_switch" },
+	{ "sched", "on_sched_wakeup", "on_sched_wakeup_raw", HOOK_TP_BTF, "sched_wakeup" },
+	{ "sched", "on_sched_wakeup_new", "on_sched_wakeup_new_raw", HOOK_TP_BTF,
+	  "sched_wakeup_new" },
+	{ "syscalls", "on_sys_enter", "on_sys_enter_raw", HOOK_TP_BTF, "sys_enter" },
+	{ "syscalls", "on_sys_exit", "on_sys_exit_raw", HOOK_TP_BTF, "sys_exit" },
+	{ "net", "on_net_dev_xmit", "on_net_dev_xmit_raw", HOOK_TP_BTF, "net_dev_xmit" },
+	{ "net", "on_netif_receive_skb", "on_netif_receive_skb_raw", HOOK_TP_BTF,
+	  "netif_receive_skb" },
+	{ "net", "on_tcp_retransmit", "on_tcp_retransmit_raw", HOOK_TP_BTF, "tcp_retransmit_skb",
+	  true },
+	{ "net", "on_sock_state", "on_sock_state_raw", HOOK_TP_BTF, "inet_sock_set_state", true },
+	{ "net", "on_sock_send", "on_sock_send_raw", HOOK_TP_BTF, "sock_send_length", true },
+	{ "net", "on_sock_recv", "on_sock_recv_raw", HOOK_TP_BTF, "sock_recv_length", true },
+	{ "proc", "on_mmap_enter", "on_mmap_enter_raw", HOOK_TP_BTF, "sys_enter" },
+	{ "proc", "on_exec", "on_exec_raw", HOOK_TP_BTF, "sched_process_exec" },
+	{ "proc", "on_exit", "on_exit_raw", HOOK_TP_BTF, "sched_process_exit" },
+};
+
+#define N_PROGS (sizeof(progs) / sizeof(progs[0]))
+
+static struct bpf_link *links[N_PROGS];
+static struct btf *vmlinux_btf;
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	static int verbose = -1;
+
+	if (verbose < 0)
+		verbose = getenv("INFERTRACE_LIBBPF_DEBUG") != NULL;
+	if (level == LIBBPF_DEBUG && !verbose)
+		return 0;
+	if (level == LIBBPF_INFO && !verbose)
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+/* root, or the capabilities loading and attaching needs */
+static int check_privileges(void)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2] = {};
+	const int need[] = { 38 /* CAP_PERFMON */, 39 /* CAP_BPF */ };
+	bool ok = true;
+
+	if (geteuid() == 0)
+		return 0;
+	if (syscall(SYS_capget, &hdr, data))
+		return -errno;
+	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+		int c = need[i];
+
+		if (!(data[c / 32].effective & (1u << (c % 32))))
+			ok = false;
+	}
+	if (!ok) {
+		pr_err("not root and missing CAP_BPF/CAP_PERFMON: run as root, or grant "
+		       "CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE, CAP_SYS_PTRACE and "
+		       "CAP_DAC_READ_SEARCH (setcap or the pod's securityContext)");
+		return -EPERM;
+	}
+	return 0;
+}
+
+static bool tp_btf_ok(const char *tp)
+{
+	char name[128];
+
+	snprintf(name, sizeof(name), "btf_trace_%s", tp);
+	/* BTF-typed tracepoints came with the btf_trace_* typedefs (v5.5) */
+	return vmlinux_btf && btf__find_by_name_kind(vmlinux_btf, name, BTF_KIND_TYPEDEF) > 0;
+}
+
+
+static bool family_enabled(struct agent *a, const char *family)
+{
+	return !(a->opts.no_net && !strcmp(family, "net"));
+}
+
+/* choose best or fallback for every table entry; returns how many fell back */
+static int choose_programs(struct agent *a)
+{
+	struct bpf_object *obj = a->skel->obj;
+	int fallbacks = 0;
+
+	for (size_t i = 0; i < N_PROGS; i++) {
+		const struct prog_spec *ps = &progs[i];
+		struct bpf_program *best = bpf_object__find_program_by_name(obj, ps->best);
+		struct bpf_program *fb = bpf_object__find_program_by_name(obj, ps->fallback);
+		bool use_best;
+
+		if (!best || !fb) {
+			pr_err("BPF object lacks program %s/%s (build mismatch)", ps->best,
+			       ps->fallback);
+			return -ENOENT;
+		}
+		if (!family_enabled(a, ps->family)) {
+			bpf_program__set_autoload(best, false);
+			bpf_program__set_autoload(fb, false);
+			continue;
+		}
+		use_best = tp_btf_ok(ps->target);
+		bpf_program__set_autoload(best, use_best);
+		bpf_program__set_autoload(fb, !use_best);
+		if (!use_best) {
+			fallbacks++;
+			pr_info("%s: %s unavailable on this kernel, using %s", ps->family,
+				ps->best, ps->fallback);
+		}
+	}
+	return fallbacks;
+}
+
+int loader_set_proc_flags(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags)
+{
+	struct traced_proc tp = {.instance_id = instance_id, .flags = flags};
+
+	if (!a->skel)
+		return -ENODEV;
+	/* BPF_EXIST: never re-add a process discovery just removed */
+	if (bpf_map__update_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), &tp, sizeof(tp),
+				 BPF_EXIST))
+		return -errno;
+	return 0;
+}
+
+int loader_update_runtime_cfg(struct agent *a)
+{
+	const struct agent_opts *o = &a->opts;
+	struct runtime_cfg rc = {};
+	__u32 zero = 0;
+	bool deep = o->mode == MODE_DEEP;
+
+	rc.mode = o->mode;
+	rc.deep_stacks = o->stacks;
+	rc.stack_rate = o->stack_rate;
+	rc.stack_period_ns = o->stack_rate ? 1000000000ULL / o->stack_rate : 0;
+	rc.deep_procs = deepdive_proc_count(a); /* per-instance deep-dives (ops.h) */
+	rc.flight = recorder_kernel_per_cpu(a);
+	rc.flight_cpus = rc.flight ? recorder_kernel_cpus() : 0;
+	/* deep mode reports every interval unless thresholds were given */
+	rc.offcpu_thresh_ns = deep && !o->thresholds_set ? 0 : o->offcpu_thresh_ns;
+	rc.runq_thresh_ns = deep && !o->thresholds_set ? 0 : o->runq_thresh_ns;
+	rc.syscall_thresh_ns = deep && !o->thresholds_set ? 0 : o->syscall_thresh_ns;
+	rc.sync_thresh_ns = deep && !o->thresholds_set ? 0 : o->sync_thresh_ns;
+	if (bpf_map__update_elem(a->skel->maps.runtime_cfg, &zero, sizeof(zero), &rc, sizeof(rc),
+				 BPF_ANY)) {
+		int err = -errno;
+
+		pr_err("runtime_cfg: update failed: %s", strerror(-err));
+		return err;
+	}
+	return 0;
+}
+
+int loader_read_type_counts(struct agent *a, int map_fd, uint64_t *out)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	uint64_t vals[ncpu > 0 ? ncpu : 1];
+
+	(void)a;
+	if (ncpu <= 0)
+		return -EINVAL;
+	for (__u32 t = 0; t < EV_TYPE_MAX; t++) {
+		out[t] = 0;
+		if (bpf_map_lookup_elem(map_fd, &t, vals))
+			continue;
+		for (int c = 0; c < ncpu; c++)
+			out[t] += vals[c];
+	}
+	return 0;
+}
+
+int loader_start(struct agent *a)
+{
+	struct infertrace_bpf *skel = NULL;
+	int err;
+
+	libbpf_set_print(libbpf_print);
+	err = check_privileges();
+	if (err)
+		return err;
+	if (access("/sys/kernel/btf/vmlinux", R_OK)) {
+		struct utsname u;
+
+		uname(&u);
+		pr_err("kernel %s has no BTF (/sys/kernel/btf/vmlinux missing): infertrace needs a "
+		       "kernel >= 5.8 built with CONFIG_DEBUG_INFO_BTF=y",
+		       u.release);
+		return -ENOTSUP;
+	}
+	vmlinux_btf = btf__load_vmlinux_btf();
+	if (!vmlinux_btf) {
+		err = -errno;
+		pr_err("cannot read kernel BTF: %s", strerror(-err));
+		return err;
+	}
+
+	skel = infertrace_bpf__open();
+	if (!skel) {
+		err = -errno;
+		pr_err("open BPF object: %s", strerror(-err));
+		goto cleanup;
+	}
+	a->skel = skel;
+
+	/* configure: load-time settings and host-dependent sizes */
+	skel->rodata->cfg.self_pid = getpid();
+	bpf_map__set_max_entries(skel->maps.rb_cuda, a->opts.ringbuf_kib * 1024 * 4);
+	bpf_map__set_max_entries(skel->maps.rb_sched, a->opts.ringbuf_kib * 1024);
+	bpf_map__set_max_entries(skel->maps.rb_misc, a->opts.ringbuf_kib * 1024);
+	bpf_map__set_max_entries(skel->maps.thread_stats, a->opts.max_threads);
+	bpf_map__set_max_entries(skel->maps.syscall_stats, a->opts.max_threads * 4);
+	bpf_map__set_max_entries(skel->maps.traced_procs, MAX_PROCS);
+	/* the flight recorder's kernel half: per-CPU launch rings, their cursors, stacks */
+	if (recorder_kernel_enabled(a)) {
+		bpf_map__set_max_entries(skel->maps.flight,
+					 recorder_kernel_per_cpu(a) * recorder_kernel_cpus());
+		bpf_map__set_max_entries(skel->maps.flight_cur, recorder_kernel_cpus());
+		if (a->opts.stacks)
+			bpf_map__set_max_entries(skel->maps.flight_stacks, FLIGHT_STACKS);
+	}
+	err = choose_programs(a);
+	if (err < 0)
+		goto cleanup;
+
+	err = infertrace_bpf__load(skel);
+	if (err) {
+		pr_err("load BPF programs: %s (run with INFERTRACE_LIBBPF_DEBUG=1 for the "
+		       "verifier log)",
+		       strerror(-err));
+		goto cleanup;
+	}
+	err = loader_update_runtime_cfg(a);
+	if (err)
+		goto cleanup;
+	a->cap.proc_flags = loader_set_proc_flags;
+	a->cap.runtime_cfg = loader_update_runtime_cfg;
+	a->cap.flight_json = decode_flight_json;
+
+	/* attach the table's loaded programs; uprobes come per library file */
+	for (size_t i = 0; i < N_PROGS; i++) {
+		const struct prog_spec *ps = &progs[i];
+		struct bpf_program *p = bpf_object__find_program_by_name(skel->obj, ps->best);
+
+		if (!bpf_program__autoload(p))
+			p = bpf_object__find_program_by_name(skel->obj, ps->fallback);
+		if (!bpf_program__autoload(p))
+			continue; /* family disabled */
+		links[i] = bpf_program__attach(p);
+		if (!links[i]) {
+			err = -errno;
+			if (ps->optional) {
+				pr_warn("%s: attach %s to %s failed (%s); continuing without it",
+					ps->family, bpf_program__name(p), ps->target,
+					strerror(-err));
+				err = 0;
+				continue;
+			}
+			pr_err("%s: attach %s to %s: %s", ps->family, bpf_program__name(p),
+			       ps->target, strerror(-err));
+			goto cleanup;
+		}
+		pr_debug("%s: attached %s", ps->family, bpf_program__name(p));
+	}
+	return 0;
+
+cleanup:
+	loader_stop(a);
+	return err;
+}
+
+void loader_stop(struct agent *a)
+{
+	for (size_t i = 0; i < N_PROGS; i++) {
+		bpf_link__destroy(links[i]);
+		links[i] = NULL;
+	}
+	infertrace_bpf__destroy(a->skel);
+	a->skel = NULL;
+	a->cap.proc_flags = NULL;
+	a->cap.runtime_cfg = NULL;
+	a->cap.flight_json = NULL;
+	btf__free(vmlinux_btf);
+	vmlinux_btf = NULL;
+}
