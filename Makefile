@@ -352,6 +352,13 @@ eval: $(BUILD)/eval/eval_detect
 	$(Q)INFERTRACE_DATA=$${INFERTRACE_DATA:-$$(cd .. && pwd)/shared/data} \
 		SEEDS_QUIET=1 EVAL_DETECT=$(BUILD)/eval/eval_detect eval/seeds.sh 11 100
 
+# kafka_reconnect (owner: bench/kafka_reconnect*): a plain librdkafka
+# producer, no agent; bench/kafka_reconnect.sh times its recovery after an outage.
+$(BUILD)/bench/kafka_reconnect: bench/kafka_reconnect.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LDFLAGS_SAN) $(LDFLAGS) -lrdkafka -lpthread
+
 # bench_kafka (owner: bench/bench_kafka*): the Kafka sink alone, so it links
 # the agent library; bench/bench_kafka.sh runs it against the mock cluster.
 $(BUILD)/bench/bench_kafka: bench/bench_kafka.c $(AGENT_LIB) $(CORR_LIB)

@@ -25,6 +25,7 @@
 #include "perfetto.h"
 #include "sink_kafka.h"
 #include "sink_otlp.h"
+#include "spill.h"
 
 static volatile sig_atomic_t exiting;
 
@@ -91,6 +92,7 @@ enum {
 	OPT_KAFKA_QUEUE_MAX,
 	OPT_SPILL_DIR,
 	OPT_SPILL_MAX,
+	OPT_SPILL_FOREIGN,
 	OPT_FLUSH_TIMEOUT,
 	OPT_STEP_MARKERS, /* diagnosis: agent_opts.diag, parsed by agent/pipeline/diag.c */
 	OPT_BASELINE,
@@ -162,6 +164,8 @@ static int set_config_doc(const struct opt_def *d, struct agent_opts *o, char *a
 			  struct argp_state *state);
 static int set_otlp(const struct opt_def *d, struct agent_opts *o, char *arg,
 		    struct argp_state *state);
+static int set_spill_foreign(const struct opt_def *d, struct agent_opts *o, char *arg,
+			     struct argp_state *state);
 
 /* --instance names: INSTANCE_LEN - 1 characters, as the error line says */
 _Static_assert(INSTANCE_LEN == 128, "update --instance's bound and message");
@@ -288,7 +292,13 @@ static const struct opt_def opt_table[] = {
     {"spill-dir", OPT_SPILL_DIR, "DIR", OT_STR, FIELD(spill_dir), 1, 3799,
      .err = "takes a directory",
      .doc = "On-disk buffer for records Kafka cannot take now, resent in order and after a "
-	    "restart (default /var/lib/infertrace/spill)"},
+	    "restart (default /var/lib/infertrace/spill; with --replay "
+	    "/var/lib/infertrace/spill-replay)"},
+    {"spill-foreign", OPT_SPILL_FOREIGN, "POLICY", OT_FN, .set = set_spill_foreign,
+     .err = "takes keep, send or discard",
+     .doc = "Records in the spill written for another Kafka cluster or topic prefix: leave "
+	    "them (keep, the default, with a warning), send them with this run's settings "
+	    "(send), or delete them (discard)"},
     {"spill-max-mib", OPT_SPILL_MAX, "MIB", OT_U32, FIELD(spill_max_mib), 1, 1 << 20,
      .err = "takes 1 to 1048576 MiB",
      .doc = "Size bound of the spill; when full, events are shed first, then summaries and "
@@ -563,6 +573,21 @@ static int set_metrics(const struct opt_def *d, struct agent_opts *o, char *arg,
 	if (!strchr(arg, ':') || !strrchr(arg, ':')[1])
 		return -EINVAL;
 	o->metrics = arg;
+	return 0;
+}
+
+static int set_spill_foreign(const struct opt_def *d, struct agent_opts *o, char *arg,
+			     struct argp_state *state)
+{
+	(void)d, (void)state;
+	if (!strcmp(arg, "keep"))
+		o->spill_foreign = SPILL_FOREIGN_KEEP;
+	else if (!strcmp(arg, "send"))
+		o->spill_foreign = SPILL_FOREIGN_ADOPT;
+	else if (!strcmp(arg, "discard"))
+		o->spill_foreign = SPILL_FOREIGN_DISCARD;
+	else
+		return -EINVAL;
 	return 0;
 }
 

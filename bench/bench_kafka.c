@@ -68,6 +68,8 @@ int main(int argc, char **argv)
 	agent.opts.spill_dir = dir;
 	agent.opts.kafka_queue_max = qmax;
 	agent.opts.flush_timeout_s = 120;
+	/* every record goes out: sentinel mode would hold the events back */
+	agent.opts.mode = MODE_DEEP;
 
 	f = fopen(file, "r");
 	if (!f) {

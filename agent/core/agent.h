@@ -63,6 +63,7 @@ struct agent_opts {
 	uint32_t kafka_queue_max; /* records held in memory by the producer */
 	const char *spill_dir;
 	uint32_t spill_max_mib;
+	int spill_foreign; /* enum spill_foreign (spill.h): another owner's records */
 	double flush_timeout_s; /* exit: wait this long for delivery */
 	const char *otlp; /* --otlp URL (agent/sinks/sink_otlp.h); NULL: off */
 	uint32_t otlp_queue_max; /* requests; 0: OTLP_QUEUE_MAX_DEFAULT */

@@ -18,13 +18,23 @@
  * the front of the spill, in delivery-report order, which is the order of
  * each partition; so one instance's records keep their order in each topic.
  *
- * A spilled record leaves the disk only when its delivery is confirmed, so
- * a restart (even after kill -9) resends what was not confirmed. Records
- * still in the producer's memory at kill -9 are lost; at a normal exit they
- * are given back to the spill after --flush-timeout.
+ * Write-ahead: every record is written to the spill (into the kernel,
+ * write(2)) before write() returns, and leaves the disk only when its
+ * delivery is confirmed; when nothing waits in the spill it goes to the
+ * producer at once, without being read back. So kill -9 at any moment loses
+ * nothing that write() accepted: a restart resends what was not confirmed
+ * (some of it may then arrive twice: the infertrace-id header of each
+ * message, docs/events.md, lets a consumer drop the repeats).
+ *
+ * Recovery: reconnects are tried at least every second (librdkafka's
+ * reconnect backoff grows to 10 s by default, which delayed delivery by up
+ * to 10 s after an outage), and a producer that has records and gave no
+ * delivery report for STALL_NS is replaced by a new one.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <sys/random.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +47,11 @@
 #define SERVICE_EVERY 256 /* write() polls the producer this often */
 #define PROBE_RECORDS 100 /* spilled records sent to find out if the broker is back */
 #define PROBE_BACKOFF_NS 2000000000ull
-#define SPILL_FLUSH_NS 100000000ull /* spilled records reach the file within 100 ms */
-#define DRAIN_BUDGET 20000	    /* records moved from the spill per call: bounded work */
+#define SPILL_FLUSH_NS 100000000ull  /* spilled records reach the file within 100 ms */
+#define DRAIN_BUDGET 20000	     /* records moved from the spill per call: bounded work */
+#define STALL_NS 15000000000ull	     /* records held and no delivery report: a new producer */
+#define STALL_MAX_NS 300000000000ull /* doubled while no report comes, up to this */
+#define RID_HEADER "infertrace-id"   /* the record id header of every message */
 
 enum broker_state { BROKER_UNKNOWN, BROKER_UP, BROKER_DOWN };
 static const char *const broker_names[] = {"unknown", "up", "down"};
@@ -47,6 +60,9 @@ struct kafka_counters {
 	uint64_t produced, delivered, delivery_errors, not_persisted, possibly_persisted;
 	uint64_t requeued, permanent_errors, client_errors;
 	uint64_t round_requeued;	/* since the last give_back() */
+	uint64_t direct;		/* written ahead and handed to the producer at once */
+	uint64_t restarts;		/* producers replaced (fatal error or stall) */
+	uint64_t wal_errors;		/* records the spill could not write: sent without */
 	uint64_t lost[REC_CLASS_COUNT]; /* permanent errors and spill I/O errors */
 };
 
@@ -63,6 +79,9 @@ struct kafka_sink {
 	enum broker_state broker;
 	uint64_t probe_after;
 	uint64_t last_flush;
+	uint64_t last_report; /* the last delivery report, or the producer's start */
+	uint64_t stall_ns;    /* no report for this long: a new producer */
+	struct spill_id rid;  /* run id, and the number of the last record accepted */
 	uint32_t queue_max;
 	unsigned since_service;
 	struct kafka_counters c;
@@ -271,6 +290,24 @@ static void *msg_opaque(enum rec_class cls, uint64_t ticket)
 	return (void *)(uintptr_t)((ticket << 2) | (unsigned)cls);
 }
 
+/* the record id of a message (its RID_HEADER: "<run, 16 hex>-<seq>"); {0, 0} if none */
+static void rid_of(const rd_kafka_message_t *m, struct spill_id *rid)
+{
+	rd_kafka_headers_t *hdrs;
+	const void *v;
+	size_t len;
+	char buf[48];
+
+	memset(rid, 0, sizeof(*rid));
+	if (rd_kafka_message_headers(m, &hdrs) ||
+	    rd_kafka_header_get_last(hdrs, RID_HEADER, &v, &len) || len >= sizeof(buf))
+		return;
+	memcpy(buf, v, len);
+	buf[len] = '\0';
+	if (sscanf(buf, "%16" SCNx64 "-%" SCNu64, &rid->run, &rid->seq) != 2)
+		memset(rid, 0, sizeof(*rid));
+}
+
 /* served by rd_kafka_poll() on the loop thread */
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
@@ -278,10 +315,13 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	uintptr_t o = (uintptr_t)m->_private;
 	enum rec_class cls = o & 3;
 	uint64_t ticket = o >> 2;
+	struct spill_id rid;
 	int err;
 
 	(void)rk;
+	k->last_report = now_ns();
 	if (!m->err) {
+		k->stall_ns = STALL_NS;
 		k->c.delivered++;
 		set_broker(k, BROKER_UP, NULL);
 		if (ticket)
@@ -301,7 +341,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 		    m->err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
 			set_broker(k, BROKER_DOWN, rd_kafka_err2str(m->err));
 		k->evacuating = true;
-		err = spill_prepend(k->sp, cls, m->key, m->key_len, m->payload, m->len);
+		rid_of(m, &rid);
+		err = spill_prepend_id(k->sp, cls, &rid, m->key, m->key_len, m->payload, m->len);
 		if (!err) {
 			k->c.requeued++;
 			k->c.round_requeued++;
@@ -329,14 +370,23 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	}
 }
 
-static int produce(struct kafka_sink *k, enum rec_class cls, const char *key, size_t key_len,
-		   const char *val, size_t len, uint64_t ticket)
+static int produce(struct kafka_sink *k, enum rec_class cls, const struct spill_id *rid,
+		   const char *key, size_t key_len, const char *val, size_t len, uint64_t ticket)
 {
+	char id[48];
+	int n = snprintf(id, sizeof(id), "%016" PRIx64 "-%" PRIu64, rid->run, rid->seq);
+
+	if (!rid->run) /* records of a format-1 spill have no id: no header */
+		return rd_kafka_producev(
+		    k->rk, RD_KAFKA_V_RKT(k->rkt[cls]), RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
+		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_VALUE((void *)val, len),
+		    RD_KAFKA_V_KEY((void *)key, key_len),
+		    RD_KAFKA_V_OPAQUE(msg_opaque(cls, ticket)), RD_KAFKA_V_END);
 	return rd_kafka_producev(
 	    k->rk, RD_KAFKA_V_RKT(k->rkt[cls]), RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
 	    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_VALUE((void *)val, len),
-	    RD_KAFKA_V_KEY((void *)key, key_len), RD_KAFKA_V_OPAQUE(msg_opaque(cls, ticket)),
-	    RD_KAFKA_V_END);
+	    RD_KAFKA_V_KEY((void *)key, key_len), RD_KAFKA_V_HEADER(RID_HEADER, id, n),
+	    RD_KAFKA_V_OPAQUE(msg_opaque(cls, ticket)), RD_KAFKA_V_END);
 }
 
 /*
@@ -381,7 +431,7 @@ static void drain(struct kafka_sink *k)
 		k->probe_after = now_ns() + PROBE_BACKOFF_NS;
 	}
 	while (outq < limit && budget-- > 0 && !spill_peek(k->sp, &r)) {
-		int err = produce(k, r.cls, r.key, r.key_len, r.val, r.len, r.ticket);
+		int err = produce(k, r.cls, &r.rid, r.key, r.key_len, r.val, r.len, r.ticket);
 
 		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
 			break;
@@ -425,6 +475,13 @@ static int producer_new(struct kafka_sink *k)
 	    /* bounded: past it the record goes back to the spill */
 	    {"message.timeout.ms", "120000"},
 	    {"socket.keepalive.enable", "true"},
+	    /*
+	     * librdkafka doubles the wait between reconnects up to 10 s by
+	     * default: after an outage the first try could come 10 s after the
+	     * broker was back. Keep it near a second.
+	     */
+	    {"reconnect.backoff.ms", "100"},
+	    {"reconnect.backoff.max.ms", "1000"},
 	    /* Java-compatible key hashing: other clients agree on the partition */
 	    {"partitioner", "murmur2_random"},
 	    {"log.queue", "true"},
@@ -447,6 +504,7 @@ static int producer_new(struct kafka_sink *k)
 	k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
 	if (!k->rk)
 		goto fail_conf;
+	k->last_report = now_ns();
 	/* logs to the main queue: served by rd_kafka_poll on our thread */
 	rd_kafka_set_log_queue(k->rk, NULL);
 	for (int c = 0; c < REC_CLASS_COUNT; c++) {
@@ -488,11 +546,25 @@ static void service(struct kafka_sink *k, int timeout_ms)
 	rd_kafka_poll(k->rk, timeout_ms);
 	if (k->evacuating)
 		give_back(k, false, 0);
+	now = now_ns();
+	if (!k->fatal && rd_kafka_outq_len(k->rk) > 0 && now - k->last_report > k->stall_ns) {
+		/*
+		 * held records and no report, success or failure: do not trust
+		 * this producer. In a long outage this repeats, ever less often.
+		 */
+		pr_warn("kafka: %d records in the producer and no delivery report in %llu s: "
+			"starting a new producer",
+			rd_kafka_outq_len(k->rk),
+			(unsigned long long)(k->stall_ns / 1000000000ull));
+		k->stall_ns = k->stall_ns * 2 < STALL_MAX_NS ? k->stall_ns * 2 : STALL_MAX_NS;
+		k->fatal = true;
+	}
 	if (k->fatal) {
 		give_back(k, true, 1000);
 		producer_free(k);
 		k->fatal = false;
 		k->broker = BROKER_UNKNOWN;
+		k->c.restarts++;
 		if (producer_new(k))
 			pr_err("kafka: no producer: records go to the spill only");
 	}
@@ -518,23 +590,13 @@ static void on_fd(struct agent *a, void *ctx)
 		service(k, 0);
 }
 
-static int to_spill(struct kafka_sink *k, enum rec_class cls, const char *key, size_t key_len,
-		    const char *json, size_t len)
-{
-	int err = spill_append(k->sp, cls, key, key_len, json, len);
-
-	if (!err || err == -ENOSPC || err == -E2BIG)
-		return 0; /* written, or shed and counted by class */
-	k->c.lost[cls]++;
-	return err;
-}
-
 static int kafka_write(struct sink *s, enum rec_class cls, const char *key, const char *json,
 		       size_t len)
 {
 	struct kafka_sink *k = s->priv;
 	size_t key_len = key ? strlen(key) : 0;
-	int err;
+	uint64_t ticket = 0, *want = NULL;
+	int err, perr;
 
 	if (cls >= REC_CLASS_COUNT)
 		return -EINVAL;
@@ -543,16 +605,45 @@ static int kafka_write(struct sink *s, enum rec_class cls, const char *key, cons
 	if (++k->since_service >= SERVICE_EVERY && k->rk)
 		service(k, 0);
 	s->written++;
-	if (!k->rk || k->evacuating || spill_unread(k->sp))
-		return to_spill(k, cls, key, key_len, json, len);
-	err = produce(k, cls, key, key_len, json, len, 0);
-	if (!err) {
+	k->rid.seq++;
+	/* write-ahead; straight on to the producer when nothing waits and it has room */
+	if (k->rk && !k->evacuating && !k->fatal && rd_kafka_outq_len(k->rk) < (int)k->queue_max)
+		want = &ticket;
+	err = spill_append_id(k->sp, cls, &k->rid, key, key_len, json, len, want);
+	if (err == -ENOSPC || err == -E2BIG)
+		return 0; /* shed, counted by class */
+	if (!err && !ticket)
+		return 0; /* waits in the spill, drained in order */
+	if (err) {
+		/* the spill cannot write: the producer still may (not durable), counted */
+		k->c.wal_errors++;
+		if (!k->rk) {
+			k->c.lost[cls]++;
+			return err;
+		}
+	}
+	perr = produce(k, cls, &k->rid, key, key_len, json, len, ticket);
+	if (!perr) {
 		k->c.produced++;
+		if (ticket)
+			k->c.direct++;
 		return 0;
 	}
-	if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
-		return to_spill(k, cls, key, key_len, json, len);
-	lose(k, cls, err);
+	if (ticket && perr == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+		/* it was the only record waiting: back to the front, in its turn */
+		if (!spill_prepend_id(k->sp, cls, &k->rid, key, key_len, json, len))
+			k->c.requeued++;
+		spill_prepend_end(k->sp);
+		spill_done(k->sp, ticket);
+		return 0;
+	}
+	if (ticket) {
+		spill_done(k->sp, ticket); /* refused for good: counted below */
+	} else if (perr == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+		k->c.lost[cls]++; /* no spill, no room */
+		return -EIO;
+	}
+	lose(k, cls, perr);
 	s->errors++;
 	return -EIO;
 }
@@ -646,7 +737,7 @@ int kafka_sink_get_stats(struct agent *a, struct kafka_sink_stats *out)
 	out->queue = k->rk ? rd_kafka_outq_len(k->rk) : 0;
 	out->queue_max = k->queue_max;
 	/* prepends are records given back, not new ones */
-	out->spilled = st.appended - k->c.requeued;
+	out->spilled = st.appended - k->c.requeued - k->c.direct;
 	out->replayed = st.replayed;
 	out->recovered = st.recovered;
 	out->spill_bytes = st.bytes;
@@ -655,6 +746,16 @@ int kafka_sink_get_stats(struct agent *a, struct kafka_sink_stats *out)
 	out->spill_segments = st.segments;
 	out->spill_torn = st.torn;
 	out->spill_io_errors = st.io_errors;
+	out->spill_torn_bytes = st.torn_bytes;
+	out->spill_resynced = st.resynced;
+	out->spill_suspect = st.suspect;
+	out->spill_foreign_records = st.foreign_records;
+	out->spill_foreign_bytes = st.foreign_bytes;
+	out->spill_discarded = st.discarded;
+	out->spill_adopted = st.adopted;
+	out->spill_unsafe_dir = st.unsafe_dir;
+	out->wal_errors = k->c.wal_errors;
+	out->producer_restarts = k->c.restarts;
 	for (int c = 0; c < REC_CLASS_COUNT; c++)
 		out->dropped[c] = k->c.lost[c] + st.refused[c] + st.evicted[c];
 	return 0;
@@ -696,6 +797,21 @@ static void kafka_stats(struct sink *s, json_t *rec)
 	json_object_set_new(o, "spill_torn_total", json_integer((json_int_t)x.spill_torn));
 	json_object_set_new(o, "spill_io_errors_total",
 			    json_integer((json_int_t)x.spill_io_errors));
+	json_object_set_new(o, "spill_torn_bytes_total",
+			    json_integer((json_int_t)x.spill_torn_bytes));
+	json_object_set_new(o, "spill_resynced_total", json_integer((json_int_t)x.spill_resynced));
+	json_object_set_new(o, "spill_suspect_total", json_integer((json_int_t)x.spill_suspect));
+	json_object_set_new(o, "spill_foreign_records",
+			    json_integer((json_int_t)x.spill_foreign_records));
+	json_object_set_new(o, "spill_foreign_bytes",
+			    json_integer((json_int_t)x.spill_foreign_bytes));
+	json_object_set_new(o, "spill_discarded_total",
+			    json_integer((json_int_t)x.spill_discarded));
+	json_object_set_new(o, "spill_adopted_total", json_integer((json_int_t)x.spill_adopted));
+	json_object_set_new(o, "spill_unsafe_dir", json_integer((json_int_t)x.spill_unsafe_dir));
+	json_object_set_new(o, "wal_errors_total", json_integer((json_int_t)x.wal_errors));
+	json_object_set_new(o, "producer_restarts_total",
+			    json_integer((json_int_t)x.producer_restarts));
 	json_object_set_new(o, "dropped_event_total",
 			    json_integer((json_int_t)x.dropped[REC_EVENT]));
 	json_object_set_new(o, "dropped_summary_total",
@@ -707,14 +823,40 @@ static void kafka_stats(struct sink *s, json_t *rec)
 	json_object_set_new(rec, "kafka", o);
 }
 
+/*
+ * Whose records the spill holds: the bootstrap servers and the four topics
+ * (prefix included). A start with other settings leaves them alone.
+ */
+static void spill_owner(const struct agent_opts *o, char *buf, size_t sz)
+{
+	size_t n = snprintf(buf, sz, "bootstrap=%s topics=", o->kafka);
+
+	for (int c = 0; c < REC_CLASS_COUNT && n < sz; c++) {
+		char topic[256];
+		const char *name = o->kafka_topics[c];
+
+		if (!name && !kafka_topic_name(o, class_suffix[c], topic, sizeof(topic)))
+			name = topic;
+		n += snprintf(buf + n, sz - n, "%s%s", c ? "," : "", name ? name : "?");
+	}
+}
+
 struct sink *sink_kafka_open(struct agent *a)
 {
 	const struct agent_opts *o = agent_opts(a);
+	char owner[2048];
+	/* a replay's records are not the live agent's: a spill of its own */
+	const char *dir = o->spill_dir ? o->spill_dir
+			  : o->replay  ? SPILL_DIR_REPLAY_DEFAULT
+				       : SPILL_DIR_DEFAULT;
 	struct spill_opts so = {
 	    .sz = sizeof(so),
-	    .dir = o->spill_dir ? o->spill_dir : SPILL_DIR_DEFAULT,
+	    .dir = dir,
 	    .max_bytes = (uint64_t)(o->spill_max_mib ? o->spill_max_mib : SPILL_MAX_MIB_DEFAULT)
 			 << 20,
+	    .owner = owner,
+	    .foreign = o->spill_foreign,
+	    .write_through = true,
 	};
 	struct kafka_sink *k = calloc(1, sizeof(*k));
 	int err;
@@ -727,6 +869,7 @@ struct sink *sink_kafka_open(struct agent *a)
 	k->pfd[0] = k->pfd[1] = -1;
 	k->queue_max = o->kafka_queue_max ? o->kafka_queue_max : KAFKA_QUEUE_MAX_DEFAULT;
 	k->last_flush = now_ns();
+	k->stall_ns = STALL_NS;
 	k->s.name = "kafka";
 	k->s.remote = true; /* sentinel holds single events back (route.c) */
 	k->s.write = kafka_write;
@@ -734,6 +877,11 @@ struct sink *sink_kafka_open(struct agent *a)
 	k->s.close = kafka_close;
 	k->s.stats = kafka_stats;
 	k->s.priv = k;
+	/* the run id of the record ids: random, never 0 */
+	while (!k->rid.run)
+		if (getrandom(&k->rid.run, sizeof(k->rid.run), 0) != sizeof(k->rid.run))
+			k->rid.run = now_ns() ^ ((uint64_t)getpid() << 32);
+	spill_owner(o, owner, sizeof(owner));
 	k->sp = spill_open(&so);
 	if (!k->sp) {
 		err = -errno;

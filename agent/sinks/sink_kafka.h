@@ -27,6 +27,7 @@
 #define KAFKA_PREFIX_DEFAULT "infertrace"
 #define KAFKA_QUEUE_MAX_DEFAULT 100000
 #define SPILL_DIR_DEFAULT "/var/lib/infertrace/spill"
+#define SPILL_DIR_REPLAY_DEFAULT "/var/lib/infertrace/spill-replay"
 #define SPILL_MAX_MIB_DEFAULT 1024
 #define FLUSH_TIMEOUT_DEFAULT 10.0
 
@@ -87,8 +88,15 @@ struct kafka_sink_stats {
 	uint64_t replayed;  /* records read back from the spill and produced */
 	uint64_t recovered; /* records found in the spill at start */
 	uint64_t spill_bytes, spill_max_bytes, spill_records, spill_segments;
-	uint64_t spill_torn; /* torn or corrupt tails skipped */
+	uint64_t spill_torn; /* torn tails and corrupt stretches skipped */
+	uint64_t spill_torn_bytes, spill_resynced;
+	uint64_t spill_suspect; /* recovered behind a bad consumed offset: may arrive twice */
+	uint64_t spill_foreign_records, spill_foreign_bytes; /* another owner's, left alone */
+	uint64_t spill_discarded, spill_adopted;	     /* --spill-foreign discard, send */
+	uint64_t spill_unsafe_dir;			     /* 1: others can write the directory */
 	uint64_t spill_io_errors;
+	uint64_t wal_errors;	    /* records the spill could not write (sent, not durable) */
+	uint64_t producer_restarts; /* fatal errors and stalls */
 	uint64_t dropped[REC_CLASS_COUNT]; /* never to be delivered, by class */
 };
 int kafka_sink_get_stats(struct agent *a, struct kafka_sink_stats *out);

@@ -48,25 +48,41 @@
 #include "spill.h"
 #include "util.h"
 
-#define SEG_MAGIC "ITSPILL1"
-#define SEG_VERSION 1
-#define REC_MAGIC 0x43525449u /* "ITRC" */
-#define HDR_SZ 32
-#define RHDR_SZ 16
+#define SEG_MAGIC1 "ITSPILL1"
+#define SEG_MAGIC2 "ITSPILL2"
+#define REC_MAGIC1 0x43525449u /* "ITRC" */
+#define REC_MAGIC2 0x32525449u /* "ITR2" */
+#define HDR1_SZ 32
+#define HDR2_SZ 256
+#define RHDR1_SZ 16
+#define RHDR2_SZ 32
 #define OFF_CONSUMED 16
+#define OWNER_TEXT_MAX 208
 #define WBUF_SZ (64 * 1024)
 #define RBUF_MIN (256 * 1024)
 #define FIRST_ID (1ull << 40) /* room below for front segments */
 
+/* the first 32 bytes of either version */
 struct seg_hdr {
 	char magic[8];
 	uint64_t id;
 	uint64_t consumed;
+	uint32_t ccrc; /* v2: crc32 of id, consumed, owner hash; v1: version */
 	uint32_t version;
-	uint32_t zero;
 };
-_Static_assert(sizeof(struct seg_hdr) == HDR_SZ, "segment header layout");
+_Static_assert(sizeof(struct seg_hdr) == HDR1_SZ, "segment header layout");
 
+/* v2 only, after struct seg_hdr */
+struct seg_owner {
+	uint64_t hash; /* FNV-1a 64 of the whole owner string */
+	uint16_t len;  /* bytes of text kept (the string cut at OWNER_TEXT_MAX) */
+	uint16_t zero;
+	uint32_t zero2;
+	char text[OWNER_TEXT_MAX];
+};
+_Static_assert(sizeof(struct seg_hdr) + sizeof(struct seg_owner) == HDR2_SZ, "v2 header layout");
+
+/* the first 16 bytes of a record of either version */
 struct rec_hdr {
 	uint32_t crc;
 	uint32_t magic;
@@ -75,10 +91,22 @@ struct rec_hdr {
 	uint8_t cls;
 	uint8_t zero;
 };
-_Static_assert(sizeof(struct rec_hdr) == RHDR_SZ, "record header layout");
+_Static_assert(sizeof(struct rec_hdr) == RHDR1_SZ, "record header layout");
+
+/* a record checked out of a buffer */
+struct rec_view {
+	uint8_t cls;
+	uint16_t key_len;
+	uint32_t len;
+	const char *key, *val;
+	struct spill_id rid;
+	uint64_t total;
+};
 
 struct seg {
 	uint64_t id;
+	uint64_t hdr;		     /* header size: HDR1_SZ or HDR2_SZ */
+	int ver;		     /* 1 (read only) or 2 */
 	uint64_t end;		     /* end of the valid records, buffered ones included */
 	uint64_t disk;		     /* bytes the file takes (more than end after a torn tail) */
 	uint64_t cons;		     /* records before this offset are done */
@@ -89,6 +117,7 @@ struct seg {
 	bool dirty;		     /* cons not written to the header yet */
 	bool front;		     /* being prepended to: not read before spill_prepend_end() */
 	bool open;		     /* a writer appends to it */
+	uint64_t owner;		     /* owner hash in its header (v2) */
 };
 
 struct writer {
@@ -131,12 +160,79 @@ struct spill {
 	struct ticket *tk;
 	uint64_t tk_cap, tk_head, tk_next;
 	bool dir_dirty;
+	bool write_through;
+	uint64_t owner_hash;
+	char *owner;
 	struct spill_stats st;
 };
 
-static void seg_path(const struct spill *sp, uint64_t id, const char *sfx, char *buf, size_t sz)
+/* segment files are opened relative to the locked directory, never through a link */
+static void seg_name(uint64_t id, const char *sfx, char *buf, size_t sz)
 {
-	snprintf(buf, sz, "%s/%016" PRIx64 ".seg%s", sp->dir, id, sfx);
+	snprintf(buf, sz, "%016" PRIx64 ".seg%s", id, sfx);
+}
+
+static int seg_open(const struct spill *sp, uint64_t id, int flags)
+{
+	char name[64];
+
+	seg_name(id, "", name, sizeof(name));
+	return openat(sp->dir_fd, name, flags | O_CLOEXEC | O_NOFOLLOW, 0600);
+}
+
+/* FNV-1a, 64 bit: the owner string's hash in segment headers */
+static uint64_t owner_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+	return h;
+}
+
+static uint32_t cons_crc(uint64_t id, uint64_t consumed, uint64_t owner)
+{
+	uint64_t v[3] = {id, consumed, owner};
+
+	return (uint32_t)crc32(0L, (const Bytef *)v, sizeof(v));
+}
+
+/* the consumed offset into the header: one write inside the first sector */
+static int hdr_write_cons(const struct spill *sp, int fd, const struct seg *s)
+{
+	struct {
+		uint64_t consumed;
+		uint32_t ccrc;
+	} __attribute__((packed)) c = {s->cons, cons_crc(s->id, s->cons, s->owner)};
+
+	(void)sp;
+	return write_all(fd, &c, s->ver == 1 ? sizeof(uint64_t) : sizeof(c), OFF_CONSUMED);
+}
+
+/* a header of version ver for segment id into buf (HDR2_SZ bytes): its size */
+static size_t hdr_build(const struct spill *sp, int ver, uint64_t id, char *buf)
+{
+	struct seg_hdr h = {.id = id};
+	struct seg_owner ow = {.hash = sp->owner_hash};
+	size_t l = strlen(sp->owner);
+
+	memset(buf, 0, HDR2_SZ);
+	if (ver == 1) {
+		memcpy(h.magic, SEG_MAGIC1, 8);
+		h.consumed = HDR1_SZ;
+		h.ccrc = 1; /* the version field of v1 */
+		memcpy(buf, &h, sizeof(h));
+		return HDR1_SZ;
+	}
+	memcpy(h.magic, SEG_MAGIC2, 8);
+	h.consumed = HDR2_SZ;
+	h.ccrc = cons_crc(id, HDR2_SZ, sp->owner_hash);
+	h.version = 2;
+	ow.len = l < OWNER_TEXT_MAX ? l : OWNER_TEXT_MAX;
+	memcpy(ow.text, sp->owner, ow.len);
+	memcpy(buf, &h, sizeof(h));
+	memcpy(buf + sizeof(h), &ow, sizeof(ow));
+	return HDR2_SZ;
 }
 
 static struct seg *seg_find(struct spill *sp, uint64_t id)
@@ -244,12 +340,8 @@ static int writer_close(struct spill *sp, struct writer *w)
 		return 0;
 	err = writer_flush(sp, w);
 	s = seg_find(sp, w->id);
-	if (s && s->dirty) {
-		uint64_t c = s->cons;
-
-		if (!write_all(w->fd, &c, sizeof(c), OFF_CONSUMED))
-			s->dirty = false;
-	}
+	if (s && s->dirty && !hdr_write_cons(sp, w->fd, s))
+		s->dirty = false;
 	if (fdatasync(w->fd) && !err) {
 		err = -errno;
 		io_error(sp, "fdatasync", w->id, -err);
@@ -279,7 +371,7 @@ static void reader_reset(struct spill *sp)
 /* delete a segment whose records are all done */
 static void seg_retire(struct spill *sp, struct seg *s)
 {
-	char path[PATH_MAX];
+	char name[64];
 	struct writer *w = writer_of(sp, s);
 
 	if (s->outstanding || s->cons < s->end || s->front)
@@ -293,8 +385,8 @@ static void seg_retire(struct spill *sp, struct seg *s)
 	}
 	if (sp->rd_seg == s->id)
 		reader_reset(sp);
-	seg_path(sp, s->id, "", path, sizeof(path));
-	if (unlink(path) && errno != ENOENT)
+	seg_name(s->id, "", name, sizeof(name));
+	if (unlinkat(sp->dir_fd, name, 0) && errno != ENOENT)
 		io_error(sp, "unlink", s->id, errno);
 	sp->dir_dirty = true;
 	seg_remove(sp, s);
@@ -302,20 +394,19 @@ static void seg_retire(struct spill *sp, struct seg *s)
 
 static int seg_create(struct spill *sp, struct writer *w, uint64_t id, bool front)
 {
-	struct seg_hdr h = {
-	    .magic = SEG_MAGIC, .id = id, .consumed = HDR_SZ, .version = SEG_VERSION};
-	char path[PATH_MAX];
+	char hb[HDR2_SZ], name[64];
+	size_t hsz = hdr_build(sp, 2, id, hb);
 	struct seg *s;
 	int fd, err;
 
-	seg_path(sp, id, "", path, sizeof(path));
-	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	seg_name(id, "", name, sizeof(name));
+	fd = seg_open(sp, id, O_RDWR | O_CREAT | O_EXCL);
 	if (fd < 0) {
 		err = -errno;
 		io_error(sp, "create", id, -err);
 		return err;
 	}
-	err = write_all(fd, &h, sizeof(h), 0);
+	err = write_all(fd, hb, hsz, 0);
 	if (err) {
 		io_error(sp, "write header", id, -err);
 		goto fail;
@@ -325,35 +416,89 @@ static int seg_create(struct spill *sp, struct writer *w, uint64_t id, bool fron
 		err = -ENOMEM;
 		goto fail;
 	}
-	s->end = s->disk = s->cons = s->read = HDR_SZ;
+	s->hdr = hsz;
+	s->ver = 2;
+	s->owner = sp->owner_hash;
+	s->end = s->disk = s->cons = s->read = hsz;
 	s->front = front;
 	s->open = true;
-	sp->bytes += HDR_SZ;
+	sp->bytes += hsz;
 	sp->dir_dirty = true;
 	w->id = id;
 	w->fd = fd;
-	w->flushed = HDR_SZ;
+	w->flushed = hsz;
 	w->len = 0;
 	w->need_sync = true;
 	return 0;
 fail:
 	close(fd);
-	unlink(path);
+	unlinkat(sp->dir_fd, name, 0);
 	return err;
 }
 
-static bool rec_hdr_ok(const struct rec_hdr *h)
+static size_t rhdr_sz(int ver)
 {
-	return h->magic == REC_MAGIC && h->len <= SPILL_MAX_VALUE && h->cls < REC_CLASS_COUNT &&
-	       !h->zero;
+	return ver == 1 ? RHDR1_SZ : RHDR2_SZ;
 }
 
-static uint32_t rec_crc(const struct rec_hdr *h, const char *key, const char *val)
+/* the size of the record whose header is at p, 0 when the header is not one */
+static uint64_t rec_size(int ver, const char *p)
 {
-	uLong c = crc32(0L, (const Bytef *)h + 4, RHDR_SZ - 4);
+	struct rec_hdr h;
 
-	c = crc32(c, (const Bytef *)key, h->key_len);
-	return crc32(c, (const Bytef *)val, h->len);
+	memcpy(&h, p, sizeof(h));
+	if (h.magic != (ver == 1 ? REC_MAGIC1 : REC_MAGIC2) || h.len > SPILL_MAX_VALUE ||
+	    h.cls >= REC_CLASS_COUNT || h.zero)
+		return 0;
+	return rhdr_sz(ver) + (uint64_t)h.key_len + h.len;
+}
+
+/* check the record at p (avail bytes readable): 0, -ENODATA (cut short), -EBADMSG */
+static int rec_check(int ver, const char *p, uint64_t avail, struct rec_view *v)
+{
+	size_t rh = rhdr_sz(ver);
+	struct rec_hdr h;
+	uint64_t total;
+
+	if (avail < rh)
+		return -ENODATA;
+	total = rec_size(ver, p);
+	if (!total)
+		return -EBADMSG;
+	if (avail < total)
+		return -ENODATA;
+	memcpy(&h, p, sizeof(h));
+	if ((uint32_t)crc32(0L, (const Bytef *)p + 4, total - 4) != h.crc)
+		return -EBADMSG;
+	v->cls = h.cls;
+	v->key_len = h.key_len;
+	v->len = h.len;
+	v->key = p + rh;
+	v->val = p + rh + h.key_len;
+	v->total = total;
+	memset(&v->rid, 0, sizeof(v->rid));
+	if (ver != 1)
+		memcpy(&v->rid, p + RHDR1_SZ, sizeof(v->rid));
+	return 0;
+}
+
+/*
+ * The next offset in buf[from, len) where a whole good record starts, or
+ * len: how a corrupt stretch is skipped.
+ */
+static uint64_t rec_resync(int ver, const char *buf, uint64_t from, uint64_t len)
+{
+	uint32_t magic = ver == 1 ? REC_MAGIC1 : REC_MAGIC2;
+	struct rec_view v;
+
+	for (uint64_t o = from; o + rhdr_sz(ver) <= len; o++) {
+		uint32_t m;
+
+		memcpy(&m, buf + o + 4, sizeof(m));
+		if (m == magic && !rec_check(ver, buf + o, len - o, &v))
+			return o;
+	}
+	return len;
 }
 
 /* make [off, off + need) of segment s readable at *p: 0, -ENODATA past the file, -errno */
@@ -363,11 +508,8 @@ static int reader_load(struct spill *sp, struct seg *s, uint64_t off, size_t nee
 	ssize_t n;
 
 	if (sp->rd_seg != s->id) {
-		char path[PATH_MAX];
-
 		reader_reset(sp);
-		seg_path(sp, s->id, "", path, sizeof(path));
-		sp->rd_fd = open(path, O_RDONLY | O_CLOEXEC);
+		sp->rd_fd = seg_open(sp, s->id, O_RDONLY);
 		if (sp->rd_fd < 0) {
 			int err = -errno;
 
@@ -409,53 +551,80 @@ static int reader_load(struct spill *sp, struct seg *s, uint64_t off, size_t nee
 /* the record at s->read: 0, -EBADMSG when it does not check out, -errno */
 static int parse_at(struct spill *sp, struct seg *s, struct spill_rec *r, uint64_t *rsz)
 {
-	struct rec_hdr h;
+	size_t rh = rhdr_sz(s->ver);
+	struct rec_view v;
 	const char *p;
 	uint64_t total;
 	int err;
 
-	if (s->read + RHDR_SZ > s->end)
+	if (s->read + rh > s->end)
 		return -EBADMSG;
-	err = reader_load(sp, s, s->read, RHDR_SZ, &p);
+	err = reader_load(sp, s, s->read, rh, &p);
 	if (err)
 		return err == -ENODATA ? -EBADMSG : err;
-	memcpy(&h, p, sizeof(h));
-	total = RHDR_SZ + (uint64_t)h.key_len + h.len;
-	if (!rec_hdr_ok(&h) || s->read + total > s->end)
+	total = rec_size(s->ver, p);
+	if (!total || s->read + total > s->end)
 		return -EBADMSG;
 	err = reader_load(sp, s, s->read, total, &p);
 	if (err)
 		return err == -ENODATA ? -EBADMSG : err;
-	if (rec_crc(&h, p + RHDR_SZ, p + RHDR_SZ + h.key_len) != h.crc)
+	if (rec_check(s->ver, p, total, &v))
 		return -EBADMSG;
-	r->cls = h.cls;
-	r->key_len = h.key_len;
-	r->key = h.key_len ? p + RHDR_SZ : NULL;
-	r->val = p + RHDR_SZ + h.key_len;
-	r->len = h.len;
+	r->cls = v.cls;
+	r->key_len = v.key_len;
+	r->key = v.key_len ? v.key : NULL;
+	r->val = v.val;
+	r->len = v.len;
+	r->rid = v.rid;
 	*rsz = total;
 	return 0;
 }
 
-/* a record in the middle of a segment went bad after it was checked at open */
-static void seg_truncate_at_read(struct spill *sp, struct seg *s)
+/*
+ * A record in the middle of a segment went bad after it was checked at open
+ * (the disk, or someone else): skip to the next record that checks out,
+ * count the bytes, and count again what is left unread in the segment.
+ */
+static void seg_resync_at_read(struct spill *sp, struct seg *s)
 {
+	uint64_t len = s->end - s->read, at, n[REC_CLASS_COUNT] = {}, unread = 0;
+	const char *p = NULL;
+	struct rec_view v;
+
+	if (reader_load(sp, s, s->read, len, &p))
+		p = NULL;
+	at = p ? rec_resync(s->ver, p, 1, len) : len;
 	sp->st.torn++;
-	sp->st.torn_bytes += s->end - s->read;
-	pr_warn("spill %s: segment %016" PRIx64 ": bad record at offset %" PRIu64
-		", skipping %" PRIu64 " records after it",
-		sp->dir, s->id, s->read, s->unread);
+	sp->st.torn_bytes += at;
+	if (at < len)
+		sp->st.resynced++;
+	for (uint64_t o = at; p && o < len && !rec_check(s->ver, p + o, len - o, &v);
+	     o += v.total) {
+		n[v.cls]++;
+		unread++;
+	}
+	pr_warn("spill %s: segment %016" PRIx64 ": bad record at offset %" PRIu64 ", %" PRIu64
+		" bytes skipped%s",
+		sp->dir, s->id, s->read, at, at < len ? ", resumed at the next good record" : "");
 	sp->unread -= s->unread;
-	s->unread = 0;
-	s->end = s->read;
-	/* what stays counted: the records handed out and not done */
-	memset(s->n, 0, sizeof(s->n));
+	s->unread = unread;
+	sp->unread += unread;
+	if (at == len)
+		s->end = s->read; /* nothing good after it */
+	else
+		s->read += at;
+	/* records skipped count as done: cons may pass them */
+	if (s->cons < s->read && !s->outstanding)
+		s->cons = s->read;
+	/* what stays counted: the records handed out and not done, and the unread */
+	memcpy(s->n, n, sizeof(s->n));
 	for (uint64_t t = sp->tk_head; t < sp->tk_next; t++) {
 		struct ticket *k = &sp->tk[t % sp->tk_cap];
 
 		if (k->seg == s->id && !k->done)
 			s->n[k->cls]++;
 	}
+	reader_reset(sp);
 }
 
 int spill_peek(struct spill *sp, struct spill_rec *r)
@@ -475,7 +644,7 @@ int spill_peek(struct spill *sp, struct spill_rec *r)
 			return -ENOENT;
 		err = parse_at(sp, s, r, &rsz);
 		if (err == -EBADMSG) {
-			seg_truncate_at_read(sp, s);
+			seg_resync_at_read(sp, s);
 			seg_retire(sp, s);
 			continue;
 		}
@@ -490,16 +659,11 @@ int spill_peek(struct spill *sp, struct spill_rec *r)
 	}
 }
 
-uint64_t spill_take(struct spill *sp)
+/* hand out the record of s that ends at end: its ticket, 0 when out of memory */
+static uint64_t ticket_new(struct spill *sp, struct seg *s, uint64_t end, uint8_t cls, bool replay)
 {
 	struct ticket *k;
-	struct seg *s;
 
-	if (!sp->peeked)
-		return 0;
-	s = seg_find(sp, sp->peek_seg);
-	if (!s)
-		return 0;
 	if (sp->tk_next - sp->tk_head == sp->tk_cap) {
 		uint64_t cap = sp->tk_cap ? 2 * sp->tk_cap : 1024;
 		struct ticket *n = malloc(cap * sizeof(*n));
@@ -513,14 +677,27 @@ uint64_t spill_take(struct spill *sp)
 		sp->tk_cap = cap;
 	}
 	k = &sp->tk[sp->tk_next % sp->tk_cap];
-	*k = (struct ticket){.seg = s->id, .end = sp->peek_end, .cls = sp->peek_cls};
-	s->read = sp->peek_end;
+	*k = (struct ticket){.seg = s->id, .end = end, .cls = cls};
+	s->read = end;
 	s->outstanding++;
 	s->unread--;
 	sp->unread--;
-	sp->st.replayed++;
+	if (replay)
+		sp->st.replayed++;
 	sp->peeked = false;
 	return sp->tk_next++;
+}
+
+uint64_t spill_take(struct spill *sp)
+{
+	struct seg *s;
+
+	if (!sp->peeked)
+		return 0;
+	s = seg_find(sp, sp->peek_seg);
+	if (!s)
+		return 0;
+	return ticket_new(sp, s, sp->peek_end, sp->peek_cls, true);
 }
 
 void spill_done(struct spill *sp, uint64_t ticket)
@@ -545,27 +722,58 @@ void spill_done(struct spill *sp, uint64_t ticket)
 	}
 }
 
+/*
+ * Replace segment id's file by a header of version ver and the records in
+ * buf[0, len) (tmp file, fdatasync, rename): its new fd (O_RDWR), -errno.
+ */
+static int seg_rewrite(struct spill *sp, uint64_t id, int ver, const char *buf, size_t len)
+{
+	char hb[HDR2_SZ], name[64], tmp[64];
+	size_t hsz = hdr_build(sp, ver, id, hb);
+	int dfd, err;
+
+	seg_name(id, "", name, sizeof(name));
+	seg_name(id, ".tmp", tmp, sizeof(tmp));
+	unlinkat(sp->dir_fd, tmp, 0);
+	dfd = openat(sp->dir_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (dfd < 0) {
+		err = -errno;
+		io_error(sp, "create", id, -err);
+		return err;
+	}
+	err = write_all(dfd, hb, hsz, 0);
+	if (!err)
+		err = write_all(dfd, buf, len, hsz);
+	if (!err && fdatasync(dfd))
+		err = -errno;
+	if (!err && renameat(sp->dir_fd, tmp, sp->dir_fd, name))
+		err = -errno;
+	if (err) {
+		io_error(sp, "rewrite", id, -err);
+		unlinkat(sp->dir_fd, tmp, 0);
+		close(dfd);
+		return err;
+	}
+	sp->dir_dirty = true;
+	return dfd;
+}
+
 /* rewrite segment s without the records of priority <= prio */
 static int seg_compact(struct spill *sp, struct seg *s, int prio)
 {
-	struct seg_hdr h = {
-	    .magic = SEG_MAGIC, .id = s->id, .consumed = HDR_SZ, .version = SEG_VERSION};
 	uint64_t evicted[REC_CLASS_COUNT] = {}, kept[REC_CLASS_COUNT] = {}, n_evicted = 0;
-	char path[PATH_MAX], tmp[PATH_MAX];
 	struct writer *w = writer_of(sp, s);
 	size_t len = s->end - s->cons, in = 0, out = 0;
 	char *buf = NULL;
-	int fd = -1, dfd = -1, err;
+	int fd = -1, dfd = -1, err = 0;
 	ssize_t n;
 
 	if (w && writer_flush(sp, w))
 		return -EIO;
-	seg_path(sp, s->id, "", path, sizeof(path));
-	seg_path(sp, s->id, ".tmp", tmp, sizeof(tmp));
 	buf = malloc(len ? len : 1);
 	if (!buf)
 		return -ENOMEM;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = seg_open(sp, s->id, O_RDONLY);
 	if (fd < 0) {
 		err = -errno;
 		io_error(sp, "open", s->id, -err);
@@ -578,14 +786,13 @@ static int seg_compact(struct spill *sp, struct seg *s, int prio)
 		goto cleanup;
 	}
 	/* squeeze the kept records to the front of buf (checked at open or written by us) */
-	while (in + RHDR_SZ <= len) {
+	while (in < len) {
+		uint64_t total = in + rhdr_sz(s->ver) <= len ? rec_size(s->ver, buf + in) : 0;
 		struct rec_hdr rh;
-		size_t total;
 
-		memcpy(&rh, buf + in, sizeof(rh));
-		total = RHDR_SZ + (size_t)rh.key_len + rh.len;
-		if (!rec_hdr_ok(&rh) || in + total > len)
+		if (!total || in + total > len)
 			break;
+		memcpy(&rh, buf + in, sizeof(rh));
 		if (rec_class_prio(rh.cls) <= prio) {
 			evicted[rh.cls]++;
 			n_evicted++;
@@ -596,34 +803,21 @@ static int seg_compact(struct spill *sp, struct seg *s, int prio)
 		}
 		in += total;
 	}
-	dfd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	dfd = seg_rewrite(sp, s->id, s->ver, buf, out);
 	if (dfd < 0) {
-		err = -errno;
-		io_error(sp, "create", s->id, -err);
-		goto cleanup;
-	}
-	err = write_all(dfd, &h, sizeof(h), 0);
-	if (!err)
-		err = write_all(dfd, buf, out, HDR_SZ);
-	if (!err && fdatasync(dfd))
-		err = -errno;
-	if (!err && rename(tmp, path))
-		err = -errno;
-	if (err) {
-		io_error(sp, "rewrite", s->id, -err);
-		unlink(tmp);
+		err = dfd;
+		dfd = -1;
 		goto cleanup;
 	}
 	if (w) {
 		close(w->fd);
 		w->fd = dfd;
-		w->flushed = HDR_SZ + out;
+		w->flushed = s->hdr + out;
 		dfd = -1;
 	}
 	if (sp->rd_seg == s->id)
 		reader_reset(sp);
 	sp->peeked = false;
-	sp->dir_dirty = true;
 	for (int c = 0; c < REC_CLASS_COUNT; c++) {
 		sp->st.evicted[c] += evicted[c];
 		s->n[c] = kept[c];
@@ -631,9 +825,9 @@ static int seg_compact(struct spill *sp, struct seg *s, int prio)
 	s->unread -= n_evicted;
 	sp->unread -= n_evicted;
 	sp->bytes -= s->disk;
-	s->end = s->disk = HDR_SZ + out;
+	s->end = s->disk = s->hdr + out;
 	sp->bytes += s->disk;
-	s->cons = s->read = HDR_SZ;
+	s->cons = s->read = s->hdr;
 	s->dirty = false;
 	if (!out && !w)
 		seg_retire(sp, s);
@@ -674,48 +868,58 @@ static int make_room(struct spill *sp, uint64_t need, int prio)
 	return 0;
 }
 
-static int put(struct spill *sp, bool front, enum rec_class cls, const char *key, size_t key_len,
-	       const char *val, size_t len)
+static int put(struct spill *sp, bool front, enum rec_class cls, const struct spill_id *rid,
+	       const char *key, size_t key_len, const char *val, size_t len, uint64_t *ticket)
 {
 	struct writer *w = front ? &sp->front : &sp->tail;
-	struct rec_hdr h = {.magic = REC_MAGIC, .len = len, .key_len = key_len, .cls = cls};
-	uint64_t rsz = RHDR_SZ + key_len + len;
+	struct rec_hdr h = {.magic = REC_MAGIC2, .len = len, .key_len = key_len, .cls = cls};
+	struct spill_id id = rid ? *rid : (struct spill_id){0, 0};
+	uint64_t rsz = RHDR2_SZ + key_len + len;
+	char rh[RHDR2_SZ];
 	struct seg *s;
+	uLong crc;
 	int err;
 
+	if (ticket)
+		*ticket = 0;
 	if (cls >= REC_CLASS_COUNT)
 		return -EINVAL;
-	if (len > SPILL_MAX_VALUE || key_len > UINT16_MAX || rsz + HDR_SZ > sp->max_bytes) {
+	if (len > SPILL_MAX_VALUE || key_len > UINT16_MAX || rsz + HDR2_SZ > sp->max_bytes) {
 		sp->st.refused[cls]++;
 		return -E2BIG;
 	}
 	if (!front && w->id) {
 		s = seg_find(sp, w->id);
-		if (s && s->end > HDR_SZ && s->end + rsz > sp->seg_bytes)
+		if (s && s->end > s->hdr && s->end + rsz > sp->seg_bytes)
 			writer_close(sp, w);
 	}
-	err = make_room(sp, rsz + (w->id ? 0 : HDR_SZ), rec_class_prio(cls));
+	err = make_room(sp, rsz + (w->id ? 0 : HDR2_SZ), rec_class_prio(cls));
 	if (err == -ENOSPC)
 		sp->st.refused[cls]++;
 	if (err)
 		return err;
 	if (!w->id) {
-		uint64_t id = sp->next_id++;
+		uint64_t nid = sp->next_id++;
 
 		if (front && sp->n_segs)
-			id = sp->segs[0].id - 1;
-		err = seg_create(sp, w, id, front);
+			nid = sp->segs[0].id - 1;
+		err = seg_create(sp, w, nid, front);
 		if (err)
 			return err;
 	}
 	s = seg_find(sp, w->id);
 	if (!s)
 		return -EIO;
-	h.crc = rec_crc(&h, key, val);
+	memcpy(rh, &h, RHDR1_SZ);
+	memcpy(rh + RHDR1_SZ, &id, sizeof(id));
+	crc = crc32(0L, (const Bytef *)rh + 4, RHDR2_SZ - 4);
+	crc = crc32(crc, (const Bytef *)key, key_len);
+	h.crc = (uint32_t)crc32(crc, (const Bytef *)val, len);
+	memcpy(rh, &h.crc, sizeof(h.crc));
 	if (w->len + rsz > WBUF_SZ && (err = writer_flush(sp, w)))
 		return err;
 	if (rsz > WBUF_SZ) {
-		struct iovec iov[3] = {{&h, RHDR_SZ}, {(void *)key, key_len}, {(void *)val, len}};
+		struct iovec iov[3] = {{rh, RHDR2_SZ}, {(void *)key, key_len}, {(void *)val, len}};
 		ssize_t n = pwritev(w->fd, iov, 3, w->flushed);
 
 		if (n != (ssize_t)rsz) {
@@ -726,10 +930,15 @@ static int put(struct spill *sp, bool front, enum rec_class cls, const char *key
 		w->flushed += rsz;
 		w->need_sync = true;
 	} else {
-		memcpy(w->buf + w->len, &h, RHDR_SZ);
-		memcpy(w->buf + w->len + RHDR_SZ, key, key_len);
-		memcpy(w->buf + w->len + RHDR_SZ + key_len, val, len);
+		memcpy(w->buf + w->len, rh, RHDR2_SZ);
+		memcpy(w->buf + w->len + RHDR2_SZ, key, key_len);
+		memcpy(w->buf + w->len + RHDR2_SZ + key_len, val, len);
 		w->len += rsz;
+		/* in the kernel before the caller counts it accepted: kill -9 keeps it */
+		if (sp->write_through && (err = writer_flush(sp, w))) {
+			w->len -= rsz;
+			return err;
+		}
 	}
 	s->end += rsz;
 	s->disk += rsz;
@@ -738,19 +947,34 @@ static int put(struct spill *sp, bool front, enum rec_class cls, const char *key
 	s->unread++;
 	sp->unread++;
 	sp->st.appended++;
+	/* nothing else waits: hand it out at once, no read back */
+	if (ticket && !front && sp->unread == 1 && s->read == s->end - rsz)
+		*ticket = ticket_new(sp, s, s->end, cls, false);
 	return 0;
 }
 
 int spill_append(struct spill *sp, enum rec_class cls, const char *key, size_t key_len,
 		 const char *val, size_t len)
 {
-	return put(sp, false, cls, key, key_len, val, len);
+	return put(sp, false, cls, NULL, key, key_len, val, len, NULL);
+}
+
+int spill_append_id(struct spill *sp, enum rec_class cls, const struct spill_id *rid,
+		    const char *key, size_t key_len, const char *val, size_t len, uint64_t *ticket)
+{
+	return put(sp, false, cls, rid, key, key_len, val, len, ticket);
 }
 
 int spill_prepend(struct spill *sp, enum rec_class cls, const char *key, size_t key_len,
 		  const char *val, size_t len)
 {
-	return put(sp, true, cls, key, key_len, val, len);
+	return put(sp, true, cls, NULL, key, key_len, val, len, NULL);
+}
+
+int spill_prepend_id(struct spill *sp, enum rec_class cls, const struct spill_id *rid,
+		     const char *key, size_t key_len, const char *val, size_t len)
+{
+	return put(sp, true, cls, rid, key, key_len, val, len, NULL);
 }
 
 int spill_prepend_end(struct spill *sp)
@@ -773,28 +997,22 @@ int spill_flush(struct spill *sp)
 
 int spill_commit(struct spill *sp)
 {
-	char path[PATH_MAX];
 	int ret = 0;
 
 	for (int i = 0; i < sp->n_segs; i++) {
 		struct seg *s = &sp->segs[i];
 		struct writer *w = writer_of(sp, s);
-		uint64_t c = s->cons;
 		int fd, err;
 
 		if (!s->dirty)
 			continue;
-		fd = w ? w->fd : -1;
+		fd = w ? w->fd : seg_open(sp, s->id, O_WRONLY);
 		if (fd < 0) {
-			seg_path(sp, s->id, "", path, sizeof(path));
-			fd = open(path, O_WRONLY | O_CLOEXEC);
-			if (fd < 0) {
-				ret = -errno;
-				io_error(sp, "open", s->id, -ret);
-				continue;
-			}
+			ret = -errno;
+			io_error(sp, "open", s->id, -ret);
+			continue;
 		}
-		err = write_all(fd, &c, sizeof(c), OFF_CONSUMED);
+		err = hdr_write_cons(sp, fd, s);
 		if (err) {
 			io_error(sp, "write header", s->id, -err);
 			ret = err;
@@ -847,23 +1065,126 @@ void spill_get_stats(const struct spill *sp, struct spill_stats *st)
 			st->records += sp->segs[i].n[c];
 }
 
-/* check a segment left by an earlier run; keep it when it holds records not done */
-static int seg_recover(struct spill *sp, uint64_t id, const char *name)
+/* what a segment header says of its owner, for the log */
+static void owner_text(int ver, const struct seg_owner *ow, char *buf, size_t sz)
 {
-	uint64_t n[REC_CLASS_COUNT] = {}, off = HDR_SZ, cons, count = 0;
+	if (ver == 1) {
+		snprintf(buf, sz, "an agent without the owner field (spill format 1)");
+		return;
+	}
+	snprintf(buf, sz, "\"");
+	for (size_t i = 0, o = 1; i < ow->len && o + 5 < sz; i++) {
+		unsigned char c = ow->text[i];
+
+		o += snprintf(buf + o, sz - o, c >= 0x20 && c < 0x7f && c != '"' ? "%c" : "\\x%02x",
+			      c);
+	}
+	snprintf(buf + strlen(buf), sz - strlen(buf), "\"");
+}
+
+/*
+ * Walk the records of a segment held in buf[hdr, len), skipping corrupt
+ * stretches: fn(ctx, off, view) for each good one; the bytes skipped and
+ * the stretches are added to *lost and *stretches, *holes is set when a
+ * good record follows a bad stretch. Returns the end of the last good one.
+ */
+typedef void (*rec_fn)(void *ctx, uint64_t off, const struct rec_view *v);
+static uint64_t seg_walk(int ver, const char *buf, uint64_t hdr, uint64_t len, rec_fn fn, void *ctx,
+			 uint64_t *lost, uint64_t *stretches, bool *holes)
+{
+	uint64_t off = hdr, end = hdr;
+	struct rec_view v;
+
+	while (off < len) {
+		uint64_t next;
+
+		if (!rec_check(ver, buf + off, len - off, &v)) {
+			fn(ctx, off, &v);
+			off += v.total;
+			end = off;
+			continue;
+		}
+		next = rec_resync(ver, buf, off + 1, len);
+		*lost += next - off;
+		(*stretches)++;
+		if (next < len)
+			*holes = true;
+		off = next;
+	}
+	return end;
+}
+
+struct recover_walk {
+	uint64_t cons, hdr;
+	bool cons_ok;
+	uint64_t n_all[REC_CLASS_COUNT], n_after[REC_CLASS_COUNT], all, after;
+	char *keep; /* the second walk: records from cons on, squeezed */
+	size_t kept;
+	const char *buf;
+};
+
+static void recover_count(void *ctx, uint64_t off, const struct rec_view *v)
+{
+	struct recover_walk *w = ctx;
+
+	if (off + v->total == w->cons)
+		w->cons_ok = true;
+	w->n_all[v->cls]++;
+	w->all++;
+	if (off >= w->cons) {
+		w->n_after[v->cls]++;
+		w->after++;
+	}
+}
+
+static void recover_copy(void *ctx, uint64_t off, const struct rec_view *v)
+{
+	struct recover_walk *w = ctx;
+
+	if (off < w->cons)
+		return;
+	memcpy(w->keep + w->kept, w->buf + off, v->total);
+	w->kept += v->total;
+}
+
+/*
+ * Check a segment left by an earlier run; keep it when it holds records not
+ * done. A corrupt stretch inside is skipped (the segment is rewritten
+ * without it), a consumed offset that does not check out sends the whole
+ * segment again, another owner's segment is kept, adopted or discarded.
+ */
+static int seg_recover(struct spill *sp, uint64_t id, const char *name, enum spill_foreign pol,
+		       char *foreign_desc, size_t fd_sz)
+{
+	struct recover_walk rw = {0};
+	uint64_t lost = 0, stretches = 0, end, hdr = 0, cons, seg_owner = 0;
+	struct seg_owner ow = {0};
 	struct seg_hdr h;
 	struct stat stb;
-	char path[PATH_MAX];
-	char *buf = NULL;
+	char *buf = NULL, who[300];
+	bool holes = false, foreign, bad_cons = false;
 	struct seg *s;
-	int fd, err = 0;
+	int ver = 0, fd, err = 0;
 	ssize_t got;
 
-	snprintf(path, sizeof(path), "%s/%s", sp->dir, name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* new segments never take the name of one left here, whatever it is */
+	if (id >= sp->next_id)
+		sp->next_id = id + 1;
+	fd = openat(sp->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0 || fstat(fd, &stb)) {
 		err = -errno;
-		io_error(sp, "open", id, -err);
+		if (err == -ELOOP) {
+			pr_warn("spill %s: %s is a symbolic link: left alone", sp->dir, name);
+			err = 0;
+		} else {
+			io_error(sp, "open", id, -err);
+		}
+		goto cleanup;
+	}
+	if (!S_ISREG(stb.st_mode) || stb.st_uid != geteuid()) {
+		pr_warn("spill %s: %s is not a regular file of uid %u: left alone", sp->dir, name,
+			(unsigned)geteuid());
+		sp->st.unsafe_dir = 1;
 		goto cleanup;
 	}
 	buf = malloc(stb.st_size ? stb.st_size : 1);
@@ -877,61 +1198,127 @@ static int seg_recover(struct spill *sp, uint64_t id, const char *name)
 		io_error(sp, "read", id, -err);
 		goto cleanup;
 	}
-	memcpy(&h, buf, got >= HDR_SZ ? sizeof(h) : 0);
-	if (got < HDR_SZ || memcmp(h.magic, SEG_MAGIC, 8) || h.id != id) {
+	memcpy(&h, buf, got >= HDR1_SZ ? sizeof(h) : 0);
+	if (got >= HDR1_SZ && !memcmp(h.magic, SEG_MAGIC1, 8)) {
+		ver = 1;
+		hdr = HDR1_SZ;
+	} else if (got >= HDR2_SZ && !memcmp(h.magic, SEG_MAGIC2, 8) && h.version == 2) {
+		ver = 2;
+		hdr = HDR2_SZ;
+		memcpy(&ow, buf + HDR1_SZ, sizeof(ow));
+		if (ow.len > OWNER_TEXT_MAX)
+			ow.len = OWNER_TEXT_MAX;
+		seg_owner = ow.hash;
+	}
+	if (!ver || h.id != id) {
 		/* created and never written to the end of its header */
 		sp->st.torn++;
 		sp->st.torn_bytes += got;
-		pr_warn("spill %s: %s: no valid header, removed", sp->dir, name);
-		unlink(path);
-		goto cleanup;
-	}
-	cons = h.consumed;
-	/* walk the records; consumed must fall on a record boundary */
-	while (off + RHDR_SZ <= (uint64_t)got) {
-		struct rec_hdr rh;
-		uint64_t total;
-
-		memcpy(&rh, buf + off, sizeof(rh));
-		total = RHDR_SZ + (uint64_t)rh.key_len + rh.len;
-		if (!rec_hdr_ok(&rh) || off + total > (uint64_t)got ||
-		    rec_crc(&rh, buf + off + RHDR_SZ, buf + off + RHDR_SZ + rh.key_len) != rh.crc)
-			break;
-		if (off < cons && off + total > cons)
-			cons = off + total; /* not a boundary: resume at the next one */
-		if (off >= cons) {
-			n[rh.cls]++;
-			count++;
-		}
-		off += total;
-	}
-	if (off < (uint64_t)got) {
-		sp->st.torn++;
-		sp->st.torn_bytes += got - off;
-		pr_warn("spill %s: %s: torn or corrupt tail at offset %" PRIu64 " (%" PRIu64
-			" bytes skipped)",
-			sp->dir, name, off, (uint64_t)got - off);
-	}
-	if (!count) {
-		unlink(path);
+		pr_warn("spill %s: %s: no valid header, removed (%zd bytes)", sp->dir, name, got);
+		unlinkat(sp->dir_fd, name, 0);
 		sp->dir_dirty = true;
 		goto cleanup;
+	}
+	foreign = ver == 1 || seg_owner != sp->owner_hash;
+	cons = h.consumed;
+	if ((ver == 2 && h.ccrc != cons_crc(id, cons, seg_owner)) || cons < hdr ||
+	    cons > (uint64_t)got)
+		bad_cons = true;
+	rw.cons = bad_cons ? hdr : cons;
+	rw.hdr = hdr;
+	rw.cons_ok = rw.cons == hdr;
+	end = seg_walk(ver, buf, hdr, got, recover_count, &rw, &lost, &stretches, &holes);
+	if (!rw.cons_ok) {
+		/* not the end of a record: we cannot know which were delivered */
+		bad_cons = true;
+		rw.cons = hdr;
+		rw.after = rw.all;
+		memcpy(rw.n_after, rw.n_all, sizeof(rw.n_all));
+	}
+	owner_text(ver, &ow, who, sizeof(who));
+	if (foreign && pol != SPILL_FOREIGN_ADOPT) {
+		if (pol == SPILL_FOREIGN_DISCARD) {
+			pr_warn("spill %s: %s holds %" PRIu64 " records for %s: discarded", sp->dir,
+				name, rw.after, who);
+			sp->st.discarded += rw.after;
+			unlinkat(sp->dir_fd, name, 0);
+			sp->dir_dirty = true;
+		} else if (rw.after) {
+			sp->st.foreign_segments++;
+			sp->st.foreign_records += rw.after;
+			sp->st.foreign_bytes += got;
+			if (!*foreign_desc)
+				snprintf(foreign_desc, fd_sz, "%s", who);
+		}
+		goto cleanup;
+	}
+	if (lost) {
+		sp->st.torn += stretches;
+		sp->st.torn_bytes += lost;
+		if (holes)
+			sp->st.resynced++;
+		pr_warn("spill %s: %s: %" PRIu64 " corrupt or torn bytes skipped in %" PRIu64
+			" stretches%s",
+			sp->dir, name, lost, stretches,
+			holes ? "; resumed at the next good record" : "");
+	}
+	if (bad_cons && rw.after) {
+		sp->st.suspect += rw.after;
+		pr_warn("spill %s: %s: consumed offset %" PRIu64 " does not check out; all %" PRIu64
+			" records are sent again (those delivered before arrive twice, with the "
+			"same record id)",
+			sp->dir, name, cons, rw.after);
+	}
+	if (!rw.after) {
+		unlinkat(sp->dir_fd, name, 0);
+		sp->dir_dirty = true;
+		goto cleanup;
+	}
+	if (foreign) {
+		pr_warn("spill %s: %s: %" PRIu64 " records for %s adopted", sp->dir, name, rw.after,
+			who);
+		sp->st.adopted += rw.after;
+	}
+	if (holes || bad_cons) {
+		/* a clean copy: the reader never meets the bad stretches again */
+		int nfd;
+
+		rw.keep = malloc(got);
+		rw.buf = buf;
+		if (!rw.keep) {
+			err = -ENOMEM;
+			goto cleanup;
+		}
+		seg_walk(ver, buf, hdr, got, recover_copy, &rw, &(uint64_t){0}, &(uint64_t){0},
+			 &(bool){0});
+		nfd = seg_rewrite(sp, id, ver, rw.keep, rw.kept);
+		free(rw.keep);
+		if (nfd < 0) {
+			err = nfd;
+			goto cleanup;
+		}
+		close(nfd);
+		seg_owner = ver == 2 ? sp->owner_hash : 0;
+		got = hdr + rw.kept;
+		end = got;
+		rw.cons = hdr;
 	}
 	s = seg_insert(sp, id);
 	if (!s) {
 		err = -ENOMEM;
 		goto cleanup;
 	}
-	s->end = off;
+	s->ver = ver;
+	s->hdr = hdr;
+	s->owner = seg_owner;
+	s->end = end;
 	s->disk = got;
-	s->cons = s->read = cons < HDR_SZ ? HDR_SZ : cons;
-	memcpy(s->n, n, sizeof(n));
-	s->unread = count;
-	sp->unread += count;
+	s->cons = s->read = rw.cons;
+	memcpy(s->n, rw.n_after, sizeof(rw.n_after));
+	s->unread = rw.after;
+	sp->unread += rw.after;
 	sp->bytes += got;
-	sp->st.recovered += count;
-	if (id >= sp->next_id)
-		sp->next_id = id + 1;
+	sp->st.recovered += rw.after;
 cleanup:
 	if (fd >= 0)
 		close(fd);
@@ -942,11 +1329,13 @@ cleanup:
 struct spill *spill_open(const struct spill_opts *o)
 {
 	struct spill *sp = NULL;
+	char foreign_desc[300] = "";
 	struct dirent *de;
+	struct stat dst;
 	DIR *d = NULL;
-	int err;
+	int err, dfd;
 
-	if (!o || o->sz < sizeof(*o) || !o->dir || !*o->dir || o->max_bytes < 2 * HDR_SZ) {
+	if (!o || o->sz < sizeof(*o) || !o->dir || !*o->dir || o->max_bytes < 2 * HDR2_SZ) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -968,9 +1357,11 @@ struct spill *spill_open(const struct spill_opts *o)
 			sp->seg_bytes = 16 << 20;
 	}
 	sp->dir = strdup(o->dir);
+	sp->owner = strdup(o->owner ? o->owner : "");
+	sp->write_through = o->write_through;
 	sp->tail.buf = malloc(WBUF_SZ);
 	sp->front.buf = malloc(WBUF_SZ);
-	if (!sp->dir || !sp->tail.buf || !sp->front.buf) {
+	if (!sp->dir || !sp->owner || !sp->tail.buf || !sp->front.buf) {
 		err = -ENOMEM;
 		goto fail;
 	}
@@ -985,14 +1376,31 @@ struct spill *spill_open(const struct spill_opts *o)
 		pr_err("spill: cannot open %s: %s", sp->dir, strerror(-err));
 		goto fail;
 	}
+	sp->owner_hash = owner_hash(sp->owner);
+	/*
+	 * Another user who can write here can plant records (sent to Kafka as
+	 * ours) or links: say so. Segment files are opened relative to this
+	 * descriptor, with O_NOFOLLOW, and only when they are ours.
+	 */
+	if (!fstat(sp->dir_fd, &dst) &&
+	    (dst.st_uid != geteuid() || (dst.st_mode & (S_IWOTH | S_IWGRP)))) {
+		sp->st.unsafe_dir = 1;
+		pr_warn("spill %s: owned by uid %u, mode %04o: other users can write to it and "
+			"plant records; use a directory of uid %u, mode 0700",
+			sp->dir, (unsigned)dst.st_uid, (unsigned)(dst.st_mode & 07777),
+			(unsigned)geteuid());
+	}
 	if (flock(sp->dir_fd, LOCK_EX | LOCK_NB)) {
 		err = errno == EWOULDBLOCK ? -EBUSY : -errno;
 		pr_err("spill: %s is in use by another agent", sp->dir);
 		goto fail;
 	}
-	d = opendir(sp->dir);
+	dfd = dup(sp->dir_fd);
+	d = dfd >= 0 ? fdopendir(dfd) : NULL;
 	if (!d) {
 		err = -errno;
+		if (dfd >= 0)
+			close(dfd);
 		goto fail;
 	}
 	while ((de = readdir(d))) {
@@ -1011,12 +1419,18 @@ struct spill *spill_open(const struct spill_opts *o)
 		id = strtoull(nm, &end, 16);
 		if (errno || end != nm + 16 || !id)
 			continue;
-		err = seg_recover(sp, id, nm);
+		err = seg_recover(sp, id, nm, o->foreign, foreign_desc, sizeof(foreign_desc));
 		if (err)
 			goto fail;
 	}
 	closedir(d);
 	d = NULL;
+	if (sp->st.foreign_records)
+		pr_warn("spill %s: %" PRIu64 " records (%" PRIu64 " bytes in %" PRIu64
+			" segments) were written for another Kafka cluster or topic prefix, e.g. "
+			"%s, not for \"%s\": left alone (--spill-foreign send or discard)",
+			sp->dir, sp->st.foreign_records, sp->st.foreign_bytes,
+			sp->st.foreign_segments, foreign_desc, sp->owner);
 	if (sp->unread)
 		pr_info("spill %s: %" PRIu64 " records (%" PRIu64 " bytes in %d segments) "
 			"left by an earlier run; they are sent first",
@@ -1050,5 +1464,6 @@ void spill_close(struct spill *sp)
 	free(sp->tk);
 	free(sp->segs);
 	free(sp->dir);
+	free(sp->owner);
 	free(sp);
 }

@@ -19,12 +19,16 @@
 #   kafka_exit_to_spill     broker down for a whole run: after --flush-timeout
 #                           the records stay in the spill; the next run (broker
 #                           up) sends them first, each once, in order
+#   kafka_spill_foreign     records spilled for one topic prefix are not sent
+#                           by a start with another prefix (left alone, said,
+#                           counted); --spill-foreign send sends them with the
+#                           new settings, --spill-foreign discard deletes them
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/kafka_lib.sh"
 
 NAMES="kafka_replay_deep kafka_replay_sentinel kafka_queue_overflow kafka_topics_config
-kafka_bad_options kafka_spill_locked kafka_exit_to_spill"
+kafka_bad_options kafka_spill_locked kafka_exit_to_spill kafka_spill_foreign"
 # shellcheck disable=SC2086
 kafka_preflight $NAMES
 DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
@@ -176,5 +180,44 @@ c=$(kafka_compare "$T/ex.dump" exact "$T/ex1.jsonl" "$T/ex2.jsonl")
 expect_compare "$c"
 expect "run 2 left records in the spill: $(grep 'left in the spill' "$T/ex2.err")" \
 	grep -q ' 0 left in the spill' "$T/ex2.err"
+report $name
+
+# --------------------------------------------------------------------------
+name=kafka_spill_foreign
+# fa: the broker is down, the records stay in the spill
+mock_down || fail_because "mock did not set the broker down"
+run_replay fa1 --spill-dir "$T/spill.fo" --kafka-topic-prefix fa --replay "$TINY" --flush-timeout 1
+n1=$(wc -l <"$T/fa1.jsonl")
+left=$(sed -n 's/.* \([0-9]*\) left in the spill.*/\1/p' "$T/fa1.err")
+expect "run fa1 left ${left:-?} of $n1 records in the spill" eq "${left:-x}" "$n1"
+mock_up || fail_because "mock did not set the broker up"
+# fb: another prefix, same spill: fa's records stay, said and counted
+run_replay fb2 --spill-dir "$T/spill.fo" --kafka-topic-prefix fb --replay "$TINY"
+rc=$?
+expect "run fb2 exit $rc: $(tail -c 300 "$T/fb2.err")" eq "$rc" 0
+expect "no warning about fa's records: $(grep -i spill "$T/fb2.err" | head -3)" \
+	grep -q "$n1 records .* another Kafka cluster or topic prefix.*fa.steps.*left alone" "$T/fb2.err"
+KTOPICS="fb.steps fb.anomalies fb.events fb.stats" kafka_dump "$T/fb2.dump"
+c=$(kafka_compare "$T/fb2.dump" exact "$T/fb2.jsonl")
+expect_compare "$c"
+KTOPICS="fa.steps fa.anomalies fa.events fa.stats" kafka_dump "$T/fa.dump"
+expect "fa's records were sent by the fb run" eq "$(wc -l <"$T/fa.dump")" 0
+# send: fa's records go to fb's topics, first
+run_replay fb3 --spill-dir "$T/spill.fo" --kafka-topic-prefix fb --replay "$TINY" --spill-foreign send
+expect "fb3 did not say it adopted fa's records: $(grep -i spill "$T/fb3.err" | head -3)" \
+	grep -q "$n1 records for .*fa.steps.* adopted" "$T/fb3.err"
+KTOPICS="fb.steps fb.anomalies fb.events fb.stats" kafka_dump "$T/fb3.dump"
+c=$(kafka_compare "$T/fb3.dump" exact "$T/fb2.jsonl" "$T/fa1.jsonl" "$T/fb3.jsonl")
+expect_compare "$c"
+# discard: spilled for fa again, deleted by a start for fc
+mock_down || fail_because "mock did not set the broker down"
+run_replay fa4 --spill-dir "$T/spill.fo" --kafka-topic-prefix fa --replay "$TINY" --flush-timeout 1
+mock_up || fail_because "mock did not set the broker up"
+run_replay fc5 --spill-dir "$T/spill.fo" --kafka-topic-prefix fc --replay "$TINY" --spill-foreign discard
+expect "fc5 did not say it discarded fa4's records: $(grep -i spill "$T/fc5.err" | head -3)" \
+	grep -q "holds $(wc -l <"$T/fa4.jsonl") records for .*fa.steps.*: discarded" "$T/fc5.err"
+expect "segments left after discard: $(ls "$T/spill.fo")" eq "$(find "$T/spill.fo" -name '*.seg' | wc -l)" 0
+KTOPICS="fa.steps fa.anomalies fa.events fa.stats" kafka_dump "$T/fa.dump"
+expect "fa's records were sent" eq "$(wc -l <"$T/fa.dump")" 0
 report $name
 mock_stop

@@ -41,10 +41,17 @@ kafka_preflight() {
 # each); BROKERS is its bootstrap address, MOCK_PID its pid. SIGUSR1 sets
 # the broker down, SIGUSR2 up again.
 mock_start() {
-	local i t args=()
+	local t args=()
 	for t in $KTOPICS "$@"; do args+=(-t "$t"); done
+	# emptied here: the child truncates it only once it runs, and the loop
+	# below must not read an earlier mock's address
+	: >"$T/mock.out"
 	"$KAFKA_MOCK" -p 4 "${args[@]}" </dev/null >"$T/mock.out" 2>"$T/mock.err" &
-	MOCK_PID=$!
+	mock_started $!
+}
+mock_started() { # mock_started PID: keep the pid, wait for the bootstrap address
+	local i
+	MOCK_PID=$1
 	_it_pids+=("$MOCK_PID")
 	for ((i = 0; i < 100; i++)); do
 		BROKERS=$(sed -n 's/^bootstrap=//p' "$T/mock.out")
@@ -67,6 +74,32 @@ mock_cmd() { # mock_cmd down|up: signal the mock, wait for its "ok" line
 	return 1
 }
 mock_down() { mock_cmd down; }
+# mock_start_ctl [-b N] TOPIC...: as mock_start, with -b N brokers, and
+# commands on a pipe (mock_ctl) for per-broker control
+MOCK_FD=
+mock_start_ctl() {
+	local t nb=1 args=()
+	if [ "${1:-}" = -b ]; then nb=$2; shift 2; fi
+	for t in $KTOPICS "$@"; do args+=(-t "$t"); done
+	rm -f "$T/mock.ctl"
+	mkfifo "$T/mock.ctl" || return 1
+	exec {MOCK_FD}<>"$T/mock.ctl"
+	: >"$T/mock.out"
+	"$KAFKA_MOCK" -b "$nb" -p 4 "${args[@]}" <&"$MOCK_FD" >"$T/mock.out" 2>"$T/mock.err" &
+	mock_started $!
+}
+# mock_ctl down|up [ID]: one broker (or all) down or up, confirmed
+mock_ctl() {
+	local n i what="$1 ${2:--1}"
+	n=$(grep -c "^ok $what\$" "$T/mock.out")
+	echo "$1 ${2:-}" >&"$MOCK_FD" || return 1
+	for ((i = 0; i < 200; i++)); do
+		[ "$(grep -c "^ok $what\$" "$T/mock.out")" -gt "$n" ] && return 0
+		sleep 0.05
+	done
+	echo "kafka_mock did not confirm '$what' in 10 s: $(tail -c 300 "$T/mock.out")" >&2
+	return 1
+}
 mock_stop() { # quietly, before the EXIT trap would kill it
 	[ -n "$MOCK_PID" ] || return 0
 	kill -TERM "$MOCK_PID" 2>/dev/null
@@ -99,20 +132,35 @@ kafka_dump() {
 #   file order (each once).
 # MODE suffix: Kafka holds a suffix of them (the first ones may be lost:
 #   kill -9 loses what the producer held in memory), each once, in order.
+# MODE cover: every line of the files is in Kafka, in order; Kafka may hold
+#   more (accepted by the Kafka sink before a kill -9, not yet flushed to
+#   the file). id_gaps then lists the runs whose infertrace-id numbers in
+#   Kafka are not 1..N without a hole (a hole is a lost record).
 # Records of the class "events" compare the same way unless EVENTS=subseq:
 #   then Kafka must hold a subsequence (shed records), each once, in order.
+# DEDUP=1: a message whose infertrace-id header was seen before (in
+#   partition order) is dropped first, as a consumer would; the result
+#   counts them (dups) and the messages without an id (no_id).
 kafka_compare() {
 	local dump=$1 mode=$2
 	shift 2
 	cat "$@" >"$T/cmp.lines"
-	jq -n -c --arg mode "$mode" --arg events "${EVENTS:-same}" \
+	jq -n -c --arg mode "$mode" --arg events "${EVENTS:-same}" --arg dedup "${DEDUP:-0}" \
 		--slurpfile k "$dump" --rawfile f "$T/cmp.lines" '
 	def parse: try fromjson catch null;
+	def rid: (.headers // []) as $h |
+		first(range(0; $h | length; 2) | select($h[.] == "infertrace-id") | $h[. + 1]) // null;
 	def is_subseq($a; $b): # $a a subsequence of $b
 		reduce $a[] as $x ({i: 0, ok: true};
 			if .ok then (($b[.i:] | index([$x])) as $j |
 				if $j == null then .ok = false else .i += $j + 1 end) else . end) | .ok;
-	($k | map(. + {rec: (.payload | parse)})) as $msgs |
+	($k | map(. + {rec: (.payload | parse), rid: rid})) as $all |
+	(if $dedup == "1" then
+		$all | sort_by(.topic, .partition, .offset) |
+		reduce .[] as $m ({seen: {}, out: []};
+			if $m.rid != null and .seen[$m.rid] then . else
+			(if $m.rid != null then .seen[$m.rid] = true else . end) | .out += [$m] end) | .out
+	 else $all end) as $msgs |
 	($f | split("\n") | map(select(length > 0))) as $lines |
 	# which topic each record type went to
 	($msgs | map(select(.rec | type == "object") | {t: .rec.type, topic}) | group_by(.t) |
@@ -130,6 +178,9 @@ kafka_compare() {
 		(if ($tk | test("\\.events ")) and $events == "subseq" then
 			(if is_subseq($kv; $fv) then null
 			 else "\($tk): not a subsequence of the file (kafka \($kv | length), file \($fv | length))" end)
+		 elif $mode == "cover" then
+			(if is_subseq($fv; $kv) then null
+			 else "\($tk): the file (\($fv | length)) is not in kafka (\($kv | length)) in order" end)
 		 elif $mode == "exact" then
 			(if $kv == $fv then null else
 			 "\($tk): kafka \($kv | length) file \($fv | length), first difference at " +
@@ -139,7 +190,11 @@ kafka_compare() {
 			    $fv[($fv | length) - ($kv | length):] == $kv then null
 			 else "\($tk): kafka \($kv | length) not a suffix of file \($fv | length)" end)
 		 end) | select(. != null)] as $mismatch |
-	{messages: ($msgs | length),
+	{messages: ($msgs | length), dups: (($all | length) - ($msgs | length)),
+	 no_id: ([$all[] | select(.rid == null)] | length),
+	 id_gaps: ([$msgs[] | select(.rid != null) | .rid | capture("^(?<run>[0-9a-f]+)-(?<seq>[0-9]+)$") |
+		{run, seq: (.seq | tonumber)}] | group_by(.run) |
+		map(select((map(.seq) | unique) as $s | $s[0] != 1 or ($s | length) != $s[-1]) | .[0].run)),
 	 bad_json: ([$msgs[] | select(.rec | type != "object")] | length),
 	 bad_key: ([$msgs[] | select(.rec | type == "object") | select(.rec.instance != .key)] | length),
 	 split: ([$kseq | to_entries[] | select(.value.parts > 1) | .key]),
@@ -172,12 +227,21 @@ last_kafka() {
 	jq -r "select(.type == \"stats\" and .kafka != null) | .kafka.$2" "$1" 2>/dev/null | tail -n 1
 }
 
+# last_stats FILE FIELD: FIELD of the kafka object of the last complete
+# stats record, read from the file's end (the file grows: a jq over all of
+# it would take longer each time)
+last_stats() {
+	tail -n 200 "$1" 2>/dev/null | grep '"type":"stats"' | grep '}$' | tail -n 1 |
+		jq -r ".kafka.$2" 2>/dev/null
+}
+
 # wait_spill_empty FILE SECS: until a stats record shows an empty spill
-# (what the producer holds then is delivered by the exit flush)
+# (what the producer holds then is delivered by the exit flush); bounded
+# by the clock
 wait_spill_empty() {
-	local f=$1 secs=$2 i
-	for ((i = 0; i < secs * 5; i++)); do
-		[ "$(last_kafka "$f" spill_records)" = 0 ] && return 0
+	local f=$1 end=$((SECONDS + $2))
+	while [ "$SECONDS" -lt "$end" ]; do
+		[ "$(last_stats "$f" spill_records)" = 0 ] && return 0
 		sleep 0.2
 	done
 	return 1

@@ -18,12 +18,18 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <cmocka.h>
 
 #include "spill.h"
 
 static char dir[256];
+
+/* the file format (agent/spill.c): segment header, record header, a record */
+#define SEG_HDR 256
+#define REC_HDR 32
+#define REC(key_len, len) (REC_HDR + (key_len) + (len))
 
 static int setup(void **state)
 {
@@ -260,19 +266,24 @@ static void test_torn_tail(void **state)
 		assert_int_equal(out[i], i);
 	spill_close(sp);
 
-	/* one flipped byte in record 20's value: it and what follows are skipped */
+	/*
+	 * one flipped byte in record 20's value: that record is skipped, the
+	 * reading resumes at record 21; the torn tail is still there
+	 */
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
-	/* header 32 + 20 records of 16 + 6 (key) + 100 bytes, into the value */
-	assert_int_equal(pwrite(fd, "Z", 1, 32 + 20 * 122 + 16 + 6 + 50), 1);
+	assert_int_equal(pwrite(fd, "Z", 1, SEG_HDR + 20 * REC(6, 100) + REC_HDR + 6 + 50), 1);
 	close(fd);
 	sp = open_spill(8 << 20, 1 << 20);
 	spill_get_stats(sp, &st);
-	assert_int_equal(st.torn, 1);
-	assert_int_equal(st.recovered, 20);
+	assert_int_equal(st.torn, 2);
+	assert_int_equal(st.resynced, 1);
+	assert_int_equal(st.torn_bytes, REC(6, 100) + REC(6, 100) - 37);
+	assert_int_equal(st.recovered, 48);
 	n = drain(sp, out, 100, true);
-	assert_int_equal(n, 20);
-	assert_int_equal(out[19], 19);
+	assert_int_equal(n, 48);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(out[i], i < 20 ? i : i + 1);
 	spill_close(sp);
 	/* a file that is nothing but garbage */
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
@@ -464,6 +475,303 @@ static void test_exclusive(void **state)
 	assert_int_equal(errno, EINVAL);
 }
 
+/* 4 bytes flipped in the middle of a 128 KiB segment: one record lost, counted to the byte */
+static void test_resync(void **state)
+{
+	struct spill *sp = open_spill(8 << 20, 1 << 20);
+	struct spill_stats st;
+	char path[512];
+	int out[1200], n, fd;
+	const int total = 128 * 1024 / REC(6, 100);
+
+	(void)state;
+	append_n(sp, 0, total, REC_EVENT, 100);
+	spill_close(sp);
+	only_segment(path, sizeof(path));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	/* into the header of record 400: magic and lengths no longer check out */
+	assert_int_equal(pwrite(fd, "\xff\xfe\xfd\xfc", 4, SEG_HDR + 400 * REC(6, 100) + 4), 4);
+	close(fd);
+	sp = open_spill(8 << 20, 1 << 20);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.torn, 1);
+	assert_int_equal(st.resynced, 1);
+	assert_int_equal(st.torn_bytes, REC(6, 100));
+	assert_int_equal(st.recovered, total - 1);
+	n = drain(sp, out, 1200, true);
+	assert_int_equal(n, total - 1);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(out[i], i < 400 ? i : i + 1);
+	spill_close(sp);
+	assert_int_equal(count_files(".seg"), 0);
+}
+
+/* the same damage while the spill is open (read after the check at open) */
+static void test_resync_at_read(void **state)
+{
+	struct spill *sp = open_spill(8 << 20, 1 << 20);
+	struct spill_stats st;
+	char path[512];
+	int out[200], n, fd;
+
+	(void)state;
+	append_n(sp, 0, 100, REC_SUMMARY, 100);
+	assert_int_equal(spill_flush(sp), 0);
+	only_segment(path, sizeof(path));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	/* record 30's value, and records 60 to 99: nothing good after 60 */
+	assert_int_equal(pwrite(fd, "\xff\xfe\xfd\xfc", 4, SEG_HDR + 30 * REC(6, 100) + 60), 4);
+	for (int i = 60; i < 100; i++)
+		assert_int_equal(pwrite(fd, "XXXX", 4, SEG_HDR + i * REC(6, 100) + 4), 4);
+	close(fd);
+	n = drain(sp, out, 200, true);
+	assert_int_equal(n, 59);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(out[i], i < 30 ? i : i + 1);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.torn, 2);
+	assert_int_equal(st.resynced, 1);
+	assert_int_equal(st.torn_bytes, 41 * REC(6, 100));
+	assert_int_equal(st.unread, 0);
+	assert_int_equal(st.records, 0);
+	spill_close(sp);
+	assert_int_equal(count_files(".seg"), 0);
+}
+
+/* the consumed offset of a segment header set to v, as a bad disk or hand would */
+static void set_consumed(uint64_t v)
+{
+	char path[512];
+	int fd;
+
+	only_segment(path, sizeof(path));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, &v, sizeof(v), 16), sizeof(v));
+	close(fd);
+}
+
+#define UNTOUCHED UINT64_MAX
+
+/* 100 records, 30 confirmed and committed, then the consumed offset set to v */
+static struct spill *consumed_case(uint64_t v, struct spill_stats *st)
+{
+	struct spill *sp = open_spill(8 << 20, 1 << 20);
+	struct spill_rec r;
+
+	append_n(sp, 0, 100, REC_SUMMARY, 100);
+	for (int i = 0; i < 30; i++) {
+		assert_int_equal(spill_peek(sp, &r), 0);
+		spill_done(sp, spill_take(sp));
+	}
+	spill_close(sp);
+	if (v != UNTOUCHED)
+		set_consumed(v);
+	sp = open_spill(8 << 20, 1 << 20);
+	spill_get_stats(sp, st);
+	return sp;
+}
+
+/* too high, 0, or another record boundary: never a silent loss or a silent repeat */
+static void test_consumed_damaged(void **state)
+{
+	const uint64_t cases[] = {1ull << 40, 0, SEG_HDR + 60 * REC(6, 100), 7};
+	struct spill_stats st;
+	int out[200], n;
+
+	(void)state;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct spill *sp = consumed_case(cases[c], &st);
+
+		/* all 100 again, counted as suspect: none lost */
+		assert_int_equal(st.recovered, 100);
+		assert_int_equal(st.suspect, 100);
+		n = drain(sp, out, 200, true);
+		assert_int_equal(n, 100);
+		assert_int_equal(out[0], 0);
+		assert_int_equal(out[99], 99);
+		spill_close(sp);
+		assert_int_equal(count_files(".seg"), 0);
+	}
+	/* untouched: the 70 not confirmed, nothing suspect */
+	{
+		struct spill *sp = consumed_case(UNTOUCHED, &st);
+
+		assert_int_equal(st.recovered, 70);
+		assert_int_equal(st.suspect, 0);
+		n = drain(sp, out, 200, true);
+		assert_int_equal(n, 70);
+		assert_int_equal(out[0], 30);
+		spill_close(sp);
+	}
+}
+
+static struct spill *open_owner(const char *owner, enum spill_foreign f)
+{
+	struct spill_opts o = {.sz = sizeof(o),
+			       .dir = dir,
+			       .max_bytes = 8 << 20,
+			       .segment_bytes = 1 << 20,
+			       .owner = owner,
+			       .foreign = f};
+	struct spill *sp = spill_open(&o);
+
+	assert_non_null(sp);
+	return sp;
+}
+
+/* records written for one cluster are not sent by a start for another one */
+static void test_foreign(void **state)
+{
+	struct spill *sp;
+	struct spill_stats st;
+	int out[100], n;
+
+	(void)state;
+	sp = open_owner("bootstrap=a:1 prefix=x", SPILL_FOREIGN_KEEP);
+	append_n(sp, 0, 10, REC_SUMMARY, 100);
+	spill_close(sp);
+
+	/* another cluster: left alone and counted, its own records apart */
+	sp = open_owner("bootstrap=b:1 prefix=x", SPILL_FOREIGN_KEEP);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.recovered, 0);
+	assert_int_equal(st.foreign_records, 10);
+	assert_int_equal(st.foreign_segments, 1);
+	assert_int_equal(spill_unread(sp), 0);
+	append_n(sp, 100, 5, REC_SUMMARY, 100);
+	spill_close(sp);
+	assert_int_equal(count_files(".seg"), 2);
+
+	/* the first owner again: its 10, and the other's 5 left alone */
+	sp = open_owner("bootstrap=a:1 prefix=x", SPILL_FOREIGN_KEEP);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.recovered, 10);
+	assert_int_equal(st.foreign_records, 5);
+	n = drain(sp, out, 100, false);
+	assert_int_equal(n, 10);
+	assert_int_equal(out[0], 0);
+	spill_close(sp);
+
+	/* adopt: both, oldest first */
+	sp = open_owner("bootstrap=c:1 prefix=y", SPILL_FOREIGN_ADOPT);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.adopted, 15);
+	n = drain(sp, out, 100, false);
+	assert_int_equal(n, 15);
+	assert_int_equal(out[0], 0);
+	assert_int_equal(out[10], 100);
+	spill_close(sp);
+
+	/* discard: gone, counted */
+	sp = open_owner("bootstrap=d:1 prefix=z", SPILL_FOREIGN_DISCARD);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.discarded, 15);
+	assert_int_equal(spill_unread(sp), 0);
+	spill_close(sp);
+	assert_int_equal(count_files(".seg"), 0);
+}
+
+/* a directory others can write to is reported; a planted link is not followed */
+static void test_unsafe_dir(void **state)
+{
+	struct spill *sp = open_spill(1 << 20, 0);
+	struct spill_stats st;
+	char link[600];
+
+	(void)state;
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.unsafe_dir, 0);
+	spill_close(sp);
+	assert_int_equal(chmod(dir, 0777), 0);
+	snprintf(link, sizeof(link), "%s/0000010000000000.seg", dir);
+	assert_int_equal(symlink("/etc/passwd", link), 0);
+	sp = open_spill(1 << 20, 0);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.unsafe_dir, 1);
+	assert_int_equal(st.recovered, 0);
+	assert_int_equal(st.io_errors, 0);
+	/* the link is left alone, and new segments do not collide with it */
+	append_n(sp, 0, 3, REC_STATS, 50);
+	assert_int_equal(spill_flush(sp), 0);
+	spill_close(sp);
+	assert_int_equal(access(link, F_OK), 0);
+	unlink(link);
+}
+
+/* write-ahead: taken at once when nothing waits; ids survive a kill -9 */
+static void test_append_take(void **state)
+{
+	struct spill_opts o = {.sz = sizeof(o),
+			       .dir = dir,
+			       .max_bytes = 8 << 20,
+			       .segment_bytes = 64 * 1024,
+			       .owner = "o",
+			       .write_through = true};
+	struct spill_id id = {0x1234, 0};
+	struct spill *sp;
+	struct spill_rec r;
+	struct spill_stats st;
+	uint64_t t[3];
+	char val[256];
+
+	(void)state;
+	sp = spill_open(&o);
+	assert_non_null(sp);
+	for (int i = 0; i < 3; i++) {
+		size_t len = make_val(val, sizeof(val), i, 100);
+
+		id.seq = i + 1;
+		assert_int_equal(spill_append_id(sp, REC_SUMMARY, &id, "k", 1, val, len, &t[i]), 0);
+		assert_true(t[i] > 0);
+	}
+	assert_int_equal(spill_unread(sp), 0);
+	spill_done(sp, t[0]);
+	spill_done(sp, t[1]);
+	spill_close(sp);
+	/* the third was not confirmed: it comes back, with its id */
+	sp = spill_open(&o);
+	assert_int_equal(spill_peek(sp, &r), 0);
+	assert_int_equal(val_index(&r), 2);
+	assert_int_equal(r.rid.run, 0x1234);
+	assert_int_equal(r.rid.seq, 3);
+	/* something unread: a new record waits its turn */
+	assert_int_equal(spill_append_id(sp, REC_SUMMARY, &id, "k", 1, val, 10, &t[0]), 0);
+	assert_int_equal(t[0], 0);
+	spill_done(sp, spill_take(sp));
+	spill_close(sp);
+
+	/* kill -9 right after the appends, no flush, no close: nothing lost */
+	if (fork() == 0) {
+		struct spill *c = spill_open(&o);
+		uint64_t tk;
+
+		for (int i = 0; i < 50; i++) {
+			size_t len = make_val(val, sizeof(val), 100 + i, 100);
+
+			id.seq = 100 + i;
+			spill_append_id(c, REC_EVENT, &id, "k", 1, val, len, &tk);
+		}
+		raise(SIGKILL);
+	}
+	wait(NULL);
+	sp = spill_open(&o);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.recovered, 1 + 50);
+	assert_int_equal(spill_peek(sp, &r), 0);
+	spill_done(sp, spill_take(sp));
+	for (int i = 0; i < 50; i++) {
+		assert_int_equal(spill_peek(sp, &r), 0);
+		assert_int_equal(val_index(&r), 100 + i);
+		assert_int_equal(r.rid.seq, 100 + i);
+		spill_done(sp, spill_take(sp));
+	}
+	spill_close(sp);
+	assert_int_equal(count_files(".seg"), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -474,6 +782,12 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_shedding_order, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_prepend, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_exclusive, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_resync, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_resync_at_read, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_consumed_damaged, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_foreign, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_unsafe_dir, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_append_take, setup, teardown),
 	};
 
 	agent_log_set_level(LOG_ERROR - 1); /* the warnings are expected here */
