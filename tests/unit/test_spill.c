@@ -26,7 +26,7 @@
 
 static char dir[256];
 
-/* the file format (agent/spill.c): segment header, record header, a record */
+/* the file format (agent/sinks/spill.c): segment header, record header, a record */
 #define SEG_HDR 256
 #define REC_HDR 32
 #define REC(key_len, len) (REC_HDR + (key_len) + (len))
