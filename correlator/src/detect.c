@@ -851,7 +851,7 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 		an.step_start_ns = in->r[ri].start;
 		an.dur_ns = in->r[ri].dur;
 		an.expected_ns =
-		    (uint64_t)(worst_m == 0 ? worst_med : (double)in->r[ri].dur - (v - worst_med));
+		    corr_d2u64(worst_m == 0 ? worst_med : (double)in->r[ri].dur - (v - worst_med));
 		an.score = worst;
 		an.kind = DIAG_KIND_STRAGGLER;
 		an.chart = "peers";
@@ -1172,10 +1172,10 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		d->cnt.bootstrapping++;
 	if (v) {
 		v->judged = judged;
-		v->median_ns = (uint64_t)med;
+		v->median_ns = corr_d2u64(med);
 		v->source = src;
 		v->expected_ns =
-		    med > 0 ? (uint64_t)(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var))) : 0;
+		    med > 0 ? corr_d2u64(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var))) : 0;
 		v->score = ucl1 > 0 ? up / ucl1 : 0;
 	}
 	/*
@@ -1235,7 +1235,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		an.phase = s->phase;
 		an.step_start_ns = s->start_ns;
 		an.dur_ns = s->dur_ns;
-		an.expected_ns = (uint64_t)(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var)));
+		an.expected_ns = corr_d2u64(med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var)));
 		if (flagg) {
 			an.score = gx / uclg;
 			an.chart = "gap";

@@ -1094,7 +1094,9 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 			ie++;
 		while (je < sg->nm && sg->m[je].pid == pid)
 			je++;
-		err = cut_pid(sg, pid, sg->r + i, ie - i, sg->m + j, je - j, upto);
+		/* no pointer arithmetic on an array not allocated yet (NULL + 0) */
+		err = cut_pid(sg, pid, sg->r ? sg->r + i : NULL, ie - i, sg->m ? sg->m + j : NULL,
+			      je - j, upto);
 		if (err) {
 			send_steps(sg);
 			return err;
