@@ -627,6 +627,42 @@ static void test_api_names(void **state)
 	assert_null(corr_cbid_name(2, 1));
 }
 
+/*
+ * Threads of an exited process leave the thread table (issue 18 #17): a
+ * node that starts short-lived processes kept their dead threads until the
+ * table was full, then evicted live ones round-robin. The joins of the
+ * threads that stay are unchanged by the moves inside the table.
+ */
+static void test_threads_pruned_at_exit(void **state)
+{
+	struct corr_opts x = { .thread_capacity = 16 };
+	struct got o;
+	struct corr *c = mk(&o, &x);
+	struct corr_gpu g;
+	uint64_t t = 1000;
+
+	(void)state;
+	/* a long-lived process, then 50 short-lived ones of 8 threads each */
+	corr__add_uprobe_launch(c, 1, 11, t, 0);
+	for (uint32_t p = 100; p < 150; p++) {
+		for (uint32_t tid = 0; tid < 8; tid++)
+			corr__add_uprobe_launch(c, p, p * 10 + tid, t += 10, 0);
+		corr__process_exit(c, p, t += 10);
+	}
+	assert_int_equal(corr__counters(c)->threads_evicted, 0);
+	assert_int_equal(corr__counters(c)->threads_pruned, 400);
+	/* the long-lived thread kept its pending entry: its callback joins it */
+	corr__add_callback(c, 1, 11, 1050, 9, 2, 211);
+	g = kern(1, 9, t + 1000);
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 1);
+	assert_true(o.has_l[0]);
+	assert_int_equal(o.l[0].tid, 11);
+	assert_int_equal(o.l[0].ts_ns, 1000);
+	assert_true(o.l[0].from_uprobe);
+	corr__free(c);
+}
+
 /* correlator/src/internal.h: not installed, exported by the library */
 struct names;
 struct names *names_new(uint32_t max_names);
@@ -683,6 +719,7 @@ int main(void)
 		cmocka_unit_test(test_us_to_ns),
 		cmocka_unit_test(test_api_names),
 		cmocka_unit_test(test_names_grow),
+		cmocka_unit_test(test_threads_pruned_at_exit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
