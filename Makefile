@@ -227,6 +227,49 @@ $(BUILD)/tests/fuzz/fuzz_control: tests/fuzz/fuzz_control.c agent/control/contro
 .PHONY: fuzz-control
 fuzz-control: $(BUILD)/tests/fuzz/fuzz_control
 
+# libFuzzer targets for --replay (issue 18): the correlator built once with
+# the fuzzer's coverage and the sanitizers (UBSan aborts: the fuzzer must see
+# it), then one binary per reader with its format forced (fuzz_replay.c),
+# one with detection, and the step path (fuzz_steps.c). make fuzz-replay;
+# tests/integration/fuzz.sh runs every fuzz target a few seconds in make test.
+FUZZ_SAN := address,undefined,float-cast-overflow
+FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,$(FUZZ_SAN) -fno-sanitize-recover=all -D_GNU_SOURCE
+FUZZ_CORR_OBJS := $(patsubst %.c,$(BUILD)/fuzz/%.o,$(CORR_SRCS))
+FUZZ_REPLAY_BINS := $(addprefix $(BUILD)/tests/fuzz/fuzz_,kineto jsonl nsys detect steps)
+
+$(BUILD)/fuzz/%.o: %.c
+	$(call msg,FUZZ-CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANG) -g -O1 -fsanitize=fuzzer-no-link,$(FUZZ_SAN) -fno-sanitize-recover=all \
+		-D_GNU_SOURCE -MMD -MP $(INCLUDES) -c $< -o $@
+
+$(BUILD)/fuzz/libcorr.a: $(FUZZ_CORR_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+FUZZ_LIBS := $(BUILD)/fuzz/libcorr.a -ljansson -lsqlite3 -lz -lm
+fuzz_fmt_kineto := CORR_FMT_KINETO
+fuzz_fmt_jsonl := CORR_FMT_JSONL
+fuzz_fmt_nsys := CORR_FMT_NSYS
+fuzz_fmt_detect := CORR_FMT_AUTO
+
+$(BUILD)/tests/fuzz/fuzz_kineto $(BUILD)/tests/fuzz/fuzz_jsonl $(BUILD)/tests/fuzz/fuzz_nsys \
+		$(BUILD)/tests/fuzz/fuzz_detect: $(BUILD)/tests/fuzz/fuzz_%: tests/fuzz/fuzz_replay.c \
+		$(BUILD)/fuzz/libcorr.a
+	$(call msg,FUZZ,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANG) $(FUZZ_FLAGS) -DFUZZ_FORMAT=$(fuzz_fmt_$*) $(INCLUDES) -o $@ $< $(FUZZ_LIBS)
+
+$(BUILD)/tests/fuzz/fuzz_steps: tests/fuzz/fuzz_steps.c $(BUILD)/fuzz/libcorr.a
+	$(call msg,FUZZ,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CLANG) $(FUZZ_FLAGS) $(INCLUDES) -o $@ $< $(FUZZ_LIBS)
+
+FUZZ_BINS := $(FUZZ_REPLAY_BINS) $(BUILD)/tests/fuzz/fuzz_shim_rx $(BUILD)/tests/fuzz/fuzz_control
+
+.PHONY: fuzz-replay
+fuzz-replay: $(FUZZ_REPLAY_BINS)
+
 .PHONY: shim fuzz-shim-rx
 shim: $(SHIM_SO)
 fuzz-shim-rx: $(BUILD)/tests/fuzz/fuzz_shim_rx
@@ -390,7 +433,7 @@ deps:
 	fi
 
 # every binary the tests run, without running them (what helpers build before TEST_FILTER runs)
-tests-build: all $(TEST_BINS) $(BENCH_BINS)
+tests-build: all $(TEST_BINS) $(BENCH_BINS) $(FUZZ_BINS)
 
 test: deps
 	$(Q)$(MAKE) --no-print-directory tests-build
@@ -421,6 +464,7 @@ clean:
 
 help:
 	@echo "targets: all deps test demo bench eval docs fmt check-fmt clean vmlinux"
+	@echo "         fuzz-replay fuzz-shim-rx fuzz-control (libFuzzer, clang)"
 	@echo "options: V=1 (show commands)  SAN=address,undefined  BPF_DEBUG=1  BUILD=dir"
 
 -include $(shell find $(BUILD) -type f -name '*.d' 2>/dev/null)

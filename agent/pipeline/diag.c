@@ -233,6 +233,13 @@ void diag_on_cpu(struct diag *d, const struct diag_cpu_event *e)
 		diag_seg__add_cpu(d->seg, e);
 }
 
+/* a traced process ended: the segmenter drops its state once its steps are cut */
+void diag_on_exit(struct diag *d, uint32_t pid)
+{
+	if (d)
+		diag_seg__process_exit(d->seg, pid);
+}
+
 void diag_on_step_mark(struct diag *d, const struct step_mark_event *e)
 {
 	if (!d)

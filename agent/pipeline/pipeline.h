@@ -71,6 +71,7 @@ void diag_on_gpu(struct diag *d, const struct corr_gpu *g, const struct corr_lau
 void diag_on_marker(struct diag *d, const struct corr_marker *m);
 void diag_on_cpu(struct diag *d, const struct diag_cpu_event *e);
 void diag_on_step_mark(struct diag *d, const struct step_mark_event *e);
+void diag_on_exit(struct diag *d, uint32_t pid); /* a process ended */
 void diag_add_step(struct diag *d, const struct diag_step *s); /* recorded steps: judge only */
 void diag_advance(struct diag *d, uint64_t now_ns);
 void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object */

@@ -310,6 +310,7 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		return 0;
 	case EV_PROC_EXIT:
 		shim_on_exit(a, h->pid, h->ts_ns); /* then the correlator, then discovery */
+		diag_on_exit(a->diag, h->pid); /* after the shim's last records */
 		return 0;
 	case EV_STEP_MARK:
 		a->cnt.step_marks++;

@@ -146,6 +146,7 @@ struct corr_counters {
 	uint64_t launches_dropped_exit; /* dropped at process exit */
 	uint64_t uprobes_evicted; /* uprobe launches no callback claimed */
 	uint64_t threads_evicted;
+	uint64_t threads_pruned; /* threads of exited processes dropped */
 	uint64_t gpu_records;
 	uint64_t joined; /* GPU records joined to a launch */
 	uint64_t joined_late; /* ... after waiting for their launch */

@@ -151,6 +151,7 @@ struct diag_seg_counters {
 	uint64_t steps, steps_marker, steps_auto, steps_anchor, steps_usdt;
 	uint64_t outside;      /* GPU records launched outside every step */
 	uint64_t bad_metadata; /* key=value metadata that did not parse */
+	uint64_t procs_pruned; /* exited processes whose state was dropped */
 };
 
 struct diag_seg *diag_seg__new(const struct diag_seg_opts *opts);
@@ -187,6 +188,13 @@ struct diag_cpu_event {
 	uint32_t other_pid;
 };
 int diag_seg__add_cpu(struct diag_seg *sg, const struct diag_cpu_event *e);
+
+/*
+ * A process ended: its open USDT steps are dropped, and its state (step
+ * sequence, what was cut) goes after the first cut that leaves nothing of
+ * it held. Its records still held are cut as usual. 0 or -ENOMEM.
+ */
+int diag_seg__process_exit(struct diag_seg *sg, uint32_t pid);
 
 /* cut the steps that ended before now_ns - hold_ns */
 int diag_seg__advance(struct diag_seg *sg, uint64_t now_ns);

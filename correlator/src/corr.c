@@ -675,6 +675,58 @@ int corr_add_launch_src(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_
 
 /* ---- threads ---- */
 
+/* the thread table's slot that holds thread index idx */
+static uint32_t tt_slot_of(const struct corr *c, uint32_t idx)
+{
+	uint32_t s = (uint32_t)corr_hash64(c->thr[idx].key) & c->tt_mask;
+
+	while (c->tt[s] != idx + 1)
+		s = (s + 1) & c->tt_mask;
+	return s;
+}
+
+/* empty slot s, shifting back the entries its slot displaced (as the launch table) */
+static void tt_delete_slot(struct corr *c, uint32_t s)
+{
+	uint32_t j = s;
+
+	c->tt[s] = 0;
+	for (;;) {
+		uint32_t home;
+
+		j = (j + 1) & c->tt_mask;
+		if (!c->tt[j])
+			break;
+		home = (uint32_t)corr_hash64(c->thr[c->tt[j] - 1].key) & c->tt_mask;
+		if ((s <= j) ? (home <= s || home > j) : (home <= s && home > j)) {
+			c->tt[s] = c->tt[j];
+			c->tt[j] = 0;
+			s = j;
+		}
+	}
+}
+
+/*
+ * A thread of an exited process: out of the table, its FIFO freed, the last
+ * thread moved into its place. Left in, dead threads filled the table and
+ * live ones were evicted in their stead.
+ */
+static void thr_remove(struct corr *c, uint32_t i)
+{
+	uint32_t last = c->thr_len - 1;
+
+	tt_delete_slot(c, tt_slot_of(c, i));
+	free(c->thr[i].up);
+	c->up_slots -= c->thr[i].up_cap;
+	if (i != last) {
+		c->tt[tt_slot_of(c, last)] = i + 1;
+		c->thr[i] = c->thr[last];
+	}
+	memset(&c->thr[last], 0, sizeof(c->thr[last]));
+	c->thr_len--;
+	c->cnt.threads_pruned++;
+}
+
 static struct thr *thr_get(struct corr *c, uint32_t pid, uint32_t tid, bool create)
 {
 	uint64_t key = (uint64_t)pid << 32 | tid;
@@ -694,31 +746,9 @@ static struct thr *thr_get(struct corr *c, uint32_t pid, uint32_t tid, bool crea
 	if (c->thr_len == c->thr_cap) {
 		/* evict round-robin: threads are cheap to forget (a few launches) */
 		uint32_t victim = c->thr_victim;
-		uint32_t s = (uint32_t)corr_hash64(c->thr[victim].key) & c->tt_mask;
 
 		c->thr_victim = (victim + 1) % c->thr_cap;
-		for (;; s = (s + 1) & c->tt_mask)
-			if (c->tt[s] == victim + 1)
-				break;
-		/* reuse the launch table's backward shift on the thread table */
-		{
-			uint32_t j = s;
-
-			c->tt[s] = 0;
-			for (;;) {
-				uint32_t home;
-
-				j = (j + 1) & c->tt_mask;
-				if (!c->tt[j])
-					break;
-				home = (uint32_t)corr_hash64(c->thr[c->tt[j] - 1].key) & c->tt_mask;
-				if ((s <= j) ? (home <= s || home > j) : (home <= s && home > j)) {
-					c->tt[s] = c->tt[j];
-					c->tt[j] = 0;
-					s = j;
-				}
-			}
-		}
+		tt_delete_slot(c, tt_slot_of(c, victim));
 		c->cnt.threads_evicted++;
 		c->thr_len--;
 		t = &c->thr[victim];
@@ -968,13 +998,12 @@ int corr__process_exit(struct corr *c, uint32_t pid, uint64_t ts_ns)
 		if (c->pend[i].g.pid == pid && !(c->o.flags & CORR_F_PID_FROM_LAUNCH))
 			pend_emit_unmatched(c, i);
 	}
-	/* its threads' uprobe rings */
-	for (i = 0; i < c->thr_len; i++)
-		if (c->thr[i].live && (uint32_t)(c->thr[i].key >> 32) == pid) {
-			memset(c->thr[i].cbw, 0, sizeof(c->thr[i].cbw));
-			c->thr[i].up_head = c->thr[i].up_len = 0;
-			c->thr[i].last_cb_ts = 0;
-		}
+	/* its threads go (the last one moves into a freed index: look again) */
+	for (i = 0; i < c->thr_len;)
+		if ((uint32_t)(c->thr[i].key >> 32) == pid)
+			thr_remove(c, i);
+		else
+			i++;
 	return 0;
 }
 

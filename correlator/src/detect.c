@@ -897,7 +897,7 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 		an.step_start_ns = in->r[ri].start;
 		an.dur_ns = in->r[ri].dur;
 		an.expected_ns =
-		    (uint64_t)(worst_m == 0 ? worst_med : (double)in->r[ri].dur - (v - worst_med));
+		    corr_d2u64(worst_m == 0 ? worst_med : (double)in->r[ri].dur - (v - worst_med));
 		an.score = worst;
 		an.kind = DIAG_KIND_STRAGGLER;
 		an.chart = "peers";
@@ -951,7 +951,7 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 	an.phase = k->phase;
 	an.step_start_ns = s->start_ns;
 	an.dur_ns = s->dur_ns;
-	an.expected_ns = (uint64_t)ref_med;
+	an.expected_ns = corr_d2u64(ref_med);
 	an.score = (mean - 1) / d->o.regression_rel;
 	an.kind = DIAG_KIND_REGRESSION;
 	an.chart = "baseline";
@@ -1281,7 +1281,7 @@ static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 	an.phase = s->phase;
 	an.step_start_ns = s->start_ns;
 	an.dur_ns = s->dur_ns;
-	an.expected_ns = (uint64_t)(j->med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var)));
+	an.expected_ns = corr_d2u64(j->med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var)));
 	if (j->flagg) {
 		an.score = j->gx / j->uclg;
 		an.chart = "gap";
@@ -1414,10 +1414,10 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		d->cnt.bootstrapping++;
 	if (v) {
 		v->judged = j.judged;
-		v->median_ns = (uint64_t)j.med;
+		v->median_ns = corr_d2u64(j.med);
 		v->source = j.src;
 		v->expected_ns =
-		    j.med > 0 ? (uint64_t)(j.med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var))) : 0;
+		    j.med > 0 ? corr_d2u64(j.med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var))) : 0;
 		v->score = j.ucl1 > 0 ? j.up / j.ucl1 : 0;
 	}
 	j.flagged = j.flag1 || j.flagw || j.flagg || j.flagc;

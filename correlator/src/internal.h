@@ -24,6 +24,17 @@ static inline uint64_t corr_hash64(uint64_t k)
 	return k;
 }
 
+/*
+ * double -> uint64_t without undefined behaviour: negative and NaN give 0,
+ * 2^64 and above UINT64_MAX (a hostile step of dur_ns ~2^64 reaches here)
+ */
+static inline uint64_t corr_d2u64(double x)
+{
+	if (!(x > 0))
+		return 0;
+	return x >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)x;
+}
+
 static inline uint32_t corr_pow2(uint64_t n)
 {
 	uint32_t p = 16;

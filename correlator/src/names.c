@@ -2,6 +2,8 @@
 /*
  * names.c - string interning (open addressing on an FNV-1a hash, strings in
  * an append-only arena so ids and pointers stay valid until names_free()).
+ * The tables start small and double with use up to the maximum: a table
+ * sized for 2^20 names cost 40 MB of zeroed memory before the first name.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -21,11 +23,14 @@ struct names {
 	uint32_t *slots; /* id + 1, 0 = empty */
 	uint32_t mask;
 	uint32_t count, max;
+	uint32_t cap; /* entries allocated in strs/lens/hashes, grown up to max */
 	const char **strs; /* id -> string */
 	uint32_t *lens;
 	uint64_t *hashes;
 	struct arena_chunk *chunks;
 };
+
+#define NAMES_FIRST 1024 /* entries at first: tables grow with use, not with max */
 
 static uint64_t fnv1a(const char *s, size_t len)
 {
@@ -38,25 +43,57 @@ static uint64_t fnv1a(const char *s, size_t len)
 	return h;
 }
 
+/* room for cap entries: the arrays to cap, the slot table to 2 x cap */
+static int names_grow(struct names *n, uint32_t cap)
+{
+	uint32_t size = corr_pow2((uint64_t)cap * 2);
+	const char **strs = realloc(n->strs, (size_t)cap * sizeof(*strs));
+	uint32_t *lens, *slots;
+	uint64_t *hashes;
+
+	if (!strs)
+		return -ENOMEM;
+	n->strs = strs;
+	lens = realloc(n->lens, (size_t)cap * sizeof(*lens));
+	if (!lens)
+		return -ENOMEM;
+	n->lens = lens;
+	hashes = realloc(n->hashes, (size_t)cap * sizeof(*hashes));
+	if (!hashes)
+		return -ENOMEM;
+	n->hashes = hashes;
+	n->cap = cap;
+	if (n->slots && size == n->mask + 1)
+		return 0;
+	slots = calloc(size, sizeof(*slots));
+	if (!slots)
+		return -ENOMEM;
+	/* re-place every id by its kept hash: ids do not change */
+	for (uint32_t id = 0; id < n->count; id++) {
+		uint32_t i = (uint32_t)n->hashes[id] & (size - 1);
+
+		while (slots[i])
+			i = (i + 1) & (size - 1);
+		slots[i] = id + 1;
+	}
+	free(n->slots);
+	n->slots = slots;
+	n->mask = size - 1;
+	return 0;
+}
+
 struct names *names_new(uint32_t max_names)
 {
 	struct names *n = calloc(1, sizeof(*n));
-	uint32_t size;
 
 	if (!n)
 		return NULL;
 	n->max = max_names ? max_names : 65536;
-	size = corr_pow2((uint64_t)n->max * 2);
-	n->slots = calloc(size, sizeof(*n->slots));
-	n->strs = calloc(n->max, sizeof(*n->strs));
-	n->lens = calloc(n->max, sizeof(*n->lens));
-	n->hashes = calloc(n->max, sizeof(*n->hashes));
-	if (!n->slots || !n->strs || !n->lens || !n->hashes) {
+	if (names_grow(n, n->max < NAMES_FIRST ? n->max : NAMES_FIRST)) {
 		names_free(n);
 		errno = ENOMEM;
 		return NULL;
 	}
-	n->mask = size - 1;
 	return n;
 }
 
@@ -117,6 +154,15 @@ int32_t names_intern(struct names *n, const char *s, size_t len)
 	}
 	if (n->count >= n->max)
 		return -ENOSPC;
+	if (n->count == n->cap) {
+		uint64_t cap = (uint64_t)n->cap * 2;
+
+		if (names_grow(n, cap > n->max ? n->max : (uint32_t)cap))
+			return -ENOMEM;
+		/* the slot table changed: find the free slot again */
+		for (i = (uint32_t)h & n->mask; n->slots[i]; i = (i + 1) & n->mask)
+			;
+	}
 	copy = arena_copy(n, s, len);
 	if (!copy)
 		return -ENOMEM;

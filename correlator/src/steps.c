@@ -57,10 +57,19 @@ struct scpu {
 	struct diag_cpu_event e;
 };
 
+/*
+ * Per-process state, in an open-addressing table keyed by pid (linear
+ * probing, deletion by backward shift): a replay of 200k processes or a
+ * node that starts thousands of short-lived ones must not scan a list per
+ * lookup. An exited process's entry goes once nothing of it is held.
+ */
 struct pstate {
 	uint32_t pid;
+	bool used;
+	bool exited; /* diag_seg__process_exit(): drop once nothing is held */
 	uint64_t seq;
 	uint64_t done_until; /* steps ending at or before this were emitted */
+	uint64_t held_gen; /* cut_all() generation that last kept something of it */
 };
 
 struct usdt_open {
@@ -81,8 +90,11 @@ struct diag_seg {
 	size_t nm, cm;
 	struct scpu *c;
 	size_t nc, cc;
-	struct pstate *ps;
-	size_t nps;
+	struct pstate *ps; /* hash table, ps_mask + 1 slots (0 while empty) */
+	uint32_t ps_mask, nps;
+	uint32_t *gone; /* pids that exited, their entries still in ps */
+	size_t ngone, cgone;
+	uint64_t gen; /* cut_all() calls */
 	struct usdt_open uo[64];
 	int nuo;
 	struct diag_step *out; /* a cut's steps of every process, sent in time order */
@@ -145,6 +157,7 @@ void diag_seg__free(struct diag_seg *sg)
 	free(sg->m);
 	free(sg->c);
 	free(sg->ps);
+	free(sg->gone);
 	free(sg->out);
 	free(sg);
 }
@@ -805,19 +818,142 @@ static void classify_phases(struct diag_step *st, size_t n)
 	}
 }
 
-static struct pstate *pstate_get(struct diag_seg *sg, uint32_t pid)
+static inline uint32_t ps_home(const struct diag_seg *sg, uint32_t pid)
 {
-	struct pstate *np;
+	return (uint32_t)corr_hash64(pid) & sg->ps_mask;
+}
 
-	for (size_t i = 0; i < sg->nps; i++)
+static struct pstate *pstate_find(const struct diag_seg *sg, uint32_t pid)
+{
+	if (!sg->ps)
+		return NULL;
+	for (uint32_t i = ps_home(sg, pid);; i = (i + 1) & sg->ps_mask) {
+		if (!sg->ps[i].used)
+			return NULL;
 		if (sg->ps[i].pid == pid)
 			return &sg->ps[i];
-	np = realloc(sg->ps, sizeof(*np) * (sg->nps + 1));
-	if (!np)
-		return NULL;
+	}
+}
+
+/* the table at half load at most: double it */
+static int ps_grow(struct diag_seg *sg)
+{
+	uint32_t ncap = sg->ps ? (sg->ps_mask + 1) * 2 : 64, omask = sg->ps_mask;
+	struct pstate *old = sg->ps, *np = calloc(ncap, sizeof(*np));
+
+	if (!np || ncap == 0)
+		return -ENOMEM;
 	sg->ps = np;
-	np[sg->nps] = (struct pstate){.pid = pid};
-	return &np[sg->nps++];
+	sg->ps_mask = ncap - 1;
+	for (uint32_t i = 0; old && i <= omask; i++) {
+		uint32_t j;
+
+		if (!old[i].used)
+			continue;
+		for (j = ps_home(sg, old[i].pid); np[j].used; j = (j + 1) & sg->ps_mask)
+			;
+		np[j] = old[i];
+	}
+	free(old);
+	return 0;
+}
+
+static struct pstate *pstate_get(struct diag_seg *sg, uint32_t pid)
+{
+	struct pstate *ps = pstate_find(sg, pid);
+	uint32_t i;
+
+	if (ps)
+		return ps;
+	if ((!sg->ps || (sg->nps + 1) * 2 > sg->ps_mask + 1) && ps_grow(sg))
+		return NULL;
+	for (i = ps_home(sg, pid); sg->ps[i].used; i = (i + 1) & sg->ps_mask)
+		;
+	sg->ps[i] = (struct pstate){.pid = pid, .used = true};
+	sg->nps++;
+	return &sg->ps[i];
+}
+
+/* remove an entry, shifting back the ones its slot displaced */
+static void pstate_del(struct diag_seg *sg, struct pstate *ps)
+{
+	uint32_t s = (uint32_t)(ps - sg->ps), j = s;
+
+	sg->ps[s].used = false;
+	sg->nps--;
+	for (;;) {
+		uint32_t home;
+
+		j = (j + 1) & sg->ps_mask;
+		if (!sg->ps[j].used)
+			return;
+		home = ps_home(sg, sg->ps[j].pid);
+		/* move j into the hole when its home is not in (s, j] (cyclically) */
+		if ((s <= j) ? (home <= s || home > j) : (home <= s && home > j)) {
+			sg->ps[s] = sg->ps[j];
+			sg->ps[j].used = false;
+			s = j;
+		}
+	}
+}
+
+/* steps ending at or before this were emitted (0: none yet, or unknown pid) */
+static uint64_t done_until(const struct diag_seg *sg, uint32_t pid)
+{
+	const struct pstate *ps = pstate_find(sg, pid);
+
+	return ps ? ps->done_until : 0;
+}
+
+/* an item of pid stays held after this cut: its process's entry must stay */
+static void held(struct diag_seg *sg, uint32_t pid)
+{
+	struct pstate *ps = pstate_find(sg, pid);
+
+	if (ps)
+		ps->held_gen = sg->gen;
+}
+
+int diag_seg__process_exit(struct diag_seg *sg, uint32_t pid)
+{
+	/* an entry also before its first cut: the next cut then knows it exited */
+	struct pstate *ps = pstate_get(sg, pid);
+
+	/* an open USDT step of the process never ends: free its slot */
+	for (int i = 0; i < sg->nuo;)
+		if (sg->uo[i].pid == pid)
+			sg->uo[i] = sg->uo[--sg->nuo];
+		else
+			i++;
+	if (!ps)
+		return -ENOMEM;
+	if (ps->exited)
+		return 0;
+	if (sg->ngone == sg->cgone && grow((void **)&sg->gone, &sg->cgone, sizeof(*sg->gone)))
+		return -ENOMEM;
+	ps->exited = true;
+	sg->gone[sg->ngone++] = pid;
+	return 0;
+}
+
+/* entries of exited processes that the last cut left nothing of */
+static void prune_exited(struct diag_seg *sg)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < sg->ngone; i++) {
+		struct pstate *ps = pstate_find(sg, sg->gone[i]);
+
+		if (!ps)
+			continue;
+		if (ps->held_gen == sg->gen) {
+			sg->gone[k++] = sg->gone[i];
+			continue;
+		}
+		pstate_del(sg, ps);
+		sg->cnt.procs_pruned++;
+	}
+	sg->ngone = k;
 }
 
 /* cut the steps of one pid ending at or before `upto`; returns the last end cut */
@@ -958,7 +1094,9 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 			ie++;
 		while (je < sg->nm && sg->m[je].pid == pid)
 			je++;
-		err = cut_pid(sg, pid, sg->r + i, ie - i, sg->m + j, je - j, upto);
+		/* no pointer arithmetic on an array not allocated yet (NULL + 0) */
+		err = cut_pid(sg, pid, sg->r ? sg->r + i : NULL, ie - i, sg->m ? sg->m + j : NULL,
+			      je - j, upto);
 		if (err) {
 			send_steps(sg);
 			return err;
@@ -968,33 +1106,38 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 	}
 	send_steps(sg);
 	/* keep what a later cut may still need */
+	sg->gen++;
 	for (i = 0; i < sg->nr; i++) {
-		struct pstate *ps = pstate_get(sg, sg->r[i].pid);
+		uint64_t du = done_until(sg, sg->r[i].pid);
 
-		if (ps && sg->r[i].launch > ps->done_until)
+		if (sg->r[i].launch > du) {
+			held(sg, sg->r[i].pid);
 			sg->r[keep_r++] = sg->r[i];
-		else if (upto == UINT64_MAX && ps && !ps->done_until)
+		} else if (upto == UINT64_MAX && !du) {
 			sg->cnt.outside++;
+		}
 	}
 	for (i = 0; i < sg->nm; i++) {
-		struct pstate *ps = pstate_get(sg, sg->m[i].pid);
-
-		if (ps && sg->m[i].end > ps->done_until)
+		if (sg->m[i].end > done_until(sg, sg->m[i].pid)) {
+			held(sg, sg->m[i].pid);
 			sg->m[keep_m++] = sg->m[i];
+		}
 	}
 	for (i = 0; i < sg->nc; i++) {
-		struct pstate *ps = pstate_get(sg, sg->c[i].e.pid);
-
-		if (ps && sg->c[i].e.ts_ns + sg->c[i].e.dur_ns > ps->done_until)
+		if (sg->c[i].e.ts_ns + sg->c[i].e.dur_ns > done_until(sg, sg->c[i].e.pid)) {
+			held(sg, sg->c[i].e.pid);
 			sg->c[keep_c++] = sg->c[i];
+		}
 	}
 	if (upto == UINT64_MAX) {
 		sg->cnt.outside += keep_r;
 		keep_r = keep_m = keep_c = 0;
+		sg->gen++; /* nothing is held any more */
 	}
 	sg->nr = keep_r;
 	sg->nm = keep_m;
 	sg->nc = keep_c;
+	prune_exited(sg);
 	return 0;
 }
 

@@ -16,7 +16,17 @@
 #                         SQLite file, an unknown format: exit non-zero (not a
 #                         signal), an error naming the offset, line or table,
 #                         a replay_status with ok=false where a record can be
-#                         written
+#                         written; also a Kineto trace cut or corrupted after
+#                         its traceEvents (issue 18 #14), JSON lines that are
+#                         not ours (#15)
+#   replay_streams:       a FIFO, a pipe (<(zcat trace.gz)), an nsys export
+#                         through a pipe, a UTF-8 BOM: the same kernels as
+#                         the file (issue 18 #13, #15)
+#   replay_stop:          SIGTERM while waiting for a FIFO's writer and
+#                         SIGINT in the middle of a long replay: exit 1 (not
+#                         killed by the signal), "stopped by a signal",
+#                         replay_status interrupted=true, the records read so
+#                         far written (issue 18 #13)
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -24,7 +34,7 @@ source "$(dirname "$0")/lib.sh"
 DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
 NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 CASES=(replay_kineto_gz replay_kineto_unmatched replay_kineto_plain replay_nsys replay_jsonl
-	replay_malformed)
+	replay_malformed replay_streams replay_stop)
 
 if [ ! -x "$AGENT" ] || ! command -v jq >/dev/null; then
 	for n in "${CASES[@]}"; do echo "FAIL $n: $AGENT not built or jq missing"; done
@@ -147,5 +157,107 @@ else
 	printf 'hello, not a trace\n' >"$T/bad.txt"
 	mal unknown "$T/bad.txt" 'unknown format'
 	mal missing "$T/does-not-exist.json" 'No such file'
+	# issue 18 #14: after traceEvents (the last key of this trace): the closing
+	# brace cut, more keys cut, data after the end
+	gunzip -c "$gz" | head -c -1 >"$T/after_cut.json"
+	mal after_events_cut "$T/after_cut.json" 'byte offset [0-9]+'
+	{ gunzip -c "$gz" | head -c -1; printf ', "deviceProperties": [{"id": 0, "na'; } >"$T/after_more.json"
+	mal after_events_more "$T/after_more.json" 'byte offset [0-9]+'
+	{ gunzip -c "$gz"; printf '}\n'; } >"$T/after_data.json"
+	mal after_events_data "$T/after_data.json" 'byte offset [0-9]+: data after the end'
+	# issue 18 #15: JSON lines whose first line has no type are not a Kineto trace
+	printf '{"timestamp": 0, "input_length": 5}\n{"timestamp": 1, "input_length": 7}\n' >"$T/requests.jsonl"
+	mal jsonl_not_ours "$T/requests.jsonl" 'JSON lines: line 1: no string "type"'
 	report replay_malformed
 fi
+
+# ---------------------------------------------------------------- streams --
+# same_kernels A B: the kernel records of two outputs agree (instance aside)
+same_kernels() {
+	local f
+	for f in "$1" "$2"; do
+		jq -c -n -R '[inputs | fromjson? | select(.type == "kernel") | del(.instance)] | sort' "$f" |
+			md5sum
+	done | uniq | wc -l
+}
+if [ ! -r "$gz" ] || [ ! -s "$T/out/first.jsonl" ]; then
+	skip replay_streams "$gz absent"
+else
+	# as this user: a pipe of process substitution belongs to the shell's user
+	rm -f "$T/fifo" && mkfifo "$T/fifo"
+	(cat "$gz" >"$T/fifo" &)
+	OUT=$T/out/fifo.jsonl
+	"$AGENT" --replay "$T/fifo" --mode deep -o "$OUT" 2>"$T/fifo.err"
+	expect "FIFO: exit $?: $(tail -n 1 "$T/fifo.err")" [ "$(status | jq -r .ok)" = true ]
+	expect "FIFO: kernels differ from the file's" eq "$(same_kernels "$T/out/first.jsonl" "$OUT")" 1
+	OUT=$T/out/pipe.jsonl
+	"$AGENT" --replay <(gunzip -c "$gz") --mode deep -o "$OUT" 2>"$T/pipe.err"
+	expect "pipe: exit $?: $(tail -n 1 "$T/pipe.err")" [ "$(status | jq -r .ok)" = true ]
+	expect "pipe: format $(status | jq -r .format)" [ "$(status | jq -r .format)" = kineto ]
+	expect "pipe: kernels differ from the file's" eq "$(same_kernels "$T/out/first.jsonl" "$OUT")" 1
+	OUT=$T/out/bom.jsonl
+	"$AGENT" --replay <(printf '\xef\xbb\xbf'; gunzip -c "$gz") --mode deep -o "$OUT" 2>"$T/bom.err"
+	expect "BOM: exit $?: $(tail -n 1 "$T/bom.err")" [ "$(status | jq -r .ok)" = true ]
+	expect "BOM: kernels differ from the file's" eq "$(same_kernels "$T/out/first.jsonl" "$OUT")" 1
+	nsys=$DATA/nsys/pipit_cloverleaf_a100.nsys.sqlite
+	if [ -r "$nsys" ]; then
+		OUT=$T/out/nsys_pipe.jsonl
+		"$AGENT" --replay <(cat "$nsys") --mode deep -o "$OUT" 2>"$T/nsys_pipe.err"
+		read -r n j u <<<"$(kernels)"
+		expect "nsys through a pipe: $n kernels, $j joined, want 1312 / 1312" [ "$n $j" = "1312 1312" ]
+		expect "nsys through a pipe: format $(status | jq -r .format)" \
+			[ "$(status | jq -r .format)" = nsys-sqlite ]
+	fi
+	report replay_streams
+fi
+
+# ------------------------------------------------------------------- stop --
+# stopped PID SIG WHAT: signal the agent, wait (bounded) for its exit
+stopped() {
+	local pid=$1 sig=$2 what=$3 i rc
+	kill -"$sig" "$pid"
+	for ((i = 0; i < 300; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		fail_because "$what: still running 30 s after SIG$sig"
+		kill -9 "$pid"
+	fi
+	wait "$pid"
+	rc=$?
+	expect "$what: exit $rc, want 1 (not killed by the signal)" eq "$rc" 1
+	expect "$what: no 'stopped by a signal' in $(tail -n 2 "$ERR" | tr '\n' '|')" \
+		grep -q 'stopped by a signal' "$ERR"
+	expect "$what: replay_status $(status)" [ "$(status | jq -r '.interrupted and (.ok | not)')" = true ]
+}
+# a FIFO nobody writes: the agent waits in open(); SIGTERM ends it
+rm -f "$T/fifo2" && mkfifo "$T/fifo2"
+OUT=$T/out/stop_fifo.jsonl ERR=$T/stop_fifo.err
+"$AGENT" --replay "$T/fifo2" -o "$OUT" 2>"$ERR" &
+pid=$!
+# until it waits in openat (syscall 257 on x86-64, 56 on arm64), bounded
+for ((i = 0; i < 100; i++)); do
+	grep -qE '^(257|56) ' /proc/$pid/syscall 2>/dev/null && break
+	sleep 0.1
+done
+stopped "$pid" TERM "FIFO without a writer"
+# SIGINT in the middle: 400,000 JSON-lines kernel records (~90 MB)
+awk 'BEGIN { for (i = 0; i < 400000; i++)
+	printf "{\"schema\":1,\"type\":\"kernel\",\"pid\":%d,\"tid\":%d,\"correlation_id\":%d,\"start_ns\":%d,\"end_ns\":%d,\"name\":\"k\",\"launch_ts_ns\":%d,\"launch_api\":\"cudaLaunchKernel\"}\n",
+		100 + i % 50, 100 + i % 50, i + 1, 1e9 + i * 1e4 + 5e3, 1e9 + i * 1e4 + 9e3, 1e9 + i * 1e4 }' \
+	>"$T/long.jsonl"
+OUT=$T/out/stop_long.jsonl ERR=$T/stop_long.err
+"$AGENT" --replay "$T/long.jsonl" --mode deep -o "$OUT" 2>"$ERR" &
+pid=$!
+# until the first records are out, bounded
+for ((i = 0; i < 600; i++)); do
+	[ -s "$OUT" ] && break
+	sleep 0.1
+done
+stopped "$pid" INT "SIGINT mid-replay"
+n=$(jq -r -n -R '[inputs | fromjson? | select(.type == "kernel")] | length' "$OUT")
+expect "SIGINT mid-replay: $n kernel records written, want some and fewer than 400000" between "$n" 1 399999
+expect "SIGINT mid-replay: replay_status.gpu_records $(status | jq .gpu_records) != $n records" \
+	eq "$(status | jq .gpu_records)" "$n"
+report replay_stop

@@ -628,6 +628,76 @@ static void test_api_names(void **state)
 	assert_null(corr_cbid_name(2, 1));
 }
 
+/*
+ * Threads of an exited process leave the thread table (issue 18 #17): a
+ * node that starts short-lived processes kept their dead threads until the
+ * table was full, then evicted live ones round-robin. The joins of the
+ * threads that stay are unchanged by the moves inside the table.
+ */
+static void test_threads_pruned_at_exit(void **state)
+{
+	struct corr_opts x = { .thread_capacity = 16 };
+	struct got o;
+	struct corr *c = mk(&o, &x);
+	struct corr_gpu g;
+	uint64_t t = 1000;
+
+	(void)state;
+	/* a long-lived process, then 50 short-lived ones of 8 threads each */
+	corr__add_uprobe_launch(c, 1, 11, t, 0);
+	for (uint32_t p = 100; p < 150; p++) {
+		for (uint32_t tid = 0; tid < 8; tid++)
+			corr__add_uprobe_launch(c, p, p * 10 + tid, t += 10, 0);
+		corr__process_exit(c, p, t += 10);
+	}
+	assert_int_equal(corr__counters(c)->threads_evicted, 0);
+	assert_int_equal(corr__counters(c)->threads_pruned, 400);
+	/* the long-lived thread kept its pending entry: its callback joins it */
+	corr__add_callback(c, 1, 11, 1050, 9, 2, 211);
+	g = kern(1, 9, t + 1000);
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 1);
+	assert_true(o.has_l[0]);
+	assert_int_equal(o.l[0].tid, 11);
+	assert_int_equal(o.l[0].ts_ns, 1000);
+	assert_true(o.l[0].from_uprobe);
+	corr__free(c);
+}
+
+/* correlator/src/internal.h: not installed, exported by the library */
+struct names;
+struct names *names_new(uint32_t max_names);
+void names_free(struct names *n);
+int32_t names_intern(struct names *n, const char *s, size_t len);
+const char *names_str(const struct names *n, int32_t id);
+
+/*
+ * The intern table grows with use (it started at its maximum: 40 MB zeroed
+ * for 2^20 names): ids stay sequential and stable across every growth, the
+ * maximum still holds.
+ */
+static void test_names_grow(void **state)
+{
+	struct names *n = names_new(5000);
+	char s[32];
+
+	(void)state;
+	assert_non_null(n);
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < 5000; i++) {
+			int len = snprintf(s, sizeof(s), "kernel_%d", i);
+
+			assert_int_equal(names_intern(n, s, (size_t)len), i);
+		}
+	for (int i = 0; i < 5000; i += 499) {
+		snprintf(s, sizeof(s), "kernel_%d", i);
+		assert_string_equal(names_str(n, i), s);
+	}
+	assert_int_equal(names_intern(n, "one more", 8), -ENOSPC);
+	assert_null(names_str(n, 5000));
+	names_free(n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -649,6 +719,8 @@ int main(void)
 		cmocka_unit_test(test_demangle),
 		cmocka_unit_test(test_us_to_ns),
 		cmocka_unit_test(test_api_names),
+		cmocka_unit_test(test_names_grow),
+		cmocka_unit_test(test_threads_pruned_at_exit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

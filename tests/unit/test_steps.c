@@ -437,6 +437,94 @@ static void test_auto_cycles_and_breakdown(void **state)
 	free(g);
 }
 
+struct count_got {
+	uint64_t steps, bad_seq;
+	uint64_t seq_of_7[8];
+	int n7;
+};
+
+static void count_step(void *ctx, const struct diag_step *s)
+{
+	struct count_got *c = ctx;
+
+	c->steps++;
+	if (s->pid == 7 && c->n7 < 8)
+		c->seq_of_7[c->n7++] = s->seq;
+	else if (s->seq > 1)
+		c->bad_seq++; /* the others have two steps each: seq 0 and 1 */
+}
+
+/* one automatic step of pid: a kernel, then the copy back that ends it */
+static void one_step(struct diag_seg *sg, uint32_t pid, uint64_t t0)
+{
+	add_kp(sg, pid, pid, t0, t0 + 10000, 200000, "gemm", CORR_KIND_KERNEL, 0);
+	add_kp(sg, pid, pid, t0 + 20000, t0 + 210000, 5000, "Memcpy DtoH", CORR_KIND_MEMCPY, 2);
+}
+
+/*
+ * Per-process state (issue 18 #17): many processes, each its own step
+ * sequence; an exited process's state goes once nothing of it is held, not
+ * before (its late steps keep counting), and its open USDT steps free their
+ * slots (64 of them: leaked, they refused every later begin).
+ */
+static void test_many_processes_pruned(void **state)
+{
+	struct diag_seg_opts o = {.sz = sizeof(o), .hold_ns = 1000000};
+	struct count_got c = {0};
+	struct diag_seg *sg;
+	const uint32_t np = 3000;
+
+	(void)state;
+	o.step = count_step;
+	o.step_ctx = &c;
+	sg = diag_seg__new(&o);
+	assert_non_null(sg);
+	for (uint32_t p = 0; p < np; p++)
+		for (int st = 0; st < 2; st++)
+			one_step(sg, 1000 + p, 1000000000ULL + p * 1000ULL + st * 500000ULL);
+	for (uint32_t p = 0; p < np; p++)
+		assert_int_equal(diag_seg__process_exit(sg, 1000 + p), 0);
+	assert_int_equal(diag_seg__counters(sg)->procs_pruned, 0); /* all still held */
+	assert_int_equal(diag_seg__flush(sg), 0);
+	assert_int_equal(c.steps, 2 * np);
+	assert_int_equal(c.bad_seq, 0);
+	assert_int_equal(diag_seg__counters(sg)->procs_pruned, np);
+
+	/* pid 7: two steps cut, it exits with a third held: seq 2, then pruned */
+	one_step(sg, 7, 10000000);
+	one_step(sg, 7, 20000000);
+	assert_int_equal(diag_seg__advance(sg, 40000000), 0);
+	assert_int_equal(c.n7, 2);
+	one_step(sg, 7, 50000000);
+	assert_int_equal(diag_seg__process_exit(sg, 7), 0);
+	assert_int_equal(diag_seg__advance(sg, 50500000), 0); /* too early: still held */
+	assert_int_equal(diag_seg__counters(sg)->procs_pruned, np);
+	assert_int_equal(diag_seg__advance(sg, 60000000), 0);
+	assert_int_equal(c.n7, 3);
+	assert_int_equal(c.seq_of_7[0], 0);
+	assert_int_equal(c.seq_of_7[1], 1);
+	assert_int_equal(c.seq_of_7[2], 2);
+	assert_int_equal(diag_seg__counters(sg)->procs_pruned, np + 1);
+	/* the pid again: a new process, its own sequence */
+	one_step(sg, 7, 70000000);
+	assert_int_equal(diag_seg__flush(sg), 0);
+	assert_int_equal(c.n7, 4);
+	assert_int_equal(c.seq_of_7[3], 0);
+
+	/* USDT: 64 processes exit inside a step; the next begin still finds a slot */
+	for (uint32_t p = 0; p < 64; p++)
+		assert_int_equal(diag_seg__usdt_begin(sg, 5000 + p, 5000 + p, 1000, 1, 1, 1,
+						      DIAG_PHASE_DECODE),
+				 0);
+	assert_int_equal(diag_seg__usdt_begin(sg, 6000, 6000, 1000, 1, 1, 1, DIAG_PHASE_DECODE),
+			 -ENOSPC);
+	for (uint32_t p = 0; p < 64; p++)
+		assert_int_equal(diag_seg__process_exit(sg, 5000 + p), 0);
+	assert_int_equal(diag_seg__usdt_begin(sg, 6000, 6000, 1000, 1, 1, 1, DIAG_PHASE_DECODE), 0);
+	assert_int_equal(diag_seg__usdt_end(sg, 5000, 5000, 2000), -ENOENT);
+	diag_seg__free(sg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -447,6 +535,7 @@ int main(void)
 	    cmocka_unit_test(test_metadata_and_usdt),
 	    cmocka_unit_test(test_auto_cycles_and_breakdown),
 	    cmocka_unit_test(test_processes_in_time_order),
+	    cmocka_unit_test(test_many_processes_pruned),
 	};
 
 	if (!test_data_dir())
