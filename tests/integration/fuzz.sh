@@ -7,8 +7,8 @@
 #   fuzz_kineto, fuzz_jsonl, fuzz_nsys: one replay reader each (format forced)
 #   fuzz_detect:   the replay input with format detection (every seed)
 #   fuzz_steps:    recordings -> step segmenter -> detector, and raw step records
-#   fuzz_shim_rx:  what CUPTI shims send the agent (agent/shim_rx.c)
-#   fuzz_control:  the control request parser (agent/control_proto.c)
+#   fuzz_shim_rx:  what CUPTI shims send the agent (agent/sources/shim_rx.c)
+#   fuzz_control:  the control request parser (agent/control/control_proto.c)
 #
 # FUZZ_SECONDS (default 4) per target. A crash, a sanitizer report or a
 # leak is a FAIL naming the reproducer: run the binary on that file alone.
