@@ -225,6 +225,17 @@ static int skip(struct scan *sc)
 }
 
 /* ',' or the closing ch; *done set at the closing */
+/* after an opening bracket: whitespace, then the closing one at once (an empty container)? */
+static bool empty_close(struct scan *sc, char close)
+{
+	ws(sc);
+	if (sc->p < sc->end && *sc->p == close) {
+		sc->p++;
+		return true;
+	}
+	return false;
+}
+
 static int next_or_close(struct scan *sc, char close, bool *done)
 {
 	ws(sc);
@@ -281,11 +292,8 @@ static int u32x3(struct scan *sc, uint32_t v[3])
 	if (sc->p >= sc->end || *sc->p != '[')
 		return skip(sc);
 	sc->p++;
-	ws(sc);
-	if (sc->p < sc->end && *sc->p == ']') {
-		sc->p++;
+	if (empty_close(sc, ']'))
 		return 0;
-	}
 	while (!done) {
 		uint64_t x;
 
@@ -322,11 +330,8 @@ static int parse_args(struct scan *sc, struct kev *e)
 
 	if (expect(sc, '{'))
 		return -EINVAL;
-	ws(sc);
-	if (sc->p < sc->end && *sc->p == '}') {
-		sc->p++;
+	if (empty_close(sc, '}'))
 		return 0;
-	}
 	while (!done) {
 		uint64_t *dst = NULL;
 
@@ -377,11 +382,8 @@ static int parse_event(struct scan *sc, struct kev *e)
 	memset(e, 0, sizeof(*e));
 	if (expect(sc, '{'))
 		return -EINVAL;
-	ws(sc);
-	if (sc->p < sc->end && *sc->p == '}') {
-		sc->p++;
+	if (empty_close(sc, '}'))
 		return 0;
-	}
 	while (!done) {
 		if (str(sc, &k, &esc) || expect(sc, ':'))
 			return -EINVAL;
@@ -525,11 +527,8 @@ static int events_array(struct scan *sc, struct replay_ctx *rc, char *namebuf)
 
 	if (expect(sc, '['))
 		return -EINVAL;
-	ws(sc);
-	if (sc->p < sc->end && *sc->p == ']') {
-		sc->p++;
+	if (empty_close(sc, ']'))
 		return 0;
-	}
 	while (!done) {
 		/* a stop request is seen within a few thousand events */
 		if ((n++ & 4095) == 0 && replay_stopped(rc))
@@ -571,11 +570,7 @@ int kineto_read(struct replay_ctx *rc, const char *buf, size_t len)
 	}
 	if (expect(&sc, '{'))
 		goto out;
-	ws(&sc);
-	if (sc.p < sc.end && *sc.p == '}') {
-		sc.p++;
-		done = true;
-	}
+	done = empty_close(&sc, '}');
 	/*
 	 * Every byte counts, also after traceEvents: a trace cut or corrupted
 	 * there (the metadata Kineto writes last) is an error, not ok.

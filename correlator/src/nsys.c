@@ -79,6 +79,17 @@ static int cmp_strent(const void *a, const void *b)
 	return x->ord < y->ord ? -1 : x->ord > y->ord;
 }
 
+/* a query that failed or was interrupted: finalized, logged unless stopped */
+static int query_failed(struct replay_ctx *rc, sqlite3 *db, sqlite3_stmt *st, const char *table)
+{
+	int err = replay_stopped(rc) ? -EINTR : -EINVAL;
+
+	if (err == -EINVAL)
+		replay_log(rc, CORR_LOG_ERROR, "nsys: %s: %s", table, sqlite3_errmsg(db));
+	sqlite3_finalize(st);
+	return err;
+}
+
 static int load_strings(struct replay_ctx *rc, sqlite3 *db, struct strtab *tab)
 {
 	sqlite3_stmt *st = NULL;
@@ -132,13 +143,7 @@ static int load_strings(struct replay_ctx *rc, sqlite3 *db, struct strtab *tab)
 	tab->n = k;
 	return 0;
 sql_err:
-	if (replay_stopped(rc)) {
-		sqlite3_finalize(st);
-		return -EINTR;
-	}
-	replay_log(rc, CORR_LOG_ERROR, "nsys: StringIds: %s", sqlite3_errmsg(db));
-	sqlite3_finalize(st);
-	return -EINVAL;
+	return query_failed(rc, db, st, "StringIds");
 }
 
 static const char *str_of(const struct strtab *tab, sqlite3_stmt *st, int col)
@@ -200,13 +205,7 @@ static int read_api(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab
 	sqlite3_finalize(st);
 	return err;
 sql_err:
-	if (replay_stopped(rc)) {
-		sqlite3_finalize(st);
-		return -EINTR;
-	}
-	replay_log(rc, CORR_LOG_ERROR, "nsys: %s: %s", table, sqlite3_errmsg(db));
-	sqlite3_finalize(st);
-	return -EINVAL;
+	return query_failed(rc, db, st, table);
 }
 
 static int read_gpu(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab,
@@ -279,13 +278,7 @@ static int read_gpu(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab
 	sqlite3_finalize(st);
 	return err;
 sql_err:
-	if (replay_stopped(rc)) {
-		sqlite3_finalize(st);
-		return -EINTR;
-	}
-	replay_log(rc, CORR_LOG_ERROR, "nsys: %s: %s", table, sqlite3_errmsg(db));
-	sqlite3_finalize(st);
-	return -EINVAL;
+	return query_failed(rc, db, st, table);
 }
 
 /* SQLite runs a query's sort before its first row: a stop must reach it */
