@@ -32,6 +32,7 @@
  * delivery report for STALL_NS is replaced by a new one.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/random.h>
@@ -761,6 +762,45 @@ int kafka_sink_get_stats(struct agent *a, struct kafka_sink_stats *out)
 	return 0;
 }
 
+/* the numeric members of the "kafka" object, in their order (docs/events.md) */
+#define KS(name, member) { name, offsetof(struct kafka_sink_stats, member) }
+static const struct {
+	const char *name;
+	size_t off;
+} kafka_counters[] = {
+	KS("queue_records", queue),
+	KS("queue_max", queue_max),
+	KS("spilled_total", spilled),
+	KS("replayed_total", replayed),
+	KS("recovered_total", recovered),
+	KS("spill_bytes", spill_bytes),
+	KS("spill_max_bytes", spill_max_bytes),
+	KS("spill_records", spill_records),
+	KS("spill_segments", spill_segments),
+	KS("spill_torn_total", spill_torn),
+	KS("spill_io_errors_total", spill_io_errors),
+	KS("spill_torn_bytes_total", spill_torn_bytes),
+	KS("spill_resynced_total", spill_resynced),
+	KS("spill_suspect_total", spill_suspect),
+	KS("spill_foreign_records", spill_foreign_records),
+	KS("spill_foreign_bytes", spill_foreign_bytes),
+	KS("spill_discarded_total", spill_discarded),
+	KS("spill_adopted_total", spill_adopted),
+	KS("spill_unsafe_dir", spill_unsafe_dir),
+	KS("wal_errors_total", wal_errors),
+	KS("producer_restarts_total", producer_restarts),
+	KS("dropped_event_total", dropped[REC_EVENT]),
+	KS("dropped_summary_total", dropped[REC_SUMMARY]),
+	KS("dropped_anomaly_total", dropped[REC_ANOMALY]),
+	KS("dropped_stats_total", dropped[REC_STATS]),
+};
+#undef KS
+
+static json_t *ks_int(uint64_t v)
+{
+	return json_integer((json_int_t)v);
+}
+
 /* the "kafka" object of the stats record (docs/events.md); flat, for the metrics */
 static void kafka_stats(struct sink *s, json_t *rec)
 {
@@ -773,53 +813,18 @@ static void kafka_stats(struct sink *s, json_t *rec)
 	o = json_object();
 	json_object_set_new(o, "broker", json_string(x.broker));
 	json_object_set_new(o, "broker_up", json_integer(k->broker == BROKER_UP));
-	json_object_set_new(o, "produced_total", json_integer((json_int_t)x.produced));
-	json_object_set_new(o, "delivered_total", json_integer((json_int_t)x.delivered));
-	json_object_set_new(o, "delivery_errors_total",
-			    json_integer((json_int_t)x.delivery_errors));
-	json_object_set_new(o, "not_persisted_total", json_integer((json_int_t)x.not_persisted));
-	json_object_set_new(o, "possibly_persisted_total",
-			    json_integer((json_int_t)x.possibly_persisted));
-	json_object_set_new(o, "requeued_total", json_integer((json_int_t)x.requeued));
-	json_object_set_new(o, "permanent_errors_total",
-			    json_integer((json_int_t)x.permanent_errors));
-	json_object_set_new(o, "client_errors_total", json_integer((json_int_t)k->c.client_errors));
-	json_object_set_new(o, "sentinel_held_total", json_integer((json_int_t)s->held));
-	json_object_set_new(o, "queue_records", json_integer((json_int_t)x.queue));
-	json_object_set_new(o, "queue_max", json_integer((json_int_t)x.queue_max));
-	json_object_set_new(o, "spilled_total", json_integer((json_int_t)x.spilled));
-	json_object_set_new(o, "replayed_total", json_integer((json_int_t)x.replayed));
-	json_object_set_new(o, "recovered_total", json_integer((json_int_t)x.recovered));
-	json_object_set_new(o, "spill_bytes", json_integer((json_int_t)x.spill_bytes));
-	json_object_set_new(o, "spill_max_bytes", json_integer((json_int_t)x.spill_max_bytes));
-	json_object_set_new(o, "spill_records", json_integer((json_int_t)x.spill_records));
-	json_object_set_new(o, "spill_segments", json_integer((json_int_t)x.spill_segments));
-	json_object_set_new(o, "spill_torn_total", json_integer((json_int_t)x.spill_torn));
-	json_object_set_new(o, "spill_io_errors_total",
-			    json_integer((json_int_t)x.spill_io_errors));
-	json_object_set_new(o, "spill_torn_bytes_total",
-			    json_integer((json_int_t)x.spill_torn_bytes));
-	json_object_set_new(o, "spill_resynced_total", json_integer((json_int_t)x.spill_resynced));
-	json_object_set_new(o, "spill_suspect_total", json_integer((json_int_t)x.spill_suspect));
-	json_object_set_new(o, "spill_foreign_records",
-			    json_integer((json_int_t)x.spill_foreign_records));
-	json_object_set_new(o, "spill_foreign_bytes",
-			    json_integer((json_int_t)x.spill_foreign_bytes));
-	json_object_set_new(o, "spill_discarded_total",
-			    json_integer((json_int_t)x.spill_discarded));
-	json_object_set_new(o, "spill_adopted_total", json_integer((json_int_t)x.spill_adopted));
-	json_object_set_new(o, "spill_unsafe_dir", json_integer((json_int_t)x.spill_unsafe_dir));
-	json_object_set_new(o, "wal_errors_total", json_integer((json_int_t)x.wal_errors));
-	json_object_set_new(o, "producer_restarts_total",
-			    json_integer((json_int_t)x.producer_restarts));
-	json_object_set_new(o, "dropped_event_total",
-			    json_integer((json_int_t)x.dropped[REC_EVENT]));
-	json_object_set_new(o, "dropped_summary_total",
-			    json_integer((json_int_t)x.dropped[REC_SUMMARY]));
-	json_object_set_new(o, "dropped_anomaly_total",
-			    json_integer((json_int_t)x.dropped[REC_ANOMALY]));
-	json_object_set_new(o, "dropped_stats_total",
-			    json_integer((json_int_t)x.dropped[REC_STATS]));
+	json_object_set_new(o, "produced_total", ks_int(x.produced));
+	json_object_set_new(o, "delivered_total", ks_int(x.delivered));
+	json_object_set_new(o, "delivery_errors_total", ks_int(x.delivery_errors));
+	json_object_set_new(o, "not_persisted_total", ks_int(x.not_persisted));
+	json_object_set_new(o, "possibly_persisted_total", ks_int(x.possibly_persisted));
+	json_object_set_new(o, "requeued_total", ks_int(x.requeued));
+	json_object_set_new(o, "permanent_errors_total", ks_int(x.permanent_errors));
+	json_object_set_new(o, "client_errors_total", ks_int(k->c.client_errors));
+	json_object_set_new(o, "sentinel_held_total", ks_int(s->held));
+	for (size_t i = 0; i < sizeof(kafka_counters) / sizeof(kafka_counters[0]); i++)
+		json_object_set_new(o, kafka_counters[i].name,
+				    ks_int(*(const uint64_t *)((const char *)&x + kafka_counters[i].off)));
 	json_object_set_new(rec, "kafka", o);
 }
 
