@@ -63,23 +63,3 @@ int write_all(int fd, const void *buf, size_t len, int64_t off)
 	}
 	return 0;
 }
-
-int grow_array(void **arr, size_t *cap, size_t n, size_t elem, size_t first)
-{
-	size_t nc = *cap ? *cap : (first ? first : 1);
-	void *na;
-
-	if (n < *cap)
-		return 0;
-	while (nc <= n) {
-		if (nc > SIZE_MAX / 2 / elem)
-			return -ENOMEM;
-		nc *= 2;
-	}
-	na = realloc(*arr, nc * elem);
-	if (!na)
-		return -ENOMEM;
-	*arr = na;
-	*cap = nc;
-	return 0;
-}

@@ -28,11 +28,7 @@ int mkdir_parents(const char *path, mode_t mode);
  */
 int write_all(int fd, const void *buf, size_t len, int64_t off);
 
-/*
- * Room for element n in *arr of *cap elements of elem bytes: when n >= *cap
- * the capacity doubles (first when it was 0) until it holds n + 1. *arr and
- * *cap change only on success; -ENOMEM leaves them alone.
- */
-int grow_array(void **arr, size_t *cap, size_t n, size_t elem, size_t first);
+/* grow_array(): correlator/include/grow.h, one helper for the agent and the correlator */
+#include "grow.h"
 
 #endif /* INFERTRACE_UTIL_H */

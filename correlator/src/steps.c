@@ -30,6 +30,7 @@
 
 #include "diag_internal.h"
 #include "internal.h"
+#include "grow.h"
 
 #define DEFAULT_MARKERS "execute_model,run_batch,forward_batch,ProfilerStep#"
 #define MAX_PATTERNS 16
@@ -167,18 +168,6 @@ const struct diag_seg_counters *diag_seg__counters(const struct diag_seg *sg)
 	return &sg->cnt;
 }
 
-static int grow(void **p, size_t *cap, size_t elem)
-{
-	size_t nc = *cap ? *cap * 2 : 1024;
-	void *np = realloc(*p, nc * elem);
-
-	if (!np)
-		return -ENOMEM;
-	*p = np;
-	*cap = nc;
-	return 0;
-}
-
 static bool is_comm(const char *n)
 {
 	return n && (strstr(n, "nccl") || strstr(n, "all_reduce") || strstr(n, "allreduce") ||
@@ -196,7 +185,7 @@ int diag_seg__add_gpu(struct diag_seg *sg, const struct corr_gpu *g, const struc
 		sg->cnt.dropped++;
 		return -ENOSPC;
 	}
-	if (sg->nr == sg->cr && grow((void **)&sg->r, &sg->cr, sizeof(*sg->r)))
+	if (grow_array((void **)&sg->r, &sg->cr, sg->nr, sizeof(*sg->r), 1024))
 		return -ENOMEM;
 	if (g->name) {
 		id = names_intern(sg->names, g->name, strlen(g->name));
@@ -287,7 +276,7 @@ static void parse_meta(struct diag_seg *sg, const char *s, struct smark *m)
 
 static int push_marker(struct diag_seg *sg, const struct smark *m)
 {
-	if (sg->nm == sg->cm && grow((void **)&sg->m, &sg->cm, sizeof(*sg->m)))
+	if (grow_array((void **)&sg->m, &sg->cm, sg->nm, sizeof(*sg->m), 1024))
 		return -ENOMEM;
 	sg->m[sg->nm++] = *m;
 	return 0;
@@ -377,7 +366,7 @@ int diag_seg__add_cpu(struct diag_seg *sg, const struct diag_cpu_event *e)
 		sg->cnt.dropped++;
 		return -ENOSPC;
 	}
-	if (sg->nc == sg->cc && grow((void **)&sg->c, &sg->cc, sizeof(*sg->c)))
+	if (grow_array((void **)&sg->c, &sg->cc, sg->nc, sizeof(*sg->c), 1024))
 		return -ENOMEM;
 	sg->c[sg->nc++].e = *e;
 	return 0;
@@ -929,7 +918,7 @@ int diag_seg__process_exit(struct diag_seg *sg, uint32_t pid)
 		return -ENOMEM;
 	if (ps->exited)
 		return 0;
-	if (sg->ngone == sg->cgone && grow((void **)&sg->gone, &sg->cgone, sizeof(*sg->gone)))
+	if (grow_array((void **)&sg->gone, &sg->cgone, sg->ngone, sizeof(*sg->gone), 1024))
 		return -ENOMEM;
 	ps->exited = true;
 	sg->gone[sg->ngone++] = pid;
@@ -1033,7 +1022,7 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 			sg->cnt.steps_auto++;
 		if (st[i].start_ns + st[i].dur_ns > ps->done_until)
 			ps->done_until = st[i].start_ns + st[i].dur_ns;
-		if (sg->nout == sg->cout && grow((void **)&sg->out, &sg->cout, sizeof(*sg->out))) {
+		if (grow_array((void **)&sg->out, &sg->cout, sg->nout, sizeof(*sg->out), 1024)) {
 			err = -ENOMEM;
 			goto cleanup;
 		}
