@@ -90,6 +90,16 @@ static int query_failed(struct replay_ctx *rc, sqlite3 *db, sqlite3_stmt *st, co
 	return err;
 }
 
+/* the end of a table's rows: err from a row, else the step's own result (r) */
+static int query_end(struct replay_ctx *rc, sqlite3 *db, sqlite3_stmt *st, const char *table,
+		     int r, int err)
+{
+	if (!err && r != SQLITE_DONE)
+		return query_failed(rc, db, st, table);
+	sqlite3_finalize(st);
+	return err;
+}
+
 static int load_strings(struct replay_ctx *rc, sqlite3 *db, struct strtab *tab)
 {
 	sqlite3_stmt *st = NULL;
@@ -200,10 +210,7 @@ static int read_api(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab
 		if (err)
 			break;
 	}
-	if (!err && r != SQLITE_DONE)
-		goto sql_err;
-	sqlite3_finalize(st);
-	return err;
+	return query_end(rc, db, st, table, r, err);
 sql_err:
 	return query_failed(rc, db, st, table);
 }
@@ -273,10 +280,7 @@ static int read_gpu(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab
 		if (err)
 			break;
 	}
-	if (!err && r != SQLITE_DONE)
-		goto sql_err;
-	sqlite3_finalize(st);
-	return err;
+	return query_end(rc, db, st, table, r, err);
 sql_err:
 	return query_failed(rc, db, st, table);
 }

@@ -66,18 +66,25 @@ resumed() {
 }
 secs() { echo "$2 - $1" | bc; }
 
-# wait_drained FILE SECS: a live agent's last stats show an empty spill;
-# bounded by the clock. Every record is written ahead, so spill_records
-# counts what the producer holds too; queue_records also counts librdkafka's
-# pending events and, with a stats record every 0.05 s and linger.ms 50,
-# the previous stats record is nearly always still on its way.
-wait_drained() {
-	local f=$1 end=$((SECONDS + $2))
-	while [ "$SECONDS" -lt "$end" ]; do
-		[ "$(last_stats "$f" spill_records)" = 0 ] && return 0
-		sleep 0.1
-	done
-	return 1
+# a live agent is drained when its last stats show an empty spill
+# (wait_spill_empty, kafka_lib.sh): every record is written ahead, so
+# spill_records counts what the producer holds too; queue_records also counts
+# librdkafka's pending events and, with a stats record every 0.05 s and
+# linger.ms 50, the previous stats record is nearly always still on its way.
+
+# expect_delivered ERR DUMP OUT: the agent left nothing in its spill (its
+# stderr ERR says so), and Kafka (dumped into DUMP) holds every line of OUT,
+# repeats dropped as a consumer would, each with its record id and none
+# missing; the comparison stays in $c
+expect_delivered() {
+	expect "records left in the spill: $(grep 'left in the spill' "$1")" \
+		grep -q ' 0 left in the spill' "$1"
+	kafka_dump "$2"
+	c=$(DEDUP=1 kafka_compare "$2" exact "$3")
+	expect_compare "$c"
+	expect "a message without infertrace-id: $(jq .no_id <<<"$c")" eq "$(jq .no_id <<<"$c")" 0
+	expect "record ids missing in Kafka (lost records) of runs $(jq -c .id_gaps <<<"$c")" \
+		eq "$(jq '.id_gaps | length' <<<"$c")" 0
 }
 
 # replay_case NAME FILE DOWN_AT: a replay with the broker down from DOWN_AT s
@@ -104,14 +111,7 @@ replay_case() {
 	wait_exit "$pid" 90 || { fail_because "agent still running 90 s after the broker came back"; kill -KILL "$pid"; return; }
 	end=$(now)
 	expect "agent exit $WAIT_RC: $(tail -c 300 "$T/$pfx.err")" eq "$WAIT_RC" 0
-	expect "records left in the spill: $(grep 'left in the spill' "$T/$pfx.err")" \
-		grep -q ' 0 left in the spill' "$T/$pfx.err"
-	kafka_dump "$T/$pfx.dump"
-	c=$(DEDUP=1 kafka_compare "$T/$pfx.dump" exact "$T/$pfx.jsonl")
-	expect_compare "$c"
-	expect "a message without infertrace-id: $(jq .no_id <<<"$c")" eq "$(jq .no_id <<<"$c")" 0
-	expect "record ids missing in Kafka (lost records) of runs $(jq -c .id_gaps <<<"$c")" \
-		eq "$(jq '.id_gaps | length' <<<"$c")" 0
+	expect_delivered "$T/$pfx.err" "$T/$pfx.dump" "$T/$pfx.jsonl"
 	echo "INFO $name: $(jq .messages <<<"$c") records, $(jq .dups <<<"$c") sent twice; after the broker came back: first delivery $(since "$up" "$first") s, all delivered $(secs "$up" "$end") s (--kafka-queue-max 500)"
 	mock_stop
 }
@@ -122,7 +122,7 @@ up_and_drain() {
 	mock_ctl up || { fail_because "mock did not come up"; return 1; }
 	UP_MONO=$(mono)
 	UP_AT=$(now)
-	wait_drained "$AGENT_OUT" 30 ||
+	wait_spill_empty "$AGENT_OUT" 30 ||
 		fail_because "not drained 30 s after $1: spill $(last_stats "$AGENT_OUT" spill_records), producer $(last_stats "$AGENT_OUT" queue_records)"
 	DRAINED_AT=$(now)
 }
@@ -155,18 +155,11 @@ live_case() {
 		sleep 2
 	done
 	up2=$(now)
-	wait_drained "$AGENT_OUT" 30 || fail_because "not drained 30 s after the rolling restart: spill $(last_stats "$AGENT_OUT" spill_records), producer $(last_stats "$AGENT_OUT" queue_records)"
+	wait_spill_empty "$AGENT_OUT" 30 || fail_because "not drained 30 s after the rolling restart: spill $(last_stats "$AGENT_OUT" spill_records), producer $(last_stats "$AGENT_OUT" queue_records)"
 	end2=$(now)
 	agent_stop INT || { fail_because "agent did not exit on SIGINT"; return; }
 	expect "agent exit $AGENT_RC: $(agent_tail)" eq "$AGENT_RC" 0
-	expect "records left in the spill: $(grep 'left in the spill' "$AGENT_ERR")" \
-		grep -q ' 0 left in the spill' "$AGENT_ERR"
-	kafka_dump "$T/lv.dump"
-	c=$(DEDUP=1 kafka_compare "$T/lv.dump" exact "$AGENT_OUT")
-	expect_compare "$c"
-	expect "a message without infertrace-id: $(jq .no_id <<<"$c")" eq "$(jq .no_id <<<"$c")" 0
-	expect "record ids missing in Kafka (lost records) of runs $(jq -c .id_gaps <<<"$c")" \
-		eq "$(jq '.id_gaps | length' <<<"$c")" 0
+	expect_delivered "$AGENT_ERR" "$T/lv.dump" "$AGENT_OUT"
 	k=$(jq -c 'select(.type == "stats" and .final) | .kafka' "$AGENT_OUT" | tail -n 1)
 	expect "nothing spilled in two outages: $k" ge "$(jq .spilled_total <<<"$k")" 20
 	expect "records dropped: $k" eq "$(jq '.dropped_event_total + .dropped_summary_total + .dropped_anomaly_total + .dropped_stats_total' <<<"$k")" 0
@@ -198,7 +191,7 @@ kill9_case() {
 	agent_start k9b --pid "$IDLE" -i 0.05 --no-net --kafka "$BROKERS" --kafka-topic-prefix k9d \
 		--spill-dir "$T/spill.k9d" --kafka-queue-max 20 --flush-timeout 1 ||
 		{ fail_because "agent did not restart: $(agent_tail)"; return; }
-	wait_drained "$AGENT_OUT" 30 || fail_because "spill not empty 30 s after the restart"
+	wait_spill_empty "$AGENT_OUT" 30 || fail_because "spill not empty 30 s after the restart"
 	agent_stop INT || { fail_because "agent did not exit on SIGINT"; return; }
 	expect "second run exit $AGENT_RC: $(agent_tail)" eq "$AGENT_RC" 0
 	n2=$(wc -l <"$T/k9b.jsonl")
