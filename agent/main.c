@@ -117,7 +117,14 @@ enum opt_type {
 	OT_DOUBLE, /* double field within [min, max] */
 	OT_MS,	   /* milliseconds within [min, max] into a uint64_t field of ns */
 	OT_U32,	   /* uint32_t field, an integer within [min, max] */
+	OT_ENUM,   /* int or enum field: the value of the choice named */
 	OT_FN,	   /* set() takes the value */
+};
+
+/* OT_ENUM: the names an option takes, ended by { NULL } */
+struct opt_choice {
+	const char *name;
+	int value;
 };
 
 enum {
@@ -140,14 +147,17 @@ struct opt_def {
 	double min, max;
 	int flags;
 	opt_set_fn set;	 /* OT_FN */
+	const struct opt_choice *choices; /* OT_ENUM */
 	const char *err; /* what the value must be: "--NAME ERR, not 'VALUE'" */
 	const char *doc;
 };
 
 #define FIELD(f) offsetof(struct agent_opts, f)
+#define CHOICES(...) ((const struct opt_choice[]){__VA_ARGS__, {NULL, 0}})
 
-static int set_mode(const struct opt_def *d, struct agent_opts *o, char *arg,
-		    struct argp_state *state);
+/* OT_ENUM stores an int: the enum fields it sets must be int-sized */
+_Static_assert(sizeof(enum agent_mode) == sizeof(int), "OT_ENUM field size");
+
 static int set_pid(const struct opt_def *d, struct agent_opts *o, char *arg,
 		   struct argp_state *state);
 static int set_config(const struct opt_def *d, struct agent_opts *o, char *arg,
@@ -164,14 +174,14 @@ static int set_config_doc(const struct opt_def *d, struct agent_opts *o, char *a
 			  struct argp_state *state);
 static int set_otlp(const struct opt_def *d, struct agent_opts *o, char *arg,
 		    struct argp_state *state);
-static int set_spill_foreign(const struct opt_def *d, struct agent_opts *o, char *arg,
-			     struct argp_state *state);
 
 /* --instance names: INSTANCE_LEN - 1 characters, as the error line says */
 _Static_assert(INSTANCE_LEN == 128, "update --instance's bound and message");
 
 static const struct opt_def opt_table[] = {
-    {"mode", 'm', "MODE", OT_FN, .set = set_mode, .err = "must be sentinel or deep",
+    {"mode", 'm', "MODE", OT_ENUM, FIELD(mode),
+     .choices = CHOICES({"sentinel", MODE_SENTINEL}, {"deep", MODE_DEEP}),
+     .err = "must be sentinel or deep",
      .doc = "sentinel (default): per-thread aggregates every interval plus events above "
 	    "the thresholds; deep: every event"},
     {"interval", 'i', "SECS", OT_DOUBLE, FIELD(interval_s), 0.01, 3600,
@@ -294,7 +304,9 @@ static const struct opt_def opt_table[] = {
      .doc = "On-disk buffer for records Kafka cannot take now, resent in order and after a "
 	    "restart (default /var/lib/infertrace/spill; with --replay "
 	    "/var/lib/infertrace/spill-replay)"},
-    {"spill-foreign", OPT_SPILL_FOREIGN, "POLICY", OT_FN, .set = set_spill_foreign,
+    {"spill-foreign", OPT_SPILL_FOREIGN, "POLICY", OT_ENUM, FIELD(spill_foreign),
+     .choices = CHOICES({"keep", SPILL_FOREIGN_KEEP}, {"send", SPILL_FOREIGN_ADOPT},
+			{"discard", SPILL_FOREIGN_DISCARD}),
      .err = "takes keep, send or discard",
      .doc = "Records in the spill written for another Kafka cluster or topic prefix: leave "
 	    "them (keep, the default, with a warning), send them with this run's settings "
@@ -398,6 +410,14 @@ static int opt_apply(const struct opt_def *d, struct agent_opts *o, char *arg,
 			return -EINVAL;
 		*(uint32_t *)field = (uint32_t)l;
 		return 0;
+	case OT_ENUM:
+		for (const struct opt_choice *c = d->choices; c->name; c++) {
+			if (!strcmp(arg, c->name)) {
+				*(int *)field = c->value;
+				return 0;
+			}
+		}
+		return -EINVAL;
 	case OT_FN:
 		return d->set(d, o, arg, state);
 	}
@@ -539,19 +559,6 @@ static int set_config_doc(const struct opt_def *od, struct agent_opts *o, char *
 	exit(0);
 }
 
-static int set_mode(const struct opt_def *d, struct agent_opts *o, char *arg,
-		    struct argp_state *state)
-{
-	(void)d, (void)state;
-	if (!strcmp(arg, "sentinel"))
-		o->mode = MODE_SENTINEL;
-	else if (!strcmp(arg, "deep"))
-		o->mode = MODE_DEEP;
-	else
-		return -EINVAL;
-	return 0;
-}
-
 static int set_pid(const struct opt_def *d, struct agent_opts *o, char *arg,
 		   struct argp_state *state)
 {
@@ -573,21 +580,6 @@ static int set_metrics(const struct opt_def *d, struct agent_opts *o, char *arg,
 	if (!strchr(arg, ':') || !strrchr(arg, ':')[1])
 		return -EINVAL;
 	o->metrics = arg;
-	return 0;
-}
-
-static int set_spill_foreign(const struct opt_def *d, struct agent_opts *o, char *arg,
-			     struct argp_state *state)
-{
-	(void)d, (void)state;
-	if (!strcmp(arg, "keep"))
-		o->spill_foreign = SPILL_FOREIGN_KEEP;
-	else if (!strcmp(arg, "send"))
-		o->spill_foreign = SPILL_FOREIGN_ADOPT;
-	else if (!strcmp(arg, "discard"))
-		o->spill_foreign = SPILL_FOREIGN_DISCARD;
-	else
-		return -EINVAL;
 	return 0;
 }
 
