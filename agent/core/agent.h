@@ -147,7 +147,12 @@ int route_detail(struct agent *a, uint32_t pid, const char *key, const char *jso
 const char *rec_dump(struct agent *a, const json_t *rec, size_t *len);
 int rec_send(struct agent *a, enum rec_class cls, const char *key, const char *json, size_t len,
 	     bool release);
-/* rec_dump() + rec_send() released, for the pipeline's own records; steals rec */
+/* one serialised record to a writer: rec_emit_raw(), or rec_send() released */
+typedef int (*rec_raw_fn)(struct agent *a, enum rec_class cls, const char *key, const char *json,
+			  size_t len);
+/* rec_dump() rec, hand it to fn with its instance as key; steals rec */
+int rec_obj_to(struct agent *a, enum rec_class cls, json_t *rec, rec_raw_fn fn);
+/* rec_obj_to() rec_send() released, for the pipeline's own records */
 int rec_send_obj(struct agent *a, enum rec_class cls, json_t *rec);
 
 /* the agent's options (read-only after start) */

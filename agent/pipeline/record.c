@@ -86,14 +86,24 @@ const char *rec_dump(struct agent *a, const json_t *rec, size_t *len)
 	return buf;
 }
 
-int rec_send_obj(struct agent *a, enum rec_class cls, json_t *rec)
+int rec_obj_to(struct agent *a, enum rec_class cls, json_t *rec, rec_raw_fn fn)
 {
 	size_t len;
 	const char *buf = rec_dump(a, rec, &len);
-	int err = buf ? rec_send(a, cls, json_string_value(json_object_get(rec, "instance")), buf,
-				 len, true)
+	int err = buf ? fn(a, cls, json_string_value(json_object_get(rec, "instance")), buf, len)
 		      : rec ? -EINVAL : -ENOMEM;
 
 	json_decref(rec);
 	return err;
+}
+
+static int send_released(struct agent *a, enum rec_class cls, const char *key, const char *json,
+			 size_t len)
+{
+	return rec_send(a, cls, key, json, len, true);
+}
+
+int rec_send_obj(struct agent *a, enum rec_class cls, json_t *rec)
+{
+	return rec_obj_to(a, cls, rec, send_released);
 }

@@ -16,7 +16,6 @@
  * GPU detail that sentinel mode only summarises (kernels of processes not in
  * a deep-dive) is not sent at all: route_detail() keeps it in the window.
  */
-#include <errno.h>
 
 #include "state.h"
 #include "pipeline.h"
@@ -34,14 +33,7 @@ int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const cha
 
 int rec_emit(struct agent *a, enum rec_class cls, json_t *rec)
 {
-	size_t len;
-	const char *buf = rec_dump(a, rec, &len);
-	int err = buf ? rec_emit_raw(a, cls, json_string_value(json_object_get(rec, "instance")),
-				     buf, len)
-		      : rec ? -EINVAL : -ENOMEM;
-
-	json_decref(rec);
-	return err;
+	return rec_obj_to(a, cls, rec, rec_emit_raw);
 }
 
 bool route_wants_detail(struct agent *a, uint32_t pid)
