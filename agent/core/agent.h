@@ -54,6 +54,7 @@ struct agent_opts {
 	bool no_net; /* skip the network family */
 	const char *replay; /* --replay FILE (no BPF) */
 	const char *shim_socket; /* CUPTI shims connect here; "none": off */
+	const char *shim_group;	 /* group of the shim socket; NULL: SHIM_GROUP_DEFAULT */
 	/* Kafka sink (agent/sinks/sink_kafka.h); kafka NULL: no Kafka */
 	const char *kafka; /* --kafka BROKERS (bootstrap.servers) */
 	const char *kafka_prefix; /* topics <prefix>.steps, .anomalies, .events, .stats */

@@ -24,6 +24,8 @@
 
 #define SHIM_SOCK_DEFAULT "/run/infertrace/shim.sock"
 #define SHIM_ENV_SOCKET "INFERTRACE_SHIM_SOCKET"
+/* the agent gives the socket (0660) to this group: workloads join it, not group 0 */
+#define SHIM_GROUP_DEFAULT "infertrace"
 
 /* upper bound of one message in either direction */
 #define SHIM_MSG_MAX 16384
