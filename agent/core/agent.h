@@ -124,6 +124,8 @@ struct sink *sink_file_open(const char *path); /* NULL or "-" = stdout; NULL+err
  * pid 0 means a node-level record: instance is the host name.
  */
 json_t *rec_new(struct agent *a, const char *type, uint32_t pid, uint32_t tid, uint64_t ts_ns);
+/* a JSON string of bytes from outside: invalid UTF-8 replaced (U+FFFD), counted */
+json_t *rec_string(const char *s);
 int rec_emit(struct agent *a, enum rec_class cls, json_t *rec);
 
 /*
