@@ -134,10 +134,9 @@ static const struct {
     {"shim_status_absurd", "absurd_counter"},
 };
 
+/* announced also without a shim socket (all 0), like the other shim families */
 static void shim_rejects(FILE *f, const json_t *g)
 {
-	if (!g)
-		return;
 	help(f, "infertrace_shim_rejected_total", "counter",
 	     "Shim connections refused or closed and records rejected, by reason.");
 	for (size_t i = 0; i < sizeof(shim_reject) / sizeof(shim_reject[0]); i++)
