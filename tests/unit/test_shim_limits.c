@@ -32,6 +32,7 @@
 
 #include "shim_rx.h"
 #include "shim/proto.h"
+#include "shim_records.h"
 
 #define SEC 1000000000ull
 
@@ -143,28 +144,7 @@ static int raw_connect(const char *path)
 
 static struct shim_status_event mk_hello(uint32_t ns_pid)
 {
-	struct shim_status_event s;
-
-	memset(&s, 0, sizeof(s));
-	s.hdr.type = EV_SHIM_STATUS;
-	s.hdr.size = sizeof(s);
-	s.hdr.pid = ns_pid;
-	s.abi_version = INFERTRACE_ABI_VERSION;
-	return s;
-}
-
-static struct gpu_launch_cb_event mk_cb(uint32_t ns_pid, uint32_t tid, uint32_t corr)
-{
-	struct gpu_launch_cb_event cb;
-
-	memset(&cb, 0, sizeof(cb));
-	cb.hdr.type = EV_GPU_LAUNCH_CB;
-	cb.hdr.size = sizeof(cb);
-	cb.hdr.pid = ns_pid;
-	cb.hdr.tid = tid;
-	cb.domain = 2;
-	cb.correlation_id = corr;
-	return cb;
+	return shim_hello(ns_pid, INFERTRACE_ABI_VERSION);
 }
 
 /* ROOT/PID/task/HOST/status naming the thread ns_tid inside */
@@ -213,7 +193,7 @@ static void test_tid_scan_budget(void **state)
 	assert_int_equal(send(fd, &hello, sizeof(hello), 0), sizeof(hello));
 	for (m = 0; m < 20; m++) {
 		for (len = 0; len + sizeof(cb) <= sizeof(buf); len += sizeof(cb)) {
-			cb = mk_cb(1, tid++, (uint32_t)n++);
+			cb = shim_launch_cb(1, tid++, (uint32_t)n++);
 			memcpy(buf + len, &cb, sizeof(cb));
 		}
 		assert_int_equal(send(fd, buf, len, 0), (ssize_t)len);
@@ -229,12 +209,12 @@ static void test_tid_scan_budget(void **state)
 	assert_int_equal(st.tid_scans + st.tid_scans_shed, (uint64_t)n + 1);
 
 	/* a known thread costs nothing; a new one is looked up again the next second */
-	cb = mk_cb(1, 7, 1);
+	cb = shim_launch_cb(1, 7, 1);
 	assert_int_equal(send(fd, &cb, sizeof(cb), 0), sizeof(cb));
 	pump(t);
 	assert_int_equal(t->last_tid, 777);
 	put_thread(t, me, 778, 8);
-	cb = mk_cb(1, 8, 2);
+	cb = shim_launch_cb(1, 8, 2);
 	assert_int_equal(send(fd, &cb, sizeof(cb), 0), sizeof(cb));
 	pump(t);
 	assert_int_equal(t->last_tid, 0); /* still this second: over budget */
@@ -265,7 +245,7 @@ static void test_record_and_byte_budget(void **state)
 	assert_int_equal(send(fd, &hello, sizeof(hello), 0), sizeof(hello));
 	assert_int_equal(send(fd2, &hello, sizeof(hello), 0), sizeof(hello));
 	for (i = 0; i < 50; i++) {
-		cb = mk_cb((uint32_t)getpid(), 1, (uint32_t)i);
+		cb = shim_launch_cb((uint32_t)getpid(), 1, (uint32_t)i);
 		memcpy(buf + i * sizeof(cb), &cb, sizeof(cb));
 	}
 	/* hello + 50 + 50 reach the budget of 100: the next 8 messages are shed */
