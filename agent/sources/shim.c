@@ -246,6 +246,13 @@ int shim_init(struct agent *a)
 		gpu_free(a); /* no shim, no GPU records: the join is not needed */
 		return 0;
 	}
+	if (shim_rx_gid_error(gp->rx))
+		pr_warn(
+		    "--shim-group: cannot give the shim socket to group %u: %s; it stays "
+		    "root's, so only workloads running as root can connect (the agent needs the "
+		    "group among its own groups: SupplementaryGroups=, the pod's "
+		    "supplementalGroups, or CAP_CHOWN)",
+		    (unsigned)ro.sock_gid, strerror(-shim_rx_gid_error(gp->rx)));
 	err = agent_watch_fd(a, shim_rx_fd(gp->rx), on_shim_readable, gp);
 	if (err) {
 		shim_rx_close(gp->rx);

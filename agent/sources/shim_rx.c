@@ -86,6 +86,7 @@ struct shim_rx {
 	struct shim_rx_stats st;
 	const char *proc; /* NULL: /proc (tests: a synthetic tree) */
 	bool draining;	  /* in shim_rx_drain(): rx->buf holds a message */
+	int gid_err;	  /* -errno of giving the socket to sock_gid; 0: done or not asked */
 	/* one message; 8-aligned so validated records can be read in place */
 	uint64_t buf[SHIM_MSG_MAX / 8];
 };
@@ -793,6 +794,11 @@ int shim_rx_pid_ns_differs(const struct shim_rx *rx, uint32_t pid)
 	return 0;
 }
 
+int shim_rx_gid_error(const struct shim_rx *rx)
+{
+	return rx->gid_err;
+}
+
 int shim_rx_fd(const struct shim_rx *rx)
 {
 	return srv_fd(rx->srv);
@@ -903,9 +909,15 @@ struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 		err = -errno;
 		goto cleanup;
 	}
-	/* before listen(): no shim connects while the group is still root's */
-	if ((sock_gid && chown(path, (uid_t)-1, sock_gid) < 0) || chmod(path, sock_mode) < 0 ||
-	    listen(lfd, 128) < 0) {
+	/*
+	 * The group before listen(): no shim connects while it is still root's.
+	 * Without CAP_CHOWN the agent must be in the group itself; when it is
+	 * not, the socket stays root's (more closed, not less): the caller is
+	 * told (shim_rx_gid_error), the socket still serves root's workloads.
+	 */
+	if (sock_gid && chown(path, (uid_t)-1, sock_gid) < 0)
+		rx->gid_err = -errno;
+	if (chmod(path, sock_mode) < 0 || listen(lfd, 128) < 0) {
 		err = -errno;
 		goto cleanup_unlink;
 	}

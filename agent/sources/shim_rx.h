@@ -112,6 +112,13 @@ struct shim_rx_stats {
  */
 struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts);
 
+/*
+ * 0, or -errno when the socket could not be given to opts->sock_gid (it
+ * stays the agent's group: EPERM without CAP_CHOWN when the agent is not
+ * in that group itself)
+ */
+int shim_rx_gid_error(const struct shim_rx *rx);
+
 /* one fd for the caller's poll loop (POLLIN: call shim_rx_drain) */
 int shim_rx_fd(const struct shim_rx *rx);
 

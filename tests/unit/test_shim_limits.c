@@ -499,6 +499,26 @@ static void test_status_counters_not_poisoned(void **state)
 	assert_true(st.shim_records_dropped <= (uint64_t)INT64_MAX);
 }
 
+/* ----------------------------------------------------------- finding 10 --- */
+
+/* the socket goes to the group asked for (--shim-group), mode 0660, before anyone connects */
+static void test_socket_group(void **state)
+{
+	struct t *t = *state;
+	struct shim_rx_opts o = {.sock_gid = 65534};
+	struct stat sb;
+
+	if (geteuid() != 0) {
+		skip(); /* chown to a group not ours */
+		return;
+	}
+	rx_open(t, &o);
+	assert_int_equal(stat(t->sock, &sb), 0);
+	assert_int_equal(sb.st_gid, 65534);
+	assert_int_equal(sb.st_mode & 0777, 0660);
+	assert_int_equal(shim_rx_gid_error(t->rx), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -508,6 +528,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_no_hello_evicted_and_expired, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_uid_share_and_idle, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_status_counters_not_poisoned, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_socket_group, setup, teardown),
 	};
 
 	alarm(120);
