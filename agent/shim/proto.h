@@ -16,6 +16,11 @@
  * another version.
  *
  * agent -> shim: struct shim_ctl_msg messages on the same connection.
+ *
+ * Any process that can open the socket is a peer: the agent bounds what one
+ * connection may cost it (records, bytes and /proc scans per second, 4
+ * connections per process, a hello within 5 s) and counts what it refuses;
+ * docs/operations.md, "The shim channel: limits".
  */
 #ifndef INFERTRACE_SHIM_PROTO_H
 #define INFERTRACE_SHIM_PROTO_H
