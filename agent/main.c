@@ -79,6 +79,7 @@ enum {
 	OPT_SHIM_SOCKET,
 	OPT_CONTROL_SOCKET,
 	OPT_CONTROL_GROUP,
+	OPT_SHIM_GROUP,
 	OPT_DEEP_DIVE_MAX,
 	OPT_ANOMALY_DIVE,
 	OPT_RECORDER_S,
@@ -232,6 +233,11 @@ static const struct opt_def opt_table[] = {
      .err = "takes a path shorter than 108 bytes or 'none'",
      .doc = "Unix socket the CUPTI shims (libinfertrace_cupti.so) connect to, or 'none' "
 	    "(default /run/infertrace/shim.sock)"},
+    {"shim-group", OPT_SHIM_GROUP, "GROUP", OT_STR, FIELD(shim_group), 1, 0,
+     .err = "takes a group name or number",
+     .doc = "Group (name or GID) the shim socket is given to, mode 0660: workloads not "
+	    "running as root join it to send GPU activity; 'root' keeps it root's "
+	    "(default infertrace; a warning when it does not exist)"},
     {"control-socket", OPT_CONTROL_SOCKET, "PATH", OT_STR, FIELD(control_socket), 1, 107,
      .err = "takes a path shorter than 108 bytes or 'none'",
      .doc = "Unix socket agentctl talks to (status, deep-dive, export), or 'none' "

@@ -28,6 +28,7 @@
 #include "sources.h"
 #include "ops.h"
 #include "server.h"
+#include "jsonw.h"
 
 #define METRICS_MAX_CONNS 8
 #define METRICS_REQ_MAX 4096
@@ -90,6 +91,15 @@ static const struct stats_metric {
     {"gpu", "shims_connected", "infertrace_shims_connected", "gauge", "CUPTI shims connected now."},
     {"gpu", "shim_records", "infertrace_shim_records_total", "counter",
      "Valid records received from shims."},
+    {"gpu", "shim_shed_msgs", "infertrace_shim_shed_messages_total", "counter",
+     "Shim messages read and dropped: their connection was over its records or bytes "
+     "budget for the second."},
+    {"gpu", "shim_shed_bytes", "infertrace_shim_shed_bytes_total", "counter",
+     "Bytes of the shed shim messages."},
+    {"gpu", "shim_tid_scans", "infertrace_shim_tid_scans_total", "counter",
+     "/proc task scans to map the thread ids of shims in another pid namespace."},
+    {"gpu", "shim_tid_scans_shed", "infertrace_shim_tid_scans_shed_total", "counter",
+     "Thread-id scans not done: over the connection's budget (the tid went unmapped)."},
     {"gpu", "joined", "infertrace_gpu_records_joined_total", "counter",
      "GPU records joined to their launch."},
     {"gpu", "unmatched", "infertrace_gpu_records_unmatched_total", "counter",
@@ -111,6 +121,28 @@ static const struct stats_metric {
     {"control", "requests", "infertrace_control_requests_total", "counter",
      "Control socket requests."},
 };
+
+/* what the shim receiver refused, closed or rejected: the stats "gpu" member and its reason */
+static const struct {
+	const char *key, *reason;
+} shim_reject[] = {
+    {"shim_conns_refused", "no_credentials"},  {"shim_conns_refused_pid", "per_process_limit"},
+    {"shim_conns_refused_full", "slots_full"}, {"shim_conns_evicted", "evicted"},
+    {"shim_hello_timeouts", "hello_timeout"},  {"shim_bad_abi", "bad_abi"},
+    {"shim_no_hello", "before_hello"},	       {"shim_truncated", "oversize"},
+    {"shim_fds_closed", "fd_passed"},	       {"shim_bad_records", "bad_record"},
+    {"shim_status_absurd", "absurd_counter"},
+};
+
+/* announced also without a shim socket (all 0), like the other shim families */
+static void shim_rejects(FILE *f, const json_t *g)
+{
+	help(f, "infertrace_shim_rejected_total", "counter",
+	     "Shim connections refused or closed and records rejected, by reason.");
+	for (size_t i = 0; i < sizeof(shim_reject) / sizeof(shim_reject[0]); i++)
+		fprintf(f, "infertrace_shim_rejected_total{reason=\"%s\"} %llu\n",
+			shim_reject[i].reason, (unsigned long long)jget(g, shim_reject[i].key));
+}
 
 static void render(struct agent *a, struct metrics *m, FILE *f)
 {
@@ -224,6 +256,10 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 		(unsigned long long)jget(x, "refused_limit"));
 	one(f, "infertrace_metrics_scrapes_total", "counter", "Scrapes of this endpoint.",
 	    (double)m->scrapes);
+	shim_rejects(f, json_object_get(o, "gpu"));
+	one(f, "infertrace_utf8_replaced_total", "counter",
+	    "Invalid UTF-8 bytes in strings from shims, traces or processes, written as U+FFFD.",
+	    (double)jw_utf8_replaced());
 
 	/*
 	 * The Kafka sink reports its own counters in the stats record ("kafka":

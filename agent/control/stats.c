@@ -9,6 +9,7 @@
 #include "pipeline.h"
 #include "sources.h"
 #include "ops.h"
+#include "jsonw.h"
 
 static json_t *by_type(const uint64_t *v)
 {
@@ -113,6 +114,7 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	json_object_set_new(r, "attached_files", json_integer(files));
 	json_object_set_new(r, "attached_probes", json_integer(probes));
 	json_object_set_new(r, "shim_errors", json_integer((json_int_t)a->cnt.shim_errors));
+	json_object_set_new(r, "utf8_replaced", json_integer((json_int_t)jw_utf8_replaced()));
 	shim_stats(a, r);
 	gpu_stats(a, r);
 	diag_stats(a->diag, r);

@@ -54,6 +54,7 @@ struct agent_opts {
 	bool no_net; /* skip the network family */
 	const char *replay; /* --replay FILE (no BPF) */
 	const char *shim_socket; /* CUPTI shims connect here; "none": off */
+	const char *shim_group;	 /* group of the shim socket; NULL: SHIM_GROUP_DEFAULT */
 	/* Kafka sink (agent/sinks/sink_kafka.h); kafka NULL: no Kafka */
 	const char *kafka; /* --kafka BROKERS (bootstrap.servers) */
 	const char *kafka_prefix; /* topics <prefix>.steps, .anomalies, .events, .stats */
@@ -123,6 +124,8 @@ struct sink *sink_file_open(const char *path); /* NULL or "-" = stdout; NULL+err
  * pid 0 means a node-level record: instance is the host name.
  */
 json_t *rec_new(struct agent *a, const char *type, uint32_t pid, uint32_t tid, uint64_t ts_ns);
+/* a JSON string of bytes from outside: invalid UTF-8 replaced (U+FFFD), counted */
+json_t *rec_string(const char *s);
 int rec_emit(struct agent *a, enum rec_class cls, json_t *rec);
 
 /*

@@ -168,7 +168,7 @@ static void emit_record(struct agent *a, struct deepdive *dd, const struct dive 
 
 	if (!r)
 		return;
-	json_object_set_new(r, "instance", json_string(d->instance));
+	json_object_set_new(r, "instance", rec_string(d->instance));
 	json_object_set_new(r, "action", json_string(action));
 	json_object_set_new(r, "source", json_string(d->source));
 	json_object_set_new(r, "until_ns", json_integer((json_int_t)d->until_ns));
@@ -184,7 +184,7 @@ static void fill_info(struct agent *a, struct deepdive *dd, const struct dive *d
 
 	if (!info)
 		return;
-	json_object_set_new(info, "instance", json_string(d->instance));
+	json_object_set_new(info, "instance", rec_string(d->instance));
 	json_object_set_new(info, "until_ns", json_integer((json_int_t)d->until_ns));
 	json_object_set_new(info, "remaining_s",
 			    json_real(d->until_ns > now ? (d->until_ns - now) / 1e9 : 0));
@@ -273,7 +273,7 @@ int deepdive_stop(struct agent *a, const char *name, json_t *info)
 	if (!d)
 		return -ENOENT;
 	if (info) {
-		json_object_set_new(info, "instance", json_string(name));
+		json_object_set_new(info, "instance", rec_string(name));
 		json_object_set_new(info, "ran_s", json_real((now_ns() - d->start_ns) / 1e9));
 	}
 	dd->stopped++;

@@ -31,7 +31,7 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *an)
 	}
 	sus = json_array();
 	/* the detector's instance (a step stream names its own) */
-	json_object_set_new(o, "instance", json_string(an->instance));
+	json_object_set_new(o, "instance", rec_string(an->instance));
 	json_object_set_new(o, "rank", an->rank < 0 ? json_null() : json_integer(an->rank));
 	json_object_set_new(o, "phase", json_string(diag_phase_name(an->phase)));
 	json_object_set_new(o, "step_start_ns", json_integer((json_int_t)an->step_start_ns));

@@ -10,6 +10,19 @@
 
 #include "state.h"
 #include "pipeline.h"
+#include "jsonw.h"
+
+/*
+ * A string from outside (a process name, INFERTRACE_INSTANCE, a host name):
+ * jansson refuses invalid UTF-8 and the field would be lost; invalid bytes
+ * become U+FFFD instead, counted (jsonw.h).
+ */
+json_t *rec_string(const char *s)
+{
+	char fixed[1024];
+
+	return json_string(jw_utf8_clean(s ? s : "", fixed, sizeof(fixed)));
+}
 
 json_t *rec_new(struct agent *a, const char *type, uint32_t pid, uint32_t tid, uint64_t ts_ns)
 {
@@ -19,8 +32,8 @@ json_t *rec_new(struct agent *a, const char *type, uint32_t pid, uint32_t tid, u
 		return NULL;
 	json_object_set_new(o, "schema", json_integer(INFERTRACE_SCHEMA_VERSION));
 	json_object_set_new(o, "type", json_string(type));
-	json_object_set_new(o, "host", json_string(a->host));
-	json_object_set_new(o, "instance", json_string(agent_instance_of(a, pid)));
+	json_object_set_new(o, "host", rec_string(a->host));
+	json_object_set_new(o, "instance", rec_string(agent_instance_of(a, pid)));
 	if (pid)
 		json_object_set_new(o, "pid", json_integer(pid));
 	if (tid)

@@ -407,7 +407,7 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 	r->flushes++;
 	m = rec_new(a, "flight_recorder", 0, 0, now);
 	if (m) {
-		json_object_set_new(m, "instance", json_string(key));
+		json_object_set_new(m, "instance", rec_string(key));
 		json_object_set_new(m, "trigger", json_string(trigger));
 		json_object_set_new(m, "window_ns", json_integer((json_int_t)r->window_ns));
 		json_object_set_new(m, "window_start_ns",

@@ -16,6 +16,11 @@
  * another version.
  *
  * agent -> shim: struct shim_ctl_msg messages on the same connection.
+ *
+ * Any process that can open the socket is a peer: the agent bounds what one
+ * connection may cost it (records, bytes and /proc scans per second, 4
+ * connections per process, a hello within 5 s) and counts what it refuses;
+ * docs/operations.md, "The shim channel: limits".
  */
 #ifndef INFERTRACE_SHIM_PROTO_H
 #define INFERTRACE_SHIM_PROTO_H
@@ -24,6 +29,8 @@
 
 #define SHIM_SOCK_DEFAULT "/run/infertrace/shim.sock"
 #define SHIM_ENV_SOCKET "INFERTRACE_SHIM_SOCKET"
+/* the agent gives the socket (0660) to this group: workloads join it, not group 0 */
+#define SHIM_GROUP_DEFAULT "infertrace"
 
 /* upper bound of one message in either direction */
 #define SHIM_MSG_MAX 16384

@@ -298,7 +298,7 @@ static void emit_thread(struct agent *a, struct thread_prev *tp, const struct th
 		return;
 	}
 	r = rec_new(a, "thread", cur->pid, cur->tid, g->now);
-	json_object_set_new(r, "comm", json_string(tp->comm));
+	json_object_set_new(r, "comm", rec_string(tp->comm));
 	json_object_set_new(r, "interval_ns", json_integer((json_int_t)g->interval));
 	json_object_set_new(r, "launches", launches);
 	json_object_set_new(r, "sync_count", json_integer((json_int_t)(cur->sync_count - o->sync_count)));

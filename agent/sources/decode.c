@@ -170,7 +170,7 @@ static void set_comm(json_t *r, uint32_t pid, uint32_t tid)
 		c->pid = pid;
 		c->tid = tid;
 	}
-	json_object_set_new(r, "comm", json_string(c->comm));
+	json_object_set_new(r, "comm", rec_string(c->comm));
 }
 
 static int decode_offcpu(struct agent *a, const struct offcpu_event *e)

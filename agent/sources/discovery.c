@@ -225,9 +225,9 @@ static void emit_proc_record(struct agent *a, struct proc *p, const char *what)
 	json_t *libs = json_array();
 
 	for (int i = 0; i < p->n_libs; i++)
-		json_array_append_new(libs, json_string(a->libs[p->libs[i]].display));
+		json_array_append_new(libs, rec_string(a->libs[p->libs[i]].display));
 	json_object_set_new(r, "event", json_string(what));
-	json_object_set_new(r, "comm", json_string(p->comm));
+	json_object_set_new(r, "comm", rec_string(p->comm));
 	json_object_set_new(r, "libraries", libs);
 	rec_emit(a, REC_SUMMARY, r);
 }

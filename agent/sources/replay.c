@@ -27,6 +27,7 @@
 #include "sources.h"
 #include "correlator.h"
 #include "diagnose.h"
+#include "jsonw.h"
 
 struct replay {
 	struct agent *a;
@@ -130,7 +131,7 @@ static void emit_diag_status(struct replay *r, const char *path, int err)
 	o = rec_new(r->a, "diag_status", 0, 0, now_ns());
 	if (!o)
 		return;
-	json_object_set_new(o, "file", json_string(path));
+	json_object_set_new(o, "file", rec_string(path));
 	json_object_set_new(o, "ok", json_boolean(!err));
 	json_object_set_new(o, "steps", json_integer((json_int_t)r->dg->steps));
 	json_object_set_new(o, "judged", json_integer((json_int_t)dc->judged));
@@ -159,7 +160,7 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 
 	if (!o)
 		return;
-	json_object_set_new(o, "file", json_string(path));
+	json_object_set_new(o, "file", rec_string(path));
 	json_object_set_new(o, "format", json_string(corr_format_name(st->format)));
 	json_object_set_new(o, "ok", json_boolean(!err));
 	if (err == -EINTR)
@@ -182,6 +183,7 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 	json_object_set_new(o, "records_too_long", json_integer((json_int_t)n->too_long));
 	json_object_set_new(o, "summaries", json_integer((json_int_t)n->summaries));
 	json_object_set_new(o, "stats_dropped", json_integer((json_int_t)n->stats_dropped));
+	json_object_set_new(o, "utf8_replaced", json_integer((json_int_t)jw_utf8_replaced()));
 	rec_emit(r->a, REC_STATS, o);
 }
 

@@ -11,6 +11,7 @@
  * shim_rx_drain(), called when its fd is readable.
  */
 #include <errno.h>
+#include <grp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <bpf/libbpf.h>
@@ -19,6 +20,7 @@
 #include "pipeline.h"
 #include "sources.h"
 #include "shim_rx.h"
+#include "shim/proto.h"
 
 #define MAX_SHIMS 256
 #define EXITS_HELD 64 /* exits decoded during one drain */
@@ -188,6 +190,35 @@ static int shim_set_mode(struct agent *a, uint32_t pid, enum agent_mode mode)
 	return gp && gp->rx ? shim_rx_set_mode(gp->rx, pid, mode) : -ENOTCONN;
 }
 
+/*
+ * The group that may connect to the shim socket (--shim-group, default
+ * "infertrace"): a name, or a number (a container's /etc/group does not
+ * know the node's groups). 0 and a warning when there is no such group:
+ * the socket stays root's, and only workloads running as root reach it.
+ */
+static gid_t shim_gid(const struct agent_opts *o)
+{
+	const char *name = o->shim_group ? o->shim_group : SHIM_GROUP_DEFAULT;
+	struct group *g;
+	char *end;
+	unsigned long v;
+
+	if (!*name || !strcmp(name, "root") || !strcmp(name, "0"))
+		return 0;
+	errno = 0;
+	v = strtoul(name, &end, 10);
+	if (!errno && !*end && v > 0 && v < UINT32_MAX)
+		return (gid_t)v;
+	g = getgrnam(name);
+	if (g)
+		return g->gr_gid;
+	pr_warn("--shim-group %s: no such group; the shim socket stays root:root 0660, so only "
+		"workloads running as root can send GPU activity (create the group, e.g. "
+		"'groupadd --system %s', or pass --shim-group GID)",
+		name, name);
+	return 0;
+}
+
 int shim_init(struct agent *a)
 {
 	const struct agent_opts *o = &a->opts;
@@ -203,6 +234,7 @@ int shim_init(struct agent *a)
 		return -ENOMEM;
 	gp->a = a;
 	ro.ctx = gp;
+	ro.sock_gid = shim_gid(o);
 	gp->rx = shim_rx_open(o->shim_socket, &ro);
 	if (!gp->rx) {
 		err = -errno;
@@ -214,6 +246,13 @@ int shim_init(struct agent *a)
 		gpu_free(a); /* no shim, no GPU records: the join is not needed */
 		return 0;
 	}
+	if (shim_rx_gid_error(gp->rx))
+		pr_warn(
+		    "--shim-group: cannot give the shim socket to group %u: %s; it stays "
+		    "root's, so only workloads running as root can connect (the agent needs the "
+		    "group among its own groups: SupplementaryGroups=, the pod's "
+		    "supplementalGroups, or CAP_CHOWN)",
+		    (unsigned)ro.sock_gid, strerror(-shim_rx_gid_error(gp->rx)));
 	err = agent_watch_fd(a, shim_rx_fd(gp->rx), on_shim_readable, gp);
 	if (err) {
 		shim_rx_close(gp->rx);
@@ -264,6 +303,7 @@ void shim_interval(struct agent *a)
 		return;
 	read_shims(gp, 1);
 	take_exits(gp);
+	shim_rx_expire(gp->rx); /* connections that never said hello */
 	if (a->opts.mode == MODE_DEEP) {
 		struct shim_rx_stats s;
 
@@ -281,6 +321,7 @@ void shim_stats(struct agent *a, json_t *r)
 {
 	struct shim_src *gp = a->shim;
 	struct shim_rx_stats s;
+	json_t *more;
 
 	if (!gp)
 		return;
@@ -296,6 +337,19 @@ void shim_stats(struct agent *a, json_t *r)
 			  (json_int_t)s.shim_records_dropped, "cupti_dropped",
 			  (json_int_t)s.shim_cupti_dropped, "exits_early", (json_int_t)gp->exits_early,
 			  "shim_reentered", (json_int_t)s.reentered));
+	/* what the receiver refused or shed (issue 18): metrics.c exports each */
+	more = json_pack(
+	    "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "shim_conns_refused",
+	    (json_int_t)s.conns_refused, "shim_conns_refused_pid", (json_int_t)s.conns_refused_pid,
+	    "shim_conns_refused_full", (json_int_t)s.conns_refused_full, "shim_conns_evicted",
+	    (json_int_t)s.conns_evicted, "shim_hello_timeouts", (json_int_t)s.conns_hello_timeout,
+	    "shim_bad_abi", (json_int_t)s.conns_bad_abi, "shim_no_hello", (json_int_t)s.no_hello,
+	    "shim_truncated", (json_int_t)s.truncated, "shim_fds_closed", (json_int_t)s.fds_closed,
+	    "shim_status_absurd", (json_int_t)s.status_absurd, "shim_shed_msgs",
+	    (json_int_t)s.shed_msgs, "shim_shed_bytes", (json_int_t)s.shed_bytes, "shim_tid_scans",
+	    (json_int_t)s.tid_scans, "shim_tid_scans_shed", (json_int_t)s.tid_scans_shed);
+	json_object_update(json_object_get(r, "gpu"), more);
+	json_decref(more);
 }
 
 void shim_free(struct agent *a)

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 
 #include "shim_rx.h"
 #include "shim/proto.h"
@@ -31,6 +32,15 @@
 #define RX_ACCEPTS_PER_DRAIN 32
 #define RX_MAX_FDS 16 /* fds a sender may try to pass in one message; closed at once */
 #define RX_MAX_TIDS 4096 /* threads mapped per containerised process */
+/* limits (shim_rx_opts) */
+#define RX_PER_PID_DEFAULT 4
+#define RX_HELLO_MS_DEFAULT 5000
+#define RX_IDLE_MS_DEFAULT 30000
+#define RX_BUDGET_RECORDS_DEFAULT 1000000u
+#define RX_BUDGET_BYTES_DEFAULT (128u << 20)
+#define RX_BUDGET_SCANS_DEFAULT 16
+#define NS_PER_MS 1000000ull
+#define NS_PER_S 1000000000ull
 
 /* a thread of a process in another pid namespace: its id there and here */
 struct tid_pair {
@@ -42,7 +52,13 @@ struct tid_pair {
 struct rx_conn {
 	uint32_t pid;	 /* kernel's view (SO_PEERCRED at connect) */
 	uint32_t ns_pid; /* what the shim calls itself (hello's hdr.pid) */
+	uint32_t uid;	 /* SO_PEERCRED at connect: slots are shared out by uid */
 	bool hello;
+	uint64_t accept_ns, last_ns; /* rx clock: at accept, at the last message */
+	/* this second's budget use (win: the second, rx clock) */
+	uint64_t win;
+	uint64_t win_recs, win_bytes;
+	uint32_t win_scans;
 	/* last counters from this shim's status records */
 	uint64_t sent;
 	uint64_t dropped;
@@ -60,13 +76,53 @@ struct shim_rx {
 	void (*on_msg)(void *ctx);
 	void *ctx;
 	unsigned int max_conns;
+	unsigned int n_slots; /* max_conns + 1: a newcomer always finds a slot, then one goes */
+	unsigned int max_per_pid;
+	uint64_t hello_ns, idle_ns;
+	uint64_t budget_records, budget_bytes;
+	uint32_t budget_scans;
+	uint64_t (*now_fn)(void *ctx);
 	struct rx_conn *conns;
 	struct shim_rx_stats st;
 	const char *proc; /* NULL: /proc (tests: a synthetic tree) */
 	bool draining;	  /* in shim_rx_drain(): rx->buf holds a message */
+	int gid_err;	  /* -errno of giving the socket to sock_gid; 0: done or not asked */
 	/* one message; 8-aligned so validated records can be read in place */
 	uint64_t buf[SHIM_MSG_MAX / 8];
 };
+
+/* ------------------------------------------------------------- budgets --- */
+
+static uint64_t rx_now(const struct shim_rx *rx)
+{
+	struct timespec ts;
+
+	if (rx->now_fn)
+		return rx->now_fn(rx->ctx);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * A connection's budgets are per second of the rx clock: what one peer may
+ * cost the agent's loop is bounded whatever it sends (issue 18, finding 5).
+ */
+static void budget_roll(struct shim_rx *rx, struct rx_conn *c)
+{
+	uint64_t win = rx_now(rx) / NS_PER_S + 1; /* 0: never used */
+
+	if (c->win == win)
+		return;
+	c->win = win;
+	c->win_recs = c->win_bytes = 0;
+	c->win_scans = 0;
+}
+
+/* a counter that only grows, saturating where JSON and Prometheus still read it right */
+static void sat_add(uint64_t *total, uint64_t d)
+{
+	*total = *total > (uint64_t)INT64_MAX - d ? (uint64_t)INT64_MAX : *total + d;
+}
 
 /* ------------------------------------------------------------ validate --- */
 
@@ -214,11 +270,22 @@ static void add_tid(void *ctx, uint32_t ns_tid, uint32_t host_tid)
 	c->tids[c->n_tids++] = (struct tid_pair){ns_tid, host_tid};
 }
 
-/* (re)read the threads of c's process into its table; 0 or -errno */
+/*
+ * (re)read the threads of c's process into its table; 0 or -errno. A scan
+ * reads every thread's status file: at most budget_scans a second per
+ * connection, or a workload naming a new tid in every record would buy a
+ * /proc walk per record. Over budget: -EAGAIN, counted.
+ */
 static int scan_conn(struct shim_rx *rx, struct rx_conn *c)
 {
 	int n;
 
+	budget_roll(rx, c);
+	if (c->win_scans >= rx->budget_scans) {
+		rx->st.tid_scans_shed++;
+		return -EAGAIN;
+	}
+	c->win_scans++;
 	if (!c->tids) {
 		c->tids = calloc(RX_MAX_TIDS, sizeof(*c->tids));
 		if (!c->tids)
@@ -246,7 +313,8 @@ static uint32_t map_tid(struct shim_rx *rx, struct rx_conn *c, uint32_t ns_tid)
 			return c->tids[i].host_tid;
 	if (c->last_miss == ns_tid)
 		return 0;
-	scan_conn(rx, c);
+	if (scan_conn(rx, c) == -EAGAIN)
+		return 0; /* over budget: unmapped now, looked up again next second */
 	for (i = 0; i < c->n_tids; i++)
 		if (c->tids[i].ns_tid == ns_tid)
 			return c->tids[i].host_tid;
@@ -254,15 +322,20 @@ static uint32_t map_tid(struct shim_rx *rx, struct rx_conn *c, uint32_t ns_tid)
 	return 0;
 }
 
-/* counters from a status record: only forward movement counts */
+/*
+ * Counters from a status record: only forward movement counts. Each value is
+ * at most SHIM_COUNTER_MAX (checked before), so one connection adds at most
+ * that much per counter, and the sums saturate at INT64_MAX: a shim cannot
+ * make a node's counter wrap or read negative (issue 18, finding 7).
+ */
 static void take_status(struct shim_rx *rx, struct rx_conn *c, const struct shim_status_event *s)
 {
 	if (s->records_sent > c->sent)
-		rx->st.shim_records_sent += s->records_sent - c->sent;
+		sat_add(&rx->st.shim_records_sent, s->records_sent - c->sent);
 	if (s->records_dropped > c->dropped)
-		rx->st.shim_records_dropped += s->records_dropped - c->dropped;
+		sat_add(&rx->st.shim_records_dropped, s->records_dropped - c->dropped);
 	if (s->cupti_dropped > c->cupti_dropped)
-		rx->st.shim_cupti_dropped += s->cupti_dropped - c->cupti_dropped;
+		sat_add(&rx->st.shim_cupti_dropped, s->cupti_dropped - c->cupti_dropped);
 	if (s->records_sent > c->sent)
 		c->sent = s->records_sent;
 	if (s->records_dropped > c->dropped)
@@ -303,6 +376,18 @@ static int process_msg(struct shim_rx *rx, struct rx_conn *c, uint8_t *buf, size
 				return -EPROTO;
 			}
 		}
+		if (h->type == EV_SHIM_STATUS) {
+			const struct shim_status_event *s = (const void *)h;
+
+			if (s->records_sent > SHIM_COUNTER_MAX ||
+			    s->records_dropped > SHIM_COUNTER_MAX ||
+			    s->cupti_dropped > SHIM_COUNTER_MAX) {
+				/* its size is right: the framing holds, only this record goes */
+				rx->st.status_absurd++;
+				off += h->size;
+				continue;
+			}
+		}
 		if (!rec_fields_ok(h))
 			goto bad;
 		if (!c->hello) {
@@ -339,6 +424,7 @@ static int process_msg(struct shim_rx *rx, struct rx_conn *c, uint8_t *buf, size
 			take_status(rx, c, (const void *)h);
 		rx->st.records++;
 		rx->st.by_type[h->type]++;
+		c->win_recs++;
 		delivered++;
 		if (rx->on_record)
 			rx->on_record(rx->ctx, h, h->size);
@@ -354,7 +440,7 @@ bad:
 
 int shim_rx_feed(struct shim_rx *rx, uint32_t pid, const void *buf, size_t len)
 {
-	struct rx_conn c = {.pid = pid};
+	struct rx_conn c = {.pid = pid, .uid = 0};
 	uint64_t bad = rx->st.bad_msgs;
 	int n;
 
@@ -407,24 +493,137 @@ static void on_close(void *ctx, unsigned int slot)
 
 static int conn_read(struct shim_rx *rx, struct rx_conn *c);
 
+/* connections open now of process pid (another slot than skip) */
+static unsigned int conns_of_pid(struct shim_rx *rx, uint32_t pid, unsigned int skip)
+{
+	unsigned int i, n = 0;
+
+	for (i = 0; i < rx->n_slots; i++)
+		n += i != skip && conn_fd(rx, &rx->conns[i]) >= 0 && rx->conns[i].pid == pid;
+	return n;
+}
+
+static unsigned int conns_of_uid(struct shim_rx *rx, uint32_t uid, unsigned int skip)
+{
+	unsigned int i, n = 0;
+
+	for (i = 0; i < rx->n_slots; i++)
+		n += i != skip && conn_fd(rx, &rx->conns[i]) >= 0 && rx->conns[i].uid == uid;
+	return n;
+}
+
+/*
+ * Every slot is taken and a newcomer (slot new, peer uid) is in the spare
+ * one: the connection that makes room, or -1. In order: the oldest that
+ * never said hello; the longest silent one of the uid holding the most
+ * slots, when that is not the newcomer's uid and holds more than it does
+ * (one uid cannot keep every slot from the others); the longest silent one
+ * past idle_ns. Slots go by uid because a peer with the same uid could
+ * ptrace or kill the shim's process anyway (docs/operations.md).
+ */
+static int pick_victim(struct shim_rx *rx, unsigned int new, uint32_t uid)
+{
+	uint64_t now = rx_now(rx);
+	unsigned int i, top_n = 0, n;
+	uint32_t top_uid = uid;
+	int v = -1;
+
+	for (i = 0; i < rx->n_slots; i++) {
+		struct rx_conn *c = &rx->conns[i];
+
+		if (i == new || conn_fd(rx, c) < 0 || c->hello)
+			continue;
+		if (v < 0 || c->accept_ns < rx->conns[v].accept_ns)
+			v = (int)i;
+	}
+	if (v >= 0)
+		return v;
+	for (i = 0; i < rx->n_slots; i++) {
+		struct rx_conn *c = &rx->conns[i];
+
+		if (i == new || conn_fd(rx, c) < 0 || c->uid == top_uid)
+			continue;
+		n = conns_of_uid(rx, c->uid, new);
+		if (n > top_n) {
+			top_n = n;
+			top_uid = c->uid;
+		}
+	}
+	/* the newcomer counts for its uid */
+	if (top_uid != uid && top_n > conns_of_uid(rx, uid, new) + 1) {
+		for (i = 0; i < rx->n_slots; i++) {
+			struct rx_conn *c = &rx->conns[i];
+
+			if (i == new || conn_fd(rx, c) < 0 || c->uid != top_uid)
+				continue;
+			if (v < 0 || c->last_ns < rx->conns[v].last_ns)
+				v = (int)i;
+		}
+		return v;
+	}
+	for (i = 0; i < rx->n_slots; i++) {
+		struct rx_conn *c = &rx->conns[i];
+
+		if (i == new || conn_fd(rx, c) < 0 || now - c->last_ns < rx->idle_ns)
+			continue;
+		if (v < 0 || c->last_ns < rx->conns[v].last_ns)
+			v = (int)i;
+	}
+	return v;
+}
+
 /* a new connection: its peer's pid, and read at once what it may have sent already */
 static int on_accept(void *ctx, struct srv *s, int fd, int slot)
 {
 	struct shim_rx *rx = ctx;
 	struct ucred cr;
 	socklen_t crlen = sizeof(cr);
-	int one = 1;
+	uint64_t now;
+	int one = 1, v;
 
-	(void)s;
 	if (slot < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0 || cr.pid <= 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) < 0) {
 		rx->st.conns_refused++;
 		return -1;
 	}
-	rx->conns[slot] = (struct rx_conn){.pid = (uint32_t)cr.pid};
+	memset(&rx->conns[slot], 0, sizeof(rx->conns[slot]));
+	/* one process needs one connection (a fork reconnects as itself) */
+	if (conns_of_pid(rx, (uint32_t)cr.pid, (unsigned int)slot) >= rx->max_per_pid) {
+		rx->st.conns_refused_pid++;
+		return -1;
+	}
+	if (srv_active(s) > rx->max_conns) {
+		v = pick_victim(rx, (unsigned int)slot, (uint32_t)cr.uid);
+		if (v < 0) {
+			rx->st.conns_refused_full++;
+			return -1;
+		}
+		rx->st.conns_evicted++;
+		conn_close(rx, &rx->conns[v]);
+	}
+	now = rx_now(rx);
+	rx->conns[slot] = (struct rx_conn){
+	    .pid = (uint32_t)cr.pid, .uid = (uint32_t)cr.uid, .accept_ns = now, .last_ns = now};
 	rx->st.conns_accepted++;
 	rx->st.conns_active++;
 	return conn_read(rx, &rx->conns[slot]);
+}
+
+unsigned int shim_rx_expire(struct shim_rx *rx)
+{
+	uint64_t now = rx_now(rx);
+	unsigned int i, n = 0;
+
+	for (i = 0; i < rx->n_slots; i++) {
+		struct rx_conn *c = &rx->conns[i];
+
+		if (conn_fd(rx, c) < 0 || c->hello || now - c->accept_ns < rx->hello_ns)
+			continue;
+		rx->st.conns_hello_timeout++;
+		conn_close(rx, c);
+		n++;
+	}
+	return n;
 }
 
 /*
@@ -503,6 +702,17 @@ static int conn_read(struct shim_rx *rx, struct rx_conn *c)
 			c->pid = conn_pid;
 			continue;
 		}
+		c->last_ns = rx_now(rx);
+		budget_roll(rx, c);
+		if (c->win_bytes + (uint64_t)len > rx->budget_bytes ||
+		    c->win_recs >= rx->budget_records) {
+			/* over this second's budget: read (the socket must drain) and dropped */
+			rx->st.shed_msgs++;
+			rx->st.shed_bytes += (uint64_t)len;
+			c->pid = conn_pid;
+			continue;
+		}
+		c->win_bytes += (uint64_t)len;
 		if (rx->on_msg)
 			rx->on_msg(rx->ctx);
 		n = process_msg(rx, c, (uint8_t *)rx->buf, (size_t)len);
@@ -553,7 +763,7 @@ int shim_rx_set_mode(struct shim_rx *rx, uint32_t pid, uint32_t mode)
 
 	if (mode != MODE_SENTINEL && mode != MODE_DEEP)
 		return -EINVAL;
-	for (i = 0; i < rx->max_conns; i++) {
+	for (i = 0; i < rx->n_slots; i++) {
 		struct rx_conn *c = &rx->conns[i];
 
 		if (conn_fd(rx, c) < 0 || !c->hello || (pid && c->pid != pid))
@@ -575,13 +785,18 @@ int shim_rx_pid_ns_differs(const struct shim_rx *rx, uint32_t pid)
 {
 	unsigned int i;
 
-	for (i = 0; i < rx->max_conns; i++) {
+	for (i = 0; i < rx->n_slots; i++) {
 		const struct rx_conn *c = &rx->conns[i];
 
 		if (conn_fd(rx, c) >= 0 && c->hello && c->pid == pid)
 			return c->ns_pid != c->pid;
 	}
 	return 0;
+}
+
+int shim_rx_gid_error(const struct shim_rx *rx)
+{
+	return rx->gid_err;
 }
 
 int shim_rx_fd(const struct shim_rx *rx)
@@ -608,6 +823,7 @@ struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 	    .on_close = on_close,
 	};
 	mode_t sock_mode = 0660, dir_mode = 0755;
+	gid_t sock_gid = 0;
 	struct shim_rx *rx = NULL;
 	struct stat stb;
 	int err, one = 1, lfd = -1;
@@ -625,6 +841,12 @@ struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 		goto cleanup;
 	}
 	rx->max_conns = RX_MAX_CONNS_DEFAULT;
+	rx->max_per_pid = RX_PER_PID_DEFAULT;
+	rx->hello_ns = RX_HELLO_MS_DEFAULT * NS_PER_MS;
+	rx->idle_ns = RX_IDLE_MS_DEFAULT * NS_PER_MS;
+	rx->budget_records = RX_BUDGET_RECORDS_DEFAULT;
+	rx->budget_bytes = RX_BUDGET_BYTES_DEFAULT;
+	rx->budget_scans = RX_BUDGET_SCANS_DEFAULT;
 	if (opts) {
 		rx->on_record = opts->on_record;
 		rx->ctx = opts->ctx;
@@ -638,9 +860,26 @@ struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 			rx->proc = opts->proc_root;
 		if (opts->sz >= offsetof(struct shim_rx_opts, on_msg) + sizeof(opts->on_msg))
 			rx->on_msg = opts->on_msg;
+		if (opts->sz >= offsetof(struct shim_rx_opts, now_ns) + sizeof(opts->now_ns)) {
+			if (opts->max_per_pid)
+				rx->max_per_pid = opts->max_per_pid;
+			if (opts->hello_ms)
+				rx->hello_ns = opts->hello_ms * NS_PER_MS;
+			if (opts->idle_ms)
+				rx->idle_ns = opts->idle_ms * NS_PER_MS;
+			if (opts->budget_records)
+				rx->budget_records = opts->budget_records;
+			if (opts->budget_bytes)
+				rx->budget_bytes = opts->budget_bytes;
+			if (opts->budget_scans)
+				rx->budget_scans = opts->budget_scans;
+			sock_gid = opts->sock_gid;
+			rx->now_fn = opts->now_ns;
+		}
 	}
 	strcpy(rx->path, path);
-	rx->conns = calloc(rx->max_conns, sizeof(*rx->conns));
+	rx->n_slots = rx->max_conns + 1;
+	rx->conns = calloc(rx->n_slots, sizeof(*rx->conns));
 	if (!rx->conns) {
 		err = -ENOMEM;
 		goto cleanup;
@@ -670,11 +909,19 @@ struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts)
 		err = -errno;
 		goto cleanup;
 	}
+	/*
+	 * The group before listen(): no shim connects while it is still root's.
+	 * Without CAP_CHOWN the agent must be in the group itself; when it is
+	 * not, the socket stays root's (more closed, not less): the caller is
+	 * told (shim_rx_gid_error), the socket still serves root's workloads.
+	 */
+	if (sock_gid && chown(path, (uid_t)-1, sock_gid) < 0)
+		rx->gid_err = -errno;
 	if (chmod(path, sock_mode) < 0 || listen(lfd, 128) < 0) {
 		err = -errno;
 		goto cleanup_unlink;
 	}
-	so.max_conns = rx->max_conns;
+	so.max_conns = rx->n_slots;
 	so.ctx = rx;
 	rx->srv = srv_new(lfd, &so);
 	if (!rx->srv) {

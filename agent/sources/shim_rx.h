@@ -47,12 +47,33 @@ struct shim_rx_opts {
 	 * the BPF ring) can be taken in first. NULL: nothing.
 	 */
 	void (*on_msg)(void *ctx);
+	/*
+	 * Limits, so that no peer can take more than its share (issue 18).
+	 * Each 0: the default in brackets.
+	 */
+	unsigned int max_per_pid; /* connections one process may hold [4] */
+	unsigned int hello_ms;	  /* a connection without a hello is closed after [5000] */
+	unsigned int idle_ms;	  /* silent this long: may be evicted for a newcomer [30000] */
+	uint32_t budget_records;  /* records per connection per second [1000000] */
+	uint32_t budget_bytes;	  /* bytes per connection per second [128 MiB] */
+	uint32_t budget_scans;	  /* /proc task scans per connection per second [16] */
+	gid_t sock_gid;		  /* 0: leave the socket's group as created */
+	/* the clock of the budgets and deadlines (tests); NULL: CLOCK_MONOTONIC */
+	uint64_t (*now_ns)(void *ctx);
 };
+
+/* a shim's status counters above this are not believed (2^48: centuries of records) */
+#define SHIM_COUNTER_MAX (1ull << 48)
 
 /* counters; they only grow (the agent reports differences) */
 struct shim_rx_stats {
 	uint64_t conns_accepted;
-	uint64_t conns_refused; /* over max_conns, or no peer credentials */
+	uint64_t conns_refused;	      /* no peer credentials */
+	uint64_t conns_refused_pid;   /* the process already holds max_per_pid connections */
+	uint64_t conns_refused_full;  /* every slot taken and none could be evicted */
+	uint64_t conns_evicted;	      /* closed to make room for a newcomer (no hello, idle, or
+				       * of the uid that held the most slots) */
+	uint64_t conns_hello_timeout; /* closed: no hello within hello_ms */
 	uint64_t conns_closed;
 	uint64_t conns_bad_abi; /* hello with another INFERTRACE_ABI_VERSION: closed */
 	uint64_t conns_active;
@@ -66,6 +87,10 @@ struct shim_rx_stats {
 	uint64_t truncated;	/* messages cut by the kernel (MSG_TRUNC/MSG_CTRUNC) */
 	uint64_t fds_closed;	/* file descriptors a sender tried to pass us */
 	uint64_t pid_rewritten; /* hdr.pid differed from the kernel's pid */
+	uint64_t status_absurd; /* status records with a counter above SHIM_COUNTER_MAX: rejected */
+	/* over a connection's budget: read and dropped */
+	uint64_t shed_msgs;
+	uint64_t shed_bytes;
 	uint64_t mode_sent;
 	uint64_t mode_failed;
 	/* from the shims' own status records (latest per connection, summed) */
@@ -76,6 +101,7 @@ struct shim_rx_stats {
 	uint64_t tid_mapped;   /* tid rewritten to the host tid */
 	uint64_t tid_unmapped; /* no host tid found: tid set to 0 */
 	uint64_t tid_scans;    /* /proc/PID/task scans to (re)build a map */
+	uint64_t tid_scans_shed; /* scans over budget_scans not done (the tid counts as unmapped) */
 	uint64_t reentered;    /* drain or feed called from a drain's callbacks: refused */
 };
 
@@ -85,6 +111,13 @@ struct shim_rx_stats {
  * errno set on failure.
  */
 struct shim_rx *shim_rx_open(const char *path, const struct shim_rx_opts *opts);
+
+/*
+ * 0, or -errno when the socket could not be given to opts->sock_gid (it
+ * stays the agent's group: EPERM without CAP_CHOWN when the agent is not
+ * in that group itself)
+ */
+int shim_rx_gid_error(const struct shim_rx *rx);
 
 /* one fd for the caller's poll loop (POLLIN: call shim_rx_drain) */
 int shim_rx_fd(const struct shim_rx *rx);
@@ -133,6 +166,13 @@ void shim_rx_get_stats(const struct shim_rx *rx, struct shim_rx_stats *out);
  * from inside shim_rx_drain()'s callbacks, like shim_rx_drain() itself.
  */
 int shim_rx_feed(struct shim_rx *rx, uint32_t pid, const void *buf, size_t len);
+
+/*
+ * Close the connections that said no hello within hello_ms (counted in
+ * conns_hello_timeout). Call now and then (the agent: every interval).
+ * Returns how many were closed.
+ */
+unsigned int shim_rx_expire(struct shim_rx *rx);
 
 /* closes every connection, removes the socket file; accepts NULL */
 void shim_rx_close(struct shim_rx *rx);

@@ -37,6 +37,19 @@ void jw_raw(struct jsonw *w, const char *s, size_t n);
 long jw_end(struct jsonw *w);
 
 /*
+ * UTF-8: every string the JSON writers emit is well-formed (issue 18). The
+ * hand writer replaces a byte that starts no well-formed sequence with
+ * \ufffd; jw_utf8_clean() does the same for strings bound for jansson
+ * (which refuses them: the field would be lost) and for names kept in
+ * tables: s itself when it is valid, else a copy in buf (cap bytes, cut at
+ * a character boundary) with U+FFFD for each invalid byte. Both count into
+ * one process-wide total, jw_utf8_replaced() (stats "utf8_replaced").
+ */
+size_t jw_utf8_seq(const unsigned char *s, size_t n); /* 1-4, or 0: invalid */
+const char *jw_utf8_clean(const char *s, char *buf, size_t cap);
+uint64_t jw_utf8_replaced(void);
+
+/*
  * The common fields every record starts with (docs/events.md, "Common
  * fields"), in their order: schema, type, host, instance, pid, tid, ts_ns.
  * pid and tid: JW_OMIT leaves the key out (a node-level record), JW_NULL

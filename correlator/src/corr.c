@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "jsonw.h"
 
 #define NO_IDX UINT32_MAX
 #define THR_UP_MIN 16 /* uprobe FIFO of a thread: first size, doubled when full */
@@ -916,7 +917,11 @@ int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
 	uint32_t slot, idx, head;
 	struct pend *p;
 	int32_t nid = -1;
+	char fixed[4096];
 
+	/* names are bytes from a shim or a trace: well-formed UTF-8 from here on (jsonw.h) */
+	if (g.name)
+		g.name = jw_utf8_clean(g.name, fixed, sizeof(fixed));
 	g.start_ns = adj(c, CORR_SRC_GPU, g.start_ns);
 	g.end_ns = adj(c, CORR_SRC_GPU, g.end_ns);
 	c->cnt.gpu_records++;

@@ -24,8 +24,12 @@ int corr_gpu_to_json(char *buf, size_t sz, const struct corr_json_common *cm,
 	if (g->kind >= CORR_KIND_COUNT)
 		return -EINVAL;
 	jw_init(&w, buf, sz);
+	/* unmatched: the sender's pid when the source knew it (a shim: the kernel's word) */
 	jw_common(&w, kind_names[g->kind], cm ? cm->host : NULL, cm ? cm->instance : NULL,
-		  l ? (int64_t)l->pid : JW_NULL, l ? (int64_t)l->tid : JW_NULL, g->start_ns);
+		  l	   ? (int64_t)l->pid
+		  : g->pid ? (int64_t)g->pid
+			   : JW_NULL,
+		  l ? (int64_t)l->tid : JW_NULL, g->start_ns);
 	jw_uint(&w, "start_ns", g->start_ns);
 	jw_uint(&w, "end_ns", g->end_ns);
 	jw_uint(&w, "dur_ns", g->end_ns > g->start_ns ? g->end_ns - g->start_ns : 0);

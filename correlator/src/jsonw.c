@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* jsonw.c - see jsonw.h. The primitives stay small and inline: a replay writes millions. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "correlator.h"
@@ -32,16 +33,123 @@ static inline void put_u64(struct jsonw *w, uint64_t v)
 	put(w, tmp + i, sizeof(tmp) - i);
 }
 
-/* a JSON string: quotes, backslash and control characters escaped; runs copied whole */
+/* ---------------------------------------------------------------- UTF-8 --- */
+
+/* invalid bytes replaced, process-wide (jsonw has no owner to count in) */
+static _Atomic uint64_t utf8_replaced;
+
+/*
+ * Length of the well-formed UTF-8 sequence at s (n > 0 bytes left), 1-4, or
+ * 0 when s[0] starts none: RFC 3629 section 4 (no overlongs, no surrogates,
+ * nothing above U+10FFFF).
+ */
+size_t jw_utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+	size_t len, i;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	if (n < len || s[1] < lo || s[1] > hi)
+		return 0;
+	for (i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return len;
+}
+
+uint64_t jw_utf8_replaced(void)
+{
+	return atomic_load_explicit(&utf8_replaced, memory_order_relaxed);
+}
+
+static void count_replaced(uint64_t n)
+{
+	if (n)
+		atomic_fetch_add_explicit(&utf8_replaced, n, memory_order_relaxed);
+}
+
+const char *jw_utf8_clean(const char *s, char *buf, size_t cap)
+{
+	static const char rep[] = "\xef\xbf\xbd"; /* U+FFFD */
+	size_t n = strlen(s), i = 0, o = 0, k;
+	uint64_t bad = 0;
+
+	for (i = 0; i < n; i += k)
+		if (!(k = jw_utf8_seq((const unsigned char *)s + i, n - i)))
+			break;
+	if (i == n)
+		return s;
+	if (!cap)
+		return "";
+	memcpy(buf, s, i < cap - 1 ? i : cap - 1);
+	o = i < cap - 1 ? i : cap - 1;
+	while (i < n && o < cap - 1) {
+		k = jw_utf8_seq((const unsigned char *)s + i, n - i);
+		if (!k) {
+			bad++;
+			if (o + 3 > cap - 1)
+				break;
+			memcpy(buf + o, rep, 3);
+			o += 3;
+			i++;
+			continue;
+		}
+		if (o + k > cap - 1)
+			break;
+		memcpy(buf + o, s + i, k);
+		o += k;
+		i += k;
+	}
+	/* a cut name can still hide invalid bytes after the cut: they are not written */
+	buf[o] = '\0';
+	count_replaced(bad ? bad : 1);
+	return buf;
+}
+
+/*
+ * A JSON string: quotes, backslash and control characters escaped; a byte
+ * that starts no well-formed UTF-8 sequence becomes U+FFFD (counted): a
+ * kernel name from a shim or a trace is bytes, and strict parsers (Kafka
+ * consumers, jq) refuse invalid UTF-8. Valid runs are copied whole.
+ */
 static void put_escaped(struct jsonw *w, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
-	size_t run = 0;
+	size_t run = 0, k;
 
 	putc_(w, '"');
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 
+		if (c >= 0x80) {
+			k = jw_utf8_seq((const unsigned char *)s + i, n - i);
+			if (k) {
+				i += k - 1;
+				continue;
+			}
+			put(w, s + run, i - run);
+			run = i + 1;
+			put(w, "\\ufffd", 6);
+			count_replaced(1);
+			continue;
+		}
 		if (c >= 0x20 && c != '"' && c != '\\')
 			continue;
 		put(w, s + run, i - run);

@@ -31,6 +31,7 @@
 #include "diag_internal.h"
 #include "internal.h"
 #include "grow.h"
+#include "jsonw.h"
 
 #define DEFAULT_MARKERS "execute_model,run_batch,forward_batch,ProfilerStep#"
 #define MAX_PATTERNS 16
@@ -292,21 +293,25 @@ int diag_seg__add_marker(struct diag_seg *sg, const struct corr_marker *m)
 			  .batch = -1,
 			  .kv = -1,
 			  .rank = -1};
+	char fixed[1024];
+	const char *name;
 	size_t n;
 
 	sg->cnt.markers++;
 	if (!m->name)
 		return -EINVAL;
-	n = meta_start(m->name);
-	k.name = names_intern(sg->names, m->name, n);
+	/* a marker's name leaves in step records: well-formed UTF-8 (jsonw.h) */
+	name = jw_utf8_clean(m->name, fixed, sizeof(fixed));
+	n = meta_start(name);
+	k.name = names_intern(sg->names, name, n);
 	if (k.name < 0)
 		return k.name;
 	for (int i = 0; i < sg->n_pat && !sg->o.auto_only; i++)
-		if (strstr(m->name, sg->pat[i]))
+		if (strstr(name, sg->pat[i]))
 			k.step = true;
 	if (k.step) {
 		sg->cnt.step_markers++;
-		parse_meta(sg, m->name, &k);
+		parse_meta(sg, name, &k);
 	}
 	return push_marker(sg, &k);
 }

@@ -174,7 +174,7 @@ check_joins() {
 	  ]
 	+ ( ($gpu | map(select(.correlation_id == $orphan))) as $o
 	    | if ($o | length) != 1 then ["orphan: \($o | length) records, want 1"]
-	      else [$o[0] | select(.matched != false or .pid != null or .tid != null or .launch_src != null
+	      else [$o[0] | select(.matched != false or .pid != $pid or .tid != null or .launch_src != null
 		or .launch_ts_ns != null or .launch_api != null) | "orphan not unmatched: \(.)"] end )
 	+ ( ($calls | map(.corr)) as $known
 	    | [$gpu[] | select(.correlation_id as $x | ($known | index($x)) == null and $x != $orphan)

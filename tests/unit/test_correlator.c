@@ -573,13 +573,21 @@ static void test_json_out(void **state)
 				    "foo(int)");
 	json_decref(o);
 
-	/* unmatched: explicit nulls */
+	/* unmatched: explicit nulls, but the sender's pid when known (issue 18 #8) */
+	n = corr_gpu_to_json(buf, sizeof(buf), &cm, &g, NULL);
+	o = json_loadb(buf, (size_t)n, 0, &err);
+	assert_non_null(o);
+	assert_json_int(o, "pid", 1);
+	assert_true(json_is_null(json_object_get(o, "tid")));
+	assert_true(json_is_false(json_object_get(o, "matched")));
+	json_decref(o);
+	g.pid = 0; /* a Kineto trace: no process */
 	n = corr_gpu_to_json(buf, sizeof(buf), &cm, &g, NULL);
 	o = json_loadb(buf, (size_t)n, 0, &err);
 	assert_non_null(o);
 	assert_true(json_is_null(json_object_get(o, "pid")));
-	assert_true(json_is_false(json_object_get(o, "matched")));
 	json_decref(o);
+	g.pid = 1;
 	/* too small a buffer */
 	assert_int_equal(corr_gpu_to_json(buf, 20, &cm, &g, &l), -ENOSPC);
 }
