@@ -66,8 +66,8 @@
 #define STALE_FLOOR 0.3
 /* the CPU chart's floor: extra run-queue wait, share of the step */
 #define RUNQ_FLOOR 0.05
-/* a lone flagged step under this many times its limit is a spike (see below) */
-#define SPIKE_TEACH 3
+/* a flagged step under this many times its limit is a spike noise may hold */
+#define SPIKE_MAX 3
 /* an accepted step teaches the charts its excess up to this many floors */
 #define TEACH_CLIP 1.5
 /*
@@ -162,11 +162,6 @@
 #define ABL_GUESS 1
 #else
 #define ABL_GUESS 0
-#endif
-#ifdef DIAG_ABLATE_SPIKE
-#define ABL_SPIKE 1
-#else
-#define ABL_SPIKE 0
 #endif
 #ifdef DIAG_ABLATE_WINDOW
 #define ABL_WINDOW 1
@@ -277,7 +272,6 @@ struct dkey {
 	struct dmodel m;
 	struct dkerns kern;
 	uint64_t steps, accepted, since_refit, consec;
-	double flag_u;	  /* limit the last flagged step crossed; < 0: not a spike */
 	struct ewstat u1; /* u+ of accepted steps */
 	struct ewstat uw; /* window mean of u+ */
 	float win[W_MAX];
@@ -1238,7 +1232,7 @@ static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step 
 			s->gpu_busy_ns - k->f_busy.mean * j->med >= NOISE_GPU * (j->dur - j->med);
 	else
 		spike = spike && j->dur < NOISE_NB * j->med;
-	j->hold = !ABL_HOLD && spike && j->up < SPIKE_TEACH * j->ucl1 &&
+	j->hold = !ABL_HOLD && spike && j->up < SPIKE_MAX * j->ucl1 &&
 		  (noise_count(sq) >= NOISE_MIN || j->dur < NOISE_SMALL * j->med);
 	/* an uneven spike after a held one: a burst of jitter, not a level */
 	j->chain = j->hold && sq->held && sq->burst < BURST_MAX &&
@@ -1275,7 +1269,6 @@ static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 	struct diag_anomaly an = {0};
 
 	k->consec++;
-	k->flag_u = !j->flagg && !j->flagc && j->up < SPIKE_TEACH * j->ucl1 ? j->ucl1 : -1;
 	an.instance = k->instance;
 	an.rank = s->rank;
 	an.phase = s->phase;
@@ -1427,14 +1420,6 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	if (j.flagged) {
 		err = report(d, k, s, &j, v);
 	} else {
-		/*
-		 * a lone, moderate flagged step (a spike) between accepted ones
-		 * teaches the chart, clipped at the limit it crossed: in a noisy
-		 * stretch the limit rises with the spikes instead of flagging
-		 * each one. A run of slow steps or a big stall never teaches it.
-		 */
-		if (!ABL_SPIKE && k->consec == 1 && j.judged && !j.novel && k->flag_u >= 0)
-			ew_add(&k->u1, k->flag_u);
 		k->consec = 0;
 		if (j.explained)
 			d->cnt.explained++;

@@ -1034,30 +1034,33 @@ static void test_spikes_and_floors(void **state)
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
-	int first = 0, early = 0, late = 0;
+	int flagged = 0;
+	double limit;
 
 	warm_up(d, &ts, 300, 4);
 	/*
-	 * 30 lone 1.2x spikes, one every 4 steps, on four workloads in turn
-	 * (one recurring on one workload would be its second mode, see
-	 * test_second_mode): the first ones are flagged, then the limit has
-	 * risen over them (measured: 3 of the first 10)
+	 * 30 lone 1.2x spikes, one every 4 steps, on four workloads in turn,
+	 * the GPU idle for the excess (no noise hold). A flagged step never
+	 * teaches the chart: every spike is flagged until its workload has 3
+	 * lone ones at this ratio (the first 12), which then make it the
+	 * workload's second mode (test_second_mode): explained, not flagged
 	 */
 	for (int i = 0; i < 120; i++) {
 		mk(&s, &ts, i % 4 == 3 ? 8 + i / 4 % 4 : 8 + i % 4, i % 4 == 3 ? 1.2 : 1);
 		diag_det__add_step(d, &s, &v);
-		if (i == 3)
-			first = v.anomalous;
-		if (i % 4 == 3 && i < 40)
-			early += v.anomalous;
-		else if (i % 4 == 3)
-			late += v.anomalous;
+		if (i % 4 == 3 && i < 48)
+			assert_true(v.anomalous);
+		else if (i % 4 != 3)
+			assert_false(v.anomalous);
+		flagged += v.anomalous;
 	}
-	assert_int_equal(first, 1);
-	assert_true(early >= 2 && early <= 8); /* of the first 10 */
-	assert_int_equal(late, 0);
-	/* the limit stopped them, not a mode */
-	assert_int_equal(diag_det__counters(d)->explained, 0);
+	assert_int_equal(flagged + diag_det__counters(d)->explained, 30);
+	/* and the limit is still the floor: a 1.35x step is flagged against 0.17 */
+	mk(&s, &ts, 10, 1.35);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	limit = ((double)s.dur_ns / (double)v.median_ns - 1) / v.score;
+	assert_true(limit > 0.169 && limit < 0.18);
 	/* a big stall still is one */
 	mk(&s, &ts, 9, 2.0);
 	diag_det__add_step(d, &s, &v);
@@ -1266,6 +1269,8 @@ static void test_churn(void **state)
 	int late = 0;
 
 	(void)state;
+	/* its own draws, whatever the tests before it drew */
+	rs = 88172645463325252ULL;
 	for (int i = 0; i < 600; i++) {
 		bool churn = i % 10 == 9;
 
@@ -1276,7 +1281,11 @@ static void test_churn(void **state)
 		if (i >= 400)
 			late += v.anomalous || v.held;
 	}
-	assert_int_equal(late, 0);
+	/*
+	 * the limit is the 99th percentile of their own excesses: one in a
+	 * hundred is over it
+	 */
+	assert_true(late <= 1);
 	assert_true(diag_det__counters(d)->churn >= 15);
 	/* a steady step at 1.5x: the steady limit */
 	mk_churn(&s, &ts, &kv, false, 1.5);
