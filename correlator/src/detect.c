@@ -132,6 +132,16 @@
 #define CH_HEAVY 3.0
 #define CH_HEAVY_Q 0.9
 #define CH_SHARE 0.8
+/*
+ * A run in progress: after RUN_MIN flagged steady (not churn) steps in a row,
+ * the last at most RUN_MAX x its median, a churn step is judged against the
+ * steady limit, not the churn quantile: a slowed GPU or a contended CPU
+ * slows the churn steps of its run too, and most passed under the churn
+ * quantile. Flagged steady steps far over RUN_MAX are a new job's ramp-up,
+ * not a slowdown, and its churn steps are left to their quantile.
+ */
+#define RUN_MIN 2
+#define RUN_MAX 3.0f
 
 /*
  * Ablation switches for measuring each rule (eval/ablate.sh builds the
@@ -162,6 +172,11 @@
 #define ABL_GUESS 1
 #else
 #define ABL_GUESS 0
+#endif
+#ifdef DIAG_ABLATE_RUN
+#define ABL_RUN 1
+#else
+#define ABL_RUN 0
 #endif
 #ifdef DIAG_ABLATE_WINDOW
 #define ABL_WINDOW 1
@@ -248,6 +263,8 @@ struct dseq {
 	/* noise: GPU-bound spikes after a quiet step (not flagged), before a calm one */
 	uint64_t n; /* steps of the sequence */
 	bool last_quiet, npend;
+	uint32_t run; /* flagged steady (not churn) steps in a row */
+	float run_r;  /* the last one's dur / median */
 	uint64_t nstep;
 	uint64_t noise[NOISE_N]; /* sequence steps of lone GPU-bound spikes */
 	uint32_t noise_pos;
@@ -1122,9 +1139,11 @@ static void limits(const struct diag_det *d, const struct dkey *k, struct judge 
 		ucl1 = guess_floor;
 	if (j->cls) {
 		double cl = churn_limit(k, j->ucl1_own);
+		/* a run in progress: the steady limit (the step still teaches nothing) */
+		bool run = !ABL_RUN && k->seq->run >= RUN_MIN && k->seq->run_r <= RUN_MAX;
 
 		j->churn = cl > 0;
-		if (j->churn && ucl1 < cl)
+		if (j->churn && ucl1 < cl && !run)
 			ucl1 = cl;
 	}
 	j->ucl1 = ucl1;
@@ -1256,6 +1275,10 @@ static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step 
 	sq->nstep = sq->n;
 	sq->last_ok = j->ok;
 	sq->last_quiet = j->judged && !j->flagged;
+	if (!j->cls && j->med > 0) {
+		sq->run = j->flagged ? sq->run + 1 : 0;
+		sq->run_r = (float)(j->dur / j->med);
+	}
 }
 
 /*

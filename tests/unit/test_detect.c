@@ -1239,8 +1239,9 @@ static void test_bad_baseline_and_steps(void **state)
  * every 10th step, 2-6x, uneven), the key learns it: they are judged against a high
  * quantile of their own excesses, counted in `churn`, not flagged; a steady
  * step is still judged against the steady limit, and a churn step far over
- * what churn costs is still flagged. Where churn costs nothing (a second
- * detector), a 1.5x churn step is flagged like any other.
+ * what churn costs is still flagged, and so is a churn step inside a run
+ * of flagged steady steps. Where churn costs nothing (a second detector), a
+ * 1.5x churn step is flagged like any other.
  */
 static void mk_churn(struct diag_step *s, uint64_t *ts, int64_t *kv, bool churn, double factor)
 {
@@ -1297,6 +1298,31 @@ static void test_churn(void **state)
 	}
 	/* a churn step far over what churn costs here (6x at most): a stall */
 	mk_churn(&s, &ts, &kv, true, 12);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	/* a 3x churn step is within what churn costs here */
+	for (int i = 0; i < 8; i++) {
+		mk_churn(&s, &ts, &kv, false, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	mk_churn(&s, &ts, &kv, true, 3);
+	diag_det__add_step(d, &s, &v);
+	assert_false(v.anomalous || v.held);
+	/*
+	 * but after two steady steps flagged at 1.5x (a slowdown in progress)
+	 * it is judged against the steady limit: the run's churn steps are
+	 * flagged too
+	 */
+	for (int i = 0; i < 8; i++) {
+		mk_churn(&s, &ts, &kv, false, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	for (int i = 0; i < 2; i++) {
+		mk_churn(&s, &ts, &kv, false, 1.5);
+		diag_det__add_step(d, &s, &v);
+		assert_true(v.anomalous);
+	}
+	mk_churn(&s, &ts, &kv, true, 3);
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.anomalous);
 	diag_det__free(d);
