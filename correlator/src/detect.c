@@ -173,6 +173,11 @@
 #else
 #define ABL_GUESS 0
 #endif
+#ifdef DIAG_ABLATE_SPIKE
+#define ABL_SPIKE 1
+#else
+#define ABL_SPIKE 0
+#endif
 #ifdef DIAG_ABLATE_RUN
 #define ABL_RUN 1
 #else
@@ -290,6 +295,7 @@ struct dkey {
 	struct dkerns kern;
 	uint64_t steps, accepted, since_refit, consec;
 	struct ewstat u1; /* u+ of accepted steps */
+	double flag_u;	  /* limit the last flagged step crossed; < 0: not GPU jitter */
 	struct ewstat uw; /* window mean of u+ */
 	float win[W_MAX];
 	uint32_t wpos, wcnt;
@@ -1091,6 +1097,7 @@ struct judge {
 	bool flag1, flagw, flagg, flagc, explained, flagged;
 	bool hostg, hostc; /* the gap or CPU chart sees a stall */
 	bool calm, ok, hold, chain;
+	bool jitter; /* a GPU-bound spike, by the breakdown (sequence()) */
 };
 
 /*
@@ -1246,10 +1253,11 @@ static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step 
 	j->calm = j->judged && !j->flagged && !j->explained && j->up < j->ucl1_own;
 	j->ok = j->calm && j->measured && j->up < j->ucl1_own / 2;
 	spike = (j->flag1 || j->flagw) && j->measured && !j->hostg && !j->hostc;
-	if (s->gpu_busy_ns >= 0)
+	if (s->gpu_busy_ns >= 0) {
 		spike = spike && k->f_busy.n >= CHART_WARM &&
 			s->gpu_busy_ns - k->f_busy.mean * j->med >= NOISE_GPU * (j->dur - j->med);
-	else
+		j->jitter = spike && j->flag1 && j->up < SPIKE_MAX * j->ucl1;
+	} else
 		spike = spike && j->dur < NOISE_NB * j->med;
 	j->hold = !ABL_HOLD && spike && j->up < SPIKE_MAX * j->ucl1 &&
 		  (noise_count(sq) >= NOISE_MIN || j->dur < NOISE_SMALL * j->med);
@@ -1292,6 +1300,7 @@ static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 	struct diag_anomaly an = {0};
 
 	k->consec++;
+	k->flag_u = j->jitter ? j->ucl1 : -1;
 	an.instance = k->instance;
 	an.rank = s->rank;
 	an.phase = s->phase;
@@ -1443,6 +1452,15 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	if (j.flagged) {
 		err = report(d, k, s, &j, v);
 	} else {
+		/*
+		 * a lone GPU-bound spike (the breakdown says the kernels ran
+		 * longer, no host chart saw a stall) teaches the chart the limit
+		 * it crossed: in a noisy stretch the limit rises with the
+		 * jitter. Without a breakdown nothing says a slow step was
+		 * jitter, and it teaches nothing.
+		 */
+		if (!ABL_SPIKE && k->consec == 1 && j.judged && !j.novel && k->flag_u >= 0)
+			ew_add(&k->u1, k->flag_u);
 		k->consec = 0;
 		if (j.explained)
 			d->cnt.explained++;
