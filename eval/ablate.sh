@@ -4,7 +4,7 @@
 # ablate.sh RULE [FIRST [LAST]] - the blind protocol (eval_detect --blind)
 # at seeds FIRST-LAST (default 11-100) with one rule of the detector switched
 # off (DIAG_ABLATE_<RULE> in correlator/src/detect.c or baseline.c: CHURN,
-# MODES, HOLD, BOUND, GUESS, SPIKE, WINDOW, YOUNG), built apart in a
+# MODES, HOLD, BOUND, GUESS, RUN, SPIKE, WINDOW, YOUNG), built apart in a
 # temporary folder. Compare with eval/seeds.sh on the same seeds.
 set -eu
 rule=${1:?usage: ablate.sh RULE [FIRST [LAST]]}

@@ -1412,18 +1412,20 @@ int main(int argc, char **argv)
 			       fault_name[f], rec, 100 * fpr, v);
 	}
 	{
-		uint64_t inj = 0, hit = 0;
+		uint64_t inj = 0, hit = 0, kind = 0;
 		double rec, prec, f1;
 
 		for (int f = F_STALL; f < F_STRAG; f++) {
 			inj += all.inj[f];
 			hit += all.hit[f];
+			kind += all.kind_ok[f];
 		}
 		rec = inj ? (double)hit / inj : 0;
 		prec = hit + all.fp ? (double)hit / (hit + all.fp) : 0;
 		f1 = prec + rec > 0 ? 2 * prec * rec / (prec + rec) : 0;
+		/* kind: the mixed campaign's hits whose kind names the fault (breakdown) */
 		if (brief)
-			printf(" f1 %.4f\n", f1);
+			printf(" f1 %.4f kind %.4f\n", f1, hit ? (double)kind / hit : 0);
 		else
 			printf("  %-14s F1 %.4f (>= 0.99): %s\n", "mixed", f1,
 			       f1 >= 0.99 ? "met" : "MISSED");

@@ -66,8 +66,8 @@
 #define STALE_FLOOR 0.3
 /* the CPU chart's floor: extra run-queue wait, share of the step */
 #define RUNQ_FLOOR 0.05
-/* a lone flagged step under this many times its limit is a spike (see below) */
-#define SPIKE_TEACH 3
+/* a flagged step under this many times its limit is a spike noise may hold */
+#define SPIKE_MAX 3
 /* an accepted step teaches the charts its excess up to this many floors */
 #define TEACH_CLIP 1.5
 /*
@@ -132,6 +132,16 @@
 #define CH_HEAVY 3.0
 #define CH_HEAVY_Q 0.9
 #define CH_SHARE 0.8
+/*
+ * A run in progress: after RUN_MIN flagged steady (not churn) steps in a row,
+ * the last at most RUN_MAX x its median, a churn step is judged against the
+ * steady limit, not the churn quantile: a slowed GPU or a contended CPU
+ * slows the churn steps of its run too, and most passed under the churn
+ * quantile. Flagged steady steps far over RUN_MAX are a new job's ramp-up,
+ * not a slowdown, and its churn steps are left to their quantile.
+ */
+#define RUN_MIN 2
+#define RUN_MAX 3.0f
 
 /*
  * Ablation switches for measuring each rule (eval/ablate.sh builds the
@@ -167,6 +177,11 @@
 #define ABL_SPIKE 1
 #else
 #define ABL_SPIKE 0
+#endif
+#ifdef DIAG_ABLATE_RUN
+#define ABL_RUN 1
+#else
+#define ABL_RUN 0
 #endif
 #ifdef DIAG_ABLATE_WINDOW
 #define ABL_WINDOW 1
@@ -253,6 +268,8 @@ struct dseq {
 	/* noise: GPU-bound spikes after a quiet step (not flagged), before a calm one */
 	uint64_t n; /* steps of the sequence */
 	bool last_quiet, npend;
+	uint32_t run; /* flagged steady (not churn) steps in a row */
+	float run_r;  /* the last one's dur / median */
 	uint64_t nstep;
 	uint64_t noise[NOISE_N]; /* sequence steps of lone GPU-bound spikes */
 	uint32_t noise_pos;
@@ -277,8 +294,8 @@ struct dkey {
 	struct dmodel m;
 	struct dkerns kern;
 	uint64_t steps, accepted, since_refit, consec;
-	double flag_u;	  /* limit the last flagged step crossed; < 0: not a spike */
 	struct ewstat u1; /* u+ of accepted steps */
+	double flag_u;	  /* limit the last flagged step crossed; < 0: not GPU jitter */
 	struct ewstat uw; /* window mean of u+ */
 	float win[W_MAX];
 	uint32_t wpos, wcnt;
@@ -1080,6 +1097,7 @@ struct judge {
 	bool flag1, flagw, flagg, flagc, explained, flagged;
 	bool hostg, hostc; /* the gap or CPU chart sees a stall */
 	bool calm, ok, hold, chain;
+	bool jitter; /* a GPU-bound spike, by the breakdown (sequence()) */
 };
 
 /*
@@ -1128,9 +1146,11 @@ static void limits(const struct diag_det *d, const struct dkey *k, struct judge 
 		ucl1 = guess_floor;
 	if (j->cls) {
 		double cl = churn_limit(k, j->ucl1_own);
+		/* a run in progress: the steady limit (the step still teaches nothing) */
+		bool run = !ABL_RUN && k->seq->run >= RUN_MIN && k->seq->run_r <= RUN_MAX;
 
 		j->churn = cl > 0;
-		if (j->churn && ucl1 < cl)
+		if (j->churn && ucl1 < cl && !run)
 			ucl1 = cl;
 	}
 	j->ucl1 = ucl1;
@@ -1233,12 +1253,13 @@ static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step 
 	j->calm = j->judged && !j->flagged && !j->explained && j->up < j->ucl1_own;
 	j->ok = j->calm && j->measured && j->up < j->ucl1_own / 2;
 	spike = (j->flag1 || j->flagw) && j->measured && !j->hostg && !j->hostc;
-	if (s->gpu_busy_ns >= 0)
+	if (s->gpu_busy_ns >= 0) {
 		spike = spike && k->f_busy.n >= CHART_WARM &&
 			s->gpu_busy_ns - k->f_busy.mean * j->med >= NOISE_GPU * (j->dur - j->med);
-	else
+		j->jitter = spike && j->flag1 && j->up < SPIKE_MAX * j->ucl1;
+	} else
 		spike = spike && j->dur < NOISE_NB * j->med;
-	j->hold = !ABL_HOLD && spike && j->up < SPIKE_TEACH * j->ucl1 &&
+	j->hold = !ABL_HOLD && spike && j->up < SPIKE_MAX * j->ucl1 &&
 		  (noise_count(sq) >= NOISE_MIN || j->dur < NOISE_SMALL * j->med);
 	/* an uneven spike after a held one: a burst of jitter, not a level */
 	j->chain = j->hold && sq->held && sq->burst < BURST_MAX &&
@@ -1262,6 +1283,10 @@ static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step 
 	sq->nstep = sq->n;
 	sq->last_ok = j->ok;
 	sq->last_quiet = j->judged && !j->flagged;
+	if (!j->cls && j->med > 0) {
+		sq->run = j->flagged ? sq->run + 1 : 0;
+		sq->run_r = (float)(j->dur / j->med);
+	}
 }
 
 /*
@@ -1275,7 +1300,7 @@ static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 	struct diag_anomaly an = {0};
 
 	k->consec++;
-	k->flag_u = !j->flagg && !j->flagc && j->up < SPIKE_TEACH * j->ucl1 ? j->ucl1 : -1;
+	k->flag_u = j->jitter ? j->ucl1 : -1;
 	an.instance = k->instance;
 	an.rank = s->rank;
 	an.phase = s->phase;
@@ -1428,10 +1453,11 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		err = report(d, k, s, &j, v);
 	} else {
 		/*
-		 * a lone, moderate flagged step (a spike) between accepted ones
-		 * teaches the chart, clipped at the limit it crossed: in a noisy
-		 * stretch the limit rises with the spikes instead of flagging
-		 * each one. A run of slow steps or a big stall never teaches it.
+		 * a lone GPU-bound spike (the breakdown says the kernels ran
+		 * longer, no host chart saw a stall) teaches the chart the limit
+		 * it crossed: in a noisy stretch the limit rises with the
+		 * jitter. Without a breakdown nothing says a slow step was
+		 * jitter, and it teaches nothing.
 		 */
 		if (!ABL_SPIKE && k->consec == 1 && j.judged && !j.novel && k->flag_u >= 0)
 			ew_add(&k->u1, k->flag_u);

@@ -1034,30 +1034,34 @@ static void test_spikes_and_floors(void **state)
 	struct diag_step s;
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
-	int first = 0, early = 0, late = 0;
+	int flagged = 0;
+	double limit;
 
 	warm_up(d, &ts, 300, 4);
 	/*
-	 * 30 lone 1.2x spikes, one every 4 steps, on four workloads in turn
-	 * (one recurring on one workload would be its second mode, see
-	 * test_second_mode): the first ones are flagged, then the limit has
-	 * risen over them (measured: 3 of the first 10)
+	 * 30 lone 1.2x spikes, one every 4 steps, on four workloads in turn,
+	 * the GPU idle for the excess (no noise hold). A spike the breakdown
+	 * does not call GPU jitter never teaches the chart (GPU-bound ones do:
+	 * test_level_under_raised_limit): every spike is flagged until its workload has 3
+	 * lone ones at this ratio (the first 12), which then make it the
+	 * workload's second mode (test_second_mode): explained, not flagged
 	 */
 	for (int i = 0; i < 120; i++) {
 		mk(&s, &ts, i % 4 == 3 ? 8 + i / 4 % 4 : 8 + i % 4, i % 4 == 3 ? 1.2 : 1);
 		diag_det__add_step(d, &s, &v);
-		if (i == 3)
-			first = v.anomalous;
-		if (i % 4 == 3 && i < 40)
-			early += v.anomalous;
-		else if (i % 4 == 3)
-			late += v.anomalous;
+		if (i % 4 == 3 && i < 48)
+			assert_true(v.anomalous);
+		else if (i % 4 != 3)
+			assert_false(v.anomalous);
+		flagged += v.anomalous;
 	}
-	assert_int_equal(first, 1);
-	assert_true(early >= 2 && early <= 8); /* of the first 10 */
-	assert_int_equal(late, 0);
-	/* the limit stopped them, not a mode */
-	assert_int_equal(diag_det__counters(d)->explained, 0);
+	assert_int_equal(flagged + diag_det__counters(d)->explained, 30);
+	/* and the limit is still the floor: a 1.35x step is flagged against 0.17 */
+	mk(&s, &ts, 10, 1.35);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	limit = ((double)s.dur_ns / (double)v.median_ns - 1) / v.score;
+	assert_true(limit > 0.169 && limit < 0.18);
 	/* a big stall still is one */
 	mk(&s, &ts, 9, 2.0);
 	diag_det__add_step(d, &s, &v);
@@ -1177,6 +1181,7 @@ static void test_level_under_raised_limit(void **state)
 	uint64_t ts = 1000000000ULL;
 	int run = 0;
 
+	rs = 88172645463325252ULL; /* its own draws, whatever the tests before drew */
 	calm_steps(d, &ts, 300);
 	/* lone spikes of 1.3-1.6x, one every 4 steps, on four workloads in turn */
 	for (int i = 0; i < 160; i++) {
@@ -1236,8 +1241,9 @@ static void test_bad_baseline_and_steps(void **state)
  * every 10th step, 2-6x, uneven), the key learns it: they are judged against a high
  * quantile of their own excesses, counted in `churn`, not flagged; a steady
  * step is still judged against the steady limit, and a churn step far over
- * what churn costs is still flagged. Where churn costs nothing (a second
- * detector), a 1.5x churn step is flagged like any other.
+ * what churn costs is still flagged, and so is a churn step inside a run
+ * of flagged steady steps. Where churn costs nothing (a second detector), a
+ * 1.5x churn step is flagged like any other.
  */
 static void mk_churn(struct diag_step *s, uint64_t *ts, int64_t *kv, bool churn, double factor)
 {
@@ -1266,6 +1272,8 @@ static void test_churn(void **state)
 	int late = 0;
 
 	(void)state;
+	/* its own draws, whatever the tests before it drew */
+	rs = 88172645463325252ULL;
 	for (int i = 0; i < 600; i++) {
 		bool churn = i % 10 == 9;
 
@@ -1276,7 +1284,11 @@ static void test_churn(void **state)
 		if (i >= 400)
 			late += v.anomalous || v.held;
 	}
-	assert_int_equal(late, 0);
+	/*
+	 * the limit is the 99th percentile of their own excesses: one in a
+	 * hundred is over it
+	 */
+	assert_true(late <= 1);
 	assert_true(diag_det__counters(d)->churn >= 15);
 	/* a steady step at 1.5x: the steady limit */
 	mk_churn(&s, &ts, &kv, false, 1.5);
@@ -1288,6 +1300,31 @@ static void test_churn(void **state)
 	}
 	/* a churn step far over what churn costs here (6x at most): a stall */
 	mk_churn(&s, &ts, &kv, true, 12);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	/* a 3x churn step is within what churn costs here */
+	for (int i = 0; i < 8; i++) {
+		mk_churn(&s, &ts, &kv, false, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	mk_churn(&s, &ts, &kv, true, 3);
+	diag_det__add_step(d, &s, &v);
+	assert_false(v.anomalous || v.held);
+	/*
+	 * but after two steady steps flagged at 1.5x (a slowdown in progress)
+	 * it is judged against the steady limit: the run's churn steps are
+	 * flagged too
+	 */
+	for (int i = 0; i < 8; i++) {
+		mk_churn(&s, &ts, &kv, false, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	for (int i = 0; i < 2; i++) {
+		mk_churn(&s, &ts, &kv, false, 1.5);
+		diag_det__add_step(d, &s, &v);
+		assert_true(v.anomalous);
+	}
+	mk_churn(&s, &ts, &kv, true, 3);
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.anomalous);
 	diag_det__free(d);
