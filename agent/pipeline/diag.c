@@ -65,7 +65,8 @@ static void wait_suspect(const struct diag *d, struct diag_anomaly *an)
 	for (uint32_t i = 0; i < d->nwaits; i++) {
 		const struct diag_wait *e = &d->waits[i];
 
-		if (e->last_ns >= an->step_start_ns && e->last_ns <= an->step_start_ns + an->dur_ns &&
+		if (e->last_ns >= an->step_start_ns &&
+		    e->last_ns <= an->step_start_ns + an->dur_ns &&
 		    (!best || e->late_ns > best->late_ns))
 			best = e;
 	}
@@ -82,9 +83,7 @@ static void wait_suspect(const struct diag *d, struct diag_anomaly *an)
 	s->ratio = 0;
 }
 
-
 /* ------------------------------------------------------------ diagnosis -- */
-
 
 static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 {

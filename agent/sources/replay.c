@@ -40,8 +40,8 @@ struct replay {
 	const volatile sig_atomic_t *stop; /* set by SIGINT / SIGTERM */
 	/* NCCL collectives (issue 21): every file's, matched across ranks at the end */
 	struct corr_collr *cr;
-	struct corr_coll_agg *agg; /* sentinel: collective_summary rows */
-	uint64_t coll_t0, coll_t1; /* the collectives' span (the summaries' interval) */
+	struct corr_coll_agg *agg;    /* sentinel: collective_summary rows */
+	uint64_t coll_t0, coll_t1;    /* the collectives' span (the summaries' interval) */
 	char inst[REPLAY_FILES][128]; /* each file's instance */
 	struct {
 		uint32_t pid, file;
@@ -156,8 +156,9 @@ static int collectives_finish(struct replay *r, const char *path)
 	json_object_set_new(o, "matched", json_integer((json_int_t)n->matched));
 	json_object_set_new(o, "unmatched", json_integer((json_int_t)n->unmatched));
 	json_object_set_new(o, "waits", json_integer((json_int_t)r->waits_written));
-	json_object_set_new(o, "summaries_dropped",
-			    json_integer((json_int_t)(r->agg ? corr_coll_agg__dropped(r->agg) : 0)));
+	json_object_set_new(
+	    o, "summaries_dropped",
+	    json_integer((json_int_t)(r->agg ? corr_coll_agg__dropped(r->agg) : 0)));
 	json_object_set_new(o, "records_too_long", json_integer((json_int_t)r->coll_too_long));
 	rec_emit(r->a, REC_STATS, o);
 	pr_info("replay: %llu NCCL collectives (%llu without a process group), %llu matched "
@@ -336,11 +337,10 @@ static int replay_step_stream(struct replay *r, const char *path, struct corr_in
 			err = derr;
 	}
 	if (err == -EINTR)
-		pr_warn("replay: %s: stopped by a signal; the steps read so far were judged",
-			path);
+		pr_warn("replay: %s: stopped by a signal; the steps read so far were judged", path);
 	emit_diag_status(r, path, err);
-	pr_info("replay: %s: %llu steps re-judged, %llu anomalies, %llu malformed lines",
-		path, (unsigned long long)r->dg->steps, (unsigned long long)r->dg->anomalies,
+	pr_info("replay: %s: %llu steps re-judged, %llu anomalies, %llu malformed lines", path,
+		(unsigned long long)r->dg->steps, (unsigned long long)r->dg->anomalies,
 		(unsigned long long)r->bad_lines);
 	return err;
 }

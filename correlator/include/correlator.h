@@ -328,7 +328,7 @@ struct corr_replay_stats {
 	uint64_t skipped; /* events of no interest */
 	struct corr_counters corr;
 	uint64_t comm_ops; /* communication ops handed to corr_replay_opts.comm */
-	bool dist_known; /* Kineto's distributedInfo gave the rank and world size */
+	bool dist_known;   /* Kineto's distributedInfo gave the rank and world size */
 	uint32_t dist_rank, dist_world;
 };
 

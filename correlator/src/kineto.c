@@ -329,7 +329,7 @@ struct kev {
 	bool has_comm; /* any of the communication arguments */
 	struct span cs[CA_STR_COUNT];
 	int64_t cn[CA_NUM_COUNT];
-	int64_t in_elems; /* "Input Dims": elements of the first input, -1 unknown */
+	int64_t in_elems;    /* "Input Dims": elements of the first input, -1 unknown */
 	struct span in_type; /* "Input type": the first input's */
 };
 
@@ -359,7 +359,7 @@ static int input_dims(struct scan *sc, int64_t *out)
 
 					ws(sc);
 					if (sc->p < sc->end && (*sc->p < '0' || *sc->p > '9')) {
-						/* a list's shapes nested, a null, a string: not told */
+						/* nested shapes, a null, a string: not told */
 						if (skip(sc))
 							return -EINVAL;
 						prod = -1;
@@ -457,16 +457,16 @@ static int comm_arg(const struct span *k, bool *num)
 		bool num;
 		int slot;
 	} keys[] = {
-		{ "Collective name", false, CA_COLL },
-		{ "dtype", false, CA_DTYPE },
-		{ "Process Group Name", false, CA_PG_NAME },
-		{ "Process Group ID", false, CA_PG_NAME },
-		{ "Process Group Description", false, CA_PG_DESC },
-		{ "Process Group Ranks", false, CA_PG_RANKS },
-		{ "Group size", true, CA_GROUP_SIZE },
-		{ "In msg nelems", true, CA_IN_NELEMS },
-		{ "Out msg nelems", true, CA_OUT_NELEMS },
-		{ "Rank", true, CA_RANK },
+	    {"Collective name", false, CA_COLL},
+	    {"dtype", false, CA_DTYPE},
+	    {"Process Group Name", false, CA_PG_NAME},
+	    {"Process Group ID", false, CA_PG_NAME},
+	    {"Process Group Description", false, CA_PG_DESC},
+	    {"Process Group Ranks", false, CA_PG_RANKS},
+	    {"Group size", true, CA_GROUP_SIZE},
+	    {"In msg nelems", true, CA_IN_NELEMS},
+	    {"Out msg nelems", true, CA_OUT_NELEMS},
+	    {"Rank", true, CA_RANK},
 	};
 
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
@@ -630,7 +630,7 @@ static const char *ev_name(const struct kev *e, char *buf, size_t sz)
  */
 static void comm_op(struct replay_ctx *rc, const struct kev *e, uint32_t corr_id, char *namebuf)
 {
-	char (*txt)[COMM_STR_LEN] = (char (*)[COMM_STR_LEN])(namebuf + NAME_MAX_LEN);
+	char(*txt)[COMM_STR_LEN] = (char(*)[COMM_STR_LEN])(namebuf + NAME_MAX_LEN);
 	const char *str[CA_STR_COUNT];
 	struct corr_comm_op op;
 
@@ -652,21 +652,21 @@ static void comm_op(struct replay_ctx *rc, const struct kev *e, uint32_t corr_id
 		str[CA_DTYPE] = txt[CA_DTYPE];
 	}
 	op = (struct corr_comm_op){
-		.pid = corr_id ? 0 : (uint32_t)e->pid,
-		.tid = corr_id ? 0 : (uint32_t)e->tid,
-		.ts_ns = e->ts,
-		.dur_ns = e->dur,
-		.corr_id = corr_id,
-		.event = ev_name(e, namebuf, NAME_MAX_LEN),
-		.coll = str[CA_COLL],
-		.dtype = str[CA_DTYPE],
-		.pg_name = str[CA_PG_NAME],
-		.pg_desc = str[CA_PG_DESC],
-		.pg_ranks = str[CA_PG_RANKS],
-		.group_size = e->cn[CA_GROUP_SIZE],
-		.in_nelems = e->cn[CA_IN_NELEMS] >= 0 ? e->cn[CA_IN_NELEMS] : e->in_elems,
-		.out_nelems = e->cn[CA_OUT_NELEMS],
-		.rank = e->cn[CA_RANK],
+	    .pid = corr_id ? 0 : (uint32_t)e->pid,
+	    .tid = corr_id ? 0 : (uint32_t)e->tid,
+	    .ts_ns = e->ts,
+	    .dur_ns = e->dur,
+	    .corr_id = corr_id,
+	    .event = ev_name(e, namebuf, NAME_MAX_LEN),
+	    .coll = str[CA_COLL],
+	    .dtype = str[CA_DTYPE],
+	    .pg_name = str[CA_PG_NAME],
+	    .pg_desc = str[CA_PG_DESC],
+	    .pg_ranks = str[CA_PG_RANKS],
+	    .group_size = e->cn[CA_GROUP_SIZE],
+	    .in_nelems = e->cn[CA_IN_NELEMS] >= 0 ? e->cn[CA_IN_NELEMS] : e->in_elems,
+	    .out_nelems = e->cn[CA_OUT_NELEMS],
+	    .rank = e->cn[CA_RANK],
 	};
 	rc->ro->comm(rc->ro->comm_ctx, &op);
 }
@@ -715,8 +715,8 @@ static int dispatch(struct replay_ctx *rc, const struct kev *e, char *namebuf)
 		rc->st->gpu_records++;
 		return corr__add_gpu(rc->c, &g);
 	}
-	if (IS(&e->cat, "cpu_op") &&
-	    (IS(&e->name, "record_param_comms") || (e->name.n > 5 && !memcmp(e->name.s, "nccl:", 5)))) {
+	if (IS(&e->cat, "cpu_op") && (IS(&e->name, "record_param_comms") ||
+				      (e->name.n > 5 && !memcmp(e->name.s, "nccl:", 5)))) {
 		comm_op(rc, e, 0, namebuf);
 		return 0;
 	}
