@@ -319,6 +319,17 @@ static void test_hta_two_ranks(void **state)
 			assert_int_equal(w->ranks[0].wait_ns, pairs[p].s1 - pairs[p].s0);
 			assert_int_equal(w->ranks[0].pid, 4037);
 			assert_int_equal(w->ranks[1].pid, 4045);
+			if (p == 2) {
+				/* the example of docs/operations.md, "A slow rank" */
+				char ev[192];
+
+				assert_int_equal(w->seq, 12);
+				assert_int_equal(corr_wait_evidence(ev, sizeof(ev), w), 0);
+				assert_string_equal(ev,
+						    "rank 1 arrived 22.33 ms late at allreduce #12 "
+						    "(comm 11d7d6e7…); rank 0 spent 22.33 ms "
+						    "waiting");
+			}
 		}
 		assert_true(found);
 	}
