@@ -258,7 +258,9 @@ static void find_ops(struct corr_collr *cr, const struct ccoll *k, struct kops *
 	memset(out, 0, sizeof(*out));
 	for (size_t i = 0; i < cr->nops; i++)
 		if (cr->ops[i].corr && cr->ops[i].corr == k->corr) {
-			out->args = out->sized = &cr->ops[i];
+			if (cr->ops[i].coll_name >= 0)
+				out->args = &cr->ops[i];
+			out->sized = &cr->ops[i]; /* its sizes and group, whatever it has */
 			return;
 		}
 	if (!k->has_launch)
@@ -307,12 +309,14 @@ static void fill(struct corr_collr *cr, struct ccoll *k, const struct kops *ops,
 	if (ops->args) {
 		const char *cn = str_of(cr, ops->args->coll_name);
 
-		op_arg = corr_coll_op_parse(cn, strlen(cn));
+		if (cn)
+			op_arg = corr_coll_op_parse(cn, strlen(cn));
 	}
 	if (op_arg == CORR_COLL_UNKNOWN && ops->nccl) {
-		const char *ev = str_of(cr, ops->nccl->event);
+		const char *ev = str_of(cr, ops->nccl->event); /* NULL: the name table was full */
 
-		op_arg = corr_coll_op_parse(ev + 5, strlen(ev + 5));
+		if (ev && strlen(ev) >= 5)
+			op_arg = corr_coll_op_parse(ev + 5, strlen(ev + 5));
 	}
 	if (op_arg != CORR_COLL_UNKNOWN) {
 		c->op = op_arg;
@@ -365,7 +369,7 @@ static int cmp_enqueue(const void *a, const void *b)
 
 int corr_collr__end_file(struct corr_collr *cr, int32_t rank, int32_t world)
 {
-	struct ccoll *fc = cr->cs + cr->file_first;
+	struct ccoll *fc = cr->cs ? cr->cs + cr->file_first : NULL;
 	size_t nf = cr->ncs - cr->file_first;
 	int err = 0;
 
@@ -382,7 +386,8 @@ int corr_collr__end_file(struct corr_collr *cr, int32_t rank, int32_t world)
 			err = -EEXIST;
 		}
 	cr->file_rank[cr->file] = rank;
-	qsort(cr->ops, cr->nops, sizeof(*cr->ops), cmp_op);
+	if (cr->nops) /* qsort() of NULL is undefined, even of nothing */
+		qsort(cr->ops, cr->nops, sizeof(*cr->ops), cmp_op);
 	for (size_t i = 0; i < nf; i++) {
 		struct kops ops;
 
@@ -398,7 +403,8 @@ int corr_collr__end_file(struct corr_collr *cr, int32_t rank, int32_t world)
 	for (size_t i = 0; i < cr->nops; i++)
 		cr->n.ops_unused += !cr->ops[i].used;
 	/* seq: per communicator, in enqueue order */
-	qsort(fc, nf, sizeof(*fc), cmp_enqueue);
+	if (nf)
+		qsort(fc, nf, sizeof(*fc), cmp_enqueue);
 	for (size_t i = 0; i < nf; i++)
 		fc[i].c.seq =
 		    i && fc[i - 1].c.comm_hash == fc[i].c.comm_hash ? fc[i - 1].c.seq + 1 : 0;
@@ -459,7 +465,8 @@ static void match_comm(struct mstate *m, uint64_t comm, uint32_t nfiles)
 		}
 		if (m->cnt[f])
 			ranks[nr++] = cr->cs[m->idx[f][0]].c.rank;
-		qsort_r(m->idx[f], m->cnt[f], sizeof(size_t), cmp_end, cr);
+		if (m->cnt[f])
+			qsort_r(m->idx[f], m->cnt[f], sizeof(size_t), cmp_end, cr);
 	}
 	if (nr < 2)
 		return; /* on one rank only: nothing to compare, per-rank seq stays */
@@ -566,7 +573,8 @@ static int match(struct corr_collr *cr, struct mstate *m, uint32_t nfiles)
 /* the matched collectives to the tracker, one (comm, seq) at a time */
 static void waits(struct corr_collr *cr, struct mstate *m)
 {
-	qsort(cr->cs, cr->ncs, sizeof(*cr->cs), cmp_comm_seq);
+	if (cr->ncs)
+		qsort(cr->cs, cr->ncs, sizeof(*cr->cs), cmp_comm_seq);
 	for (size_t i = 0; i < cr->ncs && cr->cs[i].matched_comm; i++) {
 		corr_waits__add(m->w, &cr->cs[i].c);
 		if (i + 1 == cr->ncs || !cr->cs[i + 1].matched_comm ||
@@ -597,7 +605,8 @@ int corr_collr__finish(struct corr_collr *cr)
 	if (ranked >= 2)
 		err = match(cr, &m, nfiles);
 	/* every collective, per file in enqueue order; then the waits */
-	qsort(cr->cs, cr->ncs, sizeof(*cr->cs), cmp_file_enqueue);
+	if (cr->ncs)
+		qsort(cr->cs, cr->ncs, sizeof(*cr->cs), cmp_file_enqueue);
 	for (size_t i = 0; i < cr->ncs; i++) {
 		struct ccoll *k = &cr->cs[i];
 
