@@ -284,17 +284,27 @@ static int num_or_str(struct scan *sc, uint64_t *out)
 	return 0;
 }
 
-static int u32x3(struct scan *sc, uint32_t v[3])
+/*
+ * At a value: an array is opened (0; *empty when it was [] and is closed
+ * already), anything else skipped (1); -EINVAL on bad input
+ */
+static int array_open(struct scan *sc, bool *empty)
 {
-	bool done = false;
-	int i = 0;
-
 	ws(sc);
 	if (sc->p >= sc->end || *sc->p != '[')
-		return skip(sc);
+		return skip(sc) ? -EINVAL : 1;
 	sc->p++;
-	if (empty_close(sc, ']'))
-		return 0;
+	*empty = empty_close(sc, ']');
+	return 0;
+}
+
+static int u32x3(struct scan *sc, uint32_t v[3])
+{
+	bool done = false, empty;
+	int i = 0, err = array_open(sc, &empty);
+
+	if (err || empty)
+		return err < 0 ? err : 0;
 	while (!done) {
 		uint64_t x;
 
@@ -333,82 +343,79 @@ struct kev {
 	struct span in_type; /* "Input type": the first input's */
 };
 
-/* "Input Dims": [[d0, d1, ...], ...]: the product of the first shape; -1 when empty or odd */
-static int input_dims(struct scan *sc, int64_t *out)
+/* an array whose first element first() reads, the rest skipped; anything else skipped */
+static int array_first(struct scan *sc, int (*first)(struct scan *sc, void *ctx), void *ctx)
 {
-	bool done = false, first = true;
+	bool done = false, at_first = true, empty;
+	int err = array_open(sc, &empty);
 
-	*out = -1;
-	ws(sc);
-	if (sc->p >= sc->end || *sc->p != '[')
-		return skip(sc);
-	sc->p++;
-	if (empty_close(sc, ']'))
-		return 0;
+	if (err || empty)
+		return err < 0 ? err : 0;
 	while (!done) {
-		ws(sc);
-		if (first && sc->p < sc->end && *sc->p == '[') {
-			bool idone = false;
-			int64_t prod = 1;
-			int n = 0;
-
-			sc->p++;
-			if (!empty_close(sc, ']')) {
-				while (!idone) {
-					struct span d;
-
-					ws(sc);
-					if (sc->p < sc->end && (*sc->p < '0' || *sc->p > '9')) {
-						/* nested shapes, a null, a string: not told */
-						if (skip(sc))
-							return -EINVAL;
-						prod = -1;
-					} else if (number(sc, &d)) {
-						return -EINVAL;
-					} else if (d.n > 12 || prod > (INT64_C(1) << 40))
-						prod = -1; /* not a plausible shape */
-					else if (prod >= 0)
-						prod *= (int64_t)span_u64(&d);
-					n++;
-					if (next_or_close(sc, ']', &idone))
-						return -EINVAL;
-				}
-			}
-			*out = n ? prod : -1; /* [] is a scalar or a list: not told */
-		} else if (skip(sc)) {
+		if (at_first ? first(sc, ctx) : skip(sc))
 			return -EINVAL;
-		}
-		first = false;
+		at_first = false;
 		if (next_or_close(sc, ']', &done))
 			return -EINVAL;
 	}
 	return 0;
 }
 
-/* "Input type": ["float", ...]: the first string */
-static int input_type(struct scan *sc, struct span *out)
+/* a shape [d0, d1, ...] into its product (int64_t *ctx); -1 when empty or odd */
+static int shape_elems(struct scan *sc, void *ctx)
 {
-	bool done = false, first = true, esc;
+	int64_t *out = ctx, prod = 1;
+	bool done = false, empty;
+	int n = 0, err = array_open(sc, &empty);
 
-	ws(sc);
-	if (sc->p >= sc->end || *sc->p != '[')
-		return skip(sc);
-	sc->p++;
-	if (empty_close(sc, ']'))
-		return 0;
+	if (err || empty) /* [] is a scalar or a list: not told */
+		return err < 0 ? err : 0;
 	while (!done) {
+		struct span d;
+
 		ws(sc);
-		if (first && sc->p < sc->end && *sc->p == '"') {
-			if (str(sc, out, &esc))
+		if (sc->p < sc->end && (*sc->p < '0' || *sc->p > '9')) {
+			/* nested shapes, a null, a string: not told */
+			if (skip(sc))
 				return -EINVAL;
-		} else if (skip(sc)) {
+			prod = -1;
+		} else if (number(sc, &d)) {
 			return -EINVAL;
+		} else if (d.n > 12 || prod > (INT64_C(1) << 40)) {
+			prod = -1; /* not a plausible shape */
+		} else if (prod >= 0) {
+			prod *= (int64_t)span_u64(&d);
 		}
-		first = false;
+		n++;
 		if (next_or_close(sc, ']', &done))
 			return -EINVAL;
 	}
+	*out = n ? prod : -1;
 	return 0;
+}
+
+/* a string into *ctx (a span); anything else skipped */
+static int first_str(struct scan *sc, void *ctx)
+{
+	bool esc;
+
+	ws(sc);
+	if (sc->p < sc->end && *sc->p == '"')
+		return str(sc, ctx, &esc);
+	return skip(sc);
+}
+
+/* "Input Dims": [[d0, d1, ...], ...]: elements of the first input, -1 unknown */
+static int input_dims(struct scan *sc, int64_t *out)
+{
+	*out = -1;
+	return array_first(sc, shape_elems, out);
+}
+
+/* "Input type": ["float", ...]: the first input's */
+static int input_type(struct scan *sc, struct span *out)
+{
+	return array_first(sc, first_str, out);
 }
 
 /* a string, or the text of a number ("Process Group ID": 0) */
