@@ -114,7 +114,7 @@ static void on_wait(void *ctx, const struct corr_wait *w)
 		corr_coll_agg__add_wait(r->agg, w);
 	diag_on_wait(r->dg, w);
 	r->waits_written++;
-	write_coll(r, REC_SUMMARY, inst, corr_wait_to_json(r->buf, COLL_BUF, &cm, w));
+	write_coll(r, REC_EVENT, inst, corr_wait_to_json(r->buf, COLL_BUF, &cm, w));
 }
 
 static void on_row(void *ctx, const struct corr_coll_row *row)
