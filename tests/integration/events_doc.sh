@@ -28,6 +28,9 @@ keys=$( { grep -ohE 'json_object_set_new\([a-z_]+, "[a-z0-9_]+"' agent/*.c agent
 	grep -oE '"[a-z_][a-z0-9_]*"' | tr -d '"'
 	# keys written from a table: KS("name", member) in agent/sinks/sink_kafka.c
 	grep -ohE 'KS\("[a-z0-9_]+"' agent/{sinks,pipeline,sources,control}/*.c 2>/dev/null |
+	sed -E 's/.*"([a-z0-9_]+)"/\1/'
+	# keys of the hand writer (correlator/include/jsonw.h): jw_uint(&w, "name", ...)
+	grep -ohE 'jw_[a-z_]+\(&?[a-z]+, "[a-z0-9_]+"' agent/*.c agent/{core,sinks,pipeline,sources,control}/*.c correlator/src/*.c 2>/dev/null |
 	sed -E 's/.*"([a-z0-9_]+)"/\1/'; } | sort -u)
 for k in $keys; do
 	grep -qE "\`([a-z_]+(\[\])?\.)?$k\`" "$DOC" || missing="$missing $k"
