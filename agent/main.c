@@ -26,6 +26,7 @@
 #include "sink_kafka.h"
 #include "sink_otlp.h"
 #include "spill.h"
+#include "nccl_live.h"
 
 static volatile sig_atomic_t exiting;
 
@@ -758,6 +759,7 @@ static int run_live(struct agent *a)
 		discovery_tick(a);
 		ops_tick(a);
 		now = now_ns();
+		nccl_tick(a, now);
 		if (now - a->last_interval_ns >= interval) {
 			uint64_t span = now - a->last_interval_ns;
 
@@ -769,6 +771,7 @@ static int run_live(struct agent *a)
 			ring_buffer__consume(a->rb);
 			shim_interval(a);
 			gpu_interval(a, false);
+			nccl_interval(a, false);
 			diag_advance(a->diag, now);
 			aggregate_interval(a, false);
 			stats_emit(a, span, false);
@@ -785,6 +788,7 @@ static int run_live(struct agent *a)
 
 		shim_interval(a);
 		gpu_interval(a, true);
+		nccl_interval(a, true);
 		diag_finish(a->diag);
 		aggregate_interval(a, true);
 		stats_emit(a, span, true);
@@ -798,6 +802,7 @@ cleanup:
 	a->diag = NULL;
 	shim_free(a);
 	gpu_free(a);
+	nccl_free(a);
 	loop_free();
 	discovery_stop(a);
 	uprobes_reaper_stop(); /* links go before the programs they hold */
