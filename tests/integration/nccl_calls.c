@@ -17,7 +17,7 @@
  * 128 bytes of the byte ID; ncclCommInitRank, then STEPS all-reduces (the
  * double's all-reduce waits for every rank, as the GPU kernel would); before
  * step STEP this rank sleeps MS ms: it is the straggler. Prints
- * {"pid":P,"tid":T,"rank":R,"comm":"0x..."} once initialised.
+ * {"pid":P,"tid":T,"rank":R}, then waits for GO_FILE before the init.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -150,16 +150,15 @@ static int rank_mode(int rank, int nranks, int idb, int steps, int delay_ms, int
 	nccl_id id;
 	int err;
 
+	printf("{\"pid\":%d,\"tid\":%ld,\"rank\":%d}\n", getpid(), (long)syscall(SYS_gettid), rank);
+	fflush(stdout);
+	await_file(go_file, 0);
 	memset(&id, idb, sizeof(id));
 	err = f.init_rank(&comm, nranks, id, rank);
 	if (err) {
 		fprintf(stderr, "nccl_calls: ncclCommInitRank: %d\n", err);
 		return 1;
 	}
-	printf("{\"pid\":%d,\"tid\":%ld,\"rank\":%d,\"comm\":\"%p\"}\n", getpid(),
-	       (long)syscall(SYS_gettid), rank, comm);
-	fflush(stdout);
-	await_file(go_file, 0);
 	for (int s = 0; s < steps; s++) {
 		if (s == late_step && delay_ms > 0)
 			usleep(delay_ms * 1000);
