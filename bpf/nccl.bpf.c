@@ -82,8 +82,8 @@ static __always_inline int nccl_emit(__u32 api, struct thread_stats *ts, struct 
 	e->group_id = ts->nccl_group_id;
 	e->group_depth = ts->nccl_group_depth;
 	e->pad = 0;
-	/* one wake-up per collective is fine: at most a few thousand per second */
-	bpf_ringbuf_submit(e, 0);
+	/* the agent drains every 100 ms: wake it per batch, as for launches */
+	bpf_ringbuf_submit(e, batch_wakeup(&rb_cuda, sizeof(*e)));
 	return 0;
 }
 
