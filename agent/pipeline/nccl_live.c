@@ -164,15 +164,9 @@ static struct comm *comm_find(struct nccl_live *n, uint32_t pid, uint64_t ptr, b
 		struct comm *c = &n->comms[i];
 
 		if (!c->pid) {
-			if (!add)
-				return NULL;
-			c = tomb ? tomb : c;
-			memset(c, 0, sizeof(*c));
-			c->pid = pid;
-			c->ptr = ptr;
-			c->rank = CORR_COLL_NONE;
-			n->n_comms++;
-			return c;
+			if (!tomb)
+				tomb = c;
+			break;
 		}
 		if (c->dead) {
 			if (!tomb)
@@ -182,15 +176,15 @@ static struct comm *comm_find(struct nccl_live *n, uint32_t pid, uint64_t ptr, b
 		if (c->pid == pid && c->ptr == ptr)
 			return c;
 	}
-	if (add && tomb) {
-		memset(tomb, 0, sizeof(*tomb));
-		tomb->pid = pid;
-		tomb->ptr = ptr;
-		tomb->rank = CORR_COLL_NONE;
-		n->n_comms++;
-		return tomb;
-	}
-	return NULL;
+	if (!add || !tomb)
+		return NULL;
+	/* the first free or dead slot on the way */
+	memset(tomb, 0, sizeof(*tomb));
+	tomb->pid = pid;
+	tomb->ptr = ptr;
+	tomb->rank = CORR_COLL_NONE;
+	n->n_comms++;
+	return tomb;
 }
 
 static void comm_drop(struct nccl_live *n, struct comm *c)
@@ -222,6 +216,21 @@ static struct nccl_live *live(struct agent *a)
 		return NULL;
 	}
 	a->nccl = n;
+	return n;
+}
+
+/* the state, with one more call of api counted; NULL for a bad api (counted) or no memory */
+static struct nccl_live *live_call(struct agent *a, unsigned api)
+{
+	struct nccl_live *n = live(a);
+
+	if (!n)
+		return NULL;
+	if (api >= NCCL_API_COUNT) {
+		n->bad_api++;
+		return NULL;
+	}
+	n->calls[api]++;
 	return n;
 }
 
@@ -344,17 +353,12 @@ static void emit_group(struct agent *a, const struct nccl_call_event *e)
 
 void nccl_on_call(struct agent *a, const struct nccl_call_event *e)
 {
-	struct nccl_live *n = live(a);
+	struct nccl_live *n = live_call(a, e->api);
 	struct corr_collective c = {0};
 	struct comm *cm;
 
 	if (!n)
 		return;
-	if (e->api >= NCCL_API_COUNT) {
-		n->bad_api++;
-		return;
-	}
-	n->calls[e->api]++;
 	if (e->api == NCCL_GROUP_START || e->api == NCCL_GROUP_END) {
 		emit_group(a, e);
 		return;
@@ -446,18 +450,13 @@ void nccl_on_kernel(struct agent *a, const struct corr_gpu *g, const struct corr
 
 void nccl_on_comm(struct agent *a, const struct nccl_comm_event *e)
 {
-	struct nccl_live *n = live(a);
+	struct nccl_live *n = live_call(a, e->api);
 	bool ok = e->ret == 0 || e->ret == 7 /* ncclInProgress */;
 	uint64_t hash = 0;
 	json_t *r;
 
 	if (!n)
 		return;
-	if (e->api >= NCCL_API_COUNT) {
-		n->bad_api++;
-		return;
-	}
-	n->calls[e->api]++;
 	r = rec_new(a, "nccl_comm", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
 	switch (e->api) {
 	case NCCL_COMM_INIT_RANK:

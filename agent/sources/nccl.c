@@ -65,14 +65,6 @@ static void note_sym(void *ctx, const char *name)
 	}
 }
 
-static struct bpf_link *attach(struct bpf_program *prog, const char *path, const char *sym,
-			       bool ret)
-{
-	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = sym, .retprobe = ret);
-
-	return bpf_program__attach_uprobe_opts(prog, -1, path, 0, &opts);
-}
-
 int nccl_attach_file(struct agent *a, int idx)
 {
 	struct libfile *lf = &a->libs[idx];
@@ -110,7 +102,8 @@ int nccl_attach_file(struct agent *a, int idx)
 			goto fail;
 		}
 		for (int r = 0; r < 1 + nccl_probe[i].ret; r++) {
-			l = attach(r ? loader_nccl_comm_return(a) : prog, lf->path, sym, r);
+			l = uprobes_attach_sym(r ? loader_nccl_comm_return(a) : prog, lf->path, sym,
+					       r);
 			if (!l) {
 				err = -errno;
 				pr_err("%s: attach %s %s: %s", lf->display,

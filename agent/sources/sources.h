@@ -69,6 +69,9 @@ void flight_stop(struct agent *a);
 /* uprobes.c: CUDA library probes, once per file */
 int uprobes_attach_file(struct agent *a, int lib_idx);
 void uprobes_detach_file(struct agent *a, int lib_idx); /* asynchronous: see uprobes.c */
+/* one uprobe (ret: uretprobe) on sym of the file at path, for every process (pid -1) */
+struct bpf_link *uprobes_attach_sym(struct bpf_program *prog, const char *path, const char *sym,
+				    bool ret);
 /* takes links (a malloc()ed array) and destroys them off the event loop */
 void uprobes_reap_links(struct bpf_link **links, int n);
 void uprobes_reaper_stop(void); /* waits for queued detaches */
