@@ -108,6 +108,7 @@ struct comm {
 struct held {
 	struct corr_collective c;
 	bool joined;
+	bool gone; /* its process exited: no kernel will come */
 	char kernel[GPU_NAME_LEN];
 };
 
@@ -325,9 +326,9 @@ static void release(struct agent *a, struct nccl_live *n, uint64_t until, bool a
 	while (n->h_len) {
 		struct held *h = &n->hold[n->h_head];
 
-		if (!all && !h->joined && h->c.enqueue_ns >= until)
+		if (!all && !h->joined && !h->gone && h->c.enqueue_ns >= until)
 			break;
-		if (!h->joined && !all)
+		if (!h->joined && !h->gone && !all)
 			n->hold_expired++;
 		h->c.kernel = h->joined ? h->kernel : NULL;
 		emit_collective(a, n, &h->c);
@@ -412,6 +413,7 @@ void nccl_on_call(struct agent *a, const struct nccl_call_event *e)
 
 		h->c = c;
 		h->joined = false;
+		h->gone = false;
 		h->kernel[0] = '\0';
 		n->h_len++;
 	}
@@ -679,8 +681,18 @@ void nccl_on_exit(struct agent *a, uint32_t pid)
 
 	if (!n)
 		return;
-	/* its held collectives first (in order), then its comms: the pointers may be reused */
-	release(a, n, 0, true);
+	/*
+	 * its held collectives go (in order: those of other processes held
+	 * before them still wait for their kernels), then its comms: the
+	 * pointers may be reused
+	 */
+	for (uint32_t k = 0; k < n->h_len; k++) {
+		struct held *h = &n->hold[(n->h_head + k) % HOLD_MAX];
+
+		if (h->c.pid == pid)
+			h->gone = true;
+	}
+	release(a, n, 0, false);
 	for (uint32_t i = 0; i < COMMS; i++)
 		if (n->comms[i].pid == pid && !n->comms[i].dead)
 			comm_drop(n, &n->comms[i]);
