@@ -36,9 +36,10 @@ const char *argp_program_bug_address = "<https://github.com/infertrace/infertrac
 static const char doc[] =
 	"infertrace-agent: trace the CUDA processes of this node with eBPF.\n"
 	"\n"
-	"Finds the processes that map libcudart or libcuda (now and later), attaches\n"
-	"uprobes to their CUDA launch paths and follows their scheduling and syscalls\n"
-	"and the node's network traffic. Writes JSON lines (docs/events.md).\n"
+	"Finds the processes that map libcudart, libcuda or libnccl (now and later),\n"
+	"attaches uprobes to their CUDA launch paths and NCCL calls and follows their\n"
+	"scheduling and syscalls and the node's network traffic. Writes JSON lines\n"
+	"(docs/events.md).\n"
 	"\n"
 	"USAGE: infertrace-agent [OPTION...]\n"
 	"\n"
