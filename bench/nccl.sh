@@ -40,7 +40,9 @@ for f in "$AGENT" "$LOOP" "$BARE" "$NCCL"; do
 done
 
 TMP=$(mktemp -d /tmp/infertrace-bench-nccl.XXXXXX)
-RES=$TMP/results # config round ns_per_call
+RES=$TMP/results # config round ns_per_call agent_cpu_ticks
+HZ=$(getconf CLK_TCK)
+cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 CUR=""
 cleanup() {
 	[ -n "$CUR" ] && kill -INT "$CUR" 2>/dev/null
@@ -61,7 +63,7 @@ wait_for() { # FILE REGEX PID
 }
 
 run_one() { # CONFIG ROUND
-	local cfg=$1 go=$TMP/go out=$TMP/loop.out err=$TMP/probe.err lp pp="" ns
+	local cfg=$1 go=$TMP/go out=$TMP/loop.out err=$TMP/probe.err lp pp="" ns t0=0 t1=0
 	rm -f "$go"
 	taskset -c "$LOOP_CPU" "$LOOP" -n "$CALLS" -w "$go" >"$out" 2>&1 &
 	lp=$!
@@ -79,19 +81,24 @@ run_one() { # CONFIG ROUND
 		pp=$!
 		wait_for "$err" 'attached [0-9]+ NCCL probes' "$pp" ||
 			{ say "bench_nccl: agent ($cfg): $(tail -2 "$err")"; kill "$lp"; return 1; }
+		t0=$(cpu_ticks "$pp")
 		;;
 	esac
 	CUR=$pp
 	touch "$go"
 	wait "$lp"
 	ns=$(sed -n 's/.*"ns_per_call":\([0-9.]*\).*/\1/p' "$out")
+	if [ -n "$pp" ] && [ "$cfg" != bare ]; then
+		sleep 0.3 # the agent drains its ring every 100 ms
+		t1=$(cpu_ticks "$pp")
+	fi
 	if [ -n "$pp" ]; then
 		kill -INT "$pp" 2>/dev/null
 		wait "$pp" 2>/dev/null
 		CUR=""
 	fi
 	[ -n "$ns" ] || { say "bench_nccl: $cfg: no result"; return 1; }
-	echo "$cfg $2 $ns" >>"$RES"
+	echo "$cfg $2 $ns $((t1 - t0))" >>"$RES"
 }
 
 say "library $NCCL; $ROUNDS rounds x $CALLS calls per configuration, interleaved"
@@ -119,5 +126,7 @@ for cfg in sentinel deep; do
 	[ "$cfg" = sentinel ] && verdict=$(awk -v q="$q" 'BEGIN { print (q == "nan" ? "no data" : q + 0 <= 1.3 ? "target <= 1.3: met" : "target <= 1.3: MISSED") }')
 	say "  $cfg adds $(col "$cfg" 1) ns/call, the bare uprobe $(col "$cfg" 2); $cfg / bare = $q  $verdict"
 done
+awk -v hz="$HZ" -v calls="$CALLS" '$1 == "sentinel" || $1 == "deep" { t[$1] += $4; n[$1]++ }
+	END { for (c in t) printf "  agent CPU (%s): %.2f us per call, on its own CPU\n", c, 1e6 * t[c] / hz / (n[c] * calls) }' "$RES" | sort | while read -r l; do say "$l"; done
 say "  (a uprobe's trap dominates on a VM; a busy node widens the spread: see the load average)"
 exit 0
