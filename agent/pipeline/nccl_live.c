@@ -135,6 +135,10 @@ struct nccl_live {
 		uint32_t pid;
 		bool gpu;
 	} pids[PIDS];
+	struct {
+		uint32_t pid;
+		uint32_t intervals;
+	} gone[PIDS];	   /* exited processes whose comms go two intervals later */
 	struct held *hold; /* ring of HOLD_MAX */
 	uint32_t h_head, h_len;
 	struct local_ranks *lr; /* per communicator hash: the ranks initialised here */
@@ -648,6 +652,16 @@ static void emit_row(void *ctx, const struct corr_coll_row *r)
 		n->emit_errors++;
 }
 
+static void forget_pid(struct nccl_live *n, uint32_t pid)
+{
+	for (uint32_t i = 0; i < COMMS; i++)
+		if (n->comms[i].pid == pid && !n->comms[i].dead)
+			comm_drop(n, &n->comms[i]);
+	for (int i = 0; i < PIDS; i++)
+		if (n->pids[i].pid == pid)
+			n->pids[i].pid = 0;
+}
+
 void nccl_tick(struct agent *a, uint64_t now)
 {
 	struct nccl_live *n = a->nccl;
@@ -673,6 +687,11 @@ void nccl_interval(struct agent *a, bool final)
 		n->t_cut = a->last_interval_ns;
 	corr_coll_agg__cut(n->agg, emit_row, a);
 	n->t_cut = now;
+	for (int i = 0; i < PIDS; i++)
+		if (n->gone[i].pid && ++n->gone[i].intervals >= 2) {
+			forget_pid(n, n->gone[i].pid);
+			n->gone[i].pid = 0;
+		}
 }
 
 void nccl_on_exit(struct agent *a, uint32_t pid)
@@ -693,12 +712,18 @@ void nccl_on_exit(struct agent *a, uint32_t pid)
 			h->gone = true;
 	}
 	release(a, n, 0, false);
-	for (uint32_t i = 0; i < COMMS; i++)
-		if (n->comms[i].pid == pid && !n->comms[i].dead)
-			comm_drop(n, &n->comms[i]);
+	/*
+	 * The exit comes on rb_misc, the process's last calls on rb_cuda: they
+	 * may be decoded after it and still need its comms, so those go two
+	 * intervals later (as discovery keeps its instance name).
+	 */
 	for (int i = 0; i < PIDS; i++)
-		if (n->pids[i].pid == pid)
-			n->pids[i].pid = 0;
+		if (!n->gone[i].pid || n->gone[i].pid == pid) {
+			n->gone[i].pid = pid;
+			n->gone[i].intervals = 0;
+			return;
+		}
+	forget_pid(n, pid); /* 256 exits in two intervals: at once */
 }
 
 void nccl_stats(struct agent *a, json_t *r)
