@@ -56,6 +56,8 @@ static const char doc[] =
 	"  infertrace-agent --replay trace.json.gz -o kernels.jsonl\n"
 	"  # the same recording as a Perfetto / Chrome trace (ui.perfetto.dev):\n"
 	"  infertrace-agent --replay trace.json.gz --perfetto trace.perfetto.json\n"
+	"  # two ranks of one job: who each NCCL collective waited for\n"
+	"  infertrace-agent -m deep --replay rank0.json.gz --replay-rank rank1.json.gz\n"
 	"  # Prometheus metrics, agentctl for group 'infertrace', 30 s flight recorder:\n"
 	"  infertrace-agent --metrics :9464 --control-group infertrace --recorder-seconds 30\n"
 	"\n"
@@ -77,6 +79,7 @@ enum {
 	OPT_SUMMARY,
 	OPT_NO_NET,
 	OPT_REPLAY,
+	OPT_REPLAY_RANK,
 	OPT_CONFIG_DOC,
 	OPT_SHIM_SOCKET,
 	OPT_CONTROL_SOCKET,
@@ -156,6 +159,8 @@ static int set_config(const struct opt_def *d, struct agent_opts *o, char *arg,
 		      struct argp_state *state);
 static int set_metrics(const struct opt_def *d, struct agent_opts *o, char *arg,
 		       struct argp_state *state);
+static int set_replay_rank(const struct opt_def *d, struct agent_opts *o, char *arg,
+			   struct argp_state *state);
 static int set_diag(const struct opt_def *d, struct agent_opts *o, char *arg,
 		    struct argp_state *state);
 static int set_kafka_topic(const struct opt_def *d, struct agent_opts *o, char *arg,
@@ -217,6 +222,11 @@ static const struct opt_def opt_table[] = {
     {"replay", OPT_REPLAY, "FILE", OT_STR, FIELD(replay),
      .doc = "Replay a recording (PyTorch profiler / Kineto trace, Nsight Systems SQLite "
 	    "export, or this agent's JSON lines) instead of tracing; no root needed"},
+    {"replay-rank", OPT_REPLAY_RANK, "FILE", OT_FN, .set = set_replay_rank,
+     .err = "takes a recording (at most 63)",
+     .doc = "With --replay: another rank's recording of the same job (Kineto traces with "
+	    "distributedInfo), replayed after it; NCCL collectives are matched across the "
+	    "ranks into collective_wait records (repeatable)"},
     {"config", 'c', "FILE", OT_FN, .set = set_config,
      .doc = "Read options from FILE: one 'option = value' per line, option being a long "
 	    "option name; options given after --config override it"},
@@ -568,6 +578,18 @@ static int set_pid(const struct opt_def *d, struct agent_opts *o, char *arg,
 	return 0;
 }
 
+static int set_replay_rank(const struct opt_def *d, struct agent_opts *o, char *arg,
+			   struct argp_state *state)
+{
+	(void)d;
+	if (!*arg)
+		return -EINVAL;
+	if (o->n_replay_ranks >= MAX_REPLAY_RANKS)
+		argp_error(state, "at most %d --replay-rank options", MAX_REPLAY_RANKS);
+	o->replay_ranks[o->n_replay_ranks++] = arg;
+	return 0;
+}
+
 static int set_metrics(const struct opt_def *d, struct agent_opts *o, char *arg,
 		       struct argp_state *state)
 {
@@ -653,6 +675,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	}
 	switch (key) {
 	case ARGP_KEY_END:
+		if (o->n_replay_ranks && !o->replay)
+			argp_error(state, "--replay-rank needs --replay FILE (the first rank's "
+					  "recording)");
 		if (o->perfetto && !o->replay)
 			argp_error(state, "--perfetto needs --replay FILE (live: agentctl export "
 					  "--perfetto)");

@@ -21,6 +21,8 @@
 
 #define AGENT_VERSION "0.1.0"
 #define MAX_PID_FILTER 64
+/* --replay-rank files besides --replay's: collective.h matches up to 64 ranks */
+#define MAX_REPLAY_RANKS 63
 #define MAX_KAFKA_PROPS 64
 
 /* what a record is for: the sink routes it (Kafka topics later) */
@@ -53,6 +55,8 @@ struct agent_opts {
 	bool summary; /* readable summary on stderr at exit */
 	bool no_net; /* skip the network family */
 	const char *replay; /* --replay FILE (no BPF) */
+	const char *replay_ranks[MAX_REPLAY_RANKS]; /* --replay-rank FILE: more ranks of the job */
+	int n_replay_ranks;
 	const char *shim_socket; /* CUPTI shims connect here; "none": off */
 	/* Kafka sink (agent/sinks/sink_kafka.h); kafka NULL: no Kafka */
 	const char *kafka; /* --kafka BROKERS (bootstrap.servers) */

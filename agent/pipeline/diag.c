@@ -8,27 +8,94 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "state.h"
 #include "pipeline.h"
+#include "collective.h"
 #include "diagnose.h"
 
+/*
+ * Cross-rank waits kept as evidence: the last DIAG_WAITS with a late rank,
+ * enough for the steps still being judged (live: the last seconds; replay:
+ * the waits come before the steps are judged at the end).
+ */
+#define DIAG_WAITS 4096
+
+struct diag_wait {
+	uint64_t first_ns, last_ns; /* first and last arrival */
+	uint64_t late_ns;
+	char evidence[192];
+};
+
+void diag_on_wait(struct diag *d, const struct corr_wait *w)
+{
+	struct diag_wait *e;
+
+	if (!d || w->n_arrived < 2 || !w->late_ns)
+		return;
+	if (!d->waits && !(d->waits = calloc(DIAG_WAITS, sizeof(*d->waits))))
+		return;
+	e = &d->waits[d->wnext];
+	if (corr_wait_evidence(e->evidence, sizeof(e->evidence), w))
+		return; /* too long for a suspect's sentence: not kept */
+	e->first_ns = w->ranks[0].arrival_ns;
+	e->last_ns = w->last_arrival_ns;
+	e->late_ns = w->late_ns;
+	d->wnext = (d->wnext + 1) % DIAG_WAITS;
+	if (d->nwaits < DIAG_WAITS)
+		d->nwaits++;
+}
+
+/*
+ * A communication or straggler anomaly: the latest-arriving rank of the
+ * collective within the step that kept the others waiting longest goes first
+ * among the suspects ("collective").
+ */
+static void wait_suspect(const struct diag *d, struct diag_anomaly *an)
+{
+	const struct diag_wait *best = NULL;
+	struct diag_suspect *s;
+
+	if (an->kind != DIAG_KIND_COMMUNICATION && an->kind != DIAG_KIND_STRAGGLER)
+		return;
+	for (uint32_t i = 0; i < d->nwaits; i++) {
+		const struct diag_wait *e = &d->waits[i];
+
+		if (e->last_ns >= an->step_start_ns &&
+		    e->last_ns <= an->step_start_ns + an->dur_ns &&
+		    (!best || e->late_ns > best->late_ns))
+			best = e;
+	}
+	if (!best)
+		return;
+	if (an->n_suspects == DIAG_SUSPECTS_MAX)
+		an->n_suspects--;
+	memmove(&an->suspects[1], &an->suspects[0], an->n_suspects * sizeof(an->suspects[0]));
+	an->n_suspects++;
+	s = &an->suspects[0];
+	s->what = "collective";
+	snprintf(s->evidence, sizeof(s->evidence), "%s", best->evidence);
+	s->value = (double)best->late_ns;
+	s->ratio = 0;
+}
 
 /* ------------------------------------------------------------ diagnosis -- */
 
-
-static void emit_anomaly(void *ctx, const struct diag_anomaly *an)
+static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 {
 	struct diag *d = ctx;
+	struct diag_anomaly x = *in, *an = &x;
 	json_t *o = rec_new(d->a, "anomaly", 0, 0, an->step_start_ns), *sus;
 
 	if (!o) {
 		d->err = -ENOMEM;
 		return;
 	}
+	wait_suspect(d, an);
 	sus = json_array();
 	/* the detector's instance (a step stream names its own) */
 	json_object_set_new(o, "instance", json_string(an->instance));
@@ -336,5 +403,6 @@ void diag_free(struct diag *d)
 		return;
 	diag_seg__free(d->seg);
 	diag_det__free(d->det);
+	free(d->waits);
 	free(d);
 }

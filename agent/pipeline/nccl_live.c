@@ -568,6 +568,7 @@ static void waits_emit(void *ctx, const struct corr_wait *w)
 		return;
 	if (a->opts.mode != MODE_DEEP)
 		corr_coll_agg__add_wait(n->agg, w);
+	diag_on_wait(a->diag, w); /* evidence for the anomalies of the steps it fell in */
 	for (uint32_t i = 0; i < w->n_arrived; i++)
 		if (w->ranks[i].rank == w->last_rank)
 			last = &w->ranks[i];

@@ -63,6 +63,8 @@ struct diag {
 	uint64_t steps, anomalies;
 	uint64_t dive_errors; /* --anomaly-deep-dive refused (logged once; deep_dive.refused) */
 	int err; /* first sink error */
+	struct diag_wait *waits; /* recent cross-rank waits, a ring (diag_on_wait) */
+	uint32_t nwaits, wnext;
 };
 /* --step-markers, --baseline, --baseline-save, --detect into ao->diag: 0, -EINVAL, -ENOENT */
 int diag_option(struct agent_opts *ao, const char *name, const char *arg);
@@ -72,6 +74,12 @@ void diag_on_marker(struct diag *d, const struct corr_marker *m);
 void diag_on_cpu(struct diag *d, const struct diag_cpu_event *e);
 void diag_on_step_mark(struct diag *d, const struct step_mark_event *e);
 void diag_on_exit(struct diag *d, uint32_t pid); /* a process ended */
+/*
+ * a collective's cross-rank wait (collective.h): evidence for the
+ * communication and straggler anomalies of the steps it fell in
+ */
+struct corr_wait;
+void diag_on_wait(struct diag *d, const struct corr_wait *w);
 void diag_add_step(struct diag *d, const struct diag_step *s); /* recorded steps: judge only */
 void diag_advance(struct diag *d, uint64_t now_ns);
 void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object */

@@ -25,8 +25,12 @@
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
+#include "collective.h"
 #include "correlator.h"
 #include "diagnose.h"
+
+#define COLL_BUF (64 * 1024)
+#define REPLAY_FILES (1 + MAX_REPLAY_RANKS)
 
 struct replay {
 	struct agent *a;
@@ -34,7 +38,136 @@ struct replay {
 	struct diag *dg; /* steps and anomalies (agent/pipeline/diag.c); NULL: off */
 	uint64_t bad_lines, other_lines;
 	const volatile sig_atomic_t *stop; /* set by SIGINT / SIGTERM */
+	/* NCCL collectives (issue 21): every file's, matched across ranks at the end */
+	struct corr_collr *cr;
+	struct corr_coll_agg *agg;    /* sentinel: collective_summary rows */
+	uint64_t coll_t0, coll_t1;    /* the collectives' span (the summaries' interval) */
+	char inst[REPLAY_FILES][128]; /* each file's instance */
+	struct {
+		uint32_t pid, file;
+	} pidfile[REPLAY_FILES * 4]; /* a process's file, for its waits and summaries */
+	uint32_t npidfile;
+	uint64_t coll_written, waits_written, coll_too_long;
+	int rank_err; /* a rank given twice */
+	char *buf;
 };
+
+/* the correlator's joined GPU records: NCCL kernels to the collectives, all to the join */
+static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
+{
+	struct replay *r = ctx;
+
+	corr_collr__kernel(r->cr, g, l);
+	gpu_joined(r->gp, g, l);
+}
+
+static const char *inst_of_pid(struct replay *r, uint32_t pid)
+{
+	for (uint32_t i = 0; i < r->npidfile; i++)
+		if (r->pidfile[i].pid == pid)
+			return r->inst[r->pidfile[i].file];
+	return r->inst[0];
+}
+
+static void write_coll(struct replay *r, enum rec_class cls, const char *inst, int len)
+{
+	if (len < 0) {
+		r->coll_too_long++;
+		return;
+	}
+	rec_emit_raw(r->a, cls, inst, r->buf, (size_t)len);
+}
+
+/* a collective (corr_collr_opts.emit): deep, a record; sentinel, the summary's rows */
+static void on_collective(void *ctx, const struct corr_collective *c, uint32_t file)
+{
+	struct replay *r = ctx;
+	struct corr_json_common cm = {.host = agent_host(r->a), .instance = r->inst[file]};
+	uint64_t t = c->enqueue_ns ? c->enqueue_ns : c->gpu_start_ns;
+	bool known = false;
+
+	for (uint32_t i = 0; i < r->npidfile && !known; i++)
+		known = r->pidfile[i].pid == c->pid;
+	if (!known && r->npidfile < sizeof(r->pidfile) / sizeof(r->pidfile[0]))
+		r->pidfile[r->npidfile++].pid = c->pid, r->pidfile[r->npidfile - 1].file = file;
+	if (!r->coll_t0 || t < r->coll_t0)
+		r->coll_t0 = t;
+	if (c->gpu_end_ns > r->coll_t1)
+		r->coll_t1 = c->gpu_end_ns;
+	if (r->agg) {
+		corr_coll_agg__add(r->agg, c);
+		if (!route_wants_detail(r->a, c->pid))
+			return;
+	}
+	r->coll_written++;
+	write_coll(r, REC_EVENT, cm.instance, corr_coll_to_json(r->buf, COLL_BUF, &cm, c));
+}
+
+/* a collective seen on several ranks (corr_collr_opts.wait) */
+static void on_wait(void *ctx, const struct corr_wait *w)
+{
+	struct replay *r = ctx;
+	const char *inst = inst_of_pid(r, w->n_arrived ? w->ranks[w->n_arrived - 1].pid : 0);
+	struct corr_json_common cm = {.host = agent_host(r->a), .instance = inst};
+
+	if (r->agg)
+		corr_coll_agg__add_wait(r->agg, w);
+	diag_on_wait(r->dg, w);
+	r->waits_written++;
+	write_coll(r, REC_SUMMARY, inst, corr_wait_to_json(r->buf, COLL_BUF, &cm, w));
+}
+
+static void on_row(void *ctx, const struct corr_coll_row *row)
+{
+	struct replay *r = ctx;
+	const char *inst = inst_of_pid(r, row->pid);
+	struct corr_json_common cm = {.host = agent_host(r->a), .instance = inst};
+
+	write_coll(r, REC_SUMMARY, inst,
+		   corr_coll_row_to_json(r->buf, COLL_BUF, &cm, row, r->coll_t0, r->coll_t1));
+}
+
+/* the collectives of every file, their waits and summaries, and their counters */
+static int collectives_finish(struct replay *r, const char *path)
+{
+	const struct corr_collr_counters *n = corr_collr__counters(r->cr);
+	int err = corr_collr__finish(r->cr);
+	json_t *o;
+
+	if (r->agg)
+		corr_coll_agg__cut(r->agg, on_row, r);
+	if (!n->ops && !n->collectives && !agent_opts(r->a)->n_replay_ranks)
+		return err;
+	o = rec_new(r->a, "collective_status", 0, 0, now_ns());
+	if (!o)
+		return err;
+	json_object_set_new(o, "file", json_string(path));
+	json_object_set_new(o, "files", json_integer(1 + agent_opts(r->a)->n_replay_ranks));
+	json_object_set_new(o, "comm_ops", json_integer((json_int_t)n->ops));
+	json_object_set_new(o, "comm_ops_unused", json_integer((json_int_t)n->ops_unused));
+	json_object_set_new(o, "collectives", json_integer((json_int_t)n->collectives));
+	json_object_set_new(o, "collectives_written", json_integer((json_int_t)r->coll_written));
+	json_object_set_new(o, "unjoined", json_integer((json_int_t)n->unjoined));
+	json_object_set_new(o, "comm_unknown", json_integer((json_int_t)n->comm_unknown));
+	json_object_set_new(o, "dtype_unknown", json_integer((json_int_t)n->dtype_unknown));
+	json_object_set_new(o, "count_unknown", json_integer((json_int_t)n->count_unknown));
+	json_object_set_new(o, "op_unknown", json_integer((json_int_t)n->op_unknown));
+	json_object_set_new(o, "dropped", json_integer((json_int_t)n->dropped));
+	json_object_set_new(o, "matched", json_integer((json_int_t)n->matched));
+	json_object_set_new(o, "unmatched", json_integer((json_int_t)n->unmatched));
+	json_object_set_new(o, "waits", json_integer((json_int_t)r->waits_written));
+	json_object_set_new(
+	    o, "summaries_dropped",
+	    json_integer((json_int_t)(r->agg ? corr_coll_agg__dropped(r->agg) : 0)));
+	json_object_set_new(o, "records_too_long", json_integer((json_int_t)r->coll_too_long));
+	rec_emit(r->a, REC_STATS, o);
+	pr_info("replay: %llu NCCL collectives (%llu without a process group), %llu matched "
+		"across ranks, %llu on some ranks only, %llu waits",
+		(unsigned long long)n->collectives, (unsigned long long)n->comm_unknown,
+		(unsigned long long)n->matched, (unsigned long long)n->unmatched,
+		(unsigned long long)r->waits_written);
+	return err;
+}
 
 static void on_marker(void *ctx, const struct corr_marker *m)
 {
@@ -185,92 +318,77 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 	rec_emit(r->a, REC_STATS, o);
 }
 
-int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *stop)
+/* a stream of this agent's step records: the detector alone (re-detection) */
+static int replay_step_stream(struct replay *r, const char *path, struct corr_input *in)
 {
-	struct replay r = {.a = a, .stop = stop};
-	struct corr_opts co = {
-	    .sz = sizeof(co),
-	    .emit = gpu_joined,
-	    .log = agent_lib_log,
-	    .log_ctx = "replay: ",
-	};
-	struct corr_replay_opts ro = {
-	    .sz = sizeof(ro),
-	    .log = agent_lib_log,
-	    .log_ctx = "replay: ",
-	    .marker = on_marker,
-	    .marker_ctx = &r,
-	    .stop = stop,
-	};
-	struct gpu_counts n = {0};
-	struct corr_input in = {0};
-	struct corr_replay_stats st = {0};
-	const char *base = strrchr(path, '/');
-	char inst[128];
-	char *dot;
 	int err;
 
-	/* records carry the recording's name as instance (--instance still wins) */
-	snprintf(inst, sizeof(inst), "%s", base ? base + 1 : path);
+	if (!r->dg) {
+		pr_err("replay: %s holds step records, but --step-markers off disables "
+		       "the detector",
+		       path);
+		return -EINVAL;
+	}
+	err = replay_steps(r, path, in->buf, in->len);
+	if (!err || err == -EINTR) {
+		int derr = diag_finish(r->dg);
+
+		if (!err)
+			err = derr;
+	}
+	if (err == -EINTR)
+		pr_warn("replay: %s: stopped by a signal; the steps read so far were judged", path);
+	emit_diag_status(r, path, err);
+	pr_info("replay: %s: %llu steps re-judged, %llu anomalies, %llu malformed lines", path,
+		(unsigned long long)r->dg->steps, (unsigned long long)r->dg->anomalies,
+		(unsigned long long)r->bad_lines);
+	return err;
+}
+
+/* the instance of a recording: its name, recording suffixes stripped */
+static void file_instance(const char *path, char *inst, size_t sz)
+{
+	const char *base = strrchr(path, '/');
+	char *dot;
+
+	snprintf(inst, sz, "%s", base ? base + 1 : path);
 	/* strip recording suffixes only: names like qwen1.5-0.5b keep their dots */
 	while ((dot = strrchr(inst, '.')) && dot != inst &&
 	       (!strcmp(dot, ".gz") || !strcmp(dot, ".json") || !strcmp(dot, ".jsonl") ||
 		!strcmp(dot, ".sqlite") || !strcmp(dot, ".trace") || !strcmp(dot, ".pt") ||
 		!strcmp(dot, ".nsys")))
 		*dot = '\0';
-	agent_set_default_instance(a, inst);
+}
 
-	err = diag_new(a, &r.dg);
-	if (err) {
-		pr_err("replay: diagnosis setup: %s", strerror(-err));
-		goto cleanup;
-	}
-	a->diag = r.dg; /* the join feeds the agent's diagnosis, as live */
-	/*
-	 * read once (a FIFO or a pipe is read as a stream); our own step
-	 * records: re-run the detector on them, nothing else
-	 */
-	err = corr_replay_load(path, &ro, &in);
-	if (!err && in.buf && (in.len < 16 || memcmp(in.buf, "SQLite format 3", 16)) &&
-	    is_step_stream(in.buf, in.len)) {
-		if (!r.dg) {
-			pr_err("replay: %s holds step records, but --step-markers off disables "
-			       "the detector",
-			       path);
-			err = -EINVAL;
-			goto cleanup;
-		}
-		err = replay_steps(&r, path, in.buf, in.len);
-		if (!err || err == -EINTR) {
-			int derr = diag_finish(r.dg);
+/*
+ * One recording through its own correlator into the join, as live; its
+ * NCCL kernels and communication ops to the collectives. 0 or -errno
+ * (logged); its replay_status record says what was read either way, also
+ * when its load failed (load_err).
+ */
+static int replay_file(struct replay *r, const char *path, struct corr_input *in,
+		       struct corr_replay_opts *ro, int load_err)
+{
+	struct corr_opts co = {
+	    .sz = sizeof(co),
+	    .emit = on_gpu,
+	    .emit_ctx = r,
+	    .log = agent_lib_log,
+	    .log_ctx = "replay: ",
+	};
+	struct corr_replay_stats st = {0};
+	struct gpu_counts n = {0};
+	int err, eerr;
 
-			if (!err)
-				err = derr;
-		}
-		if (err == -EINTR)
-			pr_warn("replay: %s: stopped by a signal; the steps read so far were judged",
-				path);
-		emit_diag_status(&r, path, err);
-		pr_info("replay: %s: %llu steps re-judged, %llu anomalies, %llu malformed lines",
-			path, (unsigned long long)r.dg->steps, (unsigned long long)r.dg->anomalies,
-			(unsigned long long)r.bad_lines);
-		goto cleanup;
-	}
-
-	if (err)
-		goto replayed; /* load failed (logged): the status records still say so */
-	r.gp = gpu_new(a, true);
-	if (!r.gp) {
-		err = -errno;
-		goto cleanup;
-	}
-	co.emit_ctx = r.gp;
-	err = corr_replay_input(path, &in, &co, &ro, &st);
-	corr_input_release(&in);
-replayed:
-	if (r.gp) {
-		gpu_finish(r.gp); /* the rest: whole intervals, or one summary */
-		gpu_counts(r.gp, &n);
+	err = load_err;
+	if (!err) {
+		r->gp = gpu_new(r->a, true);
+		if (!r->gp)
+			return -errno;
+		err = corr_replay_input(path, in, &co, ro, &st);
+		corr_input_release(in);
+		gpu_finish(r->gp); /* the rest: whole intervals, or one summary */
+		gpu_counts(r->gp, &n);
 	}
 	if (err == -EINTR)
 		pr_warn("replay: %s: stopped by a signal after %llu GPU records: the output is "
@@ -279,7 +397,108 @@ replayed:
 	else if (err)
 		pr_err("replay: %s: failed (%s) after %llu GPU records", path, strerror(-err),
 		       (unsigned long long)n.joined);
-	emit_status(&r, path, &st, &n, err);
+	emit_status(r, path, &st, &n, err);
+	pr_info("replay: %s (%s): %llu GPU records, %llu joined, %llu unmatched, %llu markers",
+		path, corr_format_name(st.format), (unsigned long long)st.gpu_records,
+		(unsigned long long)st.corr.joined, (unsigned long long)st.corr.unmatched,
+		(unsigned long long)st.markers);
+	if (load_err)
+		return err; /* nothing read: no collectives either */
+	if (agent_opts(r->a)->n_replay_ranks && !st.dist_known)
+		pr_warn("replay: %s has no distributedInfo (rank, world_size): its collectives "
+			"are written, but not matched across ranks",
+			path);
+	eerr = corr_collr__end_file(r->cr, st.dist_known ? (int32_t)st.dist_rank : -1,
+				    st.dist_known ? (int32_t)st.dist_world : 0);
+	if (eerr == -EEXIST) {
+		pr_err("replay: %s: rank %u again: give each rank's recording once", path,
+		       st.dist_rank);
+		r->rank_err = -EINVAL; /* the rest is still replayed, the exit says it */
+	}
+	if (!err && n.err)
+		err = n.err;
+	gpu_destroy(r->gp);
+	r->gp = NULL;
+	return err;
+}
+
+int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *stop)
+{
+	const struct agent_opts *opts = agent_opts(a);
+	struct replay r = {.a = a, .stop = stop};
+	struct corr_replay_opts ro = {
+	    .sz = sizeof(ro),
+	    .log = agent_lib_log,
+	    .log_ctx = "replay: ",
+	    .marker = on_marker,
+	    .marker_ctx = &r,
+	    .stop = stop,
+	    .comm = corr_collr_op,
+	};
+	struct corr_collr_opts cro = {
+	    .sz = sizeof(cro),
+	    .emit = on_collective,
+	    .emit_ctx = &r,
+	    .wait = on_wait,
+	    .wait_ctx = &r,
+	    .log = agent_lib_log,
+	    .log_ctx = "replay: ",
+	};
+	const char *files[REPLAY_FILES];
+	int nfiles = 1 + opts->n_replay_ranks;
+	struct corr_input in = {0};
+	int err, cerr;
+
+	files[0] = path;
+	for (int i = 1; i < nfiles; i++)
+		files[i] = opts->replay_ranks[i - 1];
+	for (int i = 0; i < nfiles; i++)
+		file_instance(files[i], r.inst[i], sizeof(r.inst[i]));
+	/* records carry the recording's name as instance (--instance still wins) */
+	agent_set_default_instance(a, r.inst[0]);
+
+	r.buf = malloc(COLL_BUF);
+	r.cr = corr_collr__new(&cro);
+	if (opts->mode != MODE_DEEP)
+		r.agg = corr_coll_agg__new(0);
+	if (!r.buf || !r.cr || (opts->mode != MODE_DEEP && !r.agg)) {
+		err = -ENOMEM;
+		pr_err("replay: collectives setup: %s", strerror(-err));
+		goto cleanup;
+	}
+	ro.comm_ctx = r.cr;
+	err = diag_new(a, &r.dg);
+	if (err) {
+		pr_err("replay: diagnosis setup: %s", strerror(-err));
+		goto cleanup;
+	}
+	a->diag = r.dg; /* the join feeds the agent's diagnosis, as live */
+	for (int i = 0; i < nfiles && !err; i++) {
+		agent_set_default_instance(a, r.inst[i]);
+		/*
+		 * read once (a FIFO or a pipe is read as a stream); our own step
+		 * records: re-run the detector on them, nothing else
+		 */
+		err = corr_replay_load(files[i], &ro, &in);
+		if (!err && in.buf && (in.len < 16 || memcmp(in.buf, "SQLite format 3", 16)) &&
+		    is_step_stream(in.buf, in.len)) {
+			if (nfiles > 1) {
+				pr_err("replay: %s holds step records: --replay-rank takes "
+				       "recordings of GPU activity only",
+				       files[i]);
+				err = -EINVAL;
+				goto cleanup;
+			}
+			err = replay_step_stream(&r, path, &in);
+			goto cleanup;
+		}
+		/* a failed load (logged) still gets its status record */
+		err = replay_file(&r, files[i], &in, &ro, err);
+	}
+	agent_set_default_instance(a, r.inst[0]);
+	cerr = collectives_finish(&r, path);
+	if (!err)
+		err = cerr ? cerr : r.rank_err;
 	if (r.dg) {
 		int derr = diag_finish(r.dg);
 
@@ -289,12 +508,6 @@ replayed:
 		pr_info("replay: %s: %llu steps, %llu anomalies", path,
 			(unsigned long long)r.dg->steps, (unsigned long long)r.dg->anomalies);
 	}
-	pr_info("replay: %s (%s): %llu GPU records, %llu joined, %llu unmatched, %llu markers",
-		path, corr_format_name(st.format), (unsigned long long)st.gpu_records,
-		(unsigned long long)st.corr.joined, (unsigned long long)st.corr.unmatched,
-		(unsigned long long)st.markers);
-	if (!err && n.err)
-		err = n.err;
 	if (!err && r.dg && r.dg->err)
 		err = r.dg->err;
 cleanup:
@@ -302,5 +515,8 @@ cleanup:
 	a->diag = NULL;
 	diag_free(r.dg);
 	gpu_destroy(r.gp);
+	corr_collr__free(r.cr);
+	corr_coll_agg__free(r.agg);
+	free(r.buf);
 	return err;
 }

@@ -57,6 +57,7 @@ enum corr_coll_op {
 #define CORR_COLL_F_COMM_UNKNOWN (1u << 0)   /* the communicator was never seen initialised */
 #define CORR_COLL_F_DTYPE_UNKNOWN (1u << 1)  /* datatype outside the table: bytes 0 */
 #define CORR_COLL_F_OP_FROM_KERNEL (1u << 2) /* op, redop, datatype read from the kernel name */
+#define CORR_COLL_F_COUNT_UNKNOWN (1u << 3)  /* no element count (a kernel without its call) */
 
 /* one collective call (one per rank and call) */
 struct corr_collective {
@@ -275,6 +276,99 @@ uint64_t corr_coll_agg__dropped(const struct corr_coll_agg *a);
  */
 int corr_coll_row_to_json(char *buf, size_t sz, const struct corr_json_common *cm,
 			  const struct corr_coll_row *r, uint64_t t0_ns, uint64_t t1_ns);
+
+/* ------------------------------------------- collectives of recordings -- */
+
+/*
+ * A communication op of a Kineto trace: a cpu_op `record_param_comms` or
+ * `nccl:<collective>` event, or the same arguments carried by a kernel
+ * event (corr_id set). Strings are NULL when absent, numbers -1.
+ */
+struct corr_comm_op {
+	uint32_t pid, tid; /* the calling thread (0 for a kernel's arguments) */
+	uint64_t ts_ns, dur_ns;
+	uint32_t corr_id;     /* non-zero: the arguments of the kernel of this correlation id */
+	const char *event;    /* the event's name: "record_param_comms", "nccl:all_reduce", ... */
+	const char *coll;     /* "Collective name", e.g. "allreduce", "_allgather_base", "wait" */
+	const char *dtype;    /* "dtype", PyTorch's name, e.g. "BFloat16" (else "Input type") */
+	const char *pg_name;  /* "Process Group Name" (or "Process Group ID") */
+	const char *pg_desc;  /* "Process Group Description" */
+	const char *pg_ranks; /* "Process Group Ranks", e.g. "[0, 1, 2, 3]" */
+	int64_t group_size;   /* "Group size" */
+	/* "In msg nelems" (else the first input's elements, "Input Dims"), "Out msg nelems" */
+	int64_t in_nelems, out_nelems;
+	int64_t rank; /* "Rank" (global) */
+};
+
+/*
+ * An NCCL kernel name into c: op, redop, datatype, algorithm and protocol,
+ * CORR_COLL_F_OP_FROM_KERNEL set. NCCL >= 2.19 names
+ * ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "ncclDevKernel_SendRecv"),
+ * older ones ("ncclKernel_AllReduce_RING_LL_Sum_float(...)"), Itanium-mangled
+ * or not. A non-reducing collective (broadcast, all-gather, send/recv)
+ * carries NCCL's placeholder Sum/int8 in the old names: not taken. The
+ * algorithm and protocol strings are static. False when name is not an
+ * NCCL kernel; an NCCL kernel whose collective is not in the table (a newer
+ * NCCL) leaves op CORR_COLL_UNKNOWN.
+ */
+bool corr_coll_from_kernel(const char *name, struct corr_collective *c);
+
+/*
+ * The collectives of one or more recordings (--replay): NCCL kernels joined
+ * to their launch, their arguments from the communication op that encloses
+ * the launch on its thread (or that the kernel event carries), and with
+ * several files (ranks of one job) the cross-rank wait per collective.
+ * Feed one file at a time: its comm ops (corr_collr_op, as the replay's
+ * corr_replay_opts.comm), its joined GPU records (corr_collr__kernel, from
+ * the correlator's emit), then corr_collr__end_file(); corr_collr__finish()
+ * emits every collective, then the waits. Rules: docs/events.md,
+ * "Collectives of a recording".
+ */
+struct corr_collr_opts {
+	size_t sz;
+	uint64_t
+	    match_ns; /* several files: kernels ending within this are one collective; 0: 1 ms */
+	uint32_t capacity; /* collectives and ops held, all files; 0: 1 << 20; more counted */
+	/* every collective; file = 0-based index of the file it came from */
+	void (*emit)(void *ctx, const struct corr_collective *c, uint32_t file);
+	void *emit_ctx;
+	corr_wait_fn wait; /* may be NULL; several files only */
+	void *wait_ctx;
+	corr_log_fn log; /* may be NULL */
+	void *log_ctx;
+};
+
+struct corr_collr_counters {
+	uint64_t ops;		/* communication ops read */
+	uint64_t ops_unused;	/* ... that enclosed no NCCL kernel ("wait", barriers, ...) */
+	uint64_t collectives;	/* NCCL kernels: collectives emitted */
+	uint64_t unjoined;	/* ... whose launch was unknown (pid 0) */
+	uint64_t comm_unknown;	/* ... without a process group: comm from the stream */
+	uint64_t dtype_unknown; /* ... without a datatype NCCL has */
+	uint64_t count_unknown; /* ... without an element count */
+	uint64_t dropped;	/* beyond capacity: not emitted */
+	uint64_t matched;	/* several files: collectives seen on every file's rank */
+	uint64_t unmatched;	/* ... seen on some only */
+	uint64_t waits;		/* wait results emitted */
+	uint64_t op_unknown;	/* NCCL kernels whose collective neither name nor op told */
+};
+
+struct corr_collr;
+struct corr_collr *corr_collr__new(const struct corr_collr_opts *opts);
+void corr_collr__free(struct corr_collr *cr);
+/* a corr_comm_fn: ctx is the struct corr_collr */
+void corr_collr_op(void *ctx, const struct corr_comm_op *op);
+/* a joined (or unmatched) GPU record; NCCL kernels are kept, the rest ignored */
+int corr_collr__kernel(struct corr_collr *cr, const struct corr_gpu *g,
+		       const struct corr_launch *l);
+/*
+ * The current file ends: its rank and world size (Kineto's distributedInfo;
+ * rank < 0: unknown). -EEXIST when another file had that rank (its
+ * collectives are kept, not matched).
+ */
+int corr_collr__end_file(struct corr_collr *cr, int32_t rank, int32_t world);
+int corr_collr__finish(struct corr_collr *cr);
+const struct corr_collr_counters *corr_collr__counters(const struct corr_collr *cr);
 
 #ifdef __cplusplus
 }

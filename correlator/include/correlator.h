@@ -290,6 +290,9 @@ struct corr_marker {
 	const char *name;
 };
 typedef void (*corr_marker_fn)(void *ctx, const struct corr_marker *m);
+/* a communication op of a recording (record_param_comms, nccl:*): collective.h */
+struct corr_comm_op;
+typedef void (*corr_comm_fn)(void *ctx, const struct corr_comm_op *op);
 
 struct corr_replay_opts {
 	size_t sz;
@@ -306,6 +309,13 @@ struct corr_replay_opts {
 	 * was read.
 	 */
 	const volatile sig_atomic_t *stop;
+	/*
+	 * May be NULL: Kineto's communication ops (cpu_op record_param_comms
+	 * and nccl:*, and the communication arguments a kernel event carries),
+	 * called on the caller's thread as they are read (collective.h)
+	 */
+	corr_comm_fn comm;
+	void *comm_ctx;
 };
 
 struct corr_replay_stats {
@@ -317,6 +327,9 @@ struct corr_replay_stats {
 	uint64_t markers;
 	uint64_t skipped; /* events of no interest */
 	struct corr_counters corr;
+	uint64_t comm_ops; /* communication ops handed to corr_replay_opts.comm */
+	bool dist_known;   /* Kineto's distributedInfo gave the rank and world size */
+	uint32_t dist_rank, dist_world;
 };
 
 /*

@@ -181,6 +181,8 @@ void corr_coll_check(struct corr_collective *c, struct corr_coll_counters *n)
 {
 	uint32_t sz = corr_nccl_type_size(c->datatype);
 
+	if (c->flags & CORR_COLL_F_COUNT_UNKNOWN)
+		c->count = 0;
 	if (sz) {
 		c->flags &= ~CORR_COLL_F_DTYPE_UNKNOWN;
 		c->bytes = c->count > UINT64_MAX / sz ? UINT64_MAX : c->count * sz;
@@ -245,10 +247,10 @@ int corr_coll_to_json(char *buf, size_t sz, const struct corr_json_common *cm,
 	jw_opt_int(&w, "nranks", c->nranks, c->nranks > 0);
 	jw_uint(&w, "seq", c->seq);
 	jw_str(&w, "op", corr_coll_op_name(c->op));
-	jw_uint(&w, "count", c->count);
+	jw_opt_int(&w, "count", (int64_t)c->count, !(c->flags & CORR_COLL_F_COUNT_UNKNOWN));
 	jw_opt_str(&w, "datatype", corr_nccl_type_name(c->datatype));
 	jw_opt_int(&w, "datatype_id", c->datatype, c->datatype != CORR_COLL_NONE);
-	jw_uint(&w, "bytes", c->bytes);
+	jw_opt_int(&w, "bytes", (int64_t)c->bytes, !(c->flags & CORR_COLL_F_COUNT_UNKNOWN));
 	jw_opt_str(&w, "redop", corr_nccl_redop_name(c->redop));
 	jw_opt_int(&w, "root", c->root, op_has_root(c->op) && c->root >= 0);
 	jw_opt_int(&w, "peer", c->root, op_has_peer(c->op) && c->root >= 0);
@@ -897,4 +899,157 @@ int corr_coll_row_to_json(char *buf, size_t sz, const struct corr_json_common *c
 	jw_uint(&w, "late_ns", r->late_ns);
 	n = jw_end(&w);
 	return n < 0 ? -ENOSPC : (int)n;
+}
+
+/* --------------------------------------------------- NCCL kernel names -- */
+
+enum ktok { K_OP, K_ALGO, K_PROTO, K_REDOP, K_TYPE };
+
+/*
+ * The tokens of NCCL's kernel names, longest spelling first where one is a
+ * prefix of another. NCCL >= 2.19 (src/device/generate.py):
+ * ncclDevKernel_<Coll>_<RedOp>_<Type>_<Algo>_<Proto> for reductions,
+ * ncclDevKernel_<Coll>_<Algo>_<Proto> otherwise, ncclDevKernel_SendRecv;
+ * before: ncclKernel_<Coll>_<Algo>_<Proto>_<RedOp>_<C type>.
+ */
+static const struct {
+	const char *s;
+	uint8_t kind;
+	int8_t v;
+} ktoks[] = {
+    {"AllReduce", K_OP, CORR_COLL_ALLREDUCE},
+    {"AllGather", K_OP, CORR_COLL_ALLGATHER},
+    {"ReduceScatter", K_OP, CORR_COLL_REDUCESCATTER},
+    {"Broadcast", K_OP, CORR_COLL_BROADCAST},
+    {"Reduce", K_OP, CORR_COLL_REDUCE},
+    {"SendRecv", K_OP, CORR_COLL_SENDRECV},
+    {"AllToAll", K_OP, CORR_COLL_ALLTOALL},
+    {"COLLNET_DIRECT", K_ALGO, 0},
+    {"COLLNET_CHAIN", K_ALGO, 1},
+    {"NVLS_TREE", K_ALGO, 2},
+    {"NVLS", K_ALGO, 3},
+    {"RING", K_ALGO, 4},
+    {"TREE", K_ALGO, 5},
+    {"PAT", K_ALGO, 6},
+    {"LL128", K_PROTO, 0},
+    {"LL", K_PROTO, 1},
+    {"SIMPLE", K_PROTO, 2},
+    {"PreMulSum", K_REDOP, CORR_NCCL_NUM_OPS},
+    {"SumPostDiv", K_REDOP, 4},
+    {"Sum", K_REDOP, 0},
+    {"Prod", K_REDOP, 1},
+    {"MinMax", K_REDOP, CORR_COLL_NONE}, /* one kernel for min and max: not told */
+    {"Max", K_REDOP, 2},
+    {"Min", K_REDOP, 3},
+    {"Avg", K_REDOP, 4},
+    {"__nv_bfloat16", K_TYPE, 9},
+    {"__nv_fp8_e4m3", K_TYPE, 10},
+    {"__nv_fp8_e5m2", K_TYPE, 11},
+    {"uint8_t", K_TYPE, 1},
+    {"int8_t", K_TYPE, 0},
+    {"uint32_t", K_TYPE, 3},
+    {"int32_t", K_TYPE, 2},
+    {"uint64_t", K_TYPE, 5},
+    {"int64_t", K_TYPE, 4},
+    {"half", K_TYPE, 6},
+    {"float", K_TYPE, 7},
+    {"double", K_TYPE, 8},
+    {"f8e4m3", K_TYPE, 10},
+    {"f8e5m2", K_TYPE, 11},
+    {"bf16", K_TYPE, 9},
+    {"f16", K_TYPE, 6},
+    {"f32", K_TYPE, 7},
+    {"f64", K_TYPE, 8},
+    {"i8", K_TYPE, 0},
+    {"u8", K_TYPE, 1},
+    {"i32", K_TYPE, 2},
+    {"u32", K_TYPE, 3},
+    {"i64", K_TYPE, 4},
+    {"u64", K_TYPE, 5},
+};
+
+static const char *const algo_names[] = {"COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS_TREE", "NVLS",
+					 "RING",	   "TREE",	    "PAT"};
+static const char *const proto_names[] = {"LL128", "LL", "SIMPLE"};
+
+static bool op_reduces(enum corr_coll_op op)
+{
+	return op == CORR_COLL_ALLREDUCE || op == CORR_COLL_REDUCE || op == CORR_COLL_REDUCESCATTER;
+}
+
+bool corr_coll_from_kernel(const char *name, struct corr_collective *c)
+{
+	const char *p, *end;
+	int32_t redop = CORR_COLL_NONE, dt = CORR_COLL_NONE;
+	enum corr_coll_op op = CORR_COLL_UNKNOWN;
+	const char *algo = NULL, *proto = NULL;
+
+	if (!name)
+		return false;
+	/* plain, or Itanium-mangled (_Z<len>ncclDevKernel_...): the part after the prefix */
+	p = name;
+	end = name + strlen(name);
+	if (p[0] == '_' && p[1] == 'Z') {
+		char *q;
+		unsigned long len = strtoul(p + 2, &q, 10);
+
+		if (q == p + 2 || len > (size_t)(end - q))
+			return false;
+		p = q;
+		end = q + len; /* the mangled length covers the identifier */
+	}
+	if ((size_t)(end - p) > 14 && !strncmp(p, "ncclDevKernel_", 14))
+		p += 14;
+	else if ((size_t)(end - p) > 11 && !strncmp(p, "ncclKernel_", 11))
+		p += 11;
+	else
+		return false;
+	if (name[0] != '_')
+		end = p + strcspn(p, "(");
+	while (p < end) {
+		size_t i, n = 0;
+
+		for (i = 0; i < sizeof(ktoks) / sizeof(ktoks[0]); i++) {
+			n = strlen(ktoks[i].s);
+			if ((size_t)(end - p) >= n && !memcmp(p, ktoks[i].s, n) &&
+			    (p + n == end || p[n] == '_'))
+				break;
+		}
+		if (i == sizeof(ktoks) / sizeof(ktoks[0])) {
+			/* an unknown token: skip it */
+			const char *u = memchr(p, '_', (size_t)(end - p));
+
+			p = u ? u + 1 : end;
+			continue;
+		}
+		switch (ktoks[i].kind) {
+		case K_OP:
+			op = (enum corr_coll_op)ktoks[i].v;
+			break;
+		case K_ALGO:
+			algo = algo_names[ktoks[i].v];
+			break;
+		case K_PROTO:
+			proto = proto_names[ktoks[i].v];
+			break;
+		case K_REDOP:
+			redop = ktoks[i].v;
+			break;
+		case K_TYPE:
+			dt = ktoks[i].v;
+			break;
+		}
+		p += n;
+		if (p < end && *p == '_')
+			p++;
+	}
+	/* an NCCL kernel this table does not know (a newer NCCL): op unknown, counted */
+	c->op = op;
+	/* non-reducing kernels carry NCCL's placeholder Sum / int8_t in the old names */
+	c->redop = op_reduces(op) ? redop : CORR_COLL_NONE;
+	c->datatype = op_reduces(op) ? dt : CORR_COLL_NONE;
+	c->algo = algo;
+	c->proto = proto;
+	c->flags |= CORR_COLL_F_OP_FROM_KERNEL;
+	return true;
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collective.h"
 #include "internal.h"
 
 #define MAX_DEPTH 256
@@ -283,17 +284,27 @@ static int num_or_str(struct scan *sc, uint64_t *out)
 	return 0;
 }
 
-static int u32x3(struct scan *sc, uint32_t v[3])
+/*
+ * At a value: an array is opened (0; *empty when it was [] and is closed
+ * already), anything else skipped (1); -EINVAL on bad input
+ */
+static int array_open(struct scan *sc, bool *empty)
 {
-	bool done = false;
-	int i = 0;
-
 	ws(sc);
 	if (sc->p >= sc->end || *sc->p != '[')
-		return skip(sc);
+		return skip(sc) ? -EINVAL : 1;
 	sc->p++;
-	if (empty_close(sc, ']'))
-		return 0;
+	*empty = empty_close(sc, ']');
+	return 0;
+}
+
+static int u32x3(struct scan *sc, uint32_t v[3])
+{
+	bool done = false, empty;
+	int i = 0, err = array_open(sc, &empty);
+
+	if (err || empty)
+		return err < 0 ? err : 0;
 	while (!done) {
 		uint64_t x;
 
@@ -313,6 +324,10 @@ static inline bool is(const struct span *s, const char *lit, size_t n)
 }
 #define IS(sp, lit) is(sp, lit, sizeof(lit) - 1)
 
+/* communication arguments (record_param_comms, and kernel events of newer PyTorch) */
+enum { CA_COLL, CA_DTYPE, CA_PG_NAME, CA_PG_DESC, CA_PG_RANKS, CA_STR_COUNT };
+enum { CA_GROUP_SIZE, CA_IN_NELEMS, CA_OUT_NELEMS, CA_RANK, CA_NUM_COUNT };
+
 struct kev {
 	struct span ph, cat, name;
 	bool name_esc;
@@ -321,12 +336,159 @@ struct kev {
 	uint64_t corr, device, stream, context, graph_id, graph_node, bytes, cbid, copy_kind;
 	bool has_corr;
 	uint32_t grid[3], block[3];
+	bool has_comm; /* any of the communication arguments */
+	struct span cs[CA_STR_COUNT];
+	int64_t cn[CA_NUM_COUNT];
+	int64_t in_elems;    /* "Input Dims": elements of the first input, -1 unknown */
+	struct span in_type; /* "Input type": the first input's */
 };
+
+/* an array whose first element first() reads, the rest skipped; anything else skipped */
+static int array_first(struct scan *sc, int (*first)(struct scan *sc, void *ctx), void *ctx)
+{
+	bool done = false, at_first = true, empty;
+	int err = array_open(sc, &empty);
+
+	if (err || empty)
+		return err < 0 ? err : 0;
+	while (!done) {
+		if (at_first ? first(sc, ctx) : skip(sc))
+			return -EINVAL;
+		at_first = false;
+		if (next_or_close(sc, ']', &done))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+/* a shape [d0, d1, ...] into its product (int64_t *ctx); -1 when empty or odd */
+static int shape_elems(struct scan *sc, void *ctx)
+{
+	int64_t *out = ctx, prod = 1;
+	bool done = false, empty;
+	int n = 0, err = array_open(sc, &empty);
+
+	if (err || empty) /* [] is a scalar or a list: not told */
+		return err < 0 ? err : 0;
+	while (!done) {
+		struct span d;
+
+		ws(sc);
+		if (sc->p < sc->end && (*sc->p < '0' || *sc->p > '9')) {
+			/* nested shapes, a null, a string: not told */
+			if (skip(sc))
+				return -EINVAL;
+			prod = -1;
+		} else if (number(sc, &d)) {
+			return -EINVAL;
+		} else if (d.n > 12 || prod > (INT64_C(1) << 40)) {
+			prod = -1; /* not a plausible shape */
+		} else if (prod >= 0) {
+			prod *= (int64_t)span_u64(&d);
+		}
+		n++;
+		if (next_or_close(sc, ']', &done))
+			return -EINVAL;
+	}
+	*out = n ? prod : -1;
+	return 0;
+}
+
+/* a string into *ctx (a span); anything else skipped */
+static int first_str(struct scan *sc, void *ctx)
+{
+	bool esc;
+
+	ws(sc);
+	if (sc->p < sc->end && *sc->p == '"')
+		return str(sc, ctx, &esc);
+	return skip(sc);
+}
+
+/* "Input Dims": [[d0, d1, ...], ...]: elements of the first input, -1 unknown */
+static int input_dims(struct scan *sc, int64_t *out)
+{
+	*out = -1;
+	return array_first(sc, shape_elems, out);
+}
+
+/* "Input type": ["float", ...]: the first input's */
+static int input_type(struct scan *sc, struct span *out)
+{
+	return array_first(sc, first_str, out);
+}
+
+/* a string, or the text of a number ("Process Group ID": 0) */
+static int str_or_num(struct scan *sc, struct span *out)
+{
+	bool esc;
+
+	ws(sc);
+	if (sc->p < sc->end && *sc->p == '"')
+		return str(sc, out, &esc);
+	if (sc->p < sc->end && (*sc->p == '-' || (*sc->p >= '0' && *sc->p <= '9')))
+		return number(sc, out);
+	out->s = NULL;
+	out->n = 0;
+	return skip(sc);
+}
+
+/* a signed integer number; anything else (null, a string, a fraction) -1 */
+static int signed_num(struct scan *sc, int64_t *out)
+{
+	struct span sp;
+	bool neg;
+
+	*out = -1;
+	ws(sc);
+	if (sc->p >= sc->end || !(*sc->p == '-' || (*sc->p >= '0' && *sc->p <= '9')))
+		return skip(sc);
+	if (number(sc, &sp))
+		return -EINVAL;
+	neg = sp.s[0] == '-';
+	if (neg) {
+		sp.s++;
+		sp.n--;
+	}
+	if (sp.n > 18 || memchr(sp.s, '.', sp.n) || memchr(sp.s, 'e', sp.n))
+		return 0; /* out of range or not an integer: unknown */
+	*out = neg ? -(int64_t)span_u64(&sp) : (int64_t)span_u64(&sp);
+	return 0;
+}
+
+/* a communication argument: its slot, or -1 */
+static int comm_arg(const struct span *k, bool *num)
+{
+	static const struct {
+		const char *key;
+		bool num;
+		int slot;
+	} keys[] = {
+	    {"Collective name", false, CA_COLL},
+	    {"dtype", false, CA_DTYPE},
+	    {"Process Group Name", false, CA_PG_NAME},
+	    {"Process Group ID", false, CA_PG_NAME},
+	    {"Process Group Description", false, CA_PG_DESC},
+	    {"Process Group Ranks", false, CA_PG_RANKS},
+	    {"Group size", true, CA_GROUP_SIZE},
+	    {"In msg nelems", true, CA_IN_NELEMS},
+	    {"Out msg nelems", true, CA_OUT_NELEMS},
+	    {"Rank", true, CA_RANK},
+	};
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (is(k, keys[i].key, strlen(keys[i].key))) {
+			*num = keys[i].num;
+			return keys[i].slot;
+		}
+	return -1;
+}
 
 static int parse_args(struct scan *sc, struct kev *e)
 {
-	bool done = false, esc;
+	bool done = false, esc, num;
 	struct span k;
+	int slot;
 
 	if (expect(sc, '{'))
 		return -EINVAL;
@@ -365,6 +527,16 @@ static int parse_args(struct scan *sc, struct kev *e)
 		} else if (IS(&k, "block")) {
 			if (u32x3(sc, e->block))
 				return -EINVAL;
+		} else if (IS(&k, "Input Dims")) {
+			if (input_dims(sc, &e->in_elems))
+				return -EINVAL;
+		} else if (IS(&k, "Input type")) {
+			if (input_type(sc, &e->in_type))
+				return -EINVAL;
+		} else if ((slot = comm_arg(&k, &num)) >= 0) {
+			if (num ? signed_num(sc, &e->cn[slot]) : str_or_num(sc, &e->cs[slot]))
+				return -EINVAL;
+			e->has_comm = true;
 		} else if (skip(sc)) {
 			return -EINVAL;
 		}
@@ -380,6 +552,9 @@ static int parse_event(struct scan *sc, struct kev *e)
 	struct span k, v;
 
 	memset(e, 0, sizeof(*e));
+	for (int i = 0; i < CA_NUM_COUNT; i++)
+		e->cn[i] = -1;
+	e->in_elems = -1;
 	if (expect(sc, '{'))
 		return -EINVAL;
 	if (empty_close(sc, '}'))
@@ -454,6 +629,55 @@ static const char *ev_name(const struct kev *e, char *buf, size_t sz)
 	return buf;
 }
 
+#define COMM_STR_LEN 256
+
+/*
+ * the communication op of an event (a cpu_op, or a kernel's arguments when
+ * corr_id is set) to the caller's callback, strings unescaped
+ */
+static void comm_op(struct replay_ctx *rc, const struct kev *e, uint32_t corr_id, char *namebuf)
+{
+	char(*txt)[COMM_STR_LEN] = (char(*)[COMM_STR_LEN])(namebuf + NAME_MAX_LEN);
+	const char *str[CA_STR_COUNT];
+	struct corr_comm_op op;
+
+	rc->st->comm_ops++;
+	if (!rc->ro || !rc->ro->comm)
+		return;
+	for (int i = 0; i < CA_STR_COUNT; i++) {
+		str[i] = NULL;
+		if (e->cs[i].s) {
+			unescape(&e->cs[i], txt[i], COMM_STR_LEN);
+			str[i] = txt[i];
+		}
+	}
+	/* no message arguments (older PyTorch): the first input tensor's shape and type */
+	if (!str[CA_DTYPE] && e->in_type.s && e->in_elems >= 0) {
+		struct span t = e->in_type;
+
+		unescape(&t, txt[CA_DTYPE], COMM_STR_LEN);
+		str[CA_DTYPE] = txt[CA_DTYPE];
+	}
+	op = (struct corr_comm_op){
+	    .pid = corr_id ? 0 : (uint32_t)e->pid,
+	    .tid = corr_id ? 0 : (uint32_t)e->tid,
+	    .ts_ns = e->ts,
+	    .dur_ns = e->dur,
+	    .corr_id = corr_id,
+	    .event = ev_name(e, namebuf, NAME_MAX_LEN),
+	    .coll = str[CA_COLL],
+	    .dtype = str[CA_DTYPE],
+	    .pg_name = str[CA_PG_NAME],
+	    .pg_desc = str[CA_PG_DESC],
+	    .pg_ranks = str[CA_PG_RANKS],
+	    .group_size = e->cn[CA_GROUP_SIZE],
+	    .in_nelems = e->cn[CA_IN_NELEMS] >= 0 ? e->cn[CA_IN_NELEMS] : e->in_elems,
+	    .out_nelems = e->cn[CA_OUT_NELEMS],
+	    .rank = e->cn[CA_RANK],
+	};
+	rc->ro->comm(rc->ro->comm_ctx, &op);
+}
+
 static int dispatch(struct replay_ctx *rc, const struct kev *e, char *namebuf)
 {
 	struct corr_gpu g;
@@ -491,11 +715,22 @@ static int dispatch(struct replay_ctx *rc, const struct kev *e, char *namebuf)
 		memcpy(g.block, e->block, sizeof(g.block));
 		g.bytes = e->bytes;
 		g.copy_kind = (uint32_t)e->copy_kind;
+		/* a kernel's own communication arguments go first: its join may emit it now */
+		if (e->has_comm && g.corr_id && g.kind == CORR_KIND_KERNEL)
+			comm_op(rc, e, g.corr_id, namebuf);
 		g.name = ev_name(e, namebuf, NAME_MAX_LEN);
 		rc->st->gpu_records++;
 		return corr__add_gpu(rc->c, &g);
 	}
+	if (IS(&e->cat, "cpu_op") && (IS(&e->name, "record_param_comms") ||
+				      (e->name.n > 5 && !memcmp(e->name.s, "nccl:", 5)))) {
+		comm_op(rc, e, 0, namebuf);
+		return 0;
+	}
 	if (IS(&e->cat, "python_function") || IS(&e->cat, "user_annotation")) {
+		/* PyTorch's nccl:<collective> annotation: a communication op, and a marker */
+		if (e->name.n > 5 && !memcmp(e->name.s, "nccl:", 5))
+			comm_op(rc, e, 0, namebuf);
 		rc->st->markers++;
 		if (rc->ro && rc->ro->marker) {
 			char cat[32];
@@ -551,10 +786,49 @@ static int events_array(struct scan *sc, struct replay_ctx *rc, char *namebuf)
 	return 0;
 }
 
+/* "distributedInfo": {"rank": 0, "world_size": 4, ...}: the rank of this trace */
+static int dist_info(struct scan *sc, struct replay_ctx *rc)
+{
+	bool done = false, esc, rank = false, world = false;
+	int64_t v;
+	struct span k;
+
+	ws(sc);
+	if (sc->p >= sc->end || *sc->p != '{')
+		return skip(sc);
+	sc->p++;
+	if (empty_close(sc, '}'))
+		return 0;
+	while (!done) {
+		if (str(sc, &k, &esc) || expect(sc, ':'))
+			return -EINVAL;
+		if (IS(&k, "rank") || IS(&k, "world_size")) {
+			if (signed_num(sc, &v))
+				return -EINVAL;
+			if (v >= 0 && v <= INT32_MAX) {
+				if (k.n == 4) {
+					rc->st->dist_rank = (uint32_t)v;
+					rank = true;
+				} else {
+					rc->st->dist_world = (uint32_t)v;
+					world = true;
+				}
+			}
+		} else if (skip(sc)) {
+			return -EINVAL;
+		}
+		if (next_or_close(sc, '}', &done))
+			return -EINVAL;
+	}
+	rc->st->dist_known = rank && world && rc->st->dist_rank < rc->st->dist_world;
+	return 0;
+}
+
 int kineto_read(struct replay_ctx *rc, const char *buf, size_t len)
 {
 	struct scan sc = { .base = buf, .p = buf + corr_bom_len(buf, len), .end = buf + len };
-	char *namebuf = malloc(NAME_MAX_LEN);
+	/* the event name, then the communication op's strings (comm_op()) */
+	char *namebuf = malloc(NAME_MAX_LEN + CA_STR_COUNT * COMM_STR_LEN);
 	bool done = false, esc, seen = false;
 	struct span k;
 	int err = -EINVAL;
@@ -584,6 +858,9 @@ int kineto_read(struct replay_ctx *rc, const char *buf, size_t len)
 				goto out;
 			err = -EINVAL;
 			seen = true;
+		} else if (IS(&k, "distributedInfo")) {
+			if (dist_info(&sc, rc))
+				goto out;
 		} else if (skip(&sc)) {
 			goto out;
 		}

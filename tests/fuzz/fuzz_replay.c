@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collective.h"
 #include "correlator.h"
 
 #ifndef FUZZ_FORMAT
@@ -22,7 +23,30 @@
 
 struct seen {
 	uint64_t gpu, joined, markers;
+	struct corr_collr *cr; /* the NCCL collectives of the input (coll_replay.c) */
+	uint64_t colls, waits;
 };
+
+static void on_coll(void *ctx, const struct corr_collective *c, uint32_t file)
+{
+	struct seen *s = ctx;
+	char buf[4096];
+
+	s->colls++;
+	if (file > 1 || corr_coll_to_json(buf, sizeof(buf), NULL, c) == -EINVAL)
+		abort();
+}
+
+static void on_wait(void *ctx, const struct corr_wait *w)
+{
+	struct seen *s = ctx;
+	char buf[8192];
+
+	s->waits++;
+	if (w->n_arrived > CORR_WAIT_MAX_RANKS || corr_wait_to_json(buf, sizeof(buf), NULL, w) < 0)
+		abort();
+	(void)corr_wait_evidence(buf, 192, w);
+}
 
 static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
 {
@@ -31,6 +55,8 @@ static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch
 	s->gpu++;
 	if ((unsigned)g->kind >= CORR_KIND_COUNT)
 		abort();
+	if (s->cr)
+		corr_collr__kernel(s->cr, g, l);
 	if (g->name)
 		(void)strlen(g->name); /* terminated (ASan reads it) */
 	if (l) {
@@ -65,6 +91,12 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 				      .format = FUZZ_FORMAT,
 				      .marker = on_marker,
 				      .marker_ctx = &s};
+	struct corr_collr_opts cro = {.sz = sizeof(cro),
+				      .capacity = 512,
+				      .emit = on_coll,
+				      .emit_ctx = &s,
+				      .wait = on_wait,
+				      .wait_ctx = &s};
 	struct corr_replay_stats st;
 	/* an exact-size copy: ASan sees a read one byte past the input */
 	char *buf = malloc(size ? size : 1);
@@ -72,8 +104,24 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 
 	if (!buf)
 		return 0;
+	s.cr = corr_collr__new(&cro);
+	ro.comm = corr_collr_op;
+	ro.comm_ctx = s.cr;
 	memcpy(buf, data, size);
 	err = corr_replay_buf(buf, size, &co, &ro, &st);
+	/* the input as two ranks of one job: its collectives matched against themselves */
+	corr_collr__end_file(s.cr, 0, 2);
+	if (!err) {
+		struct seen s2 = s;
+
+		s2.gpu = s2.joined = s2.markers = 0;
+		co.emit_ctx = &s2;
+		ro.marker_ctx = &s2;
+		(void)corr_replay_buf(buf, size, &co, &ro, &st);
+		corr_collr__end_file(s.cr, 1, 2);
+	}
+	corr_collr__finish(s.cr);
+	corr_collr__free(s.cr);
 	free(buf);
 	if (err > 0 || err < -4095)
 		abort();
