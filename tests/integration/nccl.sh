@@ -76,7 +76,7 @@ expected_rows() {
 }
 
 # comm pointer of thread i, as the records write it
-comm_of() { printf '0x%x' $(($BASE + 64 * $1)); }
+comm_of() { printf '0x%x' $((BASE + 64 * $1)); }
 
 COMM_APIS='["ncclCommInitRank","ncclCommInitRankConfig","ncclCommInitAll","ncclCommSplit",
 "ncclCommDestroy","ncclCommAbort"]'
