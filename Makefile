@@ -325,6 +325,19 @@ $(BUILD)/tests/integration/libusdt_steps.so: tests/integration/usdt_lib.c
 	$(Q)$(CC) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -shared -o $@ $< $(LDFLAGS_SAN) $(LDFLAGS)
 
 # workloads load libcudart / libcuda with dlopen, as inference engines do
+# tests/fakes/fake_nccl.c (owner: the NCCL tests, tests/integration/nccl_calls.c): the NCCL double,
+# named libnccl.so.2 so that discovery takes it for NCCL; nccl_calls dlopens it.
+FAKE_NCCL := $(BUILD)/tests/fakes/nccl/libnccl.so.2
+$(FAKE_NCCL): tests/fakes/fake_nccl.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_COMMON) -fPIC $(CFLAGS) -shared -Wl,-soname,libnccl.so.2 -o $@ $< \
+		-lpthread -lrt
+$(BUILD)/tests/integration/nccl_calls: tests/integration/nccl_calls.c $(FAKE_NCCL)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< -ldl -lpthread
+
 $(BUILD)/tests/integration/%: tests/integration/%.c
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)

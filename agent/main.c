@@ -26,6 +26,7 @@
 #include "sink_kafka.h"
 #include "sink_otlp.h"
 #include "spill.h"
+#include "nccl_live.h"
 
 static volatile sig_atomic_t exiting;
 
@@ -35,9 +36,10 @@ const char *argp_program_bug_address = "<https://github.com/infertrace/infertrac
 static const char doc[] =
 	"infertrace-agent: trace the CUDA processes of this node with eBPF.\n"
 	"\n"
-	"Finds the processes that map libcudart or libcuda (now and later), attaches\n"
-	"uprobes to their CUDA launch paths and follows their scheduling and syscalls\n"
-	"and the node's network traffic. Writes JSON lines (docs/events.md).\n"
+	"Finds the processes that map libcudart, libcuda or libnccl (now and later),\n"
+	"attaches uprobes to their CUDA launch paths and NCCL calls and follows their\n"
+	"scheduling and syscalls and the node's network traffic. Writes JSON lines\n"
+	"(docs/events.md).\n"
 	"\n"
 	"USAGE: infertrace-agent [OPTION...]\n"
 	"\n"
@@ -781,6 +783,7 @@ static int run_live(struct agent *a)
 		discovery_tick(a);
 		ops_tick(a);
 		now = now_ns();
+		nccl_tick(a, now);
 		if (now - a->last_interval_ns >= interval) {
 			uint64_t span = now - a->last_interval_ns;
 
@@ -792,6 +795,7 @@ static int run_live(struct agent *a)
 			ring_buffer__consume(a->rb);
 			shim_interval(a);
 			gpu_interval(a, false);
+			nccl_interval(a, false);
 			diag_advance(a->diag, now);
 			aggregate_interval(a, false);
 			stats_emit(a, span, false);
@@ -808,6 +812,7 @@ static int run_live(struct agent *a)
 
 		shim_interval(a);
 		gpu_interval(a, true);
+		nccl_interval(a, true);
 		diag_finish(a->diag);
 		aggregate_interval(a, true);
 		stats_emit(a, span, true);
@@ -821,6 +826,7 @@ cleanup:
 	a->diag = NULL;
 	shim_free(a);
 	gpu_free(a);
+	nccl_free(a);
 	loop_free();
 	discovery_stop(a);
 	uprobes_reaper_stop(); /* links go before the programs they hold */

@@ -281,4 +281,8 @@ replay_bench
 # mock cluster, bytes per record, bytes per hour sentinel vs deep; printed
 say ""
 BUILD=$BUILD bench/bench_kafka.sh || say "bench/bench_kafka.sh exited with $?"
+# NCCL (issue 21, owner: bench/nccl.sh, bench/bench_nccl.c): per ncclAllReduce, sentinel
+# and deep as a ratio to a bare uprobe; printed
+say ""
+BUILD=$BUILD bench/nccl.sh || say "bench/nccl.sh exited with $?"
 exit 0

@@ -128,21 +128,9 @@ static __always_inline enum launch_dest launch_begin(__u32 api, struct thread_st
 	return (*rcp)->flight ? DEST_FLIGHT : DEST_NONE;
 }
 
-/*
- * Wake the agent once per WAKEUP_BYTES of records: it drains the rings every
- * 100 ms anyway, and a wake-up costs the launching thread an irq_work (a VM
- * exit on virtual machines). The record that makes the unread data cross a
- * multiple of WAKEUP_BYTES wakes; so a falling-behind agent is woken once
- * per batch, not once per record.
- */
-#define WAKEUP_BYTES (256 << 10)
-
 static __always_inline __u64 submit_flags(__u32 size)
 {
-	__u64 avail = bpf_ringbuf_query(&rb_cuda, BPF_RB_AVAIL_DATA);
-
-	return avail / WAKEUP_BYTES != (avail - size) / WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
-								      : BPF_RB_NO_WAKEUP;
+	return batch_wakeup(&rb_cuda, size);
 }
 
 /*

@@ -42,7 +42,9 @@ enum event_type {
 	EV_LIB_MAP = 9, /* struct process_event: exec mapping of libcud*, or any by a traced process */
 	EV_STEP_MARK = 10, /* struct step_mark_event: a USDT probe of infertrace/step.h */
 	EV_NET_IO = 11, /* struct net_io_event: socket bytes of a traced thread */
-	/* 11..15 reserved for further BPF families */
+	EV_NCCL_CALL = 12, /* struct nccl_call_event: a collective, send/recv or group call */
+	EV_NCCL_COMM = 13, /* struct nccl_comm_event: a communicator's init, split, end */
+	/* 14..15 reserved for further BPF families */
 	/* GPU side, written by the CUPTI shim (agent/shim) */
 	EV_GPU_KERNEL = 16, /* struct gpu_activity_event */
 	EV_GPU_MEMCPY = 17, /* struct gpu_activity_event */
@@ -301,6 +303,10 @@ struct thread_stats {
 	__u64 net_last_ns;
 	__u64 net_tx_bytes;
 	__u64 net_rx_bytes;
+	/* NCCL group nesting (bpf/nccl.bpf.c) */
+	__u64 nccl_group_id; /* outermost ncclGroupStart entry time; 0 outside */
+	__u32 nccl_group_depth;
+	__u32 nccl_pad;
 };
 _Static_assert(sizeof(struct thread_stats) % 8 == 0, "thread_stats alignment");
 
@@ -378,6 +384,89 @@ struct net_io_event {
 	__u64 rx_bytes;
 };
 _Static_assert(sizeof(struct net_io_event) == 48, "net_io_event ABI");
+
+/*
+ * NCCL entry points probed by bpf/nccl.bpf.c (signatures: NCCL 2.28's nccl.h,
+ * /usr/local/cuda/include/nccl.h). Names in agent/pipeline/nccl_live.c
+ * (nccl_api_name(), must match).
+ */
+enum nccl_api {
+	NCCL_ALL_REDUCE = 0,
+	NCCL_ALL_GATHER = 1,
+	NCCL_REDUCE_SCATTER = 2,
+	NCCL_BROADCAST = 3,
+	NCCL_BCAST = 4, /* not probed: NCCL implements it with ncclBroadcast */
+	NCCL_REDUCE = 5,
+	NCCL_ALLTOALL = 6, /* ncclAlltoAll, 2.28 and later */
+	NCCL_SEND = 7,
+	NCCL_RECV = 8,
+	NCCL_GROUP_START = 9,
+	NCCL_GROUP_END = 10,
+	NCCL_COMM_INIT_RANK = 11,
+	NCCL_COMM_INIT_RANK_CONFIG = 12,
+	NCCL_COMM_INIT_ALL = 13,
+	NCCL_COMM_SPLIT = 14,
+	NCCL_COMM_DESTROY = 15,
+	NCCL_COMM_ABORT = 16,
+	NCCL_API_COUNT = 17,
+};
+
+#define NCCL_F_REGS_ONLY (1u << 0) /* sentinel: stream (on the stack) not read */
+#define NCCL_ID_BYTES 128	    /* NCCL_UNIQUE_ID_BYTES */
+#define NCCL_INIT_ALL_MAX 8	    /* comms of ncclCommInitAll reported */
+
+/*
+ * EV_NCCL_CALL, 80 bytes: entry of a collective, ncclSend/ncclRecv, or a
+ * ncclGroupStart/End (hdr.ts_ns = entry: the enqueue time). comm is the
+ * ncclComm_t pointer: the agent maps it to (unique id hash, rank, nranks)
+ * from the EV_NCCL_COMM of its init. root: root (broadcast, reduce) or peer
+ * (send, recv), else -1. redop: ncclRedOp_t, else -1. group_id: the
+ * thread's outermost ncclGroupStart entry time, 0 outside a group;
+ * group_depth: its nesting after this call.
+ *
+ *  0      24    26      28        32     40      48       56      60     64         72       76    80
+ *  +------+-----+-------+---------+------+-------+--------+-------+------+----------+--------+-----+
+ *  | hdr  | api | flags |datatype | comm | count | stream | redop | root | group_id | depth  | pad |
+ *  +------+-----+-------+---------+------+-------+--------+-------+------+----------+--------+-----+
+ */
+struct nccl_call_event {
+	struct event_hdr hdr;
+	__u16 api;
+	__u16 flags;
+	__s32 datatype;
+	__u64 comm;
+	__u64 count;
+	__u64 stream;
+	__s32 redop;
+	__s32 root;
+	__u64 group_id;
+	__u32 group_depth;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct nccl_call_event) == 80, "nccl_call_event ABI");
+
+/*
+ * EV_NCCL_COMM, 256 bytes: a communicator's life. Init calls and split are
+ * reported at return (hdr.ts_ns = entry, dur_ns, ret = ncclResult_t), with
+ * the new comm pointer(s) read from the caller's out argument; destroy and
+ * abort at entry (dur_ns 0, ret 0). id: the ncclUniqueId passed by value to
+ * ncclCommInitRank(Config), copied from the stack at entry.
+ */
+struct nccl_comm_event {
+	struct event_hdr hdr;
+	__u16 api;
+	__u16 n_comms; /* comms[] filled */
+	__s32 ret;
+	__u64 dur_ns;
+	__u64 parent; /* ncclCommSplit: the parent comm */
+	__s32 nranks; /* init: nranks (InitAll: ndev); -1 unknown */
+	__s32 rank;   /* init: rank; -1 unknown */
+	__s32 color;  /* split */
+	__s32 key;    /* split */
+	__u64 comms[NCCL_INIT_ALL_MAX]; /* comms[0]: the new or ended comm */
+	__u8 id[NCCL_ID_BYTES];
+};
+_Static_assert(sizeof(struct nccl_comm_event) == 256, "nccl_comm_event ABI");
 
 /* one-entry array map runtime_cfg: settings the agent changes while running */
 struct runtime_cfg {

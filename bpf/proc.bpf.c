@@ -4,7 +4,8 @@
  *
  * A CUDA library is loaded long after exec (python imports torch late), so
  * exec alone cannot find CUDA processes: the hook that matters is the
- * executable mapping of a file named libcud* (libcudart, libcuda), seen at
+ * executable mapping of a file named libcud* (libcudart, libcuda) or libncc*
+ * (libnccl), seen at
  * mmap's entry before the mapping exists; the agent then reads
  * /proc/PID/maps. A traced process has every executable mapping reported,
  * whatever the file's name: an engine library it dlopen()s may carry the
@@ -46,10 +47,15 @@ static __always_inline int handle_mmap_file(struct file *file)
 	if (!file || (id >> 32) == cfg.self_pid)
 		return 0;
 	dname = BPF_CORE_READ(file, f_path.dentry, d_name.name);
-	/* "libcud": libcudart.so*, libcuda.so*; any file for a traced process */
+	/*
+	 * "libcud": libcudart.so*, libcuda.so*; "libncc": libnccl.so* (it links
+	 * the CUDA runtime statically); any file for a traced process
+	 */
 	if (!traced(id >> 32) &&
 	    (bpf_probe_read_kernel_str(name, sizeof(name), dname) < 7 || name[0] != 'l' ||
-	     name[1] != 'i' || name[2] != 'b' || name[3] != 'c' || name[4] != 'u' || name[5] != 'd'))
+	     name[1] != 'i' || name[2] != 'b' ||
+	     !((name[3] == 'c' && name[4] == 'u' && name[5] == 'd') ||
+	       (name[3] == 'n' && name[4] == 'c' && name[5] == 'c'))))
 		return 0;
 	e = proc_reserve(EV_LIB_MAP, id >> 32, (__u32)id);
 	if (!e)

@@ -120,6 +120,12 @@ static const struct stats_metric {
      "Flight-recorder windows sent (anomaly or deep-dive)."},
     {"control", "requests", "infertrace_control_requests_total", "counter",
      "Control socket requests."},
+    {"nccl", "collectives", "infertrace_nccl_collectives_total", "counter",
+     "NCCL collectives, sends and receives of traced threads."},
+    {"nccl", "comm_unknown", "infertrace_nccl_comm_unknown_total", "counter",
+     "NCCL calls on a communicator never seen initialised (no rank: no wait)."},
+    {"nccl", "straggler_anomalies", "infertrace_nccl_straggler_anomalies_total", "counter",
+     "Straggler anomalies from NCCL collectives (a rank came late)."},
 };
 
 /* what the shim receiver refused, closed or rejected: the stats "gpu" member and its reason */

@@ -13,6 +13,7 @@
 #include "pipeline.h"
 #include "sources.h"
 #include "ops.h"
+#include "nccl_live.h"
 
 int ops_init(struct agent *a)
 {
@@ -41,6 +42,7 @@ int ops_init(struct agent *a)
 	stats_provide(a, recorder_stats);
 	stats_provide(a, metrics_stats);
 	stats_provide(a, control_kafka_stats);
+	stats_provide(a, nccl_stats);
 	return err;
 }
 

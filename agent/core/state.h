@@ -50,6 +50,7 @@ struct libfile {
 	char path[600]; /* as opened: /proc/PID/root/<path in the process> */
 	char display[512]; /* path inside the process */
 	bool is_driver; /* libcuda (driver API) rather than libcudart */
+	bool is_nccl; /* libnccl (agent/sources/nccl.c attaches it) */
 	int users; /* traced processes mapping it */
 	struct bpf_link **links;
 	int n_links;
@@ -136,6 +137,7 @@ struct agent {
 	struct deepdive *dd;  /* pipeline/deepdive.c; NULL before ops_init() */
 	struct ops *ops; /* control/ops.h: control socket, metrics, control topic */
 	struct usdt_cache *usdt; /* usdt.c: which files carry step probes */
+	struct nccl_live *nccl; /* pipeline/nccl_live.c; NULL until the first NCCL record */
 };
 
 /* log.c: the libraries' log callback (corr_log_fn); ctx is a message prefix */

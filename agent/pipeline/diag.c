@@ -131,6 +131,15 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 	}
 }
 
+int diag_emit_anomaly(struct agent *a, const struct diag_anomaly *an)
+{
+	struct diag off = { .a = a }, *d = a->diag ? a->diag : &off;
+	int before = d->err;
+
+	emit_anomaly(d, an);
+	return d->err != before ? d->err : 0;
+}
+
 static void emit_step(void *ctx, const struct diag_step *cs)
 {
 	struct diag *d = ctx;

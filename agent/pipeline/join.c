@@ -21,6 +21,7 @@
 #include "state.h"
 #include "pipeline.h"
 #include "correlator.h"
+#include "nccl_live.h"
 
 #define JSON_BUF (64 * 1024)
 /* a recording, sentinel: cut finished intervals once this many records are held */
@@ -128,6 +129,7 @@ void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l
 
 	gp->n.joined++;
 	diag_on_gpu(a->diag, g, l); /* steps are cut from the GPU stream */
+	nccl_on_kernel(a, g, l); /* an NCCL kernel completes its collectives */
 	if (gp->st) {
 		corr_stats__add(gp->st, g, l);
 		if (gp->recording) {

@@ -85,6 +85,12 @@ void diag_advance(struct diag *d, uint64_t now_ns);
 void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object */
 int diag_finish(struct diag *d); /* flush, save the baseline */
 void diag_free(struct diag *d);
+/*
+ * an anomaly found outside the step detector (the NCCL wait tracker,
+ * nccl_live.c), written as the detector's are, also with diagnosis off
+ */
+struct diag_anomaly;
+int diag_emit_anomaly(struct agent *a, const struct diag_anomaly *an);
 /* pipeline/steprec.c: the step record's one writer and one reader */
 json_t *steprec_to_json(struct agent *a, const struct diag_step *s); /* NULL: no memory */
 /* 0; -ENOENT: not a step record; -EINVAL: no positive dur_ns or an unknown phase */

@@ -15,6 +15,7 @@
 #include "sources.h"
 #include "diagnose.h"
 #include "jsonw.h"
+#include "nccl_live.h"
 
 static const struct {
 	unsigned type;
@@ -31,6 +32,8 @@ static const struct {
 	{ EV_LIB_MAP, sizeof(struct process_event) },
 	{ EV_STEP_MARK, sizeof(struct step_mark_event) },
 	{ EV_NET_IO, sizeof(struct net_io_event) },
+	{ EV_NCCL_CALL, sizeof(struct nccl_call_event) },
+	{ EV_NCCL_COMM, sizeof(struct nccl_comm_event) },
 };
 
 
@@ -311,6 +314,7 @@ int decode_record(struct agent *a, const void *data, size_t size)
 	case EV_PROC_EXIT:
 		shim_on_exit(a, h->pid, h->ts_ns); /* then the correlator, then discovery */
 		diag_on_exit(a->diag, h->pid); /* after the shim's last records */
+		nccl_on_exit(a, h->pid);
 		return 0;
 	case EV_STEP_MARK:
 		a->cnt.step_marks++;
@@ -318,6 +322,12 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		return 0;
 	case EV_NET_IO:
 		return 0; /* only the steps use them (to_diag above) */
+	case EV_NCCL_CALL:
+		nccl_on_call(a, data);
+		return 0;
+	case EV_NCCL_COMM:
+		nccl_on_comm(a, data);
+		return 0;
 	}
 	return 0;
 }

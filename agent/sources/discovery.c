@@ -37,6 +37,8 @@ int cuda_lib_kind(const char *path)
 		return 1;
 	if (!strncmp(base, "libcuda.so", 10))
 		return 2;
+	if (!strncmp(base, "libnccl.so", 10))
+		return 3;
 	return 0;
 }
 
@@ -264,10 +266,11 @@ static int lib_get(struct agent *a, uint32_t pid, const char *path, int kind)
 	lf->dev = st.st_dev;
 	lf->ino = st.st_ino;
 	lf->is_driver = kind == 2;
+	lf->is_nccl = kind == 3;
 	snprintf(lf->path, sizeof(lf->path), "%s", full);
 	snprintf(lf->display, sizeof(lf->display), "%s", path);
 	lf->used = true;
-	err = uprobes_attach_file(a, free_slot);
+	err = lf->is_nccl ? nccl_attach_file(a, free_slot) : uprobes_attach_file(a, free_slot);
 	if (err) {
 		/* keep the slot as a tombstone: the error was said once */
 		lf->rejected = true;
@@ -352,7 +355,8 @@ static bool maps_cuda(uint32_t pid)
 	while (!found && fgets(line, sizeof(line), f)) {
 		char *slash = strchr(line, '/');
 
-		if (slash && strstr(slash, "libcud") && cuda_lib_kind(slash))
+		if (slash && (strstr(slash, "libcud") || strstr(slash, "libnccl")) &&
+		    cuda_lib_kind(slash))
 			found = true;
 	}
 	fclose(f);

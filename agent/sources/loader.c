@@ -296,6 +296,11 @@ struct bpf_program *loader_sync_return(struct agent *a)
 	return a->skel ? a->skel->progs.on_sync_return : NULL;
 }
 
+struct bpf_program *loader_nccl_comm_return(struct agent *a)
+{
+	return a->skel ? a->skel->progs.on_nccl_comm_return : NULL;
+}
+
 struct bpf_program *loader_step_program(struct agent *a, bool end)
 {
 	if (!a->skel)

@@ -19,6 +19,7 @@
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
+#include "nccl_live.h"
 #include "shim_rx.h"
 #include "shim/proto.h"
 
@@ -67,6 +68,8 @@ static void on_status(struct shim_src *gp, const struct shim_status_event *e)
 	    s->records_dropped == e->records_dropped && s->cupti_dropped == e->cupti_dropped)
 		return;
 	s->clock_mode = e->clock_mode;
+	/* NCCL collectives of this process wait for their kernels when it has a GPU */
+	nccl_on_shim(gp->a, e->hdr.pid, e->clock_mode != SHIM_CLOCK_NONE);
 	s->capture = e->capture;
 	s->records_dropped = e->records_dropped;
 	s->cupti_dropped = e->cupti_dropped;

@@ -69,10 +69,21 @@ void flight_stop(struct agent *a);
 /* uprobes.c: CUDA library probes, once per file */
 int uprobes_attach_file(struct agent *a, int lib_idx);
 void uprobes_detach_file(struct agent *a, int lib_idx); /* asynchronous: see uprobes.c */
+/* one uprobe (ret: uretprobe) on sym of the file at path, for every process (pid -1) */
+struct bpf_link *uprobes_attach_sym(struct bpf_program *prog, const char *path, const char *sym,
+				    bool ret);
 /* takes links (a malloc()ed array) and destroys them off the event loop */
 void uprobes_reap_links(struct bpf_link **links, int n);
 void uprobes_reaper_stop(void); /* waits for queued detaches */
 /* entry point names: corr_api_name() (correlator.h), the one table */
+
+/*
+ * nccl.c: the NCCL probes (bpf/nccl.bpf.c) on a libnccl file, once per
+ * file like uprobes.c; detached by uprobes_detach_file()
+ */
+int nccl_attach_file(struct agent *a, int lib_idx);
+/* the uretprobe that reports ncclCommInit* and ncclCommSplit (loader.c) */
+struct bpf_program *loader_nccl_comm_return(struct agent *a);
 
 /* discovery.c */
 int discovery_start(struct agent *a); /* initial /proc scan or --pid set */
@@ -85,7 +96,7 @@ void discovery_stop(struct agent *a);
 /* parse one /proc/PID/maps line; exposed for unit tests */
 int maps_parse_line(const char *line, unsigned long *dev_major, unsigned long *dev_minor,
 		    unsigned long *ino, char *path, size_t path_sz, bool *exec);
-/* is this file name a CUDA runtime (1) or driver (2) library, else 0 */
+/* is this file name a CUDA runtime (1), driver (2) or NCCL (3) library, else 0 */
 int cuda_lib_kind(const char *path);
 /* instance name from an environment block (NUL separated), else NULL */
 const char *instance_from_environ(const char *env, size_t len, char *out, size_t out_sz);

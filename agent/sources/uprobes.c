@@ -43,8 +43,8 @@ static void note_api(void *ctx, const char *name)
 	}
 }
 
-static struct bpf_link *attach_one(struct bpf_program *prog, const char *path, const char *sym,
-				   bool ret)
+struct bpf_link *uprobes_attach_sym(struct bpf_program *prog, const char *path, const char *sym,
+				    bool ret)
 {
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = sym, .retprobe = ret);
 
@@ -88,7 +88,7 @@ int uprobes_attach_file(struct agent *a, int idx)
 			err = -ENOENT;
 			goto fail;
 		}
-		l = attach_one(prog, lf->path, corr_api_name(api), false);
+		l = uprobes_attach_sym(prog, lf->path, corr_api_name(api), false);
 		if (!l) {
 			err = -errno;
 			pr_err("%s: attach uprobe %s: %s", lf->display, corr_api_name(api),
@@ -98,8 +98,8 @@ int uprobes_attach_file(struct agent *a, int idx)
 		}
 		lf->links[n++] = l;
 		if (api_is_sync(api)) {
-			l = attach_one(loader_sync_return(a), lf->path, corr_api_name(api),
-				       true);
+			l = uprobes_attach_sym(loader_sync_return(a), lf->path, corr_api_name(api),
+					       true);
 			if (!l) {
 				err = -errno;
 				pr_err("%s: attach uretprobe %s: %s", lf->display,

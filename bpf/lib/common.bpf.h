@@ -133,6 +133,23 @@ static __always_inline void net_io_flush(struct thread_stats *ts)
 	ts->net_rx_bytes = 0;
 }
 
+/*
+ * Wake the agent once per WAKEUP_BYTES of records: it drains the rings every
+ * 100 ms anyway, and a wake-up costs the producing thread an irq_work (a VM
+ * exit on virtual machines). The record that makes the unread data cross a
+ * multiple of WAKEUP_BYTES wakes; so a falling-behind agent is woken once
+ * per batch, not once per record. Flags for bpf_ringbuf_submit().
+ */
+#define WAKEUP_BYTES (256 << 10)
+
+static __always_inline __u64 batch_wakeup(void *rb, __u32 size)
+{
+	__u64 avail = bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA);
+
+	return avail / WAKEUP_BYTES != (avail - size) / WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
+								      : BPF_RB_NO_WAKEUP;
+}
+
 /* floor(log2(v)) without loops, so the verifier sees straight-line code */
 static __always_inline __u32 log2_u64(__u64 v)
 {

@@ -76,6 +76,17 @@ for _ in $(seq 50); do
 	sleep 0.1
 done
 "$BUILD/tests/integration/cuda_calls" -t 2 -s 2 >/dev/null 2>&1
+# NCCL's records: the real libnccl.so.2 (collective, nccl_comm, nccl_group),
+# called once the agent had time to attach to the library it dlopen()ed
+if [ -x "$BUILD/tests/integration/nccl_calls" ]; then
+	"$BUILD/tests/integration/nccl_calls" -t 2 -n 2 -w "$tmp/nccl.go" >/dev/null 2>&1 &
+	for _ in $(seq 100); do
+		grep -q 'NCCL probes' "$tmp/agent.err" 2>/dev/null && break
+		sleep 0.1
+	done
+	touch "$tmp/nccl.go"
+	wait $!
+fi
 wait "$agent_pid"
 rc=$?
 agent_pid=

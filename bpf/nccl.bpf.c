@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * nccl.bpf.c - uprobes on NCCL's collectives, point-to-point calls, groups
+ * and communicator life (agent/sources/nccl.c attaches them per libnccl
+ * file, as uprobes.c does for libcudart).
+ *
+ * Signatures: NCCL 2.28's nccl.h (/usr/local/cuda/include/nccl.h). Argument
+ * positions follow the x86-64 SysV ABI: six integer registers, then the
+ * stack above the return address (sp + 8, ...). ncclUniqueId (128 bytes)
+ * passed by value is a MEMORY-class argument: it goes on the stack and takes
+ * no register, so ncclCommInitRank's rank is the third register.
+ *
+ * Every call of a traced thread is one EV_NCCL_CALL on rb_cuda, in both
+ * modes: the agent needs each arrival for the cross-rank wait, and a
+ * collective is rare beside launches (one all-reduce per layer). Sentinel
+ * mode reads no argument from memory (the stream of the 7- and 8-argument
+ * calls is on the stack: NCCL_F_REGS_ONLY), except ncclReduce's comm, which
+ * the wait needs. The comm pointer is mapped to its communicator by the
+ * agent, from the EV_NCCL_COMM its init sent on the same ring (so it is
+ * decoded first): no extra lookup here.
+ */
+#include "lib/common.bpf.h"
+#include <bpf/bpf_tracing.h>
+
+#if defined(__TARGET_ARCH_x86) && !defined(PT_REGS_PARM6)
+#define PT_REGS_PARM6(x) (((struct pt_regs *)(x))->r9)
+#endif
+
+#define NCCL_IN_PROGRESS 7 /* ncclInProgress: a non-blocking init is under way */
+
+/* an init or split between its entry and its return, per thread */
+struct nccl_pending {
+	struct nccl_comm_event ev;
+	__u64 out; /* ncclComm_t * (init), ncclComm_t *newcomm (split), comm array (InitAll) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct nccl_pending);
+} nccl_pending SEC(".maps");
+
+/* zeroed template: struct nccl_pending is too large for the BPF stack */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nccl_pending);
+} nccl_zero SEC(".maps");
+
+static __always_inline __u64 stack_arg(struct pt_regs *ctx, __u32 i)
+{
+	__u64 v = 0;
+
+	bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 + 8 * i));
+	return v;
+}
+
+struct nccl_args {
+	__u64 comm, count, stream;
+	__s32 datatype, redop, root;
+	__u16 flags;
+};
+
+static __always_inline int nccl_emit(__u32 api, struct thread_stats *ts, struct nccl_args *c)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct nccl_call_event *e = reserve(&rb_cuda, sizeof(*e), EV_NCCL_CALL);
+
+	if (!e)
+		return 0;
+	fill_hdr(&e->hdr, EV_NCCL_CALL, sizeof(*e), id >> 32, (__u32)id, bpf_ktime_get_ns());
+	e->api = api;
+	e->flags = c->flags;
+	e->datatype = c->datatype;
+	e->comm = c->comm;
+	e->count = c->count;
+	e->stream = c->stream;
+	e->redop = c->redop;
+	e->root = c->root;
+	e->group_id = ts->nccl_group_id;
+	e->group_depth = ts->nccl_group_depth;
+	e->pad = 0;
+	/* the agent drains every 100 ms: wake it per batch, as for launches */
+	bpf_ringbuf_submit(e, batch_wakeup(&rb_cuda, sizeof(*e)));
+	return 0;
+}
+
+/*
+ * The traced thread and whether the stack arguments are read (deep), or
+ * NULL for an untraced thread.
+ */
+static __always_inline struct thread_stats *nccl_begin(bool *deep)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct thread_stats *ts = thread_get(id >> 32, (__u32)id);
+
+	if (ts)
+		*deep = is_deep(get_rcfg(), id >> 32);
+	return ts;
+}
+
+#define NCCL_BEGIN()                                                                               \
+	bool deep = false;                                                                         \
+	struct nccl_args c = {.redop = -1, .root = -1};                                            \
+	struct thread_stats *ts = nccl_begin(&deep);                                               \
+	if (!ts)                                                                                   \
+	return 0
+
+/* ncclAllReduce / ncclReduceScatter(send, recv, count, dtype, op, comm, stream) */
+static __always_inline int reduce7(struct pt_regs *ctx, __u32 api)
+{
+	NCCL_BEGIN();
+	c.count = PT_REGS_PARM3(ctx);
+	c.datatype = (__s32)PT_REGS_PARM4(ctx);
+	c.redop = (__s32)PT_REGS_PARM5(ctx);
+	c.comm = PT_REGS_PARM6(ctx);
+	if (deep)
+		c.stream = stack_arg(ctx, 0);
+	else
+		c.flags = NCCL_F_REGS_ONLY;
+	return nccl_emit(api, ts, &c);
+}
+
+/* ncclAllGather / ncclAlltoAll(send, recv, count, dtype, comm, stream) */
+static __always_inline int gather6(struct pt_regs *ctx, __u32 api)
+{
+	NCCL_BEGIN();
+	c.count = PT_REGS_PARM3(ctx);
+	c.datatype = (__s32)PT_REGS_PARM4(ctx);
+	c.comm = PT_REGS_PARM5(ctx);
+	c.stream = PT_REGS_PARM6(ctx);
+	return nccl_emit(api, ts, &c);
+}
+
+/* ncclSend / ncclRecv(buf, count, dtype, peer, comm, stream) */
+static __always_inline int p2p6(struct pt_regs *ctx, __u32 api)
+{
+	NCCL_BEGIN();
+	c.count = PT_REGS_PARM2(ctx);
+	c.datatype = (__s32)PT_REGS_PARM3(ctx);
+	c.root = (__s32)PT_REGS_PARM4(ctx);
+	c.comm = PT_REGS_PARM5(ctx);
+	c.stream = PT_REGS_PARM6(ctx);
+	return nccl_emit(api, ts, &c);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ncclAllReduce)
+{
+	return reduce7(ctx, NCCL_ALL_REDUCE);
+}
+SEC("uprobe")
+int BPF_KPROBE(ncclReduceScatter)
+{
+	return reduce7(ctx, NCCL_REDUCE_SCATTER);
+}
+SEC("uprobe")
+int BPF_KPROBE(ncclAllGather)
+{
+	return gather6(ctx, NCCL_ALL_GATHER);
+}
+SEC("uprobe")
+int BPF_KPROBE(ncclAlltoAll)
+{
+	return gather6(ctx, NCCL_ALLTOALL);
+}
+SEC("uprobe")
+int BPF_KPROBE(ncclSend)
+{
+	return p2p6(ctx, NCCL_SEND);
+}
+SEC("uprobe")
+int BPF_KPROBE(ncclRecv)
+{
+	return p2p6(ctx, NCCL_RECV);
+}
+
+/* ncclBroadcast(send, recv, count, dtype, root, comm, stream) */
+SEC("uprobe")
+int BPF_KPROBE(ncclBroadcast)
+{
+	NCCL_BEGIN();
+	c.count = PT_REGS_PARM3(ctx);
+	c.datatype = (__s32)PT_REGS_PARM4(ctx);
+	c.root = (__s32)PT_REGS_PARM5(ctx);
+	c.comm = PT_REGS_PARM6(ctx);
+	if (deep)
+		c.stream = stack_arg(ctx, 0);
+	else
+		c.flags = NCCL_F_REGS_ONLY;
+	return nccl_emit(NCCL_BROADCAST, ts, &c);
+}
+
+/* ncclReduce(send, recv, count, dtype, op, root, comm, stream): comm on the stack */
+SEC("uprobe")
+int BPF_KPROBE(ncclReduce)
+{
+	__u64 st[2] = {};
+
+	NCCL_BEGIN();
+	c.count = PT_REGS_PARM3(ctx);
+	c.datatype = (__s32)PT_REGS_PARM4(ctx);
+	c.redop = (__s32)PT_REGS_PARM5(ctx);
+	c.root = (__s32)PT_REGS_PARM6(ctx);
+	if (deep) {
+		bpf_probe_read_user(st, sizeof(st), (void *)(PT_REGS_SP(ctx) + 8));
+		c.comm = st[0];
+		c.stream = st[1];
+	} else {
+		c.comm = stack_arg(ctx, 0);
+		c.flags = NCCL_F_REGS_ONLY;
+	}
+	return nccl_emit(NCCL_REDUCE, ts, &c);
+}
+
+/* groups nest: the outermost start names the group, the outermost end closes it */
+SEC("uprobe")
+int BPF_KPROBE(ncclGroupStart)
+{
+	NCCL_BEGIN();
+	if (!ts->nccl_group_depth)
+		ts->nccl_group_id = bpf_ktime_get_ns();
+	ts->nccl_group_depth++;
+	return nccl_emit(NCCL_GROUP_START, ts, &c);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ncclGroupEnd)
+{
+	NCCL_BEGIN();
+	if (ts->nccl_group_depth)
+		ts->nccl_group_depth--;
+	nccl_emit(NCCL_GROUP_END, ts, &c);
+	if (!ts->nccl_group_depth)
+		ts->nccl_group_id = 0;
+	return 0;
+}
+
+/* ---- communicator life: entry saves the arguments, return reports ---- */
+
+static __always_inline struct nccl_pending *pending_new(__u32 api)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, zero = 0;
+	struct nccl_pending *p;
+
+	if (!thread_get(id >> 32, tid))
+		return NULL;
+	p = bpf_map_lookup_elem(&nccl_zero, &zero);
+	if (!p)
+		return NULL;
+	/* the template is per CPU and only read below: reset what a last use left */
+	__builtin_memset(&p->ev, 0, sizeof(p->ev));
+	p->out = 0;
+	fill_hdr(&p->ev.hdr, EV_NCCL_COMM, sizeof(p->ev), id >> 32, tid, bpf_ktime_get_ns());
+	p->ev.api = api;
+	p->ev.nranks = -1;
+	p->ev.rank = -1;
+	if (bpf_map_update_elem(&nccl_pending, &tid, p, BPF_ANY))
+		return NULL;
+	return bpf_map_lookup_elem(&nccl_pending, &tid);
+}
+
+/* ncclCommInitRank(comm*, nranks, commId, rank) / ...Config(comm*, nranks, commId, rank, config) */
+static __always_inline int init_rank(struct pt_regs *ctx, __u32 api)
+{
+	struct nccl_pending *p = pending_new(api);
+
+	if (!p)
+		return 0;
+	p->out = PT_REGS_PARM1(ctx);
+	p->ev.nranks = (__s32)PT_REGS_PARM2(ctx);
+	p->ev.rank = (__s32)PT_REGS_PARM3(ctx);
+	bpf_probe_read_user(p->ev.id, sizeof(p->ev.id), (void *)(PT_REGS_SP(ctx) + 8));
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ncclCommInitRank)
+{
+	return init_rank(ctx, NCCL_COMM_INIT_RANK);
+}
+SEC("uprobe")
+int BPF_KPROBE(ncclCommInitRankConfig)
+{
+	return init_rank(ctx, NCCL_COMM_INIT_RANK_CONFIG);
+}
+
+/* ncclCommInitAll(comm*, ndev, devlist): one comm per device, ranks 0..ndev-1 */
+SEC("uprobe")
+int BPF_KPROBE(ncclCommInitAll)
+{
+	struct nccl_pending *p = pending_new(NCCL_COMM_INIT_ALL);
+
+	if (!p)
+		return 0;
+	p->out = PT_REGS_PARM1(ctx);
+	p->ev.nranks = (__s32)PT_REGS_PARM2(ctx);
+	return 0;
+}
+
+/* ncclCommSplit(comm, color, key, newcomm*, config) */
+SEC("uprobe")
+int BPF_KPROBE(ncclCommSplit)
+{
+	struct nccl_pending *p = pending_new(NCCL_COMM_SPLIT);
+
+	if (!p)
+		return 0;
+	p->ev.parent = PT_REGS_PARM1(ctx);
+	p->ev.color = (__s32)PT_REGS_PARM2(ctx);
+	p->ev.key = (__s32)PT_REGS_PARM3(ctx);
+	p->out = PT_REGS_PARM4(ctx);
+	return 0;
+}
+
+/* one return probe for every init and the split: the entry saved which */
+SEC("uretprobe")
+int BPF_KRETPROBE(on_nccl_comm_return)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct nccl_pending *p = bpf_map_lookup_elem(&nccl_pending, &tid);
+	struct nccl_comm_event *e;
+	__u32 n = 1;
+
+	if (!p)
+		return 0;
+	p->ev.ret = (__s32)PT_REGS_RC(ctx);
+	p->ev.dur_ns = bpf_ktime_get_ns() - p->ev.hdr.ts_ns;
+	if (p->ev.ret == 0 || p->ev.ret == NCCL_IN_PROGRESS) {
+		if (p->ev.api == NCCL_COMM_INIT_ALL) {
+			n = p->ev.nranks > 0 ? (__u32)p->ev.nranks : 0;
+			if (n > NCCL_INIT_ALL_MAX)
+				n = NCCL_INIT_ALL_MAX;
+		}
+		if (n && p->out)
+			bpf_probe_read_user(p->ev.comms, n * sizeof(__u64) & 0x7f, (void *)p->out);
+		p->ev.n_comms = n;
+	}
+	e = reserve(&rb_cuda, sizeof(*e), EV_NCCL_COMM);
+	if (e) {
+		__builtin_memcpy(e, &p->ev, sizeof(*e));
+		bpf_ringbuf_submit(e, 0);
+	}
+	bpf_map_delete_elem(&nccl_pending, &tid);
+	return 0;
+}
+
+/* ncclCommDestroy(comm) / ncclCommAbort(comm): the pointer may be reused after */
+static __always_inline int comm_end(struct pt_regs *ctx, __u32 api)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct nccl_comm_event *e;
+
+	if (!thread_get(id >> 32, (__u32)id))
+		return 0;
+	e = reserve(&rb_cuda, sizeof(*e), EV_NCCL_COMM);
+	if (!e)
+		return 0;
+	__builtin_memset(e, 0, sizeof(*e));
+	fill_hdr(&e->hdr, EV_NCCL_COMM, sizeof(*e), id >> 32, (__u32)id, bpf_ktime_get_ns());
+	e->api = api;
+	e->nranks = -1;
+	e->rank = -1;
+	e->comms[0] = PT_REGS_PARM1(ctx);
+	e->n_comms = 1;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(ncclCommDestroy)
+{
+	return comm_end(ctx, NCCL_COMM_DESTROY);
+}
+SEC("uprobe")
+int BPF_KPROBE(ncclCommAbort)
+{
+	return comm_end(ctx, NCCL_COMM_ABORT);
+}

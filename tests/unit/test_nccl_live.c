@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * test_nccl_live.c - agent/pipeline/nccl_live.c without BPF: the NCCL ring
+ * records (bpf/events.h) as decode.c hands them over, and joined GPU records
+ * as join.c does, for what the live tests cannot make without a GPU: a
+ * collective held for its NCCL kernel and joined with it (alone, and every
+ * call of a group), the hold's expiry, comm mapping after init and after
+ * destroy, bad records counted.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "state.h"
+#include "pipeline.h"
+#include "correlator.h"
+#include "collective.h"
+#include "nccl_live.h"
+#include "json_assert.h"
+
+#define PID 4242
+#define TID 4243
+#define COMM 0xc0ffee00ULL
+#define HOLD_NS 2000000000ULL /* nccl_live.c */
+
+struct cap_sink {
+	struct sink s;
+	json_t *recs; /* every record written, parsed */
+};
+
+static int cap_write(struct sink *s, enum rec_class cls, const char *key, const char *json,
+		     size_t len)
+{
+	struct cap_sink *c = (struct cap_sink *)s;
+
+	(void)cls;
+	(void)key;
+	json_array_append_new(c->recs, json_loadb(json, len, 0, NULL));
+	return 0;
+}
+
+static int cap_flush(struct sink *s, int t)
+{
+	(void)s;
+	(void)t;
+	return 0;
+}
+
+static void cap_close(struct sink *s)
+{
+	(void)s;
+}
+
+static struct agent *agent_new(struct cap_sink *c)
+{
+	struct agent *a = calloc(1, sizeof(*a));
+
+	assert_non_null(a);
+	snprintf(a->host, sizeof(a->host), "testhost");
+	a->opts.mode = MODE_DEEP;
+	memset(c, 0, sizeof(*c));
+	c->recs = json_array();
+	c->s.write = cap_write;
+	c->s.flush = cap_flush;
+	c->s.close = cap_close;
+	a->sinks[0] = &c->s;
+	a->n_sinks = 1;
+	a->gpu = gpu_new(a, false); /* the live GPU join exists: collectives may wait */
+	assert_non_null(a->gpu);
+	return a;
+}
+
+static void agent_del(struct agent *a, struct cap_sink *c)
+{
+	nccl_free(a);
+	gpu_destroy(a->gpu);
+	json_decref(c->recs);
+	free(a);
+}
+
+/* the records of one type, in order */
+static json_t *of_type(struct cap_sink *c, const char *type)
+{
+	json_t *out = json_array(), *r;
+	size_t i;
+
+	json_array_foreach(c->recs, i, r) if (!strcmp(json_string_value(json_object_get(r, "type")),
+						      type)) json_array_append(out, r);
+	return out;
+}
+
+static void init_comm(struct agent *a, uint64_t comm, int rank, int nranks, unsigned char idb)
+{
+	struct nccl_comm_event e = {
+	    .hdr = {.type = EV_NCCL_COMM, .size = sizeof(e), .pid = PID, .tid = TID, .ts_ns = 10},
+	    .api = NCCL_COMM_INIT_RANK,
+	    .n_comms = 1,
+	    .dur_ns = 5,
+	    .nranks = nranks,
+	    .rank = rank};
+
+	e.comms[0] = comm;
+	memset(e.id, idb, sizeof(e.id));
+	nccl_on_comm(a, &e);
+}
+
+static void call(struct agent *a, unsigned api, uint64_t ts, uint64_t group, uint64_t comm)
+{
+	struct nccl_call_event e = {
+	    .hdr = {.type = EV_NCCL_CALL, .size = sizeof(e), .pid = PID, .tid = TID, .ts_ns = ts},
+	    .api = api,
+	    .datatype = 9,
+	    .comm = comm,
+	    .count = 1024,
+	    .stream = 0x5000,
+	    .redop = 0,
+	    .root = -1,
+	    .group_id = group,
+	    .group_depth = group ? 1 : 0};
+
+	nccl_on_call(a, &e);
+}
+
+static void kernel(struct agent *a, const char *name, uint32_t tid, uint64_t launch_ts,
+		   uint64_t start)
+{
+	struct corr_gpu g = {.kind = CORR_KIND_KERNEL,
+			     .pid = PID,
+			     .start_ns = start,
+			     .end_ns = start + 700,
+			     .device = 3,
+			     .name = name};
+	struct corr_launch l = {.pid = PID,
+				.tid = tid,
+				.ts_ns = launch_ts,
+				.api = "cuLaunchKernelEx",
+				.from_uprobe = true};
+
+	nccl_on_kernel(a, &g, &l);
+}
+
+static uint64_t fnv(unsigned char b)
+{
+	unsigned char id[128];
+
+	memset(id, b, sizeof(id));
+	return corr_coll_hash(id, sizeof(id));
+}
+
+/* a collective waits for its kernel; a group's calls all take the group's kernel */
+static void test_kernel_join(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c);
+	const char *k1 = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
+	const char *k2 = "ncclDevKernel_SendRecv";
+	char hash[24];
+	json_t *cs, *r;
+
+	(void)state;
+	nccl_on_shim(a, PID, true);
+	init_comm(a, COMM, 1, 2, 0x11);
+	call(a, NCCL_ALL_REDUCE, 1000, 0, COMM);
+	call(a, NCCL_GROUP_START, 2000, 2000, 0);
+	call(a, NCCL_ALL_REDUCE, 2100, 2000, COMM);
+	call(a, NCCL_ALL_GATHER, 2200, 2000, COMM);
+	call(a, NCCL_GROUP_END, 2300, 2000, 0);
+	cs = of_type(&c, "collective");
+	assert_int_equal(json_array_size(cs), 0); /* held */
+	json_decref(cs);
+
+	/* another thread's kernel, and a kernel not of NCCL: nothing joins */
+	kernel(a, k1, TID + 1, 1500, 5000);
+	kernel(a, "vectorAdd", TID, 1500, 5000);
+	cs = of_type(&c, "collective");
+	assert_int_equal(json_array_size(cs), 0);
+	json_decref(cs);
+
+	kernel(a, k1, TID, 1500, 5000);
+	cs = of_type(&c, "collective");
+	assert_int_equal(json_array_size(cs), 1);
+	r = json_array_get(cs, 0);
+	snprintf(hash, sizeof(hash), "0x%llx", (unsigned long long)fnv(0x11));
+	assert_json_str(r, "comm", hash);
+	assert_true(json_is_true(json_object_get(r, "comm_known")));
+	assert_json_int(r, "rank", 1);
+	assert_json_int(r, "nranks", 2);
+	assert_json_int(r, "seq", 0);
+	assert_json_str(r, "op", "allreduce");
+	assert_json_int(r, "bytes", 2048);
+	assert_true(json_is_true(json_object_get(r, "joined")));
+	assert_json_str(r, "kernel", k1);
+	assert_json_int(r, "gpu_start_ns", 5000);
+	assert_json_int(r, "gpu_end_ns", 5700);
+	assert_json_int(r, "device", 3);
+	assert_json_int(r, "enqueue_ns", 1000);
+	json_decref(cs);
+
+	/* the group's launch: both calls of the group */
+	kernel(a, k2, TID, 2350, 8000);
+	cs = of_type(&c, "collective");
+	assert_int_equal(json_array_size(cs), 3);
+	for (int i = 1; i < 3; i++) {
+		r = json_array_get(cs, i);
+		assert_json_int(r, "seq", i);
+		assert_json_int(r, "group", 2000);
+		assert_json_str(r, "kernel", k2);
+		assert_json_int(r, "gpu_start_ns", 8000);
+	}
+	assert_json_str(json_array_get(cs, 2), "op", "allgather");
+	json_decref(cs);
+	cs = of_type(&c, "nccl_group");
+	assert_int_equal(json_array_size(cs), 2);
+	json_decref(cs);
+	agent_del(a, &c);
+}
+
+/* no kernel within the hold: out without one, counted; order kept */
+static void test_hold_expires(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c);
+	json_t *cs, *st;
+
+	(void)state;
+	nccl_on_shim(a, PID, true);
+	init_comm(a, COMM, 0, 2, 0x22);
+	call(a, NCCL_ALL_REDUCE, 1000, 0, COMM);
+	call(a, NCCL_BROADCAST, 3000, 0, COMM);
+	nccl_tick(a, 1000 + HOLD_NS); /* the first is not older than the hold yet */
+	cs = of_type(&c, "collective");
+	assert_int_equal(json_array_size(cs), 0);
+	json_decref(cs);
+	nccl_tick(a, 1001 + HOLD_NS);
+	cs = of_type(&c, "collective");
+	assert_int_equal(json_array_size(cs), 1);
+	assert_true(json_is_false(json_object_get(json_array_get(cs, 0), "joined")));
+	json_decref(cs);
+	/* the process ends: what it still holds goes out */
+	nccl_on_exit(a, PID);
+	cs = of_type(&c, "collective");
+	assert_int_equal(json_array_size(cs), 2);
+	assert_json_str(json_array_get(cs, 1), "op", "broadcast");
+	json_decref(cs);
+	st = json_object();
+	nccl_stats(a, st);
+	assert_json_int(json_object_get(st, "nccl"), "kernel_missed", 1);
+	assert_json_int(json_object_get(st, "nccl"), "collectives", 2);
+	json_decref(st);
+	agent_del(a, &c);
+}
+
+/* no shim (or a shim without GPU): at once; unknown comm, destroy, bad api counted */
+static void test_unknown_and_bad(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c);
+	struct nccl_comm_event d = {
+	    .hdr = {.type = EV_NCCL_COMM, .size = sizeof(d), .pid = PID, .tid = TID, .ts_ns = 50},
+	    .api = NCCL_COMM_DESTROY,
+	    .n_comms = 1,
+	    .nranks = -1,
+	    .rank = -1};
+	json_t *cs, *st, *n;
+
+	(void)state;
+	nccl_on_shim(a, PID, false);
+	call(a, NCCL_SEND, 100, 0, 0xabc0);
+	cs = of_type(&c, "collective");
+	assert_int_equal(json_array_size(cs), 1);
+	assert_json_str(json_array_get(cs, 0), "comm", "0xabc0");
+	assert_true(json_is_false(json_object_get(json_array_get(cs, 0), "comm_known")));
+	assert_true(json_is_null(json_object_get(json_array_get(cs, 0), "rank")));
+	json_decref(cs);
+
+	init_comm(a, COMM, 0, 4, 0x33);
+	d.comms[0] = COMM;
+	nccl_on_comm(a, &d); /* destroyed: a later call on that pointer is unknown */
+	call(a, NCCL_ALL_REDUCE, 200, 0, COMM);
+	cs = of_type(&c, "collective");
+	assert_true(json_is_false(json_object_get(json_array_get(cs, 1), "comm_known")));
+	json_decref(cs);
+	cs = of_type(&c, "nccl_comm");
+	assert_int_equal(json_array_size(cs), 2);
+	assert_json_str(json_array_get(cs, 1), "api", "ncclCommDestroy");
+	json_decref(cs);
+
+	call(a, NCCL_API_COUNT + 3, 300, 0, COMM);
+	d.api = 999;
+	nccl_on_comm(a, &d);
+	st = json_object();
+	nccl_stats(a, st);
+	n = json_object_get(st, "nccl");
+	assert_json_int(n, "bad_api", 2);
+	assert_json_int(n, "comm_unknown", 2);
+	assert_json_int(n, "collectives", 2);
+	json_decref(st);
+	agent_del(a, &c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_kernel_join),
+	    cmocka_unit_test(test_hold_expires),
+	    cmocka_unit_test(test_unknown_and_bad),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
