@@ -19,9 +19,12 @@ wait_for() {
 # uprobes on the CUDA libraries that another process holds (another agent,
 # a test run): they would add their cost to our loop. Wait a while for them
 # to go; the measurement is flagged when they stay.
+# FOREIGN_RE: the files that matter (default: any CUDA library); OWN_PID:
+# a process whose probes are not foreign (the agent being measured)
 foreign_probes() {
-	bpftool perf show -j 2>/dev/null | jq '[.[] | select((.fd_type // "") | test("uprobe"))
-		| select((.filename // "") | test("libcuda"))] | length' 2>/dev/null || echo 0
+	bpftool perf show -j 2>/dev/null | jq --arg re "${FOREIGN_RE:-libcuda}" --argjson own "${OWN_PID:-0}" '
+		[.[] | select((.fd_type // "") | test("uprobe")) | select(.pid != $own)
+		| select((.filename // "") | test($re))] | length' 2>/dev/null || echo 0
 }
 CONTAMINATED=0
 wait_quiet() { # wait_quiet [TRIES]: half-seconds to wait at most (60)

@@ -13,11 +13,15 @@
  *   -r  rounds of one prefill followed by DECODES decode steps (default 5)
  *   -n  decode steps per round (default 9, as in the trace)
  *   -w  wait until WAIT_FILE exists before the first step
+ * Environment: VLLM_RT, VLLM_DRV: the libraries to load instead of CUDA_RT,
+ * CUDA_DRV (bench/vllm.sh loads private copies: see there).
  * Prints {"pid":P,"tid":T} (flushed) once ready, then one line per step:
- *   {"step":"decode","calls":N,"in_call_ns":X,"wall_ns":W}
- * in_call_ns: the time spent inside the CUDA calls (traps included),
- * measured around each call with CLOCK_MONOTONIC (vDSO: no syscall, so no
- * agent probe fires on the measurement itself).
+ *   {"step":"decode","calls":N,"cpu_ns":C,"in_call_ns":X,"wall_ns":W}
+ * cpu_ns: the thread's CPU time over the step's calls (CLOCK_THREAD_CPUTIME_ID:
+ * uprobe traps and BPF programs run on the thread and count; time waiting for
+ * a CPU on a loaded machine does not); in_call_ns: the wall time inside the
+ * CUDA calls, measured around each call with CLOCK_MONOTONIC (vDSO: no
+ * syscall), which preemption inflates.
  *
  * Pacing: a call whose offset is 100 us or more ahead is slept to; closer
  * ones run at once, so the thread never spins; each step then sleeps out the
@@ -203,9 +207,17 @@ static int read_steps(const char *path, struct step *st, int max, void *rt, void
 	return n + 1;
 }
 
+static unsigned long long thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
 static void run_step(const struct step *st)
 {
-	unsigned long long t0 = mono_ns(), in_call = 0;
+	unsigned long long c0 = thread_cpu_ns(), t0 = mono_ns(), in_call = 0, c1;
 
 	for (int i = 0; i < st->n; i++) {
 		unsigned long long at = t0 + (unsigned long long)(st->calls[i].off_us * 1000), a, b;
@@ -217,9 +229,11 @@ static void run_step(const struct step *st)
 		b = mono_ns();
 		in_call += b - a;
 	}
+	c1 = thread_cpu_ns();
 	sleep_until(t0 + (unsigned long long)(st->dur_us * 1000));
-	printf("{\"step\":\"%s\",\"calls\":%d,\"in_call_ns\":%llu,\"wall_ns\":%llu}\n", st->name,
-	       st->n, in_call, mono_ns() - t0);
+	printf("{\"step\":\"%s\",\"calls\":%d,\"cpu_ns\":%llu,\"in_call_ns\":%llu,"
+	       "\"wall_ns\":%llu}\n",
+	       st->name, st->n, c1 - c0, in_call, mono_ns() - t0);
 }
 
 int main(int argc, char **argv)
@@ -252,10 +266,10 @@ int main(int argc, char **argv)
 	}
 	if (!seq || rounds < 1 || decodes < 0)
 		return 2;
-	rt = dlopen(CUDA_RT, RTLD_NOW);
-	drv = dlopen(CUDA_DRV, RTLD_NOW);
+	rt = dlopen(getenv("VLLM_RT") ? getenv("VLLM_RT") : CUDA_RT, RTLD_NOW);
+	drv = dlopen(getenv("VLLM_DRV") ? getenv("VLLM_DRV") : CUDA_DRV, RTLD_NOW);
 	if (!rt || !drv) {
-		fprintf(stderr, "vllm_replay: cannot load %s and %s: %s\n", CUDA_RT, CUDA_DRV,
+		fprintf(stderr, "vllm_replay: cannot load the CUDA runtime and driver: %s\n",
 			dlerror());
 		return 1;
 	}
