@@ -244,7 +244,8 @@ say "   DROP % = ring reservations that failed because the agent fell behind: th
 replay_bench
 # issue 20: what each mode adds to a replayed vLLM decode and prefill step,
 # and the deep-dive switch; printed, not asserted
-BUILD=$BUILD bench/vllm.sh || say "bench/vllm.sh exited with $?"
+VLLM_TRAP_NS=$(awk -v b="$BASE" -v bb="$BAREM" 'BEGIN { if (bb != "nan" && bb > b) printf "%.0f", bb - b }') \
+	BUILD=$BUILD bench/vllm.sh || say "bench/vllm.sh exited with $?"
 # diagnosis (issue 5, owner: correlator/src/detect.c): step detector speed,
 # printed, not asserted (target >= 1 M steps/s per core)
 [ -x "$BUILD/bench/bench_detect" ] && "$BUILD/bench/bench_detect"

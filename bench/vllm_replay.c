@@ -89,7 +89,7 @@ static unsigned long long mono_ns(void)
 
 static void sleep_until(unsigned long long t)
 {
-	struct timespec ts = { (time_t)(t / 1000000000ULL), (long)(t % 1000000000ULL) };
+	struct timespec ts = {(time_t)(t / 1000000000ULL), (long)(t % 1000000000ULL)};
 
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
@@ -138,8 +138,8 @@ typedef int (*cu_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsi
 
 static void call_one(const struct api *a)
 {
-	static const struct rt_config cfg = { { 128, 1, 1 }, { 256, 1, 1 }, 0, NULL, NULL, 0 };
-	struct dim3 g = { 128, 1, 1 }, b = { 256, 1, 1 };
+	static const struct rt_config cfg = {{128, 1, 1}, {256, 1, 1}, 0, NULL, NULL, 0};
+	struct dim3 g = {128, 1, 1}, b = {256, 1, 1};
 	void *s = scratch;
 
 	if (!a->fn)
@@ -259,7 +259,8 @@ int main(int argc, char **argv)
 			wait_file = optarg;
 			break;
 		default:
-			fprintf(stderr, "usage: %s -f SEQ [-r ROUNDS] [-n DECODES] [-w WAIT_FILE]\n",
+			fprintf(stderr,
+				"usage: %s -f SEQ [-r ROUNDS] [-n DECODES] [-w WAIT_FILE]\n",
 				argv[0]);
 			return 2;
 		}
