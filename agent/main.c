@@ -106,6 +106,8 @@ enum {
 	OPT_DETECT,
 	OPT_OTLP, /* OpenTelemetry (issue 19): agent/sinks/sink_otlp.c */
 	OPT_OTLP_QUEUE_MAX,
+	OPT_SENTINEL_LAUNCHES, /* issue 20: agent/sources/uprobes.c */
+	OPT_LAUNCH_SAMPLING,
 };
 
 /*
@@ -182,6 +184,8 @@ static int set_config_doc(const struct opt_def *d, struct agent_opts *o, char *a
 			  struct argp_state *state);
 static int set_otlp(const struct opt_def *d, struct agent_opts *o, char *arg,
 		    struct argp_state *state);
+static int set_launch_sampling(const struct opt_def *d, struct agent_opts *o, char *arg,
+			       struct argp_state *state);
 
 /* --instance names: INSTANCE_LEN - 1 characters, as the error line says */
 _Static_assert(INSTANCE_LEN == 128, "update --instance's bound and message");
@@ -278,6 +282,20 @@ static const struct opt_def opt_table[] = {
 	    "entries per CPU (rounded up to a power of 2; 104 bytes each) that the agent "
 	    "copies into the window every 100 ms, with the arguments passed in registers "
 	    "and user stacks at --stack-rate; 0 keeps no launches (default 4096)"},
+    {"sentinel-launches", OPT_SENTINEL_LAUNCHES, "sync|graphs|all", OT_ENUM,
+     FIELD(sentinel_launches),
+     .choices = CHOICES({"sync", SENTINEL_LAUNCHES_SYNC}, {"graphs", SENTINEL_LAUNCHES_GRAPHS},
+			{"all", SENTINEL_LAUNCHES_ALL}),
+     .err = "must be sync, graphs or all",
+     .doc = "Sentinel mode's uprobes: sync (default) traps only the synchronising calls and "
+	    "copies, a few per step; graphs also every CUDA graph launch; all also every "
+	    "kernel launch (cudaLaunchKernel, cuLaunchKernel and their Ex forms), as before "
+	    "issue 20 (docs/operations.md, \"What each mode costs\")"},
+    {"launch-sampling", OPT_LAUNCH_SAMPLING, "WINDOW/PERIOD", OT_FN, .set = set_launch_sampling,
+     .err = "takes WINDOW/PERIOD durations like 200ms/10s (window >= 100ms, below the period)",
+     .doc = "Sentinel mode: attach the per-launch uprobes for WINDOW every PERIOD (e.g. "
+	    "200ms/10s), so that launch counts and the flight recorder get launch detail "
+	    "from those windows; units ms or s (default: off)"},
     {"metrics", OPT_METRICS, "ADDR:PORT", OT_FN, .set = set_metrics,
      .err = "takes ADDR:PORT (e.g. :9464)",
      .doc = "Serve Prometheus metrics (/metrics, /healthz, /readyz) over HTTP on ADDR:PORT, "
@@ -613,6 +631,53 @@ static int set_metrics(const struct opt_def *d, struct agent_opts *o, char *arg,
 	return 0;
 }
 
+/* "200ms" or "10s" (or "1.5s") into ns; -EINVAL otherwise */
+static int parse_span_ns(const char *s, size_t len, uint64_t *ns)
+{
+	char buf[32];
+	double v, unit;
+
+	if (len >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	if (len > 2 && !strcmp(buf + len - 2, "ms")) {
+		unit = 1e6;
+		buf[len - 2] = '\0';
+	} else if (len > 1 && buf[len - 1] == 's') {
+		unit = 1e9;
+		buf[len - 1] = '\0';
+	} else {
+		return -EINVAL;
+	}
+	if (parse_double(buf, 0, 86400e3, &v))
+		return -EINVAL;
+	*ns = (uint64_t)(v * unit);
+	return 0;
+}
+
+static int set_launch_sampling(const struct opt_def *d, struct agent_opts *o, char *arg,
+			       struct argp_state *state)
+{
+	const char *slash = strchr(arg, '/');
+	uint64_t w, p;
+
+	(void)d, (void)state;
+	if (!strcmp(arg, "off")) {
+		o->launch_sample_window_ns = o->launch_sample_period_ns = 0;
+		return 0;
+	}
+	if (!slash || parse_span_ns(arg, slash - arg, &w) ||
+	    parse_span_ns(slash + 1, strlen(slash + 1), &p))
+		return -EINVAL;
+	/* the loop ticks every 100 ms at most: a shorter window could be missed */
+	if (w < 100000000ull || p <= w)
+		return -EINVAL;
+	o->launch_sample_window_ns = w;
+	o->launch_sample_period_ns = p;
+	return 0;
+}
+
 static int set_otlp(const struct opt_def *d, struct agent_opts *o, char *arg,
 		    struct argp_state *state)
 {
@@ -748,6 +813,7 @@ static int run_live(struct agent *a)
 		pr_err("step detection: %s", strerror(-err));
 		goto cleanup;
 	}
+	uprobes_launch_start(a); /* before discovery: its files get the launch probes at once */
 	err = discovery_start(a);
 	if (err)
 		goto cleanup;
@@ -782,6 +848,7 @@ static int run_live(struct agent *a)
 		err = 0;
 		discovery_tick(a);
 		ops_tick(a);
+		uprobes_launch_policy(a); /* --launch-sampling windows open and close */
 		now = now_ns();
 		nccl_tick(a, now);
 		if (now - a->last_interval_ns >= interval) {

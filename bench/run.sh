@@ -37,6 +37,8 @@ HZ=$(getconf CLK_TCK)
 CONFIGS=(none bare sentinel sent-norec deep deep+stk)
 
 say() { printf '%s\n' "$*"; }
+# cpu_ticks, wait_for, foreign_probes, wait_quiet (CONTAMINATED)
+source "$(dirname "$0")/lib.sh"
 
 replay_bench() {
 	if [ -x bench/replay.sh ]; then
@@ -71,20 +73,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# utime + stime of a process, in clock ticks
-cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
-
-# wait until FILE holds a line matching RE (or PID dies); 0 when found
-wait_for() {
-	local file=$1 re=$2 pid=$3 i
-	for ((i = 0; i < 300; i++)); do
-		grep -qE "$re" "$file" 2>/dev/null && return 0
-		kill -0 "$pid" 2>/dev/null || return 1
-		sleep 0.05
-	done
-	return 1
-}
-
 # sum over CPUs of slot 1 (EV_CUDA_LAUNCH, bpf/events.h) of the agent's
 # per-CPU array map NAME (event_counts / drop_counts), found through the
 # map fds the agent holds, so other agents on the node do not interfere
@@ -98,26 +86,6 @@ agent_counter() {
 		fi
 	done
 	echo 0
-}
-
-# uprobes on the CUDA libraries that another process holds (another agent,
-# a test run): they would add their cost to our loop. Wait a while for them
-# to go; the measurement is flagged when they stay.
-foreign_probes() {
-	bpftool perf show -j 2>/dev/null | jq '[.[] | select((.fd_type // "") | test("uprobe"))
-		| select((.filename // "") | test("libcuda"))] | length' 2>/dev/null || echo 0
-}
-CONTAMINATED=0
-wait_quiet() {
-	local i n
-	for ((i = 0; i < 60; i++)); do
-		n=$(foreign_probes)
-		[ "${n:-0}" -eq 0 ] && return 0
-		[ "$i" -eq 0 ] && say "  (waiting for $n uprobes on the CUDA libraries held by other processes to go)"
-		sleep 0.5
-	done
-	CONTAMINATED=$((CONTAMINATED + 1))
-	return 1
 }
 
 # one measurement: run_one CONFIG ROUND
@@ -274,6 +242,10 @@ say "  (averages per round; sentinel counts calls, deep counts cuda_launch recor
 say "   DROP % = ring reservations that failed because the agent fell behind: those calls paid less)"
 
 replay_bench
+# issue 20: what each mode adds to a replayed vLLM decode and prefill step,
+# and the deep-dive switch; printed, not asserted
+VLLM_TRAP_NS=$(awk -v b="$BASE" -v bb="$BAREM" 'BEGIN { if (bb != "nan" && bb > b) printf "%.0f", bb - b }') \
+	BUILD=$BUILD bench/vllm.sh || say "bench/vllm.sh exited with $?"
 # diagnosis (issue 5, owner: correlator/src/detect.c): step detector speed,
 # printed, not asserted (target >= 1 M steps/s per core)
 [ -x "$BUILD/bench/bench_detect" ] && "$BUILD/bench/bench_detect"

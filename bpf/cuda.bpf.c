@@ -8,7 +8,10 @@
  * the same name in every libcudart / libcuda file that a traced process maps,
  * once per file (pid -1), so the filter below is what keeps other processes out.
  *
- * Sentinel mode: one hash lookup and a counter increment per call; with the
+ * Sentinel mode attaches only the sync class (bpf/events.h,
+ * API_LAUNCH_CLASS): graph launches, copies, synchronisation; the per-launch
+ * programs run in deep capture, sampling windows or with
+ * --sentinel-launches all. Sentinel: one hash lookup and a counter increment per call; with the
  * flight recorder on (the default), also the call's register arguments
  * written into this CPU's ring of the flight map, which the agent copies
  * through mmap. Deep mode: one ring record per call, with a rate-limited
@@ -114,18 +117,30 @@ static __always_inline enum launch_dest launch_begin(__u32 api, struct thread_st
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct thread_stats *ts = thread_get(id >> 32, (__u32)id);
+	struct runtime_cfg *rc;
+	bool deep;
 
 	if (!ts)
 		return DEST_NONE;
+	rc = get_rcfg();
+	deep = is_deep(rc, id >> 32);
+	/*
+	 * a per-launch probe outside deep capture, --sentinel-launches all and
+	 * sampling windows: its link is being detached (or serves another
+	 * instance's deep-dive); nothing is counted or kept
+	 */
+	if (!deep && ((API_LAUNCH_CLASS | API_GRAPH_CLASS) & API_BIT(api)) &&
+	    !(rc && (rc->launches & API_BIT(api))))
+		return DEST_NONE;
 	if (api < API_SLOTS)
 		ts->launches[api]++;
-	*rcp = get_rcfg();
+	*rcp = rc;
 	*tsp = ts;
-	if (!*rcp)
+	if (!rc)
 		return DEST_NONE;
-	if (is_deep(*rcp, id >> 32))
+	if (deep)
 		return DEST_RING;
-	return (*rcp)->flight ? DEST_FLIGHT : DEST_NONE;
+	return rc->flight ? DEST_FLIGHT : DEST_NONE;
 }
 
 static __always_inline __u64 submit_flags(__u32 size)
@@ -406,6 +421,26 @@ int BPF_KPROBE(cudaDeviceSynchronize) { return sync_enter(ctx, API_CUDA_DEVICE_S
 /* one return probe serves every synchronising call: the entry saved which */
 SEC("uretprobe")
 int BPF_KRETPROBE(on_sync_return) { return sync_exit(ctx); }
+SEC("uprobe")
+int BPF_KPROBE(cudaEventSynchronize)
+{
+	return sync_enter(ctx, API_CUDA_EVENT_SYNCHRONIZE, PT_REGS_PARM1(ctx));
+}
+/* cudaMemcpy(dst, src, count, kind): the record's stream field holds kind */
+SEC("uprobe")
+int BPF_KPROBE(cudaMemcpy) { return sync_enter(ctx, API_CUDA_MEMCPY, PT_REGS_PARM4(ctx)); }
+SEC("uprobe")
+int BPF_KPROBE(cuStreamSynchronize)
+{
+	return sync_enter(ctx, API_CU_STREAM_SYNCHRONIZE, PT_REGS_PARM1(ctx));
+}
+SEC("uprobe")
+int BPF_KPROBE(cuCtxSynchronize) { return sync_enter(ctx, API_CU_CTX_SYNCHRONIZE, 0); }
+SEC("uprobe")
+int BPF_KPROBE(cuEventSynchronize)
+{
+	return sync_enter(ctx, API_CU_EVENT_SYNCHRONIZE, PT_REGS_PARM1(ctx));
+}
 SEC("uprobe")
 int BPF_KPROBE(cuLaunchKernel) { return drv_launch(ctx, API_CU_LAUNCH_KERNEL); }
 SEC("uprobe")

@@ -100,9 +100,40 @@ enum cuda_api {
 	API_CU_LAUNCH_KERNEL_EX_PTSZ = 14,
 	API_CU_GRAPH_LAUNCH = 15,
 	API_CU_GRAPH_LAUNCH_PTSZ = 16,
-	API_COUNT = 17,
+	/* synchronisation points added by issue 20 (each with a uretprobe) */
+	API_CUDA_EVENT_SYNCHRONIZE = 17,
+	API_CUDA_MEMCPY = 18, /* synchronous copy: blocks the host (D2H, pageable H2D) */
+	API_CU_STREAM_SYNCHRONIZE = 19,
+	API_CU_CTX_SYNCHRONIZE = 20,
+	API_CU_EVENT_SYNCHRONIZE = 21,
+	API_COUNT = 22,
 	API_SLOTS = 24, /* room to grow without changing thread_stats */
 };
+
+/*
+ * Probe classes (issue 20). Sync: the synchronisation points and copies, a
+ * few per step, attached whenever a library is traced. Graph: one trap per
+ * CUDA graph replay (81 per decode step of vLLM's piecewise graphs in the
+ * H100 trace of ../shared/data); attached with --sentinel-launches graphs or
+ * all. Launch: one trap per kernel launch, hundreds per step. Graph and
+ * launch probes are also attached in deep mode, during a deep-dive and in a
+ * --launch-sampling window. Every API in neither mask is of the sync class.
+ */
+#define API_BIT(api) (1u << (api))
+#define API_GRAPH_CLASS                                                                            \
+	(API_BIT(API_CUDA_GRAPH_LAUNCH) | API_BIT(API_CUDA_GRAPH_LAUNCH_PTSZ) |                    \
+	 API_BIT(API_CU_GRAPH_LAUNCH) | API_BIT(API_CU_GRAPH_LAUNCH_PTSZ))
+#define API_DRIVER                                                                                 \
+	(API_BIT(API_CU_LAUNCH_KERNEL) | API_BIT(API_CU_LAUNCH_KERNEL_PTSZ) |                      \
+	 API_BIT(API_CU_LAUNCH_KERNEL_EX) | API_BIT(API_CU_LAUNCH_KERNEL_EX_PTSZ) |                \
+	 API_BIT(API_CU_GRAPH_LAUNCH) | API_BIT(API_CU_GRAPH_LAUNCH_PTSZ) |                        \
+	 API_BIT(API_CU_STREAM_SYNCHRONIZE) | API_BIT(API_CU_CTX_SYNCHRONIZE) |                    \
+	 API_BIT(API_CU_EVENT_SYNCHRONIZE))
+#define API_LAUNCH_CLASS                                                                           \
+	(API_BIT(API_CUDA_LAUNCH_KERNEL) | API_BIT(API_CUDA_LAUNCH_KERNEL_PTSZ) |                  \
+	 API_BIT(API_CUDA_LAUNCH_KERNEL_EXC) | API_BIT(API_CUDA_LAUNCH_KERNEL_EXC_PTSZ) |          \
+	 API_BIT(API_CU_LAUNCH_KERNEL) | API_BIT(API_CU_LAUNCH_KERNEL_PTSZ) |                      \
+	 API_BIT(API_CU_LAUNCH_KERNEL_EX) | API_BIT(API_CU_LAUNCH_KERNEL_EX_PTSZ))
 
 #define LAUNCH_F_STACK (1u << 0) /* a user stack follows the record */
 /*
@@ -481,8 +512,18 @@ struct runtime_cfg {
 	__u32 flight; /* sentinel: entries per CPU in the flight map (a power of 2); 0: off */
 	__u32 flight_cpus; /* CPUs the flight map has slices for */
 	__u64 stack_period_ns; /* 1e9 / stack_rate: no division per call */
+	/*
+	 * API bits (API_BIT) of the graph and launch classes whose probes count
+	 * and record for processes not in deep capture: set by
+	 * --sentinel-launches and during --launch-sampling windows. Their
+	 * uprobes are attached only then (or for a deep-dive); the mask makes a
+	 * window end at once while the detach of its links is under way
+	 * (agent/sources/uprobes.c).
+	 */
+	__u32 launches;
+	__u32 pad;
 };
-_Static_assert(sizeof(struct runtime_cfg) == 64, "runtime_cfg ABI");
+_Static_assert(sizeof(struct runtime_cfg) == 72, "runtime_cfg ABI");
 
 /*
  * The kernel half of the flight recorder (agent/pipeline/recorder.c): in sentinel

@@ -80,6 +80,10 @@ struct agent_opts {
 	double recorder_s; /* flight-recorder window; 0: off */
 	uint32_t recorder_mib; /* flight-recorder memory budget */
 	uint32_t recorder_launches; /* kernel flight queue entries; 0: none */
+	/* per-launch uprobes in sentinel (agent/sources/uprobes.c, issue 20) */
+	enum { SENTINEL_LAUNCHES_SYNC, SENTINEL_LAUNCHES_GRAPHS, SENTINEL_LAUNCHES_ALL }
+		sentinel_launches; /* --sentinel-launches */
+	uint64_t launch_sample_window_ns, launch_sample_period_ns; /* --launch-sampling; 0: off */
 	const char *metrics; /* ADDR:PORT of the Prometheus endpoint; NULL: off */
 	const char *perfetto; /* --replay ... --perfetto OUT */
 	/* steps and anomalies (agent/pipeline/diag.c; --step-markers, --baseline, --detect) */

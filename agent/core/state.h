@@ -97,6 +97,8 @@ struct capture_hooks {
 	int (*proc_flags)(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags);
 	/* runtime_cfg re-read (it counts deep-dived processes); loader.c */
 	int (*runtime_cfg)(struct agent *a);
+	/* per-launch uprobes on or off as deep-dives need them; agent/sources/uprobes.c */
+	void (*launch_probes)(struct agent *a);
 	/* a process's CUPTI shim: deep or always-on capture; agent/sources/shim.c */
 	int (*shim_mode)(struct agent *a, uint32_t pid, enum agent_mode mode);
 	/*
@@ -138,6 +140,7 @@ struct agent {
 	struct ops *ops; /* control/ops.h: control socket, metrics, control topic */
 	struct usdt_cache *usdt; /* usdt.c: which files carry step probes */
 	struct nccl_live *nccl; /* pipeline/nccl_live.c; NULL until the first NCCL record */
+	uint32_t sentinel_launches; /* uprobes.c: runtime_cfg.launches (API bits recording) */
 };
 
 /* log.c: the libraries' log callback (corr_log_fn); ctx is a message prefix */

@@ -148,6 +148,9 @@ static int deepdive_sync(struct agent *a, struct deepdive *dd)
 	dd->cache_pid = 0;
 	if (dd->n_pids != before && a->cap.runtime_cfg)
 		a->cap.runtime_cfg(a); /* reads deepdive_proc_count() */
+	if (dd->n_pids != before && a->cap.launch_probes)
+		a->cap.launch_probes(
+		    a); /* per-launch uprobes on or off (at once, not at the tick) */
 	return changed;
 }
 

@@ -145,7 +145,13 @@ static int decode_sync(struct agent *a, const struct cuda_sync_event *e)
 	json_t *r = rec_new(a, "cuda_sync", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
 
 	json_object_set_new(r, "api", json_string(corr_api_name(e->api)));
-	json_object_set_new(r, "stream", hex(e->stream));
+	/* the BPF side keeps the call's one argument in stream (bpf/cuda.bpf.c) */
+	if (e->api == API_CUDA_EVENT_SYNCHRONIZE || e->api == API_CU_EVENT_SYNCHRONIZE)
+		json_object_set_new(r, "event", hex(e->stream));
+	else if (e->api == API_CUDA_MEMCPY)
+		json_object_set_new(r, "copy_kind", json_integer((json_int_t)e->stream));
+	else
+		json_object_set_new(r, "stream", hex(e->stream));
 	json_object_set_new(r, "dur_ns", json_integer((json_int_t)e->dur_ns));
 	json_object_set_new(r, "ret", json_integer(e->ret));
 	return rec_emit(a, REC_EVENT, r);

@@ -210,6 +210,7 @@ int loader_update_runtime_cfg(struct agent *a)
 	rc.runq_thresh_ns = deep && !o->thresholds_set ? 0 : o->runq_thresh_ns;
 	rc.syscall_thresh_ns = deep && !o->thresholds_set ? 0 : o->syscall_thresh_ns;
 	rc.sync_thresh_ns = deep && !o->thresholds_set ? 0 : o->sync_thresh_ns;
+	rc.launches = a->sentinel_launches; /* uprobes_launch_policy() */
 	if (bpf_map__update_elem(a->skel->maps.runtime_cfg, &zero, sizeof(zero), &rc, sizeof(rc),
 				 BPF_ANY)) {
 		int err = -errno;

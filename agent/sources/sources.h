@@ -67,7 +67,21 @@ int flight_start(struct agent *a);
 void flight_stop(struct agent *a);
 
 /* uprobes.c: CUDA library probes, once per file */
+enum probe_class {
+	PROBE_SYNC,   /* synchronisation points and copies: attached with the file */
+	PROBE_GRAPH,  /* one per CUDA graph replay: attached only while wanted */
+	PROBE_LAUNCH, /* one per kernel launch: attached only while wanted */
+	PROBE_CLASSES,
+};
+enum probe_class uprobes_api_class(unsigned api);
 int uprobes_attach_file(struct agent *a, int lib_idx);
+/*
+ * attach or detach the launch-class probes of every traced file as the mode,
+ * --sentinel-launches, deep-dives and --launch-sampling windows say; start
+ * registers it as a->cap.launch_probes, the loop calls it every tick
+ */
+void uprobes_launch_start(struct agent *a);
+void uprobes_launch_policy(struct agent *a);
 void uprobes_detach_file(struct agent *a, int lib_idx); /* asynchronous: see uprobes.c */
 /* one uprobe (ret: uretprobe) on sym of the file at path, for every process (pid -1) */
 struct bpf_link *uprobes_attach_sym(struct bpf_program *prog, const char *path, const char *sym,

@@ -26,7 +26,27 @@
 static bool api_is_sync(unsigned api)
 {
 	return api == API_CUDA_STREAM_SYNCHRONIZE || api == API_CUDA_STREAM_SYNCHRONIZE_PTSZ ||
-	       api == API_CUDA_DEVICE_SYNCHRONIZE;
+	       api == API_CUDA_DEVICE_SYNCHRONIZE || api == API_CUDA_EVENT_SYNCHRONIZE ||
+	       api == API_CUDA_MEMCPY || api == API_CU_STREAM_SYNCHRONIZE ||
+	       api == API_CU_CTX_SYNCHRONIZE || api == API_CU_EVENT_SYNCHRONIZE;
+}
+
+/*
+ * The attach table's class of an entry point (bpf/events.h, API_GRAPH_CLASS
+ * and API_LAUNCH_CLASS): sync-class probes are attached with the file, the
+ * others only while uprobes_launch_policy() wants them. A probe added later
+ * (NCCL collectives, issue 21) is of the sync class unless its bit is put
+ * in one of those masks.
+ */
+enum probe_class uprobes_api_class(unsigned api)
+{
+	if (api >= 32)
+		return PROBE_SYNC;
+	if (API_LAUNCH_CLASS & API_BIT(api))
+		return PROBE_LAUNCH;
+	if (API_GRAPH_CLASS & API_BIT(api))
+		return PROBE_GRAPH;
+	return PROBE_SYNC;
 }
 
 /* elf_scan_funcs(): which of the CUDA entry points the file defines */
@@ -51,13 +71,120 @@ struct bpf_link *uprobes_attach_sym(struct bpf_program *prog, const char *path, 
 	return bpf_program__attach_uprobe_opts(prog, -1, path, 0, &opts);
 }
 
+/*
+ * On-demand (graph and launch class) links of each file, indexed like
+ * a->libs, kept apart from lf->links so they can come and go while the file
+ * stays traced; and what the file defines (its ELF scan, done once).
+ */
+static struct launch_set {
+	struct bpf_link *links[API_COUNT]; /* by api; NULL: not attached */
+	bool found[API_COUNT];
+} launch_sets[MAX_LIBFILES];
+
+/* the on-demand classes' switch: one state for the node (uprobes are per file) */
+static struct {
+	bool on[PROBE_CLASSES]; /* that class's links are attached on every traced file */
+	bool started;		/* uprobes_launch_start() ran */
+	uint64_t attaches, detaches, attach_errors;
+} lsw;
+
+/* entry (and, for a synchronising call, return) probe of api on the file */
+static int attach_api(struct agent *a, struct libfile *lf, unsigned api, struct bpf_link **links,
+		      int *n)
+{
+	struct bpf_program *prog = loader_program(a, corr_api_name(api));
+	struct bpf_link *l;
+
+	if (!prog) {
+		pr_err("BPF object lacks program %s (build mismatch)", corr_api_name(api));
+		return -ENOENT;
+	}
+	l = uprobes_attach_sym(prog, lf->path, corr_api_name(api), false);
+	if (!l) {
+		int err = -errno;
+
+		pr_err("%s: attach uprobe %s: %s", lf->display, corr_api_name(api), strerror(-err));
+		a->cnt.attach_errors++;
+		return err;
+	}
+	links[(*n)++] = l;
+	if (api_is_sync(api)) {
+		l = uprobes_attach_sym(loader_sync_return(a), lf->path, corr_api_name(api), true);
+		if (!l) {
+			int err = -errno;
+
+			pr_err("%s: attach uretprobe %s: %s", lf->display, corr_api_name(api),
+			       strerror(-err));
+			a->cnt.attach_errors++;
+			return err;
+		}
+		links[(*n)++] = l;
+	}
+	return 0;
+}
+
+/* the file's probes of one on-demand class; a failure leaves the others (logged, counted) */
+static int class_attach_file(struct agent *a, int idx, enum probe_class cls)
+{
+	struct libfile *lf = &a->libs[idx];
+	struct launch_set *ls = &launch_sets[idx];
+	int n = 0;
+
+	for (unsigned api = 0; api < API_COUNT; api++) {
+		int one = 0;
+
+		if (uprobes_api_class(api) != cls || !ls->found[api] || ls->links[api] ||
+		    corr_api_is_driver(api) != lf->is_driver)
+			continue;
+		/* on-demand classes have no return probe: one link each */
+		if (attach_api(a, lf, api, &ls->links[api], &one))
+			lsw.attach_errors++;
+		n += one;
+	}
+	return n;
+}
+
+/* the file's probes of one class (or all on-demand ones: PROBE_CLASSES), to the reaper */
+static int class_detach_file(int idx, enum probe_class cls)
+{
+	struct launch_set *ls = &launch_sets[idx];
+	struct bpf_link **l = malloc(API_COUNT * sizeof(*l));
+	int n = 0;
+
+	for (unsigned api = 0; api < API_COUNT; api++) {
+		if (!ls->links[api] || (cls != PROBE_CLASSES && uprobes_api_class(api) != cls))
+			continue;
+		if (l)
+			l[n++] = ls->links[api];
+		else
+			bpf_link__destroy(ls->links[api]); /* slow, on the loop, but correct */
+		ls->links[api] = NULL;
+	}
+	if (n)
+		uprobes_reap_links(l, n);
+	else
+		free(l);
+	return n;
+}
+
+static int class_links(int idx)
+{
+	int n = 0;
+
+	for (unsigned api = 0; api < API_COUNT; api++)
+		n += launch_sets[idx].links[api] != NULL;
+	return n;
+}
+
 int uprobes_attach_file(struct agent *a, int idx)
 {
 	struct libfile *lf = &a->libs[idx];
-	bool found[API_COUNT] = {};
+	struct launch_set *ls = &launch_sets[idx];
+	bool *found = ls->found;
 	char missing[512] = "";
-	int err, n = 0;
+	int err, n = 0, defined = 0;
 
+	memset(ls, 0, sizeof(*ls));
 	err = elf_scan_funcs(lf->path, note_api, found);
 	if (err == -ENOEXEC)
 		err = -EINVAL; /* as libelf says: not an ELF file */
@@ -71,9 +198,6 @@ int uprobes_attach_file(struct agent *a, int idx)
 	lf->missing = 0;
 
 	for (unsigned api = 0; api < API_COUNT; api++) {
-		struct bpf_program *prog;
-		struct bpf_link *l;
-
 		if (corr_api_is_driver(api) != lf->is_driver)
 			continue;
 		if (!found[api]) {
@@ -82,36 +206,15 @@ int uprobes_attach_file(struct agent *a, int idx)
 				strcat(strcat(missing, " "), corr_api_name(api));
 			continue;
 		}
-		prog = loader_program(a, corr_api_name(api));
-		if (!prog) {
-			pr_err("BPF object lacks program %s (build mismatch)", corr_api_name(api));
-			err = -ENOENT;
+		defined++;
+		if (uprobes_api_class(api) != PROBE_SYNC)
+			continue; /* class_attach_file(), when wanted */
+		err = attach_api(a, lf, api, lf->links, &n);
+		if (err)
 			goto fail;
-		}
-		l = uprobes_attach_sym(prog, lf->path, corr_api_name(api), false);
-		if (!l) {
-			err = -errno;
-			pr_err("%s: attach uprobe %s: %s", lf->display, corr_api_name(api),
-			       strerror(-err));
-			a->cnt.attach_errors++;
-			goto fail;
-		}
-		lf->links[n++] = l;
-		if (api_is_sync(api)) {
-			l = uprobes_attach_sym(loader_sync_return(a), lf->path, corr_api_name(api),
-					       true);
-			if (!l) {
-				err = -errno;
-				pr_err("%s: attach uretprobe %s: %s", lf->display,
-				       corr_api_name(api), strerror(-err));
-				a->cnt.attach_errors++;
-				goto fail;
-			}
-			lf->links[n++] = l;
-		}
 	}
 	lf->n_links = n;
-	if (!n) {
+	if (!defined) {
 		pr_err("%s: none of the CUDA %s entry points is defined in this file; it is not "
 		       "traced",
 		       lf->display, lf->is_driver ? "driver" : "runtime");
@@ -121,13 +224,117 @@ int uprobes_attach_file(struct agent *a, int idx)
 	if (lf->missing)
 		pr_warn("%s: symbols not found, those entry points are not traced here:%s",
 			lf->display, missing);
-	pr_info("attached %d probes to %s", n, lf->display);
+	for (int c = PROBE_GRAPH; c < PROBE_CLASSES; c++)
+		if (lsw.on[c])
+			class_attach_file(a, idx, c);
+	pr_info("attached %d probes to %s (%d of them graph or per-launch)", n + class_links(idx),
+		lf->display, class_links(idx));
 	return 0;
 
 fail:
 	lf->n_links = n;
 	uprobes_detach_file(a, idx);
 	return err;
+}
+
+/*
+ * Per-launch probes cost a trap (an int3 and an exception return, ~1 us on
+ * bare metal, ~6.6 us on this VM) on the launching thread for every kernel
+ * launch, whatever the program then does: a link kept but filtered still
+ * pays it. So they are attached only while something wants them and really
+ * detached after: deep mode, a deep-dive (uprobes are per file, so every
+ * process mapping the file traps meanwhile; only the deep-dived ones record),
+ * --sentinel-launches all, or a --launch-sampling window.
+ */
+static bool sampling_window(const struct agent *a, uint64_t now)
+{
+	const struct agent_opts *o = &a->opts;
+
+	if (!o->launch_sample_period_ns)
+		return false;
+	return (now - a->start_ns) % o->launch_sample_period_ns < o->launch_sample_window_ns;
+}
+
+static const char *const class_names[PROBE_CLASSES] = {"sync", "graph", "launch"};
+
+/* attach or detach one on-demand class on every traced file */
+static void class_switch(struct agent *a, enum probe_class cls, bool on, const char *why)
+{
+	uint64_t t0 = now_ns(), t1;
+	int files = 0, links = 0;
+
+	lsw.on[cls] = on;
+	on ? lsw.attaches++ : lsw.detaches++;
+	for (int i = 0; i < MAX_LIBFILES; i++) {
+		int n;
+
+		if (!a->libs[i].used || !a->libs[i].links)
+			continue;
+		n = on ? class_attach_file(a, i, cls) : class_detach_file(i, cls);
+		links += n;
+		files += n > 0;
+	}
+	t1 = now_ns();
+	pr_debug("%s probes %s (%s): %d links on %d files in %.2f ms", class_names[cls],
+		 on ? "attached" : "queued for detach", why, links, files, (t1 - t0) / 1e6);
+	json_t *r = rec_new(a, "launch_probes", 0, 0, t1);
+
+	if (!r)
+		return;
+	json_object_set_new(r, "class", json_string(class_names[cls]));
+	json_object_set_new(r, "action", json_string(on ? "attach" : "detach"));
+	json_object_set_new(r, "reason", json_string(why));
+	json_object_set_new(r, "files", json_integer(files));
+	json_object_set_new(r, "links", json_integer(links));
+	json_object_set_new(r, "took_ns", json_integer((json_int_t)(t1 - t0)));
+	json_object_set_new(r, "attach_errors", json_integer((json_int_t)lsw.attach_errors));
+	rec_send_obj(a, REC_STATS, r);
+}
+
+void uprobes_launch_policy(struct agent *a)
+{
+	const struct agent_opts *o = &a->opts;
+	bool sample = sampling_window(a, now_ns());
+	bool dive = deepdive_proc_count(a) > 0, deep = o->mode == MODE_DEEP;
+	bool all = o->sentinel_launches == SENTINEL_LAUNCHES_ALL;
+	bool graphs = o->sentinel_launches == SENTINEL_LAUNCHES_GRAPHS;
+	bool want[PROBE_CLASSES] = {
+	    [PROBE_GRAPH] = deep || all || graphs || sample || dive,
+	    [PROBE_LAUNCH] = deep || all || sample || dive,
+	};
+	const char *why = deep	   ? "deep"
+			  : all	   ? "all"
+			  : dive   ? "deep-dive"
+			  : sample ? "sampling"
+				   : "graphs";
+	uint32_t record = 0;
+
+	if (!lsw.started)
+		return;
+	/* records start after the attach and stop before the detach */
+	for (int c = PROBE_GRAPH; c < PROBE_CLASSES; c++)
+		if (want[c] && !lsw.on[c])
+			class_switch(a, c, true,
+				     c == PROBE_GRAPH && graphs && !all ? "graphs" : why);
+	if (all || sample)
+		record = API_GRAPH_CLASS | API_LAUNCH_CLASS;
+	else if (graphs)
+		record = API_GRAPH_CLASS;
+	if (record != a->sentinel_launches) {
+		a->sentinel_launches = record;
+		if (a->cap.runtime_cfg)
+			a->cap.runtime_cfg(a);
+	}
+	for (int c = PROBE_GRAPH; c < PROBE_CLASSES; c++)
+		if (!want[c] && lsw.on[c])
+			class_switch(a, c, false, "idle");
+}
+
+void uprobes_launch_start(struct agent *a)
+{
+	lsw.started = true;
+	a->cap.launch_probes = uprobes_launch_policy;
+	uprobes_launch_policy(a);
 }
 
 /*
@@ -218,6 +425,7 @@ void uprobes_detach_file(struct agent *a, int idx)
 {
 	struct libfile *lf = &a->libs[idx];
 
+	class_detach_file(idx, PROBE_CLASSES);
 	if (lf->links)
 		uprobes_reap_links(lf->links, lf->n_links);
 	lf->links = NULL;

@@ -4,10 +4,15 @@
 # cuda_counts - every probed CUDA entry point, called a known number of times
 # from known threads through the real libcudart and the stub libcuda
 # (tests/integration/cuda_calls.c), is counted exactly, per entry point, pid
-# and tid (sentinel), reported once per call with its decoded arguments
-# (deep), and user stacks are rate-limited per thread (deep, --stack-rate).
+# and tid (sentinel --sentinel-launches all), reported once per call with its
+# decoded arguments (deep), and user stacks are rate-limited per thread (deep,
+# --stack-rate). Issue 20: the default sentinel (sync) attaches no graph or
+# per-launch uprobe: those calls are not counted, the synchronising calls and
+# copies are, and the agent holds 12 fewer uprobes than in deep mode (4
+# per-launch and 2 graph entry points in each library); --sentinel-launches
+# graphs adds the graph launches only (cuda_sentinel_sync, cuda_sentinel_graphs).
 source "$(dirname "$0")/lib.sh"
-it_preflight cuda_counts cuda_deep_args cuda_stacks_rate
+it_preflight cuda_counts cuda_sentinel_sync cuda_sentinel_graphs cuda_deep_args cuda_stacks_rate
 
 THREADS=3
 CALLS=25
@@ -44,6 +49,7 @@ run_cuda() {
 	fi
 	cuda_attached "$PID" 10 || { fail_because "no attach record with libcudart and libcuda for pid $PID: $(agent_tail)"; return 1; }
 	sleep 0.2 # slack after the record: the probes are in place before it is written
+	UPROBES=$(agent_fds 'perf_event') # the agent's uprobe links (one perf event each)
 	touch "$go"
 	wait_exit "$wpid" 30 || { fail_because "cuda_calls did not finish"; return 1; }
 	[ "$WAIT_RC" = 0 ] || fail_because "cuda_calls exit $WAIT_RC"
@@ -55,7 +61,7 @@ run_cuda() {
 }
 
 # ---------------------------------------------------------------- sentinel --
-if run_cuda cuda_sentinel -t "$THREADS" -n "$CALLS" --; then
+if run_cuda cuda_sentinel -t "$THREADS" -n "$CALLS" -- --sentinel-launches all; then
 	bad=$(jqo --argjson pid "$PID" --argjson tids "$TIDS" --argjson apis "$APIS" --argjson n "$CALLS" '
 		[.[] | select(.type == "thread" and .pid == $pid)] as $th
 		| [$tids[] as $t | $apis[] as $a
@@ -69,6 +75,40 @@ if run_cuda cuda_sentinel -t "$THREADS" -n "$CALLS" --; then
 	expect "launches on $ntids threads, want $THREADS" eq "$ntids" "$THREADS"
 fi
 report cuda_counts
+
+# sentinel_counts NAME COUNTED: every thread counts CALLS of each API in
+# COUNTED (a JSON array) and none of the others in APIS
+sentinel_counts() {
+	local bad
+	bad=$(jqo --argjson pid "$PID" --argjson tids "$TIDS" --argjson apis "$APIS" --argjson on "$2" --argjson n "$CALLS" '
+		[.[] | select(.type == "thread" and .pid == $pid)] as $th
+		| [$tids[] as $t | $apis[] as $a
+		   | ($th | map(select(.tid == $t) | .launches[$a] // 0) | add // 0) as $c
+		   | (if ($on | index($a)) then $n else 0 end) as $want
+		   | select($c != $want) | "tid \($t) \($a)=\($c) (want \($want))"]
+		| .[0:6] | join(", ")')
+	expect "$1: counts differ: $bad" [ "$bad" = '""' ]
+}
+SYNC_CLASS='["cudaMemcpyAsync","cudaMemcpyAsync_ptsz","cudaStreamSynchronize",
+"cudaStreamSynchronize_ptsz","cudaDeviceSynchronize"]'
+GRAPH_CLASS='["cudaGraphLaunch","cudaGraphLaunch_ptsz","cuGraphLaunch","cuGraphLaunch_ptsz"]'
+
+# the default: the launch calls of the real libcudart and the stub libcuda
+# trap nothing (not counted: no probe; the fds say it is not attached at all)
+if run_cuda cuda_sync --pid -t "$THREADS" -n "$CALLS" --; then
+	sentinel_counts "default sentinel" "$SYNC_CLASS"
+	SYNC_UPROBES=$UPROBES
+	n=$(jqo '[.[] | select(.type == "launch_probes" and .action == "attach")] | length')
+	expect "default sentinel attached graph or per-launch probes ($n launch_probes records)" eq "$n" 0
+fi
+report cuda_sentinel_sync
+
+if run_cuda cuda_graphs --pid -t "$THREADS" -n "$CALLS" -- --sentinel-launches graphs; then
+	sentinel_counts "--sentinel-launches graphs" "$(jq -c -n --argjson a "$SYNC_CLASS" --argjson b "$GRAPH_CLASS" '$a + $b')"
+	expect "uprobes: graphs holds $UPROBES, the default ${SYNC_UPROBES:-?}: want 4 more (2 graph entry points per library)" \
+		eq "$((${UPROBES:-0} - ${SYNC_UPROBES:-0}))" 4
+fi
+report cuda_sentinel_graphs
 
 # -------------------------------------------------------------------- deep --
 # What round_once() in cuda_calls.c passes; stream is 0x5000 + thread index.
@@ -91,6 +131,9 @@ EXPECT='{
 SYNCS='["cudaStreamSynchronize","cudaStreamSynchronize_ptsz","cudaDeviceSynchronize"]'
 
 if run_cuda cuda_deep --pid -t "$THREADS" -n "$CALLS" -- --mode deep; then
+	# issue 20: deep mode attaches what the default sentinel leaves out
+	expect "uprobes: deep holds $UPROBES, the default sentinel ${SYNC_UPROBES:-?}: want 12 more (6 graph and per-launch entry points per library)" \
+		eq "$((${UPROBES:-0} - ${SYNC_UPROBES:-0}))" 12
 	drops=$(jqo '[.[] | select(.type == "stats" and .final) | .bpf_drops.cuda_launch + .bpf_drops.cuda_sync] | add // "none"')
 	expect "ring drops: $drops" [ "$drops" = 0 ]
 	# one record per call, per thread and entry point, every argument decoded

@@ -124,7 +124,7 @@ run() {
 	WPID=$(head -n 1 "$wout" | jq -r .pid)
 	TID=$(head -n 1 "$wout" | jq -r '.tids[0]')
 	# shellcheck disable=SC2086 # AGENT_ARGS: more agent options
-	if ! agent_start "$name" -i 0.25 --pid "$WPID" --shim-socket "$sock" ${AGENT_ARGS:-}; then
+	if ! agent_start "$name" -i 0.25 --pid "$WPID" --shim-socket "$sock" --sentinel-launches all ${AGENT_ARGS:-}; then
 		fail_because "agent did not start: $(agent_tail)"
 	elif ! cuda_attached "$WPID" 10; then
 		fail_because "no attach record for pid $WPID"

@@ -7,6 +7,7 @@
 #   partial_library: a libcudart with only cudaLaunchKernel and
 #                    cudaStreamSynchronize: one warning naming the missing
 #                    entry points, and exact counts for the two it has
+#                    (--sentinel-launches all: cudaLaunchKernel is per-launch)
 #   empty_library:   a libcudart with none: one error line saying it is not
 #                    traced; the agent stays up
 # The libraries and their caller are compiled by the test (cc, -shared).
@@ -63,7 +64,7 @@ run_lib() {
 	bg_start "$T/$name.work" "$T/caller" "$lib" "$T/$name.go"
 	wait_line "$T/$name.work" 10 || { fail_because "caller printed nothing"; return 1; }
 	WPID=$(head -n 1 "$T/$name.work" | jq -r .pid)
-	agent_start "$name" -i 0.25 --pid "$WPID" ||
+	agent_start "$name" -i 0.25 --pid "$WPID" --sentinel-launches all ||
 		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
 	wait_record ".type==\"process\" and .pid==$WPID" 10 || fail_because "no process record"
 	touch "$T/$name.go"

@@ -69,7 +69,7 @@ launch_recs() {
 # ----------------------------------------------------------- every launch --
 INST=it-rec-$$
 # a stack on every launch: 350 launches per thread fit in a bucket of 1000
-if agent_start rec_all -i 0.25 --control-socket "$SOCK" --shim-socket none --stack-rate 1000; then
+if agent_start rec_all -i 0.25 --sentinel-launches all --control-socket "$SOCK" --shim-socket none --stack-rate 1000; then
 	if workload rec_all "$INST"; then
 		sleep 0.5
 		expect "sentinel sent cuda_launch records before any trigger" \
@@ -122,7 +122,7 @@ report recorder_every_launch
 
 # ------------------------------------------------------------------ bound --
 INST=it-recb-$$
-if agent_start rec_bound -i 0.25 --control-socket "$SOCK" --shim-socket none \
+if agent_start rec_bound -i 0.25 --sentinel-launches all --control-socket "$SOCK" --shim-socket none \
 	--recorder-launches 100; then
 	if workload rec_bound "$INST"; then
 		sleep 0.5

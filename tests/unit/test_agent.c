@@ -267,7 +267,9 @@ static void test_names(void **state)
 	assert_string_equal(corr_api_name(1000), "unknown");
 	for (unsigned i = 0; i < API_COUNT; i++) {
 		assert_string_not_equal(corr_api_name(i), "unknown");
-		assert_int_equal(corr_api_is_driver(i), i >= API_CU_LAUNCH_KERNEL);
+		assert_int_equal(corr_api_is_driver(i), !!(API_DRIVER & API_BIT(i)));
+		assert_int_equal(corr_api_is_driver(i),
+				 corr_api_name(i)[2] != 'd'); /* cu vs cuda */
 	}
 	assert_string_equal(syscall_name(0), "read");
 	assert_null(syscall_name(100000));
