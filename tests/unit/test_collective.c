@@ -57,6 +57,23 @@ static void test_tables(void **state)
 	assert_true(corr_coll_hash("a", 1) == 0xaf63dc4c8601ec8cULL);
 }
 
+/*
+ * The members that a `collective` and a `collective_wait` record of the
+ * 4-rank allreduce on comm 0x9f3a12c4deadbeef share: type, who, when, which.
+ */
+static void assert_coll_head(json_t *o, const char *type, int pid, int tid, int64_t ts_ns,
+			     int64_t seq)
+{
+	assert_json_str(o, "type", type);
+	assert_json_int(o, "pid", pid);
+	assert_json_int(o, "tid", tid);
+	assert_json_int(o, "ts_ns", ts_ns);
+	assert_json_str(o, "comm", "0x9f3a12c4deadbeef");
+	assert_json_int(o, "seq", seq);
+	assert_json_str(o, "op", "allreduce");
+	assert_json_int(o, "nranks", 4);
+}
+
 static struct corr_collective coll(int32_t rank, uint64_t seq, uint64_t enq, uint64_t gs)
 {
 	return (struct corr_collective){
@@ -101,18 +118,11 @@ static void test_collective_json(void **state)
 	o = json_loadb(buf, (size_t)len, 0, &je);
 	assert_non_null(o);
 	assert_json_int(o, "schema", 1);
-	assert_json_str(o, "type", "collective");
+	assert_coll_head(o, "collective", 102, 202, 1000, 7);
 	assert_json_str(o, "host", "h");
 	assert_json_str(o, "instance", "i");
-	assert_json_int(o, "pid", 102);
-	assert_json_int(o, "tid", 202);
-	assert_json_int(o, "ts_ns", 1000);
-	assert_json_str(o, "comm", "0x9f3a12c4deadbeef");
 	assert_true(json_is_true(json_object_get(o, "comm_known")));
 	assert_json_int(o, "rank", 2);
-	assert_json_int(o, "nranks", 4);
-	assert_json_int(o, "seq", 7);
-	assert_json_str(o, "op", "allreduce");
 	assert_json_int(o, "count", 1000);
 	assert_json_str(o, "datatype", "bfloat16");
 	assert_json_int(o, "datatype_id", 9);
@@ -238,14 +248,7 @@ static void test_wait_complete(void **state)
 			    "ranks 0-2 spent 37.20 ms waiting");
 	j = json_loads(g->json[0], 0, &je);
 	assert_non_null(j);
-	assert_json_str(j, "type", "collective_wait");
-	assert_json_int(j, "pid", 103);
-	assert_json_int(j, "tid", 203);
-	assert_json_int(j, "ts_ns", 1000000);
-	assert_json_str(j, "comm", "0x9f3a12c4deadbeef");
-	assert_json_int(j, "seq", 5);
-	assert_json_str(j, "op", "allreduce");
-	assert_json_int(j, "nranks", 4);
+	assert_coll_head(j, "collective_wait", 103, 203, 1000000, 5);
 	assert_json_str(j, "end", "complete");
 	assert_json_int(j, "expected", 4);
 	assert_json_int(j, "arrived", 4);
