@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * shim_records.h - records as a CUPTI shim sends them (agent/shim/proto.h),
- * for tests that play a shim peer: tests/unit/test_shim_limits.c and
- * tests/integration/shim_peer.c.
+ * for tests that play a shim peer: tests/unit/test_shim_limits.c,
+ * tests/unit/test_shim_nspid.c and tests/integration/shim_peer.c.
  */
 #ifndef INFERTRACE_TEST_SHIM_RECORDS_H
 #define INFERTRACE_TEST_SHIM_RECORDS_H

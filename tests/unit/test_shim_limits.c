@@ -33,6 +33,7 @@
 #include "shim_rx.h"
 #include "shim/proto.h"
 #include "shim_records.h"
+#include "proc_tree.h"
 
 #define SEC 1000000000ull
 
@@ -150,20 +151,10 @@ static struct shim_status_event mk_hello(uint32_t ns_pid)
 /* ROOT/PID/task/HOST/status naming the thread ns_tid inside */
 static void put_thread(struct t *t, uint32_t pid, uint32_t host, uint32_t ns_tid)
 {
-	char path[256];
-	FILE *f;
+	char nspid[64];
 
-	snprintf(path, sizeof(path), "%s/%u", t->proc, pid);
-	mkdir(path, 0755);
-	snprintf(path, sizeof(path), "%s/%u/task", t->proc, pid);
-	mkdir(path, 0755);
-	snprintf(path, sizeof(path), "%s/%u/task/%u", t->proc, pid, host);
-	mkdir(path, 0755);
-	snprintf(path, sizeof(path), "%s/%u/task/%u/status", t->proc, pid, host);
-	f = fopen(path, "w");
-	assert_non_null(f);
-	fprintf(f, "Name:\tworker\nPid:\t%u\nNSpid:\t%u\t%u\n", host, host, ns_tid);
-	fclose(f);
+	snprintf(nspid, sizeof(nspid), "NSpid:\t%u\t%u\n", host, ns_tid);
+	proc_tree_put_status(t->proc, pid, host, nspid);
 }
 
 /* ------------------------------------------------------------ finding 5 --- */
@@ -336,6 +327,23 @@ static bool hello_from(struct t *t, pid_t pid)
 	return false;
 }
 
+/*
+ * A shim of uid comes and says hello, the agent serves its connection:
+ * whether its hello got through; *st the counters after, *pid (if asked) the peer.
+ */
+static bool shim_arrives(struct t *t, uid_t uid, struct shim_rx_stats *st, pid_t *pid)
+{
+	pid_t p = spawn_peer(t, true, uid);
+	bool heard;
+
+	pump(t);
+	heard = hello_from(t, p);
+	shim_rx_get_stats(t->rx, st);
+	if (pid)
+		*pid = p;
+	return heard;
+}
+
 /* one process holding 300 connections: it gets max_per_pid, a genuine shim gets in */
 static void test_one_peer_cannot_fill_slots(void **state)
 {
@@ -343,7 +351,6 @@ static void test_one_peer_cannot_fill_slots(void **state)
 	struct shim_rx_opts o = {0};
 	struct shim_rx_stats st;
 	int fds[300], i, held = 0;
-	pid_t genuine;
 
 	rx_open(t, &o); /* 256 slots, 4 per process */
 	for (i = 0; i < 300; i++) {
@@ -354,10 +361,7 @@ static void test_one_peer_cannot_fill_slots(void **state)
 	}
 	pump(t);
 	/* the finding: a genuine shim was accepted and reset */
-	genuine = spawn_peer(t, true, 0);
-	pump(t);
-	assert_true(hello_from(t, genuine));
-	shim_rx_get_stats(t->rx, &st);
+	assert_true(shim_arrives(t, 0, &st, NULL));
 	assert_int_equal(st.conns_active, 5);
 	assert_int_equal(st.conns_refused_pid, 296);
 	for (i = 0; i < 300; i++) {
@@ -391,10 +395,7 @@ static void test_no_hello_evicted_and_expired(void **state)
 	}
 	shim_rx_get_stats(t->rx, &st);
 	assert_int_equal(st.conns_active, 8);
-	genuine = spawn_peer(t, true, 0);
-	pump(t);
-	assert_true(hello_from(t, genuine));
-	shim_rx_get_stats(t->rx, &st);
+	assert_true(shim_arrives(t, 0, &st, &genuine));
 	assert_int_equal(st.conns_evicted, 1);
 	assert_int_equal(st.conns_active, 8);
 	/* not yet */
@@ -417,7 +418,6 @@ static void test_uid_share_and_idle(void **state)
 	struct t *t = *state;
 	struct shim_rx_opts o = {.max_conns = 8, .idle_ms = 30000};
 	struct shim_rx_stats st;
-	pid_t genuine, late;
 	int i;
 
 	if (geteuid() != 0) {
@@ -433,24 +433,15 @@ static void test_uid_share_and_idle(void **state)
 		pump(t);
 		t->now += 1000;
 	}
-	genuine = spawn_peer(t, true, 0);
-	pump(t);
-	assert_true(hello_from(t, genuine));
-	shim_rx_get_stats(t->rx, &st);
+	assert_true(shim_arrives(t, 0, &st, NULL));
 	assert_int_equal(st.conns_evicted, 1);
 	assert_int_equal(st.conns_active, 8);
 	/* uid 65534 holds 7, root 1: another nobody peer is refused, not let in */
-	late = spawn_peer(t, true, 65534);
-	pump(t);
-	assert_false(hello_from(t, late));
-	shim_rx_get_stats(t->rx, &st);
+	assert_false(shim_arrives(t, 65534, &st, NULL));
 	assert_int_equal(st.conns_refused_full, 1);
 	/* after idle_ms of silence anyone may take the longest silent slot */
 	t->now += 31 * SEC;
-	late = spawn_peer(t, true, 65534);
-	pump(t);
-	assert_true(hello_from(t, late));
-	shim_rx_get_stats(t->rx, &st);
+	assert_true(shim_arrives(t, 65534, &st, NULL));
 	assert_int_equal(st.conns_evicted, 2);
 }
 

@@ -18,6 +18,8 @@
 #include <cmocka.h>
 
 #include "shim_rx.h"
+#include "shim_records.h"
+#include "proc_tree.h"
 
 static void test_parse(void **state)
 {
@@ -60,20 +62,7 @@ struct tree {
 
 static void put_status(struct tree *t, uint32_t pid, uint32_t host, const char *nspid)
 {
-	char path[256];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%u", t->root, pid);
-	mkdir(path, 0755);
-	snprintf(path, sizeof(path), "%s/%u/task", t->root, pid);
-	mkdir(path, 0755);
-	snprintf(path, sizeof(path), "%s/%u/task/%u", t->root, pid, host);
-	mkdir(path, 0755);
-	snprintf(path, sizeof(path), "%s/%u/task/%u/status", t->root, pid, host);
-	f = fopen(path, "w");
-	assert_non_null(f);
-	fprintf(f, "Name:\tworker\nPid:\t%u\n%s", host, nspid);
-	fclose(f);
+	proc_tree_put_status(t->root, pid, host, nspid);
 }
 
 static int tree_setup(void **state)
@@ -138,22 +127,10 @@ static void test_scan(void **state)
 /* hello + one launch callback, as a shim inside a container sends them */
 static size_t msg(uint8_t *buf, uint32_t ns_pid, uint32_t ns_tid)
 {
-	struct shim_status_event st;
-	struct gpu_launch_cb_event cb;
+	struct shim_status_event st = shim_hello(ns_pid, INFERTRACE_ABI_VERSION);
+	struct gpu_launch_cb_event cb = shim_launch_cb(ns_pid, ns_tid, 42);
 
-	memset(&st, 0, sizeof(st));
-	st.hdr.type = EV_SHIM_STATUS;
-	st.hdr.size = sizeof(st);
-	st.hdr.pid = ns_pid;
-	st.abi_version = INFERTRACE_ABI_VERSION;
-	memset(&cb, 0, sizeof(cb));
-	cb.hdr.type = EV_GPU_LAUNCH_CB;
-	cb.hdr.size = sizeof(cb);
-	cb.hdr.pid = ns_pid;
-	cb.hdr.tid = ns_tid;
 	cb.hdr.ts_ns = 123;
-	cb.correlation_id = 42;
-	cb.domain = 2;
 	cb.cbid = 211;
 	memcpy(buf, &st, sizeof(st));
 	memcpy(buf + sizeof(st), &cb, sizeof(cb));
