@@ -116,6 +116,13 @@ static int drain(struct spill *sp, int *out, int max, bool done)
 	return n;
 }
 
+/* drain as drain() does: exactly want records come back, the first of them index first */
+static void drain_expect(struct spill *sp, int *out, int max, bool done, int want, int first)
+{
+	assert_int_equal(drain(sp, out, max, done), want);
+	assert_int_equal(out[0], first);
+}
+
 static int count_files(const char *sfx)
 {
 	DIR *d = opendir(dir);
@@ -196,9 +203,7 @@ static void test_restart_resumes(void **state)
 	sp = open_spill(8 << 20, 16 * 1024);
 	spill_get_stats(sp, &st);
 	assert_int_equal(st.recovered, 500);
-	n = drain(sp, out, 600, false);
-	assert_int_equal(n, 500);
-	assert_int_equal(out[0], 0);
+	drain_expect(sp, out, 600, false, 500, 0);
 	assert_int_equal(out[499], 499);
 	spill_close(sp);
 
@@ -424,7 +429,7 @@ static void test_prepend(void **state)
 	struct spill_rec r;
 	char val[256];
 	uint64_t t0;
-	int out[20], n;
+	int out[20];
 	size_t len;
 
 	(void)state;
@@ -441,9 +446,7 @@ static void test_prepend(void **state)
 	assert_int_equal(val_index(&r), 11);
 	append_n(sp, 13, 1, REC_SUMMARY, 50);
 	assert_int_equal(spill_prepend_end(sp), 0);
-	n = drain(sp, out, 20, false);
-	assert_int_equal(n, 5);
-	assert_int_equal(out[0], 1);
+	drain_expect(sp, out, 20, false, 5, 1);
 	assert_int_equal(out[1], 10);
 	assert_int_equal(out[2], 11);
 	assert_int_equal(out[3], 12);
@@ -451,9 +454,7 @@ static void test_prepend(void **state)
 	spill_close(sp);
 	/* the same order after a restart */
 	sp = open_spill(8 << 20, 64 * 1024);
-	n = drain(sp, out, 20, true);
-	assert_int_equal(n, 5);
-	assert_int_equal(out[0], 1);
+	drain_expect(sp, out, 20, true, 5, 1);
 	assert_int_equal(out[2], 11);
 	spill_close(sp);
 }
@@ -579,7 +580,7 @@ static void test_consumed_damaged(void **state)
 {
 	const uint64_t cases[] = {1ull << 40, 0, SEG_HDR + 60 * REC(6, 100), 7};
 	struct spill_stats st;
-	int out[200], n;
+	int out[200];
 
 	(void)state;
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
@@ -588,9 +589,7 @@ static void test_consumed_damaged(void **state)
 		/* all 100 again, counted as suspect: none lost */
 		assert_int_equal(st.recovered, 100);
 		assert_int_equal(st.suspect, 100);
-		n = drain(sp, out, 200, true);
-		assert_int_equal(n, 100);
-		assert_int_equal(out[0], 0);
+		drain_expect(sp, out, 200, true, 100, 0);
 		assert_int_equal(out[99], 99);
 		spill_close(sp);
 		assert_int_equal(count_files(".seg"), 0);
@@ -601,9 +600,7 @@ static void test_consumed_damaged(void **state)
 
 		assert_int_equal(st.recovered, 70);
 		assert_int_equal(st.suspect, 0);
-		n = drain(sp, out, 200, true);
-		assert_int_equal(n, 70);
-		assert_int_equal(out[0], 30);
+		drain_expect(sp, out, 200, true, 70, 30);
 		spill_close(sp);
 	}
 }
@@ -627,7 +624,7 @@ static void test_foreign(void **state)
 {
 	struct spill *sp;
 	struct spill_stats st;
-	int out[100], n;
+	int out[100];
 
 	(void)state;
 	sp = open_owner("bootstrap=a:1 prefix=x", SPILL_FOREIGN_KEEP);
@@ -650,18 +647,14 @@ static void test_foreign(void **state)
 	spill_get_stats(sp, &st);
 	assert_int_equal(st.recovered, 10);
 	assert_int_equal(st.foreign_records, 5);
-	n = drain(sp, out, 100, false);
-	assert_int_equal(n, 10);
-	assert_int_equal(out[0], 0);
+	drain_expect(sp, out, 100, false, 10, 0);
 	spill_close(sp);
 
 	/* adopt: both, oldest first */
 	sp = open_owner("bootstrap=c:1 prefix=y", SPILL_FOREIGN_ADOPT);
 	spill_get_stats(sp, &st);
 	assert_int_equal(st.adopted, 15);
-	n = drain(sp, out, 100, false);
-	assert_int_equal(n, 15);
-	assert_int_equal(out[0], 0);
+	drain_expect(sp, out, 100, false, 15, 0);
 	assert_int_equal(out[10], 100);
 	spill_close(sp);
 
