@@ -182,6 +182,18 @@ jqe() { jq -e "$@" >/dev/null 2>&1; }
 in_exit_range() { [ "$1" -ge 1 ] && [ "$1" -le 125 ]; }
 # jqo FILTER: run a jq filter over all of AGENT_OUT's records (slurped as .)
 jqo() { local f=${*: -1}; jq -c -n -R "${@:1:$#-1}" "[inputs | fromjson?] | $f" "$AGENT_OUT"; }
+# jsonl_py FILE [ARGS...] <<'PY' ... PY: run the Python on stdin with sys.argv[1:]
+# = FILE ARGS, recs = [(raw bytes, object)] of FILE's lines that decode as strict
+# UTF-8 JSON (as a Kafka consumer would) and bad = "line N: why" for the rest
+_jsonl_py='import json, sys
+bad, recs = [], []
+for n, raw in enumerate(open(sys.argv[1], "rb"), 1):
+    try:
+        recs.append((raw, json.loads(raw.decode("utf-8"))))
+    except Exception as e:
+        bad.append(f"line {n}: {e}")
+'
+jsonl_py() { python3 -c "$_jsonl_py$(cat)" "$@"; }
 
 # fast forms of wait_record/jqf for big deep-dive outputs: grep -F FILTER
 # picks the candidate lines first (FILTER: a literal every match contains)

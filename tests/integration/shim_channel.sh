@@ -71,15 +71,9 @@ report shim_tid_scans_bounded
 
 # ---------------------------------------------------------------- utf-8 ----
 agent_stop INT || fail_because "agent did not stop"
-check=$(python3 - "$AGENT_OUT" "$gpid" <<'PY'
-import json, sys
-bad, kern = [], None
-for n, raw in enumerate(open(sys.argv[1], "rb"), 1):
-    try:
-        o = json.loads(raw.decode("utf-8"))
-    except Exception as e:
-        bad.append(f"line {n}: {e}")
-        continue
+check=$(jsonl_py "$AGENT_OUT" "$gpid" <<'PY'
+kern = None
+for raw, o in recs:
     if o.get("type") == "kernel" and o.get("correlation_id") == 424242:
         kern = o
 if bad:

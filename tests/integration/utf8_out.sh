@@ -23,15 +23,9 @@ for mode in deep sentinel; do
 	"$AGENT" --replay "$T/bad.json" -m "$mode" -o "$T/$mode.jsonl" 2>"$T/$mode.err"
 	rc=$?
 	expect "exit $rc: $(head -c 300 "$T/$mode.err")" eq "$rc" 0
-	check=$(python3 - "$T/$mode.jsonl" <<'PY'
-import json, sys
-bad, names, replaced = [], [], None
-for n, raw in enumerate(open(sys.argv[1], "rb"), 1):
-    try:
-        o = json.loads(raw.decode("utf-8"))
-    except Exception as e:
-        bad.append(f"line {n}: {e}")
-        continue
+	check=$(jsonl_py "$T/$mode.jsonl" <<'PY'
+names, replaced = [], None
+for raw, o in recs:
     if o.get("type") in ("kernel", "gpu_summary", "step"):
         names.append(raw.decode("utf-8"))
     if o.get("type") == "replay_status":
