@@ -248,6 +248,9 @@ int deepdive_start(struct agent *a, const char *name, double duration_s, const c
 	d->until_ns = until;
 	dd->started++;
 	deepdive_sync(a, dd);
+	/* and after the switch: attaching the per-launch uprobes takes a while */
+	d->start_ns = now_ns();
+	d->until_ns = d->start_ns + (uint64_t)(duration_s * 1e9);
 	pr_info("deep-dive %s started for %.1f s (%s): %d processes", name, duration_s, source,
 		count_procs(a, dd, name));
 	emit_record(a, dd, d, "start");
