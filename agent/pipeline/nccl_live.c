@@ -484,7 +484,7 @@ void nccl_on_comm(struct agent *a, const struct nccl_comm_event *e)
 		hash = corr_coll_hash(k, sizeof(k));
 		if (r)
 			json_object_set_new(r, "parent_comm_hash",
-					    json_sprintf("%016llx", (unsigned long long)k[0]));
+					    json_sprintf("0x%llx", (unsigned long long)k[0]));
 		break;
 	}
 	case NCCL_COMM_DESTROY:
@@ -528,7 +528,7 @@ void nccl_on_comm(struct agent *a, const struct nccl_comm_event *e)
 	json_object_set_new(r, "api", json_string(nccl_api_name(e->api)));
 	json_object_set_new(r, "comm", json_sprintf("0x%llx", (unsigned long long)e->comms[0]));
 	json_object_set_new(r, "comm_hash",
-			    hash ? json_sprintf("%016llx", (unsigned long long)hash) : json_null());
+			    hash ? json_sprintf("0x%llx", (unsigned long long)hash) : json_null());
 	json_object_set_new(r, "rank", e->rank < 0 ? json_null() : json_integer(e->rank));
 	json_object_set_new(r, "nranks", e->nranks < 0 ? json_null() : json_integer(e->nranks));
 	if (e->api == NCCL_COMM_SPLIT) {
@@ -629,7 +629,7 @@ static void emit_anomalies(struct agent *a, struct nccl_live *n)
 		an.suspects[0].value = (double)w->late_ns;
 		an.suspects[1].what = "comm_wait";
 		snprintf(an.suspects[1].evidence, sizeof(an.suspects[1].evidence),
-			 "the other ranks of comm %016llx spent %.2f ms in the collective waiting",
+			 "the other ranks of comm 0x%llx spent %.2f ms in the collective waiting",
 			 (unsigned long long)w->hash, w->wait_total_ns / 1e6);
 		an.suspects[1].value = (double)w->wait_total_ns;
 		n->anomalies++;
