@@ -55,9 +55,10 @@ cat <<EOF
   infertrace demo
   ---------------
   infertrace-agent finds the processes on this node that load the CUDA
-  libraries (libcudart, libcuda), attaches uprobes to their launch paths and
-  follows, in the kernel, what those processes do: every CUDA launch and
-  synchronisation, when their threads are off the CPU and why, their slow
+  libraries (libcudart, libcuda) and NCCL, attaches uprobes to their
+  synchronisation points and collectives (and to every CUDA launch in deep
+  mode, deep-dives and sampled windows) and follows, in the kernel, what
+  those processes do: when their threads are off the CPU and why, their slow
   syscalls, and the node's network traffic. It writes JSON lines.
 
   This machine has no GPU: the workload's CUDA calls fail at once, but the
@@ -67,9 +68,66 @@ cat <<EOF
     - loopback UDP traffic, 200 datagrams of 1000 bytes.
   The agent runs in sentinel mode (the default): per-thread counters kept in
   the kernel, one summary per thread per second, single events only above
-  the thresholds (1 ms).
+  the thresholds (1 ms). Sentinel traps the synchronisation points and copies,
+  not the launches (--sentinel-launches all, --launch-sampling or --mode deep
+  add them): the launch entry points show no calls below.
 
 EOF
+
+# 0. the newest view first: which rank everyone waited for. Four processes
+#    are the four ranks of one NCCL communicator (the NCCL double of
+#    tests/fakes, same ABI as libnccl.so.2, whose all-reduce waits for every
+#    rank: no GPU needed); rank 3 comes 300 ms late to all-reduce #4. The
+#    agent's NCCL uprobes see each rank arrive (agent/pipeline/nccl_live.c).
+NCCL_CALLS=$BUILD/tests/integration/nccl_calls
+FAKE_NCCL=$BUILD/tests/fakes/nccl/libnccl.so.2
+if [ -x "$NCCL_CALLS" ] && [ -f "$FAKE_NCCL" ] && command -v jq >/dev/null; then
+	NDIR=$DIR/slow-rank
+	NOUT=$DIR/slow-rank.jsonl
+	rm -rf "$NDIR" "$NOUT"
+	mkdir -p "$NDIR"
+	bold "A slow rank: 4 ranks of one NCCL communicator, rank 3 late to all-reduce #4"
+	"$AGENT" -i 0.25 -o "$NOUT" 2>"$NDIR/agent.log" &
+	NAP=$!
+	PIDS+=("$NAP")
+	for ((i = 0; i < 200; i++)); do
+		grep -q 'running in' "$NDIR/agent.log" 2>/dev/null && break
+		sleep 0.05
+	done
+	ID=$((0x20 + RANDOM % 0x50))
+	RANKS=()
+	for r in 0 1 2 3; do
+		d=0
+		[ "$r" = 3 ] && d=300
+		"$NCCL_CALLS" -L "$FAKE_NCCL" -r "$r" -R 4 -i "$ID" -k 8 -d "$d" -s 4 \
+			-w "$NDIR/go" >"$NDIR/rank$r.out" 2>"$NDIR/rank$r.err" &
+		RANKS+=($!)
+		PIDS+=($!)
+		[ "$r" = 0 ] && sleep 0.2
+	done
+	# start together once the agent has found every rank's libnccl
+	for ((i = 0; i < 100; i++)); do
+		n=$(jq -s '[.[] | select(.type == "process" and
+			((.libraries // []) | any(test("libnccl"))))] | length' "$NOUT" 2>/dev/null)
+		[ "${n:-0}" -ge 4 ] && break
+		sleep 0.1
+	done
+	touch "$NDIR/go"
+	wait "${RANKS[@]}" 2>/dev/null
+	sleep 0.5
+	kill -INT "$NAP" 2>/dev/null
+	wait "$NAP" 2>/dev/null
+	echo "  what the agent wrote for the late all-reduce (a collective_wait record):"
+	jq -r 'select(.type == "collective_wait" and .late_ns >= 100000000) | .last_rank as $l |
+		"    comm \(.comm), all-reduce #\(.seq): rank \($l) arrived last, \(.late_ns / 1e6 | floor) ms late;",
+		"    the others waited \([.ranks[] | select(.rank != $l) | "rank \(.rank) \(.wait_ns / 1e6 | floor) ms"] | join(", "))"' "$NOUT" |
+		head -n 2
+	echo "  and the anomaly it became:"
+	jq -r 'select(.type == "anomaly" and .kind == "straggler") |
+		"    \(.kind) (chart \(.chart)): \(.suspects[0].evidence)"' "$NOUT" | head -n 1
+	echo "  (all of it: $NOUT; docs/operations.md, \"A slow rank\")"
+	echo
+fi
 
 # 1. the agent, first: it finds the workload by itself when it starts
 "$AGENT" --summary -o "$OUT" -d $((SECS + 3)) 2>"$LOG" &
