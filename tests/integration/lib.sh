@@ -115,6 +115,17 @@ wait_line() {
 	return 1
 }
 
+# wait_workload_done FILE SECS: until the workload writing FILE says it is done (a
+# '"done"' line); false after SECS
+wait_workload_done() {
+	local f=$1 secs=$2 i
+	for ((i = 0; i < secs * 10; i++)); do
+		grep -q '"done"' "$f" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # ---------------------------------------------------------------- agent ----
 # agent_start NAME [agent options...]: JSON lines go to $T/NAME.jsonl, stderr
 # to $T/NAME.err; returns once the agent runs (BPF loaded, discovery done).

@@ -49,10 +49,7 @@ workload() {
 	cuda_attached "$WPID" 10 || { fail_because "no attach record for pid $WPID: $(agent_tail)"; return 1; }
 	sleep 0.2
 	touch "$T/$1.go"
-	for ((i = 0; i < 100; i++)); do
-		grep -q '"done"' "$out" && return 0
-		sleep 0.1
-	done
+	wait_workload_done "$out" 10 && return 0
 	fail_because "cuda_calls did not finish its calls"
 	return 1
 }

@@ -35,14 +35,6 @@ workload() {
 	wait_line "$WOUT" 10 || { fail_because "cuda_calls printed nothing: $(head -c 200 "$WOUT.err")"; return 1; }
 }
 workload_end() { [ -n "${WPID:-}" ] && { kill "$WPID" 2>/dev/null; wait "$WPID" 2>/dev/null; }; WPID=; }
-wait_done() {
-	for ((i = 0; i < 200; i++)); do
-		grep -q '"done"' "$WOUT" && return 0
-		sleep 0.1
-	done
-	fail_because "cuda_calls did not finish its calls"
-	return 1
-}
 
 # -------------------------------------------------------- launch sampling --
 INST=it-samp-$$
@@ -51,7 +43,7 @@ if workload samp "$INST" 3 &&
 		--shim-socket none; then
 	if cuda_attached "$WPID" 10; then
 		touch "$T/samp.go"
-		wait_done
+		wait_workload_done "$WOUT" 20 || fail_because "cuda_calls did not finish its calls"
 		sleep 1.2 # the last window closes
 		ctl deep-dive --instance "$INST" --duration 1 >/dev/null 2>&1
 		if wait_record ".type == \"flight_recorder\" and .instance == \"$INST\"" 5; then

@@ -117,21 +117,12 @@ start_engine() {
 	fi
 }
 
-# wait_done TENTHS: until the workload says it is done (at most TENTHS x 0.1 s)
-wait_done() {
-	local i
-	for ((i = 0; i < $1; i++)); do
-		grep -q '"done"' "$WOUT" && break
-		sleep 0.1
-	done
-}
-
 N=30
 go=$T/go ex=$T/exit WOUT=$T/work
 if start_engine usdt "$USDT_STEPS" -n "$N" -w "$go" -e "$ex"; then
 	sleep 0.2
 	touch "$go"
-	wait_done 100
+	wait_workload_done "$WOUT" 10
 	finish_steps usdt_steps 100
 fi
 report usdt_steps
@@ -142,7 +133,7 @@ if start_engine usdt_lib "$USDT_DLOPEN" -l "$USDT_LIB" -n "$N" -w "$go" -e "$ex"
 	# not loaded yet: nothing to attach to
 	expect "libusdt_steps.so mapped before the go" [ -z "$(grep libusdt_steps "/proc/$WPID/maps")" ]
 	touch "$go"
-	wait_done 150
+	wait_workload_done "$WOUT" 15
 	expect "the library's semaphores never went up: $(grep loaded "$WOUT")" \
 		jqe -s 'map(select(has("loaded"))) | length == 1 and .[0].semaphore >= 1' "$WOUT"
 	finish_steps usdt_dlopen 200
