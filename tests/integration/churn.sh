@@ -42,8 +42,10 @@ main() {
 	pids=$(jq -c -s '[.[].pid]' "$T/runs.jsonl")
 	# every traced one of ours exited, as the agent saw it: bounded wait
 	for ((i = 0; i < 50; i++)); do
-		attached=$(jqo --argjson p "$pids" '[.[] | select(.type == "process" and .event == "attach" and (.pid | IN($p[]))) | .pid] | unique')
-		exited=$(jqo --argjson p "$pids" '[.[] | select(.type == "process" and .event == "exit" and (.pid | IN($p[]))) | .pid] | unique')
+		# the process records only: the whole output grows with every thread record
+		grep -F '"type":"process"' "$AGENT_OUT" | grep '}$' >"$T/procs.jsonl"
+		attached=$(jq -s -c --argjson p "$pids" '[.[] | select(.event == "attach" and (.pid | IN($p[]))) | .pid] | unique' "$T/procs.jsonl")
+		exited=$(jq -s -c --argjson p "$pids" '[.[] | select(.event == "exit" and (.pid | IN($p[]))) | .pid] | unique' "$T/procs.jsonl")
 		[ "$attached" = "$exited" ] && break
 		sleep 0.2
 	done
@@ -60,7 +62,7 @@ main() {
 	local st held live bound
 	for ((i = 0; i < 25; i++)); do
 		sleep 0.2
-		st=$(jqo '[.[] | select(.type == "stats")] | last')
+		st=$(tac "$AGENT_OUT" | grep -m1 -F '"type":"stats"')
 		held=$(jq .threads_held <<<"$st")
 		live=$(bpf_entries thread_stats)
 		bound=$((256 + ${live:-0}))
