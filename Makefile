@@ -51,7 +51,7 @@ LDFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_COMMON) $(INCLUDES) $(CFLAGS)
 AGENT_LIBS := -lbpf -lelf -lz -ljansson -lsqlite3 -lrdkafka -lcurl -ldl -lpthread -lm
 
-.PHONY: all deps test tests-build demo bench fmt check-fmt clean help vmlinux docs
+.PHONY: all deps test tests-build demo bench soak fmt check-fmt clean help vmlinux docs
 all: $(BUILD)/infertrace-agent $(BUILD)/libinfertrace_cupti.so $(BUILD)/agentctl
 
 # ---------------------------------------------------------------- BPF ------
@@ -460,6 +460,14 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory all $(ITEST_BINS) $(BENCH_BINS) $(BENCH_BPF_OBJS)
 	$(Q)BUILD=$(BUILD) bench/run.sh
 
+# the churn soak (issue 18; tests/soak/churn.sh): 10,000 short-lived CUDA
+# processes under a live agent in each mode, its RSS and CPU every 1,000.
+# Minutes long, so not part of `make test`; prints figures, fails only when
+# the agent dies or the workload does not run. SOAK_PROCS, SOAK_MODES, ...
+soak: deps
+	$(Q)$(MAKE) --no-print-directory all $(ITEST_BINS)
+	$(Q)BUILD=$(BUILD) tests/soak/churn.sh
+
 # docs generated from the code's own tables (a test checks they are current)
 docs: $(BUILD)/infertrace-agent
 	$(Q)$(BUILD)/infertrace-agent --config-doc > docs/configuration.md
@@ -476,7 +484,7 @@ clean:
 	$(Q)rm -rf $(BUILD)
 
 help:
-	@echo "targets: all deps test demo bench eval docs fmt check-fmt clean vmlinux"
+	@echo "targets: all deps test demo bench soak eval docs fmt check-fmt clean vmlinux"
 	@echo "         fuzz-replay fuzz-shim-rx fuzz-control (libFuzzer, clang)"
 	@echo "options: V=1 (show commands)  SAN=address,undefined  BPF_DEBUG=1  BUILD=dir"
 

@@ -46,6 +46,11 @@ static const char doc[] =
     "  export                 write the flight recorder's window as a Perfetto /\n"
     "                         Chrome trace (--perfetto FILE [--instance NAME]); open\n"
     "                         it in ui.perfetto.dev\n"
+    "  spill-foreign send|discard\n"
+    "                         the Kafka spill's records written for another cluster\n"
+    "                         or topic prefix, left alone at start: send them with\n"
+    "                         this agent's settings, or delete them (the agent's\n"
+    "                         --spill-foreign does the same at start)\n"
     "  ping                   is the agent there\n"
     "\n"
     "EXAMPLES:\n"
@@ -54,6 +59,7 @@ static const char doc[] =
     "  agentctl deep-dive --instance vllm-llama-70b --duration 120\n"
     "  agentctl deep-dive --instance vllm-llama-70b --off\n"
     "  agentctl export --perfetto /tmp/last10s.json --instance vllm-llama-70b\n"
+    "  agentctl spill-foreign discard\n"
     "  # fleet-wide: every agent consumes infertrace.control and switches the\n"
     "  # instance on whichever node serves it\n"
     "  agentctl deep-dive --instance vllm-llama-70b --kafka kafka-0:9092 \\\n"
@@ -99,6 +105,7 @@ static const struct argp_option options[] = {
 
 struct opts {
 	const char *cmd;
+	const char *action; /* spill-foreign: send or discard */
 	const char *socket;
 	double timeout_s;
 	bool json;
@@ -160,17 +167,31 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		o->props[o->n_props++] = arg;
 		break;
 	case ARGP_KEY_ARG:
+		if (o->cmd && !strcmp(o->cmd, "spill-foreign") && !o->action) {
+			if (strcmp(arg, "send") && strcmp(arg, "discard"))
+				argp_error(state, "spill-foreign takes send or discard, not '%s'",
+					   arg);
+			o->action = arg;
+			break;
+		}
 		if (o->cmd)
 			argp_error(state, "one command at a time ('%s' after '%s')", arg, o->cmd);
 		if (strcmp(arg, "status") && strcmp(arg, "deep-dive") && strcmp(arg, "export") &&
-		    strcmp(arg, "ping"))
-			argp_error(state, "unknown command '%s' (status, deep-dive, export, ping)",
-				   arg);
+		    strcmp(arg, "ping") && strcmp(arg, "spill-foreign"))
+			argp_error(
+			    state,
+			    "unknown command '%s' (status, deep-dive, export, spill-foreign, "
+			    "ping)",
+			    arg);
 		o->cmd = arg;
 		break;
 	case ARGP_KEY_END:
 		if (!o->cmd)
-			argp_error(state, "which command? (status, deep-dive, export, ping)");
+			argp_error(
+			    state,
+			    "which command? (status, deep-dive, export, spill-foreign, ping)");
+		if (!strcmp(o->cmd, "spill-foreign") && !o->action)
+			argp_error(state, "spill-foreign needs send or discard");
 		if (!strcmp(o->cmd, "deep-dive") && !o->instance)
 			argp_error(state, "deep-dive needs --instance NAME");
 		if (!strcmp(o->cmd, "export") && !o->perfetto)
@@ -516,6 +537,8 @@ int main(int argc, char **argv)
 		req = json_pack("{s:s,s:s}", "cmd", "export", "format", "perfetto");
 		if (o.instance)
 			json_object_set_new(req, "instance", json_string(o.instance));
+	} else if (!strcmp(o.cmd, "spill-foreign")) {
+		req = json_pack("{s:s,s:s}", "cmd", "spill_foreign", "action", o.action);
 	} else {
 		req = json_pack("{s:s}", "cmd", o.cmd);
 	}
@@ -556,6 +579,10 @@ int main(int argc, char **argv)
 		if (num(r, "records") == 0)
 			fprintf(stderr, "agentctl: the window is empty%s\n",
 				o.instance ? " for this instance" : "");
+	} else if (!strcmp(o.cmd, "spill-foreign")) {
+		printf("%.0f records of another owner %s (%.0f segment files)\n", num(r, "records"),
+		       !strcmp(o.action, "send") ? "sent with this agent's settings" : "deleted",
+		       num(r, "segments"));
 	} else {
 		printf("agent %s is there\n", str(r, "version", "?"));
 	}

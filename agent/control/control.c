@@ -39,6 +39,8 @@
 #include "sources.h"
 #include "ops.h"
 #include "perfetto.h"
+#include "sink_kafka.h"
+#include "spill.h"
 #include "control_proto.h"
 #include "server.h"
 #include "util.h"
@@ -310,6 +312,32 @@ static bool job_step(struct conn *c, uint64_t budget_ns)
 
 /* ----------------------------------------------------------- dispatch -- */
 
+/* the Kafka spill's segments of another owner: sent with this run's settings, or deleted */
+static void spill_foreign(struct agent *a, struct control *ctl, struct conn *c,
+			  const struct ctl_request *req)
+{
+	struct spill_foreign_done done;
+	int err = kafka_sink_spill_foreign(a, req->send, &done);
+
+	if (err == -ENOENT) {
+		ctl->failed++;
+		reply_error(c, req->id, "no_spill", "this agent has no Kafka sink, so no spill");
+		return;
+	}
+	if (err) {
+		ctl->failed++;
+		reply_error(c, req->id, "failed", strerror(-err));
+		return;
+	}
+	pr_info("control: spill-foreign %s by pid %d (uid %u)", req->send ? "send" : "discard",
+		(int)c->pid, (unsigned)c->uid);
+	reply(c,
+	      json_pack("{s:b,s:s,s:I,s:I}", "ok", 1, "action", req->send ? "send" : "discard",
+			"segments", (json_int_t)done.segments, "records",
+			(json_int_t)(req->send ? done.adopted : done.discarded)),
+	      req->id, NULL, 0);
+}
+
 static void handle(struct agent *a, struct control *ctl, struct conn *c, const char *buf,
 		   size_t len)
 {
@@ -367,6 +395,9 @@ static void handle(struct agent *a, struct control *ctl, struct conn *c, const c
 		break;
 	case CTL_EXPORT:
 		do_export(a, ctl, c, &req);
+		break;
+	case CTL_SPILL_FOREIGN:
+		spill_foreign(a, ctl, c, &req);
 		break;
 	default:
 		reply_error(c, req.id, "bad_request", "unknown cmd");
@@ -694,17 +725,18 @@ void control_stats(struct agent *a, json_t *obj)
 	active = (int)srv_active(ctl->srv);
 	json_object_set_new(
 	    obj, "control",
-	    json_pack("{s:i,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:I,s:I}",
-		      "connections", active, "accepted", (json_int_t)ctl->accepted, "refused_peer",
-		      (json_int_t)ctl->refused_peer, "refused_limit",
-		      (json_int_t)ctl->refused_limit, "requests", (json_int_t)ctl->requests,
-		      "by_cmd", "ping", (json_int_t)ctl->by_cmd[CTL_PING], "status",
-		      (json_int_t)ctl->by_cmd[CTL_STATUS], "deep_dive",
-		      (json_int_t)ctl->by_cmd[CTL_DEEP_DIVE], "export",
-		      (json_int_t)ctl->by_cmd[CTL_EXPORT], "malformed", (json_int_t)ctl->malformed,
-		      "oversized", (json_int_t)ctl->oversized, "failed", (json_int_t)ctl->failed,
-		      "timeouts", (json_int_t)ctl->timeouts, "write_errors",
-		      (json_int_t)ctl->write_errors, "bytes_out", (json_int_t)ctl->bytes_out));
+	    json_pack(
+		"{s:i,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:I,s:I}",
+		"connections", active, "accepted", (json_int_t)ctl->accepted, "refused_peer",
+		(json_int_t)ctl->refused_peer, "refused_limit", (json_int_t)ctl->refused_limit,
+		"requests", (json_int_t)ctl->requests, "by_cmd", "ping",
+		(json_int_t)ctl->by_cmd[CTL_PING], "status", (json_int_t)ctl->by_cmd[CTL_STATUS],
+		"deep_dive", (json_int_t)ctl->by_cmd[CTL_DEEP_DIVE], "export",
+		(json_int_t)ctl->by_cmd[CTL_EXPORT], "spill_foreign",
+		(json_int_t)ctl->by_cmd[CTL_SPILL_FOREIGN], "malformed", (json_int_t)ctl->malformed,
+		"oversized", (json_int_t)ctl->oversized, "failed", (json_int_t)ctl->failed,
+		"timeouts", (json_int_t)ctl->timeouts, "write_errors",
+		(json_int_t)ctl->write_errors, "bytes_out", (json_int_t)ctl->bytes_out));
 }
 
 void control_free(struct agent *a)

@@ -23,6 +23,7 @@ static const char *const cmd_names[CTL_CMD_COUNT] = {
     [CTL_STATUS] = "status",
     [CTL_DEEP_DIVE] = "deep_dive",
     [CTL_EXPORT] = "export",
+    [CTL_SPILL_FOREIGN] = "spill_foreign",
 };
 
 const char *ctl_cmd_name(enum ctl_cmd cmd)
@@ -39,6 +40,8 @@ static bool key_allowed(enum ctl_cmd cmd, const char *key)
 		       !strcmp(key, "off");
 	case CTL_EXPORT:
 		return !strcmp(key, "format") || !strcmp(key, "instance");
+	case CTL_SPILL_FOREIGN:
+		return !strcmp(key, "action");
 	default:
 		return false;
 	}
@@ -100,7 +103,7 @@ int ctl_parse_request(const char *buf, size_t len, struct ctl_request *req, char
 		if (!strcmp(s, cmd_names[i]))
 			cmd = i;
 	if (cmd < 0)
-		FAIL("unknown cmd (ping, status, deep_dive, export)");
+		FAIL("unknown cmd (ping, status, deep_dive, export, spill_foreign)");
 	req->cmd = cmd;
 	json_object_foreach(root, key, v)
 	{
@@ -135,6 +138,13 @@ int ctl_parse_request(const char *buf, size_t len, struct ctl_request *req, char
 		v = json_object_get(root, "format");
 		if (!json_is_string(v) || strcmp(json_string_value(v), "perfetto"))
 			FAIL("export needs \"format\": \"perfetto\"");
+		break;
+	case CTL_SPILL_FOREIGN:
+		v = json_object_get(root, "action");
+		if (!json_is_string(v) || (strcmp(json_string_value(v), "send") &&
+					   strcmp(json_string_value(v), "discard")))
+			FAIL("spill_foreign needs \"action\": \"send\" or \"discard\"");
+		req->send = !strcmp(json_string_value(v), "send");
 		break;
 	default:
 		break;

@@ -15,6 +15,7 @@
  *   {"cmd":"status"}
  *   {"cmd":"deep_dive","instance":NAME[,"duration_s":SECS][,"off":true]}
  *   {"cmd":"export","format":"perfetto"[,"instance":NAME]}
+ *   {"cmd":"spill_foreign","action":"send"|"discard"}
  * Any request may carry "id" (integer or string), echoed in its reply.
  *
  * Pure functions, no I/O except the blocking client helpers at the end:
@@ -40,6 +41,7 @@ enum ctl_cmd {
 	CTL_STATUS,
 	CTL_DEEP_DIVE,
 	CTL_EXPORT,
+	CTL_SPILL_FOREIGN,
 	CTL_CMD_COUNT,
 };
 
@@ -48,6 +50,7 @@ struct ctl_request {
 	char instance[CTL_INSTANCE_MAX + 1]; /* "" when absent */
 	double duration_s;		     /* deep_dive: 0 = the agent's default */
 	bool off;			     /* deep_dive: end it now */
+	bool send;			     /* spill_foreign: send (true) or discard */
 	json_t *id;			     /* echoed in the reply; owned, NULL when absent */
 };
 

@@ -111,6 +111,11 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	json_object_set_new(r, "traced_processes", json_integer(procs));
 	json_object_set_new(r, "processes_seen", json_integer((json_int_t)a->cnt.procs_seen));
 	json_object_set_new(r, "processes_exited", json_integer((json_int_t)a->cnt.procs_exited));
+	json_object_set_new(r, "processes_gone_early",
+			    json_integer((json_int_t)a->cnt.procs_gone_early));
+	json_object_set_new(r, "threads_held", json_integer((json_int_t)a->cnt.threads_held));
+	json_object_set_new(r, "threads_exited_unlisted",
+			    json_integer((json_int_t)a->cnt.threads_unlisted));
 	json_object_set_new(r, "attached_files", json_integer(files));
 	json_object_set_new(r, "attached_probes", json_integer(probes));
 	json_object_set_new(r, "shim_errors", json_integer((json_int_t)a->cnt.shim_errors));

@@ -19,6 +19,7 @@ struct usdt_cache;
 
 #define MAX_SINKS 4
 #define MAX_PROCS 4096
+#define PROC_BUCKETS 8192 /* a power of two, twice MAX_PROCS */
 #define MAX_LIBFILES 256
 #define MAX_PROC_LIBS 8
 #define INSTANCE_LEN 128
@@ -68,6 +69,9 @@ struct agent_counters {
 	uint64_t attach_errors;
 	uint64_t procs_seen;
 	uint64_t procs_exited;
+	uint64_t procs_gone_early; /* exited before discovery could read them */
+	uint64_t threads_held; /* aggregate.c: per-thread entries held (live, listed exited) */
+	uint64_t threads_unlisted; /* aggregate.c: exited threads summed and freed */
 	uint64_t proc_table_full;
 	uint64_t maps_read_errors;
 	uint64_t shim_errors;
@@ -127,6 +131,9 @@ struct agent {
 	struct agent_counters cnt;
 	struct proc procs[MAX_PROCS];
 	int n_procs;
+	/* procs by pid (core/agent.c): slot index + 1 of each chain's head, 0: none */
+	int32_t proc_head[PROC_BUCKETS];
+	int32_t proc_next[MAX_PROCS]; /* the next slot of the same bucket, + 1 */
 	uint32_t next_instance_id;
 	struct libfile libs[MAX_LIBFILES];
 	uint64_t start_ns;
@@ -157,6 +164,9 @@ void loop_free(void);
 /* core/agent.c: the live process with this pid, else one that exited but is not reaped yet */
 struct proc *proc_find(struct agent *a, uint32_t pid);
 struct proc *proc_find_live(struct agent *a, uint32_t pid);
+/* core/agent.c: the pid index of procs[]; discovery calls these as it fills or frees a slot */
+void proc_index_add(struct agent *a, struct proc *p);
+void proc_index_del(struct agent *a, struct proc *p);
 #define PROC_GONE UINT64_MAX /* proc.start_time of an exited process */
 
 /* core/names.c */

@@ -718,6 +718,25 @@ static struct kafka_sink *kafka_of(struct agent *a)
 	return NULL;
 }
 
+int kafka_sink_spill_foreign(struct agent *a, bool send, struct spill_foreign_done *done)
+{
+	struct kafka_sink *k = kafka_of(a);
+	int err;
+
+	memset(done, 0, sizeof(*done));
+	if (!k || !k->sp)
+		return -ENOENT;
+	err = spill_foreign_apply(k->sp, send ? SPILL_FOREIGN_ADOPT : SPILL_FOREIGN_DISCARD, done);
+	pr_info("kafka: spill: %" PRIu64 " records of another owner %s (%" PRIu64
+		" segment files)%s%s",
+		send ? done->adopted : done->discarded,
+		send ? "to be sent with this run's settings" : "deleted", done->segments,
+		err ? ": " : "", err ? strerror(-err) : "");
+	if (send && done->adopted && k->rk)
+		drain(k); /* they are read first */
+	return err;
+}
+
 int kafka_sink_get_stats(struct agent *a, struct kafka_sink_stats *out)
 {
 	struct kafka_sink *k = kafka_of(a);

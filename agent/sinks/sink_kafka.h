@@ -100,5 +100,12 @@ struct kafka_sink_stats {
 	uint64_t dropped[REC_CLASS_COUNT]; /* never to be delivered, by class */
 };
 int kafka_sink_get_stats(struct agent *a, struct kafka_sink_stats *out);
+/*
+ * agentctl spill-foreign: the spill's segments of another owner, left
+ * alone at start, sent with this run's settings (send) or deleted. 0,
+ * -ENOENT without a Kafka sink, or -errno; *done says how many.
+ */
+struct spill_foreign_done;
+int kafka_sink_spill_foreign(struct agent *a, bool send, struct spill_foreign_done *done);
 
 #endif /* INFERTRACE_SINK_KAFKA_H */

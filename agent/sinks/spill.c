@@ -1428,7 +1428,8 @@ struct spill *spill_open(const struct spill_opts *o)
 	if (sp->st.foreign_records)
 		pr_warn("spill %s: %" PRIu64 " records (%" PRIu64 " bytes in %" PRIu64
 			" segments) were written for another Kafka cluster or topic prefix, e.g. "
-			"%s, not for \"%s\": left alone (--spill-foreign send or discard)",
+			"%s, not for \"%s\": left alone (agentctl spill-foreign send|discard, or "
+			"--spill-foreign at the next start)",
 			sp->dir, sp->st.foreign_records, sp->st.foreign_bytes,
 			sp->st.foreign_segments, foreign_desc, sp->owner);
 	if (sp->unread)
@@ -1442,6 +1443,57 @@ fail:
 	spill_close(sp);
 	errno = -err;
 	return NULL;
+}
+
+int spill_foreign_apply(struct spill *sp, enum spill_foreign pol, struct spill_foreign_done *out)
+{
+	uint64_t adopted = sp->st.adopted, discarded = sp->st.discarded;
+	char foreign_desc[300] = "";
+	struct dirent *de;
+	int err = 0, dfd, n = 0;
+	DIR *d;
+
+	memset(out, 0, sizeof(*out));
+	if (pol == SPILL_FOREIGN_KEEP)
+		return -EINVAL;
+	dfd = dup(sp->dir_fd);
+	d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d) {
+		err = -errno;
+		if (dfd >= 0)
+			close(dfd);
+		return err;
+	}
+	rewinddir(d); /* a dup() shares the offset spill_open()'s walk left at the end */
+	/*
+	 * The segments left alone are the files this spill does not hold: read
+	 * each again as at open, with the policy given now. Adopted segments
+	 * keep their (lower) ids, so they are read before what waits here.
+	 */
+	sp->st.foreign_segments = sp->st.foreign_records = sp->st.foreign_bytes = 0;
+	while ((de = readdir(d))) {
+		const char *nm = de->d_name;
+		char *end;
+		uint64_t id;
+
+		if (strlen(nm) != 16 + 4 || strcmp(nm + 16, ".seg"))
+			continue;
+		errno = 0;
+		id = strtoull(nm, &end, 16);
+		if (errno || end != nm + 16 || !id || seg_find(sp, id))
+			continue;
+		n++;
+		err = seg_recover(sp, id, nm, pol, foreign_desc, sizeof(foreign_desc));
+		if (err)
+			break;
+	}
+	closedir(d);
+	out->segments = n;
+	out->adopted = sp->st.adopted - adopted;
+	out->discarded = sp->st.discarded - discarded;
+	if (sp->dir_dirty && !err)
+		fsync(sp->dir_fd);
+	return err;
 }
 
 void spill_close(struct spill *sp)

@@ -118,6 +118,19 @@ struct spill_stats {
 	uint64_t io_errors;
 };
 
+/*
+ * Another owner's segments left alone at open (SPILL_FOREIGN_KEEP), dealt
+ * with now: ADOPT reads them as ours (before the records waiting, oldest
+ * first), DISCARD deletes them; counted in spill_stats as at open. 0 or
+ * -errno (-EINVAL for KEEP); *out says what was done.
+ */
+struct spill_foreign_done {
+	uint64_t segments;  /* segment files found that this spill did not hold */
+	uint64_t adopted;   /* records adopted */
+	uint64_t discarded; /* records deleted */
+};
+int spill_foreign_apply(struct spill *sp, enum spill_foreign pol, struct spill_foreign_done *out);
+
 /* NULL with errno set (EBUSY: another agent holds the directory) */
 struct spill *spill_open(const struct spill_opts *o);
 /* writes buffers and consumed offsets, fsyncs, frees; accepts NULL */

@@ -6,7 +6,11 @@
  * netdev_stats); every interval the agent reads them, reports the
  * difference with the previous read as "thread" and "net" records, and
  * deletes the entries of threads that are gone after their last report.
- * Totals since start are kept for the readable summary (--summary).
+ * Totals since start are kept for the readable summary (--summary): of
+ * every live thread, and of the first EXITED_LISTED threads that exited;
+ * later exited threads are folded into one "not listed" line and freed, so
+ * a churn of short-lived processes holds no more per-thread state than its
+ * live threads (issue 18, finding 18).
  */
 #include <errno.h>
 #include <search.h>
@@ -20,6 +24,8 @@
 #include "pipeline.h"
 #include "sources.h"
 
+#define EXITED_LISTED 256 /* exited threads listed in the summary, the rest folded */
+
 struct thread_prev {
 	uint32_t tid; /* tree key */
 	uint32_t pid;
@@ -28,6 +34,7 @@ struct thread_prev {
 	/* intervals in which the thread launched: the summary's rates are over them */
 	uint64_t first_ns, last_ns;
 	bool gone; /* found gone at the previous read: its entries go at this one */
+	bool listed; /* exited, kept for the summary (one of EXITED_LISTED) */
 };
 
 struct sc_prev {
@@ -55,6 +62,12 @@ struct agg {
 	/* threads to delete after the walk */
 	uint32_t *dead;
 	int n_dead, cap_dead;
+	/* exited threads past EXITED_LISTED: freed, their totals summed here */
+	bool *drop; /* per dead[i]: its entries are freed too */
+	int n_listed;
+	struct thread_stats folded;
+	uint64_t n_folded;
+	uint64_t folded_slow_count, folded_slow_ns, folded_slow_max_ns;
 };
 
 static int cmp_u32(const void *x, const void *y)
@@ -116,6 +129,9 @@ static struct thread_prev *thread_prev_get(struct agg *g, const struct thread_st
 		/* tid reused by another process: start over */
 		tp = *found;
 		tdelete(tp, &g->threads, cmp_u32);
+		if (tp->listed)
+			g->n_listed--;
+		g->a->cnt.threads_held--;
 		free(tp);
 	}
 	tp = calloc(1, sizeof(*tp));
@@ -128,6 +144,7 @@ static struct thread_prev *thread_prev_get(struct agg *g, const struct thread_st
 		free(tp);
 		return NULL;
 	}
+	g->a->cnt.threads_held++;
 	return tp;
 }
 
@@ -242,6 +259,22 @@ static json_t *thread_syscalls(struct agent *a, uint32_t tid, bool *any)
 	return arr;
 }
 
+/* an exited, unlisted thread's syscall entry: its slow ones summed, then freed */
+static void sc_prev_drop(struct agg *g, const struct syscall_key *k)
+{
+	struct sc_prev key = { .key = *k }, *sp, **found = tfind(&key, &g->syscalls, cmp_sckey);
+
+	if (!found)
+		return;
+	sp = *found;
+	g->folded_slow_count += sp->slow_count;
+	g->folded_slow_ns += sp->slow_ns;
+	if (sp->slow_max_ns > g->folded_slow_max_ns)
+		g->folded_slow_max_ns = sp->slow_max_ns;
+	tdelete(sp, &g->syscalls, cmp_sckey);
+	free(sp);
+}
+
 static void delete_dead_syscalls(struct agent *a)
 {
 	int fd = loader_map_fd(a, LOADER_SYSCALL_STATS);
@@ -251,11 +284,14 @@ static void delete_dead_syscalls(struct agent *a)
 
 	while (!bpf_map_get_next_key(fd, prevk, &next)) {
 		bool dead = false;
+		int i;
 
-		for (int i = 0; i < g->n_dead && !dead; i++)
+		for (i = 0; i < g->n_dead && !dead; i++)
 			dead = g->dead[i] == next.tid;
 		if (dead) {
 			bpf_map_delete_elem(fd, &next); /* the walk goes on from k */
+			if (g->drop[i - 1])
+				sc_prev_drop(g, &next);
 			continue;
 		}
 		k = next;
@@ -393,17 +429,48 @@ static void net_interval(struct agent *a)
 	free(vals);
 }
 
+/* an exited thread past EXITED_LISTED: summed into g->folded, freed */
+static void thread_drop(struct agg *g, uint32_t tid)
+{
+	struct thread_prev key = { .tid = tid }, *tp, **found = tfind(&key, &g->threads, cmp_u32);
+	struct thread_stats *f = &g->folded;
+	const struct thread_stats *s;
+
+	if (!found)
+		return;
+	tp = *found;
+	s = &tp->last;
+	for (unsigned i = 0; i < API_COUNT; i++)
+		f->launches[i] += s->launches[i];
+	f->offcpu_blocked_ns += s->offcpu_blocked_ns;
+	f->offcpu_preempted_ns += s->offcpu_preempted_ns;
+	f->offcpu_count += s->offcpu_count;
+	f->runq_ns += s->runq_ns;
+	f->runq_count += s->runq_count;
+	g->n_folded++;
+	tdelete(tp, &g->threads, cmp_u32);
+	free(tp);
+	g->a->cnt.threads_held--;
+	g->a->cnt.threads_unlisted++;
+}
+
 static void push_dead(struct agg *g, uint32_t tid)
 {
 	if (g->n_dead == g->cap_dead) {
 		int cap = g->cap_dead ? g->cap_dead * 2 : 64;
 		uint32_t *nd = realloc(g->dead, cap * sizeof(*nd));
+		bool *ndr;
 
 		if (!nd)
 			return;
 		g->dead = nd;
+		ndr = realloc(g->drop, cap * sizeof(*ndr));
+		if (!ndr)
+			return;
+		g->drop = ndr;
 		g->cap_dead = cap;
 	}
+	g->drop[g->n_dead] = false;
 	g->dead[g->n_dead++] = tid;
 }
 
@@ -451,11 +518,30 @@ void aggregate_interval(struct agent *a, bool final)
 			push_dead(g, next);
 		tp->gone = gone;
 	}
-	/* the kernel entries of gone threads go; their totals stay for the summary */
-	for (int i = 0; i < g->n_dead; i++)
+	/*
+	 * The kernel entries of gone threads go; their totals stay for the
+	 * summary while fewer than EXITED_LISTED exited threads are kept, else
+	 * they are summed and freed (with their syscall entries, below).
+	 */
+	for (int i = 0; i < g->n_dead; i++) {
+		struct thread_prev key = { .tid = g->dead[i] }, **found;
+
 		bpf_map_delete_elem(fd, &g->dead[i]);
+		found = tfind(&key, &g->threads, cmp_u32);
+		if (!found || (*found)->listed)
+			continue;
+		if (g->n_listed < EXITED_LISTED) {
+			(*found)->listed = true;
+			g->n_listed++;
+		} else {
+			g->drop[i] = true;
+		}
+	}
 	if (g->n_dead)
 		delete_dead_syscalls(a);
+	for (int i = 0; i < g->n_dead; i++)
+		if (g->drop[i])
+			thread_drop(g, g->dead[i]);
 	tdestroy(g->buckets, free_bucket);
 	g->buckets = NULL;
 	if (!a->opts.no_net)
@@ -533,15 +619,33 @@ void aggregate_print_summary(struct agent *a, FILE *out)
 		"CALLS", "PER SECOND");
 	walk_section = 0;
 	twalk(g->threads, print_thread);
+	if (g->n_folded) {
+		uint64_t n = 0;
+
+		for (unsigned i = 0; i < API_COUNT; i++)
+			n += g->folded.launches[i];
+		fprintf(out, "  and %llu more threads that exited (not listed): %llu calls\n",
+			(unsigned long long)g->n_folded, (unsigned long long)n);
+	}
 	fprintf(out, "\nOff-CPU time and run-queue wait (ms)\n");
 	fprintf(out, "  %-8s %-8s %-16s %12s %14s %10s %10s\n", "PID", "TID", "COMM", "BLOCKED",
 		"PREEMPTED", "RUNQ", "SWITCHES");
 	walk_section = 1;
 	twalk(g->threads, print_thread);
+	if (g->n_folded)
+		fprintf(out, "  and %llu more threads that exited (not listed): %.1f blocked, %.1f "
+			"preempted, %.1f run queue, %llu switches\n",
+			(unsigned long long)g->n_folded, g->folded.offcpu_blocked_ns / 1e6,
+			g->folded.offcpu_preempted_ns / 1e6, g->folded.runq_ns / 1e6,
+			(unsigned long long)g->folded.offcpu_count);
 	fprintf(out, "\nSlow syscalls (>= %.1f ms)\n", a->opts.syscall_thresh_ns / 1e6);
 	fprintf(out, "  %-8s %-16s %-16s %8s %12s %10s\n", "TID", "COMM", "SYSCALL", "COUNT",
 		"TOTAL MS", "MAX MS");
 	twalk(g->syscalls, print_syscall);
+	if (g->folded_slow_count)
+		fprintf(out, "  and threads that exited (not listed): %llu slow, %.1f ms, max %.1f ms\n",
+			(unsigned long long)g->folded_slow_count, g->folded_slow_ns / 1e6,
+			g->folded_slow_max_ns / 1e6);
 	if (!a->opts.no_net) {
 		fprintf(out, "\nNetwork (whole node)\n");
 		fprintf(out, "  %-16s %10s %14s %12s %14s %12s\n", "DEVICE", "NETNS", "RX BYTES",
@@ -570,6 +674,7 @@ void aggregate_free(struct agent *a)
 	tdestroy(g->syscalls, free);
 	free(g->nets);
 	free(g->dead);
+	free(g->drop);
 	free(g);
 	a->agg = NULL;
 }

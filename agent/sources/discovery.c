@@ -131,10 +131,26 @@ static bool pid_allowed(struct agent *a, uint32_t pid)
 	return false;
 }
 
+uint64_t stat_start_time(const char *stat)
+{
+	/* comm may hold spaces and ')': fields restart after the last ')' */
+	const char *p = strrchr(stat, ')');
+
+	/*
+	 * field 22 is starttime; after ')' come fields 3..: the n-th space
+	 * after ')' starts field n + 2. (This stopped at field 21,
+	 * itrealvalue, always 0: every start time read 0, so neither a
+	 * reused pid nor a lost exit was ever noticed; issue 18, finding 18.)
+	 */
+	for (int field = 3; field <= 22 && p; field++)
+		p = strchr(p + 1, ' ');
+	return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+/* 0: the process is gone (or its stat unreadable) */
 static uint64_t proc_start_time(uint32_t pid)
 {
-	char path[64], buf[1024], *p;
-	unsigned long long st = 0;
+	char path[64], buf[1024];
 	ssize_t n;
 	int fd;
 
@@ -147,16 +163,7 @@ static uint64_t proc_start_time(uint32_t pid)
 	if (n <= 0)
 		return 0;
 	buf[n] = '\0';
-	/* comm may hold spaces and ')': fields restart after the last ')' */
-	p = strrchr(buf, ')');
-	if (!p)
-		return 0;
-	/* field 22 is starttime; after ')' come fields 3.. */
-	for (int field = 2; field < 21 && p; field++)
-		p = strchr(p + 1, ' ');
-	if (p)
-		st = strtoull(p + 1, NULL, 10);
-	return st;
+	return stat_start_time(buf);
 }
 
 static void read_comm(uint32_t pid, char *comm, size_t sz)
@@ -382,9 +389,21 @@ static struct proc *proc_add(struct agent *a, uint32_t pid)
 		p = &a->procs[a->n_procs++];
 	}
 	memset(p, 0, sizeof(*p));
-	p->used = true;
 	p->pid = pid;
 	p->start_time = proc_start_time(pid);
+	/*
+	 * Gone already (a short-lived process, exited before its mapping was
+	 * read): its exit record will never come, since it was not traced when
+	 * it exited, and a start time of 0 would match the 0 that
+	 * discovery_tick() reads for a gone process: the slot would never be
+	 * freed (issue 18, finding 18).
+	 */
+	if (!p->start_time) {
+		a->cnt.procs_gone_early++;
+		return NULL;
+	}
+	p->used = true;
+	proc_index_add(a, p);
 	p->instance_id = ++a->next_instance_id;
 	read_comm(pid, p->comm, sizeof(p->comm));
 	read_instance(a, p);
@@ -392,6 +411,7 @@ static struct proc *proc_add(struct agent *a, uint32_t pid)
 			      a->opts.mode == MODE_DEEP ? PROC_F_DEEP : 0);
 	if (err) {
 		pr_warn("pid %u: cannot add to traced_procs: %s", pid, strerror(-err));
+		proc_index_del(a, p);
 		p->used = false;
 		return NULL;
 	}
@@ -531,7 +551,10 @@ void discovery_tick(struct agent *a)
 
 		if (!p->used || p->start_time == PROC_GONE)
 			continue;
-		/* an exit whose record was lost, or a reused pid */
+		/*
+		 * an exit whose record was lost (one between proc_add() and
+		 * loader_proc_add() is never reported), or a reused pid
+		 */
 		if (proc_start_time(p->pid) != p->start_time) {
 			proc_release(a, p, "exit");
 			continue;
@@ -565,8 +588,10 @@ void discovery_reap(struct agent *a)
 {
 	for (int i = 0; i < a->n_procs; i++)
 		if (a->procs[i].used && a->procs[i].start_time == PROC_GONE &&
-		    ++a->procs[i].gone_intervals >= 2)
+		    ++a->procs[i].gone_intervals >= 2) {
+			proc_index_del(a, &a->procs[i]);
 			a->procs[i].used = false;
+		}
 	while (a->n_procs && !a->procs[a->n_procs - 1].used)
 		a->n_procs--;
 }

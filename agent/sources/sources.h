@@ -112,6 +112,8 @@ int maps_parse_line(const char *line, unsigned long *dev_major, unsigned long *d
 		    unsigned long *ino, char *path, size_t path_sz, bool *exec);
 /* is this file name a CUDA runtime (1), driver (2) or NCCL (3) library, else 0 */
 int cuda_lib_kind(const char *path);
+/* discovery.c: field 22 (starttime) of a /proc/PID/stat line; 0 when absent */
+uint64_t stat_start_time(const char *stat);
 /* instance name from an environment block (NUL separated), else NULL */
 const char *instance_from_environ(const char *env, size_t len, char *out, size_t out_sz);
 int rank_from_environ(const char *env, size_t len);

@@ -4,10 +4,12 @@
  * number of times from known threads, through the real libcudart and the
  * stub libcuda (no GPU: the calls fail, the probes fire).
  *
- * usage: cuda_calls [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECONDS] [-l SECONDS]
+ * usage: cuda_calls [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECONDS] [-l SECONDS] [-d SECONDS]
  *   -n  calls of each entry point per thread (default 10)
  *   -w  wait until WAIT_FILE exists before calling (lets the agent attach)
  *   -s  instead of -n: call in a loop for SECONDS (demo, benchmarks)
+ *   -d  sleep SECONDS after loading the libraries, before calling (a churn of
+ *       short processes that an agent discovers before they call: tests/soak)
  *   -l  linger SECONDS after the calls, printing {"done":true} first, so the
  *       process is still there when the test looks (flight recorder)
  * Prints one JSON line: {"pid":P,"tids":[...],"calls":N,"rt":R,"drv":D}
@@ -66,7 +68,7 @@ static struct {
 } f;
 
 static long calls = 10;
-static double seconds, linger;
+static double seconds, linger, delay;
 static pid_t tids[MAX_THREADS];
 
 static void *sym(void *h, const char *name)
@@ -174,7 +176,7 @@ int main(int argc, char **argv)
 	void *rt, *drv;
 	bool missing = false;
 
-	while ((opt = getopt(argc, argv, "t:n:w:s:l:")) != -1) {
+	while ((opt = getopt(argc, argv, "t:n:w:s:l:d:")) != -1) {
 		switch (opt) {
 		case 't':
 			nthreads = atoi(optarg);
@@ -191,10 +193,13 @@ int main(int argc, char **argv)
 		case 'l':
 			linger = atof(optarg);
 			break;
+		case 'd':
+			delay = atof(optarg);
+			break;
 		default:
 			fprintf(stderr,
 				"usage: %s [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECS] [-l "
-				"SECS]\n",
+				"SECS] [-d SECS]\n",
 				argv[0]);
 			return 2;
 		}
@@ -223,6 +228,12 @@ int main(int argc, char **argv)
 	printf("],\"calls\":%ld,\"rt\":%d,\"drv\":%d}\n", calls, !!rt, !!drv);
 	fflush(stdout);
 	await_file(wait_file, 0);
+	if (delay > 0) {
+		struct timespec ts = { (time_t)delay,
+				       (long)((delay - (double)(time_t)delay) * 1e9) };
+
+		nanosleep(&ts, NULL);
+	}
 	pthread_barrier_wait(&ready);
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);

@@ -450,6 +450,66 @@ static void test_steprec_round_trip(void **state)
 	free(a);
 }
 
+/*
+ * The process table's pid index (issue 18, finding 18): every slot is found
+ * by pid, an exited process only when no live one has the pid, and the
+ * index is empty again once every slot is freed.
+ */
+static void test_proc_index(void **state)
+{
+	struct agent *a = calloc(1, sizeof(*a));
+	struct proc *p;
+	int n = MAX_PROCS;
+
+	(void)state;
+	assert_non_null(a);
+	/* pids that share buckets: every PROC_BUCKETS-th, and a reused pid */
+	for (int i = 0; i < n; i++) {
+		p = &a->procs[i];
+		p->used = true;
+		p->pid = i < n / 2 ? 1000 + (uint32_t)i : 7 + (uint32_t)(i - n / 2) * PROC_BUCKETS;
+		p->start_time = 1 + (uint64_t)i;
+		proc_index_add(a, p);
+	}
+	a->n_procs = n;
+	for (int i = 0; i < n; i++)
+		assert_ptr_equal(proc_find_live(a, a->procs[i].pid), &a->procs[i]);
+	assert_null(proc_find(a, 999));
+	/* pid 1000 exits; a new process gets the pid in slot 0's place: the live one wins */
+	a->procs[0].start_time = PROC_GONE;
+	assert_null(proc_find_live(a, 1000));
+	assert_ptr_equal(proc_find(a, 1000), &a->procs[0]);
+	proc_index_del(a, &a->procs[n - 1]);
+	a->procs[n - 1].pid = 1000;
+	a->procs[n - 1].start_time = 99;
+	proc_index_add(a, &a->procs[n - 1]);
+	assert_ptr_equal(proc_find(a, 1000), &a->procs[n - 1]);
+	assert_ptr_equal(proc_find_live(a, 1000), &a->procs[n - 1]);
+	/* every slot freed, in an order unlike insertion: the index is empty */
+	for (int i = 0; i < n; i += 2)
+		proc_index_del(a, &a->procs[i]);
+	for (int i = 1; i < n; i += 2)
+		proc_index_del(a, &a->procs[i]);
+	for (int b = 0; b < PROC_BUCKETS; b++)
+		assert_int_equal(a->proc_head[b], 0);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(a->proc_next[i], 0);
+	assert_null(proc_find(a, 1001));
+	free(a);
+}
+
+/* /proc/PID/stat's start time (field 22), comm with spaces and ')' */
+static void test_stat_start_time(void **state)
+{
+	const char *line = "4242 (a) b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 "
+			   "3 0 1173005 10000 200 18446744073709551615";
+
+	(void)state;
+	assert_int_equal(stat_start_time(line), 1173005);
+	assert_int_equal(stat_start_time("4242 (x) S 1 2"), 0);
+	assert_int_equal(stat_start_time("no paren"), 0);
+}
+
 static void test_numparse(void **state)
 {
 	double d = -1;
@@ -481,6 +541,8 @@ int main(void)
 		cmocka_unit_test(test_decode_launch), cmocka_unit_test(test_decode_forged),
 		cmocka_unit_test(test_names),	      cmocka_unit_test(test_jsonw),
 		cmocka_unit_test(test_numparse),
+		cmocka_unit_test(test_proc_index),
+		cmocka_unit_test(test_stat_start_time),
 		cmocka_unit_test(test_steprec_round_trip),
 		cmocka_unit_test(test_common_fields_agree),
 	};

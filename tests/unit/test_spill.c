@@ -667,6 +667,64 @@ static void test_foreign(void **state)
 	assert_int_equal(count_files(".seg"), 0);
 }
 
+/*
+ * Foreign segments left alone at start, dealt with while the spill is open
+ * (agentctl spill-foreign): adopted ones are read first, then what this run
+ * wrote; discarded ones are gone; both counted, none foreign any more.
+ */
+static void test_foreign_later(void **state)
+{
+	struct spill_foreign_done done;
+	struct spill_stats st;
+	struct spill *sp;
+	int out[100], n;
+
+	(void)state;
+	sp = open_owner("bootstrap=a:1 prefix=x", SPILL_FOREIGN_KEEP);
+	append_n(sp, 0, 10, REC_SUMMARY, 100);
+	spill_close(sp);
+
+	sp = open_owner("bootstrap=b:1 prefix=x", SPILL_FOREIGN_KEEP);
+	append_n(sp, 100, 4, REC_SUMMARY, 100);
+	assert_int_equal(spill_foreign_apply(sp, SPILL_FOREIGN_KEEP, &done), -EINVAL);
+	assert_int_equal(spill_foreign_apply(sp, SPILL_FOREIGN_ADOPT, &done), 0);
+	assert_int_equal(done.segments, 1);
+	assert_int_equal(done.adopted, 10);
+	assert_int_equal(done.discarded, 0);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.foreign_records, 0);
+	assert_int_equal(st.foreign_segments, 0);
+	assert_int_equal(st.adopted, 10);
+	assert_int_equal(spill_unread(sp), 14);
+	n = drain(sp, out, 100, true);
+	assert_int_equal(n, 14);
+	assert_int_equal(out[0], 0);
+	assert_int_equal(out[9], 9);
+	assert_int_equal(out[10], 100);
+	/* nothing left to adopt: a second call finds nothing */
+	assert_int_equal(spill_foreign_apply(sp, SPILL_FOREIGN_ADOPT, &done), 0);
+	assert_int_equal(done.adopted, 0);
+	spill_close(sp);
+
+	/* another owner's records, discarded while open; ours stay */
+	sp = open_owner("bootstrap=a:1 prefix=x", SPILL_FOREIGN_KEEP);
+	append_n(sp, 200, 6, REC_STATS, 100);
+	spill_close(sp);
+	sp = open_owner("bootstrap=b:1 prefix=x", SPILL_FOREIGN_KEEP);
+	append_n(sp, 300, 2, REC_STATS, 100);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.foreign_records, 6);
+	assert_int_equal(spill_foreign_apply(sp, SPILL_FOREIGN_DISCARD, &done), 0);
+	assert_int_equal(done.discarded, 6);
+	spill_get_stats(sp, &st);
+	assert_int_equal(st.foreign_records, 0);
+	assert_int_equal(st.discarded, 6);
+	n = drain(sp, out, 100, false);
+	assert_int_equal(n, 2);
+	assert_int_equal(out[0], 300);
+	spill_close(sp);
+}
+
 /* a directory others can write to is reported; a planted link is not followed */
 static void test_unsafe_dir(void **state)
 {
@@ -779,6 +837,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_resync_at_read, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_consumed_damaged, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreign, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_foreign_later, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unsafe_dir, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_append_take, setup, teardown),
 	};
