@@ -196,7 +196,7 @@ static int shim_set_mode(struct agent *a, uint32_t pid, enum agent_mode mode)
 /*
  * The group that may connect to the shim socket (--shim-group, default
  * "infertrace"): a name, or a number (a container's /etc/group does not
- * know the node's groups). 0 and a warning when there is no such group:
+ * know the node's groups). 0 and a message when there is no such group:
  * the socket stays root's, and only workloads running as root reach it.
  */
 static gid_t shim_gid(const struct agent_opts *o)
@@ -215,10 +215,16 @@ static gid_t shim_gid(const struct agent_opts *o)
 	g = getgrnam(name);
 	if (g)
 		return g->gr_gid;
-	pr_warn("--shim-group %s: no such group; the shim socket stays root:root 0660, so only "
-		"workloads running as root can send GPU activity (create the group, e.g. "
-		"'groupadd --system %s', or pass --shim-group GID)",
-		name, name);
+	/*
+	 * Asked for by name: a warning. The default missing (a machine the
+	 * package or chart did not set up): said once as info, so that every
+	 * start does not warn about an option nobody gave.
+	 */
+	agent_log(o->shim_group ? LOG_WARN : LOG_INFO,
+		  "--shim-group %s: no such group; the shim socket stays root:root 0660, so only "
+		  "workloads running as root can send GPU activity (create the group, e.g. "
+		  "'groupadd --system %s', or pass --shim-group GID)",
+		  name, name);
 	return 0;
 }
 

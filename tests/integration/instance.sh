@@ -11,6 +11,7 @@
 #                      host, is probed in ITS file (/proc/PID/root): exact
 #                      launch counts, and the host's file at that path has no
 #                      probe
+# (sentinel mode with --sentinel-launches all: launches are what is counted)
 source "$(dirname "$0")/lib.sh"
 it_preflight instance_env instance_override container_library
 
@@ -22,7 +23,7 @@ run_cuda() {
 	wait_line "$T/$name.work" 10 || { fail_because "workload printed nothing"; return 1; }
 	WPID=$(head -n 1 "$T/$name.work" | jq -r .pid)
 	# shellcheck disable=SC2086
-	agent_start "$name" -i 0.25 --pid "$WPID" $aargs || { fail_because "agent: $(agent_tail)"; return 1; }
+	agent_start "$name" -i 0.25 --pid "$WPID" --sentinel-launches all $aargs || { fail_because "agent: $(agent_tail)"; return 1; }
 	cuda_attached "$WPID" 10 || fail_because "no attach record with both libraries"
 	touch "$T/$name.go"
 	wait_exit "$BG_PID" 30 || fail_because "workload did not finish"
@@ -70,7 +71,7 @@ if wait_line "$T/cont.work" 10; then
 	WPID=$(head -n 1 "$T/cont.work" | jq -r .pid)
 	inside=$(stat -L -c %i "/proc/$WPID/root$T/lib/libcudart.so.13" 2>/dev/null)
 	expect "the namespace does not show copy B ($inside vs $ino_b)" eq "$inside" "$ino_b"
-	agent_start container_library -i 0.25 --pid "$WPID" || fail_because "agent: $(agent_tail)"
+	agent_start container_library -i 0.25 --pid "$WPID" --sentinel-launches all || fail_because "agent: $(agent_tail)"
 	cuda_attached "$WPID" 10 || fail_because "no attach record with both libraries"
 	touch "$T/cont.go"
 	wait_exit "$BG_PID" 30 || fail_because "workload did not finish"
