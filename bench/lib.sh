@@ -1,6 +1,21 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-# bench/lib.sh - helpers of the agent benchmarks (bench/run.sh, bench/vllm.sh),
-# sourced; say() comes from the script. Needs bpftool and jq.
+# bench/lib.sh - helpers of the agent benchmarks (bench/run.sh, bench/vllm.sh,
+# bench/nccl.sh), sourced; say() comes from the script. Needs bpftool and jq.
+
+# bench_setup CALLS: the settings every loop benchmark shares, from the
+# environment: BUILD (build), ROUNDS (BENCH_ROUNDS, 7), CALLS (BENCH_CALLS,
+# default CALLS), the loop's and the agent's CPUs (BENCH_LOOP_CPU: the last
+# one, BENCH_AGENT_CPU: 0), AGENT, HZ
+bench_setup() {
+	BUILD=${BUILD:-build}
+	ROUNDS=${BENCH_ROUNDS:-7}
+	CALLS=${BENCH_CALLS:-$1}
+	NCPU=$(nproc)
+	LOOP_CPU=${BENCH_LOOP_CPU:-$((NCPU - 1))}
+	AGENT_CPU=${BENCH_AGENT_CPU:-0}
+	AGENT=$BUILD/infertrace-agent
+	HZ=$(getconf CLK_TCK)
+}
 
 # utime + stime of a process, in clock ticks
 cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }

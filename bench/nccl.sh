@@ -20,14 +20,10 @@
 # BENCH_LOOP_CPU / BENCH_AGENT_CPU (last CPU / CPU 0).
 set -u
 
-BUILD=${BUILD:-build}
-ROUNDS=${BENCH_ROUNDS:-7}
-CALLS=${BENCH_CALLS:-300000}
-NCPU=$(nproc)
-LOOP_CPU=${BENCH_LOOP_CPU:-$((NCPU - 1))}
-AGENT_CPU=${BENCH_AGENT_CPU:-0}
+# bench_setup, cpu_ticks, wait_for
+source "$(dirname "$0")/lib.sh"
+bench_setup 300000
 NCCL=$(readlink -f /usr/local/cuda/lib64/libnccl.so.2 2>/dev/null || true)
-AGENT=$BUILD/infertrace-agent
 LOOP=$BUILD/bench/bench_nccl
 BARE=$BUILD/bench/bare_uprobe
 CONFIGS=(none bare sentinel deep)
@@ -41,8 +37,6 @@ done
 
 TMP=$(mktemp -d /tmp/infertrace-bench-nccl.XXXXXX)
 RES=$TMP/results # config round ns_per_call agent_cpu_ticks
-HZ=$(getconf CLK_TCK)
-cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 CUR=""
 cleanup() {
 	[ -n "$CUR" ] && kill -INT "$CUR" 2>/dev/null
@@ -51,16 +45,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-wait_for() { # FILE REGEX PID
-	local i
-	for ((i = 0; i < 300; i++)); do
-		grep -qE "$2" "$1" 2>/dev/null && return 0
-		kill -0 "$3" 2>/dev/null || return 1
-		sleep 0.05
-	done
-	return 1
-}
 
 run_one() { # CONFIG ROUND
 	local cfg=$1 go=$TMP/go out=$TMP/loop.out err=$TMP/probe.err lp pp="" ns t0=0 t1=0

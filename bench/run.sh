@@ -23,22 +23,15 @@
 # BENCH_LOOP_CPU / BENCH_AGENT_CPU (default: last CPU / CPU 0).
 set -u
 
-BUILD=${BUILD:-build}
-ROUNDS=${BENCH_ROUNDS:-7}
-CALLS=${BENCH_CALLS:-1000000}
-NCPU=$(nproc)
-LOOP_CPU=${BENCH_LOOP_CPU:-$((NCPU - 1))}
-AGENT_CPU=${BENCH_AGENT_CPU:-0}
+# bench_setup, cpu_ticks, wait_for, foreign_probes, wait_quiet (CONTAMINATED)
+source "$(dirname "$0")/lib.sh"
+bench_setup 1000000
 CUDART=$(readlink -f /usr/local/cuda/lib64/libcudart.so 2>/dev/null || true)
-AGENT=$BUILD/infertrace-agent
 LOOP=$BUILD/bench/bench_launch
 BARE=$BUILD/bench/bare_uprobe
-HZ=$(getconf CLK_TCK)
 CONFIGS=(none bare sentinel sent-norec deep deep+stk)
 
 say() { printf '%s\n' "$*"; }
-# cpu_ticks, wait_for, foreign_probes, wait_quiet (CONTAMINATED)
-source "$(dirname "$0")/lib.sh"
 
 replay_bench() {
 	if [ -x bench/replay.sh ]; then
