@@ -1326,6 +1326,35 @@ cleanup:
 	return err;
 }
 
+/* the spill directory's entries, from the start (a dup() of dir_fd); NULL and *err */
+static DIR *dir_walk(struct spill *sp, int *err)
+{
+	int dfd = dup(sp->dir_fd);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+
+	if (!d) {
+		*err = -errno;
+		if (dfd >= 0)
+			close(dfd);
+		return NULL;
+	}
+	rewinddir(d); /* a dup() shares the offset an earlier walk left at the end */
+	return d;
+}
+
+/* a segment's file name, 16 hex digits and ".seg": its id; 0 for any other name */
+static uint64_t seg_name_id(const char *nm)
+{
+	char *end;
+	uint64_t id;
+
+	if (strlen(nm) != 16 + 4 || strcmp(nm + 16, ".seg"))
+		return 0;
+	errno = 0;
+	id = strtoull(nm, &end, 16);
+	return errno || end != nm + 16 ? 0 : id;
+}
+
 struct spill *spill_open(const struct spill_opts *o)
 {
 	struct spill *sp = NULL;
@@ -1333,7 +1362,7 @@ struct spill *spill_open(const struct spill_opts *o)
 	struct dirent *de;
 	struct stat dst;
 	DIR *d = NULL;
-	int err, dfd;
+	int err;
 
 	if (!o || o->sz < sizeof(*o) || !o->dir || !*o->dir || o->max_bytes < 2 * HDR2_SZ) {
 		errno = EINVAL;
@@ -1395,29 +1424,19 @@ struct spill *spill_open(const struct spill_opts *o)
 		pr_err("spill: %s is in use by another agent", sp->dir);
 		goto fail;
 	}
-	dfd = dup(sp->dir_fd);
-	d = dfd >= 0 ? fdopendir(dfd) : NULL;
-	if (!d) {
-		err = -errno;
-		if (dfd >= 0)
-			close(dfd);
+	d = dir_walk(sp, &err);
+	if (!d)
 		goto fail;
-	}
 	while ((de = readdir(d))) {
 		const char *nm = de->d_name;
-		size_t l = strlen(nm);
-		char *end;
 		uint64_t id;
 
-		if (l == 16 + 8 && !strcmp(nm + 16, ".seg.tmp")) {
+		if (strlen(nm) == 16 + 8 && !strcmp(nm + 16, ".seg.tmp")) {
 			unlinkat(sp->dir_fd, nm, 0); /* an eviction cut short */
 			continue;
 		}
-		if (l != 16 + 4 || strcmp(nm + 16, ".seg"))
-			continue;
-		errno = 0;
-		id = strtoull(nm, &end, 16);
-		if (errno || end != nm + 16 || !id)
+		id = seg_name_id(nm);
+		if (!id)
 			continue;
 		err = seg_recover(sp, id, nm, o->foreign, foreign_desc, sizeof(foreign_desc));
 		if (err)
@@ -1450,21 +1469,15 @@ int spill_foreign_apply(struct spill *sp, enum spill_foreign pol, struct spill_f
 	uint64_t adopted = sp->st.adopted, discarded = sp->st.discarded;
 	char foreign_desc[300] = "";
 	struct dirent *de;
-	int err = 0, dfd, n = 0;
+	int err = 0, n = 0;
 	DIR *d;
 
 	memset(out, 0, sizeof(*out));
 	if (pol == SPILL_FOREIGN_KEEP)
 		return -EINVAL;
-	dfd = dup(sp->dir_fd);
-	d = dfd >= 0 ? fdopendir(dfd) : NULL;
-	if (!d) {
-		err = -errno;
-		if (dfd >= 0)
-			close(dfd);
+	d = dir_walk(sp, &err);
+	if (!d)
 		return err;
-	}
-	rewinddir(d); /* a dup() shares the offset spill_open()'s walk left at the end */
 	/*
 	 * The segments left alone are the files this spill does not hold: read
 	 * each again as at open, with the policy given now. Adopted segments
@@ -1472,15 +1485,10 @@ int spill_foreign_apply(struct spill *sp, enum spill_foreign pol, struct spill_f
 	 */
 	sp->st.foreign_segments = sp->st.foreign_records = sp->st.foreign_bytes = 0;
 	while ((de = readdir(d))) {
+		uint64_t id = seg_name_id(de->d_name);
 		const char *nm = de->d_name;
-		char *end;
-		uint64_t id;
 
-		if (strlen(nm) != 16 + 4 || strcmp(nm + 16, ".seg"))
-			continue;
-		errno = 0;
-		id = strtoull(nm, &end, 16);
-		if (errno || end != nm + 16 || !id || seg_find(sp, id))
+		if (!id || seg_find(sp, id))
 			continue;
 		n++;
 		err = seg_recover(sp, id, nm, pol, foreign_desc, sizeof(foreign_desc));
