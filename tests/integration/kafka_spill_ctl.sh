@@ -55,20 +55,32 @@ live() {
 		grep -q "$N_FA records .*fa.steps.*left alone (agentctl spill-foreign" "$AGENT_ERR"
 }
 
+# foreign ACTION SAID: `agentctl spill-foreign ACTION` on the agent of live
+# ACTION; it exits 0 and says "N_FA records of another owner SAID"
+foreign() {
+	local out rc
+	out=$("$AGENTCTL" --socket "$T/$1.sock" spill-foreign "$1" 2>&1)
+	rc=$?
+	expect "agentctl exit $rc: $out" eq "$rc" 0
+	expect "agentctl said: $out" grep -q "^$N_FA records of another owner $2" <<<"$out"
+}
+
+# final_kafka: stop the agent; K is its final stats record's kafka object
+final_kafka() {
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	K=$(jq -c 'select(.type == "stats" and .final) | .kafka' "$AGENT_OUT" | tail -n 1)
+}
+
 # ------------------------------------------------------------------ send --
 name=kafka_spill_ctl_send
 spill_fa "$T/sp1" fa1
 if live send "$T/sp1"; then
-	out=$("$AGENTCTL" --socket "$T/send.sock" spill-foreign send 2>&1)
-	rc=$?
-	expect "agentctl exit $rc: $out" eq "$rc" 0
-	expect "agentctl said: $out" grep -q "^$N_FA records of another owner sent" <<<"$out"
+	foreign send sent
 	wait_spill_empty "$AGENT_OUT" 30 || fail_because "spill not empty 30 s after agentctl"
-	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	final_kafka
 	expect "agent exit $AGENT_RC: $(agent_tail)" eq "$AGENT_RC" 0
-	k=$(jq -c 'select(.type == "stats" and .final) | .kafka' "$AGENT_OUT" | tail -n 1)
-	expect "spill_adopted_total: $k" eq "$(jq .spill_adopted_total <<<"$k")" "$N_FA"
-	expect "spill_foreign_records after send: $k" eq "$(jq .spill_foreign_records <<<"$k")" 0
+	expect "spill_adopted_total: $K" eq "$(jq .spill_adopted_total <<<"$K")" "$N_FA"
+	expect "spill_foreign_records after send: $K" eq "$(jq .spill_foreign_records <<<"$K")" 0
 	KTOPICS="fb.steps fb.anomalies fb.events fb.stats" kafka_dump "$T/fb.dump"
 	# fa's records, in order, among the live agent's own (other keys)
 	c=$(DEDUP=1 kafka_compare "$T/fb.dump" cover "$T/fa1.jsonl")
@@ -83,14 +95,10 @@ report $name
 name=kafka_spill_ctl_discard
 spill_fa "$T/sp2" fa2
 if live discard "$T/sp2"; then
-	out=$("$AGENTCTL" --socket "$T/discard.sock" spill-foreign discard 2>&1)
-	rc=$?
-	expect "agentctl exit $rc: $out" eq "$rc" 0
-	expect "agentctl said: $out" grep -q "^$N_FA records of another owner deleted" <<<"$out"
+	foreign discard deleted
 	sleep 0.5
-	agent_stop INT || fail_because "agent did not exit on SIGINT"
-	k=$(jq -c 'select(.type == "stats" and .final) | .kafka' "$AGENT_OUT" | tail -n 1)
-	expect "spill_discarded_total: $k" eq "$(jq .spill_discarded_total <<<"$k")" "$N_FA"
+	final_kafka
+	expect "spill_discarded_total: $K" eq "$(jq .spill_discarded_total <<<"$K")" "$N_FA"
 	left=$(grep -l 'fa\.steps' "$T"/sp2/*.seg 2>/dev/null | wc -l)
 	expect "segments of fa left after discard: $left" eq "$left" 0
 	KTOPICS="fa.steps fa.anomalies fa.events fa.stats" kafka_dump "$T/fa.dump"
