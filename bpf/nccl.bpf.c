@@ -119,13 +119,20 @@ static __always_inline struct thread_stats *nccl_begin(bool *deep)
 		return shape(ctx, api);                                                            \
 	}
 
-/* ncclAllReduce / ncclReduceScatter(send, recv, count, dtype, op, comm, stream) */
+/*
+ * ncclAllReduce / ncclReduceScatter(send, recv, count, dtype, op, comm, stream),
+ * ncclBroadcast(send, recv, count, dtype, root, comm, stream): the fifth is the
+ * root for a broadcast (api is a constant once inlined)
+ */
 static __always_inline int reduce7(struct pt_regs *ctx, __u32 api)
 {
 	NCCL_BEGIN();
 	c.count = PT_REGS_PARM3(ctx);
 	c.datatype = (__s32)PT_REGS_PARM4(ctx);
-	c.redop = (__s32)PT_REGS_PARM5(ctx);
+	if (api == NCCL_BROADCAST)
+		c.root = (__s32)PT_REGS_PARM5(ctx);
+	else
+		c.redop = (__s32)PT_REGS_PARM5(ctx);
 	c.comm = PT_REGS_PARM6(ctx);
 	if (deep)
 		c.stream = stack_arg(ctx, 0);
@@ -159,26 +166,11 @@ static __always_inline int p2p6(struct pt_regs *ctx, __u32 api)
 
 NCCL_UPROBE(ncclAllReduce, reduce7, NCCL_ALL_REDUCE)
 NCCL_UPROBE(ncclReduceScatter, reduce7, NCCL_REDUCE_SCATTER)
+NCCL_UPROBE(ncclBroadcast, reduce7, NCCL_BROADCAST)
 NCCL_UPROBE(ncclAllGather, gather6, NCCL_ALL_GATHER)
 NCCL_UPROBE(ncclAlltoAll, gather6, NCCL_ALLTOALL)
 NCCL_UPROBE(ncclSend, p2p6, NCCL_SEND)
 NCCL_UPROBE(ncclRecv, p2p6, NCCL_RECV)
-
-/* ncclBroadcast(send, recv, count, dtype, root, comm, stream) */
-SEC("uprobe")
-int BPF_KPROBE(ncclBroadcast)
-{
-	NCCL_BEGIN();
-	c.count = PT_REGS_PARM3(ctx);
-	c.datatype = (__s32)PT_REGS_PARM4(ctx);
-	c.root = (__s32)PT_REGS_PARM5(ctx);
-	c.comm = PT_REGS_PARM6(ctx);
-	if (deep)
-		c.stream = stack_arg(ctx, 0);
-	else
-		c.flags = NCCL_F_REGS_ONLY;
-	return nccl_emit(NCCL_BROADCAST, ts, &c);
-}
 
 /* ncclReduce(send, recv, count, dtype, op, root, comm, stream): comm on the stack */
 SEC("uprobe")
