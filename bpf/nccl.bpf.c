@@ -108,13 +108,31 @@ static __always_inline struct thread_stats *nccl_begin(bool *deep)
 	if (!ts)                                                                                   \
 	return 0
 
-/* ncclAllReduce / ncclReduceScatter(send, recv, count, dtype, op, comm, stream) */
+/*
+ * One uprobe program per entry point, named as the function (the loader
+ * attaches by program name); `shape` reads the arguments of its signature.
+ */
+#define NCCL_UPROBE(name, shape, api)                                                              \
+	SEC("uprobe")                                                                              \
+	int BPF_KPROBE(name)                                                                       \
+	{                                                                                          \
+		return shape(ctx, api);                                                            \
+	}
+
+/*
+ * ncclAllReduce / ncclReduceScatter(send, recv, count, dtype, op, comm, stream),
+ * ncclBroadcast(send, recv, count, dtype, root, comm, stream): the fifth is the
+ * root for a broadcast (api is a constant once inlined)
+ */
 static __always_inline int reduce7(struct pt_regs *ctx, __u32 api)
 {
 	NCCL_BEGIN();
 	c.count = PT_REGS_PARM3(ctx);
 	c.datatype = (__s32)PT_REGS_PARM4(ctx);
-	c.redop = (__s32)PT_REGS_PARM5(ctx);
+	if (api == NCCL_BROADCAST)
+		c.root = (__s32)PT_REGS_PARM5(ctx);
+	else
+		c.redop = (__s32)PT_REGS_PARM5(ctx);
 	c.comm = PT_REGS_PARM6(ctx);
 	if (deep)
 		c.stream = stack_arg(ctx, 0);
@@ -146,52 +164,13 @@ static __always_inline int p2p6(struct pt_regs *ctx, __u32 api)
 	return nccl_emit(api, ts, &c);
 }
 
-SEC("uprobe")
-int BPF_KPROBE(ncclAllReduce)
-{
-	return reduce7(ctx, NCCL_ALL_REDUCE);
-}
-SEC("uprobe")
-int BPF_KPROBE(ncclReduceScatter)
-{
-	return reduce7(ctx, NCCL_REDUCE_SCATTER);
-}
-SEC("uprobe")
-int BPF_KPROBE(ncclAllGather)
-{
-	return gather6(ctx, NCCL_ALL_GATHER);
-}
-SEC("uprobe")
-int BPF_KPROBE(ncclAlltoAll)
-{
-	return gather6(ctx, NCCL_ALLTOALL);
-}
-SEC("uprobe")
-int BPF_KPROBE(ncclSend)
-{
-	return p2p6(ctx, NCCL_SEND);
-}
-SEC("uprobe")
-int BPF_KPROBE(ncclRecv)
-{
-	return p2p6(ctx, NCCL_RECV);
-}
-
-/* ncclBroadcast(send, recv, count, dtype, root, comm, stream) */
-SEC("uprobe")
-int BPF_KPROBE(ncclBroadcast)
-{
-	NCCL_BEGIN();
-	c.count = PT_REGS_PARM3(ctx);
-	c.datatype = (__s32)PT_REGS_PARM4(ctx);
-	c.root = (__s32)PT_REGS_PARM5(ctx);
-	c.comm = PT_REGS_PARM6(ctx);
-	if (deep)
-		c.stream = stack_arg(ctx, 0);
-	else
-		c.flags = NCCL_F_REGS_ONLY;
-	return nccl_emit(NCCL_BROADCAST, ts, &c);
-}
+NCCL_UPROBE(ncclAllReduce, reduce7, NCCL_ALL_REDUCE)
+NCCL_UPROBE(ncclReduceScatter, reduce7, NCCL_REDUCE_SCATTER)
+NCCL_UPROBE(ncclBroadcast, reduce7, NCCL_BROADCAST)
+NCCL_UPROBE(ncclAllGather, gather6, NCCL_ALL_GATHER)
+NCCL_UPROBE(ncclAlltoAll, gather6, NCCL_ALLTOALL)
+NCCL_UPROBE(ncclSend, p2p6, NCCL_SEND)
+NCCL_UPROBE(ncclRecv, p2p6, NCCL_RECV)
 
 /* ncclReduce(send, recv, count, dtype, op, root, comm, stream): comm on the stack */
 SEC("uprobe")
@@ -277,16 +256,8 @@ static __always_inline int init_rank(struct pt_regs *ctx, __u32 api)
 	return 0;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(ncclCommInitRank)
-{
-	return init_rank(ctx, NCCL_COMM_INIT_RANK);
-}
-SEC("uprobe")
-int BPF_KPROBE(ncclCommInitRankConfig)
-{
-	return init_rank(ctx, NCCL_COMM_INIT_RANK_CONFIG);
-}
+NCCL_UPROBE(ncclCommInitRank, init_rank, NCCL_COMM_INIT_RANK)
+NCCL_UPROBE(ncclCommInitRankConfig, init_rank, NCCL_COMM_INIT_RANK_CONFIG)
 
 /* ncclCommInitAll(comm*, ndev, devlist): one comm per device, ranks 0..ndev-1 */
 SEC("uprobe")
@@ -370,13 +341,5 @@ static __always_inline int comm_end(struct pt_regs *ctx, __u32 api)
 	return 0;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(ncclCommDestroy)
-{
-	return comm_end(ctx, NCCL_COMM_DESTROY);
-}
-SEC("uprobe")
-int BPF_KPROBE(ncclCommAbort)
-{
-	return comm_end(ctx, NCCL_COMM_ABORT);
-}
+NCCL_UPROBE(ncclCommDestroy, comm_end, NCCL_COMM_DESTROY)
+NCCL_UPROBE(ncclCommAbort, comm_end, NCCL_COMM_ABORT)

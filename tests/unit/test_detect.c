@@ -99,6 +99,19 @@ static int fx_teardown(void **state)
 	return 0;
 }
 
+/*
+ * The locals a detector test starts with: its fixture x, what the detector
+ * reported (g), the detector (d), a step, its verdict, and the clock from t0.
+ * A test that reads no verdict or report leaves v or g unused.
+ */
+#define FX_LOCALS(state, t0)                                                                       \
+	struct fx *x = *(state);                                                                   \
+	struct got *g __attribute__((unused)) = &x->g;                                             \
+	struct diag_det *d = x->d;                                                                 \
+	struct diag_step s;                                                                        \
+	struct diag_verdict v __attribute__((unused));                                             \
+	uint64_t ts = (t0)
+
 /* a decode step of `batch` requests: 20 ms + 0.5 ms per request, +-1% noise */
 static void mk(struct diag_step *s, uint64_t *ts, int batch, double factor)
 {
@@ -130,12 +143,7 @@ static void warm_up(struct diag_det *d, uint64_t *ts, int n, int period)
 
 static void test_single_and_run(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 	int run_flags = 0;
 
 	for (int i = 0; i < 300; i++) {
@@ -185,11 +193,7 @@ static void test_single_and_run(void **state)
 /* a heavier batch takes longer and is not an anomaly: the workload explains it */
 static void test_heavier_batch_ok(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	uint64_t ts = 1;
+	FX_LOCALS(state, 1);
 
 	for (int i = 0; i < 2000; i++) {
 		/* batches sweep 1..64 and back: every batch size is new for a while */
@@ -209,12 +213,7 @@ static void test_heavier_batch_ok(void **state)
 static void test_monotone_bound(void **state)
 {
 	static const int known[] = {2, 3, 12, 13, 14};
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 
 	for (int i = 0; i < 400; i++) {
 		mk(&s, &ts, known[i % 5], 1);
@@ -260,12 +259,7 @@ static void test_monotone_bound(void **state)
 static void test_lower_bound(void **state)
 {
 	static const int known[] = {2, 3, 12, 13, 14, 30, 31, 32};
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 
 	for (int i = 0; i < 400; i++) {
 		int b = known[i % 8];
@@ -292,12 +286,7 @@ static void test_lower_bound(void **state)
  */
 static void test_second_mode(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 	int flagged = 0, run = 0;
 
 	warm_up(d, &ts, 300, 2);
@@ -345,12 +334,7 @@ static void test_second_mode(void **state)
  */
 static void test_window_skips_flagged(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 	int window = 0;
 
 	warm_up(d, &ts, 300, 4);
@@ -386,12 +370,7 @@ static void cpu_step(struct diag_step *s, uint64_t *ts, int batch, double runq_m
 
 static void test_cpu_chart(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 
 	for (int i = 0; i < 300; i++) {
 		cpu_step(&s, &ts, 8 + i % 4, 0, false);
@@ -424,11 +403,7 @@ static void test_cpu_chart(void **state)
 /* kinds and suspects from the breakdown */
 static void test_kinds(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	uint64_t ts = 1;
+	FX_LOCALS(state, 1);
 
 	for (int i = 0; i < 200; i++) {
 		mk(&s, &ts, 4, 1);
@@ -840,12 +815,8 @@ static void calm_steps(struct diag_det *d, uint64_t *ts, int n)
 
 static void test_noise(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL, held_start;
+	FX_LOCALS(state, 1000000000ULL);
+	uint64_t held_start;
 
 	calm_steps(d, &ts, 300);
 	assert_int_equal(g->n, 0);
@@ -942,12 +913,8 @@ static void test_noise(void **state)
  */
 static void test_small_spike(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL, first;
+	FX_LOCALS(state, 1000000000ULL);
+	uint64_t first;
 
 	calm_steps(d, &ts, 300);
 	gpu_spike(&s, &ts, 9, 1.2);
@@ -988,12 +955,7 @@ static void bare(struct diag_step *s, uint64_t *ts, int batch, double f)
 
 static void test_noise_no_breakdown(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 
 	for (int i = 0; i < 300; i++) {
 		bare(&s, &ts, 8 + i % 4, 1);
@@ -1028,12 +990,7 @@ static void test_noise_no_breakdown(void **state)
  */
 static void test_spikes_and_floors(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 	int flagged = 0;
 	double limit;
 
@@ -1116,12 +1073,7 @@ static void test_spikes_and_floors(void **state)
  */
 static void test_young_cell(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 
 	warm_up(d, &ts, 300, 4);
 	mk(&s, &ts, 40, 1);
@@ -1148,11 +1100,7 @@ static void test_young_cell(void **state)
  */
 static void test_bootstrap_stall(void **state)
 {
-	struct fx *x = *state;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 
 	for (int i = 0; i < 124; i++) {
 		mk(&s, &ts, 8, i == 10 ? 6 : 1);
@@ -1173,12 +1121,7 @@ static void test_bootstrap_stall(void **state)
  */
 static void test_level_under_raised_limit(void **state)
 {
-	struct fx *x = *state;
-	struct got *g = &x->g;
-	struct diag_det *d = x->d;
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 	int run = 0;
 
 	rs = 88172645463325252ULL; /* its own draws, whatever the tests before drew */
