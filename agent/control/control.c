@@ -316,6 +316,7 @@ static bool job_step(struct conn *c, uint64_t budget_ns)
 static void spill_foreign(struct agent *a, struct control *ctl, struct conn *c,
 			  const struct ctl_request *req)
 {
+	const char *action = req->send ? "send" : "discard";
 	struct spill_foreign_done done;
 	int err = kafka_sink_spill_foreign(a, req->send, &done);
 
@@ -329,10 +330,10 @@ static void spill_foreign(struct agent *a, struct control *ctl, struct conn *c,
 		reply_error(c, req->id, "failed", strerror(-err));
 		return;
 	}
-	pr_info("control: spill-foreign %s by pid %d (uid %u)", req->send ? "send" : "discard",
-		(int)c->pid, (unsigned)c->uid);
+	pr_info("control: spill-foreign %s by pid %d (uid %u)", action, (int)c->pid,
+		(unsigned)c->uid);
 	reply(c,
-	      json_pack("{s:b,s:s,s:I,s:I}", "ok", 1, "action", req->send ? "send" : "discard",
+	      json_pack("{s:b,s:s,s:I,s:I}", "ok", 1, "action", action,
 			"segments", (json_int_t)done.segments, "records",
 			(json_int_t)(req->send ? done.adopted : done.discarded)),
 	      req->id, NULL, 0);
