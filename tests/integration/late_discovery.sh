@@ -25,7 +25,7 @@ main() {
 		{ fail_because "cannot copy the CUDA libraries"; return; }
 	command -v bpftool >/dev/null || { fail_because "bpftool missing (make deps)"; return; }
 
-	agent_start late -i 0.25 || { fail_because "agent did not start: $(agent_tail)"; return; }
+	agent_start late -i 0.25 --sentinel-launches all || { fail_because "agent did not start: $(agent_tail)"; return; }
 	# uprobe links of the agent on our copies, and all its perf_event fds
 	ours() {
 		bpftool perf list 2>/dev/null >"$T/perf.txt"; grep -E "^pid $AGENT_PID .*(uprobe|uretprobe) .*filename .*$lib/" "$T/perf.txt" >"$T/ours.txt"
@@ -52,9 +52,11 @@ main() {
 	local during perf_during
 	during=$(ours)
 	perf_during=$(agent_fds 'perf_event')
-	# 11 runtime entry points + 3 return probes on the synchronising ones, 6 driver ones
-	expect "uprobe links on our copies while traced: $during, want 20 ($(awk '{n=split($9, p, "/"); printf "%s %s %s, ", $7, p[n], $11}' "$T/ours.txt"))" eq "$during" 20
-	expect "perf_event fds while traced: $perf_during, baseline $perf0" ge "$perf_during" $((perf0 + 20))
+	# --sentinel-launches all: 13 runtime entry points + 5 return probes on the
+	# synchronising ones (stream, device, event, cudaMemcpy), 9 driver ones + 3
+	# return probes (cuStream/cuCtx/cuEventSynchronize)
+	expect "uprobe links on our copies while traced: $during, want 30 ($(awk '{n=split($9, p, "/"); printf "%s %s %s, ", $7, p[n], $11}' "$T/ours.txt"))" eq "$during" 30
+	expect "perf_event fds while traced: $perf_during, baseline $perf0" ge "$perf_during" $((perf0 + 30))
 
 	sleep 0.2
 	touch "$go"
