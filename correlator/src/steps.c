@@ -416,6 +416,9 @@ static int cmp_mark_name(const void *a, const void *b)
 	return (*x)->ts < (*y)->ts ? -1 : (*x)->ts > (*y)->ts;
 }
 
+/* distinct preempting processes tallied per step (measure) */
+#define PREEMPTORS 8
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -728,6 +731,17 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 	 */
 	if (sg->net_seen)
 		s->net_bytes = 0;
+	/*
+	 * who took the CPU: the process whose preemptions cost the launcher the
+	 * most run-queue wait in the step (the first PREEMPTORS seen are
+	 * tallied), not the last one, which on a busy node is any passer-by
+	 */
+	struct {
+		uint32_t pid;
+		uint64_t ns;
+	} by[PREEMPTORS] = {0};
+	size_t nby = 0;
+
 	for (size_t i = 0; i < sg->nc; i++) {
 		const struct diag_cpu_event *e = &sg->c[i].e;
 		uint64_t a, b;
@@ -748,8 +762,16 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 			break;
 		case DIAG_CPU_RUNQ:
 			s->runq_ns = (s->runq_ns < 0 ? 0 : s->runq_ns) + (int64_t)(b - a);
-			if (e->other_pid)
-				s->preempt_pid = e->other_pid;
+			if (e->other_pid) {
+				size_t k = 0;
+
+				while (k < nby && by[k].pid != e->other_pid)
+					k++;
+				if (k == nby && nby < PREEMPTORS)
+					by[nby++].pid = e->other_pid;
+				if (k < nby)
+					by[k].ns += b - a;
+			}
 			break;
 		case DIAG_CPU_SYSCALL:
 			s->slow_syscalls = (s->slow_syscalls < 0 ? 0 : s->slow_syscalls) + 1;
@@ -760,6 +782,13 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 			break;
 		}
 	}
+	size_t best = 0;
+
+	for (size_t k = 1; k < nby; k++)
+		if (by[k].ns > by[best].ns)
+			best = k;
+	if (nby)
+		s->preempt_pid = by[best].pid;
 	/* the launcher was traced live but never left the CPU: zeros, not unknown */
 	if (sg->cpu_seen) {
 		if (s->offcpu_ns < 0)

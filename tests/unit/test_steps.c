@@ -394,6 +394,11 @@ static void test_auto_cycles_and_breakdown(void **state)
 		add_k(g->sg, 7, t0 + 30000, t0 + 4010000, 5000, "Memcpy DtoH", CORR_KIND_MEMCPY, 2);
 	}
 	assert_int_equal(diag_seg__add_cpu(g->sg, &ev), 0);
+	/* a later, shorter wait behind another process: 99 still took the CPU most */
+	ev.ts_ns = 10600000;
+	ev.dur_ns = 50000;
+	ev.other_pid = 55;
+	assert_int_equal(diag_seg__add_cpu(g->sg, &ev), 0);
 	{
 		/* another thread in step 1; a window from step 2 past its end; another process */
 		const struct diag_cpu_event net[] = {
@@ -427,7 +432,7 @@ static void test_auto_cycles_and_breakdown(void **state)
 		assert_int_equal(g->s[i].l2s_p50_ns, 1990000);
 		assert_int_equal(g->s[i].seq, (uint64_t)i);
 	}
-	assert_int_equal(g->s[0].runq_ns, 300000);
+	assert_int_equal(g->s[0].runq_ns, 350000);
 	assert_int_equal(g->s[0].preempt_pid, 99);
 	assert_int_equal(g->s[1].runq_ns, 0);
 	assert_int_equal(g->s[0].net_bytes, 0);
