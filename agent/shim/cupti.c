@@ -782,6 +782,8 @@ static void read_settings(void)
 	atomic_store(&g_shim.capture, s && !strcmp(s, "deep") ? MODE_DEEP : MODE_SENTINEL);
 }
 
+static void shim_at_exit(void);
+
 /*
  * Called by the CUDA driver (CUDA_INJECTION64_PATH) during initialisation.
  * Always reports success: a tracing problem must never fail the workload.
@@ -800,6 +802,7 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
 		atomic_store(&g_shim.ring[i].seq, i);
 	g_shim.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	pthread_atfork(NULL, NULL, on_fork_child);
+	atexit(shim_at_exit);
 
 	err = shim_cupti_setup(true);
 	if (err) {
@@ -818,19 +821,20 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
 }
 
 /*
- * At exit (or dlclose): let the shim thread flush and say goodbye, bounded in
- * time so a wedged CUPTI never holds up the process's exit.
+ * Let the shim thread flush and say goodbye, bounded in time so a wedged
+ * CUPTI never holds up the process's exit; then free what CUPTI gave back.
+ * Once only: from exit()'s handler or from the destructor, whichever first.
  */
-__attribute__((destructor)) static void shim_fini(void)
+static void shim_shutdown(void)
 {
+	static atomic_int done;
 	unsigned int i;
-	bool joined;
 
-	if (!atomic_load(&g_shim.started) || atomic_load(&g_shim.forked))
+	if (!atomic_load(&g_shim.started) || atomic_load(&g_shim.forked) ||
+	    atomic_exchange(&done, 1))
 		return;
 	shim_chan_stop();
-	joined = !g_shim.thr_started;
-	if (!joined)
+	if (g_shim.thr_started)
 		return; /* the thread is stuck somewhere: leak rather than free under it */
 	if (atomic_load(&g_shim.kinds_on) || g_shim.sub)
 		shim_cupti_teardown();
@@ -844,4 +848,22 @@ __attribute__((destructor)) static void shim_fini(void)
 	if (g_shim.efd >= 0)
 		close(g_shim.efd);
 	g_shim.efd = -1;
+}
+
+/*
+ * exit(): handlers registered with atexit() run last-registered first, all
+ * before any library destructor. Ours is registered inside cuInit(), so it
+ * runs while CUDA and CUPTI are still whole: the CUDA runtime's own exit
+ * handler (which destroys the contexts) and libcupti's and libcuda's
+ * destructors come after it.
+ */
+static void shim_at_exit(void)
+{
+	shim_shutdown();
+}
+
+/* dlclose() without exit(), or a process that never reached atexit() */
+__attribute__((destructor)) static void shim_fini(void)
+{
+	shim_shutdown();
 }

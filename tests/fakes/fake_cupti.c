@@ -57,6 +57,7 @@ static struct {
 	size_t nseen;
 	uint64_t dropped_pending;
 	uint64_t declined;
+	bool cuda_gone; /* fake_cupti_cuda_exit() */
 } f;
 
 static void lock_init(void)
@@ -96,7 +97,23 @@ static void logcall(const char *fn)
 		f.log[f.nlog++] = fn;
 }
 
+/* after the CUDA runtime's exit handler: what the real libcupti did (a crash) */
+static void need_driver(const char *fn)
+{
+	if (!f.cuda_gone)
+		return;
+	fprintf(stderr, "fake_cupti: %s after the CUDA runtime's exit handler\n", fn);
+	abort();
+}
+
 /* ---------------------------------------------------------- control API --- */
+
+void fake_cupti_cuda_exit(void)
+{
+	lk();
+	f.cuda_gone = true;
+	ulk();
+}
 
 void fake_cupti_reset(void)
 {
@@ -490,6 +507,7 @@ CUptiResult CUPTIAPI cuptiUnsubscribe(CUpti_SubscriberHandle sub)
 
 	lk();
 	logcall("cuptiUnsubscribe");
+	need_driver("cuptiUnsubscribe");
 	if (!f.subscribed || sub != (CUpti_SubscriberHandle)&f)
 		r = CUPTI_ERROR_INVALID_PARAMETER;
 	f.subscribed = false;
@@ -532,6 +550,7 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
 
 	lk();
 	logcall("cuptiActivityEnable");
+	need_driver("cuptiActivityEnable");
 	if (f.no_gpu)
 		r = CUPTI_ERROR_UNKNOWN;
 	else if ((unsigned)kind >= MAX_KINDS || !rec_size(kind))
@@ -546,6 +565,7 @@ CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
 {
 	lk();
 	logcall("cuptiActivityDisable");
+	need_driver("cuptiActivityDisable");
 	if ((unsigned)kind < MAX_KINDS)
 		f.kind_on[kind] = false;
 	ulk();
@@ -582,6 +602,7 @@ CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 	lk();
 	logcall(flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED ? "cuptiActivityFlushAll(forced)"
 							: "cuptiActivityFlushAll");
+	need_driver("cuptiActivityFlushAll");
 	if (f.flush_returns || (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED))
 		complete_all();
 	ulk();
@@ -606,6 +627,7 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
 {
 	lk();
 	logcall("cuptiFinalize");
+	need_driver("cuptiFinalize");
 	/* detached: CUPTI forgets every client setting and buffer */
 	f.req = NULL;
 	f.done = NULL;

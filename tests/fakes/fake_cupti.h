@@ -42,6 +42,15 @@ void fake_cupti_set_no_gpu(bool on);
 /* the CUDA 12.6U2-13.1 bug: kernels have start == end == 0 with a ts callback */
 void fake_cupti_set_zero_kernel_ts(bool on);
 
+/*
+ * The CUDA runtime's exit handler has run (it destroys the contexts). On an
+ * H100 (CUDA 13.0, driver 580.159.04) the real libcupti then crashed in
+ * cuptiActivityDisable (docs/operations.md, "Checking a GPU node"): from now
+ * on the double aborts, with a message, on any call that needs the driver
+ * (enable, disable, flush, unsubscribe, finalize).
+ */
+void fake_cupti_cuda_exit(void);
+
 /* call log: position of the first call to fn (0-based), or -1 */
 int fake_cupti_first_call(const char *fn);
 /* number of calls to fn */

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "fake_cupti.h"
@@ -647,6 +648,46 @@ static void test_agent_absent(void **state)
 	assert_false(t->status_invariant_broken);
 }
 
+/*
+ * The CUDA runtime's exit handler, registered (as libcudart registers its
+ * own) before cuInit() loads the shim: by the time it runs, the shim must
+ * have flushed and let go of CUPTI, which then goes away (the double aborts
+ * on any later call that needs the driver, as the real one crashed).
+ */
+static void cuda_runtime_exit(void)
+{
+	if (fake_cupti_first_call("cuptiActivityFlushAll(forced)") < 0 ||
+	    fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) ||
+	    fake_cupti_subscribed()) {
+		fprintf(stderr, "the shim still held CUPTI when the CUDA runtime exited\n");
+		_exit(3);
+	}
+	fake_cupti_cuda_exit();
+}
+
+/* exit() of a CUDA process with the shim: finished before CUDA, no crash after */
+static void test_process_exit(void **state)
+{
+	struct t *t = *state;
+	int st = 0;
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		atexit(cuda_runtime_exit);
+		load(t);
+		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+				    42);
+		exit(0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("the process ended with %s %d", WIFEXITED(st) ? "status" : "signal",
+			 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+}
+
 static bool accounted(struct t *t, const void *arg)
 {
 	const struct shim_status_event *s = last_status(t);
@@ -1034,6 +1075,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_zero_timestamp_fallback, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_no_gpu_inert, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_agent_absent, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_process_exit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_agent_slow, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_buffer_pool_bounded, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_mode_switch, setup, teardown),
