@@ -338,6 +338,21 @@ $(BUILD)/tests/integration/nccl_calls: tests/integration/nccl_calls.c $(FAKE_NCC
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< -ldl -lpthread
 
+# tests/fakes/nest_cudart.c (owner: tests/integration/cuda_nested.sh): a runtime double
+# that enters the driver's entry points from inside its own, as the real one does
+# on a real driver; named libcudart.so.13 so that discovery takes it for the runtime.
+# No sibling calls: each driver call must be a call from its code, as in libcudart.
+NEST_CUDART := $(BUILD)/tests/fakes/nest/libcudart.so.13
+$(NEST_CUDART): tests/fakes/nest_cudart.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_COMMON) -fPIC -fno-optimize-sibling-calls -fvisibility=hidden $(CFLAGS) \
+		-shared -Wl,-soname,libcudart.so.13 -o $@ $< -ldl
+$(BUILD)/tests/integration/nest_calls: tests/integration/nest_calls.c $(NEST_CUDART)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< -ldl -lpthread
+
 $(BUILD)/tests/integration/%: tests/integration/%.c
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)

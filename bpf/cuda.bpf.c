@@ -102,6 +102,46 @@ static __always_inline void fill_launch(struct cuda_launch_event *e, struct laun
 	e->pad = 0;
 }
 
+/*
+ * Nested calls. On a real driver the runtime enters the driver's exported
+ * entry point: cudaLaunchKernel calls cuLaunchKernel, cudaLaunchKernelExC
+ * cuLaunchKernelEx, cudaGraphLaunch cuGraphLaunch, cudaStreamSynchronize
+ * cuStreamSynchronize (seen on an H100, driver 580.159.04, CUDA 13.0:
+ * docs/operations.md, "Checking a GPU node"). Both probes fire; the call is
+ * the runtime's, once. (The stub libcuda of the toolkit fails cuInit, so the
+ * runtime never gets that far without a GPU.)
+ *
+ * A launch has no return probe, so the runtime entry leaves its time and
+ * address in the thread's entry, and the next driver launch of the same
+ * class (kernel or graph) on that thread is the nested one when it comes
+ * within NEST_WINDOW_NS (first launches load modules) and returns into code
+ * within NEST_RANGE of the runtime's entry point (its caller is libcudart,
+ * not the application): a direct driver call after a runtime call that
+ * failed early is not taken for nested. One runtime call folds one driver
+ * call.
+ */
+#define NEST_WINDOW_NS 1000000000ull
+#define NEST_RANGE (16ull << 20)
+
+static __always_inline bool nested_driver_call(struct pt_regs *ctx, struct thread_stats *ts,
+					       __u32 api, __u64 now)
+{
+	bool graph = API_BIT(api) & API_GRAPH_CLASS;
+	__u64 ra = 0, ip = ts->rt_call_ip;
+
+	if (!ts->rt_call_ns || now - ts->rt_call_ns > NEST_WINDOW_NS ||
+	    ts->rt_call_graph != graph)
+		return false;
+	/* at a function's first instruction the return address is at sp */
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)PT_REGS_SP(ctx)))
+		return false;
+	if (ra - ip > NEST_RANGE && ip - ra > NEST_RANGE)
+		return false;
+	ts->rt_call_ns = 0;
+	ts->nested++;
+	return true;
+}
+
 enum launch_dest {
 	DEST_NONE, /* counted only */
 	DEST_FLIGHT, /* sentinel with the flight recorder: this CPU's flight ring */
@@ -112,7 +152,8 @@ enum launch_dest {
  * Sentinel fast path, before any argument is read: count the call for a
  * traced thread, and say where its record goes, if anywhere.
  */
-static __always_inline enum launch_dest launch_begin(__u32 api, struct thread_stats **tsp,
+static __always_inline enum launch_dest launch_begin(struct pt_regs *ctx, __u32 api,
+						     struct thread_stats **tsp,
 						     struct runtime_cfg **rcp)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -122,6 +163,14 @@ static __always_inline enum launch_dest launch_begin(__u32 api, struct thread_st
 
 	if (!ts)
 		return DEST_NONE;
+	if (API_BIT(api) & API_DRIVER) {
+		if (nested_driver_call(ctx, ts, api, bpf_ktime_get_ns()))
+			return DEST_NONE;
+	} else if (API_BIT(api) & (API_LAUNCH_CLASS | API_GRAPH_CLASS)) {
+		ts->rt_call_ns = bpf_ktime_get_ns();
+		ts->rt_call_ip = PT_REGS_IP(ctx);
+		ts->rt_call_graph = !!(API_BIT(api) & API_GRAPH_CLASS);
+	}
 	rc = get_rcfg();
 	deep = is_deep(rc, id >> 32);
 	/*
@@ -230,7 +279,7 @@ static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct la
 	struct thread_stats *ts;                                                                   \
 	struct runtime_cfg *rc;                                                                    \
 	struct launch_args a = {};                                                                 \
-	enum launch_dest dest = launch_begin(api, &ts, &rc);                                       \
+	enum launch_dest dest = launch_begin(ctx, api, &ts, &rc);                                       \
 	if (dest == DEST_NONE || !rc)                                                              \
 		return 0
 
@@ -338,13 +387,25 @@ static __always_inline int drv_launch(struct pt_regs *ctx, __u32 api)
 	return emit_launch(ctx, api, &a, ts, rc, dest);
 }
 
-/* entry of cudaStreamSynchronize(stream) / cudaDeviceSynchronize() */
+/*
+ * entry of cudaStreamSynchronize(stream) / cudaDeviceSynchronize() ... A
+ * driver sync entered while a runtime one is open on the thread is nested
+ * in it (see nested_driver_call): the runtime call keeps its name and its
+ * whole time, and the driver call's return is skipped.
+ */
 static __always_inline int sync_enter(struct pt_regs *ctx, __u32 api, __u64 stream)
 {
 	struct thread_stats *ts = thread_current();
 
 	if (!ts)
 		return 0;
+	if (ts->sync_start_ns && (API_BIT(api) & API_DRIVER) &&
+	    !(API_BIT(ts->sync_api) & API_DRIVER)) {
+		ts->sync_nested = 1;
+		ts->nested++;
+		return 0;
+	}
+	ts->sync_nested = 0;
 	if (api < API_SLOTS)
 		ts->launches[api]++;
 	ts->sync_start_ns = bpf_ktime_get_ns();
@@ -364,6 +425,10 @@ static __always_inline int sync_exit(struct pt_regs *ctx)
 	ts = bpf_map_lookup_elem(&thread_stats, &(__u32){ (__u32)id });
 	if (!ts || !ts->sync_start_ns || ts->pid != id >> 32)
 		return 0;
+	if (ts->sync_nested) {
+		ts->sync_nested = 0;
+		return 0;
+	}
 	now = bpf_ktime_get_ns();
 	dur = now - ts->sync_start_ns;
 	ts->sync_count++;

@@ -314,6 +314,7 @@ struct thread_stats {
 	__u64 runq_hist[HIST_SLOTS]; /* log2(us) buckets */
 	__u64 stacks; /* user stacks captured */
 	__u64 stacks_limited; /* stacks skipped by the rate limit */
+	__u64 nested; /* driver entry points called by a traced runtime one: not in launches[] */
 	/* scratch */
 	__u64 offcpu_start_ns;
 	__u64 runq_start_ns;
@@ -338,6 +339,15 @@ struct thread_stats {
 	__u64 nccl_group_id; /* outermost ncclGroupStart entry time; 0 outside */
 	__u32 nccl_group_depth;
 	__u32 nccl_pad;
+	/*
+	 * The runtime launch this thread entered last, until the driver call it
+	 * nests is seen (bpf/cuda.bpf.c, nested_driver_call): entry time (0:
+	 * none), the probed function's address, and whether it was a graph launch
+	 */
+	__u64 rt_call_ns;
+	__u64 rt_call_ip;
+	__u32 rt_call_graph;
+	__u32 sync_nested; /* inside a driver sync nested in the open runtime one */
 };
 _Static_assert(sizeof(struct thread_stats) % 8 == 0, "thread_stats alignment");
 

@@ -354,6 +354,7 @@ static void emit_thread(struct agent *a, struct thread_prev *tp, const struct th
 	json_object_set_new(r, "stacks", json_integer((json_int_t)(cur->stacks - o->stacks)));
 	json_object_set_new(r, "stacks_limited",
 			    json_integer((json_int_t)(cur->stacks_limited - o->stacks_limited)));
+	json_object_set_new(r, "nested_calls", json_integer((json_int_t)(cur->nested - o->nested)));
 	json_object_set_new(r, "syscalls", sys);
 	rec_emit(a, REC_SUMMARY, r);
 }
