@@ -5,7 +5,7 @@
 # GPU and no broker (issue 2, item 7).
 #
 # Starts the agent in sentinel mode, then a small CUDA workload
-# (build/tests/integration/cuda_calls -s: two threads calling 17 of the 22 probed
+# (build/tests/integration/cuda_calls -s: two threads calling all 22 probed
 # CUDA entry points through the real libcudart and the stub libcuda, about
 # once a millisecond, sleeping in between) and some loopback UDP traffic; after
 # a few seconds it stops the agent and shows its readable summary, a few of
@@ -63,7 +63,7 @@ cat <<EOF
 
   This machine has no GPU: the workload's CUDA calls fail at once, but the
   probes see every call, which is all the agent needs. For ${SECS} s:
-    - a CUDA workload, 2 threads calling 17 of the 22 probed CUDA entry points
+    - a CUDA workload, 2 threads calling all 22 probed CUDA entry points
       about once a millisecond (sleeping 1 ms between rounds),
     - loopback UDP traffic, 200 datagrams of 1000 bytes.
   The agent runs in sentinel mode (the default): per-thread counters kept in

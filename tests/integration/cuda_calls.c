@@ -50,8 +50,9 @@ struct drv_config {
 typedef int (*launch_exc_fn)(const struct rt_config *, const void *, void **);
 typedef int (*graph_fn)(void *, void *);
 typedef int (*memcpy_fn)(void *, const void *, size_t, int, void *);
-typedef int (*stream_sync_fn)(void *);
-typedef int (*dev_sync_fn)(void);
+typedef int (*stream_sync_fn)(void *); /* also the event synchronisations */
+typedef int (*dev_sync_fn)(void); /* also cuCtxSynchronize */
+typedef int (*copy_fn)(void *, const void *, size_t, int);
 typedef int (*cu_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			    unsigned, void *, void **, void **);
 typedef int (*cu_launch_ex_fn)(const struct drv_config *, void *, void **, void **);
@@ -61,8 +62,9 @@ static struct {
 	launch_exc_fn exc, exc_ptsz;
 	graph_fn graph, graph_ptsz, cu_graph, cu_graph_ptsz;
 	memcpy_fn copy, copy_ptsz;
-	stream_sync_fn ssync, ssync_ptsz;
-	dev_sync_fn dsync;
+	stream_sync_fn ssync, ssync_ptsz, esync, cu_ssync, cu_esync;
+	dev_sync_fn dsync, cu_csync;
+	copy_fn sync_copy;
 	cu_launch_fn cu_launch, cu_launch_ptsz;
 	cu_launch_ex_fn cu_ex, cu_ex_ptsz;
 } f;
@@ -97,18 +99,23 @@ static const struct {
     {0, "cudaStreamSynchronize", (void **)&f.ssync},
     {0, "cudaStreamSynchronize_ptsz", (void **)&f.ssync_ptsz},
     {0, "cudaDeviceSynchronize", (void **)&f.dsync},
+    {0, "cudaEventSynchronize", (void **)&f.esync},
+    {0, "cudaMemcpy", (void **)&f.sync_copy},
     {1, "cuLaunchKernel", (void **)&f.cu_launch},
     {1, "cuLaunchKernel_ptsz", (void **)&f.cu_launch_ptsz},
     {1, "cuLaunchKernelEx", (void **)&f.cu_ex},
     {1, "cuLaunchKernelEx_ptsz", (void **)&f.cu_ex_ptsz},
     {1, "cuGraphLaunch", (void **)&f.cu_graph},
     {1, "cuGraphLaunch_ptsz", (void **)&f.cu_graph_ptsz},
+    {1, "cuStreamSynchronize", (void **)&f.cu_ssync},
+    {1, "cuCtxSynchronize", (void **)&f.cu_csync},
+    {1, "cuEventSynchronize", (void **)&f.cu_esync},
 };
 
 /* one round: every entry point once, with recognisable arguments */
 static void round_once(int idx)
 {
-	void *stream = (void *)(0x5000UL + idx);
+	void *stream = (void *)(0x5000UL + idx), *event = (void *)(0x9000UL + idx);
 	struct dim3 grid = { 7, 8, 9 }, block = { 32, 4, 2 };
 	struct rt_config rc = { grid, block, 256, stream, NULL, 0 };
 	struct drv_config dc = { 11, 12, 13, 64, 2, 1, 512, stream, NULL, 0 };
@@ -126,6 +133,8 @@ static void round_once(int idx)
 		f.ssync(stream);
 		f.ssync_ptsz(stream);
 		f.dsync();
+		f.esync(event);
+		f.sync_copy(buf, buf + 32, 8, 4);
 	}
 	if (f.cu_launch) {
 		f.cu_launch((void *)0xdef0, 1, 2, 3, 4, 5, 6, 1024, stream, NULL, NULL);
@@ -134,6 +143,9 @@ static void round_once(int idx)
 		f.cu_ex_ptsz(&dc, (void *)0xdef3, NULL, NULL);
 		f.cu_graph((void *)0x7000, stream);
 		f.cu_graph_ptsz((void *)0x7001, stream);
+		f.cu_ssync(stream);
+		f.cu_csync();
+		f.cu_esync(event);
 	}
 }
 

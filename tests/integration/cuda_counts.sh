@@ -19,8 +19,9 @@ CALLS=25
 APIS='["cudaLaunchKernel","cudaLaunchKernel_ptsz","cudaLaunchKernelExC",
 "cudaLaunchKernelExC_ptsz","cudaGraphLaunch","cudaGraphLaunch_ptsz","cudaMemcpyAsync",
 "cudaMemcpyAsync_ptsz","cudaStreamSynchronize","cudaStreamSynchronize_ptsz",
-"cudaDeviceSynchronize","cuLaunchKernel","cuLaunchKernel_ptsz","cuLaunchKernelEx",
-"cuLaunchKernelEx_ptsz","cuGraphLaunch","cuGraphLaunch_ptsz"]'
+"cudaDeviceSynchronize","cudaEventSynchronize","cudaMemcpy","cuLaunchKernel",
+"cuLaunchKernel_ptsz","cuLaunchKernelEx","cuLaunchKernelEx_ptsz","cuGraphLaunch",
+"cuGraphLaunch_ptsz","cuStreamSynchronize","cuCtxSynchronize","cuEventSynchronize"]'
 
 # run_cuda NAME [--pid] CUDA_CALLS_ARGS -- AGENT_ARGS: agent up, workload
 # attached, released, exited, agent stopped. With --pid the workload starts
@@ -90,7 +91,8 @@ sentinel_counts() {
 	expect "$1: counts differ: $bad" [ "$bad" = '""' ]
 }
 SYNC_CLASS='["cudaMemcpyAsync","cudaMemcpyAsync_ptsz","cudaStreamSynchronize",
-"cudaStreamSynchronize_ptsz","cudaDeviceSynchronize"]'
+"cudaStreamSynchronize_ptsz","cudaDeviceSynchronize","cudaEventSynchronize","cudaMemcpy",
+"cuStreamSynchronize","cuCtxSynchronize","cuEventSynchronize"]'
 GRAPH_CLASS='["cudaGraphLaunch","cudaGraphLaunch_ptsz","cuGraphLaunch","cuGraphLaunch_ptsz"]'
 
 # the default: the launch calls of the real libcudart and the stub libcuda
@@ -128,7 +130,14 @@ EXPECT='{
  "cuGraphLaunch":            {"graph_exec":"0x7000"},
  "cuGraphLaunch_ptsz":       {"graph_exec":"0x7001"}
 }'
-SYNCS='["cudaStreamSynchronize","cudaStreamSynchronize_ptsz","cudaDeviceSynchronize"]'
+# the call's one argument, as the record names it (docs/events.md,
+# cuda_sync): the stream, the event of the event syncs, cudaMemcpy's copy
+# kind (4, default); 0x0 for the device and context syncs. Thread i passes
+# stream 0x500i and event 0x900i ("s", "e" below).
+SYNCS='{"cudaStreamSynchronize":["stream","s"],"cudaStreamSynchronize_ptsz":["stream","s"],
+"cudaDeviceSynchronize":["stream","0x0"],"cudaEventSynchronize":["event","e"],
+"cudaMemcpy":["copy_kind",4],"cuStreamSynchronize":["stream","s"],
+"cuCtxSynchronize":["stream","0x0"],"cuEventSynchronize":["event","e"]}'
 
 if run_cuda cuda_deep --pid -t "$THREADS" -n "$CALLS" -- --mode deep; then
 	# issue 20: deep mode attaches what the default sentinel leaves out
@@ -152,12 +161,13 @@ if run_cuda cuda_deep --pid -t "$THREADS" -n "$CALLS" -- --mode deep; then
 	expect "cuda_launch records: $bad" [ "$bad" = '""' ]
 	bad=$(jqo --argjson pid "$PID" --argjson tids "$TIDS" --argjson syncs "$SYNCS" --argjson n "$CALLS" '
 		[.[] | select(.type == "cuda_sync" and .pid == $pid)] as $s
-		| [range($tids | length) as $i | $tids[$i] as $t | $syncs[] as $a
-		   | (if $a == "cudaDeviceSynchronize" then "0x0" else "0x500\($i)" end) as $stream
+		| [range($tids | length) as $i | $tids[$i] as $t | ($syncs | keys[]) as $a
+		   | $syncs[$a][0] as $f
+		   | ({"s": "0x500\($i)", "e": "0x900\($i)"}[$syncs[$a][1] | tostring] // $syncs[$a][1]) as $want
 		   | ($s | map(select(.tid == $t and .api == $a))) as $rs
 		   | (if ($rs | length) != $n then "tid \($t) \($a): \($rs | length) records" else empty end),
-		     ($rs[] | select(.stream != $stream or (.dur_ns | type) != "number" or .dur_ns <= 0)
-		      | "tid \($t) \($a): stream \(.stream) dur_ns \(.dur_ns)")]
+		     ($rs[] | select(.[$f] != $want or (.dur_ns | type) != "number" or .dur_ns <= 0)
+		      | "tid \($t) \($a): \($f) \(.[$f]) (want \($want)) dur_ns \(.dur_ns)")]
 		| unique | .[0:4] | join("; ")')
 	expect "cuda_sync records: $bad" [ "$bad" = '""' ]
 	# default --stack-rate 100: the first launches of each thread carry a stack

@@ -14,7 +14,7 @@ it_preflight late_discovery
 
 THREADS=2
 CALLS=5
-NAPIS=17
+NAPIS=22
 
 main() {
 	local lib=$T/lib go=$T/late.go out=$T/late.calls wpid pid

@@ -34,7 +34,7 @@ fi
 
 THREADS=3
 CALLS=25
-LAUNCH_APIS=14 # the 17 probed entry points less the 3 synchronising ones
+LAUNCH_APIS=14 # the 22 probed entry points less the 8 synchronising ones
 SOCK=$T/ctl/agent.sock
 ctl() { "$CTL" --socket "$SOCK" "$@"; }
 
