@@ -15,6 +15,8 @@
 #   sentinel:  torch_steps.py again in sentinel mode: gpu_summary records
 #              count every kernel (those past the shim's launch-record budget
 #              unmatched, by design), then with the budget raised: all joined
+#   nccl:      tests/gpu/torch_nccl.py: real NCCL collectives on one rank,
+#              each decoded and joined to its NCCL kernel
 #   overhead:  ns per cudaLaunchKernel call (real_cuda -b) bare, under the
 #              agent in each mode, with the shim injected; reported
 #
@@ -23,7 +25,8 @@
 # (where the records and reports go, default $BUILD/gpu_check), AGENT_LD
 # (a library folder for the agent alone, when it was built on another
 # machine), ROUNDS (real_cuda rounds per thread, default 20), STEPS (torch
-# steps, default 30), OVERHEAD_ROUNDS (default 3; 0 skips the overhead runs),
+# steps, default 30), GPU_CHECK_ONLY (some of: cuda torch sentinel nccl
+# overhead; default all), OVERHEAD_ROUNDS (default 3; 0 skips the overhead runs),
 # BENCH_LAUNCHES (launches per overhead run, default 100000). Exit status: 0 when every run that could run passed.
 set -u
 
@@ -160,25 +163,40 @@ check() { # check NAME MODE [ARG]: tests/gpu/check_real.py's report
 	cat "$DIR/$name.report.json"
 }
 
-live cuda deep "$REAL_CUDA" -t 2 -n "$ROUNDS" && check cuda cuda || rc=1
+# want SECTION: whether GPU_CHECK_ONLY (a space-separated list) names it, or is unset
+want() { [ -z "${GPU_CHECK_ONLY:-}" ] || [[ " $GPU_CHECK_ONLY " == *" $1 "* ]]; }
 
-if $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-	if live torch deep $PY "$HERE/tests/gpu/torch_steps.py" -n "$STEPS"; then
-		check torch torch
-		dk=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["by_type"].get("kernel", 0))' \
-			"$DIR/torch.report.json" 2>/dev/null)
+if want cuda; then
+	live cuda deep "$REAL_CUDA" -t 2 -n "$ROUNDS" && check cuda cuda || rc=1
+fi
+
+if ! $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	say "SKIP torch, sentinel, nccl: python3 has no torch with CUDA"
+else
+	dk=
+	if want torch || want sentinel; then
+		if live torch deep $PY "$HERE/tests/gpu/torch_steps.py" -n "$STEPS"; then
+			check torch torch
+			dk=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["by_type"].get("kernel", 0))' \
+				"$DIR/torch.report.json" 2>/dev/null)
+		else
+			rc=1
+		fi
+	fi
+	if want sentinel; then
 		live torch_sentinel sentinel $PY "$HERE/tests/gpu/torch_steps.py" -n "$STEPS" &&
 			check torch_sentinel sentinel $dk || rc=1
 		# the launch-record budget raised: then every kernel is joined in sentinel too
 		live torch_sentinel_all sentinel env INFERTRACE_SHIM_LAUNCH_RATE=10000000 \
 			$PY "$HERE/tests/gpu/torch_steps.py" -n "$STEPS" &&
 			check torch_sentinel_all sentinel $dk --all-joined || rc=1
-	else
-		rc=1
 	fi
-else
-	say "SKIP torch: python3 has no torch with CUDA"
+	# real NCCL, one rank: collectives decoded and joined to their kernels
+	if want nccl; then
+		live nccl deep $PY "$HERE/tests/gpu/torch_nccl.py" -n 10 && check nccl nccl || rc=1
+	fi
 fi
+
 # overhead: what one cudaLaunchKernel costs the launching thread (real_cuda
 # -b), side by side in one run, each configuration 3 times, interleaved:
 # bare; the agent in sentinel (no launch probe); deep (the launch probes:
@@ -215,6 +233,7 @@ print("%-18s mean %7.0f ns  p50 %6d  p99 %6d" % (sys.argv[2], r["launch_ns_mean"
 }
 rm -f "$DIR/overhead.txt"
 ROUNDS_OH=${OVERHEAD_ROUNDS:-3}
+want overhead || ROUNDS_OH=0
 [ "$ROUNDS_OH" -gt 0 ] &&
 	say "overhead: ns per cudaLaunchKernel call on the launching thread ($BENCH_N launches, $ROUNDS_OH rounds)"
 for ((round = 1; round <= ROUNDS_OH; round++)); do

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 """check_real - what the real-GPU check (scripts/gpu_check.sh) asserts.
 
-usage: check_real.py cuda|torch|sentinel WORKLOAD_LINES AGENT_JSONL [DEEP_KERNELS] [--all-joined]
+usage: check_real.py cuda|torch|nccl|sentinel WORKLOAD_LINES AGENT_JSONL [DEEP_KERNELS] [--all-joined]
 
 cuda (tests/gpu/real_cuda.cu under --mode deep): every call of the workload has
   exactly its n GPU records, each joined to it: matched, same pid and tid, the
@@ -19,6 +19,11 @@ cuda (tests/gpu/real_cuda.cu under --mode deep): every call of the workload has
 torch (tests/gpu/torch_steps.py under --mode deep): every GPU record of the
   process joined, started after its launch, inside a step's [t0, t2] or
   before the first (warm-up); which entry points launched them.
+nccl (tests/gpu/torch_nccl.py under --mode deep: one rank, real NCCL): each
+  collective call has one `collective` record (op, count, datatype, bytes,
+  the communicator known: rank 0 of 1, enqueue inside the call, GPU start
+  after it when joined), an nccl_comm record exists, and every NCCL kernel
+  the GPU ran is joined to a collective.
 sentinel (torch_steps.py in sentinel mode): gpu_summary records count the
   process's kernels, as many as the deep run's DEEP_KERNELS. In sentinel the
   shim sends at most INFERTRACE_SHIM_LAUNCH_RATE (200) kernel-launch records
@@ -237,6 +242,50 @@ def check_sentinel(work, agent, deep_kernels, all_joined):
     return rep, not bad
 
 
+def check_nccl(work, agent):
+    pid = next(w["pid"] for w in work if "pid" in w)
+    calls = [w for w in work if "op" in w]
+    colls = [r for r in agent if r.get("type") == "collective" and r.get("pid") == pid]
+    comms = [r for r in agent if r.get("type") == "nccl_comm" and r.get("pid") == pid]
+    kernels = [r for r in agent if r.get("type") == "kernel" and r.get("pid") == pid
+               and "nccl" in (r.get("name") or "").lower()]
+    bad = []
+    for c in calls:
+        m = [r for r in colls if r.get("tid") == c["tid"] and r.get("op") == c["op"]
+             and r.get("enqueue_ns") is not None and c["t0"] <= r["enqueue_ns"] <= c["t1"]]
+        tag = "%s step %d" % (c["op"], c["step"])
+        if len(m) != 1:
+            bad.append("%s: %d collective records in [t0,t1], want 1" % (tag, len(m)))
+            continue
+        r = m[0]
+        want = {"count": c["count"], "datatype": c["dtype"], "bytes": c["count"] * 2,
+                "comm_known": True, "rank": 0, "nranks": 1}
+        diff = ["%s %s (want %s)" % (k, r.get(k), v) for k, v in want.items() if r.get(k) != v]
+        if diff:
+            bad.append("%s: %s" % (tag, ", ".join(diff)))
+        if r.get("joined") and not (r["enqueue_ns"] < r["gpu_start_ns"] <= r["gpu_end_ns"]):
+            bad.append("%s: enqueue %s gpu %s-%s" % (tag, r["enqueue_ns"], r.get("gpu_start_ns"),
+                                                     r.get("gpu_end_ns")))
+    # every NCCL kernel the GPU ran is some collective's
+    joined = {(r.get("kernel"), r.get("gpu_start_ns")) for r in colls if r.get("joined")}
+    lone = [k for k in kernels if (k.get("name"), k.get("start_ns")) not in joined]
+    if lone:
+        bad.append("%d of %d NCCL kernels joined to no collective (first: %s)" % (
+            len(lone), len(kernels), lone[0].get("name")))
+    if not comms:
+        bad.append("no nccl_comm record")
+    rep = {"pid": pid, "calls": len(calls), "collective_records": len(colls),
+           "by_op": dict(collections.Counter(r.get("op") for r in colls)),
+           "joined": sum(1 for r in colls if r.get("joined")),
+           "kernels": dict(collections.Counter(k.get("name") for k in kernels)),
+           "nccl_comm": [{k: r.get(k) for k in ("api", "comm_hash", "rank", "nranks", "ret")}
+                         for r in comms][:4],
+           "first_collective": {k: v for k, v in (colls[0] if colls else {}).items()
+                                if k not in ("schema", "host", "instance")},
+           "problems": len(bad), "first_problems": bad[:12]}
+    return rep, not bad
+
+
 def main():
     if len(sys.argv) < 4:
         sys.stderr.write(__doc__)
@@ -249,12 +298,14 @@ def main():
         rep, ok = check_cuda(work, agent)
     elif mode == "torch":
         rep, ok = check_torch(work, agent)
+    elif mode == "nccl":
+        rep, ok = check_nccl(work, agent)
     elif mode == "sentinel":
         rest = sys.argv[4:]
         dk = next((int(a) for a in rest if a.isdigit()), None)
         rep, ok = check_sentinel(work, agent, dk, "--all-joined" in rest)
     else:
-        sys.stderr.write("check_real: mode is cuda, torch or sentinel\n")
+        sys.stderr.write("check_real: mode is cuda, torch, nccl or sentinel\n")
         return 2
     rep["ok"] = ok
     print(json.dumps(rep, indent=1))
