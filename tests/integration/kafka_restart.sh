@@ -16,13 +16,16 @@
 #   kafka_restart_exit   the same with SIGTERM and --flush-timeout 1: the
 #                        producer's queue goes back to the spill at exit, so
 #                        every record of both runs arrives, once, in order.
+#   kafka_stop_order     SIGINT, then SIGKILL as soon as the agent starts
+#                        detaching its uprobes (a stop deadline): every record
+#                        it wrote, the final stats included, is in Kafka.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/kafka_lib.sh"
 
-kafka_preflight kafka_restart_kill9 kafka_restart_exit
-it_preflight kafka_restart_kill9 kafka_restart_exit
-mock_start || { for n in kafka_restart_kill9 kafka_restart_exit; do
+kafka_preflight kafka_restart_kill9 kafka_restart_exit kafka_stop_order
+it_preflight kafka_restart_kill9 kafka_restart_exit kafka_stop_order
+mock_start || { for n in kafka_restart_kill9 kafka_restart_exit kafka_stop_order; do
 	echo "FAIL $n: mock cluster did not start: $(head -c 300 "$T/mock.err")"; done; exit 0; }
 
 # the agents trace only this idle process: CUDA processes of other tests
@@ -85,8 +88,46 @@ case_exit() {
 	expect_compare "$c"
 }
 
+# kafka_stop_order: a stop deadline (systemd's TimeoutStopSec, the pod's
+# grace period) kills the agent while it detaches its uprobes, which is slow
+# (each link waits for an RCU grace period in the kernel); by then everything
+# it wrote, the final stats record included, must be in Kafka
+case_stop_order() {
+	local c n wp go=$T/so.go i
+	mock_up || { fail_because "mock did not set the broker up"; return; }
+	# a CUDA process: the agent holds uprobe links on its libraries
+	bg_start "$T/so.calls" "$CUDA_CALLS" -t 1 -n 5 -w "$go" -l 600
+	wp=$BG_PID
+	wait_line "$T/so.calls" 10 || { fail_because "cuda_calls printed nothing"; return; }
+	agent_start so --pid "$wp" -i 0.05 --no-net --kafka "$BROKERS" --kafka-topic-prefix so \
+		--spill-dir "$T/spill.so" --flush-timeout 10 ||
+		{ fail_because "agent did not start: $(agent_tail)"; return; }
+	cuda_attached "$wp" 10 || { fail_because "no attach record for pid $wp: $(agent_tail)"; return; }
+	touch "$go"
+	wait_workload_done "$T/so.calls" 10 || fail_because "cuda_calls did not finish its calls"
+	sleep 0.3
+	kill -INT "$AGENT_PID"
+	for ((i = 0; i < 300; i++)); do
+		grep -q 'records delivered; detaching' "$AGENT_ERR" && break
+		sleep 0.05
+	done
+	kill -KILL "$AGENT_PID" # the deadline, as soon as the detach begins
+	wait_exit "$AGENT_PID" 30 || { fail_because "agent did not die"; return; }
+	expect "the agent did not say it delivered before detaching: $(agent_tail)" \
+		grep -q 'records delivered; detaching' "$AGENT_ERR"
+	kill "$wp" 2>/dev/null
+	KTOPICS="so.steps so.anomalies so.events so.stats" kafka_dump "$T/so.dump"
+	n=$(jq -s '[.[] | .payload | fromjson? | select(.type == "stats" and .final)] | length' "$T/so.dump")
+	expect "final stats records in Kafka: ${n:-none}, want 1" eq "${n:-x}" 1
+	# sentinel's single events stay local (docs/operations.md, Kafka)
+	c=$(kafka_compare "$T/so.dump" exact "$T/so.jsonl")
+	UNSENT_TYPES="cuda_launch cuda_sync offcpu runq syscall tcp_retransmit" expect_compare "$c"
+}
+
 case_kill9
 report kafka_restart_kill9
 case_exit
 report kafka_restart_exit
+case_stop_order
+report kafka_stop_order
 mock_stop
