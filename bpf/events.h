@@ -209,14 +209,15 @@ enum offcpu_cause {
 };
 
 /*
- * EV_OFFCPU, 56 bytes: one off-CPU interval of a traced thread, from
+ * EV_OFFCPU, 64 bytes: one off-CPU interval of a traced thread, from
  * switch-out (hdr.ts_ns) to switch-in, above the configured threshold.
- * by_tid/by_comm: the task that took the CPU when the thread left it.
+ * by_tid/by_comm/by_pid: the task that took the CPU when the thread left it,
+ * and its process (thread group).
  *
- *  0        24        32      36       40                56
- *  +--------+---------+-------+--------+-----------------+
- *  | hdr    | dur_ns  | cause | by_tid | by_comm[16]     |
- *  +--------+---------+-------+--------+-----------------+
+ *  0        24        32      36       40                56       60    64
+ *  +--------+---------+-------+--------+-----------------+--------+-----+
+ *  | hdr    | dur_ns  | cause | by_tid | by_comm[16]     | by_pid | pad |
+ *  +--------+---------+-------+--------+-----------------+--------+-----+
  */
 struct offcpu_event {
 	struct event_hdr hdr;
@@ -224,8 +225,10 @@ struct offcpu_event {
 	__u32 cause;
 	__u32 by_tid;
 	char by_comm[TASK_COMM_LEN];
+	__u32 by_pid;
+	__u32 pad;
 };
-_Static_assert(sizeof(struct offcpu_event) == 56, "offcpu_event ABI");
+_Static_assert(sizeof(struct offcpu_event) == 64, "offcpu_event ABI");
 
 /*
  * EV_RUNQ, 32 bytes: run-queue wait (wake-up or preemption until the thread
@@ -348,6 +351,8 @@ struct thread_stats {
 	__u64 rt_call_ip;
 	__u32 rt_call_graph;
 	__u32 sync_nested; /* inside a driver sync nested in the open runtime one */
+	__u32 offcpu_by_pid; /* the process of offcpu_by_tid */
+	__u32 pad_by;
 };
 _Static_assert(sizeof(struct thread_stats) % 8 == 0, "thread_stats alignment");
 

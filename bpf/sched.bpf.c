@@ -36,6 +36,7 @@ static __always_inline void on_switch_out(struct task_struct *prev, struct task_
 	ts->offcpu_cause = runnable ? OFFCPU_PREEMPTED : OFFCPU_BLOCKED;
 	ts->runq_start_ns = runnable ? now : 0;
 	ts->offcpu_by_tid = BPF_CORE_READ(next, pid);
+	ts->offcpu_by_pid = BPF_CORE_READ(next, tgid);
 	bpf_probe_read_kernel_str(ts->offcpu_by_comm, sizeof(ts->offcpu_by_comm), next->comm);
 }
 
@@ -90,6 +91,8 @@ static __always_inline void on_switch_in(struct task_struct *next, __u64 now)
 				e->cause = ts->offcpu_cause;
 				e->by_tid = ts->offcpu_by_tid;
 				__builtin_memcpy(e->by_comm, ts->offcpu_by_comm, sizeof(e->by_comm));
+				e->by_pid = ts->offcpu_by_pid;
+				e->pad = 0;
 				bpf_ringbuf_submit(e, 0);
 			}
 		}

@@ -191,6 +191,7 @@ static int decode_offcpu(struct agent *a, const struct offcpu_event *e)
 	json_object_set_new(r, "cause",
 			    json_string(e->cause == OFFCPU_PREEMPTED ? "preempted" : "blocked"));
 	json_object_set_new(r, "by_tid", json_integer(e->by_tid));
+	json_object_set_new(r, "by_pid", json_integer(e->by_pid));
 	json_object_set_new(r, "by_comm", str_n(e->by_comm, sizeof(e->by_comm)));
 	return rec_emit(a, REC_EVENT, r);
 }
@@ -252,7 +253,7 @@ static void to_diag(struct agent *a, const struct event_hdr *h)
 		/* a preempted thread waits in the run queue: that is CPU contention */
 		e.kind = o->cause == OFFCPU_PREEMPTED ? DIAG_CPU_RUNQ : DIAG_CPU_OFFCPU;
 		e.dur_ns = o->dur_ns;
-		e.other_pid = o->by_tid;
+		e.other_pid = o->by_pid; /* the process that took the CPU, not its thread */
 	} else if (h->type == EV_RUNQ) {
 		return; /* already counted in the off-CPU interval that holds it */
 	} else if (h->type == EV_NET_IO) {

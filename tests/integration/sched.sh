@@ -5,7 +5,8 @@
 #   offcpu_sleep: a thread sleeping 10 x 50 ms is ~500 ms off-CPU, blocked,
 #                 with one offcpu event per sleep
 #   runq_pinned:  a busy thread pinned to the CPU of another busy loop waits
-#                 in the run queue (preempted)
+#                 in the run queue (preempted), and the loop's process is
+#                 named (by_pid) as one that took its CPU
 # Durations are measured, never the code's speed: tolerances cover a loaded
 # machine (late wake-ups), not a slow agent.
 source "$(dirname "$0")/lib.sh"
@@ -50,6 +51,10 @@ if run_traced runq "" taskset -c "$cpu" "$WORKLOAD" spin -w "$T/runq.go" "$SPIN"
 	expect "runq_ns $runq > offcpu ns $((pre + blk))" le "$runq" $((pre + blk))
 	hist=$(jqo --argjson tid "$WTID" --argjson pid "$WPID" '[.[] | select(.type == "thread" and .pid == $pid and .tid == $tid) | .runq_hist_us[]] | add // 0')
 	expect "runq_hist_us holds $hist waits, runq_count $rcount" eq "$hist" "$rcount"
+	# the spinner's process (by_pid) took the CPU from the traced thread at least once
+	sp=$(jqo --argjson tid "$WTID" --argjson pid "$WPID" --argjson s "$spinner" '[.[] | select(.type == "offcpu"
+		and .pid == $pid and .tid == $tid and .cause == "preempted" and .by_pid == $s)] | length')
+	expect "no preempted offcpu event with by_pid = the spinner $spinner" ge "$sp" 1
 fi
 kill "$spinner" 2>/dev/null
 report runq_pinned
