@@ -146,8 +146,10 @@ agent_start() {
 	return 1
 }
 
-# agent_stop [SIGNAL]: signal the agent (default INT), wait up to 15 s; exit
-# status in AGENT_RC; false when it did not exit
+# agent_stop [SIGNAL]: signal the agent (default INT), wait up to 60 s (its
+# uprobes' detach takes 0.1 s a link idle, about 1 s a link on a loaded
+# machine: docs/operations.md); exit status in AGENT_RC; false when it did
+# not exit
 # agent_start_metrics NAME [options]: agent_start with --metrics on a free
 # loopback port (up to 5 tries when the port is taken); sets PORT
 agent_start_metrics() {
@@ -164,7 +166,7 @@ agent_stop() {
 	local sig=${1:-INT}
 	[ -n "$AGENT_PID" ] || return 1
 	kill -"$sig" "$AGENT_PID" 2>/dev/null
-	wait_exit "$AGENT_PID" 15 || return 1
+	wait_exit "$AGENT_PID" 60 || return 1
 	AGENT_RC=$WAIT_RC
 	return 0
 }
