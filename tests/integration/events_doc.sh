@@ -22,15 +22,19 @@ trap cleanup EXIT
 
 # --- static: keys in the sources ------------------------------------------
 missing=""
-keys=$( { grep -ohE 'json_object_set_new\([a-z_]+, "[a-z0-9_]+"' agent/*.c agent/{core,sinks,pipeline,sources,control}/*.c correlator/src/*.c 2>/dev/null |
+# the sources as one line each (a call clang-format broke after "(" or "r,"
+# still matches), string literals and all
+flat() { for f in agent/*.c agent/{core,sinks,pipeline,sources,control}/*.c correlator/src/*.c; do
+	[ -f "$f" ] && tr '\n\t' '  ' <"$f" && echo; done; }
+keys=$( { flat | grep -ohE 'json_object_set_new\( *[a-z_]+, *"[a-z0-9_]+"' |
 	sed -E 's/.*"([a-z0-9_]+)"/\1/'
-	grep -ohE 'json_pack\("[^"]*"[^;]*' agent/*.c agent/{core,sinks,pipeline,sources,control}/*.c correlator/src/*.c 2>/dev/null |
+	flat | grep -ohE 'json_pack\( *"[^"]*"[^;]*' |
 	grep -oE '"[a-z_][a-z0-9_]*"' | tr -d '"'
 	# keys written from a table: KS("name", member) in agent/sinks/sink_kafka.c
-	grep -ohE 'KS\("[a-z0-9_]+"' agent/{sinks,pipeline,sources,control}/*.c 2>/dev/null |
+	flat | grep -ohE 'KS\( *"[a-z0-9_]+"' |
 	sed -E 's/.*"([a-z0-9_]+)"/\1/'
 	# keys of the hand writer (correlator/include/jsonw.h): jw_uint(&w, "name", ...)
-	grep -ohE 'jw_[a-z_]+\(&?[a-z]+, "[a-z0-9_]+"' agent/*.c agent/{core,sinks,pipeline,sources,control}/*.c correlator/src/*.c 2>/dev/null |
+	flat | grep -ohE 'jw_[a-z_]+\( *&?[a-z]+, *"[a-z0-9_]+"' |
 	sed -E 's/.*"([a-z0-9_]+)"/\1/'; } | sort -u)
 for k in $keys; do
 	grep -qE "\`([a-z_]+(\[\])?\.)?$k\`" "$DOC" || missing="$missing $k"
