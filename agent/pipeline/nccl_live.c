@@ -426,11 +426,14 @@ void nccl_on_call(struct agent *a, const struct nccl_call_event *e)
 void nccl_on_kernel(struct agent *a, const struct corr_gpu *g, const struct corr_launch *l)
 {
 	struct nccl_live *n = a->nccl;
+	struct corr_collective kn = {0};
 	uint64_t group = 0;
 	bool first = true;
 
 	if (!n || !n->h_len || !l || !g->name || !strstr(g->name, "nccl"))
 		return;
+	/* the algorithm and protocol NCCL chose are in the kernel's name (static strings) */
+	corr_coll_from_kernel(g->name, &kn);
 	for (uint32_t k = 0; k < n->h_len; k++) {
 		struct held *h = &n->hold[(n->h_head + k) % HOLD_MAX];
 
@@ -447,6 +450,8 @@ void nccl_on_kernel(struct agent *a, const struct corr_gpu *g, const struct corr
 		h->c.gpu_start_ns = g->start_ns;
 		h->c.gpu_end_ns = g->end_ns;
 		h->c.device = g->device;
+		h->c.algo = kn.algo;
+		h->c.proto = kn.proto;
 		snprintf(h->kernel, sizeof(h->kernel), "%s", g->name);
 		if (!group)
 			break;

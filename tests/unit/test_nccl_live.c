@@ -192,6 +192,8 @@ static void test_kernel_join(void **state)
 	assert_json_int(r, "gpu_start_ns", 5000);
 	assert_json_int(r, "gpu_end_ns", 5700);
 	assert_json_int(r, "device", 3);
+	assert_json_str(r, "algorithm", "RING"); /* from the kernel's name */
+	assert_json_str(r, "protocol", "LL");
 	assert_json_int(r, "enqueue_ns", 1000);
 	json_decref(cs);
 
@@ -205,6 +207,9 @@ static void test_kernel_join(void **state)
 		assert_json_int(r, "group", 2000);
 		assert_json_str(r, "kernel", k2);
 		assert_json_int(r, "gpu_start_ns", 8000);
+		/* a send/recv kernel's name has neither */
+		assert_true(json_is_null(json_object_get(r, "algorithm")));
+		assert_true(json_is_null(json_object_get(r, "protocol")));
 	}
 	assert_json_str(json_array_get(cs, 2), "op", "allgather");
 	json_decref(cs);
