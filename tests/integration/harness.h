@@ -38,6 +38,14 @@ static inline void print_pid_tid(void)
 	fflush(stdout);
 }
 
+/* {"pid":P,"tid":T,"rank":R}: one rank of a communicator (the NCCL workloads) */
+static inline void print_pid_tid_rank(int rank)
+{
+	printf("{\"pid\":%d,\"tid\":%ld,\"rank\":%d}\n", getpid(), (long)syscall(SYS_gettid),
+	       rank);
+	fflush(stdout);
+}
+
 /*
  * n threads fn((void *)i), returned once each has reached ready (a barrier
  * of n + 1 that fn waits on, and may wait on again); then the first line a

@@ -251,6 +251,16 @@ agent_fds() { # agent_fds REGEX
 	echo "${n:-0}"
 }
 
+# nccl_id_hash BYTE: the communicator hash the agent gives an ncclUniqueId of
+# 128 bytes BYTE (FNV-1a 64, corr_coll_hash), as collective.comm writes it
+nccl_id_hash() {
+	python3 -c "
+h = 0xcbf29ce484222325
+for b in bytes([$1]) * 128:
+    h = ((h ^ b) * 0x100000001b3) & (2**64 - 1)
+print('0x%x' % h)"
+}
+
 # ---------------------------------------------------------------- netns ----
 netns_add() { # netns_add NAME
 	ip netns add "$1" || return 1

@@ -150,11 +150,7 @@ if run_calls nccl_deep deep; then
 			| unique | .[0:4] | join("; ")')
 		expect "tid $tid: $bad" [ "$bad" = '""' ]
 		# ncclCommInitRank(Config): nranks, rank, the unique id (128 bytes 0x40+i) hashed
-		hash=$(python3 -c "
-h = 0xcbf29ce484222325
-for b in bytes([0x40 + $i]) * 128:
-    h = ((h ^ b) * 0x100000001b3) & (2**64 - 1)
-print('0x%x' % h)")
+		hash=$(nccl_id_hash $((0x40 + i)))
 		bad=$(jqo --argjson pid "$PID" --argjson tid "$tid" --argjson i "$i" --arg h "$hash" '
 			[.[] | select(.type == "nccl_comm" and .pid == $pid and .tid == $tid)] as $c
 			| [$c[] | select(.api == "ncclCommInitRank")

@@ -150,8 +150,7 @@ static int rank_mode(int rank, int nranks, int idb, int steps, int delay_ms, int
 	nccl_id id;
 	int err;
 
-	printf("{\"pid\":%d,\"tid\":%ld,\"rank\":%d}\n", getpid(), (long)syscall(SYS_gettid), rank);
-	fflush(stdout);
+	print_pid_tid_rank(rank);
 	await_file(go_file, 0);
 	memset(&id, idb, sizeof(id));
 	err = f.init_rank(&comm, nranks, id, rank);
