@@ -261,6 +261,16 @@ for b in bytes([$1]) * 128:
 print('0x%x' % h)"
 }
 
+# nccl_calls_want N: stats.nccl.calls after N rounds of nccl_calls' round_once()
+# (tests/integration/nccl_calls.c) on the real libnccl.so.2: ncclBcast is seen as
+# the ncclBroadcast NCCL calls inside it
+nccl_calls_want() {
+	jq -n -c --argjson n "$1" '{ncclAllReduce: (2 * $n), ncclAllGather: $n, ncclReduceScatter: $n,
+		ncclBroadcast: (2 * $n), ncclReduce: $n, ncclAlltoAll: $n, ncclSend: $n, ncclRecv: $n,
+		ncclGroupStart: $n, ncclGroupEnd: $n, ncclCommInitRank: $n, ncclCommInitRankConfig: $n,
+		ncclCommInitAll: $n, ncclCommSplit: $n, ncclCommDestroy: $n, ncclCommAbort: $n}'
+}
+
 # ---------------------------------------------------------------- netns ----
 netns_add() { # netns_add NAME
 	ip netns add "$1" || return 1
