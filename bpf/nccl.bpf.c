@@ -259,6 +259,26 @@ static __always_inline int init_rank(struct pt_regs *ctx, __u32 api)
 NCCL_UPROBE(ncclCommInitRank, init_rank, NCCL_COMM_INIT_RANK)
 NCCL_UPROBE(ncclCommInitRankConfig, init_rank, NCCL_COMM_INIT_RANK_CONFIG)
 
+/*
+ * ncclCommInitRankScalable(newcomm*, nranks, myrank, nId, commIds*, config):
+ * "the number of ncclUniqueIds and their order must be the same for every
+ * rank" (nccl.h), so the first id names the communicator on every rank
+ */
+SEC("uprobe")
+int BPF_KPROBE(ncclCommInitRankScalable)
+{
+	struct nccl_pending *p = pending_new(NCCL_COMM_INIT_RANK_SCALABLE);
+
+	if (!p)
+		return 0;
+	p->out = PT_REGS_PARM1(ctx);
+	p->ev.nranks = (__s32)PT_REGS_PARM2(ctx);
+	p->ev.rank = (__s32)PT_REGS_PARM3(ctx);
+	if ((int)PT_REGS_PARM4(ctx) >= 1)
+		bpf_probe_read_user(p->ev.id, sizeof(p->ev.id), (void *)PT_REGS_PARM5(ctx));
+	return 0;
+}
+
 /* ncclCommInitAll(comm*, ndev, devlist): one comm per device, ranks 0..ndev-1 */
 SEC("uprobe")
 int BPF_KPROBE(ncclCommInitAll)
@@ -272,11 +292,18 @@ int BPF_KPROBE(ncclCommInitAll)
 	return 0;
 }
 
-/* ncclCommSplit(comm, color, key, newcomm*, config) */
+/*
+ * ncclCommSplit(comm, color, key, newcomm*, config): reported at entry too.
+ * NCCL's split gathers every parent rank's color and key before any rank
+ * can return (NVIDIA/nccl src/init.cc, commGetSplitInfo: bootstrapAllGather
+ * over the parent), so on one ring every rank's entry comes before the
+ * first return: the agent derives the new rank when a split returns.
+ */
 SEC("uprobe")
 int BPF_KPROBE(ncclCommSplit)
 {
 	struct nccl_pending *p = pending_new(NCCL_COMM_SPLIT);
+	struct nccl_comm_event *e;
 
 	if (!p)
 		return 0;
@@ -284,6 +311,12 @@ int BPF_KPROBE(ncclCommSplit)
 	p->ev.color = (__s32)PT_REGS_PARM2(ctx);
 	p->ev.key = (__s32)PT_REGS_PARM3(ctx);
 	p->out = PT_REGS_PARM4(ctx);
+	e = reserve(&rb_cuda, sizeof(*e), EV_NCCL_COMM);
+	if (!e)
+		return 0;
+	__builtin_memcpy(e, &p->ev, sizeof(*e));
+	e->api = NCCL_COMM_SPLIT_ENTER;
+	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
 

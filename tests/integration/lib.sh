@@ -268,7 +268,8 @@ nccl_calls_want() {
 	jq -n -c --argjson n "$1" '{ncclAllReduce: (2 * $n), ncclAllGather: $n, ncclReduceScatter: $n,
 		ncclBroadcast: (2 * $n), ncclReduce: $n, ncclAlltoAll: $n, ncclSend: $n, ncclRecv: $n,
 		ncclGroupStart: $n, ncclGroupEnd: $n, ncclCommInitRank: $n, ncclCommInitRankConfig: $n,
-		ncclCommInitAll: $n, ncclCommSplit: $n, ncclCommDestroy: $n, ncclCommAbort: $n}'
+		ncclCommInitAll: $n, ncclCommSplit: $n, ncclCommDestroy: $n, ncclCommAbort: $n,
+		ncclCommInitRankScalable: $n}'
 }
 
 # ---------------------------------------------------------------- netns ----

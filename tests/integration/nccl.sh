@@ -79,7 +79,7 @@ expected_rows() {
 comm_of() { printf '0x%x' $((BASE + 64 * $1)); }
 
 COMM_APIS='["ncclCommInitRank","ncclCommInitRankConfig","ncclCommInitAll","ncclCommSplit",
-"ncclCommDestroy","ncclCommAbort"]'
+"ncclCommDestroy","ncclCommAbort","ncclCommInitRankScalable"]'
 
 # ---------------------------------------------------------------- sentinel --
 if run_calls nccl_sentinel sentinel; then
@@ -149,14 +149,18 @@ if run_calls nccl_deep deep; then
 			   then ["seq \($l | map(.seq))"] else [] end)
 			| unique | .[0:4] | join("; ")')
 		expect "tid $tid: $bad" [ "$bad" = '""' ]
-		# ncclCommInitRank(Config): nranks, rank, the unique id (128 bytes 0x40+i) hashed
+		# ncclCommInitRank(Config): nranks, rank, the unique id (128 bytes 0x40+i) hashed;
+		# ncclCommInitRankScalable: the first of its two ids (0x60+i) names the comm
 		hash=$(nccl_id_hash $((0x40 + i)))
-		bad=$(jqo --argjson pid "$PID" --argjson tid "$tid" --argjson i "$i" --arg h "$hash" '
+		hs=$(nccl_id_hash $((0x60 + i)))
+		bad=$(jqo --argjson pid "$PID" --argjson tid "$tid" --argjson i "$i" --arg h "$hash" --arg hs "$hs" '
 			[.[] | select(.type == "nccl_comm" and .pid == $pid and .tid == $tid)] as $c
 			| [$c[] | select(.api == "ncclCommInitRank")
 			   | select(.nranks != 4 or .rank != $i or .comm_hash != $h or .ret == 0 or .dur_ns <= 0)]
 			+ [$c[] | select(.api == "ncclCommInitRankConfig")
 			   | select(.nranks != 8 or .rank != $i + 1 or .comm_hash != $h or .ret == 0)]
+			+ [$c[] | select(.api == "ncclCommInitRankScalable")
+			   | select(.nranks != 6 or .rank != $i + 2 or .comm_hash != $hs or .ret == 0 or .dur_ns <= 0)]
 			+ [$c[] | select(.api == "ncclCommInitAll") | select(.nranks != 2 or .ret == 0)]
 			+ [$c[] | select(.api == "ncclCommSplit") | select(.color != 5 or .key != $i or .ret == 0)]
 			+ [$c[] | select(.api == "ncclCommDestroy" or .api == "ncclCommAbort") | select(.comm != "0x0")]
@@ -167,83 +171,148 @@ if run_calls nccl_deep deep; then
 	n=$((THREADS * ROUNDS))
 	# --pid: the agent's counters are this process's (without it, other NCCL processes count too)
 	expect "stats nccl: $st" jqe --argjson n "$n" --argjson calls "$(nccl_calls_want "$n")" \
-		'.dtype_unknown == $n and .comm_unknown == 10 * $n and .collectives == 10 * $n and .init_failed == 4 * $n
+		'.dtype_unknown == $n and .comm_unknown == 10 * $n and .collectives == 10 * $n and .init_failed == 5 * $n
 		 and .calls == $calls' <<<"$st"
 fi
 report nccl_deep_args
 
+# ranks_run NAME N "AGENT ARGS": N ranks of one communicator through the double
+# (nccl_calls rank mode, unique id IDB, rank r's further arguments from
+# rank_args r; rank 0 first: it makes the shared barrier), traced by the agent
+# already started (AGENT ARGS empty: it finds them through their mmap of
+# libnccl), else by one started on their pids with AGENT ARGS; released
+# together, finished, their exits recorded, the agent stopped. Sets PJ (their
+# pids by rank, JSON); false, with the reason recorded, on failure.
+ranks_run() {
+	local name=$1 n=$2 aargs=$3 go=$T/$1.go r p w
+	local wps=() pids=()
+	PJ=
+	for ((r = 0; r < n; r++)); do
+		# shellcheck disable=SC2046 # rank_args prints a word list
+		bg_start "$T/$name.rank$r" "$NCCL_CALLS" -L "$FAKE" -r "$r" -R "$n" -i "$IDB" $(rank_args "$r") -w "$go"
+		wps+=("$BG_PID")
+		[ "$r" = 0 ] && sleep 0.2
+	done
+	for ((r = 0; r < n; r++)); do
+		wait_line "$T/$name.rank$r" 15 ||
+			{ fail_because "rank $r printed nothing: $(head -c 300 "$T/$name.rank$r.err")"; return 1; }
+		pids+=("$(jq -r .pid "$T/$name.rank$r")")
+	done
+	if [ -n "$aargs" ]; then
+		# shellcheck disable=SC2046,SC2086 # word lists
+		agent_start "$name" -i 0.25 $aargs $(printf -- '--pid %s ' "${pids[@]}") ||
+			{ fail_because "agent did not start: $(agent_tail)"; return 1; }
+	fi
+	for p in "${pids[@]}"; do
+		wait_record ".type==\"process\" and .pid==$p and ((.libraries // []) | any(test(\"libnccl\")))" 10 ||
+			{ fail_because "pid $p not traced: $(agent_tail)"; return 1; }
+	done
+	sleep 0.2
+	touch "$go"
+	for w in "${wps[@]}"; do
+		wait_exit "$w" 30 || fail_because "a rank did not finish"
+		[ "$WAIT_RC" = 0 ] || fail_because "a rank exited $WAIT_RC"
+	done
+	for p in "${pids[@]}"; do
+		wait_record ".type==\"process\" and .event==\"exit\" and .pid==$p" 10 || fail_because "no exit of $p"
+	done
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	PJ=$(printf '%s\n' "${pids[@]}" | jq -s -c .)
+}
+
 # --------------------------------------------------------------- straggler --
 # 4 ranks of one communicator (the double), STEPS all-reduces; rank 3 comes
-# DELAY_MS late to all-reduce #LATE. The ranks start in order (rank 0 makes
-# the shared barrier), the agent finds them through their mmap of libnccl.
+# DELAY_MS late to all-reduce #LATE. The agent finds them through their mmap
+# of libnccl.
 STEPS=8
 LATE=4
 DELAY_MS=400
 IDB=$((0x20 + RANDOM % 0x50))
-if agent_start nccl_straggler -i 0.25; then
-	pids=() wps=()
-	go=$T/nccl_straggler.go
-	for r in 0 1 2 3; do
-		d=0
-		[ "$r" = 3 ] && d=$DELAY_MS
-		bg_start "$T/rank$r.out" "$NCCL_CALLS" -L "$FAKE" -r "$r" -R 4 -i "$IDB" -k "$STEPS" -d "$d" -s "$LATE" -w "$go"
-		wps+=("$BG_PID")
-		[ "$r" = 0 ] && sleep 0.2
-	done
-	ok=1
-	for r in 0 1 2 3; do
-		wait_line "$T/rank$r.out" 15 || { fail_because "rank $r printed nothing: $(head -c 300 "$T/rank$r.out.err")"; ok=; break; }
-		pids+=("$(jq -r .pid "$T/rank$r.out")")
-	done
-	if [ -n "$ok" ]; then
-		for p in "${pids[@]}"; do
-			wait_record ".type==\"process\" and .pid==$p and ((.libraries // []) | any(test(\"libnccl\")))" 10 ||
-				{ fail_because "pid $p not traced: $(agent_tail)"; ok=; }
-		done
-	fi
-	if [ -n "$ok" ]; then
-		sleep 0.2
-		touch "$go"
-		for w in "${wps[@]}"; do
-			wait_exit "$w" 30 || fail_because "a rank did not finish"
-			[ "$WAIT_RC" = 0 ] || fail_because "a rank exited $WAIT_RC"
-		done
-		for p in "${pids[@]}"; do
-			wait_record ".type==\"process\" and .event==\"exit\" and .pid==$p" 10 || fail_because "no exit of $p"
-		done
-		agent_stop INT || fail_because "agent did not exit on SIGINT"
-		pj=$(printf '%s\n' "${pids[@]}" | jq -s -c .)
-		# every rank's init: one hash, its rank of 4
-		res=$(jqo --argjson pids "$pj" '[.[] | select(.type == "nccl_comm" and .api == "ncclCommInitRank"
-			and (.pid as $p | $pids | index($p)))] | {n: length, h: (map(.comm_hash) | unique),
-			ranks: (sort_by(.pid) | map(.rank)), ret: (map(.ret) | unique)}')
-		expect "inits: $res" jqe '.n == 4 and (.h | length) == 1 and .ranks == [0,1,2,3] and .ret == [0]' <<<"$res"
-		hash=$(jq -r '.h[0]' <<<"$res")
-		# all-reduce #LATE: rank 3 last, DELAY_MS late (+-50%), each other rank waited as long
-		# the bounds: the sleep, less what the others' wake-up after the previous
-		# all-reduce can lag, plus what the sleep can overshoot on a loaded machine
-		lo=$((DELAY_MS * 1000000 / 2)) hi=$((DELAY_MS * 1000000 * 2))
-		w=$(jqo --arg h "$hash" --argjson s "$LATE" '[.[] | select(.type == "collective_wait" and .comm == $h and .seq == $s)]')
-		expect "one wait record for all-reduce #$LATE: $w" jqe 'length == 1' <<<"$w"
-		expect "wait: $w" jqe --argjson lo "$lo" --argjson hi "$hi" '.[0] | .end == "complete" and .arrived == 4
-			and .last_rank == 3 and .late_ns >= $lo and .late_ns <= $hi
-			and ([.ranks[] | select(.rank != 3) | .wait_ns] | length == 3 and all(. >= $lo and . <= $hi))' <<<"$w"
-		# the other steps: written only when a rank came 1 ms late (scheduling on a
-		# busy machine), never as late as the injected delay
-		other=$(jqo --arg h "$hash" --argjson s "$LATE" --argjson lo "$lo" '[.[] | select(.type == "collective_wait"
-			and .comm == $h and .seq != $s and .late_ns >= $lo) | {seq, last_rank, late_ns}]')
-		expect "other waits as late as the delay: $other" jqe 'length == 0' <<<"$other"
-		an=$(jqo --argjson lo "$lo" '[.[] | select(.type == "anomaly" and .kind == "straggler"
-			and .chart == "collective" and .dur_ns >= $lo)]')
-		expect "straggler anomaly: $an" jqe --arg h "$hash" 'length == 1 and .[0].rank == 3
-			and (.[0].suspects[0].evidence | test("rank 3 arrived")) and (.[0].suspects[1].evidence | contains($h))' <<<"$an"
-		# the per-interval rows: STEPS all-reduces per rank, rank 3 once last
-		rows=$(jqo --arg h "$hash" '[.[] | select(.type == "collective_summary" and .comm == $h)]
-			| group_by(.pid) | map({calls: (map(.calls) | add), waits: (map(.waits) | add), last: (map(.last) | add)})')
-		expect "summary rows: $rows" jqe --argjson n "$STEPS" 'length == 4 and all(.calls == $n and .waits == $n)
-			and (map(.last) | add) == $n' <<<"$rows"
-	fi
-else
+rank_args() { echo "-k $STEPS -d $([ "$1" = 3 ] && echo $DELAY_MS || echo 0) -s $LATE"; }
+if ! agent_start nccl_straggler -i 0.25; then
 	fail_because "agent did not start: $(agent_tail)"
+elif ranks_run nccl_straggler 4 ""; then
+	pj=$PJ
+	# every rank's init: one hash, its rank of 4
+	res=$(jqo --argjson pids "$pj" '[.[] | select(.type == "nccl_comm" and .api == "ncclCommInitRank"
+		and (.pid as $p | $pids | index($p)))] | {n: length, h: (map(.comm_hash) | unique),
+		ranks: (sort_by(.pid) | map(.rank)), ret: (map(.ret) | unique)}')
+	expect "inits: $res" jqe '.n == 4 and (.h | length) == 1 and .ranks == [0,1,2,3] and .ret == [0]' <<<"$res"
+	hash=$(jq -r '.h[0]' <<<"$res")
+	# all-reduce #LATE: rank 3 last, DELAY_MS late (+-50%), each other rank waited as long
+	# the bounds: the sleep, less what the others' wake-up after the previous
+	# all-reduce can lag, plus what the sleep can overshoot on a loaded machine
+	lo=$((DELAY_MS * 1000000 / 2)) hi=$((DELAY_MS * 1000000 * 2))
+	w=$(jqo --arg h "$hash" --argjson s "$LATE" '[.[] | select(.type == "collective_wait" and .comm == $h and .seq == $s)]')
+	expect "one wait record for all-reduce #$LATE: $w" jqe 'length == 1' <<<"$w"
+	expect "wait: $w" jqe --argjson lo "$lo" --argjson hi "$hi" '.[0] | .end == "complete" and .arrived == 4
+		and .last_rank == 3 and .late_ns >= $lo and .late_ns <= $hi
+		and ([.ranks[] | select(.rank != 3) | .wait_ns] | length == 3 and all(. >= $lo and . <= $hi))' <<<"$w"
+	# the other steps: written only when a rank came 1 ms late (scheduling on a
+	# busy machine), never as late as the injected delay
+	other=$(jqo --arg h "$hash" --argjson s "$LATE" --argjson lo "$lo" '[.[] | select(.type == "collective_wait"
+		and .comm == $h and .seq != $s and .late_ns >= $lo) | {seq, last_rank, late_ns}]')
+	expect "other waits as late as the delay: $other" jqe 'length == 0' <<<"$other"
+	an=$(jqo --argjson lo "$lo" '[.[] | select(.type == "anomaly" and .kind == "straggler"
+		and .chart == "collective" and .dur_ns >= $lo)]')
+	expect "straggler anomaly: $an" jqe --arg h "$hash" 'length == 1 and .[0].rank == 3
+		and (.[0].suspects[0].evidence | test("rank 3 arrived")) and (.[0].suspects[1].evidence | contains($h))' <<<"$an"
+	# the per-interval rows: STEPS all-reduces per rank, rank 3 once last
+	rows=$(jqo --arg h "$hash" '[.[] | select(.type == "collective_summary" and .comm == $h)]
+		| group_by(.pid) | map({calls: (map(.calls) | add), waits: (map(.waits) | add), last: (map(.last) | add)})')
+	expect "summary rows: $rows" jqe --argjson n "$STEPS" 'length == 4 and all(.calls == $n and .waits == $n)
+		and (map(.last) | add) == $n' <<<"$rows"
 fi
 report nccl_straggler
+
+# ------------------------------------------------------------------- split --
+# 4 ranks of a parent communicator (the double), each splits it with
+# COLORS[r] and KEYS[r], then makes SPLIT_STEPS all-reduces on the parent and
+# on its new comm (deep mode, the agent on their pids). NCCL orders a color's
+# ranks by key, then by parent rank (nccl.h; NVIDIA/nccl src/init.cc,
+# commGetSplitInfo): color 0 is parent ranks 0, 2 (keys equal), color 1 is
+# 3 (key 0), then 1. Every split record has its derived rank and size, the
+# collectives on the new comms carry them, and each of their all-reduces is
+# one complete wait of its two ranks.
+COLORS=(0 1 0 1)
+KEYS=(5 1 5 0)
+WANT_RANK='[0, 1, 1, 0]'
+SPLIT_STEPS=3
+IDB=$((0x20 + RANDOM % 0x50))
+rank_args() { echo "-k $SPLIT_STEPS -c ${COLORS[$1]} -K ${KEYS[$1]}"; }
+if ranks_run nccl_split 4 "--mode deep"; then
+	parent=$(nccl_id_hash "$IDB")
+	sp=$(jqo -c --argjson pids "$PJ" '[.[] | select(.type == "nccl_comm" and .api == "ncclCommSplit")
+		| select(.pid as $p | $pids | index($p))] | sort_by(.pid as $p | $pids | index($p))')
+	expect "split records: $sp" jqe --argjson want "$WANT_RANK" --arg parent "$parent" '
+		length == 4 and (map(.rank) == $want) and all(.nranks == 2 and .ret == 0
+			and .parent_comm_hash == $parent and .comm != "0x0")
+		and ([.[] | .comm_hash] | unique | length) == 2' <<<"$sp"
+	# the two colors: one hash each, shared by its ranks
+	bad=$(jq -r --argjson colors "$(printf '%s\n' "${COLORS[@]}" | jq -s -c .)" '
+		[to_entries | group_by($colors[.key])[] | map(.value.comm_hash) | unique | length]
+		| if . != [1, 1] then "hashes per color \(.)" else "" end' <<<"$sp")
+	expect "$bad" [ -z "$bad" ]
+	# their collectives: the derived rank; their waits: complete, the two ranks
+	bad=$(jqo -r --argjson sp "$sp" --argjson n "$SPLIT_STEPS" '
+		[.[] | select(.type == "collective")] as $l
+		| [.[] | select(.type == "collective_wait")] as $w
+		| [$sp[] as $s
+		   | ($l | map(select(.pid == $s.pid and .comm == $s.comm_hash))) as $m
+		   | (if ($m | length) != $n then "pid \($s.pid): \($m | length) collectives on its split comm"
+		      else empty end),
+		     ($m[] | select(.rank != $s.rank or .nranks != 2 or .comm_known != true)
+		      | "pid \($s.pid) seq \(.seq): rank \(.rank)/\(.nranks)")]
+		+ [$sp | group_by(.comm_hash)[] as $g
+		   | ($w | map(select(.comm == $g[0].comm_hash))) as $gw
+		   | (if ($gw | length) != $n then "comm \($g[0].comm_hash): \($gw | length) waits" else empty end),
+		     ($gw[] | select(.end != "complete" or .arrived != 2 or .expected != 2
+			or ([.ranks[] | [.rank, .pid]] | sort) != ([$g[] | [.rank, .pid]] | sort))
+		      | "wait \(.comm) #\(.seq): \(.end) \(.ranks | map([.rank, .pid]))")]
+		| .[0:4] | join("; ")')
+	expect "split comms: $bad" [ -z "$bad" ]
+	st=$(jqo '[.[] | select(.type == "stats" and .final) | .nccl] | last')
+	expect "stats nccl: $st" jqe '.split_rank_unknown == 0 and .wait_no_rank == 0
+		and .calls.ncclCommSplit == 4' <<<"$st"
+fi
+report nccl_split

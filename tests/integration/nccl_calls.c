@@ -6,7 +6,8 @@
  * (tests/fakes/fake_nccl.c, whose inits succeed).
  *
  * usage: nccl_calls [-L LIB] [-t THREADS] [-n ROUNDS] [-w GO_FILE]
- *        nccl_calls -L LIB -r RANK -R NRANKS -i ID -k STEPS [-d MS -s STEP] [-w GO_FILE]
+ *        nccl_calls -L LIB -r RANK -R NRANKS -i ID -k STEPS [-d MS -s STEP] [-c COLOR -K KEY]
+ *                   [-w GO_FILE]
  *
  * Calls mode: each thread i makes ROUNDS rounds of round() below. Comm
  * arguments point into one zeroed buffer (thread i: base + 64 * i), which
@@ -16,8 +17,10 @@
  * Rank mode (the double): one rank of a communicator whose unique id is
  * 128 bytes of the byte ID; ncclCommInitRank, then STEPS all-reduces (the
  * double's all-reduce waits for every rank, as the GPU kernel would); before
- * step STEP this rank sleeps MS ms: it is the straggler. Prints
- * {"pid":P,"tid":T,"rank":R}, then waits for GO_FILE before the init.
+ * step STEP this rank sleeps MS ms: it is the straggler. With -c, after the
+ * init, ncclCommSplit(comm, COLOR, KEY) (-1 is NCCL_SPLIT_NOCOLOR), and each
+ * step's all-reduce is followed by one on the new comm, when there is one.
+ * Prints {"pid":P,"tid":T,"rank":R}, then waits for GO_FILE before the init.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -52,6 +55,7 @@ static struct {
 	int (*group_end)(void);
 	int (*init_rank)(void **, int, nccl_id, int);
 	int (*init_rank_config)(void **, int, nccl_id, int, void *);
+	int (*init_rank_scalable)(void **, int, int, int, nccl_id *, void *); /* 2.23 and later */
 	int (*init_all)(void **, int, const int *);
 	int (*split)(void *, int, int, void **, void *);
 	int (*destroy)(void *);
@@ -90,6 +94,13 @@ static void round_once(int i)
 	memset(&id, 0x40 + i, sizeof(id));
 	f.init_rank(&c, 4, id, i);
 	f.init_rank_config(&c, 8, id, i + 1, NULL);
+	if (f.init_rank_scalable) {
+		nccl_id ids[2];
+
+		memset(ids, 0x60 + i, sizeof(ids[0]));
+		memset(&ids[1], 0x70, sizeof(ids[1]));
+		f.init_rank_scalable(&c, 6, i + 2, 2, ids, NULL);
+	}
 	f.init_all(cs, 2, devs);
 	f.split(NULL, 5, i, &c, NULL);
 	f.destroy(NULL);
@@ -130,6 +141,7 @@ static int load(const char *lib)
 	SYM(group_end, "ncclGroupEnd");
 	SYM(init_rank, "ncclCommInitRank");
 	SYM(init_rank_config, "ncclCommInitRankConfig");
+	SYM(init_rank_scalable, "ncclCommInitRankScalable");
 	SYM(init_all, "ncclCommInitAll");
 	SYM(split, "ncclCommSplit");
 	SYM(destroy, "ncclCommDestroy");
@@ -144,9 +156,13 @@ static int load(const char *lib)
 	return 0;
 }
 
+/* -c/-K: the split's color (NO_SPLIT: none) and key */
+#define NO_SPLIT (-1000)
+static int split_color = NO_SPLIT, split_key;
+
 static int rank_mode(int rank, int nranks, int idb, int steps, int delay_ms, int late_step)
 {
-	void *comm = NULL;
+	void *comm = NULL, *sub = NULL;
 	nccl_id id;
 	int err;
 
@@ -158,15 +174,26 @@ static int rank_mode(int rank, int nranks, int idb, int steps, int delay_ms, int
 		fprintf(stderr, "nccl_calls: ncclCommInitRank: %d\n", err);
 		return 1;
 	}
+	if (split_color != NO_SPLIT) {
+		err = f.split(comm, split_color, split_key, &sub, NULL);
+		if (err) {
+			fprintf(stderr, "nccl_calls: ncclCommSplit: %d\n", err);
+			return 1;
+		}
+	}
 	for (int s = 0; s < steps; s++) {
 		if (s == late_step && delay_ms > 0)
 			usleep(delay_ms * 1000);
 		err = f.all_reduce(B(0x1000), B(0x2000), 4096, 9, 0, comm, B(0x7000 + rank));
+		if (!err && sub)
+			err = f.all_reduce(B(0x1000), B(0x2000), 1024, 7, 0, sub, B(0x7000 + rank));
 		if (err) {
 			fprintf(stderr, "nccl_calls: ncclAllReduce: %d\n", err);
 			return 1;
 		}
 	}
+	if (sub)
+		f.destroy(sub);
 	f.destroy(comm);
 	return 0;
 }
@@ -177,7 +204,7 @@ int main(int argc, char **argv)
 	int threads = 1, rank = -1, nranks = 0, idb = 0x11, steps = 10, delay = 0, late = -1, opt;
 	pthread_t th[MAX_THREADS];
 
-	while ((opt = getopt(argc, argv, "L:t:n:w:r:R:i:k:d:s:")) != -1) {
+	while ((opt = getopt(argc, argv, "L:t:n:w:r:R:i:k:d:s:c:K:")) != -1) {
 		switch (opt) {
 		case 'L':
 			lib = optarg;
@@ -208,6 +235,12 @@ int main(int argc, char **argv)
 			break;
 		case 's':
 			late = atoi(optarg);
+			break;
+		case 'c':
+			split_color = atoi(optarg);
+			break;
+		case 'K':
+			split_key = atoi(optarg);
 			break;
 		default:
 			return 2;
