@@ -151,7 +151,10 @@ struct worst {
 	uint32_t pid, tid;
 	int32_t rank;
 	uint64_t wait_total_ns;
-	uint64_t ts_ns;
+	uint64_t ts_ns, last_ns; /* first and last arrival */
+	uint64_t seq;
+	uint32_t pids[CORR_WAIT_MAX_RANKS]; /* its ranks' processes */
+	uint32_t npids;
 	char evidence[192];
 };
 
@@ -807,11 +810,19 @@ static void waits_emit(void *ctx, const struct corr_wait *w)
 	wo->rank = w->last_rank;
 	wo->wait_total_ns = w->wait_total_ns;
 	wo->ts_ns = w->ranks[0].arrival_ns;
+	wo->last_ns = w->last_arrival_ns;
+	wo->seq = w->seq;
+	wo->npids = 0;
+	for (uint32_t i = 0; i < w->n_arrived && i < CORR_WAIT_MAX_RANKS; i++)
+		wo->pids[wo->npids++] = w->ranks[i].pid;
 	if (corr_wait_evidence(wo->evidence, sizeof(wo->evidence), w))
 		wo->evidence[0] = '\0';
 }
 
-/* the worst late arrival per communicator of the interval: a straggler anomaly */
+/*
+ * the worst late arrival per communicator of the interval: a straggler
+ * anomaly, unless its ranks' steps are known (diag_on_straggler decides)
+ */
 static void emit_anomalies(struct agent *a, struct nccl_live *n)
 {
 	for (uint32_t i = 0; i < n->n_worst; i++) {
@@ -838,7 +849,7 @@ static void emit_anomalies(struct agent *a, struct nccl_live *n)
 			 (unsigned long long)w->hash, w->wait_total_ns / 1e6);
 		an.suspects[1].value = (double)w->wait_total_ns;
 		n->anomalies++;
-		if (diag_emit_anomaly(a, &an))
+		if (diag_on_straggler(a, &an, w->pids, w->npids, w->hash, w->seq, w->last_ns))
 			n->emit_errors++;
 	}
 	n->n_worst = 0;

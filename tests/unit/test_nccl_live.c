@@ -20,6 +20,7 @@
 #include "pipeline.h"
 #include "correlator.h"
 #include "collective.h"
+#include "diagnose.h"
 #include "nccl_live.h"
 #include "json_assert.h"
 #include "../fakes/cap_sink.h"
@@ -72,6 +73,7 @@ static struct agent *agent_new(struct cap_sink *c)
 static void agent_del(struct agent *a, struct cap_sink *c)
 {
 	nccl_free(a);
+	diag_free(a->diag);
 	gpu_destroy(a->gpu);
 	json_decref(c->recs);
 	free(a);
@@ -532,13 +534,98 @@ static void test_split_not_local(void **state)
 	agent_del(a, &c);
 }
 
+#define MS 1000000ULL
+
+/* a decode step of rank r (its process RPID(r)) in the instance "tp" */
+static void add_step(struct agent *a, int32_t r, uint64_t start, uint64_t dur, uint64_t idle)
+{
+	struct diag_step st;
+
+	diag_step_init(&st);
+	st.instance = "tp";
+	st.rank = r;
+	st.pid = st.tid = RPID(r);
+	st.start_ns = start;
+	st.dur_ns = dur;
+	st.phase = DIAG_PHASE_DECODE;
+	st.source = "marker";
+	st.idle_ns = (int64_t)idle;
+	diag_add_step(a->diag, &st);
+}
+
+/*
+ * Rank 1 comes 150 ms late to an all-reduce of 2 ranks; with steps, the
+ * second round's step of rank 1 is 150 ms longer, its GPU idle (the peer
+ * detector's straggler). Returns the anomaly records.
+ */
+static json_t *late_rank_anomalies(struct cap_sink *c, bool steps)
+{
+	struct agent *a = agent_new(c);
+
+	assert_int_equal(diag_new(a, &a->diag), 0);
+	assert_non_null(a->diag);
+	for (int r = 0; r < 2; r++)
+		init_rank(a, RPID(r), NEWC(r, 0), r, 2, 0x88);
+	call_on(a, RPID(0), RPID(0), NCCL_ALL_REDUCE, 210 * MS, 0, NEWC(0, 0));
+	call_on(a, RPID(1), RPID(1), NCCL_ALL_REDUCE, 360 * MS, 0, NEWC(1, 0));
+	nccl_interval(a, false); /* the interval's worst late arrival */
+	if (steps) {
+		add_step(a, 0, 0, 100 * MS, 0);
+		add_step(a, 1, 0, 100 * MS, 0);
+		add_step(a, 0, 200 * MS, 100 * MS, 0);
+		add_step(a, 1, 200 * MS, 250 * MS, 150 * MS);
+	}
+	nccl_interval(a, true);
+	assert_int_equal(diag_finish(a->diag), 0);
+	json_t *an = of_type(c, "anomaly");
+	agent_del(a, c);
+	return an;
+}
+
+/*
+ * A straggler is reported once: with its ranks' steps known, as the step's
+ * anomaly, whose first suspect is the collective (no anomaly of the
+ * interval besides); without steps, as the interval's anomaly (chart
+ * collective), its evidence not repeated as a "collective" suspect.
+ */
+static void test_straggler_once(void **state)
+{
+	const char *ev = "rank 1 arrived 150.00 ms late at allreduce #0";
+	struct cap_sink c;
+	json_t *an, *sus;
+
+	(void)state;
+	an = late_rank_anomalies(&c, true);
+	assert_int_equal(json_array_size(an), 1);
+	assert_json_str(json_array_get(an, 0), "chart", "peers");
+	assert_json_int(json_array_get(an, 0), "rank", 1);
+	sus = json_object_get(json_array_get(an, 0), "suspects");
+	assert_json_str(json_array_get(sus, 0), "what", "collective");
+	assert_non_null(
+	    strstr(json_string_value(json_object_get(json_array_get(sus, 0), "evidence")), ev));
+	json_decref(an);
+
+	an = late_rank_anomalies(&c, false);
+	assert_int_equal(json_array_size(an), 1);
+	assert_json_str(json_array_get(an, 0), "kind", "straggler");
+	assert_json_str(json_array_get(an, 0), "chart", "collective");
+	assert_json_int(json_array_get(an, 0), "rank", 1);
+	sus = json_object_get(json_array_get(an, 0), "suspects");
+	assert_int_equal(json_array_size(sus), 2);
+	assert_json_str(json_array_get(sus, 0), "what", "rank");
+	assert_non_null(
+	    strstr(json_string_value(json_object_get(json_array_get(sus, 0), "evidence")), ev));
+	assert_json_str(json_array_get(sus, 1), "what", "comm_wait");
+	json_decref(an);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_kernel_join),	     cmocka_unit_test(test_hold_expires),
 	    cmocka_unit_test(test_unknown_and_bad),  cmocka_unit_test(test_split_ranks),
 	    cmocka_unit_test(test_split_late_entry), cmocka_unit_test(test_split_init_after_entry),
-	    cmocka_unit_test(test_split_not_local),
+	    cmocka_unit_test(test_split_not_local),  cmocka_unit_test(test_straggler_once),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
