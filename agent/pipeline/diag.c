@@ -311,6 +311,8 @@ int diag_option(struct agent_opts *ao, const char *name, const char *arg)
 			dopt->det.bootstrap = (uint32_t)v;
 		else if (KEY("straggler"))
 			dopt->det.straggler_rel = v;
+		else if (KEY("straggler_abs"))
+			dopt->det.straggler_abs_ns = (uint64_t)(v * 1e6);
 		else if (KEY("regression"))
 			dopt->det.regression_rel = v;
 		else if (KEY("gap"))

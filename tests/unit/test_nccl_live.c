@@ -619,13 +619,51 @@ static void test_straggler_once(void **state)
 	json_decref(an);
 }
 
+/*
+ * --detect straggler_abs=MS (docs/events.md, operations.md): a rank later
+ * than that is a straggler; 3 ms late is not one at 5 ms, 6 ms is.
+ */
+static void test_straggler_threshold(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c);
+	json_t *ws, *an;
+
+	(void)state;
+	assert_int_equal(diag_option(&a->opts, "detect", "straggler_abs=5"), 0);
+	assert_int_equal(a->opts.diag.det.straggler_abs_ns, 5 * MS);
+	assert_int_equal(diag_option(&a->opts, "detect", "straggler_abs=0"), -EINVAL);
+	for (int r = 0; r < 2; r++)
+		init_rank(a, RPID(r), NEWC(r, 0), r, 2, 0x99);
+	a->opts.mode = MODE_SENTINEL; /* waits written only when a rank is that late */
+	call_on(a, RPID(0), RPID(0), NCCL_ALL_REDUCE, 100 * MS, 0, NEWC(0, 0));
+	call_on(a, RPID(1), RPID(1), NCCL_ALL_REDUCE, 103 * MS, 0, NEWC(1, 0));
+	call_on(a, RPID(0), RPID(0), NCCL_ALL_REDUCE, 200 * MS, 0, NEWC(0, 0));
+	call_on(a, RPID(1), RPID(1), NCCL_ALL_REDUCE, 206 * MS, 0, NEWC(1, 0));
+	nccl_interval(a, true);
+	ws = of_type(&c, "collective_wait");
+	assert_int_equal(json_array_size(ws), 1);
+	assert_json_int(json_array_get(ws, 0), "seq", 1);
+	an = of_type(&c, "anomaly");
+	assert_int_equal(json_array_size(an), 1);
+	assert_json_int(json_array_get(an, 0), "dur_ns", 6 * MS);
+	json_decref(ws);
+	json_decref(an);
+	agent_del(a, &c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_kernel_join),	     cmocka_unit_test(test_hold_expires),
-	    cmocka_unit_test(test_unknown_and_bad),  cmocka_unit_test(test_split_ranks),
-	    cmocka_unit_test(test_split_late_entry), cmocka_unit_test(test_split_init_after_entry),
-	    cmocka_unit_test(test_split_not_local),  cmocka_unit_test(test_straggler_once),
+	    cmocka_unit_test(test_kernel_join),
+	    cmocka_unit_test(test_hold_expires),
+	    cmocka_unit_test(test_unknown_and_bad),
+	    cmocka_unit_test(test_split_ranks),
+	    cmocka_unit_test(test_split_late_entry),
+	    cmocka_unit_test(test_split_init_after_entry),
+	    cmocka_unit_test(test_split_not_local),
+	    cmocka_unit_test(test_straggler_once),
+	    cmocka_unit_test(test_straggler_threshold),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
