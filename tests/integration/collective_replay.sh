@@ -27,6 +27,9 @@
 #                             row per --interval window that holds calls
 #                             ([0, 1 s): 1 call, [1 s, 2 s): 2), not one for
 #                             the whole recording
+#   collective_replay_nsys:   the two Nsight Systems exports of the shared data
+#                             (no NCCL in them, docs/events.md): replayed,
+#                             every kernel joined, no collective
 #   collective_replay_errors: --replay-rank without --replay (usage error), one
 #                             rank given twice (an error naming the file, its
 #                             collectives still written, none matched), a trace
@@ -38,7 +41,7 @@ source "$(dirname "$0")/lib.sh"
 DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
 K=$DATA/kineto
 CASES=(collective_replay_vllm collective_replay_ranks collective_replay_bad
-	collective_replay_errors collective_replay_intervals)
+	collective_replay_errors collective_replay_intervals collective_replay_nsys)
 
 if [ ! -x "$AGENT" ] || ! command -v jq >/dev/null; then
 	for n in "${CASES[@]}"; do echo "FAIL $n: $AGENT not built or jq missing"; done
@@ -130,6 +133,22 @@ if [ -r "$K/kineto_docs_h100_after_fix_trace.json" ]; then
 	expect "no distributedInfo: $(tail -c 300 "$ERR")" grep -q 'has no distributedInfo' "$ERR"
 fi
 report collective_replay_errors
+
+# --- Nsight Systems exports: no NCCL, no collective ------------------------------
+if [ -r "$DATA/nsys/pipit_saxpy_mpi_a100_rank0.nsys.sqlite" ]; then
+	for f in pipit_cloverleaf_a100 pipit_saxpy_mpi_a100_rank0; do
+		run "nsys_$f" -m deep --replay "$DATA/nsys/$f.nsys.sqlite"
+		expect "$f: exit $RC" eq "$RC" 0
+		expect "$f: $(q '[.[] | select(.type == "replay_status")]')" [ "$(q '[.[] |
+			select(.type == "replay_status") | [.format, .ok, .kernels > 0, .unmatched]]')" = \
+			'[["nsys-sqlite",true,true,0]]' ]
+		expect "$f: collective records" \
+			[ "$(q '[.[] | select(.type | test("^collective"))] | length')" = 0 ]
+	done
+	report collective_replay_nsys
+else
+	skip collective_replay_nsys "no shared data in $DATA"
+fi
 
 if [ ! -r "$K/hta_sampled_rank-1.json.gz" ]; then
 	skip collective_replay_vllm "no shared data in $DATA"
