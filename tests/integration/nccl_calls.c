@@ -200,35 +200,19 @@ static int rank_mode(int rank, int nranks, int idb, int steps, int delay_ms, int
 
 int main(int argc, char **argv)
 {
-	const char *lib = NCCL_REAL;
-	int threads = 1, rank = -1, nranks = 0, idb = 0x11, steps = 10, delay = 0, late = -1, opt;
+	struct rank_opts o = {.lib = NCCL_REAL, .rank = -1, .idb = 0x11, .steps = 10};
+	int threads = 1, delay = 0, late = -1, opt;
 	pthread_t th[MAX_THREADS];
 
 	while ((opt = getopt(argc, argv, "L:t:n:w:r:R:i:k:d:s:c:K:")) != -1) {
+		if (rank_opt(opt, optarg, &o))
+			continue;
 		switch (opt) {
-		case 'L':
-			lib = optarg;
-			break;
 		case 't':
 			threads = atoi(optarg);
 			break;
 		case 'n':
 			rounds = atoi(optarg);
-			break;
-		case 'w':
-			go_file = optarg;
-			break;
-		case 'r':
-			rank = atoi(optarg);
-			break;
-		case 'R':
-			nranks = atoi(optarg);
-			break;
-		case 'i':
-			idb = (int)strtol(optarg, NULL, 0);
-			break;
-		case 'k':
-			steps = atoi(optarg);
 			break;
 		case 'd':
 			delay = atoi(optarg);
@@ -246,10 +230,11 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (threads < 1 || threads > MAX_THREADS || load(lib))
+	go_file = o.go;
+	if (threads < 1 || threads > MAX_THREADS || load(o.lib))
 		return 2;
-	if (rank >= 0)
-		return rank_mode(rank, nranks, idb, steps, delay, late);
+	if (o.rank >= 0)
+		return rank_mode(o.rank, o.nranks, o.idb, o.steps, delay, late);
 	comm_base = calloc(1, 16 << 20); /* past the end of an ncclComm: endMagic */
 	if (!comm_base)
 		return 2;

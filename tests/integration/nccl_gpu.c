@@ -190,48 +190,33 @@ static void *need(void *h, const char *name)
 
 int main(int argc, char **argv)
 {
-	const char *lib = NULL, *go = NULL, *ex = NULL;
-	int nranks = 0, idb = 0x31, steps = 4, opt;
+	struct rank_opts o = {.idb = 0x31, .steps = 4};
+	const char *ex = NULL;
 	void *nccl, *drv, *comm = NULL;
 	nccl_id id;
+	int opt;
 
 	while ((opt = getopt(argc, argv, "L:r:R:i:k:w:e:")) != -1) {
-		switch (opt) {
-		case 'L':
-			lib = optarg;
-			break;
-		case 'r':
-			rank = atoi(optarg);
-			break;
-		case 'R':
-			nranks = atoi(optarg);
-			break;
-		case 'i':
-			idb = (int)strtol(optarg, NULL, 0);
-			break;
-		case 'k':
-			steps = atoi(optarg);
-			break;
-		case 'w':
-			go = optarg;
-			break;
-		case 'e':
+		if (rank_opt(opt, optarg, &o))
+			continue;
+		if (opt == 'e') {
 			ex = optarg;
-			break;
-		default:
-			fprintf(stderr,
-				"usage: %s -L LIB -r RANK -R NRANKS -i ID -k STEPS "
-				"[-w GO_FILE] [-e EXIT_FILE]\n",
-				argv[0]);
-			return 2;
+			continue;
 		}
-	}
-	if (!lib || rank < 0 || nranks < 1 || rank >= nranks || steps < 1)
+		fprintf(stderr,
+			"usage: %s -L LIB -r RANK -R NRANKS -i ID -k STEPS [-w GO_FILE] [-e "
+			"EXIT_FILE]\n",
+			argv[0]);
 		return 2;
-	nccl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	}
+	rank = o.rank;
+	if (!o.lib || rank < 0 || o.nranks < 1 || rank >= o.nranks || o.steps < 1)
+		return 2;
+	nccl = dlopen(o.lib, RTLD_NOW | RTLD_LOCAL);
 	drv = dlopen(CUDA_DRV, RTLD_NOW);
 	if (!nccl || !drv) {
-		fprintf(stderr, "nccl_gpu: cannot load %s and %s: %s\n", lib, CUDA_DRV, dlerror());
+		fprintf(stderr, "nccl_gpu: cannot load %s and %s: %s\n", o.lib, CUDA_DRV,
+			dlerror());
 		return 1;
 	}
 #define SYM(field, h, name) (*(void **)&f.field = need(h, name))
@@ -247,13 +232,13 @@ int main(int argc, char **argv)
 	f.set_launch(on_launch);
 
 	print_pid_tid_rank(rank);
-	await_file(go, 0);
-	memset(&id, idb, sizeof(id));
-	if (f.init_rank(&comm, nranks, id, rank)) {
+	await_file(o.go, 0);
+	memset(&id, o.idb, sizeof(id));
+	if (f.init_rank(&comm, o.nranks, id, rank)) {
 		fprintf(stderr, "nccl_gpu: ncclCommInitRank failed\n");
 		return 1;
 	}
-	if (steps_run(comm, steps))
+	if (steps_run(comm, o.steps))
 		return 1;
 	f.destroy(comm);
 	/* CUPTI hands the filled buffers back; the shim thread sends them */

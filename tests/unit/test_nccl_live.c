@@ -90,6 +90,18 @@ static json_t *of_type(struct cap_sink *c, const char *type)
 	return out;
 }
 
+/* one counter of the stats record's "nccl" object */
+static json_int_t nccl_stat(struct agent *a, const char *key)
+{
+	json_t *st = json_object();
+	json_int_t v;
+
+	nccl_stats(a, st);
+	v = json_integer_value(json_object_get(json_object_get(st, "nccl"), key));
+	json_decref(st);
+	return v;
+}
+
 /* rank of nranks in process pid initialises comm, unique id 128 x idb */
 static void init_rank(struct agent *a, uint32_t pid, uint64_t comm, int rank, int nranks,
 		      unsigned char idb)
@@ -239,7 +251,7 @@ static void test_hold_expires(void **state)
 {
 	struct cap_sink c;
 	struct agent *a = agent_new(&c);
-	json_t *cs, *st;
+	json_t *cs;
 
 	(void)state;
 	nccl_on_shim(a, PID, true);
@@ -261,11 +273,8 @@ static void test_hold_expires(void **state)
 	assert_int_equal(json_array_size(cs), 2);
 	assert_json_str(json_array_get(cs, 1), "op", "broadcast");
 	json_decref(cs);
-	st = json_object();
-	nccl_stats(a, st);
-	assert_json_int(json_object_get(st, "nccl"), "kernel_missed", 1);
-	assert_json_int(json_object_get(st, "nccl"), "collectives", 2);
-	json_decref(st);
+	assert_int_equal(nccl_stat(a, "kernel_missed"), 1);
+	assert_int_equal(nccl_stat(a, "collectives"), 2);
 	agent_del(a, &c);
 }
 
@@ -280,7 +289,7 @@ static void test_unknown_and_bad(void **state)
 	    .n_comms = 1,
 	    .nranks = -1,
 	    .rank = -1};
-	json_t *cs, *st, *n;
+	json_t *cs;
 
 	(void)state;
 	nccl_on_shim(a, PID, false);
@@ -307,13 +316,9 @@ static void test_unknown_and_bad(void **state)
 	call(a, NCCL_API_COUNT + 3, 300, 0, COMM);
 	d.api = 999;
 	nccl_on_comm(a, &d);
-	st = json_object();
-	nccl_stats(a, st);
-	n = json_object_get(st, "nccl");
-	assert_json_int(n, "bad_api", 2);
-	assert_json_int(n, "comm_unknown", 2);
-	assert_json_int(n, "collectives", 2);
-	json_decref(st);
+	assert_int_equal(nccl_stat(a, "bad_api"), 2);
+	assert_int_equal(nccl_stat(a, "comm_unknown"), 2);
+	assert_int_equal(nccl_stat(a, "collectives"), 2);
 	agent_del(a, &c);
 }
 
@@ -445,11 +450,8 @@ static void test_split_ranks(void **state)
 			     json_integer_value(json_object_get(o, "rank")) ? RPID(2) : RPID(0));
 	json_decref(ws);
 	json_decref(h0);
-	o = json_object();
-	nccl_stats(a, o);
-	assert_json_int(json_object_get(o, "nccl"), "split_rank_unknown", 0);
-	assert_json_int(json_object_get(o, "nccl"), "wait_no_rank", 0);
-	json_decref(o);
+	assert_int_equal(nccl_stat(a, "split_rank_unknown"), 0);
+	assert_int_equal(nccl_stat(a, "wait_no_rank"), 0);
 	agent_del(a, &c);
 }
 
@@ -527,10 +529,7 @@ static void test_split_not_local(void **state)
 		assert_true(json_is_string(json_object_get(o, "comm_hash")));
 		json_decref(o);
 	}
-	o = json_object();
-	nccl_stats(a, o);
-	assert_json_int(json_object_get(o, "nccl"), "split_rank_unknown", 2);
-	json_decref(o);
+	assert_int_equal(nccl_stat(a, "split_rank_unknown"), 2);
 	agent_del(a, &c);
 }
 
