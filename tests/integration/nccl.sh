@@ -17,8 +17,12 @@
 #                   all-reduce #LATE: the wait names rank 3, its lateness and
 #                   the others' waits between DELAY_MS/2 and 2 x DELAY_MS,
 #                   and a straggler anomaly carries the evidence.
+#   nccl_split      4 ranks split their communicator in two colors: each
+#                   new comm's rank and size derived (by key, then parent
+#                   rank), its collectives ranked and their waits complete
+# The real libnccl is also probed for ncclCommInitRankScalable (nccl_deep_args).
 source "$(dirname "$0")/lib.sh"
-it_preflight nccl_counts nccl_deep_args nccl_straggler
+it_preflight nccl_counts nccl_deep_args nccl_straggler nccl_split
 
 NCCL_CALLS=$BUILD/tests/integration/nccl_calls
 FAKE=$BUILD/tests/fakes/nccl/libnccl.so.2
@@ -27,7 +31,7 @@ THREADS=3
 ROUNDS=4
 
 if [ ! -x "$NCCL_CALLS" ] || [ ! -f "$FAKE" ]; then
-	for n in nccl_counts nccl_deep_args nccl_straggler; do
+	for n in nccl_counts nccl_deep_args nccl_straggler nccl_split; do
 		echo "FAIL $n: $NCCL_CALLS or $FAKE not built (make test)"
 	done
 	exit 0
@@ -178,11 +182,12 @@ report nccl_deep_args
 
 # ranks_run NAME N "AGENT ARGS": N ranks of one communicator through the double
 # (nccl_calls rank mode, unique id IDB, rank r's further arguments from
-# rank_args r; rank 0 first: it makes the shared barrier), traced by the agent
-# already started (AGENT ARGS empty: it finds them through their mmap of
-# libnccl), else by one started on their pids with AGENT ARGS; released
-# together, finished, their exits recorded, the agent stopped. Sets PJ (their
-# pids by rank, JSON); false, with the reason recorded, on failure.
+# rank_args r; rank 0 first: it makes the shared barrier), traced by an agent
+# started on their pids (--pid: other processes' libraries, attached without
+# it, made its exit wait for their detach past agent_stop's 15 s on a busy
+# machine) with AGENT ARGS; released together, finished, their exits
+# recorded, the agent stopped. Sets PJ (their pids by rank, JSON); false,
+# with the reason recorded, on failure.
 ranks_run() {
 	local name=$1 n=$2 aargs=$3 go=$T/$1.go r p w
 	local wps=() pids=()
@@ -198,11 +203,9 @@ ranks_run() {
 			{ fail_because "rank $r printed nothing: $(head -c 300 "$T/$name.rank$r.err")"; return 1; }
 		pids+=("$(jq -r .pid "$T/$name.rank$r")")
 	done
-	if [ -n "$aargs" ]; then
-		# shellcheck disable=SC2046,SC2086 # word lists
-		agent_start "$name" -i 0.25 $aargs $(printf -- '--pid %s ' "${pids[@]}") ||
-			{ fail_because "agent did not start: $(agent_tail)"; return 1; }
-	fi
+	# shellcheck disable=SC2046,SC2086 # word lists
+	agent_start "$name" -i 0.25 $aargs $(printf -- '--pid %s ' "${pids[@]}") ||
+		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
 	for p in "${pids[@]}"; do
 		wait_record ".type==\"process\" and .pid==$p and ((.libraries // []) | any(test(\"libnccl\")))" 10 ||
 			{ fail_because "pid $p not traced: $(agent_tail)"; return 1; }
@@ -222,16 +225,14 @@ ranks_run() {
 
 # --------------------------------------------------------------- straggler --
 # 4 ranks of one communicator (the double), STEPS all-reduces; rank 3 comes
-# DELAY_MS late to all-reduce #LATE. The agent finds them through their mmap
-# of libnccl.
+# DELAY_MS late to all-reduce #LATE (the library found when a process
+# dlopen()s it: nccl_counts).
 STEPS=8
 LATE=4
 DELAY_MS=400
 IDB=$((0x20 + RANDOM % 0x50))
 rank_args() { echo "-k $STEPS -d $([ "$1" = 3 ] && echo $DELAY_MS || echo 0) -s $LATE"; }
-if ! agent_start nccl_straggler -i 0.25; then
-	fail_because "agent did not start: $(agent_tail)"
-elif ranks_run nccl_straggler 4 ""; then
+if ranks_run nccl_straggler 4 ""; then
 	pj=$PJ
 	# every rank's init: one hash, its rank of 4
 	res=$(jqo --argjson pids "$pj" '[.[] | select(.type == "nccl_comm" and .api == "ncclCommInitRank"
