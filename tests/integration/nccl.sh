@@ -6,7 +6,8 @@
 # probes fired), called with known arguments from known threads
 # (tests/integration/nccl_calls.c):
 #   nccl_counts     sentinel, the library found when the workload dlopen()s
-#                   it: per thread (its own comm) and collective, the
+#                   it (after the agent started on its pid): per thread (its
+#                   own comm) and collective, the
 #                   collective_summary rows count every call and its bytes;
 #                   nccl_comm records per thread and entry point
 #   nccl_deep_args  deep: one collective record per call, every argument
@@ -37,24 +38,32 @@ if [ ! -x "$NCCL_CALLS" ] || [ ! -f "$FAKE" ]; then
 	exit 0
 fi
 
-# run_calls NAME MODE: the workload on the real NCCL, THREADS x ROUNDS; sentinel:
-# the agent first (discovery through the mmap of dlopen), deep: --pid. Sets PID,
-# TIDS, BASE (the comm buffer). False, with the reason recorded, on failure.
+# run_calls NAME MODE: the workload on the real NCCL, THREADS x ROUNDS, the agent
+# on its pid (--pid: without it the agent also probes other processes'
+# libraries, and its exit waits for their detach); sentinel: started before
+# the workload dlopen()s NCCL (discovery through the mapping), deep: after.
+# Sets PID, TIDS, BASE (the comm buffer). False, with the reason recorded, on
+# failure.
 run_calls() {
 	local name=$1 mode=$2 go=$T/$1.go out=$T/$1.calls wpid
+	local load=()
 	PID= TIDS= BASE=
-	if [ "$mode" = sentinel ]; then
-		agent_start "$name" -i 0.25 || { fail_because "agent did not start: $(agent_tail)"; return 1; }
-	fi
-	bg_start "$out" "$NCCL_CALLS" -L "$REAL" -t "$THREADS" -n "$ROUNDS" -w "$go"
+	[ "$mode" = sentinel ] && load=(-l "$T/$name.load")
+	bg_start "$out" "$NCCL_CALLS" -L "$REAL" -t "$THREADS" -n "$ROUNDS" -w "$go" "${load[@]}"
 	wpid=$BG_PID
 	wait_line "$out" 10 || { fail_because "nccl_calls printed nothing: $(head -c 300 "$out.err")"; return 1; }
 	PID=$(jq -r .pid "$out")
 	TIDS=$(jq -c .tids "$out")
 	BASE=$(jq -r .comm_base "$out")
-	if [ "$mode" = deep ]; then
-		agent_start "$name" -i 0.25 --mode deep --pid "$PID" ||
-			{ fail_because "agent did not start: $(agent_tail)"; return 1; }
+	agent_start "$name" -i 0.25 --mode "$mode" --pid "$PID" ||
+		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
+	if [ "$mode" = sentinel ]; then
+		wait_record ".type==\"process\" and .pid==$PID" 10 ||
+			{ fail_because "pid $PID not traced: $(agent_tail)"; return 1; }
+		expect "libnccl probed before the workload loaded it" \
+			[ "$(jqo --argjson p "$PID" '[.[] | select(.type == "process" and .pid == $p)
+				| (.libraries // [])[] | select(test("libnccl"))] | length')" = 0 ]
+		touch "$T/$name.load"
 	fi
 	wait_record ".type==\"process\" and .pid==$PID and ((.libraries // []) | any(test(\"libnccl\")))" 10 ||
 		{ fail_because "no process record with libnccl for pid $PID: $(agent_tail)"; return 1; }

@@ -5,14 +5,16 @@
  * GPU, so every call fails, after the probes fired) or the test double
  * (tests/fakes/fake_nccl.c, whose inits succeed).
  *
- * usage: nccl_calls [-L LIB] [-t THREADS] [-n ROUNDS] [-w GO_FILE]
+ * usage: nccl_calls [-L LIB] [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-l LOAD_FILE]
  *        nccl_calls -L LIB -r RANK -R NRANKS -i ID -k STEPS [-d MS -s STEP] [-c COLOR -K KEY]
  *                   [-w GO_FILE]
  *
  * Calls mode: each thread i makes ROUNDS rounds of round() below. Comm
  * arguments point into one zeroed buffer (thread i: base + 64 * i), which
  * NCCL refuses as an invalid comm without touching more. Prints
- * {"pid":P,"tids":[...],"comm_base":"0x..."}.
+ * {"pid":P,"tids":[...],"comm_base":"0x..."}. With -l, LIB is dlopen()ed
+ * only once LOAD_FILE exists (after that line): an agent started on the pid
+ * meanwhile finds the library through its mapping.
  *
  * Rank mode (the double): one rank of a communicator whose unique id is
  * 128 bytes of the byte ID; ncclCommInitRank, then STEPS all-reduces (the
@@ -202,9 +204,10 @@ int main(int argc, char **argv)
 {
 	struct rank_opts o = {.lib = NCCL_REAL, .rank = -1, .idb = 0x11, .steps = 10};
 	int threads = 1, delay = 0, late = -1, opt;
+	const char *load_file = NULL;
 	pthread_t th[MAX_THREADS];
 
-	while ((opt = getopt(argc, argv, "L:t:n:w:r:R:i:k:d:s:c:K:")) != -1) {
+	while ((opt = getopt(argc, argv, "L:t:n:w:r:R:i:k:d:s:c:K:l:")) != -1) {
 		if (rank_opt(opt, optarg, &o))
 			continue;
 		switch (opt) {
@@ -226,21 +229,31 @@ int main(int argc, char **argv)
 		case 'K':
 			split_key = atoi(optarg);
 			break;
+		case 'l':
+			load_file = optarg;
+			break;
 		default:
 			return 2;
 		}
 	}
 	go_file = o.go;
-	if (threads < 1 || threads > MAX_THREADS || load(o.lib))
+	/* the workers wait for GO_FILE before any call: -l needs one */
+	if (threads < 1 || threads > MAX_THREADS || (load_file && !go_file) ||
+	    (!load_file && load(o.lib)))
 		return 2;
 	if (o.rank >= 0)
-		return rank_mode(o.rank, o.nranks, o.idb, o.steps, delay, late);
+		return load_file ? 2 : rank_mode(o.rank, o.nranks, o.idb, o.steps, delay, late);
 	comm_base = calloc(1, 16 << 20); /* past the end of an ncclComm: endMagic */
 	if (!comm_base)
 		return 2;
 	start_workers(th, threads, worker, &ready, tids);
 	printf("],\"comm_base\":\"%p\"}\n", (void *)comm_base);
 	fflush(stdout);
+	if (load_file) {
+		await_file(load_file, 0);
+		if (load(o.lib))
+			exit(2);
+	}
 	for (int i = 0; i < threads; i++)
 		pthread_join(th[i], NULL);
 	return 0;
