@@ -367,19 +367,37 @@ static void split_rank(const struct split *sp, int32_t pr, int32_t *rank, int32_
 	}
 }
 
-/* every parent rank entered: the members that returned before get their rank */
+/* the communicator of one color of a split: the same value on its every rank */
+static uint64_t split_hash(uint64_t parent, int32_t color, uint32_t idx)
+{
+	uint64_t k[3] = {parent, (uint64_t)(int64_t)color, idx};
+
+	return corr_coll_hash(k, sizeof(k));
+}
+
+/*
+ * Every parent rank entered: each color's ranks are expected by the wait
+ * tracker at once (all are local, and a rank may call a collective on the
+ * new comm before another one's split return is decoded), and the members
+ * that returned before get their rank.
+ */
 static void split_complete(struct nccl_live *n, struct split *sp)
 {
 	for (int32_t j = 0; j < sp->nranks; j++) {
 		struct split_member *m = &sp->m[j];
 		struct comm *c =
 		    m->returned && m->comm ? comm_find(n, m->pid, m->comm, false) : NULL;
+		int32_t rank, nranks;
 
-		if (c) {
-			split_rank(sp, j, &c->rank, &c->nranks);
-			local_rank_add(n, c->hash, c->rank);
-		}
 		m->comm = 0;
+		if (m->color == NOCOLOR)
+			continue;
+		split_rank(sp, j, &rank, &nranks);
+		local_rank_add(n, split_hash(sp->parent, m->color, sp->idx), rank);
+		if (c) {
+			c->rank = rank;
+			c->nranks = nranks;
+		}
 	}
 	if (sp->returned == sp->entered)
 		sp->parent = 0;
@@ -652,11 +670,17 @@ void nccl_on_comm(struct agent *a, const struct nccl_comm_event *e)
 	uint64_t hash = 0;
 	json_t *r;
 
-	if (e->api == NCCL_COMM_SPLIT_ENTER) {
-		/* not a call of its own: the split's return counts it */
+	if (e->api == NCCL_COMM_SPLIT_ENTER || e->api == NCCL_COMM_INIT_ENTER) {
+		/* not a call of its own: the return counts it */
 		n = live(a);
-		if (n)
+		if (n && e->api == NCCL_COMM_SPLIT_ENTER)
 			split_enter(n, e);
+		else if (n && e->nranks > 0 && e->rank < e->nranks)
+			/*
+			 * every local rank enters before any returns: the wait
+			 * tracker expects them all before the first collective
+			 */
+			local_rank_add(n, corr_coll_hash(e->id, sizeof(e->id)), e->rank);
 		return;
 	}
 	n = live_call(a, e->api);
@@ -678,21 +702,22 @@ void nccl_on_comm(struct agent *a, const struct nccl_comm_event *e)
 	}
 	case NCCL_COMM_SPLIT: {
 		struct comm *p = comm_find(n, e->hdr.pid, e->parent, false);
-		uint64_t k[3] = {p ? p->hash : e->parent, (uint64_t)(int64_t)e->color, 0};
+		uint64_t parent = p ? p->hash : e->parent;
+		uint32_t idx = 0;
 
 		/* its entry counted it (no entry seen: counted now) */
 		if (p && p->split_open)
-			k[2] = p->splits - 1;
+			idx = p->splits - 1;
 		else if (p)
-			k[2] = p->splits++;
+			idx = p->splits++;
 		if (p)
 			p->split_open = false;
 		/* NCCL_SPLIT_NOCOLOR: no communicator */
-		hash = e->color == NOCOLOR ? 0 : corr_coll_hash(k, sizeof(k));
-		split_return(n, e, p, (uint32_t)k[2], ok, &rank, &nranks);
+		hash = e->color == NOCOLOR ? 0 : split_hash(parent, e->color, idx);
+		split_return(n, e, p, idx, ok, &rank, &nranks);
 		if (r)
 			json_object_set_new(r, "parent_comm_hash",
-					    json_sprintf("0x%llx", (unsigned long long)k[0]));
+					    json_sprintf("0x%llx", (unsigned long long)parent));
 		break;
 	}
 	case NCCL_COMM_DESTROY:

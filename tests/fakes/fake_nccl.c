@@ -10,7 +10,7 @@
  *     return a new comm; the ranks of one unique id (its first 16 bytes,
  *     hex; the first id of the scalable init's list) share a process-shared
  *     barrier in POSIX shared memory, created by rank 0 and joined by the
- *     others;
+ *     others, and return once every rank joined (NCCL's init is collective);
  *   - a collective on such a comm launches its kernel (below) and waits on
  *     that barrier, as every rank's kernel waits for the last rank to
  *     arrive; in a group (ncclGroupStart/End) the collectives launch one
@@ -131,6 +131,8 @@ static int init(ncclComm_t *comm, int nranks, const ncclUniqueId *id, int rank)
 			free(c);
 			return 2;
 		}
+		/* NCCL's init is collective: no rank returns before every rank joined */
+		pthread_barrier_wait(&c->sh->bar);
 	}
 	*comm = c;
 	return 0;

@@ -119,6 +119,19 @@ static void init_rank(struct agent *a, uint32_t pid, uint64_t comm, int rank, in
 	nccl_on_comm(a, &e);
 }
 
+/* the entry of that init (NCCL_COMM_INIT_ENTER): every rank's comes before any return */
+static void init_enter(struct agent *a, uint32_t pid, int rank, int nranks, unsigned char idb)
+{
+	struct nccl_comm_event e = {
+	    .hdr = {.type = EV_NCCL_COMM, .size = sizeof(e), .pid = pid, .tid = pid, .ts_ns = 5},
+	    .api = NCCL_COMM_INIT_ENTER,
+	    .nranks = nranks,
+	    .rank = rank};
+
+	memset(e.id, idb, sizeof(e.id));
+	nccl_on_comm(a, &e);
+}
+
 static void init_comm(struct agent *a, uint64_t comm, int rank, int nranks, unsigned char idb)
 {
 	init_rank(a, PID, comm, rank, nranks, idb);
@@ -505,6 +518,52 @@ static void test_split_init_after_entry(void **state)
 	agent_del(a, &c);
 }
 
+/* the wait records of the run, each asserted complete with n ranks; their count */
+static size_t complete_waits(struct cap_sink *c, int n)
+{
+	json_t *ws = of_type(c, "collective_wait"), *w;
+	size_t i, k = json_array_size(ws);
+
+	json_array_foreach(ws, i, w)
+	{
+		assert_json_str(w, "end", "complete");
+		assert_json_int(w, "arrived", n);
+	}
+	json_decref(ws);
+	return k;
+}
+
+/*
+ * A rank may return from its init, or its split, and call its first
+ * collective before another rank's return is decoded: the ranks to expect
+ * come from the entries (every rank enters before any returns), so that
+ * collective is one wait of both ranks, not one of rank 0 alone.
+ */
+static void test_first_collective_waits_all(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c);
+
+	(void)state;
+	for (int r = 0; r < 2; r++)
+		init_enter(a, RPID(r), r, 2, 0xaa);
+	init_rank(a, RPID(0), PARENT, 0, 2, 0xaa);
+	call_on(a, RPID(0), RPID(0), NCCL_ALL_REDUCE, 100, 0, PARENT);
+	init_rank(a, RPID(1), PARENT, 1, 2, 0xaa);
+	call_on(a, RPID(1), RPID(1), NCCL_ALL_REDUCE, 110, 0, PARENT);
+	assert_int_equal(complete_waits(&c, 2), 1);
+	/* the same on a split comm (keys: rank 1 first) */
+	for (int r = 0; r < 2; r++)
+		split_ev(a, r, true, 4, 1 - r, 0, 0);
+	split_ev(a, 0, false, 4, 1, NEWC(0, 0), 0);
+	call_on(a, RPID(0), RPID(0), NCCL_ALL_REDUCE, 200, 0, NEWC(0, 0));
+	split_ev(a, 1, false, 4, 0, NEWC(1, 0), 0);
+	call_on(a, RPID(1), RPID(1), NCCL_ALL_REDUCE, 210, 0, NEWC(1, 0));
+	assert_int_equal(complete_waits(&c, 2), 2);
+	assert_int_equal(nccl_stat(a, "wait_incomplete"), 0);
+	agent_del(a, &c);
+}
+
 /*
  * Not every rank of the parent on this node (2 of 4 initialised here): the
  * split comms are recorded with what is known (hash, no rank) and counted.
@@ -662,6 +721,7 @@ int main(void)
 	    cmocka_unit_test(test_split_init_after_entry),
 	    cmocka_unit_test(test_split_not_local),
 	    cmocka_unit_test(test_straggler_once),
+	    cmocka_unit_test(test_first_collective_waits_all),
 	    cmocka_unit_test(test_straggler_threshold),
 	};
 
