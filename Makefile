@@ -337,6 +337,13 @@ $(BUILD)/tests/integration/nccl_calls: tests/integration/nccl_calls.c $(FAKE_NCC
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< -ldl -lpthread
+# nccl_gpu (tests/integration/nccl_gpu.sh): an NCCL rank through the double whose
+# kernels the CUPTI double reports, so it links the CUPTI double as gpu_live does
+$(BUILD)/tests/integration/nccl_gpu: tests/integration/nccl_gpu.c $(FAKE_NCCL) $(FAKE_CUPTI) $(SHIM_SO)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -I$(CUPTI_INC) -Itests/fakes -o $@ $< $(LDFLAGS_SAN) $(LDFLAGS) \
+		-L$(dir $(FAKE_CUPTI)) -l:libcupti.so.13 -Wl,-rpath,'$$ORIGIN/../fakes' -ldl -lpthread
 
 # tests/fakes/nest_cudart.c (owner: tests/integration/cuda_nested.sh): a runtime double
 # that enters the driver's entry points from inside its own, as the real one does

@@ -454,7 +454,22 @@ enum nccl_api {
 	NCCL_COMM_SPLIT = 14,
 	NCCL_COMM_DESTROY = 15,
 	NCCL_COMM_ABORT = 16,
-	NCCL_API_COUNT = 17,
+	NCCL_COMM_INIT_RANK_SCALABLE = 17, /* ncclCommInitRankScalable, 2.23 and later */
+	/*
+	 * not an entry point: the entry of ncclCommSplit (EV_NCCL_COMM with
+	 * parent, color, key; n_comms 0), sent besides its return so that the
+	 * agent has every rank's color and key when the first split returns
+	 */
+	NCCL_COMM_SPLIT_ENTER = 18,
+	/*
+	 * not an entry point: the entry of ncclCommInitRank(Config/Scalable)
+	 * (nranks, rank, id; n_comms 0), besides its return: an init is
+	 * collective, so every local rank's entry comes before the first
+	 * return, and the agent knows the ranks to expect before any of them
+	 * calls a collective
+	 */
+	NCCL_COMM_INIT_ENTER = 19,
+	NCCL_API_COUNT = 20,
 };
 
 #define NCCL_F_REGS_ONLY (1u << 0) /* sentinel: stream (on the stack) not read */
@@ -495,8 +510,11 @@ _Static_assert(sizeof(struct nccl_call_event) == 80, "nccl_call_event ABI");
  * EV_NCCL_COMM, 256 bytes: a communicator's life. Init calls and split are
  * reported at return (hdr.ts_ns = entry, dur_ns, ret = ncclResult_t), with
  * the new comm pointer(s) read from the caller's out argument; destroy and
- * abort at entry (dur_ns 0, ret 0). id: the ncclUniqueId passed by value to
- * ncclCommInitRank(Config), copied from the stack at entry.
+ * abort at entry (dur_ns 0, ret 0); a split and a rank's init also at
+ * entry (api NCCL_COMM_SPLIT_ENTER, NCCL_COMM_INIT_ENTER; n_comms 0, ret
+ * 0). id: the ncclUniqueId passed by
+ * value to ncclCommInitRank(Config), copied from the stack at entry, or the
+ * first of ncclCommInitRankScalable's list (commIds[0]).
  */
 struct nccl_comm_event {
 	struct event_hdr hdr;

@@ -242,6 +242,25 @@ static __always_inline struct nccl_pending *pending_new(__u32 api)
 	return bpf_map_lookup_elem(&nccl_pending, &tid);
 }
 
+/*
+ * What an entry saved, reported now as api (NCCL_COMM_INIT_ENTER,
+ * NCCL_COMM_SPLIT_ENTER): inits and splits are collective, NCCL gathers
+ * every rank before any returns (NVIDIA/nccl src/init.cc: the bootstrap's
+ * allgather; for a split commGetSplitInfo), so on one ring every rank's
+ * entry comes before the first return and before any rank's first call on
+ * the new comm.
+ */
+static __always_inline void entry_report(struct nccl_pending *p, __u32 api)
+{
+	struct nccl_comm_event *e = reserve(&rb_cuda, sizeof(*e), EV_NCCL_COMM);
+
+	if (!e)
+		return;
+	__builtin_memcpy(e, &p->ev, sizeof(*e));
+	e->api = api;
+	bpf_ringbuf_submit(e, 0);
+}
+
 /* ncclCommInitRank(comm*, nranks, commId, rank) / ...Config(comm*, nranks, commId, rank, config) */
 static __always_inline int init_rank(struct pt_regs *ctx, __u32 api)
 {
@@ -253,11 +272,33 @@ static __always_inline int init_rank(struct pt_regs *ctx, __u32 api)
 	p->ev.nranks = (__s32)PT_REGS_PARM2(ctx);
 	p->ev.rank = (__s32)PT_REGS_PARM3(ctx);
 	bpf_probe_read_user(p->ev.id, sizeof(p->ev.id), (void *)(PT_REGS_SP(ctx) + 8));
+	entry_report(p, NCCL_COMM_INIT_ENTER);
 	return 0;
 }
 
 NCCL_UPROBE(ncclCommInitRank, init_rank, NCCL_COMM_INIT_RANK)
 NCCL_UPROBE(ncclCommInitRankConfig, init_rank, NCCL_COMM_INIT_RANK_CONFIG)
+
+/*
+ * ncclCommInitRankScalable(newcomm*, nranks, myrank, nId, commIds*, config):
+ * "the number of ncclUniqueIds and their order must be the same for every
+ * rank" (nccl.h), so the first id names the communicator on every rank
+ */
+SEC("uprobe")
+int BPF_KPROBE(ncclCommInitRankScalable)
+{
+	struct nccl_pending *p = pending_new(NCCL_COMM_INIT_RANK_SCALABLE);
+
+	if (!p)
+		return 0;
+	p->out = PT_REGS_PARM1(ctx);
+	p->ev.nranks = (__s32)PT_REGS_PARM2(ctx);
+	p->ev.rank = (__s32)PT_REGS_PARM3(ctx);
+	if ((int)PT_REGS_PARM4(ctx) >= 1)
+		bpf_probe_read_user(p->ev.id, sizeof(p->ev.id), (void *)PT_REGS_PARM5(ctx));
+	entry_report(p, NCCL_COMM_INIT_ENTER);
+	return 0;
+}
 
 /* ncclCommInitAll(comm*, ndev, devlist): one comm per device, ranks 0..ndev-1 */
 SEC("uprobe")
@@ -272,7 +313,11 @@ int BPF_KPROBE(ncclCommInitAll)
 	return 0;
 }
 
-/* ncclCommSplit(comm, color, key, newcomm*, config) */
+/*
+ * ncclCommSplit(comm, color, key, newcomm*, config): reported at entry too,
+ * so that the agent has every parent rank's color and key when the first
+ * split returns, and derives the new ranks (entry_report above).
+ */
 SEC("uprobe")
 int BPF_KPROBE(ncclCommSplit)
 {
@@ -284,6 +329,7 @@ int BPF_KPROBE(ncclCommSplit)
 	p->ev.color = (__s32)PT_REGS_PARM2(ctx);
 	p->ev.key = (__s32)PT_REGS_PARM3(ctx);
 	p->out = PT_REGS_PARM4(ctx);
+	entry_report(p, NCCL_COMM_SPLIT_ENTER);
 	return 0;
 }
 

@@ -28,6 +28,8 @@
 struct diag_wait {
 	uint64_t first_ns, last_ns; /* first and last arrival */
 	uint64_t late_ns;
+	uint64_t comm, seq;
+	bool reported; /* an anomaly of its own names it (diag_on_straggler) */
 	char evidence[192];
 };
 
@@ -45,9 +47,31 @@ void diag_on_wait(struct diag *d, const struct corr_wait *w)
 	e->first_ns = w->ranks[0].arrival_ns;
 	e->last_ns = w->last_arrival_ns;
 	e->late_ns = w->late_ns;
+	e->comm = w->comm_hash;
+	e->seq = w->seq;
+	e->reported = false;
 	d->wnext = (d->wnext + 1) % DIAG_WAITS;
 	if (d->nwaits < DIAG_WAITS)
 		d->nwaits++;
+}
+
+/*
+ * Processes with steps: direct-mapped by pid (a pid that collides with an
+ * older one makes it forgotten: its straggler is then reported as an
+ * anomaly of its own, and its wait kept from the steps' suspects).
+ */
+#define STEP_PIDS 4096
+
+static void steps_seen(struct diag *d, uint32_t pid)
+{
+	if (!d->step_pids && !(d->step_pids = calloc(STEP_PIDS, sizeof(*d->step_pids))))
+		return;
+	d->step_pids[pid % STEP_PIDS] = pid;
+}
+
+static bool steps_known(const struct diag *d, uint32_t pid)
+{
+	return d->step_pids && pid && d->step_pids[pid % STEP_PIDS] == pid;
 }
 
 /*
@@ -60,12 +84,13 @@ static void wait_suspect(const struct diag *d, struct diag_anomaly *an)
 	const struct diag_wait *best = NULL;
 	struct diag_suspect *s;
 
-	if (an->kind != DIAG_KIND_COMMUNICATION && an->kind != DIAG_KIND_STRAGGLER)
-		return;
+	if ((an->kind != DIAG_KIND_COMMUNICATION && an->kind != DIAG_KIND_STRAGGLER) ||
+	    (an->chart && !strcmp(an->chart, "collective")))
+		return; /* a wait's own anomaly: it is the evidence */
 	for (uint32_t i = 0; i < d->nwaits; i++) {
 		const struct diag_wait *e = &d->waits[i];
 
-		if (e->last_ns >= an->step_start_ns &&
+		if (!e->reported && e->last_ns >= an->step_start_ns &&
 		    e->last_ns <= an->step_start_ns + an->dur_ns &&
 		    (!best || e->late_ns > best->late_ns))
 			best = e;
@@ -131,12 +156,84 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 	}
 }
 
-int diag_emit_anomaly(struct agent *a, const struct diag_anomaly *an)
-{
-	struct diag off = { .a = a }, *d = a->diag ? a->diag : &off;
-	int before = d->err;
+/* ------------------------------------------------ stragglers of a wait -- */
 
-	emit_anomaly(d, an);
+/*
+ * Held until the segmenter has cut the steps around the wait (it cuts a
+ * step 2 s after its end: steps.c, hold_ns) and the loop has judged them.
+ */
+#define STRAG_MAX 64
+#define STRAG_DECIDE_NS 3000000000ULL
+
+struct diag_strag {
+	struct diag_anomaly an;
+	char instance[128]; /* an.instance's text: the process may be gone by then */
+	uint32_t pids[CORR_WAIT_MAX_RANKS];
+	uint32_t npids;
+	uint64_t comm, seq, last_ns;
+};
+
+/* written, unless a step of one of its processes is known: its step's anomaly names it */
+static void strag_decide(struct diag *d, struct diag_strag *s)
+{
+	for (uint32_t i = 0; i < s->npids; i++)
+		if (steps_known(d, s->pids[i])) {
+			d->strag_in_steps++;
+			return;
+		}
+	for (uint32_t i = 0; i < d->nwaits; i++)
+		if (d->waits[i].comm == s->comm && d->waits[i].seq == s->seq)
+			d->waits[i].reported = true;
+	s->an.instance = s->instance;
+	d->strag_written++;
+	emit_anomaly(d, &s->an);
+}
+
+/* the held stragglers whose wait ended before until (all: UINT64_MAX), in order */
+static void strag_flush(struct diag *d, uint64_t until)
+{
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < d->nstrag; i++) {
+		if (d->strag[i].last_ns < until)
+			strag_decide(d, &d->strag[i]);
+		else
+			d->strag[k++] = d->strag[i];
+	}
+	d->nstrag = k;
+}
+
+int diag_on_straggler(struct agent *a, const struct diag_anomaly *an, const uint32_t *pids,
+		      uint32_t npids, uint64_t comm, uint64_t seq, uint64_t last_ns)
+{
+	struct diag off = {.a = a}, *d = a->diag;
+	struct diag_strag *s;
+	int before;
+
+	if (!d) {
+		/* no diagnosis, no steps: the wait is the finding */
+		emit_anomaly(&off, an);
+		return off.err;
+	}
+	before = d->err;
+	if (!d->strag && !(d->strag = calloc(STRAG_MAX, sizeof(*d->strag)))) {
+		emit_anomaly(d, an); /* no memory to hold it: written rather than lost */
+		return d->err != before ? d->err : -ENOMEM;
+	}
+	if (d->nstrag == STRAG_MAX) {
+		/* the oldest is decided early */
+		strag_decide(d, &d->strag[0]);
+		memmove(&d->strag[0], &d->strag[1], (STRAG_MAX - 1) * sizeof(d->strag[0]));
+		d->nstrag--;
+	}
+	s = &d->strag[d->nstrag++];
+	s->an = *an;
+	snprintf(s->instance, sizeof(s->instance), "%s", an->instance ? an->instance : "");
+	s->npids = npids < CORR_WAIT_MAX_RANKS ? npids : CORR_WAIT_MAX_RANKS;
+	memcpy(s->pids, pids, s->npids * sizeof(*pids));
+	s->comm = comm;
+	s->seq = seq;
+	s->last_ns = last_ns;
 	return d->err != before ? d->err : 0;
 }
 
@@ -146,6 +243,7 @@ static void emit_step(void *ctx, const struct diag_step *cs)
 	struct diag_step s = *cs;
 	json_t *o;
 
+	steps_seen(d, s.pid);
 	s.instance = agent_instance_of(d->a, s.pid);
 	if (s.rank < 0) /* no rank= in its marker: the process's environment */
 		s.rank = agent_rank_of(d->a, s.pid);
@@ -213,6 +311,8 @@ int diag_option(struct agent_opts *ao, const char *name, const char *arg)
 			dopt->det.bootstrap = (uint32_t)v;
 		else if (KEY("straggler"))
 			dopt->det.straggler_rel = v;
+		else if (KEY("straggler_abs"))
+			dopt->det.straggler_abs_ns = (uint64_t)(v * 1e6);
 		else if (KEY("regression"))
 			dopt->det.regression_rel = v;
 		else if (KEY("gap"))
@@ -334,6 +434,7 @@ void diag_add_step(struct diag *d, const struct diag_step *s)
 	if (!d)
 		return;
 	d->steps++;
+	steps_seen(d, s->pid);
 	diag_det__add_step(d->det, s, NULL);
 }
 
@@ -351,6 +452,8 @@ void diag_advance(struct diag *d, uint64_t now)
 	diag_seg__advance(d->seg, now);
 	if (now > HELD_MAX_NS)
 		diag_det__flush(d->det, now - HELD_MAX_NS);
+	if (now > STRAG_DECIDE_NS)
+		strag_flush(d, now - STRAG_DECIDE_NS);
 }
 
 /* the "diag" object of the stats record (docs/events.md) */
@@ -382,6 +485,11 @@ void diag_stats(struct diag *d, json_t *r)
 		      (json_int_t)dc->keys, "keys_dropped", (json_int_t)dc->keys_dropped,
 		      "bad_steps", (json_int_t)dc->bad_steps, "deep_dives_refused",
 		      (json_int_t)d->dive_errors));
+	/* a collective wait's stragglers: the steps named them, or an anomaly of their own */
+	json_object_set_new(json_object_get(r, "diag"), "stragglers_in_steps",
+			    json_integer((json_int_t)d->strag_in_steps));
+	json_object_set_new(json_object_get(r, "diag"), "stragglers_written",
+			    json_integer((json_int_t)d->strag_written));
 }
 
 int diag_finish(struct diag *d)
@@ -392,6 +500,7 @@ int diag_finish(struct diag *d)
 		return 0;
 	err = diag_seg__flush(d->seg);
 	diag_det__flush(d->det, UINT64_MAX);
+	strag_flush(d, UINT64_MAX); /* every step is judged now */
 	if (!err && d->a->opts.diag.baseline_save)
 		err = diag_det__save(d->det, d->a->opts.diag.baseline_save);
 	return err;
@@ -404,5 +513,7 @@ void diag_free(struct diag *d)
 	diag_seg__free(d->seg);
 	diag_det__free(d->det);
 	free(d->waits);
+	free(d->step_pids);
+	free(d->strag);
 	free(d);
 }

@@ -8,7 +8,12 @@
  * node), its rank and size. ncclCommCount/ncclCommUserRank cannot be called
  * from BPF, and need none: the init said it. A split comm is
  * hash(parent hash, color, n-th split of the parent), the same on every rank
- * of that color; its rank (ordered by key over all ranks) is unknown. A comm
+ * of that color. Its rank and size are derived as NCCL computes them, from
+ * every parent rank's color and key (their split entries): the ranks of one
+ * color ordered by key, then by parent rank (nccl.h; NVIDIA/nccl
+ * src/init.cc, commGetSplitInfo), NCCL_SPLIT_NOCOLOR in none. That needs
+ * every rank of the parent on this node; otherwise the split comm is
+ * recorded without a rank and counted (split_rank_unknown). A comm
  * never seen initialised (the agent started later) is recorded with a hash
  * of (pid, pointer), no rank, and counted (CORR_COLL_F_COMM_UNKNOWN).
  *
@@ -42,7 +47,9 @@
 #define HOLD_MAX 8192
 #define COMMS 1024 /* (pid, pointer) entries, a power of 2 */
 #define PIDS 256
-#define WORST 64 /* communicators with a straggler in one interval */
+#define WORST 64     /* communicators with a straggler in one interval */
+#define SPLITS 64    /* splits whose ranks are being derived */
+#define NOCOLOR (-1) /* NCCL_SPLIT_NOCOLOR, nccl.h */
 #define JBUF 4096
 
 static const char *const api_names[NCCL_API_COUNT] = {
@@ -63,6 +70,7 @@ static const char *const api_names[NCCL_API_COUNT] = {
     [NCCL_COMM_SPLIT] = "ncclCommSplit",
     [NCCL_COMM_DESTROY] = "ncclCommDestroy",
     [NCCL_COMM_ABORT] = "ncclCommAbort",
+    [NCCL_COMM_INIT_RANK_SCALABLE] = "ncclCommInitRankScalable",
 };
 
 const char *nccl_api_name(unsigned api)
@@ -102,7 +110,26 @@ struct comm {
 	uint64_t hash;
 	int32_t rank, nranks;
 	uint64_t seq, p2p_seq;
-	uint32_t splits;
+	uint32_t splits; /* splits of this comm entered */
+	bool split_open; /* one entered, not returned yet */
+};
+
+/* a parent rank's part in one split */
+struct split_member {
+	bool entered, returned;
+	int32_t color, key;
+	uint32_t pid;
+	uint64_t comm; /* the new ncclComm_t once returned (0: none), its rank still unknown */
+};
+
+/* the n-th split of a communicator: every parent rank's color and key */
+struct split {
+	uint64_t parent; /* the parent's hash; 0: a free slot */
+	uint32_t idx;
+	int32_t nranks; /* the parent's size */
+	uint32_t entered, returned;
+	uint64_t age;
+	struct split_member m[CORR_WAIT_MAX_RANKS];
 };
 
 struct held {
@@ -124,7 +151,10 @@ struct worst {
 	uint32_t pid, tid;
 	int32_t rank;
 	uint64_t wait_total_ns;
-	uint64_t ts_ns;
+	uint64_t ts_ns, last_ns; /* first and last arrival */
+	uint64_t seq;
+	uint32_t pids[CORR_WAIT_MAX_RANKS]; /* its ranks' processes */
+	uint32_t npids;
 	char evidence[192];
 };
 
@@ -143,6 +173,8 @@ struct nccl_live {
 	uint32_t h_head, h_len;
 	struct local_ranks *lr; /* per communicator hash: the ranks initialised here */
 	uint32_t n_lr;
+	struct split *splits; /* SPLITS */
+	uint64_t split_age, split_rank_unknown;
 	struct worst worst[WORST];
 	uint32_t n_worst;
 	struct corr_waits *waits;
@@ -211,10 +243,12 @@ static struct nccl_live *live(struct agent *a)
 	if (!n)
 		return NULL;
 	n->hold = calloc(HOLD_MAX, sizeof(*n->hold));
+	n->splits = calloc(SPLITS, sizeof(*n->splits));
 	n->waits = corr_waits__new(&wo);
 	n->agg = corr_coll_agg__new(0);
-	if (!n->hold || !n->waits || !n->agg) {
+	if (!n->hold || !n->splits || !n->waits || !n->agg) {
 		free(n->hold);
+		free(n->splits);
 		corr_waits__free(n->waits);
 		corr_coll_agg__free(n->agg);
 		free(n);
@@ -273,6 +307,175 @@ static void local_rank_add(struct nccl_live *n, uint64_t hash, int32_t rank)
 		return;
 	l->ranks[l->n++] = rank;
 	corr_waits__expect(n->waits, hash, l->ranks, l->n);
+}
+
+/* ranks of a communicator initialised on this node */
+static uint32_t local_count(const struct nccl_live *n, uint64_t hash)
+{
+	for (uint32_t i = 0; i < n->n_lr; i++)
+		if (n->lr[i].hash == hash)
+			return n->lr[i].n;
+	return 0;
+}
+
+/* ------------------------------------------------------------- splits -- */
+
+/* the n-th split of parent; a new one (the oldest goes when full) when add */
+static struct split *split_find(struct nccl_live *n, uint64_t parent, uint32_t idx, bool add)
+{
+	struct split *free_s = NULL, *old = NULL;
+
+	for (int i = 0; i < SPLITS; i++) {
+		struct split *sp = &n->splits[i];
+
+		if (sp->parent == parent && sp->idx == idx)
+			return sp;
+		if (!sp->parent && !free_s)
+			free_s = sp;
+		if (sp->parent && (!old || sp->age < old->age))
+			old = sp;
+	}
+	if (!add)
+		return NULL;
+	if (!free_s) {
+		/* its members still waiting for their rank never get one */
+		for (int j = 0; j < CORR_WAIT_MAX_RANKS; j++)
+			n->split_rank_unknown += old->m[j].returned && old->m[j].comm;
+		free_s = old;
+	}
+	memset(free_s, 0, sizeof(*free_s));
+	free_s->parent = parent;
+	free_s->idx = idx;
+	free_s->age = ++n->split_age;
+	return free_s;
+}
+
+/* parent rank pr's rank and size in its color's new communicator: by key, then parent rank */
+static void split_rank(const struct split *sp, int32_t pr, int32_t *rank, int32_t *nranks)
+{
+	const struct split_member *me = &sp->m[pr];
+
+	*rank = *nranks = 0;
+	for (int32_t j = 0; j < sp->nranks; j++) {
+		const struct split_member *o = &sp->m[j];
+
+		if (o->color != me->color)
+			continue;
+		++*nranks;
+		if (o->key < me->key || (o->key == me->key && j < pr))
+			++*rank;
+	}
+}
+
+/* the communicator of one color of a split: the same value on its every rank */
+static uint64_t split_hash(uint64_t parent, int32_t color, uint32_t idx)
+{
+	uint64_t k[3] = {parent, (uint64_t)(int64_t)color, idx};
+
+	return corr_coll_hash(k, sizeof(k));
+}
+
+/*
+ * Every parent rank entered: each color's ranks are expected by the wait
+ * tracker at once (all are local, and a rank may call a collective on the
+ * new comm before another one's split return is decoded), and the members
+ * that returned before get their rank.
+ */
+static void split_complete(struct nccl_live *n, struct split *sp)
+{
+	for (int32_t j = 0; j < sp->nranks; j++) {
+		struct split_member *m = &sp->m[j];
+		struct comm *c =
+		    m->returned && m->comm ? comm_find(n, m->pid, m->comm, false) : NULL;
+		int32_t rank, nranks;
+
+		m->comm = 0;
+		if (m->color == NOCOLOR)
+			continue;
+		split_rank(sp, j, &rank, &nranks);
+		local_rank_add(n, split_hash(sp->parent, m->color, sp->idx), rank);
+		if (c) {
+			c->rank = rank;
+			c->nranks = nranks;
+		}
+	}
+	if (sp->returned == sp->entered)
+		sp->parent = 0;
+}
+
+/* a split's entry: this parent rank's color and key */
+static void split_enter(struct nccl_live *n, const struct nccl_comm_event *e)
+{
+	struct comm *p = comm_find(n, e->hdr.pid, e->parent, false);
+	struct split_member *m;
+	struct split *sp;
+
+	if (!p)
+		return; /* a parent never seen: its return says so */
+	p->split_open = true;
+	/*
+	 * Whether every parent rank is here is known at the return: another
+	 * rank's init may still be on its way (its return probe came after this
+	 * rank returned from its own init and entered the split)
+	 */
+	sp = p->known && p->rank >= 0 && p->rank < p->nranks && p->nranks <= CORR_WAIT_MAX_RANKS
+		 ? split_find(n, p->hash, p->splits, true)
+		 : NULL;
+	p->splits++;
+	if (!sp || sp->m[p->rank].entered)
+		return;
+	sp->nranks = p->nranks;
+	m = &sp->m[p->rank];
+	m->entered = true;
+	m->color = e->color;
+	m->key = e->key;
+	if (++sp->entered == (uint32_t)sp->nranks)
+		split_complete(n, sp);
+}
+
+/*
+ * A split's return, on parent p (NULL: never seen) as its idx-th split: the
+ * new comm's rank and size, or -1 when they cannot be known (counted) or are
+ * not known yet (a parent rank has not entered: set when it does).
+ */
+static void split_return(struct nccl_live *n, const struct nccl_comm_event *e, struct comm *p,
+			 uint32_t idx, bool ok, int32_t *rank, int32_t *nranks)
+{
+	struct split *sp = p && p->known ? split_find(n, p->hash, idx, false) : NULL;
+	struct split_member *m =
+	    sp && p->rank >= 0 && p->rank < sp->nranks ? &sp->m[p->rank] : NULL;
+	bool wanted = ok && e->color != NOCOLOR && e->comms[0];
+
+	*rank = *nranks = -1;
+	if (m && m->entered && !m->returned) {
+		m->returned = true;
+		m->pid = e->hdr.pid;
+		sp->returned++;
+	} else {
+		m = NULL;
+	}
+	/*
+	 * Every rank of the parent must be here for its colors and keys; they
+	 * all entered the split before this return, after their inits: the
+	 * count is final. A split that cannot complete goes now.
+	 */
+	if (sp && local_count(n, p->hash) < (uint32_t)p->nranks) {
+		sp->parent = 0;
+		m = NULL;
+	}
+	if (!wanted)
+		goto out;
+	if (!m) {
+		n->split_rank_unknown++;
+		goto out;
+	}
+	if (sp->entered == (uint32_t)sp->nranks)
+		split_rank(sp, p->rank, rank, nranks);
+	else
+		m->comm = e->comms[0]; /* split_complete() sets it */
+out:
+	if (m && sp->entered == (uint32_t)sp->nranks && sp->returned == sp->entered)
+		sp->parent = 0;
 }
 
 static bool pid_gpu(struct nccl_live *n, uint32_t pid)
@@ -426,11 +629,14 @@ void nccl_on_call(struct agent *a, const struct nccl_call_event *e)
 void nccl_on_kernel(struct agent *a, const struct corr_gpu *g, const struct corr_launch *l)
 {
 	struct nccl_live *n = a->nccl;
+	struct corr_collective kn = {0};
 	uint64_t group = 0;
 	bool first = true;
 
 	if (!n || !n->h_len || !l || !g->name || !strstr(g->name, "nccl"))
 		return;
+	/* the algorithm and protocol NCCL chose are in the kernel's name (static strings) */
+	corr_coll_from_kernel(g->name, &kn);
 	for (uint32_t k = 0; k < n->h_len; k++) {
 		struct held *h = &n->hold[(n->h_head + k) % HOLD_MAX];
 
@@ -447,6 +653,8 @@ void nccl_on_kernel(struct agent *a, const struct corr_gpu *g, const struct corr
 		h->c.gpu_start_ns = g->start_ns;
 		h->c.gpu_end_ns = g->end_ns;
 		h->c.device = g->device;
+		h->c.algo = kn.algo;
+		h->c.proto = kn.proto;
 		snprintf(h->kernel, sizeof(h->kernel), "%s", g->name);
 		if (!group)
 			break;
@@ -456,17 +664,33 @@ void nccl_on_kernel(struct agent *a, const struct corr_gpu *g, const struct corr
 
 void nccl_on_comm(struct agent *a, const struct nccl_comm_event *e)
 {
-	struct nccl_live *n = live_call(a, e->api);
+	struct nccl_live *n;
 	bool ok = e->ret == 0 || e->ret == 7 /* ncclInProgress */;
+	int32_t rank = e->rank, nranks = e->nranks;
 	uint64_t hash = 0;
 	json_t *r;
 
+	if (e->api == NCCL_COMM_SPLIT_ENTER || e->api == NCCL_COMM_INIT_ENTER) {
+		/* not a call of its own: the return counts it */
+		n = live(a);
+		if (n && e->api == NCCL_COMM_SPLIT_ENTER)
+			split_enter(n, e);
+		else if (n && e->nranks > 0 && e->rank < e->nranks)
+			/*
+			 * every local rank enters before any returns: the wait
+			 * tracker expects them all before the first collective
+			 */
+			local_rank_add(n, corr_coll_hash(e->id, sizeof(e->id)), e->rank);
+		return;
+	}
+	n = live_call(a, e->api);
 	if (!n)
 		return;
 	r = rec_new(a, "nccl_comm", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
 	switch (e->api) {
 	case NCCL_COMM_INIT_RANK:
 	case NCCL_COMM_INIT_RANK_CONFIG:
+	case NCCL_COMM_INIT_RANK_SCALABLE: /* the first of its ids */
 		hash = corr_coll_hash(e->id, sizeof(e->id));
 		break;
 	case NCCL_COMM_INIT_ALL: {
@@ -478,13 +702,22 @@ void nccl_on_comm(struct agent *a, const struct nccl_comm_event *e)
 	}
 	case NCCL_COMM_SPLIT: {
 		struct comm *p = comm_find(n, e->hdr.pid, e->parent, false);
-		uint64_t k[3] = {p ? p->hash : e->parent, (uint64_t)(int64_t)e->color,
-				 p ? p->splits++ : 0};
+		uint64_t parent = p ? p->hash : e->parent;
+		uint32_t idx = 0;
 
-		hash = corr_coll_hash(k, sizeof(k));
+		/* its entry counted it (no entry seen: counted now) */
+		if (p && p->split_open)
+			idx = p->splits - 1;
+		else if (p)
+			idx = p->splits++;
+		if (p)
+			p->split_open = false;
+		/* NCCL_SPLIT_NOCOLOR: no communicator */
+		hash = e->color == NOCOLOR ? 0 : split_hash(parent, e->color, idx);
+		split_return(n, e, p, idx, ok, &rank, &nranks);
 		if (r)
 			json_object_set_new(r, "parent_comm_hash",
-					    json_sprintf("0x%llx", (unsigned long long)k[0]));
+					    json_sprintf("0x%llx", (unsigned long long)parent));
 		break;
 	}
 	case NCCL_COMM_DESTROY:
@@ -518,8 +751,8 @@ void nccl_on_comm(struct agent *a, const struct nccl_comm_event *e)
 			c->known = true;
 			c->hash = hash;
 			c->seq = c->p2p_seq = 0;
-			c->nranks = e->nranks;
-			c->rank = e->api == NCCL_COMM_INIT_ALL ? (int32_t)i : e->rank;
+			c->nranks = nranks;
+			c->rank = e->api == NCCL_COMM_INIT_ALL ? (int32_t)i : rank;
 			local_rank_add(n, hash, c->rank);
 		}
 	}
@@ -529,8 +762,8 @@ void nccl_on_comm(struct agent *a, const struct nccl_comm_event *e)
 	json_object_set_new(r, "comm", json_sprintf("0x%llx", (unsigned long long)e->comms[0]));
 	json_object_set_new(r, "comm_hash",
 			    hash ? json_sprintf("0x%llx", (unsigned long long)hash) : json_null());
-	json_object_set_new(r, "rank", e->rank < 0 ? json_null() : json_integer(e->rank));
-	json_object_set_new(r, "nranks", e->nranks < 0 ? json_null() : json_integer(e->nranks));
+	json_object_set_new(r, "rank", rank < 0 ? json_null() : json_integer(rank));
+	json_object_set_new(r, "nranks", nranks < 0 ? json_null() : json_integer(nranks));
 	if (e->api == NCCL_COMM_SPLIT) {
 		json_object_set_new(r, "color", json_integer(e->color));
 		json_object_set_new(r, "key", json_integer(e->key));
@@ -602,11 +835,19 @@ static void waits_emit(void *ctx, const struct corr_wait *w)
 	wo->rank = w->last_rank;
 	wo->wait_total_ns = w->wait_total_ns;
 	wo->ts_ns = w->ranks[0].arrival_ns;
+	wo->last_ns = w->last_arrival_ns;
+	wo->seq = w->seq;
+	wo->npids = 0;
+	for (uint32_t i = 0; i < w->n_arrived && i < CORR_WAIT_MAX_RANKS; i++)
+		wo->pids[wo->npids++] = w->ranks[i].pid;
 	if (corr_wait_evidence(wo->evidence, sizeof(wo->evidence), w))
 		wo->evidence[0] = '\0';
 }
 
-/* the worst late arrival per communicator of the interval: a straggler anomaly */
+/*
+ * the worst late arrival per communicator of the interval: a straggler
+ * anomaly, unless its ranks' steps are known (diag_on_straggler decides)
+ */
 static void emit_anomalies(struct agent *a, struct nccl_live *n)
 {
 	for (uint32_t i = 0; i < n->n_worst; i++) {
@@ -633,7 +874,7 @@ static void emit_anomalies(struct agent *a, struct nccl_live *n)
 			 (unsigned long long)w->hash, w->wait_total_ns / 1e6);
 		an.suspects[1].value = (double)w->wait_total_ns;
 		n->anomalies++;
-		if (diag_emit_anomaly(a, &an))
+		if (diag_on_straggler(a, &an, w->pids, w->npids, w->hash, w->seq, w->last_ns))
 			n->emit_errors++;
 	}
 	n->n_worst = 0;
@@ -751,6 +992,8 @@ void nccl_stats(struct agent *a, json_t *r)
 	json_object_set_new(o, "comms", json_integer(n->n_comms));
 	json_object_set_new(o, "comm_table_full", json_integer((json_int_t)n->comm_table_full));
 	json_object_set_new(o, "init_failed", json_integer((json_int_t)n->init_failed));
+	json_object_set_new(o, "split_rank_unknown",
+			    json_integer((json_int_t)n->split_rank_unknown));
 	json_object_set_new(o, "bad_api", json_integer((json_int_t)n->bad_api));
 	json_object_set_new(o, "waits_written", json_integer((json_int_t)n->waits_emitted));
 	json_object_set_new(o, "straggler_anomalies", json_integer((json_int_t)n->anomalies));
@@ -773,6 +1016,7 @@ void nccl_free(struct agent *a)
 	corr_waits__free(n->waits);
 	corr_coll_agg__free(n->agg);
 	free(n->hold);
+	free(n->splits);
 	free(n->lr);
 	free(n);
 	a->nccl = NULL;

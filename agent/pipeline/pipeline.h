@@ -65,6 +65,10 @@ struct diag {
 	int err; /* first sink error */
 	struct diag_wait *waits; /* recent cross-rank waits, a ring (diag_on_wait) */
 	uint32_t nwaits, wnext;
+	uint32_t *step_pids; /* processes with steps, direct-mapped by pid */
+	struct diag_strag *strag; /* stragglers from a wait alone, held (diag_on_straggler) */
+	uint32_t nstrag;
+	uint64_t strag_in_steps, strag_written;
 };
 /* --step-markers, --baseline, --baseline-save, --detect into ao->diag: 0, -EINVAL, -ENOENT */
 int diag_option(struct agent_opts *ao, const char *name, const char *arg);
@@ -86,11 +90,20 @@ void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object 
 int diag_finish(struct diag *d); /* flush, save the baseline */
 void diag_free(struct diag *d);
 /*
- * an anomaly found outside the step detector (the NCCL wait tracker,
- * nccl_live.c), written as the detector's are, also with diagnosis off
+ * A straggler one collective wait shows (nccl_live.c: the worst late
+ * arrival per communicator and interval), the anomaly an (chart
+ * "collective"), the wait (comm, seq; its last arrival last_ns) and the
+ * processes of its ranks. A straggler is reported once: as the cause of a
+ * step when steps are known, else as this anomaly. So it is held until the
+ * steps around it are cut and judged (or diag_finish()), then dropped when
+ * one of pids has steps (its step's anomaly names it: suspect
+ * "collective"), else written, and the wait is kept from any later step's
+ * suspects. Without diagnosis (d NULL: no steps), written at once. 0 or
+ * -errno.
  */
 struct diag_anomaly;
-int diag_emit_anomaly(struct agent *a, const struct diag_anomaly *an);
+int diag_on_straggler(struct agent *a, const struct diag_anomaly *an, const uint32_t *pids,
+		      uint32_t npids, uint64_t comm, uint64_t seq, uint64_t last_ns);
 /* pipeline/steprec.c: the step record's one writer and one reader */
 json_t *steprec_to_json(struct agent *a, const struct diag_step *s); /* NULL: no memory */
 /* 0; -ENOENT: not a step record; -EINVAL: no positive dur_ns or an unknown phase */

@@ -45,6 +45,7 @@ static const struct {
     {NCCL_GROUP_END, false, false},
     {NCCL_COMM_INIT_RANK, true, false},
     {NCCL_COMM_INIT_RANK_CONFIG, true, true},
+    {NCCL_COMM_INIT_RANK_SCALABLE, true, true},
     {NCCL_COMM_INIT_ALL, true, false},
     {NCCL_COMM_SPLIT, true, true},
     {NCCL_COMM_DESTROY, false, false},

@@ -11,6 +11,12 @@
  * recording's own clock. Both end with one replay_status record
  * (docs/events.md).
  *
+ * NCCL collectives (issue 21) are matched across the files at the end; in
+ * sentinel mode their collective_summary rows are cut per --interval too:
+ * windows [k x interval, (k + 1) x interval) of the recordings' clock, the
+ * same for every file (a collective in the window of its enqueue, a wait in
+ * that of its last arrival: when it completed).
+ *
  * Diagnosis (issue 5, docs/diagnosis.md): GPU records and markers also go
  * to a step segmenter; at the end of the recording every step becomes a
  * `step` record and goes through the detector, whose anomalies become
@@ -28,21 +34,31 @@
 #include "collective.h"
 #include "correlator.h"
 #include "diagnose.h"
+#include "grow.h"
 #include "jsonw.h"
 
 #define COLL_BUF (64 * 1024)
 #define REPLAY_FILES (1 + MAX_REPLAY_RANKS)
 
+/* the collective_summary rows of window k: [k x bin_ns, (k + 1) x bin_ns) */
+struct coll_bin {
+	uint64_t k;
+	struct corr_coll_agg *agg;
+};
+
 struct replay {
 	struct agent *a;
-	struct gpu *gp; /* the join (agent/pipeline/join.c), as live */
+	struct gpu *gp;	 /* the join (agent/pipeline/join.c), as live */
 	struct diag *dg; /* steps and anomalies (agent/pipeline/diag.c); NULL: off */
 	uint64_t bad_lines, other_lines;
 	const volatile sig_atomic_t *stop; /* set by SIGINT / SIGTERM */
 	/* NCCL collectives (issue 21): every file's, matched across ranks at the end */
 	struct corr_collr *cr;
-	struct corr_coll_agg *agg;    /* sentinel: collective_summary rows */
-	uint64_t coll_t0, coll_t1;    /* the collectives' span (the summaries' interval) */
+	struct coll_bin *bins; /* sentinel: collective_summary rows per interval, by k */
+	size_t nbins, cbins;
+	uint64_t bin_ns;       /* the interval */
+	uint64_t bins_dropped; /* rows beyond an interval's capacity, intervals without memory */
+	uint64_t cut_k;	       /* the window being cut */
 	char inst[REPLAY_FILES][128]; /* each file's instance */
 	struct {
 		uint32_t pid, file;
@@ -79,24 +95,55 @@ static void write_coll(struct replay *r, enum rec_class cls, const char *inst, i
 	rec_emit_raw(r->a, cls, inst, r->buf, (size_t)len);
 }
 
-/* a collective (corr_collr_opts.emit): deep, a record; sentinel, the summary's rows */
+/* sentinel: the rows of the window holding t; NULL when out of memory (counted) */
+static struct corr_coll_agg *coll_bin(struct replay *r, uint64_t t)
+{
+	size_t lo = 0, hi = r->nbins;
+	uint64_t k = t / r->bin_ns;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (r->bins[mid].k < k)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < r->nbins && r->bins[lo].k == k)
+		return r->bins[lo].agg;
+	if (grow_array((void **)&r->bins, &r->cbins, r->nbins, sizeof(*r->bins), 16)) {
+		r->bins_dropped++;
+		return NULL;
+	}
+	memmove(&r->bins[lo + 1], &r->bins[lo], (r->nbins - lo) * sizeof(*r->bins));
+	r->bins[lo].k = k;
+	r->bins[lo].agg = corr_coll_agg__new(0);
+	if (!r->bins[lo].agg) {
+		memmove(&r->bins[lo], &r->bins[lo + 1], (r->nbins - lo) * sizeof(*r->bins));
+		r->bins_dropped++;
+		return NULL;
+	}
+	r->nbins++;
+	return r->bins[lo].agg;
+}
+
+/* a collective (corr_collr_opts.emit): deep, a record; sentinel, its window's rows */
 static void on_collective(void *ctx, const struct corr_collective *c, uint32_t file)
 {
 	struct replay *r = ctx;
 	struct corr_json_common cm = {.host = agent_host(r->a), .instance = r->inst[file]};
-	uint64_t t = c->enqueue_ns ? c->enqueue_ns : c->gpu_start_ns;
 	bool known = false;
 
 	for (uint32_t i = 0; i < r->npidfile && !known; i++)
 		known = r->pidfile[i].pid == c->pid;
 	if (!known && r->npidfile < sizeof(r->pidfile) / sizeof(r->pidfile[0]))
 		r->pidfile[r->npidfile++].pid = c->pid, r->pidfile[r->npidfile - 1].file = file;
-	if (!r->coll_t0 || t < r->coll_t0)
-		r->coll_t0 = t;
-	if (c->gpu_end_ns > r->coll_t1)
-		r->coll_t1 = c->gpu_end_ns;
-	if (r->agg) {
-		corr_coll_agg__add(r->agg, c);
+	if (r->bin_ns) {
+		struct corr_coll_agg *agg =
+		    coll_bin(r, c->enqueue_ns ? c->enqueue_ns : c->gpu_start_ns);
+
+		if (agg)
+			corr_coll_agg__add(agg, c);
 		if (!route_wants_detail(r->a, c->pid))
 			return;
 	}
@@ -111,21 +158,27 @@ static void on_wait(void *ctx, const struct corr_wait *w)
 	const char *inst = inst_of_pid(r, w->n_arrived ? w->ranks[w->n_arrived - 1].pid : 0);
 	struct corr_json_common cm = {.host = agent_host(r->a), .instance = inst};
 
-	if (r->agg)
-		corr_coll_agg__add_wait(r->agg, w);
+	if (r->bin_ns) {
+		struct corr_coll_agg *agg = coll_bin(r, w->last_arrival_ns);
+
+		if (agg)
+			corr_coll_agg__add_wait(agg, w);
+	}
 	diag_on_wait(r->dg, w);
 	r->waits_written++;
 	write_coll(r, REC_EVENT, inst, corr_wait_to_json(r->buf, COLL_BUF, &cm, w));
 }
 
+/* a row of the window being cut (r->cut_k) */
 static void on_row(void *ctx, const struct corr_coll_row *row)
 {
 	struct replay *r = ctx;
 	const char *inst = inst_of_pid(r, row->pid);
 	struct corr_json_common cm = {.host = agent_host(r->a), .instance = inst};
+	uint64_t t0 = r->cut_k * r->bin_ns;
 
 	write_coll(r, REC_SUMMARY, inst,
-		   corr_coll_row_to_json(r->buf, COLL_BUF, &cm, row, r->coll_t0, r->coll_t1));
+		   corr_coll_row_to_json(r->buf, COLL_BUF, &cm, row, t0, t0 + r->bin_ns));
 }
 
 /* the collectives of every file, their waits and summaries, and their counters */
@@ -133,10 +186,15 @@ static int collectives_finish(struct replay *r, const char *path)
 {
 	const struct corr_collr_counters *n = corr_collr__counters(r->cr);
 	int err = corr_collr__finish(r->cr);
+	uint64_t dropped = r->bins_dropped;
 	json_t *o;
 
-	if (r->agg)
-		corr_coll_agg__cut(r->agg, on_row, r);
+	/* the windows in time order, each window's rows in first-seen order */
+	for (size_t i = 0; i < r->nbins; i++) {
+		r->cut_k = r->bins[i].k;
+		corr_coll_agg__cut(r->bins[i].agg, on_row, r);
+		dropped += corr_coll_agg__dropped(r->bins[i].agg);
+	}
 	if (!n->ops && !n->collectives && !agent_opts(r->a)->n_replay_ranks)
 		return err;
 	o = rec_new(r->a, "collective_status", 0, 0, now_ns());
@@ -157,9 +215,7 @@ static int collectives_finish(struct replay *r, const char *path)
 	json_object_set_new(o, "matched", json_integer((json_int_t)n->matched));
 	json_object_set_new(o, "unmatched", json_integer((json_int_t)n->unmatched));
 	json_object_set_new(o, "waits", json_integer((json_int_t)r->waits_written));
-	json_object_set_new(
-	    o, "summaries_dropped",
-	    json_integer((json_int_t)(r->agg ? corr_coll_agg__dropped(r->agg) : 0)));
+	json_object_set_new(o, "summaries_dropped", json_integer((json_int_t)dropped));
 	json_object_set_new(o, "records_too_long", json_integer((json_int_t)r->coll_too_long));
 	rec_emit(r->a, REC_STATS, o);
 	pr_info("replay: %llu NCCL collectives (%llu without a process group), %llu matched "
@@ -198,7 +254,6 @@ static bool is_step_stream(const char *buf, size_t len)
 	}
 	return false;
 }
-
 
 /*
  * Re-detection: every `step` line goes to the detector as if it had just
@@ -462,8 +517,8 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 	r.buf = malloc(COLL_BUF);
 	r.cr = corr_collr__new(&cro);
 	if (opts->mode != MODE_DEEP)
-		r.agg = corr_coll_agg__new(0);
-	if (!r.buf || !r.cr || (opts->mode != MODE_DEEP && !r.agg)) {
+		r.bin_ns = opts->interval_s > 0 ? (uint64_t)(opts->interval_s * 1e9) : 1000000000;
+	if (!r.buf || !r.cr) {
 		err = -ENOMEM;
 		pr_err("replay: collectives setup: %s", strerror(-err));
 		goto cleanup;
@@ -518,7 +573,9 @@ cleanup:
 	diag_free(r.dg);
 	gpu_destroy(r.gp);
 	corr_collr__free(r.cr);
-	corr_coll_agg__free(r.agg);
+	for (size_t i = 0; i < r.nbins; i++)
+		corr_coll_agg__free(r.bins[i].agg);
+	free(r.bins);
 	free(r.buf);
 	return err;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "collective.h"
+#include "grow.h"
 #include "internal.h"
 #include "jsonw.h"
 
@@ -767,8 +768,9 @@ uint32_t corr_waits__pending(const struct corr_waits *w)
 /* ------------------------------------------------ per-interval summary -- */
 
 struct corr_coll_agg {
-	struct corr_coll_row *rows;
-	uint32_t n, cap;
+	struct corr_coll_row *rows; /* grown as rows come, up to cap */
+	size_t n, alloc;
+	uint32_t cap;
 	uint64_t dropped;
 };
 
@@ -776,15 +778,11 @@ struct corr_coll_agg *corr_coll_agg__new(uint32_t capacity)
 {
 	struct corr_coll_agg *a = calloc(1, sizeof(*a));
 
-	if (!a)
-		return NULL;
-	a->cap = capacity ? capacity : 256;
-	a->rows = calloc(a->cap, sizeof(*a->rows));
-	if (!a->rows) {
-		free(a);
+	if (!a) {
 		errno = ENOMEM;
 		return NULL;
 	}
+	a->cap = capacity ? capacity : 256;
 	return a;
 }
 
@@ -801,12 +799,13 @@ static struct corr_coll_row *agg_row(struct corr_coll_agg *a, uint32_t pid, uint
 {
 	struct corr_coll_row *r;
 
-	for (uint32_t i = 0; i < a->n; i++) {
+	for (size_t i = 0; i < a->n; i++) {
 		r = &a->rows[i];
 		if (r->pid == pid && r->comm_hash == comm && r->op == op && r->rank == rank)
 			return r;
 	}
-	if (a->n >= a->cap) {
+	if (a->n >= a->cap ||
+	    grow_array((void **)&a->rows, &a->alloc, a->n, sizeof(*a->rows), 16)) {
 		a->dropped++;
 		return NULL;
 	}
@@ -863,7 +862,7 @@ int corr_coll_agg__cut(struct corr_coll_agg *a, corr_coll_row_fn fn, void *ctx)
 {
 	if (!a || !fn)
 		return -EINVAL;
-	for (uint32_t i = 0; i < a->n; i++)
+	for (size_t i = 0; i < a->n; i++)
 		fn(ctx, &a->rows[i]);
 	a->n = 0;
 	return 0;

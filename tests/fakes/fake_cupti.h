@@ -23,6 +23,7 @@
 #ifndef INFERTRACE_FAKE_CUPTI_H
 #define INFERTRACE_FAKE_CUPTI_H
 
+#include <dlfcn.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -142,6 +143,36 @@ static inline const char *fake_cupti_shim_path(void)
 		*s = '\0';
 	snprintf(p, sizeof(p), "%s/../../libinfertrace_cupti.so", exe);
 	return p;
+}
+
+/*
+ * Load the shim as the CUDA driver would (its NEEDED libcupti.so.13 binds
+ * to the double the caller is linked with: same soname) and call its
+ * InitializeInjection, with fast ticks so that tests do not wait on the
+ * shim's 1 s defaults (the environment may set others). 0, or -1 with the
+ * reason on stderr, prefixed by who.
+ */
+static inline int fake_cupti_load_shim(const char *who)
+{
+	const char *path = fake_cupti_shim_path();
+	int (*init)(void);
+	void *so;
+
+	setenv("INFERTRACE_SHIM_TICK_MS", "2", 0);
+	setenv("INFERTRACE_SHIM_FLUSH_MS", "20", 0);
+	setenv("INFERTRACE_SHIM_STATUS_MS", "100", 0);
+	setenv("INFERTRACE_SHIM_RETRY_MS", "20", 0);
+	so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!so) {
+		fprintf(stderr, "%s: cannot load the shim %s: %s\n", who, path, dlerror());
+		return -1;
+	}
+	init = (int (*)(void))dlsym(so, "InitializeInjection");
+	if (!init || init() != 1) {
+		fprintf(stderr, "%s: InitializeInjection failed\n", who);
+		return -1;
+	}
+	return 0;
 }
 
 #endif /* INFERTRACE_FAKE_CUPTI_H */

@@ -421,10 +421,10 @@ static void *need(void *h, const char *name)
 
 int main(int argc, char **argv)
 {
-	const char *wait_file = NULL, *exit_file = NULL, *mode = "deep", *so_path;
+	const char *wait_file = NULL, *exit_file = NULL, *mode = "deep";
 	pthread_t th[MAX_THREADS];
-	int nthreads = 2, opt, (*init)(void);
-	void *rt, *drv, *so;
+	int nthreads = 2, opt;
+	void *rt, *drv;
 
 	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:CMLN:P:")) != -1) {
 		switch (opt) {
@@ -486,27 +486,9 @@ int main(int argc, char **argv)
 	f.copy = need(rt, "cudaMemcpyAsync");
 	f.cu_launch = need(drv, "cuLaunchKernel");
 
-	/*
-	 * The shim as the driver would load it: its NEEDED libcupti.so.13 binds
-	 * to the double this binary is linked with (same soname). Fast ticks so
-	 * the test does not wait on the shim's 1 s defaults.
-	 */
-	setenv("INFERTRACE_SHIM_TICK_MS", "2", 0);
-	setenv("INFERTRACE_SHIM_FLUSH_MS", "20", 0);
-	setenv("INFERTRACE_SHIM_STATUS_MS", "100", 0);
-	setenv("INFERTRACE_SHIM_RETRY_MS", "20", 0);
-	so_path = fake_cupti_shim_path();
-	so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
-	if (!so) {
-		fprintf(stderr, "gpu_live: cannot load the shim %s: %s\n", so_path,
-			dlerror());
+	/* the shim as the driver would load it, bound to the double */
+	if (fake_cupti_load_shim("gpu_live"))
 		return 1;
-	}
-	init = (int (*)(void))dlsym(so, "InitializeInjection");
-	if (!init || init() != 1) {
-		fprintf(stderr, "gpu_live: InitializeInjection failed\n");
-		return 1;
-	}
 
 	start_workers(th, nthreads, worker, &ready, tids);
 	printf("],\"mono_ns\":%llu}\n", (unsigned long long)mono_ns());

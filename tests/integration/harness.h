@@ -38,6 +38,13 @@ static inline void print_pid_tid(void)
 	fflush(stdout);
 }
 
+/* {"pid":P,"tid":T,"rank":R}: one rank of a communicator (the NCCL workloads) */
+static inline void print_pid_tid_rank(int rank)
+{
+	printf("{\"pid\":%d,\"tid\":%ld,\"rank\":%d}\n", getpid(), (long)syscall(SYS_gettid), rank);
+	fflush(stdout);
+}
+
 /*
  * n threads fn((void *)i), returned once each has reached ready (a barrier
  * of n + 1 that fn waits on, and may wait on again); then the first line a
@@ -53,6 +60,42 @@ static inline void start_workers(pthread_t *th, int n, void *(*fn)(void *),
 	printf("{\"pid\":%d,\"tids\":[", getpid());
 	for (int i = 0; i < n; i++)
 		printf("%s%d", i ? "," : "", tids[i]);
+}
+
+/*
+ * One rank of an NCCL communicator (nccl_calls, nccl_gpu): -L LIB, -r RANK,
+ * -R NRANKS, -i ID (the byte the unique id is made of), -k STEPS, -w
+ * GO_FILE. rank_opt() takes opt (getopt's, with optarg) into o: true when
+ * it is one of those.
+ */
+struct rank_opts {
+	const char *lib, *go;
+	int rank, nranks, idb, steps;
+};
+
+static inline bool rank_opt(int opt, const char *arg, struct rank_opts *o)
+{
+	switch (opt) {
+	case 'L':
+		o->lib = arg;
+		return true;
+	case 'r':
+		o->rank = atoi(arg);
+		return true;
+	case 'R':
+		o->nranks = atoi(arg);
+		return true;
+	case 'i':
+		o->idb = (int)strtol(arg, NULL, 0);
+		return true;
+	case 'k':
+		o->steps = atoi(arg);
+		return true;
+	case 'w':
+		o->go = arg;
+		return true;
+	}
+	return false;
 }
 
 /* the step workloads' options: -n STEPS (30), -w GO_FILE, -e EXIT_FILE, -l LIB */

@@ -11,9 +11,14 @@
 #                      host, is probed in ITS file (/proc/PID/root): exact
 #                      launch counts, and the host's file at that path has no
 #                      probe
+#   container_nccl:    the same for libnccl: the host sees the NCCL double at
+#                      a path where the process's mount namespace has the
+#                      real libnccl.so.2; the agent probes the real one
+#                      through /proc/PID/root: exact calls per entry point
+#                      (the double at the host's path would count none)
 # (sentinel mode with --sentinel-launches all: launches are what is counted)
 source "$(dirname "$0")/lib.sh"
-it_preflight instance_env instance_override container_library
+it_preflight instance_env instance_override container_library container_nccl
 
 # run_cuda NAME "AGENT ARGS" [env...]: cuda_calls 1 thread x 9 calls, traced by --pid
 run_cuda() {
@@ -56,6 +61,7 @@ report instance_override
 # workload's mount namespace binds copy B over that path.
 if ! command -v unshare >/dev/null; then
 	skip container_library "unshare (util-linux) missing"
+	skip container_nccl "unshare (util-linux) missing"
 	exit 0
 fi
 real=$(readlink -f /usr/local/cuda/lib64/libcudart.so)
@@ -86,3 +92,40 @@ else
 	fail_because "workload in the mount namespace printed nothing: $(head -c 200 "$T/cont.work.err")"
 fi
 report container_library
+
+# container_nccl: host sees the double at $T/nlib/libnccl.so.2; the workload's
+# mount namespace binds the real libnccl.so.2 over that path, and nccl_calls
+# dlopens that path (3 rounds of every entry point, one thread)
+NCCL_CALLS=$BUILD/tests/integration/nccl_calls
+FAKE_NCCL=$BUILD/tests/fakes/nccl/libnccl.so.2
+REAL_NCCL=$(readlink -f /usr/local/cuda/lib64/libnccl.so.2)
+if [ ! -x "$NCCL_CALLS" ] || [ ! -f "$FAKE_NCCL" ] || [ ! -f "$REAL_NCCL" ]; then
+	fail_because "$NCCL_CALLS, $FAKE_NCCL or $REAL_NCCL missing (make test)"
+else
+	mkdir -p "$T/nlib"
+	cp "$FAKE_NCCL" "$T/nlib/libnccl.so.2"
+	bg_start "$T/ncont.work" unshare --mount --propagation private sh -c \
+		"mount --bind '$REAL_NCCL' '$T/nlib/libnccl.so.2' &&
+		 exec '$NCCL_CALLS' -L '$T/nlib/libnccl.so.2' -t 1 -n 3 -w '$T/ncont.go'"
+	if wait_line "$T/ncont.work" 10; then
+		WPID=$(head -n 1 "$T/ncont.work" | jq -r .pid)
+		inside=$(stat -L -c %i "/proc/$WPID/root$T/nlib/libnccl.so.2" 2>/dev/null)
+		expect "the namespace does not show the real libnccl ($inside)" \
+			eq "$inside" "$(stat -c %i "$REAL_NCCL")"
+		expect "the host's path is the real libnccl, not the double" \
+			[ "$(stat -c %i "$T/nlib/libnccl.so.2")" != "$inside" ]
+		agent_start container_nccl -i 0.25 --pid "$WPID" || fail_because "agent: $(agent_tail)"
+		wait_record ".type==\"process\" and .pid==$WPID and
+			((.libraries // []) | any(. == \"$T/nlib/libnccl.so.2\"))" 10 ||
+			fail_because "no process record with $T/nlib/libnccl.so.2"
+		touch "$T/ncont.go"
+		wait_exit "$BG_PID" 30 || fail_because "workload did not finish"
+		agent_finish "$WPID"
+		calls=$(jqo -c '[.[] | select(.type == "stats" and .final) | .nccl.calls] | last')
+		expect "calls $calls through the namespace's libnccl, want $(nccl_calls_want 3)" \
+			jqe --argjson w "$(nccl_calls_want 3)" '. == $w' <<<"$calls"
+	else
+		fail_because "workload in the mount namespace printed nothing: $(head -c 200 "$T/ncont.work.err")"
+	fi
+fi
+report container_nccl

@@ -253,6 +253,27 @@ agent_fds() { # agent_fds REGEX
 	echo "${n:-0}"
 }
 
+# nccl_id_hash BYTE: the communicator hash the agent gives an ncclUniqueId of
+# 128 bytes BYTE (FNV-1a 64, corr_coll_hash), as collective.comm writes it
+nccl_id_hash() {
+	python3 -c "
+h = 0xcbf29ce484222325
+for b in bytes([$1]) * 128:
+    h = ((h ^ b) * 0x100000001b3) & (2**64 - 1)
+print('0x%x' % h)"
+}
+
+# nccl_calls_want N: stats.nccl.calls after N rounds of nccl_calls' round_once()
+# (tests/integration/nccl_calls.c) on the real libnccl.so.2: ncclBcast is seen as
+# the ncclBroadcast NCCL calls inside it
+nccl_calls_want() {
+	jq -n -c --argjson n "$1" '{ncclAllReduce: (2 * $n), ncclAllGather: $n, ncclReduceScatter: $n,
+		ncclBroadcast: (2 * $n), ncclReduce: $n, ncclAlltoAll: $n, ncclSend: $n, ncclRecv: $n,
+		ncclGroupStart: $n, ncclGroupEnd: $n, ncclCommInitRank: $n, ncclCommInitRankConfig: $n,
+		ncclCommInitAll: $n, ncclCommSplit: $n, ncclCommDestroy: $n, ncclCommAbort: $n,
+		ncclCommInitRankScalable: $n}'
+}
+
 # ---------------------------------------------------------------- netns ----
 netns_add() { # netns_add NAME
 	ip netns add "$1" || return 1

@@ -6,7 +6,8 @@
 # probes fired), called with known arguments from known threads
 # (tests/integration/nccl_calls.c):
 #   nccl_counts     sentinel, the library found when the workload dlopen()s
-#                   it: per thread (its own comm) and collective, the
+#                   it (after the agent started on its pid): per thread (its
+#                   own comm) and collective, the
 #                   collective_summary rows count every call and its bytes;
 #                   nccl_comm records per thread and entry point
 #   nccl_deep_args  deep: one collective record per call, every argument
@@ -17,8 +18,12 @@
 #                   all-reduce #LATE: the wait names rank 3, its lateness and
 #                   the others' waits between DELAY_MS/2 and 2 x DELAY_MS,
 #                   and a straggler anomaly carries the evidence.
+#   nccl_split      4 ranks split their communicator in two colors: each
+#                   new comm's rank and size derived (by key, then parent
+#                   rank), its collectives ranked and their waits complete
+# The real libnccl is also probed for ncclCommInitRankScalable (nccl_deep_args).
 source "$(dirname "$0")/lib.sh"
-it_preflight nccl_counts nccl_deep_args nccl_straggler
+it_preflight nccl_counts nccl_deep_args nccl_straggler nccl_split
 
 NCCL_CALLS=$BUILD/tests/integration/nccl_calls
 FAKE=$BUILD/tests/fakes/nccl/libnccl.so.2
@@ -27,30 +32,38 @@ THREADS=3
 ROUNDS=4
 
 if [ ! -x "$NCCL_CALLS" ] || [ ! -f "$FAKE" ]; then
-	for n in nccl_counts nccl_deep_args nccl_straggler; do
+	for n in nccl_counts nccl_deep_args nccl_straggler nccl_split; do
 		echo "FAIL $n: $NCCL_CALLS or $FAKE not built (make test)"
 	done
 	exit 0
 fi
 
-# run_calls NAME MODE: the workload on the real NCCL, THREADS x ROUNDS; sentinel:
-# the agent first (discovery through the mmap of dlopen), deep: --pid. Sets PID,
-# TIDS, BASE (the comm buffer). False, with the reason recorded, on failure.
+# run_calls NAME MODE: the workload on the real NCCL, THREADS x ROUNDS, the agent
+# on its pid (--pid: without it the agent also probes other processes'
+# libraries, and its exit waits for their detach); sentinel: started before
+# the workload dlopen()s NCCL (discovery through the mapping), deep: after.
+# Sets PID, TIDS, BASE (the comm buffer). False, with the reason recorded, on
+# failure.
 run_calls() {
 	local name=$1 mode=$2 go=$T/$1.go out=$T/$1.calls wpid
+	local load=()
 	PID= TIDS= BASE=
-	if [ "$mode" = sentinel ]; then
-		agent_start "$name" -i 0.25 || { fail_because "agent did not start: $(agent_tail)"; return 1; }
-	fi
-	bg_start "$out" "$NCCL_CALLS" -L "$REAL" -t "$THREADS" -n "$ROUNDS" -w "$go"
+	[ "$mode" = sentinel ] && load=(-l "$T/$name.load")
+	bg_start "$out" "$NCCL_CALLS" -L "$REAL" -t "$THREADS" -n "$ROUNDS" -w "$go" "${load[@]}"
 	wpid=$BG_PID
 	wait_line "$out" 10 || { fail_because "nccl_calls printed nothing: $(head -c 300 "$out.err")"; return 1; }
 	PID=$(jq -r .pid "$out")
 	TIDS=$(jq -c .tids "$out")
 	BASE=$(jq -r .comm_base "$out")
-	if [ "$mode" = deep ]; then
-		agent_start "$name" -i 0.25 --mode deep --pid "$PID" ||
-			{ fail_because "agent did not start: $(agent_tail)"; return 1; }
+	agent_start "$name" -i 0.25 --mode "$mode" --pid "$PID" ||
+		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
+	if [ "$mode" = sentinel ]; then
+		wait_record ".type==\"process\" and .pid==$PID" 10 ||
+			{ fail_because "pid $PID not traced: $(agent_tail)"; return 1; }
+		expect "libnccl probed before the workload loaded it" \
+			[ "$(jqo --argjson p "$PID" '[.[] | select(.type == "process" and .pid == $p)
+				| (.libraries // [])[] | select(test("libnccl"))] | length')" = 0 ]
+		touch "$T/$name.load"
 	fi
 	wait_record ".type==\"process\" and .pid==$PID and ((.libraries // []) | any(test(\"libnccl\")))" 10 ||
 		{ fail_because "no process record with libnccl for pid $PID: $(agent_tail)"; return 1; }
@@ -79,7 +92,7 @@ expected_rows() {
 comm_of() { printf '0x%x' $((BASE + 64 * $1)); }
 
 COMM_APIS='["ncclCommInitRank","ncclCommInitRankConfig","ncclCommInitAll","ncclCommSplit",
-"ncclCommDestroy","ncclCommAbort"]'
+"ncclCommDestroy","ncclCommAbort","ncclCommInitRankScalable"]'
 
 # ---------------------------------------------------------------- sentinel --
 if run_calls nccl_sentinel sentinel; then
@@ -149,18 +162,18 @@ if run_calls nccl_deep deep; then
 			   then ["seq \($l | map(.seq))"] else [] end)
 			| unique | .[0:4] | join("; ")')
 		expect "tid $tid: $bad" [ "$bad" = '""' ]
-		# ncclCommInitRank(Config): nranks, rank, the unique id (128 bytes 0x40+i) hashed
-		hash=$(python3 -c "
-h = 0xcbf29ce484222325
-for b in bytes([0x40 + $i]) * 128:
-    h = ((h ^ b) * 0x100000001b3) & (2**64 - 1)
-print('0x%x' % h)")
-		bad=$(jqo --argjson pid "$PID" --argjson tid "$tid" --argjson i "$i" --arg h "$hash" '
+		# ncclCommInitRank(Config): nranks, rank, the unique id (128 bytes 0x40+i) hashed;
+		# ncclCommInitRankScalable: the first of its two ids (0x60+i) names the comm
+		hash=$(nccl_id_hash $((0x40 + i)))
+		hs=$(nccl_id_hash $((0x60 + i)))
+		bad=$(jqo --argjson pid "$PID" --argjson tid "$tid" --argjson i "$i" --arg h "$hash" --arg hs "$hs" '
 			[.[] | select(.type == "nccl_comm" and .pid == $pid and .tid == $tid)] as $c
 			| [$c[] | select(.api == "ncclCommInitRank")
 			   | select(.nranks != 4 or .rank != $i or .comm_hash != $h or .ret == 0 or .dur_ns <= 0)]
 			+ [$c[] | select(.api == "ncclCommInitRankConfig")
 			   | select(.nranks != 8 or .rank != $i + 1 or .comm_hash != $h or .ret == 0)]
+			+ [$c[] | select(.api == "ncclCommInitRankScalable")
+			   | select(.nranks != 6 or .rank != $i + 2 or .comm_hash != $hs or .ret == 0 or .dur_ns <= 0)]
 			+ [$c[] | select(.api == "ncclCommInitAll") | select(.nranks != 2 or .ret == 0)]
 			+ [$c[] | select(.api == "ncclCommSplit") | select(.color != 5 or .key != $i or .ret == 0)]
 			+ [$c[] | select(.api == "ncclCommDestroy" or .api == "ncclCommAbort") | select(.comm != "0x0")]
@@ -170,87 +183,146 @@ print('0x%x' % h)")
 	st=$(jqo '[.[] | select(.type == "stats" and .final) | .nccl] | last')
 	n=$((THREADS * ROUNDS))
 	# --pid: the agent's counters are this process's (without it, other NCCL processes count too)
-	expect "stats nccl: $st" jqe --argjson n "$n" \
-		'.dtype_unknown == $n and .comm_unknown == 10 * $n and .collectives == 10 * $n and .init_failed == 4 * $n
-		 and .calls == {ncclAllReduce: (2 * $n), ncclAllGather: $n, ncclReduceScatter: $n, ncclBroadcast: (2 * $n),
-		   ncclReduce: $n, ncclAlltoAll: $n, ncclSend: $n, ncclRecv: $n, ncclGroupStart: $n, ncclGroupEnd: $n,
-		   ncclCommInitRank: $n, ncclCommInitRankConfig: $n, ncclCommInitAll: $n, ncclCommSplit: $n,
-		   ncclCommDestroy: $n, ncclCommAbort: $n}' <<<"$st"
+	expect "stats nccl: $st" jqe --argjson n "$n" --argjson calls "$(nccl_calls_want "$n")" \
+		'.dtype_unknown == $n and .comm_unknown == 10 * $n and .collectives == 10 * $n and .init_failed == 5 * $n
+		 and .calls == $calls' <<<"$st"
 fi
 report nccl_deep_args
 
+# ranks_run NAME N "AGENT ARGS": N ranks of one communicator through the double
+# (nccl_calls rank mode, unique id IDB, rank r's further arguments from
+# rank_args r; rank 0 first: it makes the shared barrier), traced by an agent
+# started on their pids (--pid: other processes' libraries, attached without
+# it, made its exit wait for their detach past agent_stop's 15 s on a busy
+# machine) with AGENT ARGS; released together, finished, their exits
+# recorded, the agent stopped. Sets PJ (their pids by rank, JSON); false,
+# with the reason recorded, on failure.
+ranks_run() {
+	local name=$1 n=$2 aargs=$3 go=$T/$1.go r p w
+	local wps=() pids=()
+	PJ=
+	for ((r = 0; r < n; r++)); do
+		# shellcheck disable=SC2046 # rank_args prints a word list
+		bg_start "$T/$name.rank$r" "$NCCL_CALLS" -L "$FAKE" -r "$r" -R "$n" -i "$IDB" $(rank_args "$r") -w "$go"
+		wps+=("$BG_PID")
+		[ "$r" = 0 ] && sleep 0.2
+	done
+	for ((r = 0; r < n; r++)); do
+		wait_line "$T/$name.rank$r" 15 ||
+			{ fail_because "rank $r printed nothing: $(head -c 300 "$T/$name.rank$r.err")"; return 1; }
+		pids+=("$(jq -r .pid "$T/$name.rank$r")")
+	done
+	# shellcheck disable=SC2046,SC2086 # word lists
+	agent_start "$name" -i 0.25 $aargs $(printf -- '--pid %s ' "${pids[@]}") ||
+		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
+	for p in "${pids[@]}"; do
+		wait_record ".type==\"process\" and .pid==$p and ((.libraries // []) | any(test(\"libnccl\")))" 10 ||
+			{ fail_because "pid $p not traced: $(agent_tail)"; return 1; }
+	done
+	sleep 0.2
+	touch "$go"
+	for w in "${wps[@]}"; do
+		wait_exit "$w" 30 || fail_because "a rank did not finish"
+		[ "$WAIT_RC" = 0 ] || fail_because "a rank exited $WAIT_RC"
+	done
+	for p in "${pids[@]}"; do
+		wait_record ".type==\"process\" and .event==\"exit\" and .pid==$p" 10 || fail_because "no exit of $p"
+	done
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	PJ=$(printf '%s\n' "${pids[@]}" | jq -s -c .)
+}
+
 # --------------------------------------------------------------- straggler --
 # 4 ranks of one communicator (the double), STEPS all-reduces; rank 3 comes
-# DELAY_MS late to all-reduce #LATE. The ranks start in order (rank 0 makes
-# the shared barrier), the agent finds them through their mmap of libnccl.
+# DELAY_MS late to all-reduce #LATE (the library found when a process
+# dlopen()s it: nccl_counts).
 STEPS=8
 LATE=4
 DELAY_MS=400
 IDB=$((0x20 + RANDOM % 0x50))
-if agent_start nccl_straggler -i 0.25; then
-	pids=() wps=()
-	go=$T/nccl_straggler.go
-	for r in 0 1 2 3; do
-		d=0
-		[ "$r" = 3 ] && d=$DELAY_MS
-		bg_start "$T/rank$r.out" "$NCCL_CALLS" -L "$FAKE" -r "$r" -R 4 -i "$IDB" -k "$STEPS" -d "$d" -s "$LATE" -w "$go"
-		wps+=("$BG_PID")
-		[ "$r" = 0 ] && sleep 0.2
-	done
-	ok=1
-	for r in 0 1 2 3; do
-		wait_line "$T/rank$r.out" 15 || { fail_because "rank $r printed nothing: $(head -c 300 "$T/rank$r.out.err")"; ok=; break; }
-		pids+=("$(jq -r .pid "$T/rank$r.out")")
-	done
-	if [ -n "$ok" ]; then
-		for p in "${pids[@]}"; do
-			wait_record ".type==\"process\" and .pid==$p and ((.libraries // []) | any(test(\"libnccl\")))" 10 ||
-				{ fail_because "pid $p not traced: $(agent_tail)"; ok=; }
-		done
-	fi
-	if [ -n "$ok" ]; then
-		sleep 0.2
-		touch "$go"
-		for w in "${wps[@]}"; do
-			wait_exit "$w" 30 || fail_because "a rank did not finish"
-			[ "$WAIT_RC" = 0 ] || fail_because "a rank exited $WAIT_RC"
-		done
-		for p in "${pids[@]}"; do
-			wait_record ".type==\"process\" and .event==\"exit\" and .pid==$p" 10 || fail_because "no exit of $p"
-		done
-		agent_stop INT || fail_because "agent did not exit on SIGINT"
-		pj=$(printf '%s\n' "${pids[@]}" | jq -s -c .)
-		# every rank's init: one hash, its rank of 4
-		res=$(jqo --argjson pids "$pj" '[.[] | select(.type == "nccl_comm" and .api == "ncclCommInitRank"
-			and (.pid as $p | $pids | index($p)))] | {n: length, h: (map(.comm_hash) | unique),
-			ranks: (sort_by(.pid) | map(.rank)), ret: (map(.ret) | unique)}')
-		expect "inits: $res" jqe '.n == 4 and (.h | length) == 1 and .ranks == [0,1,2,3] and .ret == [0]' <<<"$res"
-		hash=$(jq -r '.h[0]' <<<"$res")
-		# all-reduce #LATE: rank 3 last, DELAY_MS late (+-50%), each other rank waited as long
-		# the bounds: the sleep, less what the others' wake-up after the previous
-		# all-reduce can lag, plus what the sleep can overshoot on a loaded machine
-		lo=$((DELAY_MS * 1000000 / 2)) hi=$((DELAY_MS * 1000000 * 2))
-		w=$(jqo --arg h "$hash" --argjson s "$LATE" '[.[] | select(.type == "collective_wait" and .comm == $h and .seq == $s)]')
-		expect "one wait record for all-reduce #$LATE: $w" jqe 'length == 1' <<<"$w"
-		expect "wait: $w" jqe --argjson lo "$lo" --argjson hi "$hi" '.[0] | .end == "complete" and .arrived == 4
-			and .last_rank == 3 and .late_ns >= $lo and .late_ns <= $hi
-			and ([.ranks[] | select(.rank != 3) | .wait_ns] | length == 3 and all(. >= $lo and . <= $hi))' <<<"$w"
-		# the other steps: written only when a rank came 1 ms late (scheduling on a
-		# busy machine), never as late as the injected delay
-		other=$(jqo --arg h "$hash" --argjson s "$LATE" --argjson lo "$lo" '[.[] | select(.type == "collective_wait"
-			and .comm == $h and .seq != $s and .late_ns >= $lo) | {seq, last_rank, late_ns}]')
-		expect "other waits as late as the delay: $other" jqe 'length == 0' <<<"$other"
-		an=$(jqo --argjson lo "$lo" '[.[] | select(.type == "anomaly" and .kind == "straggler"
-			and .chart == "collective" and .dur_ns >= $lo)]')
-		expect "straggler anomaly: $an" jqe --arg h "$hash" 'length == 1 and .[0].rank == 3
-			and (.[0].suspects[0].evidence | test("rank 3 arrived")) and (.[0].suspects[1].evidence | contains($h))' <<<"$an"
-		# the per-interval rows: STEPS all-reduces per rank, rank 3 once last
-		rows=$(jqo --arg h "$hash" '[.[] | select(.type == "collective_summary" and .comm == $h)]
-			| group_by(.pid) | map({calls: (map(.calls) | add), waits: (map(.waits) | add), last: (map(.last) | add)})')
-		expect "summary rows: $rows" jqe --argjson n "$STEPS" 'length == 4 and all(.calls == $n and .waits == $n)
-			and (map(.last) | add) == $n' <<<"$rows"
-	fi
-else
-	fail_because "agent did not start: $(agent_tail)"
+rank_args() { echo "-k $STEPS -d $([ "$1" = 3 ] && echo $DELAY_MS || echo 0) -s $LATE"; }
+if ranks_run nccl_straggler 4 ""; then
+	pj=$PJ
+	# every rank's init: one hash, its rank of 4
+	res=$(jqo --argjson pids "$pj" '[.[] | select(.type == "nccl_comm" and .api == "ncclCommInitRank"
+		and (.pid as $p | $pids | index($p)))] | {n: length, h: (map(.comm_hash) | unique),
+		ranks: (sort_by(.pid) | map(.rank)), ret: (map(.ret) | unique)}')
+	expect "inits: $res" jqe '.n == 4 and (.h | length) == 1 and .ranks == [0,1,2,3] and .ret == [0]' <<<"$res"
+	hash=$(jq -r '.h[0]' <<<"$res")
+	# all-reduce #LATE: rank 3 last, DELAY_MS late (+-50%), each other rank waited as long
+	# the bounds: the sleep, less what the others' wake-up after the previous
+	# all-reduce can lag, plus what the sleep can overshoot on a loaded machine
+	lo=$((DELAY_MS * 1000000 / 2)) hi=$((DELAY_MS * 1000000 * 2))
+	w=$(jqo --arg h "$hash" --argjson s "$LATE" '[.[] | select(.type == "collective_wait" and .comm == $h and .seq == $s)]')
+	expect "one wait record for all-reduce #$LATE: $w" jqe 'length == 1' <<<"$w"
+	expect "wait: $w" jqe --argjson lo "$lo" --argjson hi "$hi" '.[0] | .end == "complete" and .arrived == 4
+		and .last_rank == 3 and .late_ns >= $lo and .late_ns <= $hi
+		and ([.ranks[] | select(.rank != 3) | .wait_ns] | length == 3 and all(. >= $lo and . <= $hi))' <<<"$w"
+	# the other steps: written only when a rank came 1 ms late (scheduling on a
+	# busy machine), never as late as the injected delay
+	other=$(jqo --arg h "$hash" --argjson s "$LATE" --argjson lo "$lo" '[.[] | select(.type == "collective_wait"
+		and .comm == $h and .seq != $s and .late_ns >= $lo) | {seq, last_rank, late_ns}]')
+	expect "other waits as late as the delay: $other" jqe 'length == 0' <<<"$other"
+	an=$(jqo --argjson lo "$lo" '[.[] | select(.type == "anomaly" and .kind == "straggler"
+		and .chart == "collective" and .dur_ns >= $lo)]')
+	expect "straggler anomaly: $an" jqe --arg h "$hash" 'length == 1 and .[0].rank == 3
+		and (.[0].suspects[0].evidence | test("rank 3 arrived")) and (.[0].suspects[1].evidence | contains($h))' <<<"$an"
+	# the per-interval rows: STEPS all-reduces per rank, rank 3 once last
+	rows=$(jqo --arg h "$hash" '[.[] | select(.type == "collective_summary" and .comm == $h)]
+		| group_by(.pid) | map({calls: (map(.calls) | add), waits: (map(.waits) | add), last: (map(.last) | add)})')
+	expect "summary rows: $rows" jqe --argjson n "$STEPS" 'length == 4 and all(.calls == $n and .waits == $n)
+		and (map(.last) | add) == $n' <<<"$rows"
 fi
 report nccl_straggler
+
+# ------------------------------------------------------------------- split --
+# 4 ranks of a parent communicator (the double), each splits it with
+# COLORS[r] and KEYS[r], then makes SPLIT_STEPS all-reduces on the parent and
+# on its new comm (deep mode, the agent on their pids). NCCL orders a color's
+# ranks by key, then by parent rank (nccl.h; NVIDIA/nccl src/init.cc,
+# commGetSplitInfo): color 0 is parent ranks 0, 2 (keys equal), color 1 is
+# 3 (key 0), then 1. Every split record has its derived rank and size, the
+# collectives on the new comms carry them, and each of their all-reduces is
+# one complete wait of its two ranks.
+COLORS=(0 1 0 1)
+KEYS=(5 1 5 0)
+WANT_RANK='[0, 1, 1, 0]'
+SPLIT_STEPS=3
+IDB=$((0x20 + RANDOM % 0x50))
+rank_args() { echo "-k $SPLIT_STEPS -c ${COLORS[$1]} -K ${KEYS[$1]}"; }
+if ranks_run nccl_split 4 "--mode deep"; then
+	parent=$(nccl_id_hash "$IDB")
+	sp=$(jqo -c --argjson pids "$PJ" '[.[] | select(.type == "nccl_comm" and .api == "ncclCommSplit")
+		| select(.pid as $p | $pids | index($p))] | sort_by(.pid as $p | $pids | index($p))')
+	expect "split records: $sp" jqe --argjson want "$WANT_RANK" --arg parent "$parent" '
+		length == 4 and (map(.rank) == $want) and all(.nranks == 2 and .ret == 0
+			and .parent_comm_hash == $parent and .comm != "0x0")
+		and ([.[] | .comm_hash] | unique | length) == 2' <<<"$sp"
+	# the two colors: one hash each, shared by its ranks
+	bad=$(jq -r --argjson colors "$(printf '%s\n' "${COLORS[@]}" | jq -s -c .)" '
+		[to_entries | group_by($colors[.key])[] | map(.value.comm_hash) | unique | length]
+		| if . != [1, 1] then "hashes per color \(.)" else "" end' <<<"$sp")
+	expect "$bad" [ -z "$bad" ]
+	# their collectives: the derived rank; their waits: complete, the two ranks
+	bad=$(jqo -r --argjson sp "$sp" --argjson n "$SPLIT_STEPS" '
+		[.[] | select(.type == "collective")] as $l
+		| [.[] | select(.type == "collective_wait")] as $w
+		| [$sp[] as $s
+		   | ($l | map(select(.pid == $s.pid and .comm == $s.comm_hash))) as $m
+		   | (if ($m | length) != $n then "pid \($s.pid): \($m | length) collectives on its split comm"
+		      else empty end),
+		     ($m[] | select(.rank != $s.rank or .nranks != 2 or .comm_known != true)
+		      | "pid \($s.pid) seq \(.seq): rank \(.rank)/\(.nranks)")]
+		+ [$sp | group_by(.comm_hash)[] as $g
+		   | ($w | map(select(.comm == $g[0].comm_hash))) as $gw
+		   | (if ($gw | length) != $n then "comm \($g[0].comm_hash): \($gw | length) waits" else empty end),
+		     ($gw[] | select(.end != "complete" or .arrived != 2 or .expected != 2
+			or ([.ranks[] | [.rank, .pid]] | sort) != ([$g[] | [.rank, .pid]] | sort))
+		      | "wait \(.comm) #\(.seq): \(.end) \(.ranks | map([.rank, .pid]))")]
+		| .[0:4] | join("; ")')
+	expect "split comms: $bad" [ -z "$bad" ]
+	st=$(jqo '[.[] | select(.type == "stats" and .final) | .nccl] | last')
+	expect "stats nccl: $st" jqe '.split_rank_unknown == 0 and .wait_no_rank == 0
+		and .calls.ncclCommSplit == 4' <<<"$st"
+fi
+report nccl_split

@@ -5,19 +5,24 @@
  * GPU, so every call fails, after the probes fired) or the test double
  * (tests/fakes/fake_nccl.c, whose inits succeed).
  *
- * usage: nccl_calls [-L LIB] [-t THREADS] [-n ROUNDS] [-w GO_FILE]
- *        nccl_calls -L LIB -r RANK -R NRANKS -i ID -k STEPS [-d MS -s STEP] [-w GO_FILE]
+ * usage: nccl_calls [-L LIB] [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-l LOAD_FILE]
+ *        nccl_calls -L LIB -r RANK -R NRANKS -i ID -k STEPS [-d MS -s STEP] [-c COLOR -K KEY]
+ *                   [-w GO_FILE]
  *
  * Calls mode: each thread i makes ROUNDS rounds of round() below. Comm
  * arguments point into one zeroed buffer (thread i: base + 64 * i), which
  * NCCL refuses as an invalid comm without touching more. Prints
- * {"pid":P,"tids":[...],"comm_base":"0x..."}.
+ * {"pid":P,"tids":[...],"comm_base":"0x..."}. With -l, LIB is dlopen()ed
+ * only once LOAD_FILE exists (after that line): an agent started on the pid
+ * meanwhile finds the library through its mapping.
  *
  * Rank mode (the double): one rank of a communicator whose unique id is
  * 128 bytes of the byte ID; ncclCommInitRank, then STEPS all-reduces (the
  * double's all-reduce waits for every rank, as the GPU kernel would); before
- * step STEP this rank sleeps MS ms: it is the straggler. Prints
- * {"pid":P,"tid":T,"rank":R}, then waits for GO_FILE before the init.
+ * step STEP this rank sleeps MS ms: it is the straggler. With -c, after the
+ * init, ncclCommSplit(comm, COLOR, KEY) (-1 is NCCL_SPLIT_NOCOLOR), and each
+ * step's all-reduce is followed by one on the new comm, when there is one.
+ * Prints {"pid":P,"tid":T,"rank":R}, then waits for GO_FILE before the init.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -52,6 +57,7 @@ static struct {
 	int (*group_end)(void);
 	int (*init_rank)(void **, int, nccl_id, int);
 	int (*init_rank_config)(void **, int, nccl_id, int, void *);
+	int (*init_rank_scalable)(void **, int, int, int, nccl_id *, void *); /* 2.23 and later */
 	int (*init_all)(void **, int, const int *);
 	int (*split)(void *, int, int, void **, void *);
 	int (*destroy)(void *);
@@ -90,6 +96,13 @@ static void round_once(int i)
 	memset(&id, 0x40 + i, sizeof(id));
 	f.init_rank(&c, 4, id, i);
 	f.init_rank_config(&c, 8, id, i + 1, NULL);
+	if (f.init_rank_scalable) {
+		nccl_id ids[2];
+
+		memset(ids, 0x60 + i, sizeof(ids[0]));
+		memset(&ids[1], 0x70, sizeof(ids[1]));
+		f.init_rank_scalable(&c, 6, i + 2, 2, ids, NULL);
+	}
 	f.init_all(cs, 2, devs);
 	f.split(NULL, 5, i, &c, NULL);
 	f.destroy(NULL);
@@ -130,6 +143,7 @@ static int load(const char *lib)
 	SYM(group_end, "ncclGroupEnd");
 	SYM(init_rank, "ncclCommInitRank");
 	SYM(init_rank_config, "ncclCommInitRankConfig");
+	SYM(init_rank_scalable, "ncclCommInitRankScalable");
 	SYM(init_all, "ncclCommInitAll");
 	SYM(split, "ncclCommSplit");
 	SYM(destroy, "ncclCommDestroy");
@@ -144,14 +158,17 @@ static int load(const char *lib)
 	return 0;
 }
 
+/* -c/-K: the split's color (NO_SPLIT: none) and key */
+#define NO_SPLIT (-1000)
+static int split_color = NO_SPLIT, split_key;
+
 static int rank_mode(int rank, int nranks, int idb, int steps, int delay_ms, int late_step)
 {
-	void *comm = NULL;
+	void *comm = NULL, *sub = NULL;
 	nccl_id id;
 	int err;
 
-	printf("{\"pid\":%d,\"tid\":%ld,\"rank\":%d}\n", getpid(), (long)syscall(SYS_gettid), rank);
-	fflush(stdout);
+	print_pid_tid_rank(rank);
 	await_file(go_file, 0);
 	memset(&id, idb, sizeof(id));
 	err = f.init_rank(&comm, nranks, id, rank);
@@ -159,50 +176,46 @@ static int rank_mode(int rank, int nranks, int idb, int steps, int delay_ms, int
 		fprintf(stderr, "nccl_calls: ncclCommInitRank: %d\n", err);
 		return 1;
 	}
+	if (split_color != NO_SPLIT) {
+		err = f.split(comm, split_color, split_key, &sub, NULL);
+		if (err) {
+			fprintf(stderr, "nccl_calls: ncclCommSplit: %d\n", err);
+			return 1;
+		}
+	}
 	for (int s = 0; s < steps; s++) {
 		if (s == late_step && delay_ms > 0)
 			usleep(delay_ms * 1000);
 		err = f.all_reduce(B(0x1000), B(0x2000), 4096, 9, 0, comm, B(0x7000 + rank));
+		if (!err && sub)
+			err = f.all_reduce(B(0x1000), B(0x2000), 1024, 7, 0, sub, B(0x7000 + rank));
 		if (err) {
 			fprintf(stderr, "nccl_calls: ncclAllReduce: %d\n", err);
 			return 1;
 		}
 	}
+	if (sub)
+		f.destroy(sub);
 	f.destroy(comm);
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	const char *lib = NCCL_REAL;
-	int threads = 1, rank = -1, nranks = 0, idb = 0x11, steps = 10, delay = 0, late = -1, opt;
+	struct rank_opts o = {.lib = NCCL_REAL, .rank = -1, .idb = 0x11, .steps = 10};
+	int threads = 1, delay = 0, late = -1, opt;
+	const char *load_file = NULL;
 	pthread_t th[MAX_THREADS];
 
-	while ((opt = getopt(argc, argv, "L:t:n:w:r:R:i:k:d:s:")) != -1) {
+	while ((opt = getopt(argc, argv, "L:t:n:w:r:R:i:k:d:s:c:K:l:")) != -1) {
+		if (rank_opt(opt, optarg, &o))
+			continue;
 		switch (opt) {
-		case 'L':
-			lib = optarg;
-			break;
 		case 't':
 			threads = atoi(optarg);
 			break;
 		case 'n':
 			rounds = atoi(optarg);
-			break;
-		case 'w':
-			go_file = optarg;
-			break;
-		case 'r':
-			rank = atoi(optarg);
-			break;
-		case 'R':
-			nranks = atoi(optarg);
-			break;
-		case 'i':
-			idb = (int)strtol(optarg, NULL, 0);
-			break;
-		case 'k':
-			steps = atoi(optarg);
 			break;
 		case 'd':
 			delay = atoi(optarg);
@@ -210,20 +223,37 @@ int main(int argc, char **argv)
 		case 's':
 			late = atoi(optarg);
 			break;
+		case 'c':
+			split_color = atoi(optarg);
+			break;
+		case 'K':
+			split_key = atoi(optarg);
+			break;
+		case 'l':
+			load_file = optarg;
+			break;
 		default:
 			return 2;
 		}
 	}
-	if (threads < 1 || threads > MAX_THREADS || load(lib))
+	go_file = o.go;
+	/* the workers wait for GO_FILE before any call: -l needs one */
+	if (threads < 1 || threads > MAX_THREADS || (load_file && !go_file) ||
+	    (!load_file && load(o.lib)))
 		return 2;
-	if (rank >= 0)
-		return rank_mode(rank, nranks, idb, steps, delay, late);
+	if (o.rank >= 0)
+		return load_file ? 2 : rank_mode(o.rank, o.nranks, o.idb, o.steps, delay, late);
 	comm_base = calloc(1, 16 << 20); /* past the end of an ncclComm: endMagic */
 	if (!comm_base)
 		return 2;
 	start_workers(th, threads, worker, &ready, tids);
 	printf("],\"comm_base\":\"%p\"}\n", (void *)comm_base);
 	fflush(stdout);
+	if (load_file) {
+		await_file(load_file, 0);
+		if (load(o.lib))
+			exit(2);
+	}
 	for (int i = 0; i < threads; i++)
 		pthread_join(th[i], NULL);
 	return 0;
