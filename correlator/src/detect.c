@@ -625,7 +625,7 @@ static void classify(struct dkey *k, const struct diag_step *s, double med, bool
 		    an, "runq", cpu, 0,
 		    "launching thread waited %.2f ms for a CPU, %.0f%% of the step where it "
 		    "usually waits %.1f%%%s",
-		    s->runq_ns / 1e6, 100 * s->runq_ns / dur, 100 * k->f_runq.mean, by);
+		    s->runq_ns / 1e6, 100.0 * (double)s->runq_ns / dur, 100 * k->f_runq.mean, by);
 	} else if (gap > 0) {
 		an->kind = runq >= 0.3 * excess ? DIAG_KIND_CPU_CONTENTION : DIAG_KIND_HOST_STALL;
 		add_suspect(an, "gpu_gap", gap, s->idle_max_ns / fmax(k->gap.mean, 1),
