@@ -392,6 +392,16 @@ static bool cbid_is_graph(CUpti_CallbackDomain dom, CUpti_CallbackId cbid)
 	return false;
 }
 
+/*
+ * An NCCL kernel (ncclDevKernel_*, ncclKernel_* in older NCCL; mangled or
+ * not): its collective waits for it, so its launch is never sampled out.
+ * Only asked when the thread's budget is spent.
+ */
+static bool nccl_kernel(const char *sym)
+{
+	return sym && (strstr(sym, "ncclDevKernel") || strstr(sym, "ncclKernel"));
+}
+
 /* sentinel mode: at most launch_rate kernel-launch records per thread per s */
 static bool take_token(uint64_t now)
 {
@@ -541,7 +551,7 @@ static void CUPTIAPI launch_cb(void *userdata, CUpti_CallbackDomain dom, CUpti_C
 
 	now = shim_mono_ns();
 	if (atomic_load_explicit(&g_shim.capture, memory_order_relaxed) != MODE_DEEP &&
-	    !cbid_is_graph(dom, cbid) && !take_token(now))
+	    !cbid_is_graph(dom, cbid) && !take_token(now) && !nccl_kernel(cb->symbolName))
 		return; /* sampled out by policy, not a loss */
 
 	if (!t_tid)

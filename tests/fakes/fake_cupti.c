@@ -234,7 +234,7 @@ static CUpti_CallbackFunc enabled_cb(CUpti_CallbackDomain dom, CUpti_CallbackId 
 
 /* deliver one callback if enabled, with no lock held (CUPTI calls inline) */
 static int deliver(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, CUpti_ApiCallbackSite site,
-		   uint32_t corr)
+		   uint32_t corr, const char *symbol)
 {
 	CUpti_CallbackData d;
 	void *user;
@@ -245,6 +245,7 @@ static int deliver(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, CUpti_ApiCal
 	memset(&d, 0, sizeof(d));
 	d.callbackSite = site;
 	d.functionName = "fake";
+	d.symbolName = symbol;
 	d.correlationId = corr;
 	cb(user, dom, cbid, &d);
 	return 1;
@@ -268,17 +269,24 @@ int fake_cupti_nvtx(CUpti_CallbackId cbid, const void *params, const void *ret)
 
 int fake_cupti_api_call(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, uint32_t corr)
 {
-	return deliver(dom, cbid, CUPTI_API_ENTER, corr) + deliver(dom, cbid, CUPTI_API_EXIT, corr);
+	return fake_cupti_launch(dom, cbid, corr, NULL);
+}
+
+int fake_cupti_launch(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, uint32_t corr,
+		      const char *symbol)
+{
+	return deliver(dom, cbid, CUPTI_API_ENTER, corr, symbol) +
+	       deliver(dom, cbid, CUPTI_API_EXIT, corr, symbol);
 }
 
 int fake_cupti_api_nested(CUpti_CallbackId rt_cbid, CUpti_CallbackId drv_cbid, uint32_t corr)
 {
 	int n = 0;
 
-	n += deliver(CUPTI_CB_DOMAIN_RUNTIME_API, rt_cbid, CUPTI_API_ENTER, corr);
-	n += deliver(CUPTI_CB_DOMAIN_DRIVER_API, drv_cbid, CUPTI_API_ENTER, corr);
-	n += deliver(CUPTI_CB_DOMAIN_DRIVER_API, drv_cbid, CUPTI_API_EXIT, corr);
-	n += deliver(CUPTI_CB_DOMAIN_RUNTIME_API, rt_cbid, CUPTI_API_EXIT, corr);
+	n += deliver(CUPTI_CB_DOMAIN_RUNTIME_API, rt_cbid, CUPTI_API_ENTER, corr, NULL);
+	n += deliver(CUPTI_CB_DOMAIN_DRIVER_API, drv_cbid, CUPTI_API_ENTER, corr, NULL);
+	n += deliver(CUPTI_CB_DOMAIN_DRIVER_API, drv_cbid, CUPTI_API_EXIT, corr, NULL);
+	n += deliver(CUPTI_CB_DOMAIN_RUNTIME_API, rt_cbid, CUPTI_API_EXIT, corr, NULL);
 	return n;
 }
 

@@ -71,6 +71,9 @@ bool fake_cupti_subscribed(void);
  * if (dom, cbid) is enabled. Returns the number of callbacks delivered.
  */
 int fake_cupti_api_call(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, uint32_t corr);
+/* the same, a launch of the kernel named symbol (CUpti_CallbackData.symbolName) */
+int fake_cupti_launch(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, uint32_t corr,
+		      const char *symbol);
 /*
  * An NVTX call as CUPTI reports it once NVTX is routed to it: one callback
  * of domain CUPTI_CB_DOMAIN_NVTX with CUpti_NvtxData (params: the call's

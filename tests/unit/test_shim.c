@@ -825,6 +825,13 @@ static void test_mode_switch(void **state)
 	pump(t, 50);
 	before = count_type(t, EV_GPU_LAUNCH_CB);
 	assert_true(before >= 8 && before < 23);
+	/* the budget is spent, but an NCCL kernel's launch is never sampled out */
+	for (i = 0; i < 10; i++)
+		fake_cupti_launch(CUPTI_CB_DOMAIN_DRIVER_API,
+				  CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, 650 + i,
+				  "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE");
+	wait_n(t, EV_GPU_LAUNCH_CB, before + 10);
+	before = count_type(t, EV_GPU_LAUNCH_CB);
 
 	assert_int_equal(shim_rx_set_mode(t->rx, 999999999, MODE_DEEP), -ESRCH);
 	assert_int_equal(shim_rx_set_mode(t->rx, getpid(), 7), -EINVAL);
