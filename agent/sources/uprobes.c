@@ -357,11 +357,70 @@ static struct reap *reap_head;
 static bool reap_started, reap_stop;
 static pthread_t reaper;
 
+/*
+ * Each destroy waits for its own grace period, but grace periods are shared
+ * by whoever waits at the same time: REAP_THREADS threads destroy at once.
+ * One at a time, a stop with 16 files kept for --lib-grace (about 500
+ * links) took minutes, at 0.2-0.35 s per link on this VM under load.
+ */
+#define REAP_THREADS 16
+
+struct reap_stripe {
+	struct bpf_link **links;
+	int n, first, step;
+};
+
+static void *reap_stripe_main(void *arg)
+{
+	const struct reap_stripe *s = arg;
+
+	for (int i = s->first; i < s->n; i += s->step)
+		bpf_link__destroy(s->links[i]);
+	return NULL;
+}
+
 static void destroy_links(struct bpf_link **links, int n)
 {
+	struct reap_stripe s[REAP_THREADS];
+	pthread_t t[REAP_THREADS];
+	bool started[REAP_THREADS] = {};
+	int k = n < REAP_THREADS ? n : REAP_THREADS;
+
+	for (int i = 1; i < k; i++) {
+		s[i] = (struct reap_stripe){ .links = links, .n = n, .first = i, .step = k };
+		started[i] = !pthread_create(&t[i], NULL, reap_stripe_main, &s[i]);
+	}
+	/* stripe 0 here, and the stripes of threads that did not start */
 	for (int i = 0; i < n; i++)
-		bpf_link__destroy(links[i]);
+		if (i % k == 0 || !started[i % k])
+			bpf_link__destroy(links[i]);
+	for (int i = 1; i < k; i++)
+		if (started[i])
+			pthread_join(t[i], NULL);
 	free(links);
+}
+
+/* the whole queue as one array of links (NULL, the queue kept, when out of memory) */
+static struct bpf_link **take_all(struct reap **head, int *n)
+{
+	struct bpf_link **all;
+	struct reap *r, *next;
+	int total = 0;
+
+	for (r = *head; r; r = r->next)
+		total += r->n;
+	all = malloc((size_t)(total ? total : 1) * sizeof(*all));
+	if (!all)
+		return NULL;
+	for (r = *head, *n = 0; r; r = next) {
+		next = r->next;
+		memcpy(all + *n, r->links, (size_t)r->n * sizeof(*all));
+		*n += r->n;
+		free(r->links);
+		free(r);
+	}
+	*head = NULL;
+	return all;
 }
 
 static void *reaper_main(void *arg)
@@ -370,6 +429,8 @@ static void *reaper_main(void *arg)
 	pthread_mutex_lock(&reap_mu);
 	for (;;) {
 		struct reap *r = reap_head;
+		struct bpf_link **all;
+		int n = 0;
 
 		if (!r) {
 			if (reap_stop)
@@ -377,10 +438,16 @@ static void *reaper_main(void *arg)
 			pthread_cond_wait(&reap_cv, &reap_mu);
 			continue;
 		}
-		reap_head = r->next;
+		/* everything queued at once: one wave of grace periods for all */
+		all = take_all(&reap_head, &n);
+		if (!all) {
+			reap_head = r->next;
+			all = r->links;
+			n = r->n;
+			free(r);
+		}
 		pthread_mutex_unlock(&reap_mu);
-		destroy_links(r->links, r->n);
-		free(r);
+		destroy_links(all, n);
 		pthread_mutex_lock(&reap_mu);
 	}
 	pthread_mutex_unlock(&reap_mu);
