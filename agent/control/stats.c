@@ -118,6 +118,10 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 			    json_integer((json_int_t)a->cnt.threads_unlisted));
 	json_object_set_new(r, "attached_files", json_integer(files));
 	json_object_set_new(r, "attached_probes", json_integer(probes));
+	json_object_set_new(r, "idle_files", json_integer((json_int_t)a->cnt.files_idle));
+	json_object_set_new(r, "idle_files_reused", json_integer((json_int_t)a->cnt.files_reused));
+	json_object_set_new(r, "idle_files_detached",
+			    json_integer((json_int_t)a->cnt.files_idle_detached));
 	json_object_set_new(r, "shim_errors", json_integer((json_int_t)a->cnt.shim_errors));
 	json_object_set_new(r, "utf8_replaced", json_integer((json_int_t)jw_utf8_replaced()));
 	shim_stats(a, r);

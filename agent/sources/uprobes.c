@@ -88,18 +88,34 @@ static struct {
 	uint64_t attaches, detaches, attach_errors;
 } lsw;
 
+/*
+ * The path to open the file by: lf->path (/proc/PID/root/..., so that the
+ * kernel and bpftool name the file) while PID lives, else the descriptor
+ * discovery.c keeps. A launch-class attach comes any time later (a
+ * deep-dive, a sampling window), after PID may have exited unseen yet.
+ */
+static const char *file_path(const struct libfile *lf, char *buf, size_t sz)
+{
+	if (lf->fd < 0 || !access(lf->path, F_OK))
+		return lf->path;
+	snprintf(buf, sz, "/proc/self/fd/%d", lf->fd);
+	return buf;
+}
+
 /* entry (and, for a synchronising call, return) probe of api on the file */
 static int attach_api(struct agent *a, struct libfile *lf, unsigned api, struct bpf_link **links,
 		      int *n)
 {
 	struct bpf_program *prog = loader_program(a, corr_api_name(api));
 	struct bpf_link *l;
+	char buf[32];
+	const char *path = file_path(lf, buf, sizeof(buf));
 
 	if (!prog) {
 		pr_err("BPF object lacks program %s (build mismatch)", corr_api_name(api));
 		return -ENOENT;
 	}
-	l = uprobes_attach_sym(prog, lf->path, corr_api_name(api), false);
+	l = uprobes_attach_sym(prog, path, corr_api_name(api), false);
 	if (!l) {
 		int err = -errno;
 
@@ -109,7 +125,7 @@ static int attach_api(struct agent *a, struct libfile *lf, unsigned api, struct 
 	}
 	links[(*n)++] = l;
 	if (api_is_sync(api)) {
-		l = uprobes_attach_sym(loader_sync_return(a), lf->path, corr_api_name(api), true);
+		l = uprobes_attach_sym(loader_sync_return(a), path, corr_api_name(api), true);
 		if (!l) {
 			int err = -errno;
 
@@ -268,7 +284,8 @@ static void class_switch(struct agent *a, enum probe_class cls, bool on, const c
 	for (int i = 0; i < MAX_LIBFILES; i++) {
 		int n;
 
-		if (!a->libs[i].used || !a->libs[i].links)
+		/* a file kept without a user (--lib-grace) gets them when used again */
+		if (!a->libs[i].used || !a->libs[i].links || a->libs[i].idle_since_ns)
 			continue;
 		n = on ? class_attach_file(a, i, cls) : class_detach_file(i, cls);
 		links += n;
@@ -328,6 +345,25 @@ void uprobes_launch_policy(struct agent *a)
 	for (int c = PROBE_GRAPH; c < PROBE_CLASSES; c++)
 		if (!want[c] && lsw.on[c])
 			class_switch(a, c, false, "idle");
+}
+
+/*
+ * A file kept attached without a traced user (discovery.c, --lib-grace)
+ * keeps its sync-class links only: the on-demand classes trap every launch
+ * of whoever maps it, and no process it would record for does. Used again,
+ * it gets the classes that are on now.
+ */
+void uprobes_file_idle(struct agent *a, int idx, bool idle)
+{
+	if (a->libs[idx].is_nccl || !a->libs[idx].links)
+		return;
+	if (idle) {
+		class_detach_file(idx, PROBE_CLASSES);
+		return;
+	}
+	for (int c = PROBE_GRAPH; c < PROBE_CLASSES; c++)
+		if (lsw.on[c])
+			class_attach_file(a, idx, c);
 }
 
 void uprobes_launch_start(struct agent *a)
@@ -497,4 +533,7 @@ void uprobes_detach_file(struct agent *a, int idx)
 		uprobes_reap_links(lf->links, lf->n_links);
 	lf->links = NULL;
 	lf->n_links = 0;
+	if (lf->fd >= 0)
+		close(lf->fd);
+	lf->fd = -1;
 }
