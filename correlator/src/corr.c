@@ -29,6 +29,7 @@
 
 #include "internal.h"
 #include "jsonw.h"
+#include "pidtab.h"
 
 #define NO_IDX UINT32_MAX
 #define THR_UP_MIN 16 /* uprobe FIFO of a thread: first size, doubled when full */
@@ -36,7 +37,6 @@
 #define THR_UP_BUDGET (1u << 20) /* FIFO entries of all threads together (16 MiB) */
 #define THR_CBW 8 /* callbacks waiting for a late uprobe, per thread */
 #define EXIT_CAP 4096
-#define PP_MIN 64 /* procs table: first size */
 
 struct launch_ent {
 	uint64_t ts;
@@ -97,14 +97,12 @@ struct exit_ent {
 };
 
 /*
- * A process's state, found by pid in an open-addressing table (linear
- * probing, backward-shift delete, grown at half load). Launches are listed
- * in ring order (the ring pops the oldest, always its pid's head), GPU
- * records and threads in doubly linked lists (they leave from anywhere).
+ * A process's state, found by pid (pidtab.h). Launches are listed in ring
+ * order (the ring pops the oldest, always its pid's head), GPU records and
+ * threads in doubly linked lists (they leave from anywhere).
  */
 struct pproc {
-	uint32_t pid;
-	uint32_t used;
+	struct pid_slot k;
 	uint32_t l_head, l_tail; /* live launches, ring indices */
 	uint32_t p_head, p_tail; /* waiting GPU records, pend indices */
 	uint32_t t_head; /* threads, thread indices */
@@ -136,8 +134,7 @@ struct corr {
 	uint32_t *tt; /* thread index + 1 */
 	uint32_t tt_mask;
 
-	struct pproc *pp; /* procs table */
-	uint32_t pp_mask, pp_len, pp_last; /* pp_last: slot of the last pid found */
+	struct pidtab procs; /* struct pproc by pid */
 	uint64_t exit_visits; /* entries an exit touched (corr_exit_visits) */
 
 	struct exit_ent exits[EXIT_CAP]; /* small: direct-mapped by pid */
@@ -268,10 +265,9 @@ struct corr *corr__new(const struct corr_opts *opts)
 	c->tt_mask = size - 1;
 
 	/* grown with the processes that hold state at once, not sized for the worst */
-	c->pp = calloc(PP_MIN, sizeof(*c->pp));
-	c->pp_mask = PP_MIN - 1;
+	pidtab_init(&c->procs, sizeof(struct pproc));
 
-	if (!c->names || !c->ring || !c->lt || !c->pend || !c->pt || !c->thr || !c->tt || !c->pp) {
+	if (!c->names || !c->ring || !c->lt || !c->pend || !c->pt || !c->thr || !c->tt) {
 		corr__free(c);
 		errno = ENOMEM;
 		return NULL;
@@ -297,7 +293,7 @@ void corr__free(struct corr *c)
 	free(c->pt);
 	free(c->thr);
 	free(c->tt);
-	free(c->pp);
+	pidtab_free(&c->procs);
 	free(c);
 }
 
@@ -325,54 +321,10 @@ static inline uint64_t adj(const struct corr *c, enum corr_src src, uint64_t ts)
 
 /* ---- per-process index ---- */
 
-static inline uint32_t pp_home(const struct corr *c, uint32_t pid)
-{
-	return (uint32_t)corr_hash64(pid) & c->pp_mask;
-}
-
-static struct pproc *pp_find_slow(struct corr *c, uint32_t pid)
-{
-	for (uint32_t i = pp_home(c, pid); c->pp[i].used; i = (i + 1) & c->pp_mask) {
-		if (c->pp[i].pid == pid) {
-			c->pp_last = i;
-			return &c->pp[i];
-		}
-	}
-	return NULL;
-}
-
 /* the pid's entry or NULL; valid until the next pp_get() or pp_release() */
 static inline struct pproc *pp_find(struct corr *c, uint32_t pid)
 {
-	struct pproc *e = &c->pp[c->pp_last];
-
-	/* records come in runs of one process: no hash for a repeat */
-	if (e->used && e->pid == pid)
-		return e;
-	return pp_find_slow(c, pid);
-}
-
-static int pp_grow(struct corr *c)
-{
-	uint32_t old_size = c->pp_mask + 1, size = old_size * 2;
-	struct pproc *old = c->pp, *n = calloc(size, sizeof(*n));
-
-	if (!n)
-		return -ENOMEM;
-	c->pp = n;
-	c->pp_mask = size - 1;
-	c->pp_last = 0;
-	for (uint32_t i = 0; i < old_size; i++) {
-		uint32_t j;
-
-		if (!old[i].used)
-			continue;
-		for (j = pp_home(c, old[i].pid); n[j].used; j = (j + 1) & c->pp_mask)
-			;
-		n[j] = old[i];
-	}
-	free(old);
-	return 0;
+	return pidtab_find(&c->procs, pid);
 }
 
 /*
@@ -381,57 +333,23 @@ static int pp_grow(struct corr *c)
  * leaves the state as it was; made again after an eviction that may have
  * dropped it, it never needs to grow (the room was taken the first time).
  */
-static struct pproc *pp_add(struct corr *c, uint32_t pid)
-{
-	uint32_t i;
-
-	if ((c->pp_len + 1) * 2 > c->pp_mask + 1 && pp_grow(c))
-		return NULL;
-	for (i = pp_home(c, pid); c->pp[i].used; i = (i + 1) & c->pp_mask)
-		;
-	c->pp[i] = (struct pproc){
-		.pid = pid,
-		.used = 1,
-		.l_head = NO_IDX,
-		.l_tail = NO_IDX,
-		.p_head = NO_IDX,
-		.p_tail = NO_IDX,
-		.t_head = NO_IDX,
-	};
-	c->pp_len++;
-	c->pp_last = i;
-	return &c->pp[i];
-}
-
 static inline struct pproc *pp_get(struct corr *c, uint32_t pid)
 {
 	struct pproc *e = pp_find(c, pid);
 
-	return e ? e : pp_add(c, pid);
+	if (e || !(e = pidtab_add(&c->procs, pid)))
+		return e;
+	e->l_head = e->l_tail = NO_IDX;
+	e->p_head = e->p_tail = NO_IDX;
+	e->t_head = NO_IDX;
+	return e;
 }
 
-/* drop the entry once its process holds nothing (backward shift, no tombstones) */
+/* drop the entry once its process holds nothing */
 static void pp_release(struct corr *c, struct pproc *e)
 {
-	uint32_t i = (uint32_t)(e - c->pp), j = i;
-
-	if (e->l_head != NO_IDX || e->p_head != NO_IDX || e->t_head != NO_IDX)
-		return;
-	c->pp[i].used = 0;
-	c->pp_len--;
-	for (;;) {
-		uint32_t home;
-
-		j = (j + 1) & c->pp_mask;
-		if (!c->pp[j].used)
-			return;
-		home = pp_home(c, c->pp[j].pid);
-		if ((i <= j) ? (home <= i || home > j) : (home <= i && home > j)) {
-			c->pp[i] = c->pp[j];
-			c->pp[j].used = 0;
-			i = j;
-		}
-	}
+	if (e->l_head == NO_IDX && e->p_head == NO_IDX && e->t_head == NO_IDX)
+		pidtab_del(&c->procs, e);
 }
 
 /* ---- launch table ---- */
@@ -1270,7 +1188,7 @@ uint64_t corr_exit_visits(const struct corr *c)
 
 uint32_t corr_procs_held(const struct corr *c)
 {
-	return c->pp_len;
+	return c->procs.len;
 }
 
 int corr__advance(struct corr *c, uint64_t now_ns)
