@@ -55,6 +55,18 @@ run_end() {
 		{ fail_because "no exit record for $1 (pid $RUN_PID)"; return 1; }
 }
 
+# window_ok WHAT PID EVENT: a sampling window closed after PID's process
+# record EVENT, and no launch probe failed to attach up to then
+window_ok() {
+	local ts rec
+	ts=$(jqo --argjson p "$2" --arg e "$3" '[.[] | select(.type == "process" and .pid == $p and .event == $e)] | first | .ts_ns')
+	wait_record ".type==\"launch_probes\" and .action==\"detach\" and .ts_ns > $ts" 10 ||
+		fail_because "no sampling window closed after $1"
+	rec=$(jqo '[.[] | select(.type == "launch_probes")] | last')
+	expect "launch probes that failed to attach once $1: $rec ($(grep -E 'attach uprobe|failed to open' "$AGENT_ERR" | tail -n 3 | tr '\n' '|'))" \
+		eq "$(jq .attach_errors <<<"$rec")" 0
+}
+
 # the last complete stats record's FIELD
 stat_of() { tac "$AGENT_OUT" | grep -F '"type":"stats"' | grep -m1 '}$' | jq ".$1"; }
 
@@ -66,7 +78,7 @@ stop_slow() {
 }
 
 reuse() {
-	local n f ts rec i
+	local n f i
 	agent_start grace -i 0.1 --no-net --lib-grace 600 --launch-sampling 500ms/1s ||
 		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
 	run_one first "$LIB/libcudart.so.13" && run_end first || return 1
@@ -88,12 +100,7 @@ reuse() {
 	done
 	expect "links on our copies in a sampling window: $n, want 30 (18 + 12 launch probes)" eq "$n" 30
 	# a window opened and closed after the reuse: its records' attach errors
-	ts=$(jqo --argjson p "$RUN_PID" '[.[] | select(.type == "process" and .pid == $p)] | first | .ts_ns')
-	wait_record ".type==\"launch_probes\" and .action==\"detach\" and .ts_ns > $ts" 10 ||
-		fail_because "no sampling window closed after the second process was traced"
-	rec=$(jqo '[.[] | select(.type == "launch_probes")] | last')
-	expect "launch probes that failed to attach: $rec ($(grep -E 'attach uprobe|failed to open' "$AGENT_ERR" | tail -n 3 | tr '\n' '|'))" \
-		eq "$(jq .attach_errors <<<"$rec")" 0
+	window_ok "the second process was traced" "$RUN_PID" attach
 	# a third process maps them too; the second, whose root they are opened
 	# through, exits first: the next windows open them through the third's
 	local b_bg=$RUN_BG b_pid=$RUN_PID
@@ -101,12 +108,7 @@ reuse() {
 	local c_bg=$RUN_BG c_pid=$RUN_PID
 	RUN_BG=$b_bg RUN_PID=$b_pid
 	run_end second || return 1
-	ts=$(jqo --argjson p "$b_pid" '[.[] | select(.type == "process" and .pid == $p and .event == "exit")] | first | .ts_ns')
-	wait_record ".type==\"launch_probes\" and .action==\"detach\" and .ts_ns > $ts" 10 ||
-		fail_because "no sampling window closed after the second process exited"
-	rec=$(jqo '[.[] | select(.type == "launch_probes")] | last')
-	expect "launch probes that failed to attach after the second exited: $rec ($(grep -E 'attach uprobe|failed to open' "$AGENT_ERR" | tail -n 3 | tr '\n' '|'))" \
-		eq "$(jq .attach_errors <<<"$rec")" 0
+	window_ok "the second process exited" "$b_pid" exit
 	RUN_BG=$c_bg RUN_PID=$c_pid
 	run_end third || return 1
 	sleep 0.3
