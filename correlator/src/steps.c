@@ -1079,12 +1079,38 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 			sg->m[keep_m++] = sg->m[i];
 		}
 	}
-	for (i = 0; i < sg->nc; i++) {
-		if (sg->c[i].e.ts_ns + sg->c[i].e.dur_ns > done_until(sg, sg->c[i].e.pid)) {
-			held(sg, sg->c[i].e.pid);
-			sg->c[keep_c++] = sg->c[i];
-		}
+	/*
+	 * A CPU event waits for the step that covers it while its process
+	 * holds launches, markers or an open USDT step. Else no step will: the
+	 * records a step around it would be cut from came within hold_ns, so
+	 * it goes once it ended before the cut. Before, those of a process
+	 * that never had a step (a tool, a test, a churn of short CUDA
+	 * processes, a launch storm without GPU records) stayed until the
+	 * capacity refused every process's records (issue 18: the agent's heap
+	 * grew 2 MiB per 1,000 short-lived processes).
+	 */
+	for (int u = 0; u < sg->nuo; u++) {
+		struct pstate *ps = pstate_get(sg, sg->uo[u].pid);
+
+		if (ps)
+			ps->held_gen = sg->gen;
 	}
+	for (i = 0; i < sg->nc; i++) {
+		const struct diag_cpu_event *e = &sg->c[i].e;
+		const struct pstate *ps;
+
+		if (e->ts_ns + e->dur_ns <= done_until(sg, e->pid))
+			continue;
+		ps = pstate_find(sg, e->pid);
+		if (upto != UINT64_MAX && e->ts_ns + e->dur_ns <= upto &&
+		    !(ps && ps->held_gen == sg->gen)) {
+			sg->cnt.cpu_outside++;
+			continue;
+		}
+		sg->c[keep_c++] = sg->c[i];
+	}
+	for (i = 0; i < keep_c; i++)
+		held(sg, sg->c[i].e.pid);
 	if (upto == UINT64_MAX) {
 		sg->cnt.outside += keep_r;
 		keep_r = keep_m = keep_c = 0;
