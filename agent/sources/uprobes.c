@@ -92,9 +92,11 @@ static struct {
  * The path to open the file by: lf->path (/proc/PID/root/..., so that the
  * kernel and bpftool name the file) while PID lives, else the descriptor
  * discovery.c keeps. A launch-class attach comes any time later (a
- * deep-dive, a sampling window), after PID may have exited unseen yet.
+ * deep-dive, a sampling window), after PID may have exited unseen yet; and
+ * a short-lived PID may exit during the file's first attach (which failed
+ * then, and the file was refused for good: no process mapping it traced).
  */
-static const char *file_path(const struct libfile *lf, char *buf, size_t sz)
+const char *uprobes_file_path(const struct libfile *lf, char *buf, size_t sz)
 {
 	if (lf->fd < 0 || !access(lf->path, F_OK))
 		return lf->path;
@@ -109,7 +111,7 @@ static int attach_api(struct agent *a, struct libfile *lf, unsigned api, struct 
 	struct bpf_program *prog = loader_program(a, corr_api_name(api));
 	struct bpf_link *l;
 	char buf[32];
-	const char *path = file_path(lf, buf, sizeof(buf));
+	const char *path = uprobes_file_path(lf, buf, sizeof(buf));
 
 	if (!prog) {
 		pr_err("BPF object lacks program %s (build mismatch)", corr_api_name(api));
@@ -197,11 +199,11 @@ int uprobes_attach_file(struct agent *a, int idx)
 	struct libfile *lf = &a->libs[idx];
 	struct launch_set *ls = &launch_sets[idx];
 	bool *found = ls->found;
-	char missing[512] = "";
+	char missing[512] = "", buf[32];
 	int err, n = 0, defined = 0;
 
 	memset(ls, 0, sizeof(*ls));
-	err = elf_scan_funcs(lf->path, note_api, found);
+	err = elf_scan_funcs(uprobes_file_path(lf, buf, sizeof(buf)), note_api, found);
 	if (err == -ENOEXEC)
 		err = -EINVAL; /* as libelf says: not an ELF file */
 	if (err) {
