@@ -395,6 +395,13 @@ $(BUILD)/bench/bench_replay: bench/bench_replay.c $(CORR_LIB)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(CORR_LIB) -ljansson -lsqlite3 -lz -ldl -lpthread
 
+# bench_exit_churn (issue 18): the correlator under short-lived processes;
+# bench/exit_churn.sh builds it against an older library too.
+$(BUILD)/bench/bench_exit_churn: bench/bench_exit_churn.c $(CORR_LIB)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(CORR_LIB) -ljansson -lsqlite3 -lz -ldl -lpthread
+
 # ------------------------------------------------- diagnosis: eval, bench --
 # Owner: correlator/src/{steps,baseline,detect}.c (issues 5, 17). `make eval`
 # runs the detector's blind protocol (eval/eval_detect.c): the real

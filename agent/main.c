@@ -108,6 +108,7 @@ enum {
 	OPT_OTLP_QUEUE_MAX,
 	OPT_SENTINEL_LAUNCHES, /* issue 20: agent/sources/uprobes.c */
 	OPT_LAUNCH_SAMPLING,
+	OPT_LIB_GRACE, /* issue 18: agent/sources/discovery.c */
 };
 
 /*
@@ -296,6 +297,11 @@ static const struct opt_def opt_table[] = {
      .doc = "Sentinel mode: attach the per-launch uprobes for WINDOW every PERIOD (e.g. "
 	    "200ms/10s), so that launch counts and the flight recorder get launch detail "
 	    "from those windows; units ms or s (default: off)"},
+    {"lib-grace", OPT_LIB_GRACE, "SECS", OT_DOUBLE, FIELD(lib_grace_s), 0, 3600,
+     .err = "takes seconds from 0 to 3600",
+     .doc = "Keep a CUDA library file's uprobes attached for SECS after the last traced "
+	    "process mapping it exits, so that the next process mapping it does not pay the "
+	    "attach (at most 8 such files; 0: detach at once; default 30)"},
     {"metrics", OPT_METRICS, "ADDR:PORT", OT_FN, .set = set_metrics,
      .err = "takes ADDR:PORT (e.g. :9464)",
      .doc = "Serve Prometheus metrics (/metrics, /healthz, /readyz) over HTTP on ADDR:PORT, "
@@ -949,6 +955,7 @@ int main(int argc, char **argv)
 		.recorder_s = 10,
 		.recorder_mib = 64,
 		.recorder_launches = 4096,
+		.lib_grace_s = 30,
 		.flush_timeout_s = FLUSH_TIMEOUT_DEFAULT,
 	};
 	build_argp_options();

@@ -28,6 +28,7 @@
 #include "sources.h"
 #include "ops.h"
 #include "server.h"
+#include "util.h"
 #include "jsonw.h"
 
 #define METRICS_MAX_CONNS 8
@@ -55,32 +56,6 @@ static void one(FILE *f, const char *name, const char *type, const char *text, d
 static uint64_t jget(const json_t *o, const char *k)
 {
 	return (uint64_t)json_integer_value(json_object_get(o, k));
-}
-
-/* utime + stime in seconds and RSS in bytes of this process */
-static void self_usage(double *cpu_s, double *rss)
-{
-	char buf[1024], *p;
-	unsigned long long ut = 0, st = 0, pages = 0;
-	long tck = sysconf(_SC_CLK_TCK), psz = sysconf(_SC_PAGESIZE);
-	FILE *f = fopen("/proc/self/stat", "re");
-
-	*cpu_s = *rss = 0;
-	if (f) {
-		if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
-			/* after "pid (comm)": fields 3..; utime 14, stime 15 */
-			sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-			       &st);
-		fclose(f);
-	}
-	f = fopen("/proc/self/statm", "re");
-	if (f) {
-		if (fscanf(f, "%*u %llu", &pages) != 1)
-			pages = 0;
-		fclose(f);
-	}
-	*cpu_s = tck > 0 ? (double)(ut + st) / tck : 0;
-	*rss = (double)pages * (psz > 0 ? psz : 4096);
 }
 
 /* metrics that are members of the stats record's objects, in the order they are written */

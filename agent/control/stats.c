@@ -5,7 +5,10 @@
  * space decoded, rejected and wrote (docs/events.md, "stats").
  */
 
+#include <malloc.h>
+
 #include "state.h"
+#include "util.h"
 #include "pipeline.h"
 #include "sources.h"
 #include "ops.h"
@@ -70,6 +73,23 @@ static void ops_stats(struct agent *a, json_t *r)
 	json_decref(prev);
 }
 
+/*
+ * The agent's memory: resident, and what malloc holds of it, in use and
+ * free. A resident size that grows while the heap in use stays flat is the
+ * allocator keeping freed memory (fragmentation), not live data
+ * (docs/operations.md, "Short-lived processes").
+ */
+static json_t *memory_obj(void)
+{
+	struct mallinfo2 mi = mallinfo2(); /* every arena */
+	double cpu, rss;
+
+	self_usage(&cpu, &rss);
+	return json_pack("{sIsIsIsI}", "rss_bytes", (json_int_t)rss, "heap_in_use_bytes",
+			 (json_int_t)(mi.uordblks + mi.hblkhd), "heap_free_bytes",
+			 (json_int_t)mi.fordblks, "heap_mmap_bytes", (json_int_t)mi.hblkhd);
+}
+
 void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 {
 	uint64_t events[EV_TYPE_MAX] = {}, drops[EV_TYPE_MAX] = {};
@@ -118,8 +138,13 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 			    json_integer((json_int_t)a->cnt.threads_unlisted));
 	json_object_set_new(r, "attached_files", json_integer(files));
 	json_object_set_new(r, "attached_probes", json_integer(probes));
+	json_object_set_new(r, "idle_files", json_integer((json_int_t)a->cnt.files_idle));
+	json_object_set_new(r, "idle_files_reused", json_integer((json_int_t)a->cnt.files_reused));
+	json_object_set_new(r, "idle_files_detached",
+			    json_integer((json_int_t)a->cnt.files_idle_detached));
 	json_object_set_new(r, "shim_errors", json_integer((json_int_t)a->cnt.shim_errors));
 	json_object_set_new(r, "utf8_replaced", json_integer((json_int_t)jw_utf8_replaced()));
+	json_object_set_new(r, "memory", memory_obj());
 	shim_stats(a, r);
 	gpu_stats(a, r);
 	diag_stats(a->diag, r);

@@ -48,11 +48,14 @@ struct libfile {
 	bool used;
 	dev_t dev;
 	ino_t ino;
-	char path[600]; /* as opened: /proc/PID/root/<path in the process> */
+	char path[600]; /* as opened: /proc/PID/root/<path in the process>, PID a live user */
+	uint32_t path_pid; /* that PID (discovery.c keeps it a live user's) */
+	int fd; /* the file, open (-1: not): opened by that path when PID is gone */
 	char display[512]; /* path inside the process */
 	bool is_driver; /* libcuda (driver API) rather than libcudart */
 	bool is_nccl; /* libnccl (agent/sources/nccl.c attaches it) */
 	int users; /* traced processes mapping it */
+	uint64_t idle_since_ns; /* users fell to 0 then: kept for --lib-grace; 0: in use */
 	struct bpf_link **links;
 	int n_links;
 	int missing; /* symbols the file lacks */
@@ -80,6 +83,9 @@ struct agent_counters {
 	uint64_t usdt_files; /* distinct files found carrying the step probes */
 	uint64_t usdt_files_read; /* distinct files whose ELF notes were read */
 	uint64_t step_marks; /* step probe hits decoded */
+	uint64_t files_idle; /* library files kept attached without a user (discovery.c) */
+	uint64_t files_reused; /* ... that a new process mapped in time: no attach */
+	uint64_t files_idle_detached; /* ... detached: grace over, or room for another */
 };
 
 /* the kernel half's rings as agent/sources/flight.c sees them (stats.recorder.kernel_launches) */

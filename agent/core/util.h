@@ -28,6 +28,9 @@ int mkdir_parents(const char *path, mode_t mode);
  */
 int write_all(int fd, const void *buf, size_t len, int64_t off);
 
+/* utime + stime in seconds and resident memory in bytes of this process (0 when unreadable) */
+void self_usage(double *cpu_s, double *rss);
+
 /* grow_array(): correlator/include/grow.h, one helper for the agent and the correlator */
 #include "grow.h"
 

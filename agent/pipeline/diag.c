@@ -473,11 +473,12 @@ void diag_stats(struct diag *d, json_t *r)
 				    json_integer((json_int_t)dc->by_kind[k]));
 	json_object_set_new(
 	    r, "diag",
-	    json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "steps",
-		      (json_int_t)d->steps, "steps_marker",
+	    json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+		      "steps", (json_int_t)d->steps, "steps_marker",
 		      (json_int_t)(sc->steps_marker + sc->steps_usdt), "steps_auto",
 		      (json_int_t)(sc->steps_auto + sc->steps_anchor), "records_outside_steps",
 		      (json_int_t)sc->outside, "records_dropped", (json_int_t)sc->dropped,
+		      "cpu_events_outside_steps", (json_int_t)sc->cpu_outside,
 		      "bad_metadata", (json_int_t)sc->bad_metadata, "judged",
 		      (json_int_t)dc->judged, "anomalies", (json_int_t)dc->anomalies,
 		      "anomalies_by_kind", kinds, "explained", (json_int_t)dc->explained, "noise",

@@ -27,6 +27,13 @@
 #include "sources.h"
 
 #define MAPS_RETRIES 20 /* ticks to wait for a reported mapping to appear */
+/*
+ * Library files kept attached without a traced user (--lib-grace) at once:
+ * each holds its sync-class links (a perf event per probe, 6-12) and its
+ * inode, and a stop detaches them all (0.1-0.3 s per link on a loaded VM).
+ */
+#define LIB_IDLE_MAX 8
+#define LIB_IDLE_MAX_S "8" /* in the log line */
 
 int cuda_lib_kind(const char *path)
 {
@@ -275,6 +282,9 @@ static int lib_get(struct agent *a, uint32_t pid, const char *path, int kind)
 	lf->is_driver = kind == 2;
 	lf->is_nccl = kind == 3;
 	snprintf(lf->path, sizeof(lf->path), "%s", full);
+	lf->path_pid = pid;
+	/* held while attached: later attaches open it by descriptor once PID is gone */
+	lf->fd = open(full, O_RDONLY | O_CLOEXEC);
 	snprintf(lf->display, sizeof(lf->display), "%s", path);
 	lf->used = true;
 	err = lf->is_nccl ? nccl_attach_file(a, free_slot) : uprobes_attach_file(a, free_slot);
@@ -286,15 +296,130 @@ static int lib_get(struct agent *a, uint32_t pid, const char *path, int kind)
 	return free_slot;
 }
 
-static void lib_put(struct agent *a, int idx)
+static void lib_detach(struct agent *a, int idx, const char *why)
 {
 	struct libfile *lf = &a->libs[idx];
 
-	if (--lf->users > 0)
-		return;
-	pr_info("detached %s (no traced process maps it)", lf->display);
+	if (lf->idle_since_ns) {
+		lf->idle_since_ns = 0;
+		a->cnt.files_idle--;
+		a->cnt.files_idle_detached++;
+	}
+	pr_info("detached %s (%s)", lf->display, why);
 	uprobes_detach_file(a, idx);
 	lf->used = false;
+}
+
+/*
+ * A traced process maps the file: it is in use again. One that was kept
+ * attached without a user (lib_put) costs nothing more: attaching a file
+ * (an ELF scan, a perf event per probe, the breakpoints written into every
+ * process mapping it) cost about 5 ms of agent CPU per short-lived process.
+ */
+static void lib_use(struct agent *a, int idx, uint32_t pid, const char *path)
+{
+	struct libfile *lf = &a->libs[idx];
+
+	lf->users++;
+	if (!lf->idle_since_ns)
+		return;
+	lf->idle_since_ns = 0;
+	a->cnt.files_idle--;
+	a->cnt.files_reused++;
+	/* later attaches (launch classes) open it through a live process's root */
+	snprintf(lf->path, sizeof(lf->path), "/proc/%u/root%s", pid, path);
+	lf->path_pid = pid;
+	uprobes_file_idle(a, idx, false);
+	pr_debug("%s: mapped again within --lib-grace, probes still attached", lf->display);
+}
+
+/*
+ * The process whose root the file is opened through (lf->path) is gone but
+ * others map the file: open it through one of theirs, or a later attach (a
+ * deep-dive's, a sampling window's) fails with ENOENT. Each candidate is
+ * checked to reach the same file (a container may map it elsewhere).
+ */
+static void lib_repath(struct agent *a, int idx, uint32_t gone)
+{
+	struct libfile *lf = &a->libs[idx];
+	char full[sizeof(lf->path)];
+	struct stat st;
+
+	for (int i = 0; i < a->n_procs; i++) {
+		struct proc *p = &a->procs[i];
+		bool maps = false;
+
+		if (!p->used || p->start_time == PROC_GONE || p->pid == gone)
+			continue;
+		for (int j = 0; j < p->n_libs; j++)
+			maps |= p->libs[j] == idx;
+		if (!maps)
+			continue;
+		snprintf(full, sizeof(full), "/proc/%u/root%s", p->pid, lf->display);
+		if (stat(full, &st) || st.st_dev != lf->dev || st.st_ino != lf->ino)
+			continue;
+		memcpy(lf->path, full, sizeof(full));
+		lf->path_pid = p->pid;
+		return;
+	}
+}
+
+/*
+ * The file's last traced user is gone. Short-lived CUDA processes come one
+ * after another and map the same files, so the probes stay for --lib-grace
+ * (discovery_tick() detaches them then), at most LIB_IDLE_MAX files at once
+ * (the longest idle goes first). Meanwhile a process mapping the file that
+ * is not traced (outside --pid) pays the probes' traps as it did before,
+ * recording nothing.
+ */
+static void lib_put(struct agent *a, int idx, uint32_t pid)
+{
+	struct libfile *lf = &a->libs[idx];
+	int oldest = -1;
+
+	if (lf->users > 0 && --lf->users > 0) {
+		if (lf->path_pid == pid)
+			lib_repath(a, idx, pid);
+		return;
+	}
+	if (lf->idle_since_ns)
+		return; /* kept already */
+	if (a->opts.lib_grace_s <= 0) {
+		lib_detach(a, idx, "no traced process maps it");
+		return;
+	}
+	if (a->cnt.files_idle >= LIB_IDLE_MAX) {
+		for (int i = 0; i < MAX_LIBFILES; i++)
+			if (a->libs[i].used && a->libs[i].idle_since_ns &&
+			    (oldest < 0 ||
+			     a->libs[i].idle_since_ns < a->libs[oldest].idle_since_ns))
+				oldest = i;
+		if (oldest >= 0)
+			lib_detach(a, oldest,
+				   "more than " LIB_IDLE_MAX_S " files kept without a traced user");
+	}
+	lf->idle_since_ns = now_ns() | 1; /* never 0: 0 means in use */
+	a->cnt.files_idle++;
+	uprobes_file_idle(a, idx, true);
+	pr_debug("%s: no traced process maps it; probes kept for %g s", lf->display,
+		 a->opts.lib_grace_s);
+}
+
+/* files kept without a user whose --lib-grace is over */
+static void lib_expire(struct agent *a, uint64_t now)
+{
+	uint64_t grace = (uint64_t)(a->opts.lib_grace_s * 1e9);
+	char why[96];
+
+	for (int i = 0; i < MAX_LIBFILES && a->cnt.files_idle; i++) {
+		struct libfile *lf = &a->libs[i];
+
+		if (!lf->used || !lf->idle_since_ns || now - lf->idle_since_ns < grace)
+			continue;
+		snprintf(why, sizeof(why), "no traced process mapped it for %g s",
+			 a->opts.lib_grace_s);
+		lib_detach(a, i, why);
+	}
 }
 
 /*
@@ -337,11 +462,11 @@ static int proc_scan_libs(struct agent *a, struct proc *p)
 				have = true;
 		if (have || p->n_libs >= MAX_PROC_LIBS) {
 			if (!a->libs[idx].users)
-				lib_put(a, idx); /* attached for nobody */
+				lib_put(a, idx, p->pid); /* attached for nobody */
 			continue;
 		}
 		p->libs[p->n_libs++] = idx;
-		a->libs[idx].users++;
+		lib_use(a, idx, p->pid, lpath);
 	}
 	fclose(f);
 	p->n_exec_maps = n_exec;
@@ -459,7 +584,7 @@ static void proc_release(struct agent *a, struct proc *p, const char *why)
 	usdt_detach(p);
 	emit_proc_record(a, p, why);
 	for (int i = 0; i < p->n_libs; i++)
-		lib_put(a, p->libs[i]);
+		lib_put(a, p->libs[i], p->pid);
 	p->n_libs = 0;
 	a->cnt.procs_exited++;
 	/*
@@ -526,7 +651,7 @@ void discovery_on_exec(struct agent *a, uint32_t pid)
 		return;
 	/* the old image's mappings are gone; its new libraries will be reported */
 	for (int i = 0; i < p->n_libs; i++)
-		lib_put(a, p->libs[i]);
+		lib_put(a, p->libs[i], p->pid);
 	p->n_libs = 0;
 	usdt_detach(p);
 	p->n_exec_maps = 0;
@@ -546,6 +671,8 @@ void discovery_on_exit(struct agent *a, uint32_t pid)
 
 void discovery_tick(struct agent *a)
 {
+	if (a->cnt.files_idle)
+		lib_expire(a, now_ns());
 	for (int i = 0; i < a->n_procs; i++) {
 		struct proc *p = &a->procs[i];
 
@@ -604,14 +731,14 @@ void discovery_stop(struct agent *a)
 		if (!p->used || p->start_time == PROC_GONE)
 			continue;
 		usdt_detach(p);
-		for (int j = 0; j < p->n_libs; j++)
-			lib_put(a, p->libs[j]);
-		p->n_libs = 0;
+		p->n_libs = 0; /* every file is detached below */
 	}
 	for (int i = 0; i < MAX_LIBFILES; i++)
 		if (a->libs[i].used) {
 			uprobes_detach_file(a, i);
 			a->libs[i].used = false;
+			a->libs[i].idle_since_ns = 0;
 		}
+	a->cnt.files_idle = 0;
 	usdt_free(a);
 }

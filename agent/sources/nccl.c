@@ -70,10 +70,11 @@ int nccl_attach_file(struct agent *a, int idx)
 {
 	struct libfile *lf = &a->libs[idx];
 	bool found[N_NCCL_PROBES] = {};
-	char missing[256] = "";
+	char missing[256] = "", buf[32];
+	const char *path = uprobes_file_path(lf, buf, sizeof(buf));
 	int err, n = 0;
 
-	err = elf_scan_funcs(lf->path, note_sym, found);
+	err = elf_scan_funcs(path, note_sym, found);
 	if (err == -ENOEXEC)
 		err = -EINVAL;
 	if (err) {
@@ -103,8 +104,9 @@ int nccl_attach_file(struct agent *a, int idx)
 			goto fail;
 		}
 		for (int r = 0; r < 1 + nccl_probe[i].ret; r++) {
-			l = uprobes_attach_sym(r ? loader_nccl_comm_return(a) : prog, lf->path, sym,
-					       r);
+			/* once its process is gone, by descriptor (uprobes_file_path) */
+			l = uprobes_attach_sym(r ? loader_nccl_comm_return(a) : prog,
+					       uprobes_file_path(lf, buf, sizeof(buf)), sym, r);
 			if (!l) {
 				err = -errno;
 				pr_err("%s: attach %s %s: %s", lf->display,

@@ -16,6 +16,11 @@
  *             batching delay (every launch of a thread between the agent
  *             reading a uprobe and reading its callback), within a budget.
  *   exits:    last exit time per pid, so a reused pid never joins old state.
+ *   procs:    per pid, the lists of its live launches, waiting GPU records and
+ *             threads, so that an exit touches only its own process's state:
+ *             with thousands of short-lived processes a scan of the ring and
+ *             the queues per exit made a churn quadratic (issue 18). An entry
+ *             lives while one of its lists is not empty.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,6 +29,7 @@
 
 #include "internal.h"
 #include "jsonw.h"
+#include "pidtab.h"
 
 #define NO_IDX UINT32_MAX
 #define THR_UP_MIN 16 /* uprobe FIFO of a thread: first size, doubled when full */
@@ -33,11 +39,11 @@
 #define EXIT_CAP 4096
 
 struct launch_ent {
-	uint64_t key;
 	uint64_t ts;
 	uint32_t pid, tid, corr, cbid;
 	int32_t api; /* name id */
-	uint8_t live; /* in the hash table */
+	uint32_t pnext; /* next live launch of the pid (ring index), NO_IDX */
+	uint8_t live; /* in the hash table and the pid's list */
 	uint8_t from_uprobe, from_cb;
 };
 
@@ -47,6 +53,7 @@ struct pend {
 	uint64_t key;
 	uint32_t chain; /* next pending with the same key */
 	uint32_t prev, next; /* FIFO (arrival order) or free list (next) */
+	uint32_t pprev, pnext; /* the pid's list (not with CORR_F_PID_FROM_LAUNCH) */
 };
 
 struct thr_up {
@@ -69,6 +76,7 @@ struct thr {
 	struct thr_up *up;
 	uint32_t up_cap, up_head, up_len;
 	uint64_t last_cb_ts; /* exit of the last call a callback reported */
+	uint32_t pprev, pnext; /* the pid's threads (thread indices), NO_IDX */
 	struct thr_cb cbw[THR_CBW];
 };
 
@@ -86,6 +94,18 @@ struct lt_slot {
 struct exit_ent {
 	uint32_t pid;
 	uint64_t ts;
+};
+
+/*
+ * A process's state, found by pid (pidtab.h). Launches are listed in ring
+ * order (the ring pops the oldest, always its pid's head), GPU records and
+ * threads in doubly linked lists (they leave from anywhere).
+ */
+struct pproc {
+	struct pid_slot k;
+	uint32_t l_head, l_tail; /* live launches, ring indices */
+	uint32_t p_head, p_tail; /* waiting GPU records, pend indices */
+	uint32_t t_head; /* threads, thread indices */
 };
 
 struct corr {
@@ -113,6 +133,9 @@ struct corr {
 	uint32_t up_slots; /* FIFO entries allocated over all threads */
 	uint32_t *tt; /* thread index + 1 */
 	uint32_t tt_mask;
+
+	struct pidtab procs; /* struct pproc by pid */
+	uint64_t exit_visits; /* entries an exit touched (corr_exit_visits) */
 
 	struct exit_ent exits[EXIT_CAP]; /* small: direct-mapped by pid */
 	int32_t last_api; /* name id of the last launch's API */
@@ -241,6 +264,9 @@ struct corr *corr__new(const struct corr_opts *opts)
 	c->tt = calloc(size, sizeof(*c->tt));
 	c->tt_mask = size - 1;
 
+	/* grown with the processes that hold state at once, not sized for the worst */
+	pidtab_init(&c->procs, sizeof(struct pproc));
+
 	if (!c->names || !c->ring || !c->lt || !c->pend || !c->pt || !c->thr || !c->tt) {
 		corr__free(c);
 		errno = ENOMEM;
@@ -267,6 +293,7 @@ void corr__free(struct corr *c)
 	free(c->pt);
 	free(c->thr);
 	free(c->tt);
+	pidtab_free(&c->procs);
 	free(c);
 }
 
@@ -290,6 +317,39 @@ static inline uint64_t mk_key(const struct corr *c, uint32_t pid, uint32_t corr)
 static inline uint64_t adj(const struct corr *c, enum corr_src src, uint64_t ts)
 {
 	return ts + (uint64_t)c->o.clock_offset_ns[src];
+}
+
+/* ---- per-process index ---- */
+
+/* the pid's entry or NULL; valid until the next pp_get() or pp_release() */
+static inline struct pproc *pp_find(struct corr *c, uint32_t pid)
+{
+	return pidtab_find(&c->procs, pid);
+}
+
+/*
+ * The pid's entry, made empty when missing; NULL only when the table cannot
+ * grow. Callers make it before they change anything, so that a failure
+ * leaves the state as it was; made again after an eviction that may have
+ * dropped it, it never needs to grow (the room was taken the first time).
+ */
+static inline struct pproc *pp_get(struct corr *c, uint32_t pid)
+{
+	struct pproc *e = pp_find(c, pid);
+
+	if (e || !(e = pidtab_add(&c->procs, pid)))
+		return e;
+	e->l_head = e->l_tail = NO_IDX;
+	e->p_head = e->p_tail = NO_IDX;
+	e->t_head = NO_IDX;
+	return e;
+}
+
+/* drop the entry once its process holds nothing */
+static void pp_release(struct corr *c, struct pproc *e)
+{
+	if (e->l_head == NO_IDX && e->p_head == NO_IDX && e->t_head == NO_IDX)
+		pidtab_del(&c->procs, e);
 }
 
 /* ---- launch table ---- */
@@ -341,13 +401,14 @@ static void lt_delete_slot(struct corr *c, uint32_t i)
 	}
 }
 
+/* out of the launch table (the pid's list is the caller's) */
 static void launch_unlink(struct corr *c, struct launch_ent *e)
 {
 	uint32_t slot;
 
 	if (!e->live)
 		return;
-	if (lt_find(c, e->key, &slot) != NO_IDX)
+	if (lt_find(c, mk_key(c, e->pid, e->corr), &slot) != NO_IDX)
 		lt_delete_slot(c, slot);
 	e->live = 0;
 }
@@ -357,6 +418,8 @@ static void ring_pop(struct corr *c, bool expired)
 	struct launch_ent *e = &c->ring[c->ring_head];
 
 	if (e->live) {
+		struct pproc *pp = pp_find(c, e->pid);
+
 		if (expired) {
 			c->cnt.launches_expired++;
 		} else if (!c->cnt.launches_evicted++) {
@@ -365,6 +428,14 @@ static void ring_pop(struct corr *c, bool expired)
 				 c->ring_cap);
 		}
 		launch_unlink(c, e);
+		/* the oldest live launch of the ring is the oldest of its pid */
+		if (pp && pp->l_head == c->ring_head) {
+			pp->l_head = e->pnext;
+			if (pp->l_head == NO_IDX) {
+				pp->l_tail = NO_IDX;
+				pp_release(c, pp);
+			}
+		}
 	}
 	/* no '%': a division per launch showed in the join rate */
 	if (++c->ring_head == c->ring_cap)
@@ -428,6 +499,25 @@ static void fifo_unlink(struct corr *c, uint32_t idx)
 
 static void pend_release(struct corr *c, uint32_t idx)
 {
+	struct pend *p = &c->pend[idx];
+
+	/* out of its pid's list: the entry is needed only at either end */
+	if (!(c->o.flags & CORR_F_PID_FROM_LAUNCH)) {
+		struct pproc *pp = NULL;
+
+		if (p->pprev == NO_IDX || p->pnext == NO_IDX)
+			pp = pp_find(c, p->g.pid);
+		if (p->pprev != NO_IDX)
+			c->pend[p->pprev].pnext = p->pnext;
+		else if (pp)
+			pp->p_head = p->pnext;
+		if (p->pnext != NO_IDX)
+			c->pend[p->pnext].pprev = p->pprev;
+		else if (pp)
+			pp->p_tail = p->pprev;
+		if (pp && pp->p_head == NO_IDX)
+			pp_release(c, pp);
+	}
 	c->pend[idx].next = c->pend_free;
 	c->pend_free = idx;
 	c->pend_len--;
@@ -547,6 +637,7 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 	uint64_t key = mk_key(c, pid, corr);
 	uint32_t slot, idx, head;
 	struct launch_ent *e;
+	struct pproc *pp;
 
 	idx = lt_find(c, key, &slot);
 	if (idx != NO_IDX) {
@@ -571,6 +662,9 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 		e->from_cb |= from_cb;
 		return 0;
 	}
+	pp = pp_get(c, pid);
+	if (!pp)
+		return -ENOMEM;
 	idx = c->ring_head + c->ring_len; /* both < ring_cap */
 	if (idx >= c->ring_cap)
 		idx -= c->ring_cap;
@@ -581,22 +675,30 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 	 * own key, so ring_pop() finds that one.
 	 */
 	c->lt[slot] = (struct lt_slot){ .key = key, .idx = idx + 1, .home = lt_home(c, key) };
-	if (c->ring_len == c->ring_cap)
+	if (c->ring_len == c->ring_cap) {
 		ring_pop(c, false);
+		/* it may have dropped or moved the pid's entry: made again, it cannot fail */
+		pp = pp_get(c, pid);
+	}
 	c->ring_len++;
 	e = &c->ring[idx];
 	*e = (struct launch_ent){
-		.key = key,
 		.ts = ts,
 		.pid = pid,
 		.tid = tid,
 		.corr = corr,
 		.cbid = cbid,
 		.api = api,
+		.pnext = NO_IDX,
 		.live = 1,
 		.from_uprobe = from_uprobe,
 		.from_cb = from_cb,
 	};
+	if (pp->l_tail != NO_IDX)
+		c->ring[pp->l_tail].pnext = idx;
+	else
+		pp->l_head = idx;
+	pp->l_tail = idx;
 	c->cnt.launches++;
 	if (ts > c->watermark)
 		c->watermark = ts;
@@ -607,7 +709,9 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 	 * correlation id (a process numbers its calls consecutively).
 	 */
 	if (c->ring_len == c->ring_cap)
-		__builtin_prefetch(&c->lt[lt_home(c, c->ring[c->ring_head].key)], 1);
+		__builtin_prefetch(&c->lt[lt_home(c, mk_key(c, c->ring[c->ring_head].pid,
+							     c->ring[c->ring_head].corr))],
+				   1);
 	__builtin_prefetch(&c->lt[lt_home(c, key + 1)], 1);
 
 	/* GPU records that came first */
@@ -709,6 +813,36 @@ static void tt_delete_slot(struct corr *c, uint32_t s)
 	}
 }
 
+/* thread i out of its pid's list */
+static void thr_unlink(struct corr *c, uint32_t i)
+{
+	struct thr *t = &c->thr[i];
+	struct pproc *pp = NULL;
+
+	if (t->pprev != NO_IDX)
+		c->thr[t->pprev].pnext = t->pnext;
+	else if ((pp = pp_find(c, (uint32_t)(t->key >> 32))))
+		pp->t_head = t->pnext;
+	if (t->pnext != NO_IDX)
+		c->thr[t->pnext].pprev = t->pprev;
+	if (pp && pp->t_head == NO_IDX)
+		pp_release(c, pp);
+	t->pprev = t->pnext = NO_IDX;
+}
+
+/* thread i at the head of its pid's list (the entry was made by the caller) */
+static void thr_link(struct corr *c, uint32_t i)
+{
+	struct thr *t = &c->thr[i];
+	struct pproc *pp = pp_get(c, (uint32_t)(t->key >> 32));
+
+	t->pprev = NO_IDX;
+	t->pnext = pp->t_head;
+	if (pp->t_head != NO_IDX)
+		c->thr[pp->t_head].pprev = i;
+	pp->t_head = i;
+}
+
 /*
  * A thread of an exited process: out of the table, its FIFO freed, the last
  * thread moved into its place. Left in, dead threads filled the table and
@@ -719,11 +853,21 @@ static void thr_remove(struct corr *c, uint32_t i)
 	uint32_t last = c->thr_len - 1;
 
 	tt_delete_slot(c, tt_slot_of(c, i));
+	thr_unlink(c, i);
 	free(c->thr[i].up);
 	c->up_slots -= c->thr[i].up_cap;
 	if (i != last) {
+		struct thr *t = &c->thr[i];
+
 		c->tt[tt_slot_of(c, last)] = i + 1;
-		c->thr[i] = c->thr[last];
+		*t = c->thr[last];
+		/* its neighbours in its pid's list follow it */
+		if (t->pprev != NO_IDX)
+			c->thr[t->pprev].pnext = i;
+		else
+			pp_find(c, (uint32_t)(t->key >> 32))->t_head = i;
+		if (t->pnext != NO_IDX)
+			c->thr[t->pnext].pprev = i;
 	}
 	memset(&c->thr[last], 0, sizeof(c->thr[last]));
 	c->thr_len--;
@@ -744,7 +888,7 @@ static struct thr *thr_get(struct corr *c, uint32_t pid, uint32_t tid, bool crea
 		if (c->thr[v - 1].key == key)
 			return &c->thr[v - 1];
 	}
-	if (!create)
+	if (!create || !pp_get(c, pid))
 		return NULL;
 	if (c->thr_len == c->thr_cap) {
 		/* evict round-robin: threads are cheap to forget (a few launches) */
@@ -752,6 +896,7 @@ static struct thr *thr_get(struct corr *c, uint32_t pid, uint32_t tid, bool crea
 
 		c->thr_victim = (victim + 1) % c->thr_cap;
 		tt_delete_slot(c, tt_slot_of(c, victim));
+		thr_unlink(c, victim);
 		c->cnt.threads_evicted++;
 		c->thr_len--;
 		t = &c->thr[victim];
@@ -775,6 +920,7 @@ static struct thr *thr_get(struct corr *c, uint32_t pid, uint32_t tid, bool crea
 	c->thr_len++;
 	t->key = key;
 	t->live = 1;
+	thr_link(c, (uint32_t)(t - c->thr));
 	return t;
 }
 
@@ -921,6 +1067,7 @@ int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
 	struct pend *p;
 	int32_t nid = -1;
 	char fixed[4096];
+	bool track = !(c->o.flags & CORR_F_PID_FROM_LAUNCH); /* pid lists */
 
 	/* names are bytes from a shim or a trace: well-formed UTF-8 from here on (jsonw.h) */
 	if (g.name)
@@ -944,6 +1091,10 @@ int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
 	}
 
 	/* wait for the launch: queue, evicting the oldest waiter when full */
+	if (track && !pp_get(c, g.pid)) {
+		emit_unmatched(c, &g);
+		return -ENOMEM;
+	}
 	if (c->pend_len == c->pend_cap) {
 		if (!c->cnt.gpu_evicted++)
 			corr_log(c, CORR_LOG_WARN,
@@ -973,6 +1124,18 @@ int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
 	else
 		c->fifo_head = idx;
 	c->fifo_tail = idx;
+	p->pprev = p->pnext = NO_IDX;
+	if (track) {
+		/* made above; the eviction may have dropped it: made again, it cannot fail */
+		struct pproc *pp = pp_get(c, g.pid);
+
+		p->pprev = pp->p_tail;
+		if (pp->p_tail != NO_IDX)
+			c->pend[pp->p_tail].pnext = idx;
+		else
+			pp->p_head = idx;
+		pp->p_tail = idx;
+	}
 	/* append to the key's chain (keeps arrival order for graph kernels) */
 	head = pt_find(c, key, &slot);
 	p->chain = NO_IDX;
@@ -988,31 +1151,44 @@ int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
 
 int corr__process_exit(struct corr *c, uint32_t pid, uint64_t ts_ns)
 {
-	uint32_t i, next;
+	struct pproc *pp;
 
 	c->exits[pid % EXIT_CAP] = (struct exit_ent){ .pid = pid, .ts = ts_ns };
+	pp = pp_find(c, pid);
+	if (!pp)
+		return 0;
 	/* launches of the old process can no longer own anything new */
-	for (i = 0; i < c->ring_len; i++) {
-		struct launch_ent *e = &c->ring[(c->ring_head + i) % c->ring_cap];
-
-		if (e->live && e->pid == pid) {
-			launch_unlink(c, e);
-			c->cnt.launches_dropped_exit++;
-		}
+	for (uint32_t i = pp->l_head; i != NO_IDX; i = c->ring[i].pnext) {
+		launch_unlink(c, &c->ring[i]);
+		c->cnt.launches_dropped_exit++;
+		c->exit_visits++;
 	}
-	/* GPU records still waiting for a launch of that process never get one */
-	for (i = c->fifo_head; i != NO_IDX; i = next) {
-		next = c->pend[i].next;
-		if (c->pend[i].g.pid == pid && !(c->o.flags & CORR_F_PID_FROM_LAUNCH))
-			pend_emit_unmatched(c, i);
+	pp->l_head = pp->l_tail = NO_IDX;
+	pp_release(c, pp);
+	/*
+	 * GPU records still waiting for a launch of that process never get
+	 * one (oldest first), and its threads go. Each removal may drop the
+	 * entry once the process holds nothing: look it up again.
+	 */
+	while ((pp = pp_find(c, pid)) && pp->p_head != NO_IDX) {
+		pend_emit_unmatched(c, pp->p_head);
+		c->exit_visits++;
 	}
-	/* its threads go (the last one moves into a freed index: look again) */
-	for (i = 0; i < c->thr_len;)
-		if ((uint32_t)(c->thr[i].key >> 32) == pid)
-			thr_remove(c, i);
-		else
-			i++;
+	while ((pp = pp_find(c, pid)) && pp->t_head != NO_IDX) {
+		thr_remove(c, pp->t_head);
+		c->exit_visits++;
+	}
 	return 0;
+}
+
+uint64_t corr_exit_visits(const struct corr *c)
+{
+	return c->exit_visits;
+}
+
+uint32_t corr_procs_held(const struct corr *c)
+{
+	return c->procs.len;
 }
 
 int corr__advance(struct corr *c, uint64_t now_ns)

@@ -95,6 +95,15 @@ int corr_add_launch_src(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_
 			uint32_t corr_id, uint32_t cbid, const char *api, bool from_uprobe,
 			bool from_cb);
 
+/*
+ * Entries corr__process_exit() has removed since corr__new(): launches,
+ * waiting GPU records and threads of the exiting processes, nothing else
+ * (tests/unit/test_correlator.c: an exit costs its own process's state).
+ */
+uint64_t corr_exit_visits(const struct corr *c);
+/* processes the correlator holds state for (launches, GPU records, threads) */
+uint32_t corr_procs_held(const struct corr *c);
+
 /* enum cuda_api value for an entry point name, -1 when unknown */
 int corr_api_from_name(const char *name);
 

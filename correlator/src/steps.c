@@ -32,6 +32,7 @@
 #include "internal.h"
 #include "grow.h"
 #include "jsonw.h"
+#include "pidtab.h"
 
 #define DEFAULT_MARKERS "execute_model,run_batch,forward_batch,ProfilerStep#"
 #define MAX_PATTERNS 16
@@ -66,8 +67,7 @@ struct scpu {
  * lookup. An exited process's entry goes once nothing of it is held.
  */
 struct pstate {
-	uint32_t pid;
-	bool used;
+	struct pid_slot k; /* pidtab.h */
 	bool exited; /* diag_seg__process_exit(): drop once nothing is held */
 	uint64_t seq;
 	uint64_t done_until; /* steps ending at or before this were emitted */
@@ -92,8 +92,7 @@ struct diag_seg {
 	size_t nm, cm;
 	struct scpu *c;
 	size_t nc, cc;
-	struct pstate *ps; /* hash table, ps_mask + 1 slots (0 while empty) */
-	uint32_t ps_mask, nps;
+	struct pidtab ps; /* struct pstate by pid */
 	uint32_t *gone; /* pids that exited, their entries still in ps */
 	size_t ngone, cgone;
 	uint64_t gen; /* cut_all() calls */
@@ -122,6 +121,7 @@ struct diag_seg *diag_seg__new(const struct diag_seg_opts *opts)
 		errno = ENOMEM;
 		return NULL;
 	}
+	pidtab_init(&sg->ps, sizeof(struct pstate));
 	memcpy(&sg->o, opts, opts->sz < sizeof(sg->o) ? opts->sz : sizeof(sg->o));
 	sg->o.sz = sizeof(sg->o);
 	if (!sg->o.hold_ns)
@@ -158,7 +158,7 @@ void diag_seg__free(struct diag_seg *sg)
 	free(sg->r);
 	free(sg->m);
 	free(sg->c);
-	free(sg->ps);
+	pidtab_free(&sg->ps);
 	free(sg->gone);
 	free(sg->out);
 	free(sg);
@@ -841,87 +841,20 @@ static void classify_phases(struct diag_step *st, size_t n)
 	}
 }
 
-static inline uint32_t ps_home(const struct diag_seg *sg, uint32_t pid)
+static struct pstate *pstate_find(struct diag_seg *sg, uint32_t pid)
 {
-	return (uint32_t)corr_hash64(pid) & sg->ps_mask;
-}
-
-static struct pstate *pstate_find(const struct diag_seg *sg, uint32_t pid)
-{
-	if (!sg->ps)
-		return NULL;
-	for (uint32_t i = ps_home(sg, pid);; i = (i + 1) & sg->ps_mask) {
-		if (!sg->ps[i].used)
-			return NULL;
-		if (sg->ps[i].pid == pid)
-			return &sg->ps[i];
-	}
-}
-
-/* the table at half load at most: double it */
-static int ps_grow(struct diag_seg *sg)
-{
-	uint32_t ncap = sg->ps ? (sg->ps_mask + 1) * 2 : 64, omask = sg->ps_mask;
-	struct pstate *old = sg->ps, *np = calloc(ncap, sizeof(*np));
-
-	if (!np || ncap == 0)
-		return -ENOMEM;
-	sg->ps = np;
-	sg->ps_mask = ncap - 1;
-	for (uint32_t i = 0; old && i <= omask; i++) {
-		uint32_t j;
-
-		if (!old[i].used)
-			continue;
-		for (j = ps_home(sg, old[i].pid); np[j].used; j = (j + 1) & sg->ps_mask)
-			;
-		np[j] = old[i];
-	}
-	free(old);
-	return 0;
+	return pidtab_find(&sg->ps, pid);
 }
 
 static struct pstate *pstate_get(struct diag_seg *sg, uint32_t pid)
 {
 	struct pstate *ps = pstate_find(sg, pid);
-	uint32_t i;
 
-	if (ps)
-		return ps;
-	if ((!sg->ps || (sg->nps + 1) * 2 > sg->ps_mask + 1) && ps_grow(sg))
-		return NULL;
-	for (i = ps_home(sg, pid); sg->ps[i].used; i = (i + 1) & sg->ps_mask)
-		;
-	sg->ps[i] = (struct pstate){.pid = pid, .used = true};
-	sg->nps++;
-	return &sg->ps[i];
-}
-
-/* remove an entry, shifting back the ones its slot displaced */
-static void pstate_del(struct diag_seg *sg, struct pstate *ps)
-{
-	uint32_t s = (uint32_t)(ps - sg->ps), j = s;
-
-	sg->ps[s].used = false;
-	sg->nps--;
-	for (;;) {
-		uint32_t home;
-
-		j = (j + 1) & sg->ps_mask;
-		if (!sg->ps[j].used)
-			return;
-		home = ps_home(sg, sg->ps[j].pid);
-		/* move j into the hole when its home is not in (s, j] (cyclically) */
-		if ((s <= j) ? (home <= s || home > j) : (home <= s && home > j)) {
-			sg->ps[s] = sg->ps[j];
-			sg->ps[j].used = false;
-			s = j;
-		}
-	}
+	return ps ? ps : pidtab_add(&sg->ps, pid);
 }
 
 /* steps ending at or before this were emitted (0: none yet, or unknown pid) */
-static uint64_t done_until(const struct diag_seg *sg, uint32_t pid)
+static uint64_t done_until(struct diag_seg *sg, uint32_t pid)
 {
 	const struct pstate *ps = pstate_find(sg, pid);
 
@@ -973,7 +906,7 @@ static void prune_exited(struct diag_seg *sg)
 			sg->gone[k++] = sg->gone[i];
 			continue;
 		}
-		pstate_del(sg, ps);
+		pidtab_del(&sg->ps, ps);
 		sg->cnt.procs_pruned++;
 	}
 	sg->ngone = k;
@@ -1146,12 +1079,38 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 			sg->m[keep_m++] = sg->m[i];
 		}
 	}
-	for (i = 0; i < sg->nc; i++) {
-		if (sg->c[i].e.ts_ns + sg->c[i].e.dur_ns > done_until(sg, sg->c[i].e.pid)) {
-			held(sg, sg->c[i].e.pid);
-			sg->c[keep_c++] = sg->c[i];
-		}
+	/*
+	 * A CPU event waits for the step that covers it while its process
+	 * holds launches, markers or an open USDT step. Else no step will: the
+	 * records a step around it would be cut from came within hold_ns, so
+	 * it goes once it ended before the cut. Before, those of a process
+	 * that never had a step (a tool, a test, a churn of short CUDA
+	 * processes, a launch storm without GPU records) stayed until the
+	 * capacity refused every process's records (issue 18: the agent's heap
+	 * grew 2 MiB per 1,000 short-lived processes).
+	 */
+	for (int u = 0; u < sg->nuo; u++) {
+		struct pstate *ps = pstate_get(sg, sg->uo[u].pid);
+
+		if (ps)
+			ps->held_gen = sg->gen;
 	}
+	for (i = 0; i < sg->nc; i++) {
+		const struct diag_cpu_event *e = &sg->c[i].e;
+		const struct pstate *ps;
+
+		if (e->ts_ns + e->dur_ns <= done_until(sg, e->pid))
+			continue;
+		ps = pstate_find(sg, e->pid);
+		if (upto != UINT64_MAX && e->ts_ns + e->dur_ns <= upto &&
+		    !(ps && ps->held_gen == sg->gen)) {
+			sg->cnt.cpu_outside++;
+			continue;
+		}
+		sg->c[keep_c++] = sg->c[i];
+	}
+	for (i = 0; i < keep_c; i++)
+		held(sg, sg->c[i].e.pid);
 	if (upto == UINT64_MAX) {
 		sg->cnt.outside += keep_r;
 		keep_r = keep_m = keep_c = 0;

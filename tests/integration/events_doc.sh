@@ -64,10 +64,14 @@ awk '
 		next
 	}
 	/^##/ { sec = "" }
+	# every name in the first cell: | `window_start_ns`, `window_end_ns` |
 	sec != "" && /^\| `/ {
-		f = $0; sub(/^\| `/, "", f); sub(/`.*$/, "", f)
+		c = $0; sub(/^\| /, "", c); sub(/ \|.*$/, "", c)
 		n = split(sec, types, " ")
-		for (i = 1; i <= n; i++) print types[i], f
+		while (match(c, /`[^`]+`/)) {
+			f = substr(c, RSTART + 1, RLENGTH - 2); c = substr(c, RSTART + RLENGTH)
+			for (i = 1; i <= n; i++) print types[i], f
+		}
 	}
 ' "$DOC" | sort -u >"$tmp/doc"
 

@@ -4,7 +4,8 @@
 # late_discovery - a CUDA process started after the agent is found by the
 # agent on its own (no --pid), traced (attach record, exact launch counts),
 # and once it exits the agent holds no uprobe link and no file descriptor for
-# its libraries any more.
+# its libraries any more (--lib-grace 0: detached at once; the grace period
+# is lib_grace.sh's).
 #
 # The workload loads private copies of libcudart and the stub libcuda, so
 # its uprobes are told apart from those of any other CUDA process on the node
@@ -25,7 +26,7 @@ main() {
 		{ fail_because "cannot copy the CUDA libraries"; return; }
 	command -v bpftool >/dev/null || { fail_because "bpftool missing (make deps)"; return; }
 
-	agent_start late -i 0.25 --sentinel-launches all || { fail_because "agent did not start: $(agent_tail)"; return; }
+	agent_start late -i 0.25 --sentinel-launches all --lib-grace 0 || { fail_because "agent did not start: $(agent_tail)"; return; }
 	# uprobe links of the agent on our copies, and all its perf_event fds
 	ours() {
 		bpftool perf list 2>/dev/null >"$T/perf.txt"; grep -E "^pid $AGENT_PID .*(uprobe|uretprobe) .*filename .*$lib/" "$T/perf.txt" >"$T/ours.txt"

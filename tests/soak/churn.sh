@@ -9,8 +9,9 @@
 # the agent traces them first), SOAK_PAR at a time. Every
 # SOAK_EVERY (1,000) processes it prints the agent's resident memory, its
 # CPU share over that batch and CPU time per process, and the agent's own
-# table counts from its last stats record. Done in each mode of SOAK_MODES
-# ("sentinel deep").
+# table counts and malloc's heap in use and free (stats.memory: RSS growing
+# while the heap in use stays flat is the allocator, not live data) from its
+# last stats record. Done in each mode of SOAK_MODES ("sentinel deep").
 #
 # It prints figures and never fails on them (no timing assertion): after the
 # warm-up, RSS and CPU per process should stay flat. It fails only when the
@@ -42,7 +43,7 @@ rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null; }
 # the last stats record's table counts
 tables() {
 	tac "$AGENT_OUT" 2>/dev/null | grep -m1 '"type":"stats"' |
-		jq -r '"traced \(.traced_processes) seen \(.processes_seen) exited \(.processes_exited) gone_early \(.processes_gone_early) files \(.attached_files)"' 2>/dev/null
+		jq -r '"traced \(.traced_processes) seen \(.processes_seen) exited \(.processes_exited) gone_early \(.processes_gone_early) files \(.attached_files) idle \(.idle_files // "-") heap_MiB \(if .memory then "\(.memory.heap_in_use_bytes / 1048576 * 10 | round / 10) free \(.memory.heap_free_bytes / 1048576 * 10 | round / 10)" else "-" end)"' 2>/dev/null
 }
 # entries of the agent's per-process and per-thread BPF maps (its own maps,
 # found by the map ids of its descriptors: other agents may run beside it)

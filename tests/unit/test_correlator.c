@@ -672,6 +672,205 @@ static void test_threads_pruned_at_exit(void **state)
 	corr__free(c);
 }
 
+/*
+ * An exit removes its own process's state and touches nothing else (issue
+ * 18): the correlator scanned its whole launch ring, wait queue and thread
+ * table on every exit, so a node starting thousands of short-lived CUDA
+ * processes beside a long-lived server paid the server's 50,000 launches per
+ * exit. corr_exit_visits() counts the entries the exits removed; the
+ * long-lived process's launches, waiting record and thread still join.
+ */
+static void test_exit_cost_own_state(void **state)
+{
+	struct got o;
+	struct corr *c = mk(&o, NULL);
+	struct corr_gpu g;
+	uint64_t t = 1000;
+	uint32_t p;
+
+	(void)state;
+	for (uint32_t id = 1; id <= 50000; id++)
+		corr__add_launch(c, 1, 11, t++, id, 211, "cudaLaunchKernel");
+	for (uint32_t id = 60001; id <= 61000; id++) {
+		g = kern(1, id, t++); /* waits: its launch comes later */
+		corr__add_gpu(c, &g);
+	}
+	for (uint32_t tid = 100; tid < 200; tid++)
+		corr__add_uprobe_launch(c, 1, tid, t++, 0);
+	assert_int_equal(corr_procs_held(c), 1);
+
+	/* 1,000 short processes: 2 threads, 5 launches, 2 records that wait */
+	for (p = 1000; p < 2000; p++) {
+		for (uint32_t tid = 0; tid < 2; tid++)
+			corr__add_uprobe_launch(c, p, p * 10 + tid, t++, 0);
+		for (uint32_t id = 1; id <= 5; id++)
+			corr__add_launch(c, p, p * 10, t++, id, 211, "cudaLaunchKernel");
+		for (uint32_t id = 100; id < 102; id++) {
+			g = kern(p, id, t++);
+			corr__add_gpu(c, &g);
+		}
+		corr__process_exit(c, p, t++);
+	}
+	assert_int_equal(corr_exit_visits(c), 1000 * (2 + 5 + 2));
+	assert_int_equal(corr__counters(c)->launches_dropped_exit, 1000 * 5);
+	assert_int_equal(corr__counters(c)->threads_pruned, 1000 * 2);
+	assert_int_equal(o.n, 1000 * 2); /* their waiting records, unmatched */
+	assert_int_equal(corr__pending(c), 1000);
+	assert_int_equal(corr_procs_held(c), 1);
+
+	/* the long-lived process lost nothing */
+	o.n = 0;
+	g = kern(1, 1, t++);
+	corr__add_gpu(c, &g);
+	corr__add_launch(c, 1, 12, t++, 60500, 211, "cudaLaunchKernel");
+	corr__add_callback(c, 1, 150, t++, 70000, 2, 211);
+	g = kern(1, 70000, t++);
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 3);
+	assert_true(o.has_l[0] && o.l[0].tid == 11 && o.l[0].ts_ns == 1000);
+	assert_true(o.has_l[1] && o.l[1].tid == 12 && o.g[1].corr_id == 60500);
+	assert_true(o.has_l[2] && o.l[2].tid == 150 && o.l[2].from_uprobe);
+	assert_int_equal(o.l[2].ts_ns, 1000 + 50000 + 1000 + 50);
+	corr__process_exit(c, 1, t++);
+	assert_int_equal(corr_procs_held(c), 0);
+	corr__free(c);
+}
+
+/*
+ * The per-process lists against a model: a few pids launch, send GPU records
+ * that join or wait, run threads, and exit (their pids reused at once, their
+ * correlation ids from 1 again), through small tables that evict launches,
+ * waiting records and threads all the time. Each exit must drop exactly the
+ * model's live launches of that pid and emit exactly its waiting records.
+ */
+#define XM_PIDS 6
+#define XM_LCAP 32
+#define XM_GCAP 16
+static void test_exit_model(void **state)
+{
+	struct corr_opts opts = {
+		.launch_capacity = XM_LCAP,
+		.gpu_capacity = XM_GCAP,
+		.thread_capacity = 8,
+		.window_ns = UINT64_MAX,
+		.max_skew_ns = 1ULL << 50,
+	};
+	struct got o;
+	struct corr *c = mk(&o, &opts);
+	/* model FIFOs of keys, oldest first; an exited launch keeps its ring slot (key 0) */
+	uint64_t lf[XM_LCAP], gf[XM_GCAP];
+	uint32_t ln = 0, gn = 0, next[XM_PIDS];
+	uint64_t rnd = 99, ts = 1000, exits = 0;
+
+	(void)state;
+	for (int i = 0; i < XM_PIDS; i++)
+		next[i] = 1;
+	for (int step = 0; step < 200000; step++) {
+		uint32_t k, pid, id, expect = 0;
+		uint64_t key, dropped, unmatched, pruned, visits;
+		struct corr_gpu g;
+
+		rnd = rnd * 6364136223846793005ULL + 1442695040888963407ULL;
+		k = (uint32_t)(rnd >> 33) % 100;
+		pid = 300 + (uint32_t)(rnd >> 50) % XM_PIDS;
+		ts += 10;
+		o.n = 0;
+		if (k < 35) {
+			/* a launch: the waiting records of its key join it */
+			id = next[pid - 300]++;
+			key = (uint64_t)pid << 32 | id;
+			corr__add_launch(c, pid, pid * 10, ts, id, 211, "cudaLaunchKernel");
+			for (uint32_t i = 0; i < gn;) {
+				if (gf[i] == key) {
+					memmove(&gf[i], &gf[i + 1], (gn - i - 1) * sizeof(gf[0]));
+					gn--;
+					expect++;
+				} else {
+					i++;
+				}
+			}
+			if (ln == XM_LCAP)
+				memmove(&lf[0], &lf[1], (--ln) * sizeof(lf[0]));
+			lf[ln++] = key;
+			assert_int_equal(o.n, expect);
+			for (int i = 0; i < o.n; i++)
+				assert_true(o.has_l[i] && o.l[i].pid == pid && o.l[i].corr_id == id);
+		} else if (k < 70) {
+			/* a GPU record of a recent or a coming launch */
+			bool live = false;
+
+			id = next[pid - 300] + 40 - (uint32_t)(rnd >> 40) % 50;
+			if (id == 0 || id > 1u << 30)
+				continue;
+			key = (uint64_t)pid << 32 | id;
+			for (uint32_t i = 0; i < ln; i++)
+				live |= lf[i] == key;
+			g = kern(pid, id, ts);
+			corr__add_gpu(c, &g);
+			if (live) {
+				assert_int_equal(o.n, 1);
+				assert_true(o.has_l[0] && o.l[0].corr_id == id && o.l[0].pid == pid);
+				continue;
+			}
+			if (gn == XM_GCAP) {
+				/* the oldest waiter leaves unmatched */
+				assert_int_equal(o.n, 1);
+				assert_false(o.has_l[0]);
+				assert_int_equal(((uint64_t)o.g[0].pid << 32 | o.g[0].corr_id), gf[0]);
+				memmove(&gf[0], &gf[1], (--gn) * sizeof(gf[0]));
+			} else {
+				assert_int_equal(o.n, 0);
+			}
+			gf[gn++] = key;
+		} else if (k < 92) {
+			corr__add_uprobe_launch(c, pid, pid * 10 + (uint32_t)(rnd >> 20) % 4, ts, 0);
+		} else {
+			dropped = corr__counters(c)->launches_dropped_exit;
+			unmatched = corr__counters(c)->unmatched;
+			pruned = corr__counters(c)->threads_pruned;
+			visits = corr_exit_visits(c);
+			corr__process_exit(c, pid, ts);
+			exits++;
+			for (uint32_t i = 0; i < ln; i++) {
+				if (lf[i] >> 32 == pid) {
+					lf[i] = 0;
+					expect++;
+				}
+			}
+			assert_int_equal(corr__counters(c)->launches_dropped_exit - dropped, expect);
+			expect = 0;
+			for (uint32_t i = 0; i < gn;) {
+				if (gf[i] >> 32 == pid) {
+					/* emitted oldest first, unmatched */
+					assert_true(o.n > (int)expect && !o.has_l[expect]);
+					assert_int_equal(o.g[expect].corr_id, (uint32_t)gf[i]);
+					memmove(&gf[i], &gf[i + 1], (gn - i - 1) * sizeof(gf[0]));
+					gn--;
+					expect++;
+				} else {
+					i++;
+				}
+			}
+			assert_int_equal(o.n, expect);
+			assert_int_equal(corr__counters(c)->unmatched - unmatched, expect);
+			assert_int_equal(corr_exit_visits(c) - visits,
+					 corr__counters(c)->launches_dropped_exit - dropped + expect +
+						 corr__counters(c)->threads_pruned - pruned);
+			next[pid - 300] = 1; /* the pid is reused */
+		}
+	}
+	assert_true(exits > 10000);
+	assert_true(corr__counters(c)->launches_evicted > 1000);
+	assert_true(corr__counters(c)->gpu_evicted > 1000);
+	assert_true(corr__counters(c)->threads_evicted > 1000);
+	assert_true(corr__counters(c)->threads_pruned > 1000);
+	for (uint32_t pid = 300; pid < 300 + XM_PIDS; pid++)
+		corr__process_exit(c, pid, ts += 10);
+	assert_int_equal(corr_procs_held(c), 0);
+	assert_int_equal(corr__pending(c), 0);
+	corr__free(c);
+}
+
 /* correlator/src/internal.h: not installed, exported by the library */
 struct names;
 struct names *names_new(uint32_t max_names);
@@ -729,6 +928,8 @@ int main(void)
 		cmocka_unit_test(test_api_names),
 		cmocka_unit_test(test_names_grow),
 		cmocka_unit_test(test_threads_pruned_at_exit),
+		cmocka_unit_test(test_exit_cost_own_state),
+		cmocka_unit_test(test_exit_model),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

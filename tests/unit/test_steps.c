@@ -530,6 +530,67 @@ static void test_many_processes_pruned(void **state)
 	diag_seg__free(sg);
 }
 
+struct cpu_got {
+	int n7;
+	int64_t offcpu7; /* the last step of pid 7 */
+};
+
+static void cpu_step(void *ctx, const struct diag_step *s)
+{
+	struct cpu_got *c = ctx;
+
+	if (s->pid == 7) {
+		c->n7++;
+		c->offcpu7 = s->offcpu_ns;
+	}
+}
+
+/*
+ * CPU events of processes that never have a step (tools, tests, a churn of
+ * short CUDA processes) are dropped once no step can take them (issue 18):
+ * they were held forever, the agent's heap grew 2 MiB per 1,000 such
+ * processes, every step cut scanned them all, and once they filled the
+ * capacity the events of the processes with steps were refused. 5,000
+ * step-less processes, 20 ms apart, each with an off-CPU event, through a
+ * capacity of 1,000: all dropped and pruned, none refused, and pid 7's
+ * step still gets its own off-CPU time.
+ */
+static void test_cpu_events_without_steps(void **state)
+{
+	struct diag_seg_opts o = {.sz = sizeof(o), .hold_ns = 1000000, .capacity = 1000};
+	struct cpu_got c = {0};
+	struct diag_seg *sg;
+	struct diag_cpu_event e = {.kind = DIAG_CPU_OFFCPU, .dur_ns = 1000000};
+	const uint32_t np = 5000;
+	uint64_t t = 1000000000ULL;
+
+	(void)state;
+	o.step = cpu_step;
+	o.step_ctx = &c;
+	sg = diag_seg__new(&o);
+	assert_non_null(sg);
+	for (uint32_t p = 0; p < np; p++, t += 20000000ULL) {
+		e.pid = e.tid = 100000 + p;
+		e.ts_ns = t;
+		assert_int_equal(diag_seg__add_cpu(sg, &e), 0);
+		assert_int_equal(diag_seg__process_exit(sg, e.pid), 0);
+		assert_int_equal(diag_seg__advance(sg, t), 0);
+	}
+	/* pid 7: a step with 100 us off the CPU inside it */
+	one_step(sg, 7, t);
+	e.pid = e.tid = 7;
+	e.ts_ns = t + 50000;
+	e.dur_ns = 100000;
+	assert_int_equal(diag_seg__add_cpu(sg, &e), 0);
+	assert_int_equal(diag_seg__advance(sg, t + 20000000000ULL), 0);
+	assert_int_equal(c.n7, 1);
+	assert_int_equal(c.offcpu7, 100000);
+	assert_int_equal(diag_seg__counters(sg)->dropped, 0);
+	assert_int_equal(diag_seg__counters(sg)->cpu_outside, np);
+	assert_int_equal(diag_seg__counters(sg)->procs_pruned, np);
+	diag_seg__free(sg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -541,6 +602,7 @@ int main(void)
 	    cmocka_unit_test(test_auto_cycles_and_breakdown),
 	    cmocka_unit_test(test_processes_in_time_order),
 	    cmocka_unit_test(test_many_processes_pruned),
+	    cmocka_unit_test(test_cpu_events_without_steps),
 	};
 
 	if (!test_data_dir())
