@@ -15,25 +15,14 @@ collective {"tid","step","op","count","dtype","t0","t1"} ([t0, t1] brackets
 the torch call on CLOCK_MONOTONIC; op and dtype as the agent names them),
 then {"done":true}.
 """
-import argparse
-import json
 import os
 import socket
-import sys
 import threading
-import time
 
 import torch
 import torch.distributed as dist
 
-
-def mono_ns():
-    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-
-
-def out(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+from workload import await_go, finish, mono_ns, out, parse_args
 
 
 def free_port():
@@ -43,11 +32,7 @@ def free_port():
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-n", type=int, default=10)
-    ap.add_argument("-w")
-    ap.add_argument("-e")
-    a = ap.parse_args()
+    a = parse_args(10)
     torch.cuda.set_device(0)
     n = 1 << 20
     x = torch.ones(n, device="cuda", dtype=torch.bfloat16)  # CUDA up: the shim is in
@@ -55,8 +40,7 @@ def main():
     torch.cuda.synchronize()
     out({"pid": os.getpid(), "mono_ns": mono_ns()})
     # the communicator is made once the agent watches (it hashes the unique id at init)
-    while a.w and not os.path.exists(a.w):
-        time.sleep(0.002)
+    await_go(a.w)
     dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % free_port(),
                             rank=0, world_size=1, device_id=torch.device("cuda", 0))
     dist.all_reduce(x)  # warm: the communicator's first collective
@@ -78,11 +62,7 @@ def main():
                  "t0": t0, "t1": t1})
         torch.cuda.synchronize()
     dist.destroy_process_group()
-    out({"done": True})
-    for _ in range(3000):
-        if not a.e or os.path.exists(a.e):
-            break
-        time.sleep(0.01)
+    finish(a.e)
 
 
 if __name__ == "__main__":

@@ -11,31 +11,16 @@ line per step {"tid","step","graph","t0","t2"} ([t0, t2] on CLOCK_MONOTONIC:
 from before the step's first call to after torch.cuda.synchronize()), then
 {"done":true}.
 """
-import argparse
-import json
 import os
-import sys
 import threading
-import time
 
 import torch
 
-
-def mono_ns():
-    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-
-
-def out(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+from workload import await_go, finish, mono_ns, out, parse_args
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-n", type=int, default=30)
-    ap.add_argument("-w")
-    ap.add_argument("-e")
-    a = ap.parse_args()
+    a = parse_args(30)
     dev = torch.device("cuda")
     d, ff, batch = 2048, 8192, 16
     w_qkv = torch.randn(d, 3 * d, device=dev, dtype=torch.bfloat16)
@@ -63,8 +48,7 @@ def main():
         y = block(x)
     torch.cuda.synchronize()
     out({"pid": os.getpid(), "mono_ns": mono_ns()})
-    while a.w and not os.path.exists(a.w):
-        time.sleep(0.002)
+    await_go(a.w)
     tid = threading.get_native_id()
     for i in range(a.n):
         t0 = mono_ns()
@@ -76,11 +60,7 @@ def main():
         torch.cuda.synchronize()
         out({"tid": tid, "step": i, "graph": graph, "t0": t0, "t2": mono_ns()})
     del y
-    out({"done": True})
-    for _ in range(3000):
-        if not a.e or os.path.exists(a.e):
-            break
-        time.sleep(0.01)
+    finish(a.e)
 
 
 if __name__ == "__main__":
