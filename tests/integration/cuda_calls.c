@@ -73,15 +73,6 @@ static long calls = 10;
 static double seconds, linger, delay;
 static pid_t tids[MAX_THREADS];
 
-static void *sym(void *h, const char *name)
-{
-	void *p = h ? dlsym(h, name) : NULL;
-
-	if (h && !p)
-		fprintf(stderr, "cuda_calls: %s missing\n", name);
-	return p;
-}
-
 /* the entry points, from the runtime (drv 0) or the driver (drv 1) when it is loaded */
 static const struct {
 	int drv;
@@ -229,7 +220,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
 		void *h = syms[i].drv ? drv : rt;
 
-		*syms[i].dst = sym(h, syms[i].name);
+		*syms[i].dst = need_sym("cuda_calls", h, syms[i].name);
 		if (h && !*syms[i].dst)
 			missing = true;
 	}

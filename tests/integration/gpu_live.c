@@ -408,17 +408,6 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-static void *need(void *h, const char *name)
-{
-	void *p = dlsym(h, name);
-
-	if (!p) {
-		fprintf(stderr, "gpu_live: %s missing\n", name);
-		exit(1);
-	}
-	return p;
-}
-
 int main(int argc, char **argv)
 {
 	const char *wait_file = NULL, *exit_file = NULL, *mode = "deep";
@@ -427,13 +416,9 @@ int main(int argc, char **argv)
 	void *rt, *drv;
 
 	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:CMLN:P:")) != -1) {
+		if (thread_opt(opt, optarg, &nthreads, &rounds))
+			continue;
 		switch (opt) {
-		case 't':
-			nthreads = atoi(optarg);
-			break;
-		case 'n':
-			rounds = atoi(optarg);
-			break;
 		case 'w':
 			wait_file = optarg;
 			break;
@@ -481,10 +466,12 @@ int main(int argc, char **argv)
 			dlerror());
 		return 1;
 	}
-	f.launch = need(rt, "cudaLaunchKernel");
-	f.graph = need(rt, "cudaGraphLaunch");
-	f.copy = need(rt, "cudaMemcpyAsync");
-	f.cu_launch = need(drv, "cuLaunchKernel");
+	f.launch = need_sym("gpu_live", rt, "cudaLaunchKernel");
+	f.graph = need_sym("gpu_live", rt, "cudaGraphLaunch");
+	f.copy = need_sym("gpu_live", rt, "cudaMemcpyAsync");
+	f.cu_launch = need_sym("gpu_live", drv, "cuLaunchKernel");
+	if (!f.launch || !f.graph || !f.copy || !f.cu_launch)
+		return 1;
 
 	/* the shim as the driver would load it, bound to the double */
 	if (fake_cupti_load_shim("gpu_live"))

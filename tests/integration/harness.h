@@ -8,6 +8,7 @@
 #ifndef INFERTRACE_TEST_HARNESS_H
 #define INFERTRACE_TEST_HARNESS_H
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -60,6 +61,36 @@ static inline void start_workers(pthread_t *th, int n, void *(*fn)(void *),
 	printf("{\"pid\":%d,\"tids\":[", getpid());
 	for (int i = 0; i < n; i++)
 		printf("%s%d", i ? "," : "", tids[i]);
+}
+
+/*
+ * name from the library h (NULL: the library is absent, which the caller
+ * says), or NULL with "WHO: NAME missing" on stderr
+ */
+static inline void *need_sym(const char *who, void *h, const char *name)
+{
+	void *p = h ? dlsym(h, name) : NULL;
+
+	if (h && !p)
+		fprintf(stderr, "%s: %s missing\n", who, name);
+	return p;
+}
+
+/*
+ * -t THREADS and -n ROUNDS of the threaded workloads (gpu_live, nccl_calls,
+ * nest_calls): true when opt (getopt's, with optarg) is one of those
+ */
+static inline bool thread_opt(int opt, const char *arg, int *threads, int *rounds)
+{
+	switch (opt) {
+	case 't':
+		*threads = atoi(arg);
+		return true;
+	case 'n':
+		*rounds = atoi(arg);
+		return true;
+	}
+	return false;
 }
 
 /*

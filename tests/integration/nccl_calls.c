@@ -208,15 +208,9 @@ int main(int argc, char **argv)
 	pthread_t th[MAX_THREADS];
 
 	while ((opt = getopt(argc, argv, "L:t:n:w:r:R:i:k:d:s:c:K:l:")) != -1) {
-		if (rank_opt(opt, optarg, &o))
+		if (rank_opt(opt, optarg, &o) || thread_opt(opt, optarg, &threads, &rounds))
 			continue;
 		switch (opt) {
-		case 't':
-			threads = atoi(optarg);
-			break;
-		case 'n':
-			rounds = atoi(optarg);
-			break;
 		case 'd':
 			delay = atoi(optarg);
 			break;

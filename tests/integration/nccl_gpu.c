@@ -179,15 +179,6 @@ static int steps_run(void *comm, int steps)
 	return 0;
 }
 
-static void *need(void *h, const char *name)
-{
-	void *p = h ? dlsym(h, name) : NULL;
-
-	if (!p)
-		fprintf(stderr, "nccl_gpu: %s missing\n", name);
-	return p;
-}
-
 int main(int argc, char **argv)
 {
 	struct rank_opts o = {.idb = 0x31, .steps = 4};
@@ -219,7 +210,7 @@ int main(int argc, char **argv)
 			dlerror());
 		return 1;
 	}
-#define SYM(field, h, name) (*(void **)&f.field = need(h, name))
+#define SYM(field, h, name) (*(void **)&f.field = need_sym("nccl_gpu", h, name))
 	if (!SYM(init_rank, nccl, "ncclCommInitRank") || !SYM(all_reduce, nccl, "ncclAllReduce") ||
 	    !SYM(all_gather, nccl, "ncclAllGather") || !SYM(group_start, nccl, "ncclGroupStart") ||
 	    !SYM(group_end, nccl, "ncclGroupEnd") || !SYM(destroy, nccl, "ncclCommDestroy") ||

@@ -73,13 +73,9 @@ int main(int argc, char **argv)
 	void *rt, *drv;
 
 	while ((opt = getopt(argc, argv, "t:n:w:")) != -1) {
+		if (thread_opt(opt, optarg, &threads, &rounds))
+			continue;
 		switch (opt) {
-		case 't':
-			threads = atoi(optarg);
-			break;
-		case 'n':
-			rounds = atoi(optarg);
-			break;
 		case 'w':
 			go = optarg;
 			break;
@@ -102,18 +98,17 @@ int main(int argc, char **argv)
 			dlerror());
 		return 1;
 	}
-	f.launch = (launch_fn)dlsym(rt, "cudaLaunchKernel");
-	f.launch_ex = dlsym(rt, "cudaLaunchKernelExC");
-	f.graph = dlsym(rt, "cudaGraphLaunch");
-	f.sync = dlsym(rt, "cudaStreamSynchronize");
-	f.cu_launch = dlsym(drv, "cuLaunchKernel");
-	f.cu_graph = dlsym(drv, "cuGraphLaunch");
-	f.cu_sync = dlsym(drv, "cuStreamSynchronize");
+	/* each one missing is named (need_sym) */
+	f.launch = (launch_fn)need_sym("nest_calls", rt, "cudaLaunchKernel");
+	f.launch_ex = need_sym("nest_calls", rt, "cudaLaunchKernelExC");
+	f.graph = need_sym("nest_calls", rt, "cudaGraphLaunch");
+	f.sync = need_sym("nest_calls", rt, "cudaStreamSynchronize");
+	f.cu_launch = need_sym("nest_calls", drv, "cuLaunchKernel");
+	f.cu_graph = need_sym("nest_calls", drv, "cuGraphLaunch");
+	f.cu_sync = need_sym("nest_calls", drv, "cuStreamSynchronize");
 	if (!f.launch || !f.launch_ex || !f.graph || !f.sync || !f.cu_launch || !f.cu_graph ||
-	    !f.cu_sync) {
-		fprintf(stderr, "nest_calls: a symbol is missing\n");
+	    !f.cu_sync)
 		return 1;
-	}
 	start_workers(th, threads, worker, &ready, tids);
 	printf("]}\n");
 	fflush(stdout);
