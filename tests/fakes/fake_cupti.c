@@ -106,6 +106,20 @@ static void need_driver(const char *fn)
 	abort();
 }
 
+/*
+ * How each logged CUPTI entry point starts: the lock taken (the caller drops
+ * it with ulk()), the call logged as fn (fake_cupti_first_call(),
+ * fake_cupti_call_count()) and, where the real call needs the driver
+ * (driver), need_driver(fn).
+ */
+static void enter(const char *fn, bool driver)
+{
+	lk();
+	logcall(fn);
+	if (driver)
+		need_driver(fn);
+}
+
 /* ---------------------------------------------------------- control API --- */
 
 void fake_cupti_cuda_exit(void)
@@ -435,8 +449,7 @@ CUptiResult CUPTIAPI cuptiGetTimestamp(uint64_t *timestamp)
 
 	if (!timestamp)
 		return CUPTI_ERROR_INVALID_PARAMETER;
-	lk();
-	logcall("cuptiGetTimestamp");
+	enter("cuptiGetTimestamp", false);
 	ulk();
 	clock_gettime(CLOCK_REALTIME, &ts);
 	*timestamp = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -448,8 +461,7 @@ CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequest
 {
 	if (!req || !done)
 		return CUPTI_ERROR_INVALID_PARAMETER;
-	lk();
-	logcall("cuptiActivityRegisterCallbacks");
+	enter("cuptiActivityRegisterCallbacks", false);
 	f.req = req;
 	f.done = done;
 	ulk();
@@ -462,8 +474,7 @@ CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallb
 
 	if (!fn)
 		return CUPTI_ERROR_INVALID_PARAMETER;
-	lk();
-	logcall("cuptiActivityRegisterTimestampCallback");
+	enter("cuptiActivityRegisterTimestampCallback", false);
 	if (f.no_gpu)
 		r = CUPTI_ERROR_UNKNOWN;
 	else
@@ -477,9 +488,9 @@ CUptiResult CUPTIAPI cuptiSetThreadIdType(CUpti_ActivityThreadIdType type)
 	CUptiResult r;
 
 	(void)type;
-	lk();
-	logcall(type == CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM ? "cuptiSetThreadIdType(SYSTEM)"
-							     : "cuptiSetThreadIdType(other)");
+	enter(type == CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM ? "cuptiSetThreadIdType(SYSTEM)"
+							   : "cuptiSetThreadIdType(other)",
+	      false);
 	r = f.no_gpu ? CUPTI_ERROR_UNKNOWN : CUPTI_SUCCESS;
 	ulk();
 	return r;
@@ -492,8 +503,7 @@ CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *sub, CUpti_CallbackF
 
 	if (!sub)
 		return CUPTI_ERROR_INVALID_PARAMETER;
-	lk();
-	logcall("cuptiSubscribe");
+	enter("cuptiSubscribe", false);
 	if (f.no_gpu) {
 		r = CUPTI_ERROR_UNKNOWN;
 	} else if (f.subscribed) {
@@ -513,9 +523,7 @@ CUptiResult CUPTIAPI cuptiUnsubscribe(CUpti_SubscriberHandle sub)
 {
 	CUptiResult r = CUPTI_SUCCESS;
 
-	lk();
-	logcall("cuptiUnsubscribe");
-	need_driver("cuptiUnsubscribe");
+	enter("cuptiUnsubscribe", true);
 	if (!f.subscribed || sub != (CUpti_SubscriberHandle)&f)
 		r = CUPTI_ERROR_INVALID_PARAMETER;
 	f.subscribed = false;
@@ -531,8 +539,7 @@ CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle
 	CUptiResult r = CUPTI_SUCCESS;
 	ssize_t i;
 
-	lk();
-	logcall("cuptiEnableCallback");
+	enter("cuptiEnableCallback", false);
 	if (!f.subscribed || sub != (CUpti_SubscriberHandle)&f) {
 		r = CUPTI_ERROR_INVALID_PARAMETER;
 		goto out;
@@ -556,9 +563,7 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
 {
 	CUptiResult r = CUPTI_SUCCESS;
 
-	lk();
-	logcall("cuptiActivityEnable");
-	need_driver("cuptiActivityEnable");
+	enter("cuptiActivityEnable", true);
 	if (f.no_gpu)
 		r = CUPTI_ERROR_UNKNOWN;
 	else if ((unsigned)kind >= MAX_KINDS || !rec_size(kind))
@@ -571,9 +576,7 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
 
 CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
 {
-	lk();
-	logcall("cuptiActivityDisable");
-	need_driver("cuptiActivityDisable");
+	enter("cuptiActivityDisable", true);
 	if ((unsigned)kind < MAX_KINDS)
 		f.kind_on[kind] = false;
 	ulk();
@@ -607,10 +610,9 @@ CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid,
 
 CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 {
-	lk();
-	logcall(flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED ? "cuptiActivityFlushAll(forced)"
-							: "cuptiActivityFlushAll");
-	need_driver("cuptiActivityFlushAll");
+	enter(flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED ? "cuptiActivityFlushAll(forced)"
+						      : "cuptiActivityFlushAll",
+	      true);
 	if (f.flush_returns || (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED))
 		complete_all();
 	ulk();
@@ -633,9 +635,7 @@ CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext ctx, uint32_t s
 
 CUptiResult CUPTIAPI cuptiFinalize(void)
 {
-	lk();
-	logcall("cuptiFinalize");
-	need_driver("cuptiFinalize");
+	enter("cuptiFinalize", true);
 	/* detached: CUPTI forgets every client setting and buffer */
 	f.req = NULL;
 	f.done = NULL;
