@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 # bench/lib.sh - helpers of the agent benchmarks (bench/run.sh, bench/vllm.sh,
 # bench/nccl.sh), sourced; say() comes from the script. Needs bpftool and jq.
+# The loop benchmarks (run.sh, nccl.sh) start and stop their loop and probes
+# here; vllm.sh its agent (agent_up, probe_down).
 
 # bench_setup CALLS: the settings every loop benchmark shares, from the
 # environment: BUILD (build), ROUNDS (BENCH_ROUNDS, 7), CALLS (BENCH_CALLS,
@@ -29,6 +31,66 @@ wait_for() {
 		sleep 0.05
 	done
 	return 1
+}
+
+# One measurement of a loop benchmark (run.sh, nccl.sh): loop_up, then at most
+# one probe (bare_up or agent_up), then loop_go, then probe_down (also what
+# the script's exit trap calls).
+#
+# loop_up GO OUT: the measured loop ($LOOP -n $CALLS -w GO, waiting for GO) on
+# the loop's CPU, its output in OUT, its pid in LOOP_PID; no probe yet
+# (PROBE_PID empty, PROBE_T0 0); 0 once the loop is ready
+loop_up() {
+	PROBE_PID="" PROBE_T0=0
+	taskset -c "$LOOP_CPU" "$LOOP" -n "$CALLS" -w "$1" >"$2" 2>&1 &
+	LOOP_PID=$!
+	wait_for "$2" '^ready' "$LOOP_PID"
+}
+
+# bare_up LIB SYMBOL ERR: the bare counting uprobe ($BARE) on SYMBOL of LIB,
+# on the agent's CPU, its output in ERR, its pid in PROBE_PID; 0 once attached
+bare_up() {
+	taskset -c "$AGENT_CPU" "$BARE" "$1" "$2" >"$3" 2>&1 &
+	PROBE_PID=$!
+	wait_for "$3" '^attached' "$PROBE_PID"
+}
+
+# agent_up ERR RE... -- ARGS...: the agent with ARGS on the agent's CPU, its
+# log in ERR, its pid in PROBE_PID; 0 once its log has a line matching each
+# RE, and then its CPU ticks so far in PROBE_T0 (what attaching cost is not
+# measured)
+agent_up() {
+	local err=$1 re
+	local -a ready=()
+	shift
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+		ready+=("$1")
+		shift
+	done
+	shift
+	taskset -c "$AGENT_CPU" "$AGENT" "$@" >/dev/null 2>"$err" &
+	PROBE_PID=$!
+	for re in "${ready[@]}"; do
+		wait_for "$err" "$re" "$PROBE_PID" || return 1
+	done
+	PROBE_T0=$(cpu_ticks "$PROBE_PID")
+}
+
+# probe_down: the probe running now (PROBE_PID), if any, stopped with SIGINT
+# (the agent drains its rings and reports) and waited for
+probe_down() {
+	[ -n "${PROBE_PID:-}" ] || return 0
+	kill -INT "$PROBE_PID" 2>/dev/null
+	wait "$PROBE_PID" 2>/dev/null
+	PROBE_PID=""
+}
+
+# loop_go GO OUT: the loop released and waited for; its ns per call (from
+# its result line in OUT) in LOOP_NS, empty without one
+loop_go() {
+	touch "$1"
+	wait "$LOOP_PID"
+	LOOP_NS=$(sed -n 's/.*"ns_per_call":\([0-9.]*\).*/\1/p' "$2")
 }
 
 # uprobes on the CUDA libraries that another process holds (another agent,

@@ -20,7 +20,7 @@
 # BENCH_LOOP_CPU / BENCH_AGENT_CPU (last CPU / CPU 0).
 set -u
 
-# bench_setup, cpu_ticks, wait_for
+# bench_setup, cpu_ticks, loop_up, bare_up, agent_up, loop_go, probe_down
 source "$(dirname "$0")/lib.sh"
 bench_setup 300000
 NCCL=$(readlink -f /usr/local/cuda/lib64/libnccl.so.2 2>/dev/null || true)
@@ -37,9 +37,8 @@ done
 
 TMP=$(mktemp -d /tmp/infertrace-bench-nccl.XXXXXX)
 RES=$TMP/results # config round ns_per_call agent_cpu_ticks
-CUR=""
 cleanup() {
-	[ -n "$CUR" ] && kill -INT "$CUR" 2>/dev/null
+	probe_down
 	wait 2>/dev/null
 	rm -rf "$TMP"
 }
@@ -49,38 +48,27 @@ trap 'exit 130' INT TERM
 run_one() { # CONFIG ROUND
 	local cfg=$1 go=$TMP/go out=$TMP/loop.out err=$TMP/probe.err lp pp="" ns t0=0 t1=0
 	rm -f "$go"
-	taskset -c "$LOOP_CPU" "$LOOP" -n "$CALLS" -w "$go" >"$out" 2>&1 &
-	lp=$!
-	wait_for "$out" '^ready' "$lp" || { say "bench_nccl: loop did not start: $(cat "$out")"; return 1; }
+	loop_up "$go" "$out" || { say "bench_nccl: loop did not start: $(cat "$out")"; return 1; }
+	lp=$LOOP_PID
 	case $cfg in
 	bare)
-		taskset -c "$AGENT_CPU" "$BARE" "$NCCL" ncclAllReduce >"$err" 2>&1 &
-		pp=$!
-		wait_for "$err" '^attached' "$pp" || { say "bench_nccl: bare: $(cat "$err")"; kill "$lp"; return 1; }
+		bare_up "$NCCL" ncclAllReduce "$err" || { say "bench_nccl: bare: $(cat "$err")"; kill "$lp"; return 1; }
 		;;
 	sentinel | deep)
 		local -a args=(--pid "$lp" -o /dev/null --shim-socket none)
 		[ "$cfg" = deep ] && args+=(--mode deep --no-stacks)
-		taskset -c "$AGENT_CPU" "$AGENT" "${args[@]}" >/dev/null 2>"$err" &
-		pp=$!
-		wait_for "$err" 'attached [0-9]+ NCCL probes' "$pp" ||
+		agent_up "$err" 'attached [0-9]+ NCCL probes' -- "${args[@]}" ||
 			{ say "bench_nccl: agent ($cfg): $(tail -2 "$err")"; kill "$lp"; return 1; }
-		t0=$(cpu_ticks "$pp")
 		;;
 	esac
-	CUR=$pp
-	touch "$go"
-	wait "$lp"
-	ns=$(sed -n 's/.*"ns_per_call":\([0-9.]*\).*/\1/p' "$out")
+	pp=$PROBE_PID t0=$PROBE_T0
+	loop_go "$go" "$out"
+	ns=$LOOP_NS
 	if [ -n "$pp" ] && [ "$cfg" != bare ]; then
 		sleep 0.3 # the agent drains its ring every 100 ms
 		t1=$(cpu_ticks "$pp")
 	fi
-	if [ -n "$pp" ]; then
-		kill -INT "$pp" 2>/dev/null
-		wait "$pp" 2>/dev/null
-		CUR=""
-	fi
+	probe_down
 	[ -n "$ns" ] || { say "bench_nccl: $cfg: no result"; return 1; }
 	echo "$cfg $2 $ns $((t1 - t0))" >>"$RES"
 }

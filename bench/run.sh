@@ -23,7 +23,8 @@
 # BENCH_LOOP_CPU / BENCH_AGENT_CPU (default: last CPU / CPU 0).
 set -u
 
-# bench_setup, cpu_ticks, wait_for, foreign_probes, wait_quiet (CONTAMINATED)
+# bench_setup, cpu_ticks, loop_up, bare_up, agent_up, loop_go, probe_down, foreign_probes,
+# wait_quiet (CONTAMINATED)
 source "$(dirname "$0")/lib.sh"
 bench_setup 1000000
 CUDART=$(readlink -f /usr/local/cuda/lib64/libcudart.so 2>/dev/null || true)
@@ -57,9 +58,8 @@ fi
 
 TMP=$(mktemp -d /tmp/infertrace-bench.XXXXXX)
 RES=$TMP/results # config round ns_per_call agent_cpu_s records drops
-CUR_PROBE="" # the bare uprobe or agent running now, if any
 cleanup() {
-	[ -n "$CUR_PROBE" ] && kill -INT "$CUR_PROBE" 2>/dev/null
+	probe_down # the bare uprobe or agent running now, if any
 	wait 2>/dev/null
 	rm -rf "$TMP"
 }
@@ -89,16 +89,13 @@ run_one() {
 
 	rm -f "$go"
 	wait_quiet || say "  warning: $cfg round $round measured while other uprobes were on the CUDA libraries"
-	taskset -c "$LOOP_CPU" "$LOOP" -n "$CALLS" -w "$go" >"$out" 2>&1 &
-	lp=$!
-	wait_for "$out" '^ready' "$lp" || { say "bench: $cfg: loop did not start: $(cat "$out")"; return 1; }
+	loop_up "$go" "$out" || { say "bench: $cfg: loop did not start: $(cat "$out")"; return 1; }
+	lp=$LOOP_PID
 
 	case $cfg in
 	none) ;;
 	bare)
-		taskset -c "$AGENT_CPU" "$BARE" "$CUDART" cudaLaunchKernel >"$err" 2>&1 &
-		pp=$!
-		wait_for "$err" '^attached' "$pp" || { say "bench: bare uprobe: $(cat "$err")"; kill "$lp"; return 1; }
+		bare_up "$CUDART" cudaLaunchKernel "$err" || { say "bench: bare uprobe: $(cat "$err")"; kill "$lp"; return 1; }
 		;;
 	*)
 		agent_args=(--pid "$lp" -o /dev/null)
@@ -107,18 +104,14 @@ run_one() {
 		deep) agent_args+=(--mode deep --no-stacks) ;;
 		deep+stk) agent_args+=(--mode deep) ;;
 		esac
-		taskset -c "$AGENT_CPU" "$AGENT" "${agent_args[@]}" >/dev/null 2>"$err" &
-		pp=$!
-		wait_for "$err" 'running in' "$pp" && wait_for "$err" 'attached [0-9]+ probes' "$pp" ||
+		agent_up "$err" 'running in' 'attached [0-9]+ probes' -- "${agent_args[@]}" ||
 			{ say "bench: agent ($cfg) did not attach: $(tail -3 "$err")"; kill "$lp"; return 1; }
-		t0=$(cpu_ticks "$pp")
 		;;
 	esac
-	CUR_PROBE=$pp
+	pp=$PROBE_PID t0=$PROBE_T0
 
-	touch "$go"
-	wait "$lp"
-	ns=$(sed -n 's/.*"ns_per_call":\([0-9.]*\).*/\1/p' "$out")
+	loop_go "$go" "$out"
+	ns=$LOOP_NS
 	[ -n "$ns" ] || { say "bench: $cfg: no result: $(cat "$out")"; return 1; }
 
 	t1=0
@@ -134,11 +127,7 @@ run_one() {
 		records=$(agent_counter "$pp" event_counts)
 		drops=$(agent_counter "$pp" drop_counts)
 	fi
-	if [ -n "$pp" ]; then
-		kill -INT "$pp" 2>/dev/null
-		wait "$pp" 2>/dev/null
-		CUR_PROBE=""
-	fi
+	probe_down
 	rm -f "$go"
 	echo "$cfg $round $ns $(awk -v a="$t0" -v b="$t1" -v hz="$HZ" 'BEGIN { printf "%.3f", (b - a) / hz }') ${records:-0} ${drops:-0}" >>"$RES"
 }

@@ -75,9 +75,9 @@ done
 command -v python3 >/dev/null || { say "vllm: skipped: python3 missing"; exit 0; }
 
 TMP=$(mktemp -d /tmp/infertrace-vllm.XXXXXX)
-CUR_AGENT=""
+PROBE_PID="" # the agent running now (start_agent), if any
 cleanup() {
-	[ -n "$CUR_AGENT" ] && kill -INT "$CUR_AGENT" 2>/dev/null
+	[ -n "$PROBE_PID" ] && kill -INT "$PROBE_PID" 2>/dev/null
 	[ -n "${LP:-}" ] && kill "$LP" 2>/dev/null
 	wait 2>/dev/null
 	rm -rf "$TMP"
@@ -115,20 +115,13 @@ start_replay() {
 	LP=$!
 	wait_for "$TMP/replay.out" '"pid"' "$LP" || { say "vllm: replay did not start: $(cat "$TMP/replay.err")"; return 1; }
 }
-# start_agent OUT ARGS...: the agent on LP; its pid in CUR_AGENT
+# start_agent OUT ARGS...: the agent on LP, its records in OUT (agent_up); its
+# pid in PROBE_PID, which probe_down stops
 start_agent() {
 	local out=$1
 	shift
-	taskset -c "$AGENT_CPU" "$AGENT" --pid "$LP" -i 0.5 -o "$out" "$@" >/dev/null 2>"$out.err" &
-	CUR_AGENT=$!
-	wait_for "$out.err" 'running in' "$CUR_AGENT" && wait_for "$out.err" 'attached [0-9]+ probes' "$CUR_AGENT" ||
-		{ say "vllm: agent ($*) did not attach: $(tail -3 "$out.err")"; kill "$CUR_AGENT" 2>/dev/null; CUR_AGENT=""; return 1; }
-}
-stop_agent() {
-	[ -n "$CUR_AGENT" ] || return 0
-	kill -INT "$CUR_AGENT" 2>/dev/null
-	wait "$CUR_AGENT" 2>/dev/null
-	CUR_AGENT=""
+	agent_up "$out.err" 'running in' 'attached [0-9]+ probes' -- --pid "$LP" -i 0.5 -o "$out" "$@" ||
+		{ say "vllm: agent ($*) did not attach: $(tail -3 "$out.err")"; kill "$PROBE_PID" 2>/dev/null; PROBE_PID=""; return 1; }
 }
 
 # run_one CONFIG ROUND: one measurement; flagged when another agent's uprobes
@@ -165,11 +158,11 @@ measure() {
 	wait "$LP"
 	LP=
 	# another agent that discovered the replay meanwhile trapped its calls too
-	FOREIGN=$(OWN_PID=${CUR_AGENT:-0} foreign_probes)
-	FOREIGN_WHO=$(bpftool perf show -j 2>/dev/null | jq -r --arg re "$TMP" --argjson own "${CUR_AGENT:-0}" '
+	FOREIGN=$(OWN_PID=${PROBE_PID:-0} foreign_probes)
+	FOREIGN_WHO=$(bpftool perf show -j 2>/dev/null | jq -r --arg re "$TMP" --argjson own "${PROBE_PID:-0}" '
 		[.[] | select((.filename // "") | test($re)) | select(.pid != $own) | .pid] | unique | map(tostring) | join(" ")')
 	sleep 0.6 # the agent's last interval
-	stop_agent
+	probe_down
 	# which entry points the agent counted on the replay's thread
 	counted='{}'
 	[ "$cfg" != none ] && counted=$(grep -F '"type":"thread"' "$out" | jq -c -s '
@@ -256,7 +249,7 @@ perf_fds() { ls -l "/proc/$1/fd" 2>/dev/null | grep -c perf_event; }
 if start_replay 100000 "$TMP/go.sw" && start_agent "$TMP/sw.jsonl" --control-socket "$SOCK" --instance bench-vllm; then
 	touch "$TMP/go.sw"
 	sleep 1
-	base_fds=$(perf_fds "$CUR_AGENT")
+	base_fds=$(perf_fds "$PROBE_PID")
 	for ((i = 1; i <= SWITCHES; i++)); do
 		t0=$(mono_now)
 		"$CTL" --socket "$SOCK" deep-dive --instance bench-vllm --duration 60 >/dev/null 2>&1
@@ -266,7 +259,7 @@ if start_replay 100000 "$TMP/go.sw" && start_agent "$TMP/sw.jsonl" --control-soc
 		# the real detach: the agent's uprobe fds back to the sentinel set
 		t2=""
 		for ((k = 0; k < 1000; k++)); do
-			[ "$(perf_fds "$CUR_AGENT")" -le "$base_fds" ] && { t2=$(mono_now); break; }
+			[ "$(perf_fds "$PROBE_PID")" -le "$base_fds" ] && { t2=$(mono_now); break; }
 			sleep 0.01
 		done
 		sleep 1
@@ -292,7 +285,7 @@ if start_replay 100000 "$TMP/go.sw" && start_agent "$TMP/sw.jsonl" --control-soc
 		printf "  agentctl deep-dive --off -> last per-launch record: %.1f ms median (%.1f..%.1f)\n", rec[m], rec[1], rec[n]
 		printf "  agentctl deep-dive --off -> per-launch uprobes detached (agent fds): %.1f ms median (%.1f..%.1f)\n", det[m], det[1], det[n] }' "$SW"
 	say "  (timestamps: CLOCK_MONOTONIC taken by this script just before agentctl runs; the replay launches every ~40 us)"
-	stop_agent
+	probe_down
 	kill "$LP" 2>/dev/null
 	wait "$LP" 2>/dev/null
 	LP=
