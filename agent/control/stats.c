@@ -90,6 +90,47 @@ static json_t *memory_obj(void)
 			 (json_int_t)mi.fordblks, "heap_mmap_bytes", (json_int_t)mi.hblkhd);
 }
 
+/*
+ * The stats record's integer members after "emitted", in its order
+ * (docs/events.md, "stats"), read as they are set: a table, one row a
+ * member (tests/integration/events_doc.sh reads its keys).
+ */
+static void set_counts(struct agent *a, json_t *r, int procs, int files, int probes)
+{
+	const struct agent_counters *c = &a->cnt;
+	const struct {
+		const char *key;
+		uint64_t v;
+	} counts[] = {
+	    {"sink_errors", c->sink_errors},
+	    {"json_errors", c->json_errors},
+	    {"attach_errors", c->attach_errors},
+	    {"maps_read_errors", c->maps_read_errors},
+	    {"proc_table_full", c->proc_table_full},
+	    {"usdt_processes", c->usdt_procs},
+	    {"usdt_errors", c->usdt_errors},
+	    {"usdt_files", c->usdt_files},
+	    {"usdt_files_read", c->usdt_files_read},
+	    {"step_marks", c->step_marks},
+	    {"traced_processes", procs},
+	    {"processes_seen", c->procs_seen},
+	    {"processes_exited", c->procs_exited},
+	    {"processes_gone_early", c->procs_gone_early},
+	    {"threads_held", c->threads_held},
+	    {"threads_exited_unlisted", c->threads_unlisted},
+	    {"attached_files", files},
+	    {"attached_probes", probes},
+	    {"idle_files", c->files_idle},
+	    {"idle_files_reused", c->files_reused},
+	    {"idle_files_detached", c->files_idle_detached},
+	    {"shim_errors", c->shim_errors},
+	    {"utf8_replaced", jw_utf8_replaced()},
+	};
+
+	for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+		json_object_set_new(r, counts[i].key, json_integer((json_int_t)counts[i].v));
+}
+
 void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 {
 	uint64_t events[EV_TYPE_MAX] = {}, drops[EV_TYPE_MAX] = {};
@@ -117,33 +158,7 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 				      "summary", (json_int_t)a->cnt.emitted[REC_SUMMARY], "anomaly",
 				      (json_int_t)a->cnt.emitted[REC_ANOMALY], "stats",
 				      (json_int_t)a->cnt.emitted[REC_STATS]));
-	json_object_set_new(r, "sink_errors", json_integer((json_int_t)a->cnt.sink_errors));
-	json_object_set_new(r, "json_errors", json_integer((json_int_t)a->cnt.json_errors));
-	json_object_set_new(r, "attach_errors", json_integer((json_int_t)a->cnt.attach_errors));
-	json_object_set_new(r, "maps_read_errors",
-			    json_integer((json_int_t)a->cnt.maps_read_errors));
-	json_object_set_new(r, "proc_table_full", json_integer((json_int_t)a->cnt.proc_table_full));
-	json_object_set_new(r, "usdt_processes", json_integer((json_int_t)a->cnt.usdt_procs));
-	json_object_set_new(r, "usdt_errors", json_integer((json_int_t)a->cnt.usdt_errors));
-	json_object_set_new(r, "usdt_files", json_integer((json_int_t)a->cnt.usdt_files));
-	json_object_set_new(r, "usdt_files_read", json_integer((json_int_t)a->cnt.usdt_files_read));
-	json_object_set_new(r, "step_marks", json_integer((json_int_t)a->cnt.step_marks));
-	json_object_set_new(r, "traced_processes", json_integer(procs));
-	json_object_set_new(r, "processes_seen", json_integer((json_int_t)a->cnt.procs_seen));
-	json_object_set_new(r, "processes_exited", json_integer((json_int_t)a->cnt.procs_exited));
-	json_object_set_new(r, "processes_gone_early",
-			    json_integer((json_int_t)a->cnt.procs_gone_early));
-	json_object_set_new(r, "threads_held", json_integer((json_int_t)a->cnt.threads_held));
-	json_object_set_new(r, "threads_exited_unlisted",
-			    json_integer((json_int_t)a->cnt.threads_unlisted));
-	json_object_set_new(r, "attached_files", json_integer(files));
-	json_object_set_new(r, "attached_probes", json_integer(probes));
-	json_object_set_new(r, "idle_files", json_integer((json_int_t)a->cnt.files_idle));
-	json_object_set_new(r, "idle_files_reused", json_integer((json_int_t)a->cnt.files_reused));
-	json_object_set_new(r, "idle_files_detached",
-			    json_integer((json_int_t)a->cnt.files_idle_detached));
-	json_object_set_new(r, "shim_errors", json_integer((json_int_t)a->cnt.shim_errors));
-	json_object_set_new(r, "utf8_replaced", json_integer((json_int_t)jw_utf8_replaced()));
+	set_counts(a, r, procs, files, probes);
 	json_object_set_new(r, "memory", memory_obj());
 	shim_stats(a, r);
 	gpu_stats(a, r);

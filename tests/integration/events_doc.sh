@@ -33,6 +33,9 @@ keys=$( { flat | grep -ohE 'json_object_set_new\( *[a-z_]+, *"[a-z0-9_]+"' |
 	# keys written from a table: KS("name", member) in agent/sinks/sink_kafka.c
 	flat | grep -ohE 'KS\( *"[a-z0-9_]+"' |
 	sed -E 's/.*"([a-z0-9_]+)"/\1/'
+	# keys written from a table: {"name", value} rows of set_counts() in agent/control/stats.c
+	awk '/^static void set_counts\(/,/^}/' agent/control/stats.c | grep -oE '^[[:space:]]*\{"[a-z0-9_]+",' |
+	sed -E 's/.*"([a-z0-9_]+)".*/\1/'
 	# keys of the hand writer (correlator/include/jsonw.h): jw_uint(&w, "name", ...)
 	flat | grep -ohE 'jw_[a-z_]+\( *&?[a-z]+, *"[a-z0-9_]+"' |
 	sed -E 's/.*"([a-z0-9_]+)"/\1/'; } | sort -u)
