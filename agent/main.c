@@ -34,37 +34,37 @@ const char *argp_program_version = "infertrace-agent " AGENT_VERSION;
 const char *argp_program_bug_address = "<https://github.com/infertrace/infertrace/issues>";
 
 static const char doc[] =
-	"infertrace-agent: trace the CUDA processes of this node with eBPF.\n"
-	"\n"
-	"Finds the processes that map libcudart, libcuda or libnccl (now and later),\n"
-	"attaches uprobes to their CUDA launch paths and NCCL calls and follows their\n"
-	"scheduling and syscalls and the node's network traffic. Writes JSON lines\n"
-	"(docs/events.md).\n"
-	"\n"
-	"USAGE: infertrace-agent [OPTION...]\n"
-	"\n"
-	"EXAMPLES:\n"
-	"  # sentinel mode, JSON lines on stdout:\n"
-	"  infertrace-agent\n"
-	"  # one minute into a file, then a readable summary:\n"
-	"  infertrace-agent -o /var/log/infertrace.jsonl -d 60 --summary\n"
-	"  # every event of one process, with at most 50 user stacks/s per thread:\n"
-	"  infertrace-agent --mode deep --pid 4242 --stack-rate 50\n"
-	"  # single events only above 5 ms off-CPU and 10 ms syscalls:\n"
-	"  infertrace-agent --offcpu-threshold 5 --syscall-threshold 10\n"
-	"  # offline, a PyTorch profiler or Nsight Systems export:\n"
-	"  infertrace-agent --replay trace.json.gz -o kernels.jsonl\n"
-	"  # the same recording as a Perfetto / Chrome trace (ui.perfetto.dev):\n"
-	"  infertrace-agent --replay trace.json.gz --perfetto trace.perfetto.json\n"
-	"  # two ranks of one job: who each NCCL collective waited for\n"
-	"  infertrace-agent -m deep --replay rank0.json.gz --replay-rank rank1.json.gz\n"
-	"  # Prometheus metrics, agentctl for group 'infertrace', 30 s flight recorder:\n"
-	"  infertrace-agent --metrics :9464 --control-group infertrace --recorder-seconds 30\n"
-	"\n"
-	"Needs root (or CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE, CAP_SYS_PTRACE,\n"
-	"CAP_DAC_READ_SEARCH) and a kernel >= 5.8 with BTF, except for --replay.\n"
-	"\n"
-	"OPTIONS:";
+    "infertrace-agent: trace the CUDA processes of this node with eBPF.\n"
+    "\n"
+    "Finds the processes that map libcudart, libcuda or libnccl (now and later),\n"
+    "attaches uprobes to their CUDA launch paths and NCCL calls and follows their\n"
+    "scheduling and syscalls and the node's network traffic. Writes JSON lines\n"
+    "(docs/events.md).\n"
+    "\n"
+    "USAGE: infertrace-agent [OPTION...]\n"
+    "\n"
+    "EXAMPLES:\n"
+    "  # sentinel mode, JSON lines on stdout:\n"
+    "  infertrace-agent\n"
+    "  # one minute into a file, then a readable summary:\n"
+    "  infertrace-agent -o /var/log/infertrace.jsonl -d 60 --summary\n"
+    "  # every event of one process, with at most 50 user stacks/s per thread:\n"
+    "  infertrace-agent --mode deep --pid 4242 --stack-rate 50\n"
+    "  # single events only above 5 ms off-CPU and 10 ms syscalls:\n"
+    "  infertrace-agent --offcpu-threshold 5 --syscall-threshold 10\n"
+    "  # offline, a PyTorch profiler or Nsight Systems export:\n"
+    "  infertrace-agent --replay trace.json.gz -o kernels.jsonl\n"
+    "  # the same recording as a Perfetto / Chrome trace (ui.perfetto.dev):\n"
+    "  infertrace-agent --replay trace.json.gz --perfetto trace.perfetto.json\n"
+    "  # two ranks of one job: who each NCCL collective waited for\n"
+    "  infertrace-agent -m deep --replay rank0.json.gz --replay-rank rank1.json.gz\n"
+    "  # Prometheus metrics, agentctl for group 'infertrace', 30 s flight recorder:\n"
+    "  infertrace-agent --metrics :9464 --control-group infertrace --recorder-seconds 30\n"
+    "\n"
+    "Needs root (or CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE, CAP_SYS_PTRACE,\n"
+    "CAP_DAC_READ_SEARCH) and a kernel >= 5.8 with BTF, except for --replay.\n"
+    "\n"
+    "OPTIONS:";
 
 enum {
 	OPT_INSTANCE = 0x100,
@@ -155,9 +155,9 @@ struct opt_def {
 	size_t off; /* the field in struct agent_opts */
 	double min, max;
 	int flags;
-	opt_set_fn set;	 /* OT_FN */
+	opt_set_fn set;			  /* OT_FN */
 	const struct opt_choice *choices; /* OT_ENUM */
-	const char *err; /* what the value must be: "--NAME ERR, not 'VALUE'" */
+	const char *err;		  /* what the value must be: "--NAME ERR, not 'VALUE'" */
 	const char *doc;
 };
 
@@ -936,27 +936,27 @@ int main(int argc, char **argv)
 {
 	static struct agent agent; /* large: process and library tables */
 	struct agent *a = &agent;
-	const struct argp argp = { argp_options, parse_arg, NULL, doc };
-	struct sigaction sa = { .sa_handler = on_signal };
+	const struct argp argp = {argp_options, parse_arg, NULL, doc};
+	struct sigaction sa = {.sa_handler = on_signal};
 	int err;
 
 	a->opts = (struct agent_opts){
-		.mode = MODE_SENTINEL,
-		.interval_s = 1,
-		.offcpu_thresh_ns = 1000000,
-		.runq_thresh_ns = 1000000,
-		.syscall_thresh_ns = 1000000,
-		.sync_thresh_ns = 1000000,
-		.stacks = true,
-		.stack_rate = 100,
-		.ringbuf_kib = 1024,
-		.max_threads = 16384,
-		.deep_dive_max_s = 600,
-		.recorder_s = 10,
-		.recorder_mib = 64,
-		.recorder_launches = 4096,
-		.lib_grace_s = 30,
-		.flush_timeout_s = FLUSH_TIMEOUT_DEFAULT,
+	    .mode = MODE_SENTINEL,
+	    .interval_s = 1,
+	    .offcpu_thresh_ns = 1000000,
+	    .runq_thresh_ns = 1000000,
+	    .syscall_thresh_ns = 1000000,
+	    .sync_thresh_ns = 1000000,
+	    .stacks = true,
+	    .stack_rate = 100,
+	    .ringbuf_kib = 1024,
+	    .max_threads = 16384,
+	    .deep_dive_max_s = 600,
+	    .recorder_s = 10,
+	    .recorder_mib = 64,
+	    .recorder_launches = 4096,
+	    .lib_grace_s = 30,
+	    .flush_timeout_s = FLUSH_TIMEOUT_DEFAULT,
 	};
 	build_argp_options();
 	err = argp_parse(&argp, argc, argv, 0, NULL, &a->opts);
@@ -973,8 +973,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	/* --perfetto without --output: the trace only, no JSON lines on stdout */
-	a->sinks[0] = sink_file_open(a->opts.perfetto && !a->opts.output ? "/dev/null"
-									   : a->opts.output);
+	a->sinks[0] =
+	    sink_file_open(a->opts.perfetto && !a->opts.output ? "/dev/null" : a->opts.output);
 	if (!a->sinks[0]) {
 		pr_err("cannot open output %s: %s", a->opts.output, strerror(errno));
 		return 1;

@@ -65,7 +65,7 @@ int main(int argc, char **argv)
 	const char *lib = getenv("BENCH_CUDART") ? getenv("BENCH_CUDART") : CUDA_RT;
 	const char *wait_file = NULL;
 	long calls = 2000000, warmup = 20000;
-	struct dim3 grid = { 128, 1, 1 }, block = { 256, 1, 1 };
+	struct dim3 grid = {128, 1, 1}, block = {256, 1, 1};
 	volatile int sink = 0;
 	unsigned long long t0, t1;
 	launch_fn launch;
@@ -84,7 +84,8 @@ int main(int argc, char **argv)
 			warmup = parse_long(optarg, "-W");
 			break;
 		default:
-			fprintf(stderr, "usage: %s [-n CALLS] [-w WAIT_FILE] [-W WARMUP]\n", argv[0]);
+			fprintf(stderr, "usage: %s [-n CALLS] [-w WAIT_FILE] [-W WARMUP]\n",
+				argv[0]);
 			return 2;
 		}
 	}

@@ -53,7 +53,7 @@ struct sinkctx {
 
 static void emit_json(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
 {
-	static const struct corr_json_common cm = { .host = "bench", .instance = "replay" };
+	static const struct corr_json_common cm = {.host = "bench", .instance = "replay"};
 	struct sinkctx *s = ctx;
 	int n = corr_gpu_to_json(s->buf, sizeof(s->buf) - 1, &cm, g, l);
 
@@ -101,7 +101,7 @@ static void bench_rss(const char *path)
 
 	if (pid == 0) {
 		struct sinkctx *s = calloc(1, sizeof(*s));
-		struct corr_opts co = { .sz = sizeof(co), .emit = emit_json, .emit_ctx = s };
+		struct corr_opts co = {.sz = sizeof(co), .emit = emit_json, .emit_ctx = s};
 
 		s->out = fopen("/dev/null", "w");
 		_exit(corr_replay_file(path, &co, NULL, NULL) ? 1 : 0);
@@ -145,7 +145,8 @@ static int build_big(const char *src, const char *dst, int repeat)
 		return -EINVAL;
 	}
 	evs = json_object_get(root, "traceEvents");
-	json_array_foreach(evs, i, e) {
+	json_array_foreach(evs, i, e)
+	{
 		json_t *c = json_object_get(json_object_get(e, "args"), "correlation");
 		json_t *ts = json_object_get(e, "ts");
 
@@ -165,20 +166,21 @@ static int build_big(const char *src, const char *dst, int repeat)
 	}
 	fputs("{\"traceEvents\": [\n", out);
 	for (int k = 0; k < repeat; k++) {
-		json_array_foreach(evs, i, e) {
+		json_array_foreach(evs, i, e)
+		{
 			json_t *args = json_object_get(e, "args");
 			json_t *c = json_object_get(args, "correlation");
 			json_t *ts = json_object_get(e, "ts");
 
 			if (k) {
 				if (json_is_integer(c))
-					json_object_set_new(args, "correlation",
-							    json_integer(json_integer_value(c) +
-									 maxcorr + 1));
+					json_object_set_new(
+					    args, "correlation",
+					    json_integer(json_integer_value(c) + maxcorr + 1));
 				if (json_is_number(ts))
-					json_object_set_new(e, "ts",
-							    json_real(json_number_value(ts) +
-								      (t1 - t0) + 1000.0));
+					json_object_set_new(
+					    e, "ts",
+					    json_real(json_number_value(ts) + (t1 - t0) + 1000.0));
 			}
 			if (k || i)
 				fputs(",\n", out);
@@ -195,7 +197,7 @@ static void bench_big(const char *src, int repeat)
 {
 	const char *dst = "/tmp/infertrace-bench-replay.json";
 	struct sinkctx *s = calloc(1, sizeof(*s));
-	struct corr_opts co = { .sz = sizeof(co), .emit = emit_json, .emit_ctx = s };
+	struct corr_opts co = {.sz = sizeof(co), .emit = emit_json, .emit_ctx = s};
 	struct corr_replay_stats st;
 	json_error_t err;
 	json_t *root;
@@ -250,11 +252,11 @@ static void bench_big(const char *src, int repeat)
  */
 static double corr_round(uint64_t n, bool live, uint64_t *joined)
 {
-	struct sinkctx s = { 0 };
-	struct corr_opts co = { .sz = sizeof(co), .emit = emit_count, .emit_ctx = &s };
+	struct sinkctx s = {0};
+	struct corr_opts co = {.sz = sizeof(co), .emit = emit_count, .emit_ctx = &s};
 	struct corr *c = corr__new(&co);
-	struct corr_gpu g = { .kind = CORR_KIND_KERNEL, .pid = 1000, .stream = 7,
-			      .name = "_Z6kernelv" };
+	struct corr_gpu g = {
+	    .kind = CORR_KIND_KERNEL, .pid = 1000, .stream = 7, .name = "_Z6kernelv"};
 	double t;
 
 	t = cpu_s();

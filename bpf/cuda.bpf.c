@@ -55,7 +55,8 @@ static __always_inline void stack_args(struct pt_regs *ctx, __u64 *v, __u32 n)
  * Per-thread token bucket: at most rc->stack_rate stacks per second. The
  * divisions only run when a token is due (once per period, not per call).
  */
-static __always_inline bool stack_allowed(struct thread_stats *ts, struct runtime_cfg *rc, __u64 now)
+static __always_inline bool stack_allowed(struct thread_stats *ts, struct runtime_cfg *rc,
+					  __u64 now)
 {
 	__u64 period, add;
 
@@ -129,8 +130,7 @@ static __always_inline bool nested_driver_call(struct pt_regs *ctx, struct threa
 	bool graph = API_BIT(api) & API_GRAPH_CLASS;
 	__u64 ra = 0, ip = ts->rt_call_ip;
 
-	if (!ts->rt_call_ns || now - ts->rt_call_ns > NEST_WINDOW_NS ||
-	    ts->rt_call_graph != graph)
+	if (!ts->rt_call_ns || now - ts->rt_call_ns > NEST_WINDOW_NS || ts->rt_call_graph != graph)
 		return false;
 	/* at a function's first instruction the return address is at sp */
 	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)PT_REGS_SP(ctx)))
@@ -143,18 +143,17 @@ static __always_inline bool nested_driver_call(struct pt_regs *ctx, struct threa
 }
 
 enum launch_dest {
-	DEST_NONE, /* counted only */
+	DEST_NONE,   /* counted only */
 	DEST_FLIGHT, /* sentinel with the flight recorder: this CPU's flight ring */
-	DEST_RING, /* deep: a ring record */
+	DEST_RING,   /* deep: a ring record */
 };
 
 /*
  * Sentinel fast path, before any argument is read: count the call for a
  * traced thread, and say where its record goes, if anywhere.
  */
-static __always_inline enum launch_dest launch_begin(struct pt_regs *ctx, __u32 api,
-						     struct thread_stats **tsp,
-						     struct runtime_cfg **rcp)
+static __always_inline enum launch_dest
+launch_begin(struct pt_regs *ctx, __u32 api, struct thread_stats **tsp, struct runtime_cfg **rcp)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct thread_stats *ts = thread_get(id >> 32, (__u32)id);
@@ -279,9 +278,9 @@ static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct la
 	struct thread_stats *ts;                                                                   \
 	struct runtime_cfg *rc;                                                                    \
 	struct launch_args a = {};                                                                 \
-	enum launch_dest dest = launch_begin(ctx, api, &ts, &rc);                                       \
+	enum launch_dest dest = launch_begin(ctx, api, &ts, &rc);                                  \
 	if (dest == DEST_NONE || !rc)                                                              \
-		return 0
+	return 0
 
 /* cudaLaunchKernel(func, dim3 grid, dim3 block, args, size_t shmem, stream) */
 static __always_inline int rt_launch(struct pt_regs *ctx, __u32 api)
@@ -422,7 +421,7 @@ static __always_inline int sync_exit(struct pt_regs *ctx)
 	struct thread_stats *ts;
 	__u64 now, dur;
 
-	ts = bpf_map_lookup_elem(&thread_stats, &(__u32){ (__u32)id });
+	ts = bpf_map_lookup_elem(&thread_stats, &(__u32){(__u32)id});
 	if (!ts || !ts->sync_start_ns || ts->pid != id >> 32)
 		return 0;
 	if (ts->sync_nested) {
@@ -453,24 +452,45 @@ static __always_inline int sync_exit(struct pt_regs *ctx)
 
 /* Thin entry points; the program name is the symbol the agent attaches to. */
 SEC("uprobe")
-int BPF_KPROBE(cudaLaunchKernel) { return rt_launch(ctx, API_CUDA_LAUNCH_KERNEL); }
+int BPF_KPROBE(cudaLaunchKernel)
+{
+	return rt_launch(ctx, API_CUDA_LAUNCH_KERNEL);
+}
 SEC("uprobe")
-int BPF_KPROBE(cudaLaunchKernel_ptsz) { return rt_launch(ctx, API_CUDA_LAUNCH_KERNEL_PTSZ); }
+int BPF_KPROBE(cudaLaunchKernel_ptsz)
+{
+	return rt_launch(ctx, API_CUDA_LAUNCH_KERNEL_PTSZ);
+}
 SEC("uprobe")
-int BPF_KPROBE(cudaLaunchKernelExC) { return launch_ex(ctx, API_CUDA_LAUNCH_KERNEL_EXC, false); }
+int BPF_KPROBE(cudaLaunchKernelExC)
+{
+	return launch_ex(ctx, API_CUDA_LAUNCH_KERNEL_EXC, false);
+}
 SEC("uprobe")
 int BPF_KPROBE(cudaLaunchKernelExC_ptsz)
 {
 	return launch_ex(ctx, API_CUDA_LAUNCH_KERNEL_EXC_PTSZ, false);
 }
 SEC("uprobe")
-int BPF_KPROBE(cudaGraphLaunch) { return graph_launch(ctx, API_CUDA_GRAPH_LAUNCH); }
+int BPF_KPROBE(cudaGraphLaunch)
+{
+	return graph_launch(ctx, API_CUDA_GRAPH_LAUNCH);
+}
 SEC("uprobe")
-int BPF_KPROBE(cudaGraphLaunch_ptsz) { return graph_launch(ctx, API_CUDA_GRAPH_LAUNCH_PTSZ); }
+int BPF_KPROBE(cudaGraphLaunch_ptsz)
+{
+	return graph_launch(ctx, API_CUDA_GRAPH_LAUNCH_PTSZ);
+}
 SEC("uprobe")
-int BPF_KPROBE(cudaMemcpyAsync) { return memcpy_async(ctx, API_CUDA_MEMCPY_ASYNC); }
+int BPF_KPROBE(cudaMemcpyAsync)
+{
+	return memcpy_async(ctx, API_CUDA_MEMCPY_ASYNC);
+}
 SEC("uprobe")
-int BPF_KPROBE(cudaMemcpyAsync_ptsz) { return memcpy_async(ctx, API_CUDA_MEMCPY_ASYNC_PTSZ); }
+int BPF_KPROBE(cudaMemcpyAsync_ptsz)
+{
+	return memcpy_async(ctx, API_CUDA_MEMCPY_ASYNC_PTSZ);
+}
 SEC("uprobe")
 int BPF_KPROBE(cudaStreamSynchronize)
 {
@@ -482,10 +502,16 @@ int BPF_KPROBE(cudaStreamSynchronize_ptsz)
 	return sync_enter(ctx, API_CUDA_STREAM_SYNCHRONIZE_PTSZ, PT_REGS_PARM1(ctx));
 }
 SEC("uprobe")
-int BPF_KPROBE(cudaDeviceSynchronize) { return sync_enter(ctx, API_CUDA_DEVICE_SYNCHRONIZE, 0); }
+int BPF_KPROBE(cudaDeviceSynchronize)
+{
+	return sync_enter(ctx, API_CUDA_DEVICE_SYNCHRONIZE, 0);
+}
 /* one return probe serves every synchronising call: the entry saved which */
 SEC("uretprobe")
-int BPF_KRETPROBE(on_sync_return) { return sync_exit(ctx); }
+int BPF_KRETPROBE(on_sync_return)
+{
+	return sync_exit(ctx);
+}
 SEC("uprobe")
 int BPF_KPROBE(cudaEventSynchronize)
 {
@@ -493,28 +519,52 @@ int BPF_KPROBE(cudaEventSynchronize)
 }
 /* cudaMemcpy(dst, src, count, kind): the record's stream field holds kind */
 SEC("uprobe")
-int BPF_KPROBE(cudaMemcpy) { return sync_enter(ctx, API_CUDA_MEMCPY, PT_REGS_PARM4(ctx)); }
+int BPF_KPROBE(cudaMemcpy)
+{
+	return sync_enter(ctx, API_CUDA_MEMCPY, PT_REGS_PARM4(ctx));
+}
 SEC("uprobe")
 int BPF_KPROBE(cuStreamSynchronize)
 {
 	return sync_enter(ctx, API_CU_STREAM_SYNCHRONIZE, PT_REGS_PARM1(ctx));
 }
 SEC("uprobe")
-int BPF_KPROBE(cuCtxSynchronize) { return sync_enter(ctx, API_CU_CTX_SYNCHRONIZE, 0); }
+int BPF_KPROBE(cuCtxSynchronize)
+{
+	return sync_enter(ctx, API_CU_CTX_SYNCHRONIZE, 0);
+}
 SEC("uprobe")
 int BPF_KPROBE(cuEventSynchronize)
 {
 	return sync_enter(ctx, API_CU_EVENT_SYNCHRONIZE, PT_REGS_PARM1(ctx));
 }
 SEC("uprobe")
-int BPF_KPROBE(cuLaunchKernel) { return drv_launch(ctx, API_CU_LAUNCH_KERNEL); }
+int BPF_KPROBE(cuLaunchKernel)
+{
+	return drv_launch(ctx, API_CU_LAUNCH_KERNEL);
+}
 SEC("uprobe")
-int BPF_KPROBE(cuLaunchKernel_ptsz) { return drv_launch(ctx, API_CU_LAUNCH_KERNEL_PTSZ); }
+int BPF_KPROBE(cuLaunchKernel_ptsz)
+{
+	return drv_launch(ctx, API_CU_LAUNCH_KERNEL_PTSZ);
+}
 SEC("uprobe")
-int BPF_KPROBE(cuLaunchKernelEx) { return launch_ex(ctx, API_CU_LAUNCH_KERNEL_EX, true); }
+int BPF_KPROBE(cuLaunchKernelEx)
+{
+	return launch_ex(ctx, API_CU_LAUNCH_KERNEL_EX, true);
+}
 SEC("uprobe")
-int BPF_KPROBE(cuLaunchKernelEx_ptsz) { return launch_ex(ctx, API_CU_LAUNCH_KERNEL_EX_PTSZ, true); }
+int BPF_KPROBE(cuLaunchKernelEx_ptsz)
+{
+	return launch_ex(ctx, API_CU_LAUNCH_KERNEL_EX_PTSZ, true);
+}
 SEC("uprobe")
-int BPF_KPROBE(cuGraphLaunch) { return graph_launch(ctx, API_CU_GRAPH_LAUNCH); }
+int BPF_KPROBE(cuGraphLaunch)
+{
+	return graph_launch(ctx, API_CU_GRAPH_LAUNCH);
+}
 SEC("uprobe")
-int BPF_KPROBE(cuGraphLaunch_ptsz) { return graph_launch(ctx, API_CU_GRAPH_LAUNCH_PTSZ); }
+int BPF_KPROBE(cuGraphLaunch_ptsz)
+{
+	return graph_launch(ctx, API_CU_GRAPH_LAUNCH_PTSZ);
+}

@@ -32,27 +32,28 @@
 
 enum event_type {
 	EV_CUDA_LAUNCH = 1, /* struct cuda_launch_event (+ optional stack) */
-	EV_CUDA_SYNC = 2, /* struct cuda_sync_event */
-	EV_OFFCPU = 3, /* struct offcpu_event */
-	EV_RUNQ = 4, /* struct runq_event */
-	EV_SYSCALL = 5, /* struct syscall_event */
+	EV_CUDA_SYNC = 2,   /* struct cuda_sync_event */
+	EV_OFFCPU = 3,	    /* struct offcpu_event */
+	EV_RUNQ = 4,	    /* struct runq_event */
+	EV_SYSCALL = 5,	    /* struct syscall_event */
 	EV_TCP_RETRANS = 6, /* struct tcp_retrans_event */
-	EV_PROC_EXEC = 7, /* struct process_event */
-	EV_PROC_EXIT = 8, /* struct process_event */
-	EV_LIB_MAP = 9, /* struct process_event: exec mapping of libcud*, or any by a traced process */
+	EV_PROC_EXEC = 7,   /* struct process_event */
+	EV_PROC_EXIT = 8,   /* struct process_event */
+	/* struct process_event: exec mapping of libcud*, or any by a traced process */
+	EV_LIB_MAP = 9,
 	EV_STEP_MARK = 10, /* struct step_mark_event: a USDT probe of infertrace/step.h */
-	EV_NET_IO = 11, /* struct net_io_event: socket bytes of a traced thread */
+	EV_NET_IO = 11,	   /* struct net_io_event: socket bytes of a traced thread */
 	EV_NCCL_CALL = 12, /* struct nccl_call_event: a collective, send/recv or group call */
 	EV_NCCL_COMM = 13, /* struct nccl_comm_event: a communicator's init, split, end */
 	/* 14..15 reserved for further BPF families */
 	/* GPU side, written by the CUPTI shim (agent/shim) */
-	EV_GPU_KERNEL = 16, /* struct gpu_activity_event */
-	EV_GPU_MEMCPY = 17, /* struct gpu_activity_event */
-	EV_GPU_MEMSET = 18, /* struct gpu_activity_event */
+	EV_GPU_KERNEL = 16,    /* struct gpu_activity_event */
+	EV_GPU_MEMCPY = 17,    /* struct gpu_activity_event */
+	EV_GPU_MEMSET = 18,    /* struct gpu_activity_event */
 	EV_GPU_LAUNCH_CB = 19, /* struct gpu_launch_cb_event */
-	EV_SHIM_STATUS = 20, /* struct shim_status_event */
-	EV_GPU_MARKER = 21, /* struct gpu_marker_event: an NVTX range call */
-	EV_TYPE_MAX = 32, /* size of the per-type counter arrays */
+	EV_SHIM_STATUS = 20,   /* struct shim_status_event */
+	EV_GPU_MARKER = 21,    /* struct gpu_marker_event: an NVTX range call */
+	EV_TYPE_MAX = 32,      /* size of the per-type counter arrays */
 };
 
 /*
@@ -204,7 +205,7 @@ struct cuda_sync_event {
 _Static_assert(sizeof(struct cuda_sync_event) == 48, "cuda_sync_event ABI");
 
 enum offcpu_cause {
-	OFFCPU_BLOCKED = 0, /* switched out while sleeping/waiting */
+	OFFCPU_BLOCKED = 0,   /* switched out while sleeping/waiting */
 	OFFCPU_PREEMPTED = 1, /* switched out while still runnable */
 };
 
@@ -314,9 +315,9 @@ struct thread_stats {
 	__u64 runq_ns;
 	__u64 runq_count;
 	__u64 offcpu_hist[HIST_SLOTS]; /* log2(us) buckets */
-	__u64 runq_hist[HIST_SLOTS]; /* log2(us) buckets */
-	__u64 stacks; /* user stacks captured */
-	__u64 stacks_limited; /* stacks skipped by the rate limit */
+	__u64 runq_hist[HIST_SLOTS];   /* log2(us) buckets */
+	__u64 stacks;		       /* user stacks captured */
+	__u64 stacks_limited;	       /* stacks skipped by the rate limit */
 	__u64 nested; /* driver entry points called by a traced runtime one: not in launches[] */
 	/* scratch */
 	__u64 offcpu_start_ns;
@@ -350,7 +351,7 @@ struct thread_stats {
 	__u64 rt_call_ns;
 	__u64 rt_call_ip;
 	__u32 rt_call_graph;
-	__u32 sync_nested; /* inside a driver sync nested in the open runtime one */
+	__u32 sync_nested;   /* inside a driver sync nested in the open runtime one */
 	__u32 offcpu_by_pid; /* the process of offcpu_by_tid */
 	__u32 pad_by;
 };
@@ -409,8 +410,8 @@ enum step_mark_kind {
 };
 struct step_mark_event {
 	struct event_hdr hdr;
-	__u32 kind; /* enum step_mark_kind */
-	__s32 phase; /* INFERTRACE_PHASE_* (begin) */
+	__u32 kind;			/* enum step_mark_kind */
+	__s32 phase;			/* INFERTRACE_PHASE_* (begin) */
 	__s64 tokens, batch, kv_tokens; /* begin; -1 when unknown */
 };
 _Static_assert(sizeof(struct step_mark_event) == 56, "step_mark_event ABI");
@@ -473,8 +474,8 @@ enum nccl_api {
 };
 
 #define NCCL_F_REGS_ONLY (1u << 0) /* sentinel: stream (on the stack) not read */
-#define NCCL_ID_BYTES 128	    /* NCCL_UNIQUE_ID_BYTES */
-#define NCCL_INIT_ALL_MAX 8	    /* comms of ncclCommInitAll reported */
+#define NCCL_ID_BYTES 128	   /* NCCL_UNIQUE_ID_BYTES */
+#define NCCL_INIT_ALL_MAX 8	   /* comms of ncclCommInitAll reported */
 
 /*
  * EV_NCCL_CALL, 80 bytes: entry of a collective, ncclSend/ncclRecv, or a
@@ -485,9 +486,10 @@ enum nccl_api {
  * thread's outermost ncclGroupStart entry time, 0 outside a group;
  * group_depth: its nesting after this call.
  *
- *  0      24    26      28        32     40      48       56      60     64         72       76    80
+ *  0      24    26      28        32     40      48       56      60     64         72       76 80
  *  +------+-----+-------+---------+------+-------+--------+-------+------+----------+--------+-----+
- *  | hdr  | api | flags |datatype | comm | count | stream | redop | root | group_id | depth  | pad |
+ *  | hdr  | api | flags |datatype | comm | count | stream | redop | root | group_id | depth  | pad
+ * |
  *  +------+-----+-------+---------+------+-------+--------+-------+------+----------+--------+-----+
  */
 struct nccl_call_event {
@@ -522,11 +524,11 @@ struct nccl_comm_event {
 	__u16 n_comms; /* comms[] filled */
 	__s32 ret;
 	__u64 dur_ns;
-	__u64 parent; /* ncclCommSplit: the parent comm */
-	__s32 nranks; /* init: nranks (InitAll: ndev); -1 unknown */
-	__s32 rank;   /* init: rank; -1 unknown */
-	__s32 color;  /* split */
-	__s32 key;    /* split */
+	__u64 parent;			/* ncclCommSplit: the parent comm */
+	__s32 nranks;			/* init: nranks (InitAll: ndev); -1 unknown */
+	__s32 rank;			/* init: rank; -1 unknown */
+	__s32 color;			/* split */
+	__s32 key;			/* split */
 	__u64 comms[NCCL_INIT_ALL_MAX]; /* comms[0]: the new or ended comm */
 	__u8 id[NCCL_ID_BYTES];
 };
@@ -534,15 +536,15 @@ _Static_assert(sizeof(struct nccl_comm_event) == 256, "nccl_comm_event ABI");
 
 /* one-entry array map runtime_cfg: settings the agent changes while running */
 struct runtime_cfg {
-	__u32 mode; /* enum agent_mode for every traced process */
+	__u32 mode;	   /* enum agent_mode for every traced process */
 	__u32 deep_stacks; /* capture user stacks at launches in deep mode */
 	__u64 offcpu_thresh_ns;
 	__u64 runq_thresh_ns;
 	__u64 syscall_thresh_ns;
 	__u64 sync_thresh_ns;
-	__u32 stack_rate; /* stacks per thread per second */
-	__u32 deep_procs; /* number of traced_procs entries with PROC_F_DEEP */
-	__u32 flight; /* sentinel: entries per CPU in the flight map (a power of 2); 0: off */
+	__u32 stack_rate;  /* stacks per thread per second */
+	__u32 deep_procs;  /* number of traced_procs entries with PROC_F_DEEP */
+	__u32 flight;	   /* sentinel: entries per CPU in the flight map (a power of 2); 0: off */
 	__u32 flight_cpus; /* CPUs the flight map has slices for */
 	__u64 stack_period_ns; /* 1e9 / stack_rate: no division per call */
 	/*
@@ -612,8 +614,8 @@ struct gpu_activity_event {
 	__u32 graph_node_id_hi;
 	__u32 grid[3];
 	__u32 block[3];
-	__u32 copy_kind; /* memcpy: CUpti_ActivityMemcpyKind */
-	__u64 bytes; /* memcpy/memset */
+	__u32 copy_kind;	 /* memcpy: CUpti_ActivityMemcpyKind */
+	__u64 bytes;		 /* memcpy/memset */
 	char name[GPU_NAME_LEN]; /* kernel name, mangled, NUL-terminated, cut */
 };
 _Static_assert(sizeof(struct gpu_activity_event) == 104 + GPU_NAME_LEN, "gpu_activity_event ABI");
@@ -648,14 +650,14 @@ struct gpu_marker_event {
 	struct event_hdr hdr;
 	__u32 kind; /* enum gpu_marker_kind */
 	__u32 pad;
-	__u64 range_id; /* START/END: nvtxRangeId_t */
+	__u64 range_id;		    /* START/END: nvtxRangeId_t */
 	char name[MARKER_NAME_LEN]; /* PUSH/START: the message, NUL-terminated, cut */
 };
 _Static_assert(sizeof(struct gpu_marker_event) == 136, "gpu_marker_event ABI");
 
 #define SHIM_CLOCK_MONOTONIC_CB 0 /* CUPTI converts with our callback */
-#define SHIM_CLOCK_OFFSET 1 /* CUPTI clock + measured offset (fallback) */
-#define SHIM_CLOCK_NONE 2 /* no GPU: the shim is inert */
+#define SHIM_CLOCK_OFFSET 1	  /* CUPTI clock + measured offset (fallback) */
+#define SHIM_CLOCK_NONE 2	  /* no GPU: the shim is inert */
 
 struct shim_status_event {
 	struct event_hdr hdr;
@@ -664,8 +666,8 @@ struct shim_status_event {
 	__s64 clock_offset_ns;
 	__u64 records_sent;
 	__u64 records_dropped; /* channel full or agent absent */
-	__u64 cupti_dropped; /* cuptiActivityGetNumDroppedRecords */
-	__u32 capture; /* enum agent_mode */
+	__u64 cupti_dropped;   /* cuptiActivityGetNumDroppedRecords */
+	__u32 capture;	       /* enum agent_mode */
 	__u32 pad;
 };
 _Static_assert(sizeof(struct shim_status_event) == 72, "shim_status_event ABI");

@@ -32,7 +32,7 @@
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
-	__type(key, __u64); /* struct sock * */
+	__type(key, __u64);   /* struct sock * */
 	__type(value, __u32); /* tgid */
 } sock_owner SEC(".maps");
 
@@ -91,8 +91,7 @@ static __always_inline int handle_receive(struct sk_buff *skb)
 }
 
 SEC("tp_btf/net_dev_xmit")
-int BPF_PROG(on_net_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev,
-	     unsigned int len)
+int BPF_PROG(on_net_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, unsigned int len)
 {
 	return handle_xmit(skb, rc, dev, len);
 }
@@ -105,10 +104,16 @@ int BPF_PROG(on_net_dev_xmit_raw, struct sk_buff *skb, int rc, struct net_device
 }
 
 SEC("tp_btf/netif_receive_skb")
-int BPF_PROG(on_netif_receive_skb, struct sk_buff *skb) { return handle_receive(skb); }
+int BPF_PROG(on_netif_receive_skb, struct sk_buff *skb)
+{
+	return handle_receive(skb);
+}
 
 SEC("raw_tp/netif_receive_skb")
-int BPF_PROG(on_netif_receive_skb_raw, struct sk_buff *skb) { return handle_receive(skb); }
+int BPF_PROG(on_netif_receive_skb_raw, struct sk_buff *skb)
+{
+	return handle_receive(skb);
+}
 
 #define TCP_SYN_SENT 2
 
@@ -183,10 +188,16 @@ static __always_inline int handle_retransmit(const struct sock *sk)
 }
 
 SEC("tp_btf/tcp_retransmit_skb")
-int BPF_PROG(on_tcp_retransmit, const struct sock *sk) { return handle_retransmit(sk); }
+int BPF_PROG(on_tcp_retransmit, const struct sock *sk)
+{
+	return handle_retransmit(sk);
+}
 
 SEC("raw_tp/tcp_retransmit_skb")
-int BPF_PROG(on_tcp_retransmit_raw, const struct sock *sk) { return handle_retransmit(sk); }
+int BPF_PROG(on_tcp_retransmit_raw, const struct sock *sk)
+{
+	return handle_retransmit(sk);
+}
 
 static __always_inline int handle_net_io(long ret, bool tx)
 {

@@ -51,11 +51,10 @@ static __always_inline int handle_mmap_file(struct file *file)
 	 * "libcud": libcudart.so*, libcuda.so*; "libncc": libnccl.so* (it links
 	 * the CUDA runtime statically); any file for a traced process
 	 */
-	if (!traced(id >> 32) &&
-	    (bpf_probe_read_kernel_str(name, sizeof(name), dname) < 7 || name[0] != 'l' ||
-	     name[1] != 'i' || name[2] != 'b' ||
-	     !((name[3] == 'c' && name[4] == 'u' && name[5] == 'd') ||
-	       (name[3] == 'n' && name[4] == 'c' && name[5] == 'c'))))
+	if (!traced(id >> 32) && (bpf_probe_read_kernel_str(name, sizeof(name), dname) < 7 ||
+				  name[0] != 'l' || name[1] != 'i' || name[2] != 'b' ||
+				  !((name[3] == 'c' && name[4] == 'u' && name[5] == 'd') ||
+				    (name[3] == 'n' && name[4] == 'c' && name[5] == 'c'))))
 		return 0;
 	e = proc_reserve(EV_LIB_MAP, id >> 32, (__u32)id);
 	if (!e)
@@ -96,7 +95,10 @@ static __always_inline int handle_sys_enter(struct pt_regs *regs, long nr)
 }
 
 SEC("tp_btf/sys_enter")
-int BPF_PROG(on_mmap_enter, struct pt_regs *regs, long id) { return handle_sys_enter(regs, id); }
+int BPF_PROG(on_mmap_enter, struct pt_regs *regs, long id)
+{
+	return handle_sys_enter(regs, id);
+}
 
 SEC("raw_tp/sys_enter")
 int BPF_PROG(on_mmap_enter_raw, struct pt_regs *regs, long id)
@@ -119,10 +121,16 @@ static __always_inline int handle_exec(void)
 
 /* after exec the old image and its mappings are gone: the agent re-reads maps */
 SEC("tp_btf/sched_process_exec")
-int BPF_PROG(on_exec, struct task_struct *p) { return handle_exec(); }
+int BPF_PROG(on_exec, struct task_struct *p)
+{
+	return handle_exec();
+}
 
 SEC("raw_tp/sched_process_exec")
-int BPF_PROG(on_exec_raw) { return handle_exec(); }
+int BPF_PROG(on_exec_raw)
+{
+	return handle_exec();
+}
 
 static __always_inline int handle_exit(struct task_struct *task)
 {
@@ -141,7 +149,13 @@ static __always_inline int handle_exit(struct task_struct *task)
 }
 
 SEC("tp_btf/sched_process_exit")
-int BPF_PROG(on_exit, struct task_struct *task) { return handle_exit(task); }
+int BPF_PROG(on_exit, struct task_struct *task)
+{
+	return handle_exit(task);
+}
 
 SEC("raw_tp/sched_process_exit")
-int BPF_PROG(on_exit_raw, struct task_struct *task) { return handle_exit(task); }
+int BPF_PROG(on_exit_raw, struct task_struct *task)
+{
+	return handle_exit(task);
+}

@@ -64,7 +64,8 @@ static __always_inline void on_switch_in(struct task_struct *next, __u64 now)
 			struct runq_event *e = reserve(&rb_sched, sizeof(*e), EV_RUNQ);
 
 			if (e) {
-				fill_hdr(&e->hdr, EV_RUNQ, sizeof(*e), tgid, tid, ts->runq_start_ns);
+				fill_hdr(&e->hdr, EV_RUNQ, sizeof(*e), tgid, tid,
+					 ts->runq_start_ns);
 				e->dur_ns = wait;
 				bpf_ringbuf_submit(e, 0);
 			}
@@ -90,7 +91,8 @@ static __always_inline void on_switch_in(struct task_struct *next, __u64 now)
 				e->dur_ns = off;
 				e->cause = ts->offcpu_cause;
 				e->by_tid = ts->offcpu_by_tid;
-				__builtin_memcpy(e->by_comm, ts->offcpu_by_comm, sizeof(e->by_comm));
+				__builtin_memcpy(e->by_comm, ts->offcpu_by_comm,
+						 sizeof(e->by_comm));
 				e->by_pid = ts->offcpu_by_pid;
 				e->pad = 0;
 				bpf_ringbuf_submit(e, 0);
@@ -132,20 +134,31 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 }
 
 SEC("raw_tp/sched_switch")
-int BPF_PROG(on_sched_switch_raw, bool preempt, struct task_struct *prev,
-	     struct task_struct *next)
+int BPF_PROG(on_sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	return handle_switch(preempt, prev, next);
 }
 
 SEC("tp_btf/sched_wakeup")
-int BPF_PROG(on_sched_wakeup, struct task_struct *p) { return handle_wakeup(p); }
+int BPF_PROG(on_sched_wakeup, struct task_struct *p)
+{
+	return handle_wakeup(p);
+}
 
 SEC("raw_tp/sched_wakeup")
-int BPF_PROG(on_sched_wakeup_raw, struct task_struct *p) { return handle_wakeup(p); }
+int BPF_PROG(on_sched_wakeup_raw, struct task_struct *p)
+{
+	return handle_wakeup(p);
+}
 
 SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(on_sched_wakeup_new, struct task_struct *p) { return handle_wakeup(p); }
+int BPF_PROG(on_sched_wakeup_new, struct task_struct *p)
+{
+	return handle_wakeup(p);
+}
 
 SEC("raw_tp/sched_wakeup_new")
-int BPF_PROG(on_sched_wakeup_new_raw, struct task_struct *p) { return handle_wakeup(p); }
+int BPF_PROG(on_sched_wakeup_new_raw, struct task_struct *p)
+{
+	return handle_wakeup(p);
+}

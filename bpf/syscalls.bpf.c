@@ -41,7 +41,7 @@ static __always_inline int handle_exit(long ret)
 
 	st = bpf_map_lookup_elem(&syscall_stats, &key);
 	if (!st) {
-		struct syscall_stats zero = { .pid = tgid };
+		struct syscall_stats zero = {.pid = tgid};
 
 		bpf_map_update_elem(&syscall_stats, &key, &zero, BPF_NOEXIST);
 		st = bpf_map_lookup_elem(&syscall_stats, &key);
@@ -72,13 +72,25 @@ static __always_inline int handle_exit(long ret)
 }
 
 SEC("tp_btf/sys_enter")
-int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id) { return handle_enter(id); }
+int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
+{
+	return handle_enter(id);
+}
 
 SEC("raw_tp/sys_enter")
-int BPF_PROG(on_sys_enter_raw, struct pt_regs *regs, long id) { return handle_enter(id); }
+int BPF_PROG(on_sys_enter_raw, struct pt_regs *regs, long id)
+{
+	return handle_enter(id);
+}
 
 SEC("tp_btf/sys_exit")
-int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret) { return handle_exit(ret); }
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+{
+	return handle_exit(ret);
+}
 
 SEC("raw_tp/sys_exit")
-int BPF_PROG(on_sys_exit_raw, struct pt_regs *regs, long ret) { return handle_exit(ret); }
+int BPF_PROG(on_sys_exit_raw, struct pt_regs *regs, long ret)
+{
+	return handle_exit(ret);
+}

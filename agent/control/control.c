@@ -333,8 +333,8 @@ static void spill_foreign(struct agent *a, struct control *ctl, struct conn *c,
 	pr_info("control: spill-foreign %s by pid %d (uid %u)", action, (int)c->pid,
 		(unsigned)c->uid);
 	reply(c,
-	      json_pack("{s:b,s:s,s:I,s:I}", "ok", 1, "action", action,
-			"segments", (json_int_t)done.segments, "records",
+	      json_pack("{s:b,s:s,s:I,s:I}", "ok", 1, "action", action, "segments",
+			(json_int_t)done.segments, "records",
 			(json_int_t)(req->send ? done.adopted : done.discarded)),
 	      req->id, NULL, 0);
 }

@@ -211,8 +211,8 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 		     "Anomalous steps, by kind (host_stall, cpu_contention, gpu_slow, "
 		     "communication, straggler, regression).");
 		json_object_foreach(kinds, k, v)
-			fprintf(f, "infertrace_anomalies_total{kind=\"%s\"} %llu\n", k,
-				(unsigned long long)json_integer_value(v));
+		    fprintf(f, "infertrace_anomalies_total{kind=\"%s\"} %llu\n", k,
+			    (unsigned long long)json_integer_value(v));
 	}
 	one(f, "infertrace_traced_processes", "gauge", "CUDA processes traced now.", procs);
 	one(f, "infertrace_attached_probes", "gauge", "CUDA uprobes attached now.", probes);
@@ -275,8 +275,8 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 			char key[64];
 
 			snprintf(key, sizeof(key), "dropped_%s_total", classes[c]);
-			fprintf(f, "infertrace_kafka_dropped_total{class=\"%s\"} %llu\n", classes[c],
-				(unsigned long long)jget(x, key));
+			fprintf(f, "infertrace_kafka_dropped_total{class=\"%s\"} %llu\n",
+				classes[c], (unsigned long long)jget(x, key));
 		}
 	}
 

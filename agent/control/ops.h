@@ -22,7 +22,6 @@
 
 struct agent;
 
-
 struct recorder;
 struct deepdive;
 struct control;

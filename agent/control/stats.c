@@ -148,7 +148,8 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	r = rec_new(a, "stats", 0, 0, now_ns());
 	json_object_set_new(r, "interval_ns", json_integer((json_int_t)interval_ns));
 	json_object_set_new(r, "final", json_boolean(final));
-	json_object_set_new(r, "mode", json_string(a->opts.mode == MODE_DEEP ? "deep" : "sentinel"));
+	json_object_set_new(r, "mode",
+			    json_string(a->opts.mode == MODE_DEEP ? "deep" : "sentinel"));
 	json_object_set_new(r, "bpf_events", by_type(events));
 	json_object_set_new(r, "bpf_drops", by_type(drops));
 	json_object_set_new(r, "records_decoded", json_integer((json_int_t)a->cnt.records));

@@ -27,7 +27,7 @@
 
 /* what a record is for: the sink routes it (Kafka topics later) */
 enum rec_class {
-	REC_EVENT = 0, /* deep-mode detail: launches, kernels, single events */
+	REC_EVENT = 0,	 /* deep-mode detail: launches, kernels, single events */
 	REC_SUMMARY = 1, /* per-interval aggregates, steps */
 	REC_ANOMALY = 2,
 	REC_STATS = 3, /* the agent's own counters */
@@ -38,8 +38,8 @@ enum rec_class {
 struct agent_opts {
 	enum agent_mode mode;
 	double interval_s;
-	double duration_s; /* 0: until signalled */
-	const char *output; /* NULL or "-": stdout */
+	double duration_s;    /* 0: until signalled */
+	const char *output;   /* NULL or "-": stdout */
 	const char *instance; /* overrides every process's instance name */
 	int pids[MAX_PID_FILTER];
 	int n_pids;
@@ -48,44 +48,47 @@ struct agent_opts {
 	uint64_t syscall_thresh_ns;
 	uint64_t sync_thresh_ns;
 	bool thresholds_set; /* set explicitly: deep mode keeps them */
-	bool stacks; /* user stacks at launches in deep mode */
+	bool stacks;	     /* user stacks at launches in deep mode */
 	uint32_t stack_rate;
 	uint32_t ringbuf_kib;
 	uint32_t max_threads;
-	bool summary; /* readable summary on stderr at exit */
-	bool no_net; /* skip the network family */
-	const char *replay; /* --replay FILE (no BPF) */
+	bool summary;				    /* readable summary on stderr at exit */
+	bool no_net;				    /* skip the network family */
+	const char *replay;			    /* --replay FILE (no BPF) */
 	const char *replay_ranks[MAX_REPLAY_RANKS]; /* --replay-rank FILE: more ranks of the job */
 	int n_replay_ranks;
 	const char *shim_socket; /* CUPTI shims connect here; "none": off */
 	const char *shim_group;	 /* group of the shim socket; NULL: SHIM_GROUP_DEFAULT */
 	/* Kafka sink (agent/sinks/sink_kafka.h); kafka NULL: no Kafka */
-	const char *kafka; /* --kafka BROKERS (bootstrap.servers) */
+	const char *kafka;	  /* --kafka BROKERS (bootstrap.servers) */
 	const char *kafka_prefix; /* topics <prefix>.steps, .anomalies, .events, .stats */
 	const char *kafka_topics[REC_CLASS_COUNT]; /* --kafka-topic CLASS=NAME overrides */
-	const char *kafka_props[MAX_KAFKA_PROPS]; /* -X key=value, in order */
+	const char *kafka_props[MAX_KAFKA_PROPS];  /* -X key=value, in order */
 	int n_kafka_props;
 	uint32_t kafka_queue_max; /* records held in memory by the producer */
 	const char *spill_dir;
 	uint32_t spill_max_mib;
-	int spill_foreign; /* enum spill_foreign (spill.h): another owner's records */
-	double flush_timeout_s; /* exit: wait this long for delivery */
-	const char *otlp; /* --otlp URL (agent/sinks/sink_otlp.h); NULL: off */
+	int spill_foreign;	 /* enum spill_foreign (spill.h): another owner's records */
+	double flush_timeout_s;	 /* exit: wait this long for delivery */
+	const char *otlp;	 /* --otlp URL (agent/sinks/sink_otlp.h); NULL: off */
 	uint32_t otlp_queue_max; /* requests; 0: OTLP_QUEUE_MAX_DEFAULT */
 	/* operating the agent (agent/control/ops.h, docs/operations.md) */
 	const char *control_socket; /* NULL: CTL_SOCK_DEFAULT; "none": off */
-	const char *control_group; /* besides root, members may use the socket */
-	double deep_dive_max_s; /* cap of one deep-dive's duration */
-	double anomaly_dive_s; /* deep-dive an anomaly's instance this long; 0: off */
-	double recorder_s; /* flight-recorder window; 0: off */
-	uint32_t recorder_mib; /* flight-recorder memory budget */
+	const char *control_group;  /* besides root, members may use the socket */
+	double deep_dive_max_s;	    /* cap of one deep-dive's duration */
+	double anomaly_dive_s;	    /* deep-dive an anomaly's instance this long; 0: off */
+	double recorder_s;	    /* flight-recorder window; 0: off */
+	uint32_t recorder_mib;	    /* flight-recorder memory budget */
 	uint32_t recorder_launches; /* kernel flight queue entries; 0: none */
-	double lib_grace_s; /* a library file's probes outlive its last user this long */
+	double lib_grace_s;	    /* a library file's probes outlive its last user this long */
 	/* per-launch uprobes in sentinel (agent/sources/uprobes.c, issue 20) */
-	enum { SENTINEL_LAUNCHES_SYNC, SENTINEL_LAUNCHES_GRAPHS, SENTINEL_LAUNCHES_ALL }
-		sentinel_launches; /* --sentinel-launches */
+	enum {
+		SENTINEL_LAUNCHES_SYNC,
+		SENTINEL_LAUNCHES_GRAPHS,
+		SENTINEL_LAUNCHES_ALL
+	} sentinel_launches;					   /* --sentinel-launches */
 	uint64_t launch_sample_window_ns, launch_sample_period_ns; /* --launch-sampling; 0: off */
-	const char *metrics; /* ADDR:PORT of the Prometheus endpoint; NULL: off */
+	const char *metrics;  /* ADDR:PORT of the Prometheus endpoint; NULL: off */
 	const char *perfetto; /* --replay ... --perfetto OUT */
 	/* steps and anomalies (agent/pipeline/diag.c; --step-markers, --baseline, --detect) */
 	struct agent_diag_opts {

@@ -16,7 +16,7 @@ void agent_log_set_level(int level)
 
 void agent_log(enum log_level lvl, const char *fmt, ...)
 {
-	static const char *const names[] = { "error", "warning", "info", "debug" };
+	static const char *const names[] = {"error", "warning", "info", "debug"};
 	va_list ap;
 
 	if ((int)lvl > log_level)

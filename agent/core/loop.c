@@ -35,7 +35,7 @@ int loop_init(void)
 
 int agent_watch_fd(struct agent *a, int fd, void (*fn)(struct agent *a, void *ctx), void *ctx)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
+	struct epoll_event ev = {.events = EPOLLIN};
 	int err = loop_init();
 
 	(void)a;
@@ -46,7 +46,7 @@ int agent_watch_fd(struct agent *a, int fd, void (*fn)(struct agent *a, void *ct
 	ev.data.u32 = n_watches;
 	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev))
 		return -errno;
-	watches[n_watches++] = (struct watch){ fd, fn, ctx };
+	watches[n_watches++] = (struct watch){fd, fn, ctx};
 	return 0;
 }
 

@@ -21,9 +21,9 @@ const char *syscall_name(unsigned nr)
 const char *tcp_state_name(unsigned state)
 {
 	static const char *const names[] = {
-		[1] = "ESTABLISHED", [2] = "SYN_SENT",	 [3] = "SYN_RECV",   [4] = "FIN_WAIT1",
-		[5] = "FIN_WAIT2",   [6] = "TIME_WAIT",	 [7] = "CLOSE",	     [8] = "CLOSE_WAIT",
-		[9] = "LAST_ACK",    [10] = "LISTEN",	 [11] = "CLOSING",   [12] = "NEW_SYN_RECV",
+	    [1] = "ESTABLISHED", [2] = "SYN_SENT",  [3] = "SYN_RECV", [4] = "FIN_WAIT1",
+	    [5] = "FIN_WAIT2",	 [6] = "TIME_WAIT", [7] = "CLOSE",    [8] = "CLOSE_WAIT",
+	    [9] = "LAST_ACK",	 [10] = "LISTEN",   [11] = "CLOSING", [12] = "NEW_SYN_RECV",
 	};
 
 	return state < sizeof(names) / sizeof(names[0]) && names[state] ? names[state] : "UNKNOWN";
@@ -46,15 +46,22 @@ const char *thread_comm(uint32_t pid, uint32_t tid, char *buf, size_t sz)
 }
 
 static const char *const type_names[EV_TYPE_MAX] = {
-	[EV_CUDA_LAUNCH] = "cuda_launch", [EV_CUDA_SYNC] = "cuda_sync",
-	[EV_OFFCPU] = "offcpu",		  [EV_RUNQ] = "runq",
-	[EV_SYSCALL] = "syscall",	  [EV_TCP_RETRANS] = "tcp_retransmit",
-	[EV_PROC_EXEC] = "proc_exec",	  [EV_PROC_EXIT] = "proc_exit",
-	[EV_LIB_MAP] = "lib_map",	  [EV_STEP_MARK] = "step_mark",
-	[EV_NET_IO] = "net_io",
-	[EV_GPU_KERNEL] = "gpu_kernel",	  [EV_GPU_MEMCPY] = "gpu_memcpy",
-	[EV_GPU_MEMSET] = "gpu_memset",	  [EV_GPU_LAUNCH_CB] = "gpu_launch_cb",
-	[EV_SHIM_STATUS] = "shim_status",
+    [EV_CUDA_LAUNCH] = "cuda_launch",
+    [EV_CUDA_SYNC] = "cuda_sync",
+    [EV_OFFCPU] = "offcpu",
+    [EV_RUNQ] = "runq",
+    [EV_SYSCALL] = "syscall",
+    [EV_TCP_RETRANS] = "tcp_retransmit",
+    [EV_PROC_EXEC] = "proc_exec",
+    [EV_PROC_EXIT] = "proc_exit",
+    [EV_LIB_MAP] = "lib_map",
+    [EV_STEP_MARK] = "step_mark",
+    [EV_NET_IO] = "net_io",
+    [EV_GPU_KERNEL] = "gpu_kernel",
+    [EV_GPU_MEMCPY] = "gpu_memcpy",
+    [EV_GPU_MEMSET] = "gpu_memset",
+    [EV_GPU_LAUNCH_CB] = "gpu_launch_cb",
+    [EV_SHIM_STATUS] = "shim_status",
 };
 
 const char *event_type_name(int t)

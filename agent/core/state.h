@@ -32,14 +32,14 @@ struct proc {
 	uint32_t instance_id;
 	char comm[TASK_COMM_LEN];
 	char instance[INSTANCE_LEN];
-	int32_t rank; /* among its instance's workers, from its environment; -1 */
+	int32_t rank;		 /* among its instance's workers, from its environment; -1 */
 	int libs[MAX_PROC_LIBS]; /* indexes into agent.libs */
 	int n_libs;
-	int maps_pending; /* >0: re-read maps at the next tick (tries so far) */
-	int n_exec_maps; /* executable file mappings at the last maps read */
+	int maps_pending;	/* >0: re-read maps at the next tick (tries so far) */
+	int n_exec_maps;	/* executable file mappings at the last maps read */
 	struct usdt_link *usdt; /* files with step probes it maps (usdt.c) */
 	int n_usdt;
-	bool usdt_counted; /* counted in usdt_procs (once per process) */
+	bool usdt_counted;  /* counted in usdt_procs (once per process) */
 	int gone_intervals; /* intervals since it exited: its slot goes after 2 */
 };
 
@@ -48,23 +48,23 @@ struct libfile {
 	bool used;
 	dev_t dev;
 	ino_t ino;
-	char path[600]; /* as opened: /proc/PID/root/<path in the process>, PID a live user */
+	char path[600];	   /* as opened: /proc/PID/root/<path in the process>, PID a live user */
 	uint32_t path_pid; /* that PID (discovery.c keeps it a live user's) */
-	int fd; /* the file, open (-1: not): opened by that path when PID is gone */
+	int fd;		   /* the file, open (-1: not): opened by that path when PID is gone */
 	char display[512]; /* path inside the process */
-	bool is_driver; /* libcuda (driver API) rather than libcudart */
-	bool is_nccl; /* libnccl (agent/sources/nccl.c attaches it) */
-	int users; /* traced processes mapping it */
+	bool is_driver;	   /* libcuda (driver API) rather than libcudart */
+	bool is_nccl;	   /* libnccl (agent/sources/nccl.c attaches it) */
+	int users;	   /* traced processes mapping it */
 	uint64_t idle_since_ns; /* users fell to 0 then: kept for --lib-grace; 0: in use */
 	struct bpf_link **links;
 	int n_links;
-	int missing; /* symbols the file lacks */
+	int missing;   /* symbols the file lacks */
 	bool rejected; /* no probe could be attached: said once, never retried */
 };
 
 /* user-space counters; bpf counters live in the maps */
 struct agent_counters {
-	uint64_t records; /* ring records decoded */
+	uint64_t records;     /* ring records decoded */
 	uint64_t bad_records; /* malformed ring records */
 	uint64_t emitted[REC_CLASS_COUNT];
 	uint64_t sink_errors;
@@ -73,28 +73,28 @@ struct agent_counters {
 	uint64_t procs_seen;
 	uint64_t procs_exited;
 	uint64_t procs_gone_early; /* exited before discovery could read them */
-	uint64_t threads_held; /* aggregate.c: per-thread entries held (live, listed exited) */
+	uint64_t threads_held;	   /* aggregate.c: per-thread entries held (live, listed exited) */
 	uint64_t threads_unlisted; /* aggregate.c: exited threads summed and freed */
 	uint64_t proc_table_full;
 	uint64_t maps_read_errors;
 	uint64_t shim_errors;
-	uint64_t usdt_procs; /* processes with the step probes attached */
-	uint64_t usdt_errors; /* attaches that failed, per process and file */
-	uint64_t usdt_files; /* distinct files found carrying the step probes */
-	uint64_t usdt_files_read; /* distinct files whose ELF notes were read */
-	uint64_t step_marks; /* step probe hits decoded */
-	uint64_t files_idle; /* library files kept attached without a user (discovery.c) */
-	uint64_t files_reused; /* ... that a new process mapped in time: no attach */
+	uint64_t usdt_procs;	      /* processes with the step probes attached */
+	uint64_t usdt_errors;	      /* attaches that failed, per process and file */
+	uint64_t usdt_files;	      /* distinct files found carrying the step probes */
+	uint64_t usdt_files_read;     /* distinct files whose ELF notes were read */
+	uint64_t step_marks;	      /* step probe hits decoded */
+	uint64_t files_idle;	      /* library files kept attached without a user (discovery.c) */
+	uint64_t files_reused;	      /* ... that a new process mapped in time: no attach */
 	uint64_t files_idle_detached; /* ... detached: grace over, or room for another */
 };
 
 /* the kernel half's rings as agent/sources/flight.c sees them (stats.recorder.kernel_launches) */
 struct flight_counts {
 	uint32_t per_cpu, cpus;
-	uint64_t written; /* launches the BPF side wrote, all CPUs */
+	uint64_t written;     /* launches the BPF side wrote, all CPUs */
 	uint64_t overwritten; /* of which lost before they were copied */
-	uint64_t pulls; /* pulls that handed at least one launch to the recorder */
-	uint64_t no_stack; /* handed launches whose stack could not be kept */
+	uint64_t pulls;	      /* pulls that handed at least one launch to the recorder */
+	uint64_t no_stack;    /* handed launches whose stack could not be kept */
 };
 
 /*
@@ -130,7 +130,7 @@ struct agent {
 	char host[256];
 	char default_instance[INSTANCE_LEN];
 	struct infertrace_bpf *skel; /* agent/sources/loader.c's alone */
-	struct ring_buffer *rb; /* loader_open_rings() */
+	struct ring_buffer *rb;	     /* loader_open_rings() */
 	bool in_ring; /* a ring callback runs: ring_buffer__consume() must not nest */
 	struct sink *sinks[MAX_SINKS];
 	int n_sinks;
@@ -144,21 +144,21 @@ struct agent {
 	struct libfile libs[MAX_LIBFILES];
 	uint64_t start_ns;
 	uint64_t last_interval_ns;
-	void *agg; /* aggregate.c state */
-	struct gpu *gpu; /* pipeline/join.c, live; NULL when GPU-side capture is off */
-	struct shim_src *shim; /* sources/shim.c: the shims' socket; NULL: not open */
-	struct diag *diag; /* diag.c: steps and anomalies; NULL when off */
-	struct recorder *rec; /* pipeline/recorder.c: the flight recorder; NULL: off */
-	struct deepdive *dd;  /* pipeline/deepdive.c; NULL before ops_init() */
-	struct ops *ops; /* control/ops.h: control socket, metrics, control topic */
-	struct usdt_cache *usdt; /* usdt.c: which files carry step probes */
-	struct nccl_live *nccl; /* pipeline/nccl_live.c; NULL until the first NCCL record */
+	void *agg;		    /* aggregate.c state */
+	struct gpu *gpu;	    /* pipeline/join.c, live; NULL when GPU-side capture is off */
+	struct shim_src *shim;	    /* sources/shim.c: the shims' socket; NULL: not open */
+	struct diag *diag;	    /* diag.c: steps and anomalies; NULL when off */
+	struct recorder *rec;	    /* pipeline/recorder.c: the flight recorder; NULL: off */
+	struct deepdive *dd;	    /* pipeline/deepdive.c; NULL before ops_init() */
+	struct ops *ops;	    /* control/ops.h: control socket, metrics, control topic */
+	struct usdt_cache *usdt;    /* usdt.c: which files carry step probes */
+	struct nccl_live *nccl;	    /* pipeline/nccl_live.c; NULL until the first NCCL record */
 	uint32_t sentinel_launches; /* uprobes.c: runtime_cfg.launches (API bits recording) */
 };
 
 /* log.c: the libraries' log callback (corr_log_fn); ctx is a message prefix */
 void agent_lib_log(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* loop.c: fds of the event loop, each with a callback run when readable */
 int loop_init(void);

@@ -61,9 +61,9 @@ struct markers {
 
 struct gpu {
 	struct agent *a;
-	bool recording; /* --replay: intervals in the recording's own clock */
-	struct markers *mk; /* live: NVTX pairing of the shims' markers */
-	struct corr *corr;  /* live; a recording's correlator belongs to its reader */
+	bool recording;	       /* --replay: intervals in the recording's own clock */
+	struct markers *mk;    /* live: NVTX pairing of the shims' markers */
+	struct corr *corr;     /* live; a recording's correlator belongs to its reader */
 	struct corr_stats *st; /* sentinel summaries */
 	char *buf;
 	uint64_t interval_ns; /* a recording's --interval; 0: one summary at the end */
@@ -105,7 +105,8 @@ static void cut(struct gpu *gp, uint64_t upto, bool final)
 				break;
 			/* skip empty intervals in one step */
 			if (first >= gp->t_cut + gp->interval_ns)
-				gp->t_cut += (first - gp->t_cut) / gp->interval_ns * gp->interval_ns;
+				gp->t_cut +=
+				    (first - gp->t_cut) / gp->interval_ns * gp->interval_ns;
 			if (gp->t_cut + gp->interval_ns > upto)
 				break;
 			corr_stats__cut(gp->st, gp->t_cut, gp->t_cut + gp->interval_ns,
@@ -129,7 +130,7 @@ void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l
 
 	gp->n.joined++;
 	diag_on_gpu(a->diag, g, l); /* steps are cut from the GPU stream */
-	nccl_on_kernel(a, g, l); /* an NCCL kernel completes its collectives */
+	nccl_on_kernel(a, g, l);    /* an NCCL kernel completes its collectives */
 	if (gp->st) {
 		corr_stats__add(gp->st, g, l);
 		if (gp->recording) {
@@ -161,8 +162,8 @@ void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l
 static void marker_close(struct gpu *gp, uint32_t pid, uint32_t tid, const struct mk_open *o,
 			 uint64_t end)
 {
-	struct corr_marker m = { .pid = pid, .tid = tid, .ts_ns = o->ts, .cat = "nvtx",
-				 .name = o->name };
+	struct corr_marker m = {
+	    .pid = pid, .tid = tid, .ts_ns = o->ts, .cat = "nvtx", .name = o->name};
 
 	if (end < o->ts) {
 		gp->mk->unpaired++;
@@ -188,7 +189,7 @@ void gpu_on_marker(struct agent *a, const struct gpu_marker_event *e)
 		if (t->pid != e->hdr.pid || t->tid != e->hdr.tid) {
 			if (t->depth)
 				mk->overflow += t->depth; /* another thread's open ranges go */
-			*t = (struct mk_thread){ .pid = e->hdr.pid, .tid = e->hdr.tid };
+			*t = (struct mk_thread){.pid = e->hdr.pid, .tid = e->hdr.tid};
 		}
 		if (t->depth == MK_DEPTH) {
 			mk->overflow++;
@@ -216,8 +217,8 @@ void gpu_on_marker(struct agent *a, const struct gpu_marker_event *e)
 			mk->overflow++;
 			return;
 		}
-		*free_r = (struct mk_range){ .pid = e->hdr.pid, .tid = e->hdr.tid, .id = e->range_id,
-					     .o.ts = e->hdr.ts_ns };
+		*free_r = (struct mk_range){
+		    .pid = e->hdr.pid, .tid = e->hdr.tid, .id = e->range_id, .o.ts = e->hdr.ts_ns};
 		memcpy(free_r->o.name, e->name, sizeof(e->name));
 		return;
 	case MARKER_END:
@@ -239,9 +240,9 @@ void gpu_on_marker(struct agent *a, const struct gpu_marker_event *e)
 struct gpu *gpu_new(struct agent *a, bool recording)
 {
 	const struct agent_opts *o = &a->opts;
-	struct corr_opts co = { .sz = sizeof(co), .log = agent_lib_log,
-				.log_ctx = "correlator: ", .emit = gpu_joined };
-	struct corr_stats_opts so = { .sz = sizeof(so) };
+	struct corr_opts co = {
+	    .sz = sizeof(co), .log = agent_lib_log, .log_ctx = "correlator: ", .emit = gpu_joined};
+	struct corr_stats_opts so = {.sz = sizeof(so)};
 	struct gpu *gp = calloc(1, sizeof(*gp));
 
 	if (!gp)
@@ -362,16 +363,15 @@ void gpu_stats(struct agent *a, json_t *r)
 	if (!o)
 		json_object_set_new(r, "gpu", o = json_object());
 	json_object_update(
-		o, json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "gpu_records", (json_int_t)c->gpu_records,
-			     "joined", (json_int_t)c->joined, "unmatched", (json_int_t)c->unmatched,
-			     "launches_evicted", (json_int_t)c->launches_evicted, "gpu_evicted",
-			     (json_int_t)c->gpu_evicted, "refused", (json_int_t)c->refused,
-			     "too_long", (json_int_t)gp->n.too_long));
+	    o, json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "gpu_records", (json_int_t)c->gpu_records,
+			 "joined", (json_int_t)c->joined, "unmatched", (json_int_t)c->unmatched,
+			 "launches_evicted", (json_int_t)c->launches_evicted, "gpu_evicted",
+			 (json_int_t)c->gpu_evicted, "refused", (json_int_t)c->refused, "too_long",
+			 (json_int_t)gp->n.too_long));
 	if (gp->mk)
 		json_object_set_new(json_object_get(r, "gpu"), "nvtx",
-				    json_pack("{s:I,s:I,s:I}", "ranges",
-					      (json_int_t)gp->mk->ranges, "unpaired",
-					      (json_int_t)gp->mk->unpaired, "overflow",
+				    json_pack("{s:I,s:I,s:I}", "ranges", (json_int_t)gp->mk->ranges,
+					      "unpaired", (json_int_t)gp->mk->unpaired, "overflow",
 					      (json_int_t)gp->mk->overflow));
 }
 
@@ -408,13 +408,12 @@ static void emit_summary(void *ctx, const struct corr_summary *s)
 	json_object_set_new(o, "matched", json_integer((json_int_t)s->matched));
 	json_object_set_new(o, "unmatched", json_integer((json_int_t)s->unmatched));
 	for (uint32_t i = 0; i < s->n_dev; i++)
-		json_array_append_new(devs,
-				      json_pack("{s:I,s:I,s:I,s:I,s:I}", "device",
-						(json_int_t)s->dev[i].device, "busy_ns",
-						(json_int_t)s->dev[i].busy_ns, "idle_gaps",
-						(json_int_t)s->dev[i].gaps, "idle_gap_ns",
-						(json_int_t)s->dev[i].gap_ns, "idle_gap_max_ns",
-						(json_int_t)s->dev[i].gap_max_ns));
+		json_array_append_new(
+		    devs, json_pack("{s:I,s:I,s:I,s:I,s:I}", "device", (json_int_t)s->dev[i].device,
+				    "busy_ns", (json_int_t)s->dev[i].busy_ns, "idle_gaps",
+				    (json_int_t)s->dev[i].gaps, "idle_gap_ns",
+				    (json_int_t)s->dev[i].gap_ns, "idle_gap_max_ns",
+				    (json_int_t)s->dev[i].gap_max_ns));
 	for (uint32_t i = 0; i < s->n_streams; i++)
 		json_array_append_new(streams,
 				      json_pack("{s:I,s:I,s:I,s:I}", "device",
@@ -424,19 +423,17 @@ static void emit_summary(void *ctx, const struct corr_summary *s)
 						(json_int_t)s->streams[i].records));
 	for (uint32_t i = 0; i < s->n_top; i++)
 		json_array_append_new(top, json_pack("{s:s,s:I,s:I}", "name",
-						     s->top[i].name ? s->top[i].name : "",
-						     "count", (json_int_t)s->top[i].count,
-						     "total_ns", (json_int_t)s->top[i].total_ns));
+						     s->top[i].name ? s->top[i].name : "", "count",
+						     (json_int_t)s->top[i].count, "total_ns",
+						     (json_int_t)s->top[i].total_ns));
 	json_object_set_new(o, "devices", devs);
 	json_object_set_new(o, "streams", streams);
 	if (s->l2s_count)
-		json_object_set_new(o, "launch_to_start_ns",
-				    json_pack("{s:I,s:I,s:I,s:I,s:I}", "count",
-					      (json_int_t)s->l2s_count, "p50",
-					      (json_int_t)s->l2s_p50_ns, "p90",
-					      (json_int_t)s->l2s_p90_ns, "p99",
-					      (json_int_t)s->l2s_p99_ns, "max",
-					      (json_int_t)s->l2s_max_ns));
+		json_object_set_new(
+		    o, "launch_to_start_ns",
+		    json_pack("{s:I,s:I,s:I,s:I,s:I}", "count", (json_int_t)s->l2s_count, "p50",
+			      (json_int_t)s->l2s_p50_ns, "p90", (json_int_t)s->l2s_p90_ns, "p99",
+			      (json_int_t)s->l2s_p99_ns, "max", (json_int_t)s->l2s_max_ns));
 	else
 		json_object_set_new(o, "launch_to_start_ns", json_null());
 	json_object_set_new(o, "top_kernels", top);

@@ -61,11 +61,11 @@ struct diag {
 	struct diag_seg *seg;
 	struct diag_det *det;
 	uint64_t steps, anomalies;
-	uint64_t dive_errors; /* --anomaly-deep-dive refused (logged once; deep_dive.refused) */
-	int err; /* first sink error */
+	uint64_t dive_errors;	 /* --anomaly-deep-dive refused (logged once; deep_dive.refused) */
+	int err;		 /* first sink error */
 	struct diag_wait *waits; /* recent cross-rank waits, a ring (diag_on_wait) */
 	uint32_t nwaits, wnext;
-	uint32_t *step_pids; /* processes with steps, direct-mapped by pid */
+	uint32_t *step_pids;	  /* processes with steps, direct-mapped by pid */
 	struct diag_strag *strag; /* stragglers from a wait alone, held (diag_on_straggler) */
 	uint32_t nstrag;
 	uint64_t strag_in_steps, strag_written;
@@ -87,7 +87,7 @@ void diag_on_wait(struct diag *d, const struct corr_wait *w);
 void diag_add_step(struct diag *d, const struct diag_step *s); /* recorded steps: judge only */
 void diag_advance(struct diag *d, uint64_t now_ns);
 void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object */
-int diag_finish(struct diag *d); /* flush, save the baseline */
+int diag_finish(struct diag *d);	    /* flush, save the baseline */
 void diag_free(struct diag *d);
 /*
  * A straggler one collective wait shows (nccl_live.c: the worst late

@@ -103,8 +103,9 @@ int rec_obj_to(struct agent *a, enum rec_class cls, json_t *rec, rec_raw_fn fn)
 {
 	size_t len;
 	const char *buf = rec_dump(a, rec, &len);
-	int err = buf ? fn(a, cls, json_string_value(json_object_get(rec, "instance")), buf, len)
-		      : rec ? -EINVAL : -ENOMEM;
+	int err = buf	? fn(a, cls, json_string_value(json_object_get(rec, "instance")), buf, len)
+		  : rec ? -EINVAL
+			: -ENOMEM;
 
 	json_decref(rec);
 	return err;

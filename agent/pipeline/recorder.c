@@ -551,11 +551,12 @@ void recorder_stats(struct agent *a, json_t *obj)
 		json_t *k;
 
 		a->cap.flight_counts(a, &fc);
-		k = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "per_cpu", (json_int_t)fc.per_cpu,
-			      "cpus", (json_int_t)fc.cpus, "written", (json_int_t)fc.written,
-			      "copied", (json_int_t)r->k_copied, "pulls", (json_int_t)fc.pulls,
-			      "overwritten", (json_int_t)fc.overwritten, "older_than_window",
-			      (json_int_t)r->k_old, "stacks_missing", (json_int_t)fc.no_stack);
+		k = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "per_cpu",
+			      (json_int_t)fc.per_cpu, "cpus", (json_int_t)fc.cpus, "written",
+			      (json_int_t)fc.written, "copied", (json_int_t)r->k_copied, "pulls",
+			      (json_int_t)fc.pulls, "overwritten", (json_int_t)fc.overwritten,
+			      "older_than_window", (json_int_t)r->k_old, "stacks_missing",
+			      (json_int_t)fc.no_stack);
 
 		json_object_set_new(json_object_get(obj, "recorder"), "kernel_launches", k);
 	}

@@ -20,8 +20,7 @@
 #include "state.h"
 #include "pipeline.h"
 
-int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const char *json,
-		 size_t len)
+int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const char *json, size_t len)
 {
 	bool release = cls != REC_EVENT || deepdive_instance_deep(a, key);
 	int err = rec_send(a, cls, key, json, len, release);

@@ -92,8 +92,8 @@ int steprec_from_json(const json_t *o, struct diag_step *s)
 	diag_step_init(s);
 	s->instance = inst ? inst : "";
 	s->rank = json_is_integer(json_object_get(o, "rank"))
-			  ? (int32_t)json_integer_value(json_object_get(o, "rank"))
-			  : -1;
+		      ? (int32_t)json_integer_value(json_object_get(o, "rank"))
+		      : -1;
 	s->pid = (uint32_t)jpos(o, "pid");
 	s->tid = (uint32_t)jpos(o, "tid");
 	s->seq = jpos(o, "seq");
@@ -123,15 +123,15 @@ int steprec_from_json(const json_t *o, struct diag_step *s)
 	s->slow_syscall_ns = jint(o, "slow_syscall_ns");
 	s->net_bytes = jint(o, "net_bytes");
 	s->preempt_pid = (uint32_t)jpos(o, "preempt_pid");
-	for (size_t i = 0; json_is_array(top) && i < json_array_size(top) && s->n_top < DIAG_TOP_MAX;
-	     i++) {
+	for (size_t i = 0;
+	     json_is_array(top) && i < json_array_size(top) && s->n_top < DIAG_TOP_MAX; i++) {
 		const json_t *k = json_array_get(top, i);
 		const char *name = json_string_value(json_object_get(k, "name"));
 
 		if (!name || jint(k, "count") <= 0 || jint(k, "total_ns") < 0)
 			continue;
-		s->top[s->n_top++] =
-			(struct diag_kernel){name, (uint64_t)jint(k, "count"), (uint64_t)jint(k, "total_ns")};
+		s->top[s->n_top++] = (struct diag_kernel){name, (uint64_t)jint(k, "count"),
+							  (uint64_t)jint(k, "total_ns")};
 	}
 	return 0;
 }

@@ -427,10 +427,10 @@ static bool take_token(uint64_t now)
 
 /* the NVTX range calls whose callbacks the shim enables (cupti_nvtx_cbid.h) */
 static const CUpti_CallbackId nvtx_cbids[] = {
-    CUPTI_CBID_NVTX_nvtxRangePushA,	  CUPTI_CBID_NVTX_nvtxRangePushEx,
-    CUPTI_CBID_NVTX_nvtxRangePop,	  CUPTI_CBID_NVTX_nvtxRangeStartA,
-    CUPTI_CBID_NVTX_nvtxRangeStartEx,	  CUPTI_CBID_NVTX_nvtxRangeEnd,
-    CUPTI_CBID_NVTX_nvtxDomainRangePushEx, CUPTI_CBID_NVTX_nvtxDomainRangePop,
+    CUPTI_CBID_NVTX_nvtxRangePushA,	    CUPTI_CBID_NVTX_nvtxRangePushEx,
+    CUPTI_CBID_NVTX_nvtxRangePop,	    CUPTI_CBID_NVTX_nvtxRangeStartA,
+    CUPTI_CBID_NVTX_nvtxRangeStartEx,	    CUPTI_CBID_NVTX_nvtxRangeEnd,
+    CUPTI_CBID_NVTX_nvtxDomainRangePushEx,  CUPTI_CBID_NVTX_nvtxDomainRangePop,
     CUPTI_CBID_NVTX_nvtxDomainRangeStartEx, CUPTI_CBID_NVTX_nvtxDomainRangeEnd,
 };
 

@@ -540,9 +540,9 @@ int perfetto_add(struct perfetto *p, const json_t *rec)
 				 str_of(rec, "api") ? str_of(rec, "api") : type);
 		args = json_pack("{s:O*,s:O*,s:O*,s:O*,s:O*}", "by_comm",
 				 json_object_get(rec, "by_comm"), "by_tid",
-				 json_object_get(rec, "by_tid"), "by_pid", json_object_get(rec, "by_pid"),
-				 "ret", json_object_get(rec, "ret"), "stream",
-				 json_object_get(rec, "stream"));
+				 json_object_get(rec, "by_tid"), "by_pid",
+				 json_object_get(rec, "by_pid"), "ret", json_object_get(rec, "ret"),
+				 "stream", json_object_get(rec, "stream"));
 		slice_new(p, cpu_track(p, inst, comm, pid, tid), ts, dur ? dur : 1, name,
 			  cpu_slices[i].cat, args);
 		json_decref(args);

@@ -782,36 +782,39 @@ int kafka_sink_get_stats(struct agent *a, struct kafka_sink_stats *out)
 }
 
 /* the numeric members of the "kafka" object, in their order (docs/events.md) */
-#define KS(name, member) { name, offsetof(struct kafka_sink_stats, member) }
+#define KS(name, member)                                                                           \
+	{                                                                                          \
+		name, offsetof(struct kafka_sink_stats, member)                                    \
+	}
 static const struct {
 	const char *name;
 	size_t off;
 } kafka_counters[] = {
-	KS("queue_records", queue),
-	KS("queue_max", queue_max),
-	KS("spilled_total", spilled),
-	KS("replayed_total", replayed),
-	KS("recovered_total", recovered),
-	KS("spill_bytes", spill_bytes),
-	KS("spill_max_bytes", spill_max_bytes),
-	KS("spill_records", spill_records),
-	KS("spill_segments", spill_segments),
-	KS("spill_torn_total", spill_torn),
-	KS("spill_io_errors_total", spill_io_errors),
-	KS("spill_torn_bytes_total", spill_torn_bytes),
-	KS("spill_resynced_total", spill_resynced),
-	KS("spill_suspect_total", spill_suspect),
-	KS("spill_foreign_records", spill_foreign_records),
-	KS("spill_foreign_bytes", spill_foreign_bytes),
-	KS("spill_discarded_total", spill_discarded),
-	KS("spill_adopted_total", spill_adopted),
-	KS("spill_unsafe_dir", spill_unsafe_dir),
-	KS("wal_errors_total", wal_errors),
-	KS("producer_restarts_total", producer_restarts),
-	KS("dropped_event_total", dropped[REC_EVENT]),
-	KS("dropped_summary_total", dropped[REC_SUMMARY]),
-	KS("dropped_anomaly_total", dropped[REC_ANOMALY]),
-	KS("dropped_stats_total", dropped[REC_STATS]),
+    KS("queue_records", queue),
+    KS("queue_max", queue_max),
+    KS("spilled_total", spilled),
+    KS("replayed_total", replayed),
+    KS("recovered_total", recovered),
+    KS("spill_bytes", spill_bytes),
+    KS("spill_max_bytes", spill_max_bytes),
+    KS("spill_records", spill_records),
+    KS("spill_segments", spill_segments),
+    KS("spill_torn_total", spill_torn),
+    KS("spill_io_errors_total", spill_io_errors),
+    KS("spill_torn_bytes_total", spill_torn_bytes),
+    KS("spill_resynced_total", spill_resynced),
+    KS("spill_suspect_total", spill_suspect),
+    KS("spill_foreign_records", spill_foreign_records),
+    KS("spill_foreign_bytes", spill_foreign_bytes),
+    KS("spill_discarded_total", spill_discarded),
+    KS("spill_adopted_total", spill_adopted),
+    KS("spill_unsafe_dir", spill_unsafe_dir),
+    KS("wal_errors_total", wal_errors),
+    KS("producer_restarts_total", producer_restarts),
+    KS("dropped_event_total", dropped[REC_EVENT]),
+    KS("dropped_summary_total", dropped[REC_SUMMARY]),
+    KS("dropped_anomaly_total", dropped[REC_ANOMALY]),
+    KS("dropped_stats_total", dropped[REC_STATS]),
 };
 #undef KS
 
@@ -842,8 +845,9 @@ static void kafka_stats(struct sink *s, json_t *rec)
 	json_object_set_new(o, "client_errors_total", ks_int(k->c.client_errors));
 	json_object_set_new(o, "sentinel_held_total", ks_int(s->held));
 	for (size_t i = 0; i < sizeof(kafka_counters) / sizeof(kafka_counters[0]); i++)
-		json_object_set_new(o, kafka_counters[i].name,
-				    ks_int(*(const uint64_t *)((const char *)&x + kafka_counters[i].off)));
+		json_object_set_new(
+		    o, kafka_counters[i].name,
+		    ks_int(*(const uint64_t *)((const char *)&x + kafka_counters[i].off)));
 	json_object_set_new(rec, "kafka", o);
 }
 

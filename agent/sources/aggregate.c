@@ -33,7 +33,7 @@ struct thread_prev {
 	struct thread_stats last; /* previous read */
 	/* intervals in which the thread launched: the summary's rates are over them */
 	uint64_t first_ns, last_ns;
-	bool gone; /* found gone at the previous read: its entries go at this one */
+	bool gone;   /* found gone at the previous read: its entries go at this one */
 	bool listed; /* exited, kept for the summary (one of EXITED_LISTED) */
 };
 
@@ -50,9 +50,9 @@ struct net_prev {
 };
 
 struct agg {
-	void *threads; /* tsearch tree of thread_prev */
+	void *threads;	/* tsearch tree of thread_prev */
 	void *syscalls; /* tsearch tree of sc_prev */
-	void *buckets; /* this interval's syscall deltas by thread (sc_bucket) */
+	void *buckets;	/* this interval's syscall deltas by thread (sc_bucket) */
 	struct net_prev *nets;
 	int n_nets, cap_nets;
 	/* walk scratch */
@@ -120,7 +120,7 @@ int aggregate_init(struct agent *a)
 
 static struct thread_prev *thread_prev_get(struct agg *g, const struct thread_stats *ts)
 {
-	struct thread_prev key = { .tid = ts->tid }, *tp, **found;
+	struct thread_prev key = {.tid = ts->tid}, *tp, **found;
 
 	found = tfind(&key, &g->threads, cmp_u32);
 	if (found && (*found)->pid == ts->pid)
@@ -150,7 +150,7 @@ static struct thread_prev *thread_prev_get(struct agg *g, const struct thread_st
 
 static struct sc_prev *sc_prev_get(struct agg *g, const struct syscall_key *k)
 {
-	struct sc_prev key = { .key = *k }, *sp, **found;
+	struct sc_prev key = {.key = *k}, *sp, **found;
 
 	found = tfind(&key, &g->syscalls, cmp_sckey);
 	if (found)
@@ -169,7 +169,7 @@ static struct sc_prev *sc_prev_get(struct agg *g, const struct syscall_key *k)
 void aggregate_note_syscall(struct agent *a, uint32_t tid, uint32_t nr, uint64_t dur_ns)
 {
 	struct agg *g = a->agg;
-	struct syscall_key k = { .tid = tid, .nr = nr };
+	struct syscall_key k = {.tid = tid, .nr = nr};
 	struct sc_prev *sp;
 
 	if (!g || !(sp = sc_prev_get(g, &k)))
@@ -206,7 +206,7 @@ static void collect_syscalls(struct agent *a)
 	void *prevk = NULL;
 
 	while (!bpf_map_get_next_key(fd, prevk, &next)) {
-		struct sc_bucket key = { .tid = next.tid }, *bk, **found;
+		struct sc_bucket key = {.tid = next.tid}, *bk, **found;
 		struct sc_prev *sp;
 		const char *name;
 		json_t *o;
@@ -236,7 +236,8 @@ static void collect_syscalls(struct agent *a)
 		o = json_object();
 		json_object_set_new(o, "nr", json_integer(next.nr));
 		json_object_set_new(o, "name", name ? json_string(name) : json_null());
-		json_object_set_new(o, "count", json_integer((json_int_t)(st.count - sp->last.count)));
+		json_object_set_new(o, "count",
+				    json_integer((json_int_t)(st.count - sp->last.count)));
 		json_object_set_new(o, "total_ns",
 				    json_integer((json_int_t)(st.total_ns - sp->last.total_ns)));
 		json_object_set_new(o, "hist_us", hist_to_json(st.hist, sp->last.hist, HIST_SLOTS));
@@ -249,7 +250,7 @@ static void collect_syscalls(struct agent *a)
 static json_t *thread_syscalls(struct agent *a, uint32_t tid, bool *any)
 {
 	struct agg *g = a->agg;
-	struct sc_bucket key = { .tid = tid }, **found = tfind(&key, &g->buckets, cmp_u32);
+	struct sc_bucket key = {.tid = tid}, **found = tfind(&key, &g->buckets, cmp_u32);
 	json_t *arr;
 
 	if (!found)
@@ -262,7 +263,7 @@ static json_t *thread_syscalls(struct agent *a, uint32_t tid, bool *any)
 /* an exited, unlisted thread's syscall entry: its slow ones summed, then freed */
 static void sc_prev_drop(struct agg *g, const struct syscall_key *k)
 {
-	struct sc_prev key = { .key = *k }, *sp, **found = tfind(&key, &g->syscalls, cmp_sckey);
+	struct sc_prev key = {.key = *k}, *sp, **found = tfind(&key, &g->syscalls, cmp_sckey);
 
 	if (!found)
 		return;
@@ -319,7 +320,8 @@ static void emit_thread(struct agent *a, struct thread_prev *tp, const struct th
 		uint64_t d = cur->launches[i] - o->launches[i];
 
 		if (d) {
-			json_object_set_new(launches, corr_api_name(i), json_integer((json_int_t)d));
+			json_object_set_new(launches, corr_api_name(i),
+					    json_integer((json_int_t)d));
 			any = true;
 		}
 	}
@@ -337,20 +339,24 @@ static void emit_thread(struct agent *a, struct thread_prev *tp, const struct th
 	json_object_set_new(r, "comm", rec_string(tp->comm));
 	json_object_set_new(r, "interval_ns", json_integer((json_int_t)g->interval));
 	json_object_set_new(r, "launches", launches);
-	json_object_set_new(r, "sync_count", json_integer((json_int_t)(cur->sync_count - o->sync_count)));
+	json_object_set_new(r, "sync_count",
+			    json_integer((json_int_t)(cur->sync_count - o->sync_count)));
 	json_object_set_new(r, "sync_ns", json_integer((json_int_t)(cur->sync_ns - o->sync_ns)));
-	json_object_set_new(r, "offcpu_blocked_ns",
-			    json_integer((json_int_t)(cur->offcpu_blocked_ns - o->offcpu_blocked_ns)));
 	json_object_set_new(
-		r, "offcpu_preempted_ns",
-		json_integer((json_int_t)(cur->offcpu_preempted_ns - o->offcpu_preempted_ns)));
+	    r, "offcpu_blocked_ns",
+	    json_integer((json_int_t)(cur->offcpu_blocked_ns - o->offcpu_blocked_ns)));
+	json_object_set_new(
+	    r, "offcpu_preempted_ns",
+	    json_integer((json_int_t)(cur->offcpu_preempted_ns - o->offcpu_preempted_ns)));
 	json_object_set_new(r, "offcpu_count",
 			    json_integer((json_int_t)(cur->offcpu_count - o->offcpu_count)));
 	json_object_set_new(r, "offcpu_hist_us",
 			    hist_to_json(cur->offcpu_hist, o->offcpu_hist, HIST_SLOTS));
 	json_object_set_new(r, "runq_ns", json_integer((json_int_t)(cur->runq_ns - o->runq_ns)));
-	json_object_set_new(r, "runq_count", json_integer((json_int_t)(cur->runq_count - o->runq_count)));
-	json_object_set_new(r, "runq_hist_us", hist_to_json(cur->runq_hist, o->runq_hist, HIST_SLOTS));
+	json_object_set_new(r, "runq_count",
+			    json_integer((json_int_t)(cur->runq_count - o->runq_count)));
+	json_object_set_new(r, "runq_hist_us",
+			    hist_to_json(cur->runq_hist, o->runq_hist, HIST_SLOTS));
 	json_object_set_new(r, "stacks", json_integer((json_int_t)(cur->stacks - o->stacks)));
 	json_object_set_new(r, "stacks_limited",
 			    json_integer((json_int_t)(cur->stacks_limited - o->stacks_limited)));
@@ -413,10 +419,12 @@ static void net_interval(struct agent *a)
 		json_object_set_new(r, "ifindex", json_integer(next.ifindex));
 		json_object_set_new(r, "netns", json_integer(next.netns));
 		json_object_set_new(r, "interval_ns", json_integer((json_int_t)g->interval));
-		json_object_set_new(r, "rx_bytes", json_integer((json_int_t)(sum.rx_bytes - o->rx_bytes)));
+		json_object_set_new(r, "rx_bytes",
+				    json_integer((json_int_t)(sum.rx_bytes - o->rx_bytes)));
 		json_object_set_new(r, "rx_packets",
 				    json_integer((json_int_t)(sum.rx_packets - o->rx_packets)));
-		json_object_set_new(r, "tx_bytes", json_integer((json_int_t)(sum.tx_bytes - o->tx_bytes)));
+		json_object_set_new(r, "tx_bytes",
+				    json_integer((json_int_t)(sum.tx_bytes - o->tx_bytes)));
 		json_object_set_new(r, "tx_packets",
 				    json_integer((json_int_t)(sum.tx_packets - o->tx_packets)));
 		rec_emit(a, REC_SUMMARY, r);
@@ -433,7 +441,7 @@ static void net_interval(struct agent *a)
 /* an exited thread past EXITED_LISTED: summed into g->folded, freed */
 static void thread_drop(struct agg *g, uint32_t tid)
 {
-	struct thread_prev key = { .tid = tid }, *tp, **found = tfind(&key, &g->threads, cmp_u32);
+	struct thread_prev key = {.tid = tid}, *tp, **found = tfind(&key, &g->threads, cmp_u32);
 	struct thread_stats *f = &g->folded;
 	const struct thread_stats *s;
 
@@ -525,7 +533,7 @@ void aggregate_interval(struct agent *a, bool final)
 	 * they are summed and freed (with their syscall entries, below).
 	 */
 	for (int i = 0; i < g->n_dead; i++) {
-		struct thread_prev key = { .tid = g->dead[i] }, **found;
+		struct thread_prev key = {.tid = g->dead[i]}, **found;
 
 		bpf_map_delete_elem(fd, &g->dead[i]);
 		found = tfind(&key, &g->threads, cmp_u32);
@@ -568,13 +576,13 @@ static void print_thread(const void *node, VISIT v, int depth)
 		return;
 	if (walk_section == 0) {
 		/* per second of the intervals in which the thread launched */
-		double secs = tp->last_ns > tp->first_ns ? (tp->last_ns - tp->first_ns) / 1e9
-							 : walk_secs;
+		double secs =
+		    tp->last_ns > tp->first_ns ? (tp->last_ns - tp->first_ns) / 1e9 : walk_secs;
 
 		for (unsigned i = 0; i < API_COUNT; i++)
 			if (s->launches[i])
-				fprintf(walk_out, "  %-8u %-8u %-16s %-28s %10llu %12.1f\n", tp->pid,
-					tp->tid, tp->comm, corr_api_name(i),
+				fprintf(walk_out, "  %-8u %-8u %-16s %-28s %10llu %12.1f\n",
+					tp->pid, tp->tid, tp->comm, corr_api_name(i),
 					(unsigned long long)s->launches[i], s->launches[i] / secs);
 	} else if (s->offcpu_count || s->runq_count) {
 		fprintf(walk_out, "  %-8u %-8u %-16s %12.1f %14.1f %10.1f %10llu\n", tp->pid,
@@ -588,7 +596,7 @@ static void print_syscall(const void *node, VISIT v, int depth)
 	const struct sc_prev *sp = *(const struct sc_prev *const *)node;
 	const char *name;
 	char comm[TASK_COMM_LEN] = "";
-	struct thread_prev key = { .tid = sp->key.tid }, **tp;
+	struct thread_prev key = {.tid = sp->key.tid}, **tp;
 
 	(void)depth;
 	if ((v != postorder && v != leaf) || !sp->slow_count)
@@ -615,7 +623,9 @@ void aggregate_print_summary(struct agent *a, FILE *out)
 	fprintf(out, "\n== infertrace summary: %.1f s, %llu records ==\n", secs,
 		(unsigned long long)(a->cnt.emitted[REC_EVENT] + a->cnt.emitted[REC_SUMMARY] +
 				     a->cnt.emitted[REC_STATS]));
-	fprintf(out, "\nCUDA calls per entry point and thread (rate over the intervals it launched in)\n");
+	fprintf(
+	    out,
+	    "\nCUDA calls per entry point and thread (rate over the intervals it launched in)\n");
 	fprintf(out, "  %-8s %-8s %-16s %-28s %10s %12s\n", "PID", "TID", "COMM", "ENTRY POINT",
 		"CALLS", "PER SECOND");
 	walk_section = 0;
@@ -634,7 +644,8 @@ void aggregate_print_summary(struct agent *a, FILE *out)
 	walk_section = 1;
 	twalk(g->threads, print_thread);
 	if (g->n_folded)
-		fprintf(out, "  and %llu more threads that exited (not listed): %.1f blocked, %.1f "
+		fprintf(out,
+			"  and %llu more threads that exited (not listed): %.1f blocked, %.1f "
 			"preempted, %.1f run queue, %llu switches\n",
 			(unsigned long long)g->n_folded, g->folded.offcpu_blocked_ns / 1e6,
 			g->folded.offcpu_preempted_ns / 1e6, g->folded.runq_ns / 1e6,
@@ -644,7 +655,8 @@ void aggregate_print_summary(struct agent *a, FILE *out)
 		"TOTAL MS", "MAX MS");
 	twalk(g->syscalls, print_syscall);
 	if (g->folded_slow_count)
-		fprintf(out, "  and threads that exited (not listed): %llu slow, %.1f ms, max %.1f ms\n",
+		fprintf(out,
+			"  and threads that exited (not listed): %llu slow, %.1f ms, max %.1f ms\n",
 			(unsigned long long)g->folded_slow_count, g->folded_slow_ns / 1e6,
 			g->folded_slow_max_ns / 1e6);
 	if (!a->opts.no_net) {
@@ -656,8 +668,9 @@ void aggregate_print_summary(struct agent *a, FILE *out)
 
 			if (!np->total.rx_packets && !np->total.tx_packets)
 				continue;
-			fprintf(out, "  %-16.16s %10u %14llu %12llu %14llu %12llu\n", np->total.name,
-				np->key.netns, (unsigned long long)np->total.rx_bytes,
+			fprintf(out, "  %-16.16s %10u %14llu %12llu %14llu %12llu\n",
+				np->total.name, np->key.netns,
+				(unsigned long long)np->total.rx_bytes,
 				(unsigned long long)np->total.rx_packets,
 				(unsigned long long)np->total.tx_bytes,
 				(unsigned long long)np->total.tx_packets);

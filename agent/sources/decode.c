@@ -21,21 +21,20 @@ static const struct {
 	unsigned type;
 	size_t size;
 } min_sizes[] = {
-	{ EV_CUDA_LAUNCH, sizeof(struct cuda_launch_event) },
-	{ EV_CUDA_SYNC, sizeof(struct cuda_sync_event) },
-	{ EV_OFFCPU, sizeof(struct offcpu_event) },
-	{ EV_RUNQ, sizeof(struct runq_event) },
-	{ EV_SYSCALL, sizeof(struct syscall_event) },
-	{ EV_TCP_RETRANS, sizeof(struct tcp_retrans_event) },
-	{ EV_PROC_EXEC, sizeof(struct process_event) },
-	{ EV_PROC_EXIT, sizeof(struct process_event) },
-	{ EV_LIB_MAP, sizeof(struct process_event) },
-	{ EV_STEP_MARK, sizeof(struct step_mark_event) },
-	{ EV_NET_IO, sizeof(struct net_io_event) },
-	{ EV_NCCL_CALL, sizeof(struct nccl_call_event) },
-	{ EV_NCCL_COMM, sizeof(struct nccl_comm_event) },
+    {EV_CUDA_LAUNCH, sizeof(struct cuda_launch_event)},
+    {EV_CUDA_SYNC, sizeof(struct cuda_sync_event)},
+    {EV_OFFCPU, sizeof(struct offcpu_event)},
+    {EV_RUNQ, sizeof(struct runq_event)},
+    {EV_SYSCALL, sizeof(struct syscall_event)},
+    {EV_TCP_RETRANS, sizeof(struct tcp_retrans_event)},
+    {EV_PROC_EXEC, sizeof(struct process_event)},
+    {EV_PROC_EXIT, sizeof(struct process_event)},
+    {EV_LIB_MAP, sizeof(struct process_event)},
+    {EV_STEP_MARK, sizeof(struct step_mark_event)},
+    {EV_NET_IO, sizeof(struct net_io_event)},
+    {EV_NCCL_CALL, sizeof(struct nccl_call_event)},
+    {EV_NCCL_COMM, sizeof(struct nccl_comm_event)},
 };
-
 
 static json_t *hex(uint64_t v)
 {
@@ -57,8 +56,8 @@ static json_t *str_n(const char *s, size_t max)
  * jsonw rather than a jansson tree (about 5x cheaper; make bench shows the
  * agent's CPU per million records).
  */
-long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size_t size,
-			char *buf, size_t cap)
+long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size_t size, char *buf,
+			size_t cap)
 {
 	bool is_copy = e->api == API_CUDA_MEMCPY_ASYNC || e->api == API_CUDA_MEMCPY_ASYNC_PTSZ;
 	bool is_graph = e->api == API_CUDA_GRAPH_LAUNCH || e->api == API_CUDA_GRAPH_LAUNCH_PTSZ ||
@@ -75,8 +74,8 @@ long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size
 	}
 	jw_init(&w, buf, cap);
 	jw_common(&w, "cuda_launch", a->host, agent_instance_of(a, e->hdr.pid),
-		  e->hdr.pid ? (int64_t)e->hdr.pid : JW_OMIT, e->hdr.tid ? (int64_t)e->hdr.tid : JW_OMIT,
-		  e->hdr.ts_ns);
+		  e->hdr.pid ? (int64_t)e->hdr.pid : JW_OMIT,
+		  e->hdr.tid ? (int64_t)e->hdr.tid : JW_OMIT, e->hdr.ts_ns);
 	jw_str(&w, "api", corr_api_name(e->api));
 	if (is_copy) {
 		jw_hex(&w, "stream", e->stream);
@@ -90,12 +89,14 @@ long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size
 		/* what was not read is left out, never written as 0 */
 		bool ex = e->api == API_CUDA_LAUNCH_KERNEL_EXC ||
 			  e->api == API_CUDA_LAUNCH_KERNEL_EXC_PTSZ ||
-			  e->api == API_CU_LAUNCH_KERNEL_EX || e->api == API_CU_LAUNCH_KERNEL_EX_PTSZ;
+			  e->api == API_CU_LAUNCH_KERNEL_EX ||
+			  e->api == API_CU_LAUNCH_KERNEL_EX_PTSZ;
 
 		jw_hex(&w, "func", e->func);
 		if (!ex) {
 			jw_dim3(&w, "grid", e->grid);
-			if (e->api == API_CUDA_LAUNCH_KERNEL || e->api == API_CUDA_LAUNCH_KERNEL_PTSZ)
+			if (e->api == API_CUDA_LAUNCH_KERNEL ||
+			    e->api == API_CUDA_LAUNCH_KERNEL_PTSZ)
 				jw_dim3(&w, "block", e->block);
 		}
 		jw_key(&w, "regs_only");
@@ -245,7 +246,7 @@ static int decode_retrans(struct agent *a, const struct tcp_retrans_event *e)
 
 static void to_diag(struct agent *a, const struct event_hdr *h)
 {
-	struct diag_cpu_event e = { .pid = h->pid, .tid = h->tid, .ts_ns = h->ts_ns };
+	struct diag_cpu_event e = {.pid = h->pid, .tid = h->tid, .ts_ns = h->ts_ns};
 
 	if (h->type == EV_OFFCPU) {
 		const struct offcpu_event *o = (const void *)h;
@@ -320,7 +321,7 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		return 0;
 	case EV_PROC_EXIT:
 		shim_on_exit(a, h->pid, h->ts_ns); /* then the correlator, then discovery */
-		diag_on_exit(a->diag, h->pid); /* after the shim's last records */
+		diag_on_exit(a->diag, h->pid);	   /* after the shim's last records */
 		nccl_on_exit(a, h->pid);
 		return 0;
 	case EV_STEP_MARK:

@@ -532,8 +532,7 @@ static struct proc *proc_add(struct agent *a, uint32_t pid)
 	p->instance_id = ++a->next_instance_id;
 	read_comm(pid, p->comm, sizeof(p->comm));
 	read_instance(a, p);
-	err = loader_proc_add(a, pid, p->instance_id,
-			      a->opts.mode == MODE_DEEP ? PROC_F_DEEP : 0);
+	err = loader_proc_add(a, pid, p->instance_id, a->opts.mode == MODE_DEEP ? PROC_F_DEEP : 0);
 	if (err) {
 		pr_warn("pid %u: cannot add to traced_procs: %s", pid, strerror(-err));
 		proc_index_del(a, p);

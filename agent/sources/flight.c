@@ -79,7 +79,8 @@ static void flight_pull(struct agent *a)
 			}
 			memcpy(&copy, e, sizeof(copy));
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
-			if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) != i + 1 || copy.seq != i + 1) {
+			if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) != i + 1 ||
+			    copy.seq != i + 1) {
 				fl.overwritten++;
 				continue;
 			}

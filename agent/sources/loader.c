@@ -35,31 +35,28 @@ enum hook_kind { HOOK_TP_BTF };
 
 struct prog_spec {
 	const char *family; /* sched, syscalls, net, proc */
-	const char *best; /* program name */
+	const char *best;   /* program name */
 	const char *fallback;
 	enum hook_kind kind;
 	const char *target; /* tracepoint or kernel function */
-	bool optional; /* the agent runs without it (logged) */
+	bool optional;	    /* the agent runs without it (logged) */
 };
 
 static const struct prog_spec progs[] = {
-	{ "sched", "on_sched_switch", "on_sched_switch_raw", HOOK_TP_BTF, "sched_switch" },
-	{ "sched", "on_sched_wakeup", "on_sched_wakeup_raw", HOOK_TP_BTF, "sched_wakeup" },
-	{ "sched", "on_sched_wakeup_new", "on_sched_wakeup_new_raw", HOOK_TP_BTF,
-	  "sched_wakeup_new" },
-	{ "syscalls", "on_sys_enter", "on_sys_enter_raw", HOOK_TP_BTF, "sys_enter" },
-	{ "syscalls", "on_sys_exit", "on_sys_exit_raw", HOOK_TP_BTF, "sys_exit" },
-	{ "net", "on_net_dev_xmit", "on_net_dev_xmit_raw", HOOK_TP_BTF, "net_dev_xmit" },
-	{ "net", "on_netif_receive_skb", "on_netif_receive_skb_raw", HOOK_TP_BTF,
-	  "netif_receive_skb" },
-	{ "net", "on_tcp_retransmit", "on_tcp_retransmit_raw", HOOK_TP_BTF, "tcp_retransmit_skb",
-	  true },
-	{ "net", "on_sock_state", "on_sock_state_raw", HOOK_TP_BTF, "inet_sock_set_state", true },
-	{ "net", "on_sock_send", "on_sock_send_raw", HOOK_TP_BTF, "sock_send_length", true },
-	{ "net", "on_sock_recv", "on_sock_recv_raw", HOOK_TP_BTF, "sock_recv_length", true },
-	{ "proc", "on_mmap_enter", "on_mmap_enter_raw", HOOK_TP_BTF, "sys_enter" },
-	{ "proc", "on_exec", "on_exec_raw", HOOK_TP_BTF, "sched_process_exec" },
-	{ "proc", "on_exit", "on_exit_raw", HOOK_TP_BTF, "sched_process_exit" },
+    {"sched", "on_sched_switch", "on_sched_switch_raw", HOOK_TP_BTF, "sched_switch"},
+    {"sched", "on_sched_wakeup", "on_sched_wakeup_raw", HOOK_TP_BTF, "sched_wakeup"},
+    {"sched", "on_sched_wakeup_new", "on_sched_wakeup_new_raw", HOOK_TP_BTF, "sched_wakeup_new"},
+    {"syscalls", "on_sys_enter", "on_sys_enter_raw", HOOK_TP_BTF, "sys_enter"},
+    {"syscalls", "on_sys_exit", "on_sys_exit_raw", HOOK_TP_BTF, "sys_exit"},
+    {"net", "on_net_dev_xmit", "on_net_dev_xmit_raw", HOOK_TP_BTF, "net_dev_xmit"},
+    {"net", "on_netif_receive_skb", "on_netif_receive_skb_raw", HOOK_TP_BTF, "netif_receive_skb"},
+    {"net", "on_tcp_retransmit", "on_tcp_retransmit_raw", HOOK_TP_BTF, "tcp_retransmit_skb", true},
+    {"net", "on_sock_state", "on_sock_state_raw", HOOK_TP_BTF, "inet_sock_set_state", true},
+    {"net", "on_sock_send", "on_sock_send_raw", HOOK_TP_BTF, "sock_send_length", true},
+    {"net", "on_sock_recv", "on_sock_recv_raw", HOOK_TP_BTF, "sock_recv_length", true},
+    {"proc", "on_mmap_enter", "on_mmap_enter_raw", HOOK_TP_BTF, "sys_enter"},
+    {"proc", "on_exec", "on_exec_raw", HOOK_TP_BTF, "sched_process_exec"},
+    {"proc", "on_exit", "on_exit_raw", HOOK_TP_BTF, "sched_process_exit"},
 };
 
 #define N_PROGS (sizeof(progs) / sizeof(progs[0]))
@@ -83,9 +80,9 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 /* root, or the capabilities loading and attaching needs */
 static int check_privileges(void)
 {
-	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
 	struct __user_cap_data_struct data[2] = {};
-	const int need[] = { 38 /* CAP_PERFMON */, 39 /* CAP_BPF */ };
+	const int need[] = {38 /* CAP_PERFMON */, 39 /* CAP_BPF */};
 	bool ok = true;
 
 	if (geteuid() == 0)
@@ -115,7 +112,6 @@ static bool tp_btf_ok(const char *tp)
 	/* BTF-typed tracepoints came with the btf_trace_* typedefs (v5.5) */
 	return vmlinux_btf && btf__find_by_name_kind(vmlinux_btf, name, BTF_KIND_TYPEDEF) > 0;
 }
-
 
 static bool family_enabled(struct agent *a, const char *family)
 {
@@ -149,8 +145,8 @@ static int choose_programs(struct agent *a)
 		bpf_program__set_autoload(fb, !use_best);
 		if (!use_best) {
 			fallbacks++;
-			pr_info("%s: %s unavailable on this kernel, using %s", ps->family,
-				ps->best, ps->fallback);
+			pr_info("%s: %s unavailable on this kernel, using %s", ps->family, ps->best,
+				ps->fallback);
 		}
 	}
 	return fallbacks;

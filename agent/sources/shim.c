@@ -42,7 +42,10 @@ struct shim_src {
 	uint64_t conns_seen; /* shims accepted when the mode was last pushed */
 	/* exits decoded while a drain delivers messages wait for its end */
 	bool draining;
-	struct { uint32_t pid; uint64_t ts_ns; } exits[EXITS_HELD];
+	struct {
+		uint32_t pid;
+		uint64_t ts_ns;
+	} exits[EXITS_HELD];
 	int n_exits;
 	uint64_t exits_early; /* EXITS_HELD full: handled at once */
 };
@@ -58,7 +61,8 @@ static void on_status(struct shim_src *gp, const struct shim_status_event *e)
 			s = &gp->shims[i];
 	if (!s) {
 		if (gp->n_shims == MAX_SHIMS)
-			memmove(gp->shims, gp->shims + 1, (MAX_SHIMS - 1) * sizeof(*s)), gp->n_shims--;
+			memmove(gp->shims, gp->shims + 1, (MAX_SHIMS - 1) * sizeof(*s)),
+			    gp->n_shims--;
 		s = &gp->shims[gp->n_shims++];
 		memset(s, 0, sizeof(*s));
 		s->pid = e->hdr.pid;
@@ -79,7 +83,8 @@ static void on_status(struct shim_src *gp, const struct shim_status_event *e)
 					: e->clock_mode == SHIM_CLOCK_OFFSET	 ? "cupti+offset"
 										 : "none"));
 	json_object_set_new(r, "clock_offset_ns", json_integer(e->clock_offset_ns));
-	json_object_set_new(r, "capture", json_string(e->capture == MODE_DEEP ? "deep" : "sentinel"));
+	json_object_set_new(r, "capture",
+			    json_string(e->capture == MODE_DEEP ? "deep" : "sentinel"));
 	json_object_set_new(r, "records_sent", json_integer((json_int_t)e->records_sent));
 	json_object_set_new(r, "records_dropped", json_integer((json_int_t)e->records_dropped));
 	json_object_set_new(r, "cupti_dropped", json_integer((json_int_t)e->cupti_dropped));
@@ -98,7 +103,7 @@ static void on_shim_record(void *ctx, const struct event_hdr *h, size_t len)
 	case EV_GPU_KERNEL:
 	case EV_GPU_MEMCPY:
 	case EV_GPU_MEMSET:
-		g.kind = h->type == EV_GPU_KERNEL	  ? CORR_KIND_KERNEL
+		g.kind = h->type == EV_GPU_KERNEL   ? CORR_KIND_KERNEL
 			 : h->type == EV_GPU_MEMCPY ? CORR_KIND_MEMCPY
 						    : CORR_KIND_MEMSET;
 		g.pid = h->pid;
@@ -231,8 +236,8 @@ static gid_t shim_gid(const struct agent_opts *o)
 int shim_init(struct agent *a)
 {
 	const struct agent_opts *o = &a->opts;
-	struct shim_rx_opts ro = { .sz = sizeof(ro), .on_record = on_shim_record,
-				   .on_msg = on_shim_msg };
+	struct shim_rx_opts ro = {
+	    .sz = sizeof(ro), .on_record = on_shim_record, .on_msg = on_shim_msg};
 	struct shim_src *gp;
 	int err;
 
@@ -249,7 +254,8 @@ int shim_init(struct agent *a)
 		err = -errno;
 		/* GPU-side capture is optional: the eBPF side works without it */
 		pr_warn("CUPTI shim socket %s: %s; GPU activity from shims is not collected",
-			o->shim_socket ? o->shim_socket : "/run/infertrace/shim.sock", strerror(-err));
+			o->shim_socket ? o->shim_socket : "/run/infertrace/shim.sock",
+			strerror(-err));
 		a->cnt.shim_errors++;
 		free(gp);
 		gpu_free(a); /* no shim, no GPU records: the join is not needed */
@@ -336,16 +342,16 @@ void shim_stats(struct agent *a, json_t *r)
 		return;
 	shim_rx_get_stats(gp->rx, &s);
 	json_object_set_new(
-		r, "gpu",
-		json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "shims_connected",
-			  (json_int_t)s.conns_active, "shim_records", (json_int_t)s.records,
-			  "shim_bad_records", (json_int_t)s.bad_records, "shim_bad_msgs",
-			  (json_int_t)s.bad_msgs, "shim_pid_rewritten", (json_int_t)s.pid_rewritten,
-			  "shim_tid_mapped", (json_int_t)s.tid_mapped, "shim_tid_unmapped",
-			  (json_int_t)s.tid_unmapped, "shim_dropped",
-			  (json_int_t)s.shim_records_dropped, "cupti_dropped",
-			  (json_int_t)s.shim_cupti_dropped, "exits_early", (json_int_t)gp->exits_early,
-			  "shim_reentered", (json_int_t)s.reentered));
+	    r, "gpu",
+	    json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "shims_connected",
+		      (json_int_t)s.conns_active, "shim_records", (json_int_t)s.records,
+		      "shim_bad_records", (json_int_t)s.bad_records, "shim_bad_msgs",
+		      (json_int_t)s.bad_msgs, "shim_pid_rewritten", (json_int_t)s.pid_rewritten,
+		      "shim_tid_mapped", (json_int_t)s.tid_mapped, "shim_tid_unmapped",
+		      (json_int_t)s.tid_unmapped, "shim_dropped",
+		      (json_int_t)s.shim_records_dropped, "cupti_dropped",
+		      (json_int_t)s.shim_cupti_dropped, "exits_early", (json_int_t)gp->exits_early,
+		      "shim_reentered", (json_int_t)s.reentered));
 	/* what the receiver refused or shed (issue 18): metrics.c exports each */
 	more = json_pack(
 	    "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "shim_conns_refused",

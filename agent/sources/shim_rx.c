@@ -30,7 +30,7 @@
 #define RX_MAX_CONNS_DEFAULT 256
 #define RX_MSGS_PER_CONN 64 /* per drain call: one busy shim cannot starve the others */
 #define RX_ACCEPTS_PER_DRAIN 32
-#define RX_MAX_FDS 16 /* fds a sender may try to pass in one message; closed at once */
+#define RX_MAX_FDS 16	 /* fds a sender may try to pass in one message; closed at once */
 #define RX_MAX_TIDS 4096 /* threads mapped per containerised process */
 /* limits (shim_rx_opts) */
 #define RX_PER_PID_DEFAULT 4

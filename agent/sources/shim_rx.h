@@ -98,11 +98,11 @@ struct shim_rx_stats {
 	uint64_t shim_records_dropped;
 	uint64_t shim_cupti_dropped;
 	/* launch callbacks of shims in another pid namespace (containers) */
-	uint64_t tid_mapped;   /* tid rewritten to the host tid */
-	uint64_t tid_unmapped; /* no host tid found: tid set to 0 */
-	uint64_t tid_scans;    /* /proc/PID/task scans to (re)build a map */
+	uint64_t tid_mapped;	 /* tid rewritten to the host tid */
+	uint64_t tid_unmapped;	 /* no host tid found: tid set to 0 */
+	uint64_t tid_scans;	 /* /proc/PID/task scans to (re)build a map */
 	uint64_t tid_scans_shed; /* scans over budget_scans not done (the tid counts as unmapped) */
-	uint64_t reentered;    /* drain or feed called from a drain's callbacks: refused */
+	uint64_t reentered;	 /* drain or feed called from a drain's callbacks: refused */
 };
 
 /*

@@ -44,7 +44,7 @@ enum loader_map {
 	LOADER_THREAD_STATS,
 	LOADER_SYSCALL_STATS,
 	LOADER_NETDEV_STATS,
-	LOADER_FLIGHT, /* mmap'able: the per-CPU launch rings */
+	LOADER_FLIGHT,	   /* mmap'able: the per-CPU launch rings */
 	LOADER_FLIGHT_CUR, /* mmap'able: their cursors */
 };
 int loader_map_fd(struct agent *a, enum loader_map m);
@@ -130,10 +130,10 @@ int decode_record(struct agent *a, const void *data, size_t size);
 /* an executable mapping of path (dev, ino as in /proc/PID/maps): attach if it has the probes */
 int usdt_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const char *path);
 void usdt_detach(struct proc *p); /* every file of the process */
-void usdt_free(struct agent *a); /* the file cache, at shutdown */
+void usdt_free(struct agent *a);  /* the file cache, at shutdown */
 /* a cuda_launch record's JSON (deep mode, and the flight recorder's kernel half) */
-long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size_t size,
-			char *buf, size_t cap); /* length, or -errno (counted) */
+long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size_t size, char *buf,
+			size_t cap); /* length, or -errno (counted) */
 
 /* aggregate.c: per-interval summaries from the maps */
 int aggregate_init(struct agent *a);

@@ -425,7 +425,7 @@ static void destroy_links(struct bpf_link **links, int n)
 	int k = n < REAP_THREADS ? n : REAP_THREADS;
 
 	for (int i = 1; i < k; i++) {
-		s[i] = (struct reap_stripe){ .links = links, .n = n, .first = i, .step = k };
+		s[i] = (struct reap_stripe){.links = links, .n = n, .first = i, .step = k};
 		started[i] = !pthread_create(&t[i], NULL, reap_stripe_main, &s[i]);
 	}
 	/* stripe 0 here, and the stripes of threads that did not start */

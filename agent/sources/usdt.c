@@ -91,7 +91,7 @@ static int cache_insert(struct usdt_cache *c, size_t at, dev_t dev, ino_t ino, b
 	if (grow_array((void **)&c->files, &c->cap, c->n, sizeof(*c->files), 256))
 		return -ENOMEM;
 	memmove(&c->files[at + 1], &c->files[at], (c->n - at) * sizeof(*c->files));
-	c->files[at] = (struct usdt_file){ .dev = dev, .ino = ino, .has_notes = has_notes };
+	c->files[at] = (struct usdt_file){.dev = dev, .ino = ino, .has_notes = has_notes};
 	c->n++;
 	return 0;
 }
@@ -168,9 +168,9 @@ static bool proc_has_usdt(const struct proc *p)
 
 int usdt_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const char *path)
 {
-	struct bpf_program *progs[USDT_LINKS] = { loader_step_program(a, false),
-						  loader_step_program(a, true) };
-	static const char *const names[USDT_LINKS] = { "step_begin", "step_end" };
+	struct bpf_program *progs[USDT_LINKS] = {loader_step_program(a, false),
+						 loader_step_program(a, true)};
+	static const char *const names[USDT_LINKS] = {"step_begin", "step_end"};
 	bool first = !proc_has_usdt(p);
 	struct usdt_link *u;
 	char full[600];

@@ -147,7 +147,7 @@ static __always_inline __u64 batch_wakeup(void *rb, __u32 size)
 	__u64 avail = bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA);
 
 	return avail / WAKEUP_BYTES != (avail - size) / WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
-								      : BPF_RB_NO_WAKEUP;
+								     : BPF_RB_NO_WAKEUP;
 }
 
 /* floor(log2(v)) without loops, so the verifier sees straight-line code */
@@ -155,11 +155,21 @@ static __always_inline __u32 log2_u64(__u64 v)
 {
 	__u32 r = 0, shift;
 
-	shift = (v > 0xFFFFFFFFULL) << 5; v >>= shift; r |= shift;
-	shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
-	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
-	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
-	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	shift = (v > 0xFFFFFFFFULL) << 5;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xFFFF) << 4;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xFF) << 3;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xF) << 2;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0x3) << 1;
+	v >>= shift;
+	r |= shift;
 	r |= (v >> 1);
 	return r;
 }

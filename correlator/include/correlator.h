@@ -52,14 +52,19 @@ enum corr_kind {
 
 /* time sources; opts.clock_offset_ns[src] is added to every ts of that source */
 enum corr_src {
-	CORR_SRC_UPROBE = 0, /* bpf uprobe launches (CLOCK_MONOTONIC: the base) */
+	CORR_SRC_UPROBE = 0,   /* bpf uprobe launches (CLOCK_MONOTONIC: the base) */
 	CORR_SRC_CALLBACK = 1, /* CUPTI shim launch callbacks */
-	CORR_SRC_GPU = 2, /* GPU activity records */
-	CORR_SRC_TRACE = 3, /* launches read from a recording */
+	CORR_SRC_GPU = 2,      /* GPU activity records */
+	CORR_SRC_TRACE = 3,    /* launches read from a recording */
 	CORR_SRC_COUNT,
 };
 
-enum corr_log_level { CORR_LOG_ERROR = 0, CORR_LOG_WARN = 1, CORR_LOG_INFO = 2, CORR_LOG_DEBUG = 3 };
+enum corr_log_level {
+	CORR_LOG_ERROR = 0,
+	CORR_LOG_WARN = 1,
+	CORR_LOG_INFO = 2,
+	CORR_LOG_DEBUG = 3
+};
 
 /* a launch on the CPU side, as the emit callback sees it */
 struct corr_launch {
@@ -67,9 +72,9 @@ struct corr_launch {
 	uint32_t tid;
 	uint64_t ts_ns; /* API entry (uprobe or trace), else callback time */
 	uint32_t corr_id;
-	uint32_t cbid; /* CUPTI callback id, 0 when unknown */
-	const char *api; /* entry point name, e.g. "cudaLaunchKernel"; never NULL */
-	bool from_uprobe; /* ts_ns is the uprobe's API entry time */
+	uint32_t cbid;	    /* CUPTI callback id, 0 when unknown */
+	const char *api;    /* entry point name, e.g. "cudaLaunchKernel"; never NULL */
+	bool from_uprobe;   /* ts_ns is the uprobe's API entry time */
 	bool from_callback; /* a shim callback confirmed the correlation id */
 };
 
@@ -81,15 +86,15 @@ struct corr_gpu {
 	uint32_t device;
 	uint32_t context;
 	uint32_t stream;
-	uint32_t graph_id; /* 0 outside graphs */
+	uint32_t graph_id;	/* 0 outside graphs */
 	uint64_t graph_node_id; /* 0 outside graphs */
 	uint64_t start_ns;
 	uint64_t end_ns;
 	uint32_t grid[3];
 	uint32_t block[3];
 	uint32_t copy_kind; /* memcpy: CUpti_ActivityMemcpyKind */
-	uint64_t bytes; /* memcpy/memset */
-	const char *name; /* mangled as recorded; may be NULL */
+	uint64_t bytes;	    /* memcpy/memset */
+	const char *name;   /* mangled as recorded; may be NULL */
 };
 
 /*
@@ -99,7 +104,7 @@ struct corr_gpu {
  */
 typedef void (*corr_emit_fn)(void *ctx, const struct corr_gpu *g, const struct corr_launch *l);
 typedef void (*corr_log_fn)(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /*
  * GPU records carry no host pid (Kineto writes the device as pid): join on
@@ -109,10 +114,10 @@ typedef void (*corr_log_fn)(void *ctx, enum corr_log_level lvl, const char *fmt,
 #define CORR_F_PID_FROM_LAUNCH (1u << 0)
 
 struct corr_opts {
-	size_t sz; /* sizeof(struct corr_opts) */
-	uint32_t flags; /* CORR_F_* */
+	size_t sz;		  /* sizeof(struct corr_opts) */
+	uint32_t flags;		  /* CORR_F_* */
 	uint32_t launch_capacity; /* launches kept for joining; 0: 131072 */
-	uint32_t gpu_capacity; /* GPU records waiting for their launch; 0: 65536 */
+	uint32_t gpu_capacity;	  /* GPU records waiting for their launch; 0: 65536 */
 	uint32_t thread_capacity; /* threads with pending uprobe launches; 0: 4096 */
 	/*
 	 * launches older than (newest launch ts - window_ns) are retired, GPU
@@ -139,20 +144,20 @@ struct corr_counters {
 	uint64_t callbacks;
 	uint64_t callbacks_with_uprobe; /* callback tied to a uprobe launch */
 	uint64_t callbacks_without_uprobe;
-	uint64_t launches; /* distinct (pid, corr id) launches */
-	uint64_t launches_nested; /* same key again (runtime -> driver): counted once */
-	uint64_t launches_expired; /* retired by the window */
-	uint64_t launches_evicted; /* pushed out by capacity */
+	uint64_t launches;		/* distinct (pid, corr id) launches */
+	uint64_t launches_nested;	/* same key again (runtime -> driver): counted once */
+	uint64_t launches_expired;	/* retired by the window */
+	uint64_t launches_evicted;	/* pushed out by capacity */
 	uint64_t launches_dropped_exit; /* dropped at process exit */
-	uint64_t uprobes_evicted; /* uprobe launches no callback claimed */
+	uint64_t uprobes_evicted;	/* uprobe launches no callback claimed */
 	uint64_t threads_evicted;
 	uint64_t threads_pruned; /* threads of exited processes dropped */
 	uint64_t gpu_records;
-	uint64_t joined; /* GPU records joined to a launch */
-	uint64_t joined_late; /* ... after waiting for their launch */
-	uint64_t unmatched; /* GPU records emitted without a launch */
-	uint64_t gpu_evicted; /* unmatched because the wait queue was full */
-	uint64_t refused; /* a candidate launch refused (time order, pid reuse) */
+	uint64_t joined;	/* GPU records joined to a launch */
+	uint64_t joined_late;	/* ... after waiting for their launch */
+	uint64_t unmatched;	/* GPU records emitted without a launch */
+	uint64_t gpu_evicted;	/* unmatched because the wait queue was full */
+	uint64_t refused;	/* a candidate launch refused (time order, pid reuse) */
 	uint64_t names_dropped; /* name table full: record emitted without name */
 	uint64_t kinds[CORR_KIND_COUNT];
 };
@@ -167,11 +172,11 @@ int corr__add_uprobe_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t
  * a shim launch callback: API exit on (pid, tid) with its correlation id;
  * domain/cbid as CUPTI's (CUPTI_CB_DOMAIN_DRIVER_API 1, RUNTIME_API 2)
  */
-int corr__add_callback(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
-		       uint32_t corr_id, uint32_t domain, uint32_t cbid);
+int corr__add_callback(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns, uint32_t corr_id,
+		       uint32_t domain, uint32_t cbid);
 /* a launch that already carries its correlation id (recordings) */
-int corr__add_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
-		     uint32_t corr_id, uint32_t cbid, const char *api);
+int corr__add_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns, uint32_t corr_id,
+		     uint32_t cbid, const char *api);
 /* a GPU activity record; emitted now if its launch is known, else queued */
 int corr__add_gpu(struct corr *c, const struct corr_gpu *g);
 /*
@@ -221,13 +226,13 @@ struct corr_stats;
 
 struct corr_stats_opts {
 	size_t sz;
-	uint32_t top_n; /* top kernels reported; 0: 5, at most CORR_STATS_MAX_TOP */
+	uint32_t top_n;	     /* top kernels reported; 0: 5, at most CORR_STATS_MAX_TOP */
 	uint64_t gap_min_ns; /* idle gaps shorter than this are not gaps; 0: 0 */
-	uint32_t capacity; /* records held per interval; 0: 1 << 20; more are counted */
+	uint32_t capacity;   /* records held per interval; 0: 1 << 20; more are counted */
 };
 
 struct corr_summary {
-	uint32_t pid; /* 0: GPU records whose process is unknown */
+	uint32_t pid;	       /* 0: GPU records whose process is unknown */
 	uint64_t t0_ns, t1_ns; /* the interval [t0, t1) by record start */
 	uint64_t kernels, memcpys, memsets;
 	uint64_t matched, unmatched;
@@ -236,8 +241,8 @@ struct corr_summary {
 	struct {
 		uint32_t device;
 		uint64_t busy_ns; /* union of activity on the device */
-		uint64_t gaps; /* idle gaps between busy periods, >= gap_min_ns */
-		uint64_t gap_ns; /* total of those gaps */
+		uint64_t gaps;	  /* idle gaps between busy periods, >= gap_min_ns */
+		uint64_t gap_ns;  /* total of those gaps */
 		uint64_t gap_max_ns;
 	} dev[CORR_STATS_MAX_DEV];
 	uint32_t n_streams;
@@ -278,8 +283,8 @@ uint64_t corr_stats__dropped(const struct corr_stats *st);
 enum corr_format {
 	CORR_FMT_AUTO = 0,
 	CORR_FMT_KINETO, /* Chrome trace JSON, plain or gzip */
-	CORR_FMT_NSYS, /* Nsight Systems SQLite export */
-	CORR_FMT_JSONL, /* the agent's own JSON lines */
+	CORR_FMT_NSYS,	 /* Nsight Systems SQLite export */
+	CORR_FMT_JSONL,	 /* the agent's own JSON lines */
 };
 
 /* a marker of a recording (python_function, user_annotation, NVTX range) */
@@ -297,7 +302,7 @@ typedef void (*corr_comm_fn)(void *ctx, const struct corr_comm_op *op);
 struct corr_replay_opts {
 	size_t sz;
 	enum corr_format format; /* CORR_FMT_AUTO: detect from the content */
-	corr_marker_fn marker; /* may be NULL; called on the caller's thread */
+	corr_marker_fn marker;	 /* may be NULL; called on the caller's thread */
 	void *marker_ctx;
 	corr_log_fn log;
 	void *log_ctx;
@@ -320,9 +325,9 @@ struct corr_replay_opts {
 
 struct corr_replay_stats {
 	enum corr_format format;
-	uint64_t bytes; /* input size, uncompressed */
-	uint64_t events; /* input events seen */
-	uint64_t launches; /* launch events fed */
+	uint64_t bytes;	      /* input size, uncompressed */
+	uint64_t events;      /* input events seen */
+	uint64_t launches;    /* launch events fed */
 	uint64_t gpu_records; /* GPU records fed */
 	uint64_t markers;
 	uint64_t skipped; /* events of no interest */
@@ -338,7 +343,7 @@ struct corr_replay_stats {
  * file, which SQLite reads in place from its path.
  */
 struct corr_input {
-	char *buf; /* NUL-terminated; NULL when in_place */
+	char *buf;  /* NUL-terminated; NULL when in_place */
 	size_t len; /* bytes of buf, or of the file when in_place */
 	bool in_place;
 	bool owned; /* buf is freed by corr_input_release() */
@@ -371,8 +376,7 @@ int corr_replay_buf(const char *buf, size_t len, const struct corr_opts *copts,
  * docs/operations.md ("Replay limits"); 0 or -errno, logged. Then
  * corr_replay_input() replays it (path names it in logs; needed in_place).
  */
-int corr_replay_load(const char *path, const struct corr_replay_opts *ropts,
-		     struct corr_input *in);
+int corr_replay_load(const char *path, const struct corr_replay_opts *ropts, struct corr_input *in);
 int corr_replay_input(const char *path, const struct corr_input *in, const struct corr_opts *copts,
 		      const struct corr_replay_opts *ropts, struct corr_replay_stats *stats);
 void corr_input_release(struct corr_input *in);

@@ -271,7 +271,7 @@ struct diag_det_opts {
 struct diag_verdict {
 	bool judged; /* false while bootstrapping */
 	bool anomalous;
-	bool held; /* over its limit but maybe noise: decided by the next step */
+	bool held;	      /* over its limit but maybe noise: decided by the next step */
 	uint64_t expected_ns; /* P99 for the workload; 0 when none yet */
 	uint64_t median_ns;
 	double score;
@@ -285,8 +285,8 @@ struct diag_det_counters {
 	uint64_t steps, judged, anomalies, bootstrapping;
 	uint64_t by_kind[DIAG_KIND_COUNT];
 	uint64_t refits, keys, keys_dropped, bad_steps;
-	uint64_t explained; /* over the limit at a recurring second mode of the workload */
-	uint64_t noise;	    /* lone GPU-bound spikes in a noisy stretch, not reported */
+	uint64_t explained;	/* over the limit at a recurring second mode of the workload */
+	uint64_t noise;		/* lone GPU-bound spikes in a noisy stretch, not reported */
 	uint64_t baseline_keys; /* keys loaded from a saved baseline */
 	/*
 	 * steps over the steady limit whose batch changed membership, within

@@ -19,7 +19,7 @@ struct jsonw {
 	size_t cap;
 	size_t len;
 	int overflow; /* set once anything did not fit: the record is dropped */
-	int first; /* no comma before the next key */
+	int first;    /* no comma before the next key */
 };
 
 void jw_init(struct jsonw *w, char *buf, size_t cap); /* writes "{" */

@@ -32,18 +32,18 @@
 #include "pidtab.h"
 
 #define NO_IDX UINT32_MAX
-#define THR_UP_MIN 16 /* uprobe FIFO of a thread: first size, doubled when full */
-#define THR_UP_MAX 8192 /* ... up to this (~80 ms of launches at 100k/s) */
+#define THR_UP_MIN 16		 /* uprobe FIFO of a thread: first size, doubled when full */
+#define THR_UP_MAX 8192		 /* ... up to this (~80 ms of launches at 100k/s) */
 #define THR_UP_BUDGET (1u << 20) /* FIFO entries of all threads together (16 MiB) */
-#define THR_CBW 8 /* callbacks waiting for a late uprobe, per thread */
+#define THR_CBW 8		 /* callbacks waiting for a late uprobe, per thread */
 #define EXIT_CAP 4096
 
 struct launch_ent {
 	uint64_t ts;
 	uint32_t pid, tid, corr, cbid;
-	int32_t api; /* name id */
+	int32_t api;	/* name id */
 	uint32_t pnext; /* next live launch of the pid (ring index), NO_IDX */
-	uint8_t live; /* in the hash table and the pid's list */
+	uint8_t live;	/* in the hash table and the pid's list */
 	uint8_t from_uprobe, from_cb;
 };
 
@@ -51,8 +51,8 @@ struct pend {
 	struct corr_gpu g; /* g.name unused: name_id */
 	int32_t name_id;
 	uint64_t key;
-	uint32_t chain; /* next pending with the same key */
-	uint32_t prev, next; /* FIFO (arrival order) or free list (next) */
+	uint32_t chain;	       /* next pending with the same key */
+	uint32_t prev, next;   /* FIFO (arrival order) or free list (next) */
 	uint32_t pprev, pnext; /* the pid's list (not with CORR_F_PID_FROM_LAUNCH) */
 };
 
@@ -75,7 +75,7 @@ struct thr {
 	/* uprobe launches in time order (one thread calls one API at a time) */
 	struct thr_up *up;
 	uint32_t up_cap, up_head, up_len;
-	uint64_t last_cb_ts; /* exit of the last call a callback reported */
+	uint64_t last_cb_ts;   /* exit of the last call a callback reported */
 	uint32_t pprev, pnext; /* the pid's threads (thread indices), NO_IDX */
 	struct thr_cb cbw[THR_CBW];
 };
@@ -87,7 +87,7 @@ struct thr {
  */
 struct lt_slot {
 	uint64_t key;
-	uint32_t idx; /* ring index + 1, 0 = empty */
+	uint32_t idx;  /* ring index + 1, 0 = empty */
 	uint32_t home; /* lt_home(key), so the backward shift never rehashes */
 };
 
@@ -105,7 +105,7 @@ struct pproc {
 	struct pid_slot k;
 	uint32_t l_head, l_tail; /* live launches, ring indices */
 	uint32_t p_head, p_tail; /* waiting GPU records, pend indices */
-	uint32_t t_head; /* threads, thread indices */
+	uint32_t t_head;	 /* threads, thread indices */
 };
 
 struct corr {
@@ -131,26 +131,40 @@ struct corr {
 	struct thr *thr;
 	uint32_t thr_cap, thr_len, thr_victim;
 	uint32_t up_slots; /* FIFO entries allocated over all threads */
-	uint32_t *tt; /* thread index + 1 */
+	uint32_t *tt;	   /* thread index + 1 */
 	uint32_t tt_mask;
 
-	struct pidtab procs; /* struct pproc by pid */
+	struct pidtab procs;  /* struct pproc by pid */
 	uint64_t exit_visits; /* entries an exit touched (corr_exit_visits) */
 
 	struct exit_ent exits[EXIT_CAP]; /* small: direct-mapped by pid */
-	int32_t last_api; /* name id of the last launch's API */
-	const char *last_api_str; /* the string it was last asked for */
+	int32_t last_api;		 /* name id of the last launch's API */
+	const char *last_api_str;	 /* the string it was last asked for */
 };
 
 static const char *const api_names[] = {
-	"cudaLaunchKernel",	  "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC",
-	"cudaLaunchKernelExC_ptsz", "cudaGraphLaunch",	   "cudaGraphLaunch_ptsz",
-	"cudaMemcpyAsync",	  "cudaMemcpyAsync_ptsz",  "cudaStreamSynchronize",
-	"cudaStreamSynchronize_ptsz", "cudaDeviceSynchronize", "cuLaunchKernel",
-	"cuLaunchKernel_ptsz",	  "cuLaunchKernelEx",	   "cuLaunchKernelEx_ptsz",
-	"cuGraphLaunch",	  "cuGraphLaunch_ptsz",
-	"cudaEventSynchronize",	  "cudaMemcpy",		   "cuStreamSynchronize",
-	"cuCtxSynchronize",	  "cuEventSynchronize",
+    "cudaLaunchKernel",
+    "cudaLaunchKernel_ptsz",
+    "cudaLaunchKernelExC",
+    "cudaLaunchKernelExC_ptsz",
+    "cudaGraphLaunch",
+    "cudaGraphLaunch_ptsz",
+    "cudaMemcpyAsync",
+    "cudaMemcpyAsync_ptsz",
+    "cudaStreamSynchronize",
+    "cudaStreamSynchronize_ptsz",
+    "cudaDeviceSynchronize",
+    "cuLaunchKernel",
+    "cuLaunchKernel_ptsz",
+    "cuLaunchKernelEx",
+    "cuLaunchKernelEx_ptsz",
+    "cuGraphLaunch",
+    "cuGraphLaunch_ptsz",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
 };
 /* must match enum cuda_api in bpf/events.h */
 _Static_assert(sizeof(api_names) / sizeof(api_names[0]) == 22, "enum cuda_api");
@@ -175,36 +189,36 @@ static const struct {
 	uint16_t domain, cbid;
 	const char *name;
 } cbids[] = {
-	{ 2, 13, "cudaLaunch" },
-	{ 2, 211, "cudaLaunchKernel" },
-	{ 2, 213, "cudaLaunch_ptsz" },
-	{ 2, 214, "cudaLaunchKernel_ptsz" },
-	{ 2, 269, "cudaLaunchCooperativeKernel" },
-	{ 2, 270, "cudaLaunchCooperativeKernel_ptsz" },
-	{ 2, 272, "cudaLaunchCooperativeKernelMultiDevice" },
-	{ 2, 311, "cudaGraphLaunch" },
-	{ 2, 312, "cudaGraphLaunch_ptsz" },
-	{ 2, 430, "cudaLaunchKernelExC" },
-	{ 2, 431, "cudaLaunchKernelExC_ptsz" },
-	{ 2, 505, "__cudaLaunchKernel" },
-	{ 2, 506, "__cudaLaunchKernel_ptsz" },
-	/* not launches, but their records carry correlation ids (agent/shim/cupti.c) */
-	{ 2, 41, "cudaMemcpyAsync" },
-	{ 2, 225, "cudaMemcpyAsync_ptsz" },
-	{ 2, 51, "cudaMemsetAsync" },
-	{ 2, 235, "cudaMemsetAsync_ptsz" },
-	{ 1, 115, "cuLaunch" },
-	{ 1, 116, "cuLaunchGrid" },
-	{ 1, 117, "cuLaunchGridAsync" },
-	{ 1, 307, "cuLaunchKernel" },
-	{ 1, 442, "cuLaunchKernel_ptsz" },
-	{ 1, 477, "cuLaunchCooperativeKernel" },
-	{ 1, 478, "cuLaunchCooperativeKernel_ptsz" },
-	{ 1, 480, "cuLaunchCooperativeKernelMultiDevice" },
-	{ 1, 514, "cuGraphLaunch" },
-	{ 1, 515, "cuGraphLaunch_ptsz" },
-	{ 1, 652, "cuLaunchKernelEx" },
-	{ 1, 653, "cuLaunchKernelEx_ptsz" },
+    {2, 13, "cudaLaunch"},
+    {2, 211, "cudaLaunchKernel"},
+    {2, 213, "cudaLaunch_ptsz"},
+    {2, 214, "cudaLaunchKernel_ptsz"},
+    {2, 269, "cudaLaunchCooperativeKernel"},
+    {2, 270, "cudaLaunchCooperativeKernel_ptsz"},
+    {2, 272, "cudaLaunchCooperativeKernelMultiDevice"},
+    {2, 311, "cudaGraphLaunch"},
+    {2, 312, "cudaGraphLaunch_ptsz"},
+    {2, 430, "cudaLaunchKernelExC"},
+    {2, 431, "cudaLaunchKernelExC_ptsz"},
+    {2, 505, "__cudaLaunchKernel"},
+    {2, 506, "__cudaLaunchKernel_ptsz"},
+    /* not launches, but their records carry correlation ids (agent/shim/cupti.c) */
+    {2, 41, "cudaMemcpyAsync"},
+    {2, 225, "cudaMemcpyAsync_ptsz"},
+    {2, 51, "cudaMemsetAsync"},
+    {2, 235, "cudaMemsetAsync_ptsz"},
+    {1, 115, "cuLaunch"},
+    {1, 116, "cuLaunchGrid"},
+    {1, 117, "cuLaunchGridAsync"},
+    {1, 307, "cuLaunchKernel"},
+    {1, 442, "cuLaunchKernel_ptsz"},
+    {1, 477, "cuLaunchCooperativeKernel"},
+    {1, 478, "cuLaunchCooperativeKernel_ptsz"},
+    {1, 480, "cuLaunchCooperativeKernelMultiDevice"},
+    {1, 514, "cuGraphLaunch"},
+    {1, 515, "cuGraphLaunch_ptsz"},
+    {1, 652, "cuLaunchKernelEx"},
+    {1, 653, "cuLaunchKernelEx_ptsz"},
 };
 
 const char *corr_cbid_name(uint32_t domain, uint32_t cbid)
@@ -599,14 +613,14 @@ static void emit_joined(struct corr *c, const struct launch_ent *e, const struct
 {
 	struct corr_gpu out = *g;
 	struct corr_launch l = {
-		.pid = e->pid,
-		.tid = e->tid,
-		.ts_ns = e->ts,
-		.corr_id = e->corr,
-		.cbid = e->cbid,
-		.api = names_str(c->names, e->api),
-		.from_uprobe = e->from_uprobe,
-		.from_callback = e->from_cb,
+	    .pid = e->pid,
+	    .tid = e->tid,
+	    .ts_ns = e->ts,
+	    .corr_id = e->corr,
+	    .cbid = e->cbid,
+	    .api = names_str(c->names, e->api),
+	    .from_uprobe = e->from_uprobe,
+	    .from_callback = e->from_cb,
 	};
 
 	if (!l.api)
@@ -674,7 +688,7 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 	 * When full, idx is the oldest's ring entry; its slot still holds its
 	 * own key, so ring_pop() finds that one.
 	 */
-	c->lt[slot] = (struct lt_slot){ .key = key, .idx = idx + 1, .home = lt_home(c, key) };
+	c->lt[slot] = (struct lt_slot){.key = key, .idx = idx + 1, .home = lt_home(c, key)};
 	if (c->ring_len == c->ring_cap) {
 		ring_pop(c, false);
 		/* it may have dropped or moved the pid's entry: made again, it cannot fail */
@@ -683,16 +697,16 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 	c->ring_len++;
 	e = &c->ring[idx];
 	*e = (struct launch_ent){
-		.ts = ts,
-		.pid = pid,
-		.tid = tid,
-		.corr = corr,
-		.cbid = cbid,
-		.api = api,
-		.pnext = NO_IDX,
-		.live = 1,
-		.from_uprobe = from_uprobe,
-		.from_cb = from_cb,
+	    .ts = ts,
+	    .pid = pid,
+	    .tid = tid,
+	    .corr = corr,
+	    .cbid = cbid,
+	    .api = api,
+	    .pnext = NO_IDX,
+	    .live = 1,
+	    .from_uprobe = from_uprobe,
+	    .from_cb = from_cb,
 	};
 	if (pp->l_tail != NO_IDX)
 		c->ring[pp->l_tail].pnext = idx;
@@ -710,7 +724,7 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 	 */
 	if (c->ring_len == c->ring_cap)
 		__builtin_prefetch(&c->lt[lt_home(c, mk_key(c, c->ring[c->ring_head].pid,
-							     c->ring[c->ring_head].corr))],
+							    c->ring[c->ring_head].corr))],
 				   1);
 	__builtin_prefetch(&c->lt[lt_home(c, key + 1)], 1);
 
@@ -765,8 +779,8 @@ static int32_t intern_api(struct corr *c, const char *api, bool is_static)
 	return id;
 }
 
-int corr__add_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
-		     uint32_t corr_id, uint32_t cbid, const char *api)
+int corr__add_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns, uint32_t corr_id,
+		     uint32_t cbid, const char *api)
 {
 	return launch_insert(c, pid, tid, adj(c, CORR_SRC_TRACE, ts_ns), corr_id, cbid,
 			     intern_api(c, api, false), true, false);
@@ -1000,14 +1014,14 @@ int corr__add_uprobe_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t
 	}
 	u = &t->up[(t->up_head + t->up_len) % t->up_cap];
 	t->up_len++;
-	*u = (struct thr_up){ .ts = ts, .api = api };
+	*u = (struct thr_up){.ts = ts, .api = api};
 	if (ts > c->watermark)
 		c->watermark = ts;
 	return 0;
 }
 
-int corr__add_callback(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,
-		       uint32_t corr_id, uint32_t domain, uint32_t cbid)
+int corr__add_callback(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns, uint32_t corr_id,
+		       uint32_t domain, uint32_t cbid)
 {
 	uint64_t ts = adj(c, CORR_SRC_CALLBACK, ts_ns);
 	struct thr *t = thr_get(c, pid, tid, true);
@@ -1053,7 +1067,7 @@ int corr__add_callback(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_n
 	}
 	/* no uprobe (yet): keep the callback so a late uprobe can claim it */
 	c->cnt.callbacks_without_uprobe++;
-	t->cbw[t->head_cb] = (struct thr_cb){ .ts = ts, .corr = corr_id };
+	t->cbw[t->head_cb] = (struct thr_cb){.ts = ts, .corr = corr_id};
 	t->head_cb = (t->head_cb + 1) % THR_CBW;
 	return launch_insert(c, pid, tid, ts, corr_id, cbid,
 			     intern_api(c, name ? name : "unknown", true), false, true);
@@ -1153,7 +1167,7 @@ int corr__process_exit(struct corr *c, uint32_t pid, uint64_t ts_ns)
 {
 	struct pproc *pp;
 
-	c->exits[pid % EXIT_CAP] = (struct exit_ent){ .pid = pid, .ts = ts_ns };
+	c->exits[pid % EXIT_CAP] = (struct exit_ent){.pid = pid, .ts = ts_ns};
 	pp = pp_find(c, pid);
 	if (!pp)
 		return 0;

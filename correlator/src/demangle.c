@@ -19,7 +19,7 @@ static struct {
 	void *handle;
 	cxa_demangle_fn fn;
 	struct names *names; /* mangled name -> id */
-	char **out; /* id -> demangled, NULL: not demangled */
+	char **out;	     /* id -> demangled, NULL: not demangled */
 	uint32_t cap;
 } dm;
 

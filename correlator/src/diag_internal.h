@@ -37,7 +37,7 @@ struct dlin {
 	bool ok;
 	double c[3];
 	double q50, q99; /* relative residuals of the fit */
-	double floor; /* no prediction below this: the quickest step fitted */
+	double floor;	 /* no prediction below this: the quickest step fitted */
 	uint32_t n, pos; /* samples in the reservoir (ring) */
 	float t[RES_CAP], kv[RES_CAP], dur[RES_CAP];
 };

@@ -68,9 +68,9 @@ struct replay_ctx {
 };
 /* log.c: format once, hand to the owner's callback (NULL: dropped) */
 void corr_log_forward(corr_log_fn fn, void *ctx, enum corr_log_level lvl, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-#define replay_log(rc, ...)                                                                 \
-	corr_log_forward((rc)->ro ? (rc)->ro->log : NULL, (rc)->ro ? (rc)->ro->log_ctx : NULL, \
+    __attribute__((format(printf, 4, 5)));
+#define replay_log(rc, ...)                                                                        \
+	corr_log_forward((rc)->ro ? (rc)->ro->log : NULL, (rc)->ro ? (rc)->ro->log_ctx : NULL,     \
 			 __VA_ARGS__)
 /* the caller asked to stop (corr_replay_opts.stop): readers return -EINTR */
 static inline bool replay_stopped(const struct replay_ctx *rc)

@@ -11,8 +11,7 @@
 #include "internal.h"
 #include "jsonw.h"
 
-
-static const char *const kind_names[] = { "kernel", "memcpy", "memset" };
+static const char *const kind_names[] = {"kernel", "memcpy", "memset"};
 
 int corr_gpu_to_json(char *buf, size_t sz, const struct corr_json_common *cm,
 		     const struct corr_gpu *g, const struct corr_launch *l)
@@ -45,9 +44,10 @@ int corr_gpu_to_json(char *buf, size_t sz, const struct corr_json_common *cm,
 		jw_uint(&w, "launch_cbid", l->cbid);
 		jw_uint(&w, "launch_ts_ns", l->ts_ns);
 		jw_int(&w, "launch_to_start_ns", (int64_t)(g->start_ns - l->ts_ns));
-		jw_str(&w, "launch_src", l->from_uprobe && l->from_callback ? "uprobe+cupti"
-					 : l->from_callback		    ? "cupti"
-									    : "trace");
+		jw_str(&w, "launch_src",
+		       l->from_uprobe && l->from_callback ? "uprobe+cupti"
+		       : l->from_callback		  ? "cupti"
+							  : "trace");
 	} else {
 		jw_null(&w, "launch_api");
 		jw_null(&w, "launch_cbid");

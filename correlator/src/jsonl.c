@@ -92,9 +92,9 @@ static int one(struct replay_ctx *rc, struct line *ln)
 	}
 	if (!strcmp(type, "kernel") || !strcmp(type, "memcpy") || !strcmp(type, "memset")) {
 		memset(&g, 0, sizeof(g));
-		g.kind = type[0] == 'k' ? CORR_KIND_KERNEL :
-			 type[3] == 'c' ? CORR_KIND_MEMCPY :
-					  CORR_KIND_MEMSET;
+		g.kind = type[0] == 'k'	  ? CORR_KIND_KERNEL
+			 : type[3] == 'c' ? CORR_KIND_MEMCPY
+					  : CORR_KIND_MEMSET;
 		g.pid = ju32(ln, "pid");
 		g.corr_id = ju32(ln, "correlation_id");
 		g.device = ju32(ln, "device");
@@ -119,9 +119,9 @@ static int one(struct replay_ctx *rc, struct line *ln)
 			if (ln->bad)
 				return -ERANGE;
 			rc->st->launches++;
-			err = corr_add_launch_src(rc->c, g.pid, tid, lts, g.corr_id, cbid,
-						  json_string_value(json_object_get(o, "launch_api")),
-						  up, cb);
+			err = corr_add_launch_src(
+			    rc->c, g.pid, tid, lts, g.corr_id, cbid,
+			    json_string_value(json_object_get(o, "launch_api")), up, cb);
 			if (err)
 				return err;
 		}
@@ -191,8 +191,9 @@ int jsonl_read(struct replay_ctx *rc, const char *buf, size_t len)
 		if (!o || !json_is_object(o)) {
 			replay_log(rc, CORR_LOG_ERROR, "JSON lines: line %zu (byte offset %zu): %s",
 				   line, (size_t)(p - buf) + (o ? 0 : (size_t)jerr.position),
-				   o ? "not a JSON object" :
-				   !nl ? "truncated last line" : jerr.text);
+				   o	 ? "not a JSON object"
+				   : !nl ? "truncated last line"
+					 : jerr.text);
 			json_decref(o);
 			return -EINVAL;
 		}

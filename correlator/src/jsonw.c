@@ -155,11 +155,11 @@ static void put_escaped(struct jsonw *w, const char *s, size_t n)
 		put(w, s + run, i - run);
 		run = i + 1;
 		if (c == '"' || c == '\\') {
-			char e[2] = { '\\', (char)c };
+			char e[2] = {'\\', (char)c};
 
 			put(w, e, sizeof(e));
 		} else {
-			char e[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
+			char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
 
 			put(w, e, sizeof(e));
 		}

@@ -55,8 +55,9 @@ static inline int expect(struct scan *sc, char ch)
 	if (sc->p >= sc->end)
 		return fail(sc, "unexpected end of input");
 	if (*sc->p != ch)
-		return fail(sc, ch == ':' ? "expected ':'" : ch == '{' ? "expected '{'" :
-							   "unexpected character");
+		return fail(sc, ch == ':'   ? "expected ':'"
+				: ch == '{' ? "expected '{'"
+					    : "unexpected character");
 	sc->p++;
 	return 0;
 }
@@ -114,19 +115,30 @@ static void unescape(const struct span *in, char *dst, size_t dsz)
 		}
 		ch = in->s[++i];
 		switch (ch) {
-		case 'n': dst[o++] = '\n'; break;
-		case 't': dst[o++] = '\t'; break;
-		case 'r': dst[o++] = '\r'; break;
-		case 'b': dst[o++] = '\b'; break;
-		case 'f': dst[o++] = '\f'; break;
+		case 'n':
+			dst[o++] = '\n';
+			break;
+		case 't':
+			dst[o++] = '\t';
+			break;
+		case 'r':
+			dst[o++] = '\r';
+			break;
+		case 'b':
+			dst[o++] = '\b';
+			break;
+		case 'f':
+			dst[o++] = '\f';
+			break;
 		case 'u': {
 			unsigned v = 0;
 
 			for (int k = 0; k < 4 && i + 1 < in->n; k++) {
 				char h = in->s[++i];
 
-				v = v * 16 + (unsigned)(h >= 'a' ? h - 'a' + 10 :
-						   h >= 'A' ? h - 'A' + 10 : h - '0');
+				v = v * 16 + (unsigned)(h >= 'a'   ? h - 'a' + 10
+							: h >= 'A' ? h - 'A' + 10
+								   : h - '0');
 			}
 			/* BMP to UTF-8; surrogate halves pass through as-is */
 			if (v < 0x80) {
@@ -141,7 +153,9 @@ static void unescape(const struct span *in, char *dst, size_t dsz)
 			}
 			break;
 		}
-		default: dst[o++] = ch; break;
+		default:
+			dst[o++] = ch;
+			break;
 		}
 	}
 	dst[o] = '\0';
@@ -510,7 +524,8 @@ static int parse_args(struct scan *sc, struct kev *e)
 			dst = &e->context;
 		else if (IS(&k, "graph id") || IS(&k, "graphId") || IS(&k, "graph_id"))
 			dst = &e->graph_id;
-		else if (IS(&k, "graph node id") || IS(&k, "graphNodeId") || IS(&k, "graph_node_id"))
+		else if (IS(&k, "graph node id") || IS(&k, "graphNodeId") ||
+			 IS(&k, "graph_node_id"))
 			dst = &e->graph_node;
 		else if (IS(&k, "bytes"))
 			dst = &e->bytes;
@@ -699,9 +714,9 @@ static int dispatch(struct replay_ctx *rc, const struct kev *e, char *namebuf)
 	}
 	if (IS(&e->cat, "kernel") || IS(&e->cat, "gpu_memcpy") || IS(&e->cat, "gpu_memset")) {
 		memset(&g, 0, sizeof(g));
-		g.kind = IS(&e->cat, "kernel")	   ? CORR_KIND_KERNEL :
-			 IS(&e->cat, "gpu_memcpy") ? CORR_KIND_MEMCPY :
-						     CORR_KIND_MEMSET;
+		g.kind = IS(&e->cat, "kernel")	     ? CORR_KIND_KERNEL
+			 : IS(&e->cat, "gpu_memcpy") ? CORR_KIND_MEMCPY
+						     : CORR_KIND_MEMSET;
 		g.pid = 0; /* Kineto's pid here is the device */
 		g.corr_id = (uint32_t)e->corr;
 		g.device = (uint32_t)e->device;
@@ -735,12 +750,12 @@ static int dispatch(struct replay_ctx *rc, const struct kev *e, char *namebuf)
 		if (rc->ro && rc->ro->marker) {
 			char cat[32];
 			struct corr_marker m = {
-				.pid = (uint32_t)e->pid,
-				.tid = (uint32_t)e->tid,
-				.ts_ns = e->ts,
-				.dur_ns = e->dur,
-				.cat = cat,
-				.name = ev_name(e, namebuf, NAME_MAX_LEN),
+			    .pid = (uint32_t)e->pid,
+			    .tid = (uint32_t)e->tid,
+			    .ts_ns = e->ts,
+			    .dur_ns = e->dur,
+			    .cat = cat,
+			    .name = ev_name(e, namebuf, NAME_MAX_LEN),
 			};
 
 			memcpy(cat, e->cat.s, e->cat.n < sizeof(cat) ? e->cat.n : sizeof(cat) - 1);
@@ -826,7 +841,7 @@ static int dist_info(struct scan *sc, struct replay_ctx *rc)
 
 int kineto_read(struct replay_ctx *rc, const char *buf, size_t len)
 {
-	struct scan sc = { .base = buf, .p = buf + corr_bom_len(buf, len), .end = buf + len };
+	struct scan sc = {.base = buf, .p = buf + corr_bom_len(buf, len), .end = buf + len};
 	/* the event name, then the communication op's strings (comm_op()) */
 	char *namebuf = malloc(NAME_MAX_LEN + CA_STR_COUNT * COMM_STR_LEN);
 	bool done = false, esc, seen = false;

@@ -23,7 +23,7 @@ struct names {
 	uint32_t *slots; /* id + 1, 0 = empty */
 	uint32_t mask;
 	uint32_t count, max;
-	uint32_t cap; /* entries allocated in strs/lens/hashes, grown up to max */
+	uint32_t cap;	   /* entries allocated in strs/lens/hashes, grown up to max */
 	const char **strs; /* id -> string */
 	uint32_t *lens;
 	uint64_t *hashes;

@@ -91,8 +91,8 @@ static int query_failed(struct replay_ctx *rc, sqlite3 *db, sqlite3_stmt *st, co
 }
 
 /* the end of a table's rows: err from a row, else the step's own result (r) */
-static int query_end(struct replay_ctx *rc, sqlite3 *db, sqlite3_stmt *st, const char *table,
-		     int r, int err)
+static int query_end(struct replay_ctx *rc, sqlite3 *db, sqlite3_stmt *st, const char *table, int r,
+		     int err)
 {
 	if (!err && r != SQLITE_DONE)
 		return query_failed(rc, db, st, table);
@@ -177,8 +177,7 @@ static const char *str_of(const struct strtab *tab, sqlite3_stmt *st, int col)
 	return lo < tab->n && tab->e[lo].id == id ? tab->e[lo].s : NULL;
 }
 
-static int read_api(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab,
-		    const char *table)
+static int read_api(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab, const char *table)
 {
 	char q[256];
 	sqlite3_stmt *st = NULL;
@@ -215,8 +214,8 @@ sql_err:
 	return query_failed(rc, db, st, table);
 }
 
-static int read_gpu(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab,
-		    const char *table, enum corr_kind kind)
+static int read_gpu(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab, const char *table,
+		    enum corr_kind kind)
 {
 	char q[768];
 	sqlite3_stmt *st = NULL;
@@ -241,31 +240,32 @@ static int read_gpu(struct replay_ctx *rc, sqlite3 *db, const struct strtab *tab
 	snprintf(q, sizeof(q),
 		 "SELECT start, end, deviceId, contextId, streamId, correlationId, globalPid, "
 		 "%s, %s, %s, %s, %s, %s FROM %s ORDER BY start",
-		 name_col, kcols, extra1, extra2, has_col(db, table, "graphNodeId") ? "graphNodeId" : "0",
+		 name_col, kcols, extra1, extra2,
+		 has_col(db, table, "graphNodeId") ? "graphNodeId" : "0",
 		 has_col(db, table, "graphId") ? "graphId" : "0", table);
 	if (sqlite3_prepare_v2(db, q, -1, &st, NULL) != SQLITE_OK)
 		goto sql_err;
 	while ((r = sqlite3_step(st)) == SQLITE_ROW) {
 		struct corr_gpu g = {
-			.kind = kind,
-			.start_ns = (uint64_t)sqlite3_column_int64(st, 0),
-			.end_ns = (uint64_t)sqlite3_column_int64(st, 1),
-			.device = (uint32_t)sqlite3_column_int64(st, 2),
-			.context = (uint32_t)sqlite3_column_int64(st, 3),
-			.stream = (uint32_t)sqlite3_column_int64(st, 4),
-			.corr_id = (uint32_t)sqlite3_column_int64(st, 5),
-			.pid = (uint32_t)(((uint64_t)sqlite3_column_int64(st, 6) >> 24) & 0xFFFFFF),
-			.name = str_of(tab, st, 7),
-			.grid = { (uint32_t)sqlite3_column_int64(st, 8),
-				  (uint32_t)sqlite3_column_int64(st, 9),
-				  (uint32_t)sqlite3_column_int64(st, 10) },
-			.block = { (uint32_t)sqlite3_column_int64(st, 11),
-				   (uint32_t)sqlite3_column_int64(st, 12),
-				   (uint32_t)sqlite3_column_int64(st, 13) },
-			.bytes = (uint64_t)sqlite3_column_int64(st, 14),
-			.copy_kind = (uint32_t)sqlite3_column_int64(st, 15),
-			.graph_node_id = (uint64_t)sqlite3_column_int64(st, 16),
-			.graph_id = (uint32_t)sqlite3_column_int64(st, 17),
+		    .kind = kind,
+		    .start_ns = (uint64_t)sqlite3_column_int64(st, 0),
+		    .end_ns = (uint64_t)sqlite3_column_int64(st, 1),
+		    .device = (uint32_t)sqlite3_column_int64(st, 2),
+		    .context = (uint32_t)sqlite3_column_int64(st, 3),
+		    .stream = (uint32_t)sqlite3_column_int64(st, 4),
+		    .corr_id = (uint32_t)sqlite3_column_int64(st, 5),
+		    .pid = (uint32_t)(((uint64_t)sqlite3_column_int64(st, 6) >> 24) & 0xFFFFFF),
+		    .name = str_of(tab, st, 7),
+		    .grid = {(uint32_t)sqlite3_column_int64(st, 8),
+			     (uint32_t)sqlite3_column_int64(st, 9),
+			     (uint32_t)sqlite3_column_int64(st, 10)},
+		    .block = {(uint32_t)sqlite3_column_int64(st, 11),
+			      (uint32_t)sqlite3_column_int64(st, 12),
+			      (uint32_t)sqlite3_column_int64(st, 13)},
+		    .bytes = (uint64_t)sqlite3_column_int64(st, 14),
+		    .copy_kind = (uint32_t)sqlite3_column_int64(st, 15),
+		    .graph_node_id = (uint64_t)sqlite3_column_int64(st, 16),
+		    .graph_id = (uint32_t)sqlite3_column_int64(st, 17),
 		};
 
 		if ((rc->st->events & 4095) == 0 && replay_stopped(rc)) {
@@ -293,7 +293,7 @@ static int on_progress(void *ctx)
 
 int nsys_read(struct replay_ctx *rc, const char *path, const char *buf, size_t len)
 {
-	struct strtab tab = { 0 };
+	struct strtab tab = {0};
 	const char *name = path ? path : "buffer";
 	sqlite3 *db = NULL;
 	int err;
@@ -302,7 +302,8 @@ int nsys_read(struct replay_ctx *rc, const char *path, const char *buf, size_t l
 		/* read from a pipe: SQLite reads it from memory, read-only */
 		if (sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK ||
 		    sqlite3_deserialize(db, "main", (unsigned char *)buf, (sqlite3_int64)len,
-					(sqlite3_int64)len, SQLITE_DESERIALIZE_READONLY) != SQLITE_OK) {
+					(sqlite3_int64)len,
+					SQLITE_DESERIALIZE_READONLY) != SQLITE_OK) {
 			replay_log(rc, CORR_LOG_ERROR, "nsys: %s: %s", name,
 				   db ? sqlite3_errmsg(db) : "cannot open");
 			err = -EIO;

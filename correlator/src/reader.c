@@ -41,10 +41,14 @@
 const char *corr_format_name(enum corr_format f)
 {
 	switch (f) {
-	case CORR_FMT_KINETO: return "kineto";
-	case CORR_FMT_NSYS: return "nsys-sqlite";
-	case CORR_FMT_JSONL: return "jsonl";
-	default: return "auto";
+	case CORR_FMT_KINETO:
+		return "kineto";
+	case CORR_FMT_NSYS:
+		return "nsys-sqlite";
+	case CORR_FMT_JSONL:
+		return "jsonl";
+	default:
+		return "auto";
 	}
 }
 
@@ -107,7 +111,8 @@ static int read_fd(const struct replay_ctx *rc, int fd, const struct stat *sb, c
 				n = read(fd, &probe, 1);
 				if (n == 0)
 					break;
-				replay_log(rc, CORR_LOG_ERROR, "input larger than %llu bytes: refused",
+				replay_log(rc, CORR_LOG_ERROR,
+					   "input larger than %llu bytes: refused",
 					   (unsigned long long)REPLAY_MAX_INPUT);
 				free(buf);
 				return -EFBIG;
@@ -172,11 +177,12 @@ static int gunzip(const struct replay_ctx *rc, const char *in, size_t inlen, cha
 		}
 		if (len == cap) {
 			if (cap >= limit) {
-				replay_log(rc, CORR_LOG_ERROR,
-					   "gzip: expands beyond %llu bytes (%dx its %zu compressed "
-					   "bytes + %llu MiB): refused",
-					   (unsigned long long)limit, REPLAY_GZIP_RATIO, inlen,
-					   (unsigned long long)(REPLAY_GZIP_SLACK >> 20));
+				replay_log(
+				    rc, CORR_LOG_ERROR,
+				    "gzip: expands beyond %llu bytes (%dx its %zu compressed "
+				    "bytes + %llu MiB): refused",
+				    (unsigned long long)limit, REPLAY_GZIP_RATIO, inlen,
+				    (unsigned long long)(REPLAY_GZIP_SLACK >> 20));
 				err = -EFBIG;
 				goto cleanup;
 			}
@@ -246,9 +252,8 @@ static bool is_sqlite(const char *b, size_t n)
 /*
  * JSON lines when the first line is a whole JSON object, unless it holds
  * traceEvents, or is all there is and has no string "type" (a one-line
- * Chrome trace); a Chrome trace otherwise (its object spans lines). Whether the lines are this agent's
- * records (a string "type") is the JSON-lines reader's to say. A UTF-8 BOM
- * is skipped.
+ * Chrome trace); a Chrome trace otherwise (its object spans lines). Whether the lines are this
+ * agent's records (a string "type") is the JSON-lines reader's to say. A UTF-8 BOM is skipped.
  */
 static enum corr_format detect_text(const char *buf, size_t len)
 {
@@ -335,9 +340,15 @@ static int run(struct replay_ctx *rc, const char *path, const char *buf, size_t 
 	if (!rc->c)
 		return -errno;
 	switch (f) {
-	case CORR_FMT_KINETO: err = kineto_read(rc, buf, len); break;
-	case CORR_FMT_JSONL: err = jsonl_read(rc, buf, len); break;
-	default: err = nsys_read(rc, path, buf, len); break;
+	case CORR_FMT_KINETO:
+		err = kineto_read(rc, buf, len);
+		break;
+	case CORR_FMT_JSONL:
+		err = jsonl_read(rc, buf, len);
+		break;
+	default:
+		err = nsys_read(rc, path, buf, len);
+		break;
 	}
 	if (err == -EINTR)
 		stop_err(rc);
@@ -371,8 +382,7 @@ static int load_buf(struct replay_ctx *rc, char *raw, size_t rawlen, bool owned,
 	return err;
 }
 
-int corr_replay_load(const char *path, const struct corr_replay_opts *ropts,
-		     struct corr_input *in)
+int corr_replay_load(const char *path, const struct corr_replay_opts *ropts, struct corr_input *in)
 {
 	struct corr_replay_stats dummy;
 	struct corr_replay_opts ro;

@@ -30,7 +30,10 @@ struct corr_stats {
 	struct names *names;
 	/* scratch for one cut */
 	uint64_t *l2s;
-	struct { int32_t id; uint64_t dur; } *per_name;
+	struct {
+		int32_t id;
+		uint64_t dur;
+	} * per_name;
 };
 
 struct corr_stats *corr_stats__new(const struct corr_stats_opts *opts)
@@ -162,8 +165,8 @@ static uint64_t pct(const uint64_t *v, uint64_t n, unsigned p)
 	return v[rank - 1];
 }
 
-static void summarise(struct corr_stats *st, struct srec *r, uint32_t n, uint64_t t0,
-		      uint64_t t1, corr_summary_fn fn, void *ctx)
+static void summarise(struct corr_stats *st, struct srec *r, uint32_t n, uint64_t t0, uint64_t t1,
+		      corr_summary_fn fn, void *ctx)
 {
 	struct corr_summary s;
 	uint32_t nl2s = 0, nn = 0;
@@ -231,7 +234,8 @@ static void summarise(struct corr_stats *st, struct srec *r, uint32_t n, uint64_
 					s.streams[k].device = dev;
 					s.streams[k].stream = x->stream;
 				} else {
-					k = CORR_STATS_MAX_STREAMS - 1; /* overflow folds into the last */
+					k = CORR_STATS_MAX_STREAMS -
+					    1; /* overflow folds into the last */
 				}
 			}
 			s.streams[k].busy_ns += x->end - x->start;

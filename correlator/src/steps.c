@@ -68,10 +68,10 @@ struct scpu {
  */
 struct pstate {
 	struct pid_slot k; /* pidtab.h */
-	bool exited; /* diag_seg__process_exit(): drop once nothing is held */
+	bool exited;	   /* diag_seg__process_exit(): drop once nothing is held */
 	uint64_t seq;
 	uint64_t done_until; /* steps ending at or before this were emitted */
-	uint64_t held_gen; /* cut_all() generation that last kept something of it */
+	uint64_t held_gen;   /* cut_all() generation that last kept something of it */
 };
 
 struct usdt_open {
@@ -93,7 +93,7 @@ struct diag_seg {
 	struct scpu *c;
 	size_t nc, cc;
 	struct pidtab ps; /* struct pstate by pid */
-	uint32_t *gone; /* pids that exited, their entries still in ps */
+	uint32_t *gone;	  /* pids that exited, their entries still in ps */
 	size_t ngone, cgone;
 	uint64_t gen; /* cut_all() calls */
 	struct usdt_open uo[64];

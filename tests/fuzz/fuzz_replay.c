@@ -94,10 +94,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 			       .thread_capacity = 16,
 			       .emit = on_gpu,
 			       .emit_ctx = &s};
-	struct corr_replay_opts ro = {.sz = sizeof(ro),
-				      .format = FUZZ_FORMAT,
-				      .marker = on_marker,
-				      .marker_ctx = &s};
+	struct corr_replay_opts ro = {
+	    .sz = sizeof(ro), .format = FUZZ_FORMAT, .marker = on_marker, .marker_ctx = &s};
 	struct corr_collr_opts cro = {.sz = sizeof(cro),
 				      .capacity = 512,
 				      .emit = on_coll,

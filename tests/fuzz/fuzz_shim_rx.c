@@ -23,11 +23,16 @@ static size_t shim_size(unsigned type)
 	switch (type) {
 	case EV_GPU_KERNEL:
 	case EV_GPU_MEMCPY:
-	case EV_GPU_MEMSET: return sizeof(struct gpu_activity_event);
-	case EV_GPU_LAUNCH_CB: return sizeof(struct gpu_launch_cb_event);
-	case EV_SHIM_STATUS: return sizeof(struct shim_status_event);
-	case EV_GPU_MARKER: return sizeof(struct gpu_marker_event);
-	default: return 0;
+	case EV_GPU_MEMSET:
+		return sizeof(struct gpu_activity_event);
+	case EV_GPU_LAUNCH_CB:
+		return sizeof(struct gpu_launch_cb_event);
+	case EV_SHIM_STATUS:
+		return sizeof(struct shim_status_event);
+	case EV_GPU_MARKER:
+		return sizeof(struct gpu_marker_event);
+	default:
+		return 0;
 	}
 }
 

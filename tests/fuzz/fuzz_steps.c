@@ -79,7 +79,7 @@ static uint64_t take(const unsigned char **p, const unsigned char *end)
 	uint64_t v = 0;
 
 	for (int i = 0; i < 8 && *p < end; i++)
-		v |= (uint64_t)*(*p)++ << (8 * i);
+		v |= (uint64_t) * (*p)++ << (8 * i);
 	return v;
 }
 

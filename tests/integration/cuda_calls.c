@@ -51,7 +51,7 @@ typedef int (*launch_exc_fn)(const struct rt_config *, const void *, void **);
 typedef int (*graph_fn)(void *, void *);
 typedef int (*memcpy_fn)(void *, const void *, size_t, int, void *);
 typedef int (*stream_sync_fn)(void *); /* also the event synchronisations */
-typedef int (*dev_sync_fn)(void); /* also cuCtxSynchronize */
+typedef int (*dev_sync_fn)(void);      /* also cuCtxSynchronize */
 typedef int (*copy_fn)(void *, const void *, size_t, int);
 typedef int (*cu_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			    unsigned, void *, void **, void **);
@@ -107,9 +107,9 @@ static const struct {
 static void round_once(int idx)
 {
 	void *stream = (void *)(0x5000UL + idx), *event = (void *)(0x9000UL + idx);
-	struct dim3 grid = { 7, 8, 9 }, block = { 32, 4, 2 };
-	struct rt_config rc = { grid, block, 256, stream, NULL, 0 };
-	struct drv_config dc = { 11, 12, 13, 64, 2, 1, 512, stream, NULL, 0 };
+	struct dim3 grid = {7, 8, 9}, block = {32, 4, 2};
+	struct rt_config rc = {grid, block, 256, stream, NULL, 0};
+	struct drv_config dc = {11, 12, 13, 64, 2, 1, 512, stream, NULL, 0};
 	static char buf[64];
 
 	if (f.launch) {
@@ -232,8 +232,7 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	await_file(wait_file, 0);
 	if (delay > 0) {
-		struct timespec ts = { (time_t)delay,
-				       (long)((delay - (double)(time_t)delay) * 1e9) };
+		struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
 
 		nanosleep(&ts, NULL);
 	}
@@ -243,8 +242,8 @@ int main(int argc, char **argv)
 	if (linger > 0) {
 		printf("{\"done\":true}\n");
 		fflush(stdout);
-		struct timespec ts = { (time_t)linger,
-				       (long)((linger - (double)(time_t)linger) * 1e9) };
+		struct timespec ts = {(time_t)linger,
+				      (long)((linger - (double)(time_t)linger) * 1e9)};
 
 		nanosleep(&ts, NULL);
 	}

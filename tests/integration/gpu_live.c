@@ -7,7 +7,8 @@
  * callback on the calling thread right after each call, then activity
  * records for the work the call would have put on the GPU.
  *
- * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL] [-C] [-M] [-L]
+ * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL] [-C]
+ * [-M] [-L]
  *                 [-N BYTES] [-P PERIOD_MS]
  *   -t  launching threads (default 2)
  *   -n  rounds per thread (default 5); a round is cudaLaunchKernel (one
@@ -120,14 +121,14 @@ static struct {
 } f;
 
 static int rounds = 5;
-static int stall_round = -1; /* -s: steps mode */
-static bool contend; /* -C */
-static pid_t hog_pid; /* -C: the process that took the CPU */
-static bool nvtx_marks; /* -M */
-static bool hold_records; /* -L */
-static int net_bytes; /* -N */
-static uint64_t period_ns, t0_ns; /* -P */
-static int net_fd[MAX_THREADS][2]; /* -N: each thread's connection, both ends */
+static int stall_round = -1;		 /* -s: steps mode */
+static bool contend;			 /* -C */
+static pid_t hog_pid;			 /* -C: the process that took the CPU */
+static bool nvtx_marks;			 /* -M */
+static bool hold_records;		 /* -L */
+static int net_bytes;			 /* -N */
+static uint64_t period_ns, t0_ns;	 /* -P */
+static int net_fd[MAX_THREADS][2];	 /* -N: each thread's connection, both ends */
 static uint64_t stream_end[MAX_THREADS]; /* -s: when each thread's stream is free */
 static int deep;
 static pid_t tids[MAX_THREADS];
@@ -207,7 +208,7 @@ static struct call *do_call(int idx, const char *api, const char *kind, int dom,
 /* -N: one loopback TCP connection per thread, both ends in the thread */
 static int net_open(int idx)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof(sa);
 	int l = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0), s;
 
@@ -227,7 +228,8 @@ static int net_open(int idx)
 static void net_all(int fd, char *buf, int n, bool out)
 {
 	for (int done = 0; done < n;) {
-		ssize_t k = out ? write(fd, buf, (size_t)(n - done)) : read(fd, buf, (size_t)(n - done));
+		ssize_t k =
+		    out ? write(fd, buf, (size_t)(n - done)) : read(fd, buf, (size_t)(n - done));
 
 		if (k <= 0) {
 			perror(out ? "gpu_live: write" : "gpu_live: read");
@@ -316,10 +318,10 @@ static void round_once(int idx, int round)
 		    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000);
 	for (int k = 0; k < GRAPH_KERNELS; k++)
 		add_kernel(c->corr,
-			   stall_round >= 0 ? gpu_start(idx, c->t2, kdur)
-					    : c->t2 + GPU_DELAY_NS + (uint64_t)k * (KERNEL_NS + 500),
-			   stream,
-			   100 + idx, ((uint64_t)(idx + 1) << 32) | (uint64_t)(k + 1),
+			   stall_round >= 0
+			       ? gpu_start(idx, c->t2, kdur)
+			       : c->t2 + GPU_DELAY_NS + (uint64_t)k * (KERNEL_NS + 500),
+			   stream, 100 + idx, ((uint64_t)(idx + 1) << 32) | (uint64_t)(k + 1),
 			   "_Z8gl_graphILi1EEvPf");
 	c->n = GRAPH_KERNELS;
 
@@ -328,7 +330,7 @@ static void round_once(int idx, int round)
 	if (round == stall_round && contend) {
 		contend_cpu();
 	} else if (round == stall_round) {
-		struct timespec ts = { 0, STALL_MS * 1000000L };
+		struct timespec ts = {0, STALL_MS * 1000000L};
 
 		nanosleep(&ts, NULL);
 	}
@@ -376,9 +378,9 @@ static void *worker(void *arg)
 	pthread_barrier_wait(&ready); /* go */
 	for (int r = 0; r < rounds; r++) {
 		char msg[96];
-		nvtxRangePushA_params push = { msg };
-		nvtxRangeStartA_params start = { "gl_io" };
-		nvtxRangeEnd_params end = { (nvtxRangeId_t)(1000 + r) };
+		nvtxRangePushA_params push = {msg};
+		nvtxRangeStartA_params start = {"gl_io"};
+		nvtxRangeEnd_params end = {(nvtxRangeId_t)(1000 + r)};
 		nvtxRangeId_t id = end.id;
 
 		snprintf(msg, sizeof(msg), "execute_model tokens=%d batch=%d", 100 + r, 1 + r % 4);
@@ -388,7 +390,8 @@ static void *worker(void *arg)
 			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangePushA, &push, NULL);
 		if (period_ns) {
 			uint64_t at = t0_ns + (uint64_t)r * period_ns;
-			struct timespec ts = { (time_t)(at / 1000000000ull), (long)(at % 1000000000ull) };
+			struct timespec ts = {(time_t)(at / 1000000000ull),
+					      (long)(at % 1000000000ull)};
 
 			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
 		}
@@ -397,7 +400,8 @@ static void *worker(void *arg)
 		if (stall_round >= 0 && stream_end[idx] > mono_ns())
 			usleep((useconds_t)((stream_end[idx] - mono_ns()) / 1000 + 1));
 		if (nvtx_marks)
-			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangePop, &(nvtxRangePop_params){ 0 }, NULL);
+			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangePop, &(nvtxRangePop_params){0},
+					NULL);
 		if (nvtx_marks && r % 5 == 4)
 			fake_cupti_nvtx(CUPTI_CBID_NVTX_nvtxRangeEnd, &end, NULL);
 		if (stall_round >= 0 && !period_ns)
@@ -447,10 +451,11 @@ int main(int argc, char **argv)
 			period_ns = (uint64_t)atoi(optarg) * 1000000ull;
 			break;
 		default:
-			fprintf(stderr,
-				"usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
-				"[-m MODE] [-s STALL_ROUND] [-C] [-M] [-L] [-N BYTES] [-P PERIOD_MS]\n",
-				argv[0]);
+			fprintf(
+			    stderr,
+			    "usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
+			    "[-m MODE] [-s STALL_ROUND] [-C] [-M] [-L] [-N BYTES] [-P PERIOD_MS]\n",
+			    argv[0]);
 			return 2;
 		}
 	}

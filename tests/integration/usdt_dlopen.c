@@ -30,7 +30,7 @@ typedef void (*steps_fn)(int, void (*)(void *), void *);
 /* a step's GPU work: what the engine would launch */
 static void launch3(void *arg)
 {
-	struct dim3 grid = { 4, 1, 1 }, block = { 64, 1, 1 };
+	struct dim3 grid = {4, 1, 1}, block = {64, 1, 1};
 	launch_fn launch = (launch_fn)arg;
 
 	for (int k = 0; k < 3; k++)

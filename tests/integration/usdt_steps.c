@@ -29,7 +29,7 @@ INFERTRACE_STEP_DEFINE_SEMAPHORES();
 
 int main(int argc, char **argv)
 {
-	struct dim3 grid = { 4, 1, 1 }, block = { 64, 1, 1 };
+	struct dim3 grid = {4, 1, 1}, block = {64, 1, 1};
 	struct step_opts o;
 	launch_fn launch;
 

@@ -84,14 +84,14 @@ static void test_maps_line(void **state)
 	assert_true(exec);
 	assert_string_equal(path, "/usr/local/cuda/lib64/libcudart.so.13.0.48");
 
-	assert_int_equal(maps_parse_line("7f00-7f10 rw-p 00000000 00:00 0 \n", &maj, &min, &ino, path,
-					 sizeof(path), &exec),
+	assert_int_equal(maps_parse_line("7f00-7f10 rw-p 00000000 00:00 0 \n", &maj, &min, &ino,
+					 path, sizeof(path), &exec),
 			 0);
 	assert_false(exec);
 	assert_string_equal(path, "");
 	/* paths with spaces stay whole */
-	assert_int_equal(maps_parse_line("1-2 r-xp 0 08:02 9 /opt/my dir/libcuda.so.1\n", &maj, &min,
-					 &ino, path, sizeof(path), &exec),
+	assert_int_equal(maps_parse_line("1-2 r-xp 0 08:02 9 /opt/my dir/libcuda.so.1\n", &maj,
+					 &min, &ino, path, sizeof(path), &exec),
 			 0);
 	assert_string_equal(path, "/opt/my dir/libcuda.so.1");
 	assert_int_equal(maps_parse_line("garbage", &maj, &min, &ino, path, sizeof(path), &exec),
@@ -280,7 +280,7 @@ static void test_names(void **state)
 /* the hand writer's output parses back to the same values, escapes included */
 static void test_jsonw(void **state)
 {
-	const uint32_t d[3] = { 1, 2, 4294967295u };
+	const uint32_t d[3] = {1, 2, 4294967295u};
 	char buf[256], small[16];
 	struct jsonw w;
 	json_t *r;
@@ -300,7 +300,8 @@ static void test_jsonw(void **state)
 	assert_json_str(r, "s", "a\"b\\c\n\x01/é");
 	assert_json_int(r, "neg", -42);
 	assert_json_str(r, "h", "0xdeadbeef");
-	assert_int_equal(json_integer_value(json_array_get(json_object_get(r, "d"), 2)), 4294967295LL);
+	assert_int_equal(json_integer_value(json_array_get(json_object_get(r, "d"), 2)),
+			 4294967295LL);
 	assert_json_str(r, "cut", "abc");
 	json_decref(r);
 	/* jansson has no unsigned 64-bit integers: check the text itself */
@@ -322,7 +323,9 @@ static void test_jsonw(void **state)
 /* the common fields: the hand writer and the jansson builder write the same bytes */
 static void test_common_fields_agree(void **state)
 {
-	static const struct { uint32_t pid, tid; } ids[] = { {0, 0}, {42, 0}, {42, 43} };
+	static const struct {
+		uint32_t pid, tid;
+	} ids[] = {{0, 0}, {42, 0}, {42, 43}};
 	struct mem_sink m;
 	struct agent *a = agent_new(&m);
 
@@ -535,16 +538,20 @@ static void test_numparse(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_maps_line),     cmocka_unit_test(test_lib_kind),
-		cmocka_unit_test(test_instance_env),
-		cmocka_unit_test(test_rank_env),  cmocka_unit_test(test_hist),
-		cmocka_unit_test(test_decode_launch), cmocka_unit_test(test_decode_forged),
-		cmocka_unit_test(test_names),	      cmocka_unit_test(test_jsonw),
-		cmocka_unit_test(test_numparse),
-		cmocka_unit_test(test_proc_index),
-		cmocka_unit_test(test_stat_start_time),
-		cmocka_unit_test(test_steprec_round_trip),
-		cmocka_unit_test(test_common_fields_agree),
+	    cmocka_unit_test(test_maps_line),
+	    cmocka_unit_test(test_lib_kind),
+	    cmocka_unit_test(test_instance_env),
+	    cmocka_unit_test(test_rank_env),
+	    cmocka_unit_test(test_hist),
+	    cmocka_unit_test(test_decode_launch),
+	    cmocka_unit_test(test_decode_forged),
+	    cmocka_unit_test(test_names),
+	    cmocka_unit_test(test_jsonw),
+	    cmocka_unit_test(test_numparse),
+	    cmocka_unit_test(test_proc_index),
+	    cmocka_unit_test(test_stat_start_time),
+	    cmocka_unit_test(test_steprec_round_trip),
+	    cmocka_unit_test(test_common_fields_agree),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

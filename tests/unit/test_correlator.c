@@ -48,7 +48,7 @@ static void emit(void *ctx, const struct corr_gpu *g, const struct corr_launch *
 
 static struct corr *mk(struct got *o, struct corr_opts *extra)
 {
-	struct corr_opts opts = { .sz = sizeof(opts) };
+	struct corr_opts opts = {.sz = sizeof(opts)};
 	struct corr *c;
 
 	if (extra)
@@ -65,14 +65,14 @@ static struct corr *mk(struct got *o, struct corr_opts *extra)
 static struct corr_gpu kern(uint32_t pid, uint32_t corr, uint64_t start)
 {
 	struct corr_gpu g = {
-		.kind = CORR_KIND_KERNEL,
-		.pid = pid,
-		.corr_id = corr,
-		.device = 0,
-		.stream = 7,
-		.start_ns = start,
-		.end_ns = start + 100,
-		.name = "_Z6kernelv",
+	    .kind = CORR_KIND_KERNEL,
+	    .pid = pid,
+	    .corr_id = corr,
+	    .device = 0,
+	    .stream = 7,
+	    .start_ns = start,
+	    .end_ns = start + 100,
+	    .name = "_Z6kernelv",
 	};
 	return g;
 }
@@ -141,7 +141,7 @@ static void test_missing_side(void **state)
 
 static void test_late_launch_after_window(void **state)
 {
-	struct corr_opts opts = { .window_ns = 1000 };
+	struct corr_opts opts = {.window_ns = 1000};
 	struct got o;
 	struct corr *c = mk(&o, &opts);
 	struct corr_gpu g = kern(100, 5, 2000);
@@ -202,11 +202,11 @@ static void test_pid_reuse(void **state)
 #define MODEL_CAP 64
 static void test_launch_table_model(void **state)
 {
-	struct corr_opts opts = { .launch_capacity = MODEL_CAP, .gpu_capacity = 1 };
+	struct corr_opts opts = {.launch_capacity = MODEL_CAP, .gpu_capacity = 1};
 	struct got o;
 	struct corr *c = mk(&o, &opts);
 	uint64_t fifo[MODEL_CAP]; /* pid << 32 | corr, oldest at head */
-	uint32_t next[5] = { 1, 1, 1, 1, 1 }, head = 0, len = 0;
+	uint32_t next[5] = {1, 1, 1, 1, 1}, head = 0, len = 0;
 	uint64_t rnd = 12345, ts = 1000;
 
 	(void)state;
@@ -221,7 +221,8 @@ static void test_launch_table_model(void **state)
 		if ((rnd >> 20) % 4) {
 			/* a launch: usually the next id, sometimes a gap */
 			id = next[pid - 100];
-			next[pid - 100] += 1 + (uint32_t)((rnd >> 30) % 3 == 0 ? (rnd >> 40) % 50 : 0);
+			next[pid - 100] +=
+			    1 + (uint32_t)((rnd >> 30) % 3 == 0 ? (rnd >> 40) % 50 : 0);
 			key = (uint64_t)pid << 32 | id;
 			ts += 10;
 			corr__add_launch(c, pid, pid + 1, ts, id, 211, "cudaLaunchKernel");
@@ -262,7 +263,7 @@ static void test_launch_table_model(void **state)
 
 static void test_eviction(void **state)
 {
-	struct corr_opts opts = { .launch_capacity = 4, .gpu_capacity = 2 };
+	struct corr_opts opts = {.launch_capacity = 4, .gpu_capacity = 2};
 	struct got o;
 	struct corr *c = mk(&o, &opts);
 	struct corr_gpu g;
@@ -302,7 +303,7 @@ static void test_eviction(void **state)
 
 static void test_clock_offset(void **state)
 {
-	struct corr_opts opts = { .max_skew_ns = 10 };
+	struct corr_opts opts = {.max_skew_ns = 10};
 	struct got o;
 	struct corr *c;
 	struct corr_gpu g = kern(1, 1, 500);
@@ -434,7 +435,8 @@ static void test_uprobe_batches(void **state)
 	(void)state;
 	for (int i = 0; i < n; i++) {
 		corr__add_uprobe_launch(c, 1, 11, 1000000 + 1000 * i, 0 /* cudaLaunchKernel */);
-		corr__add_uprobe_launch(c, 1, 11, 1000000 + 1000 * i + 100, 11 /* cuLaunchKernel */);
+		corr__add_uprobe_launch(c, 1, 11, 1000000 + 1000 * i + 100,
+					11 /* cuLaunchKernel */);
 	}
 	for (int i = 0; i < n; i++)
 		if (i != skipped)
@@ -461,7 +463,7 @@ static void test_uprobe_batches(void **state)
 
 static void test_pid_from_launch(void **state)
 {
-	struct corr_opts opts = { .flags = CORR_F_PID_FROM_LAUNCH };
+	struct corr_opts opts = {.flags = CORR_F_PID_FROM_LAUNCH};
 	struct got o;
 	struct corr *c = mk(&o, &opts);
 	struct corr_gpu g = kern(0, 77, 500), u = kern(0, 78, 500);
@@ -498,25 +500,30 @@ static void on_sum(void *ctx, const struct corr_summary *s)
 
 static void test_stats(void **state)
 {
-	struct corr_stats_opts so = { .sz = sizeof(so), .top_n = 2 };
+	struct corr_stats_opts so = {.sz = sizeof(so), .top_n = 2};
 	struct corr_stats *st = corr_stats__new(&so);
-	struct corr_launch l = { .pid = 5, .tid = 5, .api = "cudaLaunchKernel" };
-	struct sumgot o = { 0 };
+	struct corr_launch l = {.pid = 5, .tid = 5, .api = "cudaLaunchKernel"};
+	struct sumgot o = {0};
 	/* device 0: [0,100) s1, [50,150) s2 overlap, gap, [300,400) s1 */
 	struct {
 		uint64_t s, e, lts;
 		uint32_t stream;
 		const char *name;
 	} k[] = {
-		{ 0, 100, 0, 1, "a" }, { 50, 150, 40, 2, "b" }, { 300, 400, 200, 1, "a" },
-		{ 5000, 5100, 4000, 1, "c" }, /* next interval */
+	    {0, 100, 0, 1, "a"},
+	    {50, 150, 40, 2, "b"},
+	    {300, 400, 200, 1, "a"},
+	    {5000, 5100, 4000, 1, "c"}, /* next interval */
 	};
 
 	(void)state;
 	assert_non_null(st);
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
-		struct corr_gpu g = { .kind = CORR_KIND_KERNEL, .stream = k[i].stream,
-				      .start_ns = k[i].s, .end_ns = k[i].e, .name = k[i].name };
+		struct corr_gpu g = {.kind = CORR_KIND_KERNEL,
+				     .stream = k[i].stream,
+				     .start_ns = k[i].s,
+				     .end_ns = k[i].e,
+				     .name = k[i].name};
 
 		l.ts_ns = k[i].lts;
 		assert_int_equal(corr_stats__add(st, &g, &l), 0);
@@ -548,10 +555,14 @@ static void test_stats(void **state)
 static void test_json_out(void **state)
 {
 	char buf[4096];
-	struct corr_json_common cm = { .host = "h", .instance = "i\"x" };
+	struct corr_json_common cm = {.host = "h", .instance = "i\"x"};
 	struct corr_gpu g = kern(1, 9, 2000);
-	struct corr_launch l = { .pid = 1, .tid = 2, .ts_ns = 1500, .corr_id = 9,
-				 .api = "cudaLaunchKernel", .from_uprobe = true };
+	struct corr_launch l = {.pid = 1,
+				.tid = 2,
+				.ts_ns = 1500,
+				.corr_id = 9,
+				.api = "cudaLaunchKernel",
+				.from_uprobe = true};
 	json_error_t err;
 	json_t *o;
 	int n;
@@ -569,8 +580,7 @@ static void test_json_out(void **state)
 	assert_json_int(o, "correlation_id", 9);
 	assert_json_str(o, "name", "_Z3fooi");
 	if (corr_demangle("_Z3fooi"))
-		assert_json_str(o, "demangled",
-				    "foo(int)");
+		assert_json_str(o, "demangled", "foo(int)");
 	json_decref(o);
 
 	/* unmatched: explicit nulls, but the sender's pid when known (issue 18 #8) */
@@ -644,7 +654,7 @@ static void test_api_names(void **state)
  */
 static void test_threads_pruned_at_exit(void **state)
 {
-	struct corr_opts x = { .thread_capacity = 16 };
+	struct corr_opts x = {.thread_capacity = 16};
 	struct got o;
 	struct corr *c = mk(&o, &x);
 	struct corr_gpu g;
@@ -749,11 +759,11 @@ static void test_exit_cost_own_state(void **state)
 static void test_exit_model(void **state)
 {
 	struct corr_opts opts = {
-		.launch_capacity = XM_LCAP,
-		.gpu_capacity = XM_GCAP,
-		.thread_capacity = 8,
-		.window_ns = UINT64_MAX,
-		.max_skew_ns = 1ULL << 50,
+	    .launch_capacity = XM_LCAP,
+	    .gpu_capacity = XM_GCAP,
+	    .thread_capacity = 8,
+	    .window_ns = UINT64_MAX,
+	    .max_skew_ns = 1ULL << 50,
 	};
 	struct got o;
 	struct corr *c = mk(&o, &opts);
@@ -794,7 +804,8 @@ static void test_exit_model(void **state)
 			lf[ln++] = key;
 			assert_int_equal(o.n, expect);
 			for (int i = 0; i < o.n; i++)
-				assert_true(o.has_l[i] && o.l[i].pid == pid && o.l[i].corr_id == id);
+				assert_true(o.has_l[i] && o.l[i].pid == pid &&
+					    o.l[i].corr_id == id);
 		} else if (k < 70) {
 			/* a GPU record of a recent or a coming launch */
 			bool live = false;
@@ -809,21 +820,24 @@ static void test_exit_model(void **state)
 			corr__add_gpu(c, &g);
 			if (live) {
 				assert_int_equal(o.n, 1);
-				assert_true(o.has_l[0] && o.l[0].corr_id == id && o.l[0].pid == pid);
+				assert_true(o.has_l[0] && o.l[0].corr_id == id &&
+					    o.l[0].pid == pid);
 				continue;
 			}
 			if (gn == XM_GCAP) {
 				/* the oldest waiter leaves unmatched */
 				assert_int_equal(o.n, 1);
 				assert_false(o.has_l[0]);
-				assert_int_equal(((uint64_t)o.g[0].pid << 32 | o.g[0].corr_id), gf[0]);
+				assert_int_equal(((uint64_t)o.g[0].pid << 32 | o.g[0].corr_id),
+						 gf[0]);
 				memmove(&gf[0], &gf[1], (--gn) * sizeof(gf[0]));
 			} else {
 				assert_int_equal(o.n, 0);
 			}
 			gf[gn++] = key;
 		} else if (k < 92) {
-			corr__add_uprobe_launch(c, pid, pid * 10 + (uint32_t)(rnd >> 20) % 4, ts, 0);
+			corr__add_uprobe_launch(c, pid, pid * 10 + (uint32_t)(rnd >> 20) % 4, ts,
+						0);
 		} else {
 			dropped = corr__counters(c)->launches_dropped_exit;
 			unmatched = corr__counters(c)->unmatched;
@@ -837,7 +851,8 @@ static void test_exit_model(void **state)
 					expect++;
 				}
 			}
-			assert_int_equal(corr__counters(c)->launches_dropped_exit - dropped, expect);
+			assert_int_equal(corr__counters(c)->launches_dropped_exit - dropped,
+					 expect);
 			expect = 0;
 			for (uint32_t i = 0; i < gn;) {
 				if (gf[i] >> 32 == pid) {
@@ -854,8 +869,8 @@ static void test_exit_model(void **state)
 			assert_int_equal(o.n, expect);
 			assert_int_equal(corr__counters(c)->unmatched - unmatched, expect);
 			assert_int_equal(corr_exit_visits(c) - visits,
-					 corr__counters(c)->launches_dropped_exit - dropped + expect +
-						 corr__counters(c)->threads_pruned - pruned);
+					 corr__counters(c)->launches_dropped_exit - dropped +
+					     expect + corr__counters(c)->threads_pruned - pruned);
 			next[pid - 300] = 1; /* the pid is reused */
 		}
 	}
@@ -908,28 +923,28 @@ static void test_names_grow(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_basic_join),
-		cmocka_unit_test(test_out_of_order),
-		cmocka_unit_test(test_missing_side),
-		cmocka_unit_test(test_late_launch_after_window),
-		cmocka_unit_test(test_pid_reuse),
-		cmocka_unit_test(test_eviction),
-		cmocka_unit_test(test_clock_offset),
-		cmocka_unit_test(test_graph_many_kernels),
-		cmocka_unit_test(test_nested_driver_once),
-		cmocka_unit_test(test_uprobe_callback),
-		cmocka_unit_test(test_uprobe_batches),
-		cmocka_unit_test(test_pid_from_launch),
-		cmocka_unit_test(test_stats),
-		cmocka_unit_test(test_json_out),
-		cmocka_unit_test(test_launch_table_model),
-		cmocka_unit_test(test_demangle),
-		cmocka_unit_test(test_us_to_ns),
-		cmocka_unit_test(test_api_names),
-		cmocka_unit_test(test_names_grow),
-		cmocka_unit_test(test_threads_pruned_at_exit),
-		cmocka_unit_test(test_exit_cost_own_state),
-		cmocka_unit_test(test_exit_model),
+	    cmocka_unit_test(test_basic_join),
+	    cmocka_unit_test(test_out_of_order),
+	    cmocka_unit_test(test_missing_side),
+	    cmocka_unit_test(test_late_launch_after_window),
+	    cmocka_unit_test(test_pid_reuse),
+	    cmocka_unit_test(test_eviction),
+	    cmocka_unit_test(test_clock_offset),
+	    cmocka_unit_test(test_graph_many_kernels),
+	    cmocka_unit_test(test_nested_driver_once),
+	    cmocka_unit_test(test_uprobe_callback),
+	    cmocka_unit_test(test_uprobe_batches),
+	    cmocka_unit_test(test_pid_from_launch),
+	    cmocka_unit_test(test_stats),
+	    cmocka_unit_test(test_json_out),
+	    cmocka_unit_test(test_launch_table_model),
+	    cmocka_unit_test(test_demangle),
+	    cmocka_unit_test(test_us_to_ns),
+	    cmocka_unit_test(test_api_names),
+	    cmocka_unit_test(test_names_grow),
+	    cmocka_unit_test(test_threads_pruned_at_exit),
+	    cmocka_unit_test(test_exit_cost_own_state),
+	    cmocka_unit_test(test_exit_model),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

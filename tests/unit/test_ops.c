@@ -251,8 +251,8 @@ static void fake_flight_pull(struct agent *a)
 static void fake_flight_counts(struct agent *a, struct flight_counts *out)
 {
 	(void)a;
-	*out = (struct flight_counts){.per_cpu = 16, .cpus = 1, .written = 3, .overwritten = 1,
-				      .pulls = 1};
+	*out = (struct flight_counts){
+	    .per_cpu = 16, .cpus = 1, .written = 3, .overwritten = 1, .pulls = 1};
 }
 
 static long fake_flight_json(struct agent *a, const struct flight_launch *f, char *buf, size_t cap)

@@ -82,10 +82,9 @@ struct check {
 static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
 {
 	struct check *ck = ctx;
-	const struct ref_launch *r =
-		g->corr_id < ck->ref->max && ck->ref->by_corr[g->corr_id].set ?
-			&ck->ref->by_corr[g->corr_id] :
-			NULL;
+	const struct ref_launch *r = g->corr_id < ck->ref->max && ck->ref->by_corr[g->corr_id].set
+					 ? &ck->ref->by_corr[g->corr_id]
+					 : NULL;
 
 	if (g->kind != CORR_KIND_KERNEL) {
 		ck->mem_joined += l != NULL;
@@ -141,14 +140,16 @@ static void kineto_ref(const char *path, struct ref *ref, uint64_t *ref_kernels,
 	evs = json_object_get(root, "traceEvents");
 	assert_true(json_is_array(evs));
 	ref->max = 0;
-	json_array_foreach(evs, i, e) {
+	json_array_foreach(evs, i, e)
+	{
 		json_t *c = json_object_get(json_object_get(e, "args"), "correlation");
 
 		if (json_is_integer(c) && json_integer_value(c) >= (json_int_t)ref->max)
 			ref->max = (uint32_t)json_integer_value(c) + 1;
 	}
 	ref->by_corr = calloc(ref->max + 1, sizeof(*ref->by_corr));
-	json_array_foreach(evs, i, e) {
+	json_array_foreach(evs, i, e)
+	{
 		const char *cat = json_string_value(json_object_get(e, "cat"));
 		json_t *c = json_object_get(json_object_get(e, "args"), "correlation");
 		struct ref_launch *r;
@@ -159,11 +160,13 @@ static void kineto_ref(const char *path, struct ref *ref, uint64_t *ref_kernels,
 		r = &ref->by_corr[json_integer_value(c)];
 		r->pid = (uint32_t)json_integer_value(json_object_get(e, "pid"));
 		r->tid = (uint32_t)json_integer_value(json_object_get(e, "tid"));
-		snprintf(r->api, sizeof(r->api), "%s", json_string_value(json_object_get(e, "name")));
+		snprintf(r->api, sizeof(r->api), "%s",
+			 json_string_value(json_object_get(e, "name")));
 		r->set = true;
 	}
 	*ref_kernels = *ref_joinable = *ref_graph = 0;
-	json_array_foreach(evs, i, e) {
+	json_array_foreach(evs, i, e)
+	{
 		const char *cat = json_string_value(json_object_get(e, "cat"));
 		json_t *c = json_object_get(json_object_get(e, "args"), "correlation");
 
@@ -183,10 +186,10 @@ static void run_kineto(const char *rel, uint64_t want_kernels, uint64_t want_joi
 {
 	char path[1200];
 	struct ref ref;
-	struct check ck = { .ref = &ref };
+	struct check ck = {.ref = &ref};
 	uint64_t rk, rj, rg;
-	struct corr_opts co = { .sz = sizeof(co), .emit = on_gpu, .emit_ctx = &ck };
-	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct corr_opts co = {.sz = sizeof(co), .emit = on_gpu, .emit_ctx = &ck};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .log = cap_log};
 	struct corr_replay_stats st;
 
 	if (data_path(path, sizeof(path), rel))
@@ -219,9 +222,9 @@ static void test_vllm_h100_graphs(void **state)
 {
 	char path[1200];
 	struct ref ref;
-	struct check ck = { .ref = &ref };
+	struct check ck = {.ref = &ref};
 	uint64_t rk, rj, rg;
-	struct corr_opts co = { .sz = sizeof(co), .emit = on_gpu, .emit_ctx = &ck };
+	struct corr_opts co = {.sz = sizeof(co), .emit = on_gpu, .emit_ctx = &ck};
 	struct corr_replay_stats st;
 
 	(void)state;
@@ -271,10 +274,10 @@ static void test_ns_resolution(void **state)
 static void test_cloverleaf_nsys(void **state)
 {
 	char path[1200];
-	struct ref ref = { 0 };
-	struct check ck = { .ref = &ref, .pid_known = true };
-	struct corr_opts co = { .sz = sizeof(co), .emit = on_gpu, .emit_ctx = &ck };
-	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct ref ref = {0};
+	struct check ck = {.ref = &ref, .pid_known = true};
+	struct corr_opts co = {.sz = sizeof(co), .emit = on_gpu, .emit_ctx = &ck};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .log = cap_log};
 	struct corr_replay_stats st;
 	sqlite3 *db;
 	sqlite3_stmt *s;
@@ -330,17 +333,17 @@ static void test_cloverleaf_nsys(void **state)
 /* ------------------------------------------------------ synthetic ------ */
 
 static const char tiny[] =
-	"{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n"
-	"{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 42,"
-	" \"tid\": 43, \"ts\": 12.5, \"dur\": 3, \"args\": {\"cbid\": 211, \"correlation\": 7}},\n"
-	"{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\\\"q\", \"pid\": 0, \"tid\": 7,"
-	" \"ts\": 20.0005, \"dur\": 1.25, \"args\": {\"device\": 0, \"stream\": 7,"
-	" \"correlation\": 7, \"grid\": [1, 2, 3], \"block\": [4, 5, 6]}},\n"
-	"{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"step#1\", \"pid\": 42,"
-	" \"tid\": 43, \"ts\": 10, \"dur\": 100},\n"
-	"{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"orphan\", \"pid\": 0, \"tid\": 7,"
-	" \"ts\": 30, \"dur\": 1, \"args\": {\"device\": 0, \"stream\": 7, \"correlation\": 8}}\n"
-	"]}\n";
+    "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n"
+    "{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 42,"
+    " \"tid\": 43, \"ts\": 12.5, \"dur\": 3, \"args\": {\"cbid\": 211, \"correlation\": 7}},\n"
+    "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\\\"q\", \"pid\": 0, \"tid\": 7,"
+    " \"ts\": 20.0005, \"dur\": 1.25, \"args\": {\"device\": 0, \"stream\": 7,"
+    " \"correlation\": 7, \"grid\": [1, 2, 3], \"block\": [4, 5, 6]}},\n"
+    "{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"step#1\", \"pid\": 42,"
+    " \"tid\": 43, \"ts\": 10, \"dur\": 100},\n"
+    "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"orphan\", \"pid\": 0, \"tid\": 7,"
+    " \"ts\": 30, \"dur\": 1, \"args\": {\"device\": 0, \"stream\": 7, \"correlation\": 8}}\n"
+    "]}\n";
 
 struct tiny_got {
 	int n, markers;
@@ -379,16 +382,16 @@ static void tiny_marker(void *ctx, const struct corr_marker *m)
 
 static void test_kineto_tiny(void **state)
 {
-	struct tiny_got t = { 0 };
-	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
-	struct corr_replay_opts ro = { .sz = sizeof(ro), .marker = tiny_marker, .marker_ctx = &t };
+	struct tiny_got t = {0};
+	struct corr_opts co = {.sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .marker = tiny_marker, .marker_ctx = &t};
 	struct corr_replay_stats st;
 
 	(void)state;
 	assert_int_equal(corr_replay_buf(tiny, sizeof(tiny) - 1, &co, &ro, &st), 0);
 	assert_int_equal(t.n, 2);
 	assert_true(t.has_l[0]);
-	assert_int_equal(t.l[0].ts_ns, 12500); /* 12.5 µs */
+	assert_int_equal(t.l[0].ts_ns, 12500);	  /* 12.5 µs */
 	assert_int_equal(t.g[0].start_ns, 20001); /* 20.0005 µs, half up */
 	assert_int_equal(t.g[0].end_ns, 21251);
 	assert_int_equal(t.g[0].pid, 42);
@@ -406,8 +409,8 @@ static void test_truncated_kineto(void **state)
 {
 	size_t len = sizeof(tiny) - 1;
 	struct tiny_got t;
-	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
-	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct corr_opts co = {.sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .log = cap_log};
 
 	(void)state;
 	/*
@@ -446,9 +449,9 @@ static void write_file(const char *path, const void *buf, size_t len)
 static void test_garbage_and_truncated_files(void **state)
 {
 	char dir[] = "/tmp/infertrace-replay-XXXXXX", path[256];
-	struct tiny_got t = { 0 };
-	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
-	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct tiny_got t = {0};
+	struct corr_opts co = {.sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .log = cap_log};
 	struct corr_replay_stats st;
 	unsigned char junk[4096];
 	gzFile gz;
@@ -511,14 +514,18 @@ static void test_jsonl_roundtrip(void **state)
 {
 	char buf[8192], line[2048];
 	size_t off = 0;
-	struct corr_json_common cm = { .host = "h", .instance = "i" };
-	struct corr_gpu g = { .kind = CORR_KIND_KERNEL, .corr_id = 5, .stream = 7,
-			      .start_ns = 2000, .end_ns = 2100, .name = "_Z1fv" };
-	struct corr_launch l = { .pid = 9, .tid = 10, .ts_ns = 1500, .corr_id = 5,
-				 .api = "cudaLaunchKernel" };
-	struct tiny_got t = { 0 };
-	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
-	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct corr_json_common cm = {.host = "h", .instance = "i"};
+	struct corr_gpu g = {.kind = CORR_KIND_KERNEL,
+			     .corr_id = 5,
+			     .stream = 7,
+			     .start_ns = 2000,
+			     .end_ns = 2100,
+			     .name = "_Z1fv"};
+	struct corr_launch l = {
+	    .pid = 9, .tid = 10, .ts_ns = 1500, .corr_id = 5, .api = "cudaLaunchKernel"};
+	struct tiny_got t = {0};
+	struct corr_opts co = {.sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .log = cap_log};
 	struct corr_replay_stats st;
 	int n;
 
@@ -540,12 +547,12 @@ static void test_jsonl_roundtrip(void **state)
 	assert_int_equal(st.skipped, 1);
 
 	/* a broken third line names line 3 */
-	off = (size_t)snprintf(buf, sizeof(buf), "{\"type\":\"x\"}\n{\"type\":\"y\"}\n{\"type\":\n");
+	off =
+	    (size_t)snprintf(buf, sizeof(buf), "{\"type\":\"x\"}\n{\"type\":\"y\"}\n{\"type\":\n");
 	logbuf[0] = '\0';
 	assert_int_equal(corr_replay_buf(buf, off, &co, &ro, &st), -EINVAL);
 	assert_non_null(strstr(logbuf, "line 3"));
 }
-
 
 /* ------------------------------------------- hostile input (issue 18) -- */
 
@@ -554,8 +561,8 @@ int corr_us_text_to_ns(const char *s, size_t len, uint64_t *out);
 
 static int replay_text(const char *text, struct tiny_got *t, struct corr_replay_stats *st)
 {
-	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = t };
-	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct corr_opts co = {.sz = sizeof(co), .emit = tiny_emit, .emit_ctx = t};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .log = cap_log};
 	size_t n = strlen(text);
 	char *copy = malloc(n + 1); /* exact size: ASan sees any overrun */
 	int err;
@@ -568,10 +575,11 @@ static int replay_text(const char *text, struct tiny_got *t, struct corr_replay_
 	return err;
 }
 
-#define LAUNCH(name_field)                                                                       \
-	"{\"traceEvents\": [\n{\"ph\": \"X\", \"cat\": \"cuda_runtime\", " name_field             \
-	" \"pid\": 42, \"tid\": 43, \"ts\": 12.5, \"args\": {\"correlation\": 7}},\n"             \
-	"{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"pid\": 0, \"tid\": 7, \"ts\": 20," \
+#define LAUNCH(name_field)                                                                         \
+	"{\"traceEvents\": [\n{\"ph\": \"X\", \"cat\": \"cuda_runtime\", " name_field              \
+	" \"pid\": 42, \"tid\": 43, \"ts\": 12.5, \"args\": {\"correlation\": 7}},\n"              \
+	"{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"pid\": 0, \"tid\": 7, \"ts\": "   \
+	"20,"                                                                                      \
 	" \"args\": {\"correlation\": 7}}\n]}\n"
 
 /* #12: an event without a string name (memcpy from NULL, caught by SAN=undefined) */
@@ -592,8 +600,8 @@ static void test_kineto_nameless(void **state)
 /* #12: an exponent beyond int (signed overflow) must be out of range, not 1 µs */
 static void test_kineto_huge_exponent(void **state)
 {
-	static const char *const ts[] = { "1e4294967296", "1e-4294967296", "1e99999999999999999999",
-					  "1.5E2147483648" };
+	static const char *const ts[] = {"1e4294967296", "1e-4294967296", "1e99999999999999999999",
+					 "1.5E2147483648"};
 	uint64_t ns = 0;
 	struct tiny_got t;
 	char buf[512];
@@ -616,20 +624,20 @@ static void test_kineto_huge_exponent(void **state)
 static void test_jsonl_out_of_range(void **state)
 {
 	static const char *const bad[] = {
-		"\"pid\":1.5e19", /* was pid 3470524416 */
-		"\"pid\":1e20", /* beyond uint64_t: the conversion was undefined */
-		"\"pid\":4294967296",
-		"\"pid\":1,\"correlation_id\":99999999999",
-		"\"pid\":1,\"start_ns\":1e300",
-		"\"pid\":1,\"grid\":[1,4294967296,1]",
+	    "\"pid\":1.5e19", /* was pid 3470524416 */
+	    "\"pid\":1e20",   /* beyond uint64_t: the conversion was undefined */
+	    "\"pid\":4294967296",
+	    "\"pid\":1,\"correlation_id\":99999999999",
+	    "\"pid\":1,\"start_ns\":1e300",
+	    "\"pid\":1,\"grid\":[1,4294967296,1]",
 	};
 	struct tiny_got t;
 	char buf[512];
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		snprintf(buf, sizeof(buf), "{\"type\":\"x\"}\n{\"schema\":1,\"type\":\"kernel\",%s}\n",
-			 bad[i]);
+		snprintf(buf, sizeof(buf),
+			 "{\"type\":\"x\"}\n{\"schema\":1,\"type\":\"kernel\",%s}\n", bad[i]);
 		assert_int_equal(replay_text(buf, &t, NULL), -EINVAL);
 		assert_non_null(strstr(logbuf, "line 2"));
 		assert_non_null(strstr(logbuf, "out of range"));
@@ -654,26 +662,27 @@ static void make_nsys(const char *path, long long id)
 
 	unlink(path);
 	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-	snprintf(sql, sizeof(sql),
-		 "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
-		 "INSERT INTO StringIds VALUES (%lld, 'kern'), (1, 'cudaLaunchKernel_v7000');"
-		 "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, globalTid INT,"
-		 " correlationId INT, nameId INT);"
-		 "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (100, 110, %lld, 5, 1);"
-		 "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT,"
-		 " contextId INT, streamId INT, correlationId INT, globalPid INT, demangledName INT,"
-		 " gridX INT, gridY INT, gridZ INT, blockX INT, blockY INT, blockZ INT);"
-		 "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (200, 210, 0, 1, 7, 5, %lld, %lld,"
-		 " 1, 1, 1, 32, 1, 1);",
-		 id, (77LL << 24) | 78, 77LL << 24, id);
+	snprintf(
+	    sql, sizeof(sql),
+	    "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
+	    "INSERT INTO StringIds VALUES (%lld, 'kern'), (1, 'cudaLaunchKernel_v7000');"
+	    "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, globalTid INT,"
+	    " correlationId INT, nameId INT);"
+	    "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (100, 110, %lld, 5, 1);"
+	    "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT,"
+	    " contextId INT, streamId INT, correlationId INT, globalPid INT, demangledName INT,"
+	    " gridX INT, gridY INT, gridZ INT, blockX INT, blockY INT, blockZ INT);"
+	    "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (200, 210, 0, 1, 7, 5, %lld, %lld,"
+	    " 1, 1, 1, 32, 1, 1);",
+	    id, (77LL << 24) | 78, 77LL << 24, id);
 	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 }
 
 static int nsys_once(const char *path, struct tiny_got *t)
 {
-	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = t };
-	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct corr_opts co = {.sz = sizeof(co), .emit = tiny_emit, .emit_ctx = t};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .log = cap_log};
 
 	memset(t, 0, sizeof(*t));
 	logbuf[0] = '\0';
@@ -716,7 +725,8 @@ static void test_nsys_string_ids(void **state)
 		if (!f || fscanf(f, "%lu", &pages) != 1)
 			_exit(3);
 		fclose(f);
-		rl.rlim_cur = rl.rlim_max = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (256 << 20);
+		rl.rlim_cur = rl.rlim_max =
+		    (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (256 << 20);
 		if (setrlimit(RLIMIT_AS, &rl))
 			_exit(4);
 		_exit(nsys_once(path, &t) || t.n != 1 || strcmp(t.name[0], "kern") ? 1 : 0);
@@ -738,13 +748,13 @@ static void test_nsys_string_ids(void **state)
 static void test_kineto_after_events(void **state)
 {
 	static const char *const bad[] = {
-		"{\"traceEvents\": [], \"deviceProperties\": [{\"id\": 0, \"name\": \"H1",
-		"{\"traceEvents\": [], \"deviceProperties\": [{\"id\": 0}]",
-		"{\"traceEvents\": [], \"x\": 1} trailing",
-		"{\"traceEvents\": []}}",
-		"{\"traceEvents\": []}\n{\"traceEvents\": []}",
-		"[{\"ph\": \"X\"}] [",
-		"{\"traceEvents\": [], \"x\": tru}",
+	    "{\"traceEvents\": [], \"deviceProperties\": [{\"id\": 0, \"name\": \"H1",
+	    "{\"traceEvents\": [], \"deviceProperties\": [{\"id\": 0}]",
+	    "{\"traceEvents\": [], \"x\": 1} trailing",
+	    "{\"traceEvents\": []}}",
+	    "{\"traceEvents\": []}\n{\"traceEvents\": []}",
+	    "[{\"ph\": \"X\"}] [",
+	    "{\"traceEvents\": [], \"x\": tru}",
 	};
 	struct tiny_got t;
 
@@ -753,9 +763,8 @@ static void test_kineto_after_events(void **state)
 		assert_int_not_equal(replay_text(bad[i], &t, NULL), 0);
 		assert_non_null(strstr(logbuf, "offset"));
 	}
-	assert_int_equal(replay_text("{\"traceEvents\": [], \"x\": [1, {\"y\": null}]}\n \n", &t,
-				     NULL),
-			 0);
+	assert_int_equal(
+	    replay_text("{\"traceEvents\": [], \"x\": [1, {\"y\": null}]}\n \n", &t, NULL), 0);
 }
 
 /* #15: errors that say what the input is; a BOM is no "unknown format" */
@@ -808,9 +817,9 @@ static void test_detect_messages(void **state)
 static void test_gzip_bomb(void **state)
 {
 	char dir[] = "/tmp/infertrace-replay-XXXXXX", path[256];
-	struct tiny_got t = { 0 };
-	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
-	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log };
+	struct tiny_got t = {0};
+	struct corr_opts co = {.sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .log = cap_log};
 	static char spaces[1 << 20];
 	struct stat sb;
 	gzFile gz;
@@ -849,10 +858,10 @@ static void test_pipe_fifo_stop(void **state)
 {
 	char dir[] = "/tmp/infertrace-replay-XXXXXX", path[256], fdpath[64];
 	struct tiny_got t;
-	struct corr_opts co = { .sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t };
-	struct corr_replay_opts ro = { .sz = sizeof(ro), .log = cap_log, .stop = &stop_flag };
+	struct corr_opts co = {.sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t};
+	struct corr_replay_opts ro = {.sz = sizeof(ro), .log = cap_log, .stop = &stop_flag};
 	struct corr_replay_stats st;
-	struct sigaction sa = { .sa_handler = on_alarm }; /* no SA_RESTART: open() returns */
+	struct sigaction sa = {.sa_handler = on_alarm}; /* no SA_RESTART: open() returns */
 	int fds[2];
 	pid_t child;
 
@@ -896,26 +905,26 @@ static void test_pipe_fifo_stop(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_vllm_h100),
-		cmocka_unit_test(test_vllm_h100_graphs),
-		cmocka_unit_test(test_hf_qwen_unmatched),
-		cmocka_unit_test(test_hta_rank0),
-		cmocka_unit_test(test_hta_rank1),
-		cmocka_unit_test(test_b200),
-		cmocka_unit_test(test_ns_resolution),
-		cmocka_unit_test(test_cloverleaf_nsys),
-		cmocka_unit_test(test_kineto_tiny),
-		cmocka_unit_test(test_truncated_kineto),
-		cmocka_unit_test(test_garbage_and_truncated_files),
-		cmocka_unit_test(test_jsonl_roundtrip),
-		cmocka_unit_test(test_kineto_nameless),
-		cmocka_unit_test(test_kineto_huge_exponent),
-		cmocka_unit_test(test_jsonl_out_of_range),
-		cmocka_unit_test(test_nsys_string_ids),
-		cmocka_unit_test(test_kineto_after_events),
-		cmocka_unit_test(test_detect_messages),
-		cmocka_unit_test(test_gzip_bomb),
-		cmocka_unit_test(test_pipe_fifo_stop),
+	    cmocka_unit_test(test_vllm_h100),
+	    cmocka_unit_test(test_vllm_h100_graphs),
+	    cmocka_unit_test(test_hf_qwen_unmatched),
+	    cmocka_unit_test(test_hta_rank0),
+	    cmocka_unit_test(test_hta_rank1),
+	    cmocka_unit_test(test_b200),
+	    cmocka_unit_test(test_ns_resolution),
+	    cmocka_unit_test(test_cloverleaf_nsys),
+	    cmocka_unit_test(test_kineto_tiny),
+	    cmocka_unit_test(test_truncated_kineto),
+	    cmocka_unit_test(test_garbage_and_truncated_files),
+	    cmocka_unit_test(test_jsonl_roundtrip),
+	    cmocka_unit_test(test_kineto_nameless),
+	    cmocka_unit_test(test_kineto_huge_exponent),
+	    cmocka_unit_test(test_jsonl_out_of_range),
+	    cmocka_unit_test(test_nsys_string_ids),
+	    cmocka_unit_test(test_kineto_after_events),
+	    cmocka_unit_test(test_detect_messages),
+	    cmocka_unit_test(test_gzip_bomb),
+	    cmocka_unit_test(test_pipe_fifo_stop),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -74,14 +74,47 @@ _Static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_ptsz_v7000 == 235, "cbid
 
 /* the exact set the shim must enable: {domain, cbid} */
 static const uint32_t want_cbs[][2] = {
-    {2, 13},  {2, 211}, {2, 213}, {2, 214}, {2, 269}, {2, 270}, {2, 272}, {2, 311}, {2, 312},
-    {2, 430}, {2, 431}, {2, 505}, {2, 506}, {1, 115}, {1, 116}, {1, 117}, {1, 307}, {1, 442},
-    {1, 477}, {1, 478}, {1, 480}, {1, 514}, {1, 515}, {1, 652}, {1, 653},
+    {2, 13},
+    {2, 211},
+    {2, 213},
+    {2, 214},
+    {2, 269},
+    {2, 270},
+    {2, 272},
+    {2, 311},
+    {2, 312},
+    {2, 430},
+    {2, 431},
+    {2, 505},
+    {2, 506},
+    {1, 115},
+    {1, 116},
+    {1, 117},
+    {1, 307},
+    {1, 442},
+    {1, 477},
+    {1, 478},
+    {1, 480},
+    {1, 514},
+    {1, 515},
+    {1, 652},
+    {1, 653},
     /* async copies and memsets: their records' correlation ids (issue 3) */
-    {2, 41},  {2, 225}, {2, 51},  {2, 235},
+    {2, 41},
+    {2, 225},
+    {2, 51},
+    {2, 235},
     /* NVTX ranges (domain 5): step markers (issue 5) */
-    {5, 8},   {5, 10},  {5, 11},  {5, 4},   {5, 6},   {5, 7},   {5, 33},  {5, 34},
-    {5, 31},  {5, 32},
+    {5, 8},
+    {5, 10},
+    {5, 11},
+    {5, 4},
+    {5, 6},
+    {5, 7},
+    {5, 33},
+    {5, 34},
+    {5, 31},
+    {5, 32},
 };
 #define N_WANT_CBS (sizeof(want_cbs) / sizeof(want_cbs[0]))
 
@@ -111,7 +144,7 @@ struct t {
 	uint64_t data_seen; /* data records received so far */
 	bool status_invariant_broken;
 	uint64_t msgs; /* on_msg calls */
-	bool reenter;	/* on_msg calls shim_rx_drain() and shim_rx_feed() */
+	bool reenter;  /* on_msg calls shim_rx_drain() and shim_rx_feed() */
 	int drain_rc, feed_rc;
 };
 
@@ -678,8 +711,8 @@ static void test_process_exit(void **state)
 	if (pid == 0) {
 		atexit(cuda_runtime_exit);
 		load(t);
-		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-				    42);
+		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API,
+				    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 42);
 		exit(0);
 	}
 	assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -829,7 +862,8 @@ static void test_mode_switch(void **state)
 	for (i = 0; i < 10; i++)
 		fake_cupti_launch(CUPTI_CB_DOMAIN_DRIVER_API,
 				  CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, 650 + i,
-				  "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE");
+				  "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_"
+				  "LL24ncclDevKernelArgsStorageILm4096EE");
 	wait_n(t, EV_GPU_LAUNCH_CB, before + 10);
 	before = count_type(t, EV_GPU_LAUNCH_CB);
 

@@ -261,9 +261,8 @@ static void test_hta_profiler_steps(void **state)
 
 /* ------------------------------------------------------- made-up input -- */
 
-static void add_kp(struct diag_seg *sg, uint32_t pid, uint32_t tid, uint64_t launch,
-		   uint64_t start, uint64_t dur, const char *name, enum corr_kind kind,
-		   uint32_t copy_kind)
+static void add_kp(struct diag_seg *sg, uint32_t pid, uint32_t tid, uint64_t launch, uint64_t start,
+		   uint64_t dur, const char *name, enum corr_kind kind, uint32_t copy_kind)
 {
 	struct corr_gpu g = {.kind = kind,
 			     .pid = pid,
@@ -301,7 +300,8 @@ static void test_processes_in_time_order(void **state)
 		for (uint32_t pid = 7; pid <= 8; pid++) {
 			uint64_t t0 = 10000000ULL * (2 * st + 1) + (pid - 7) * 1000000ULL;
 
-			add_kp(g->sg, pid, pid, t0, t0 + 10000, 2000000, "gemm", CORR_KIND_KERNEL, 0);
+			add_kp(g->sg, pid, pid, t0, t0 + 10000, 2000000, "gemm", CORR_KIND_KERNEL,
+			       0);
 			add_kp(g->sg, pid, pid, t0 + 20000, t0 + 2010000, 5000, "Memcpy DtoH",
 			       CORR_KIND_MEMCPY, 2);
 		}
@@ -518,9 +518,9 @@ static void test_many_processes_pruned(void **state)
 
 	/* USDT: 64 processes exit inside a step; the next begin still finds a slot */
 	for (uint32_t p = 0; p < 64; p++)
-		assert_int_equal(diag_seg__usdt_begin(sg, 5000 + p, 5000 + p, 1000, 1, 1, 1,
-						      DIAG_PHASE_DECODE),
-				 0);
+		assert_int_equal(
+		    diag_seg__usdt_begin(sg, 5000 + p, 5000 + p, 1000, 1, 1, 1, DIAG_PHASE_DECODE),
+		    0);
 	assert_int_equal(diag_seg__usdt_begin(sg, 6000, 6000, 1000, 1, 1, 1, DIAG_PHASE_DECODE),
 			 -ENOSPC);
 	for (uint32_t p = 0; p < 64; p++)
