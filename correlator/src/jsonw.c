@@ -178,13 +178,42 @@ void jw_init(struct jsonw *w, char *buf, size_t cap)
 	putc_(w, '{');
 }
 
+/*
+ * Keys are the writers' own names, plain ASCII: checked, then written as one
+ * copy (a record has 20-40 keys; through put_escaped they cost the agent
+ * about a third of its CPU per NCCL record, perf).
+ */
 void jw_key(struct jsonw *w, const char *key)
 {
+	size_t n = strlen(key), need = n + 3 + !w->first;
+	char *o;
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)key[i];
+
+		if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\') {
+			if (!w->first)
+				putc_(w, ',');
+			w->first = 0;
+			put_escaped(w, key, n);
+			putc_(w, ':');
+			return;
+		}
+	}
+	if (w->overflow || need > w->cap - w->len) {
+		w->overflow = 1;
+		return;
+	}
+	o = w->buf + w->len;
 	if (!w->first)
-		putc_(w, ',');
+		*o++ = ',';
 	w->first = 0;
-	put_escaped(w, key, strlen(key));
-	putc_(w, ':');
+	*o++ = '"';
+	memcpy(o, key, n);
+	o += n;
+	*o++ = '"';
+	*o = ':';
+	w->len += need;
 }
 
 void jw_raw(struct jsonw *w, const char *s, size_t n)

@@ -73,6 +73,36 @@ static void test_writer(void **state)
 	expect("ab\xe6\x97", "ab\xef\xbf\xbd\xef\xbf\xbd", 2);
 }
 
+/*
+ * Keys: plain ones are written in one copy, others escaped as values are;
+ * a buffer cut anywhere gives an overflow (-1), never a partial record.
+ */
+static void test_keys(void **state)
+{
+	char buf[128], small[40];
+	const char *want = "{\"a\":1,\"step_ns\":2,\"q\\\"k\\\\\":3,\"\\u0001\":4}";
+	struct jsonw w;
+	long len;
+
+	(void)state;
+	jw_init(&w, buf, sizeof(buf));
+	jw_uint(&w, "a", 1);
+	jw_uint(&w, "step_ns", 2);
+	jw_uint(&w, "q\"k\\", 3);
+	jw_uint(&w, "\x01", 4);
+	len = jw_end(&w);
+	assert_int_equal(len, (long)strlen(want));
+	assert_memory_equal(buf, want, (size_t)len);
+	for (size_t cap = 1; cap < strlen(want) + 1; cap++) {
+		jw_init(&w, small, cap < sizeof(small) ? cap : sizeof(small));
+		jw_uint(&w, "a", 1);
+		jw_uint(&w, "step_ns", 2);
+		jw_uint(&w, "q\"k\\", 3);
+		jw_uint(&w, "\x01", 4);
+		assert_int_equal(jw_end(&w), -1);
+	}
+}
+
 static void test_clean(void **state)
 {
 	char buf[8];
@@ -154,9 +184,8 @@ static void test_rec_string(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_writer),
-	    cmocka_unit_test(test_clean),
-	    cmocka_unit_test(test_correlator_record),
+	    cmocka_unit_test(test_writer),     cmocka_unit_test(test_keys),
+	    cmocka_unit_test(test_clean),      cmocka_unit_test(test_correlator_record),
 	    cmocka_unit_test(test_rec_string),
 	};
 
