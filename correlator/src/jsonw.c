@@ -123,6 +123,12 @@ const char *jw_utf8_clean(const char *s, char *buf, size_t cap)
 	return buf;
 }
 
+/* an ASCII byte a JSON string holds as it is: not a control, quote or backslash */
+static inline int plain_ascii(unsigned char c)
+{
+	return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+}
+
 /*
  * A JSON string: quotes, backslash and control characters escaped; a byte
  * that starts no well-formed UTF-8 sequence becomes U+FFFD (counted): a
@@ -150,7 +156,7 @@ static void put_escaped(struct jsonw *w, const char *s, size_t n)
 			count_replaced(1);
 			continue;
 		}
-		if (c >= 0x20 && c != '"' && c != '\\')
+		if (plain_ascii(c))
 			continue;
 		put(w, s + run, i - run);
 		run = i + 1;
@@ -202,7 +208,7 @@ void jw_key(struct jsonw *w, const char *key)
 	for (; *p; p++) {
 		unsigned char c = (unsigned char)*p;
 
-		if (o == end || c < 0x20 || c >= 0x80 || c == '"' || c == '\\')
+		if (o == end || !plain_ascii(c))
 			goto slow;
 		*o++ = (char)c;
 	}
