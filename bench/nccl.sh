@@ -17,13 +17,14 @@
 # uprobe's added ns, paired within each round, median over rounds.
 #
 # Environment: BUILD (build), BENCH_ROUNDS (7), BENCH_CALLS (300000),
-# BENCH_LOOP_CPU / BENCH_AGENT_CPU (last CPU / CPU 0).
+# BENCH_LOOP_CPU / BENCH_AGENT_CPU (last CPU / CPU 0), BENCH_NCCL (another
+# libnccl.so.2 than /usr/local/cuda's, e.g. a PyTorch wheel's).
 set -u
 
 # bench_setup, cpu_ticks, loop_up, bare_up, agent_up, loop_go, probe_down
 source "$(dirname "$0")/lib.sh"
 bench_setup 300000
-NCCL=$(readlink -f /usr/local/cuda/lib64/libnccl.so.2 2>/dev/null || true)
+NCCL=$(readlink -f "${BENCH_NCCL:-/usr/local/cuda/lib64/libnccl.so.2}" 2>/dev/null || true)
 LOOP=$BUILD/bench/bench_nccl
 BARE=$BUILD/bench/bare_uprobe
 CONFIGS=(none bare sentinel deep)

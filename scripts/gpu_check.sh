@@ -16,7 +16,8 @@
 #              count every kernel (those past the shim's launch-record budget
 #              unmatched, by design), then with the budget raised: all joined
 #   nccl:      tests/gpu/torch_nccl.py: real NCCL collectives on one rank,
-#              each decoded and joined to its NCCL kernel
+#              each decoded and joined to its NCCL kernel; then in sentinel
+#              mode, every call counted in the collective_summary rows
 #   overhead:  ns per cudaLaunchKernel call (real_cuda -b) bare, under the
 #              agent in each mode, with the shim injected; reported
 #
@@ -194,6 +195,9 @@ else
 	# real NCCL, one rank: collectives decoded and joined to their kernels
 	if want nccl; then
 		live nccl deep $PY "$HERE/tests/gpu/torch_nccl.py" -n 10 && check nccl nccl || rc=1
+		# sentinel: no single records, the per-interval summaries count every call
+		live nccl_sentinel sentinel $PY "$HERE/tests/gpu/torch_nccl.py" -n 10 &&
+			check nccl_sentinel nccl_sentinel || rc=1
 	fi
 fi
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 """check_real - what the real-GPU check (scripts/gpu_check.sh) asserts.
 
-usage: check_real.py cuda|torch|nccl|sentinel WORKLOAD_LINES AGENT_JSONL [DEEP_KERNELS] [--all-joined]
+usage: check_real.py cuda|torch|nccl|nccl_sentinel|sentinel WORKLOAD_LINES AGENT_JSONL [DEEP_KERNELS] [--all-joined]
 
 cuda (tests/gpu/real_cuda.cu under --mode deep): every call of the workload has
   exactly its n GPU records, each joined to it: matched, same pid and tid, the
@@ -24,6 +24,9 @@ nccl (tests/gpu/torch_nccl.py under --mode deep: one rank, real NCCL): each
   the communicator known: rank 0 of 1, enqueue inside the call, GPU start
   after it when joined), an nccl_comm record exists, and every NCCL kernel
   the GPU ran is joined to a collective.
+nccl_sentinel (torch_nccl.py in sentinel mode): the collective_summary rows
+  count every call per op (the workload's and its warm-up all-reduce) and
+  their bytes, on a known communicator (rank 0 of 1).
 sentinel (torch_steps.py in sentinel mode): gpu_summary records count the
   process's kernels, as many as the deep run's DEEP_KERNELS. In sentinel the
   shim sends at most INFERTRACE_SHIM_LAUNCH_RATE (200) kernel-launch records
@@ -286,6 +289,40 @@ def check_nccl(work, agent):
     return rep, not bad
 
 
+def check_nccl_sentinel(work, agent):
+    """sentinel: the collective_summary rows of the process count every call
+    (the workload's, plus its one warm-up all-reduce) and its bytes, on a
+    known communicator (rank 0 of 1)"""
+    pid = next(w["pid"] for w in work if "pid" in w)
+    calls = [w for w in work if "op" in w]
+    want = collections.Counter(c["op"] for c in calls)
+    want["allreduce"] += 1  # the warm-up
+    rows = [r for r in agent if r.get("type") == "collective_summary" and r.get("pid") == pid]
+    got = collections.Counter()
+    nbytes = collections.Counter()
+    bad = []
+    for r in rows:
+        got[r.get("op")] += r.get("calls") or 0
+        nbytes[r.get("op")] += r.get("bytes") or 0
+        if (r.get("rank"), r.get("nranks")) != (0, 1):
+            bad.append("row %s: rank %s of %s (want 0 of 1)" % (r.get("op"), r.get("rank"),
+                                                                 r.get("nranks")))
+    for op in sorted(set(want) | set(got)):
+        if got[op] != want[op]:
+            bad.append("%s: %d calls summarised, want %d" % (op, got[op], want[op]))
+        elif nbytes[op] != want[op] * (1 << 21):
+            bad.append("%s: %d bytes, want %d" % (op, nbytes[op], want[op] * (1 << 21)))
+    if not rows:
+        bad.append("no collective_summary row")
+    single = sum(1 for r in agent if r.get("type") == "collective" and r.get("pid") == pid)
+    rep = {"pid": pid, "calls": len(calls) + 1, "summary_rows": len(rows),
+           "calls_by_op": dict(got), "bytes_by_op": dict(nbytes),
+           "collective_records": single, "first_row": {k: v for k, v in (rows[0] if rows else {}).items()
+                                                        if k not in ("schema", "host", "instance")},
+           "problems": len(bad), "first_problems": bad[:12]}
+    return rep, not bad
+
+
 def main():
     if len(sys.argv) < 4:
         sys.stderr.write(__doc__)
@@ -300,12 +337,14 @@ def main():
         rep, ok = check_torch(work, agent)
     elif mode == "nccl":
         rep, ok = check_nccl(work, agent)
+    elif mode == "nccl_sentinel":
+        rep, ok = check_nccl_sentinel(work, agent)
     elif mode == "sentinel":
         rest = sys.argv[4:]
         dk = next((int(a) for a in rest if a.isdigit()), None)
         rep, ok = check_sentinel(work, agent, dk, "--all-joined" in rest)
     else:
-        sys.stderr.write("check_real: mode is cuda, torch, nccl or sentinel\n")
+        sys.stderr.write("check_real: mode is cuda, torch, nccl, nccl_sentinel or sentinel\n")
         return 2
     rep["ok"] = ok
     print(json.dumps(rep, indent=1))
