@@ -42,7 +42,7 @@ wait_for() {
 # (PROBE_PID empty, PROBE_T0 0); 0 once the loop is ready
 loop_up() {
 	PROBE_PID="" PROBE_T0=0
-	taskset -c "$LOOP_CPU" "$LOOP" -n "$CALLS" -w "$1" >"$2" 2>&1 &
+	taskset -c "$LOOP_CPU" "$LOOP" -n "$CALLS" ${BENCH_LOOP_ARGS:-} -w "$1" >"$2" 2>&1 &
 	LOOP_PID=$!
 	wait_for "$2" '^ready' "$LOOP_PID"
 }

@@ -17,6 +17,10 @@
 # uprobe's added ns, paired within each round, median over rounds.
 #
 # Environment: BUILD (build), BENCH_ROUNDS (7), BENCH_CALLS (300000),
+# BENCH_AGENT_OLD (an older agent binary, measured as old_sentinel beside),
+# BENCH_LOOP_ARGS (more arguments of the loop: "-p 100000" paces it at one
+# call per 100 us, each call timed alone; noisier on a VM, where a call
+# between pauses runs cold),
 # BENCH_LOOP_CPU / BENCH_AGENT_CPU (last CPU / CPU 0), BENCH_NCCL (another
 # libnccl.so.2 than /usr/local/cuda's, e.g. a PyTorch wheel's).
 set -u
@@ -28,6 +32,8 @@ NCCL=$(readlink -f "${BENCH_NCCL:-/usr/local/cuda/lib64/libnccl.so.2}" 2>/dev/nu
 LOOP=$BUILD/bench/bench_nccl
 BARE=$BUILD/bench/bare_uprobe
 CONFIGS=(none bare sentinel deep)
+# BENCH_AGENT_OLD: another agent binary measured beside, in sentinel (old_sentinel)
+[ -n "${BENCH_AGENT_OLD:-}" ] && CONFIGS+=(old_sentinel)
 say() { printf '%s\n' "$*"; }
 
 say "== NCCL benchmark: cost of a probe on one ncclAllReduce call (bench/nccl.sh) =="
@@ -55,11 +61,14 @@ run_one() { # CONFIG ROUND
 	bare)
 		bare_up "$NCCL" ncclAllReduce "$err" || { say "bench_nccl: bare: $(cat "$err")"; kill "$lp"; return 1; }
 		;;
-	sentinel | deep)
+	sentinel | deep | old_sentinel)
 		local -a args=(--pid "$lp" -o /dev/null --shim-socket none)
+		local agent=$AGENT
 		[ "$cfg" = deep ] && args+=(--mode deep --no-stacks)
+		[ "$cfg" = old_sentinel ] && AGENT=$BENCH_AGENT_OLD
 		agent_up "$err" 'attached [0-9]+ NCCL probes' -- "${args[@]}" ||
-			{ say "bench_nccl: agent ($cfg): $(tail -2 "$err")"; kill "$lp"; return 1; }
+			{ AGENT=$agent; say "bench_nccl: agent ($cfg): $(tail -2 "$err")"; kill "$lp"; return 1; }
+		AGENT=$agent
 		;;
 	esac
 	pp=$PROBE_PID t0=$PROBE_T0
@@ -93,13 +102,13 @@ col() { # CONFIG COLUMN(1: added, 2: bare added, 3: ratio)
 		a = v[c, x] - v["none", x]; b = v["bare", x] - v["none", x]
 		print (k == 1 ? a : k == 2 ? b : a / b) } }' "$RES" | median
 }
-for cfg in sentinel deep; do
+for cfg in "${CONFIGS[@]:2}"; do
 	q=$(col "$cfg" 3)
 	verdict=""
-	[ "$cfg" = sentinel ] && verdict=$(awk -v q="$q" 'BEGIN { print (q == "nan" ? "no data" : q + 0 <= 1.3 ? "target <= 1.3: met" : "target <= 1.3: MISSED") }')
+	[ "$cfg" != deep ] && verdict=$(awk -v q="$q" 'BEGIN { print (q == "nan" ? "no data" : q + 0 <= 1.3 ? "target <= 1.3: met" : "target <= 1.3: MISSED") }')
 	say "  $cfg adds $(col "$cfg" 1) ns/call, the bare uprobe $(col "$cfg" 2); $cfg / bare = $q  $verdict"
 done
-awk -v hz="$HZ" -v calls="$CALLS" '$1 == "sentinel" || $1 == "deep" { t[$1] += $4; n[$1]++ }
+awk -v hz="$HZ" -v calls="$CALLS" '$1 != "none" && $1 != "bare" { t[$1] += $4; n[$1]++ }
 	END { for (c in t) printf "  agent CPU (%s): %.2f us per call, on its own CPU\n", c, 1e6 * t[c] / hz / (n[c] * calls) }' "$RES" | sort | while read -r l; do say "$l"; done
 say "  (a uprobe's trap dominates on a VM; a busy node widens the spread: see the load average)"
 exit 0
