@@ -155,6 +155,19 @@ int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const cha
 bool route_wants_detail(struct agent *a, uint32_t pid);
 int route_detail(struct agent *a, uint32_t pid, const char *key, const char *json, size_t len);
 /*
+ * A record in a source's binary form and the function that makes it JSON
+ * into buf (its length, or -1): fn(a, key, blob, len, buf, cap).
+ */
+typedef long (*rec_fmt_fn)(struct agent *a, const char *key, const void *blob, size_t len,
+			   char *buf, size_t cap);
+/*
+ * route_detail() of a record still in binary form: formatted now when it
+ * is sent (a deep-dive), else kept as it is and formatted only if its
+ * window is read (recorder.c). len at most 1 KiB.
+ */
+int route_detail_fmt(struct agent *a, uint32_t pid, const char *key, rec_fmt_fn fn,
+		     const void *blob, size_t len);
+/*
  * record.c, below the decision: rec_dump() serialises (a buffer reused by
  * the next call, NULL on error, counted); rec_send() writes one line to
  * every sink, remote sinks only class-event lines that are released.

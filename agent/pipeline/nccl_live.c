@@ -33,6 +33,7 @@
  * anomaly with the evidence sentence.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -509,11 +510,35 @@ void nccl_on_shim(struct agent *a, uint32_t pid, bool gpu)
 
 /* ------------------------------------------------------------ records -- */
 
+/*
+ * A collective in binary form for route_detail_fmt(): the struct, then its
+ * kernel's name (NUL-terminated) when joined; the other names point into
+ * the static tables of collective.c.
+ */
+struct coll_blob {
+	struct corr_collective c;
+	char kernel[768]; /* longer names: formatted at once (emit_collective) */
+};
+
+static long coll_fmt(struct agent *a, const char *key, const void *blob, size_t len, char *buf,
+		     size_t cap)
+{
+	const struct coll_blob *b = blob;
+	struct corr_json_common cm = {.host = agent_host(a), .instance = key};
+	struct corr_collective c;
+
+	if (len < sizeof(b->c))
+		return -1;
+	c = b->c;
+	c.kernel = len > sizeof(b->c) ? b->kernel : NULL;
+	return corr_coll_to_json(buf, cap, &cm, &c);
+}
+
 static void emit_collective(struct agent *a, struct nccl_live *n, struct corr_collective *c)
 {
 	const char *inst = agent_instance_of(a, c->pid);
-	struct corr_json_common cm = {.host = agent_host(a), .instance = inst};
-	int len;
+	struct coll_blob b;
+	size_t len = sizeof(b.c);
 
 	corr_coll_check(c, &n->cc);
 	if (a->opts.mode != MODE_DEEP)
@@ -522,8 +547,24 @@ static void emit_collective(struct agent *a, struct nccl_live *n, struct corr_co
 		corr_waits__add(n->waits, c);
 	if (!route_wants_detail(a, c->pid))
 		return;
-	len = corr_coll_to_json(n->buf, sizeof(n->buf), &cm, c);
-	if (len < 0 || route_detail(a, c->pid, inst, n->buf, (size_t)len))
+	/* made JSON only when sent: in sentinel mode most never are (a window unread) */
+	b.c = *c;
+	b.c.kernel = NULL;
+	if (c->kernel) {
+		size_t k = strnlen(c->kernel, sizeof(b.kernel));
+
+		if (k == sizeof(b.kernel)) {
+			struct corr_json_common cm = {.host = agent_host(a), .instance = inst};
+			int jl = corr_coll_to_json(n->buf, sizeof(n->buf), &cm, c);
+
+			if (jl < 0 || route_detail(a, c->pid, inst, n->buf, (size_t)jl))
+				n->emit_errors++;
+			return;
+		}
+		memcpy(b.kernel, c->kernel, k + 1);
+		len = offsetof(struct coll_blob, kernel) + k + 1;
+	}
+	if (route_detail_fmt(a, c->pid, inst, coll_fmt, &b, len))
 		n->emit_errors++;
 }
 

@@ -179,6 +179,13 @@ void recorder_tap(struct agent *a, enum rec_class cls, const char *key, const ch
 		  size_t len);
 void recorder_keep(struct agent *a, const char *key, const char *json, size_t len);
 /*
+ * Keep a record of instance key in binary form: len bytes (at most 1 KiB)
+ * copied now, made JSON by fn only when the window is read (flushed,
+ * exported): fn(a, key, blob, len, buf, cap) returns the JSON length or -1.
+ */
+void recorder_keep_fmt(struct agent *a, const char *key, rec_fmt_fn fn, const void *blob,
+		       size_t len);
+/*
  * Send the window of instance key (records not delivered yet) to the
  * sinks, after a "flight_recorder" record. trigger: "anomaly",
  * "deep_dive". Returns the number of records sent.

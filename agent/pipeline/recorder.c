@@ -25,6 +25,11 @@
  * become cuda_launch JSON (cap.flight_json) only when a window is sent or
  * exported.
  *
+ * Detail of the user-space sources that sentinel mode does not send (single
+ * NCCL collectives) is kept the same way, through recorder_keep_fmt(): the
+ * source's own bytes and the function that makes them JSON (ENT_FMT), so a
+ * collective costs a copy, not a JSON record, unless its window is read.
+ *
  * Layout: per instance a FIFO of 256 KiB chunks; a record is one entry
  * (16-byte header + its JSON text or binary launch, 8-byte aligned), appended with one
  * memcpy. Chunks leave whole: when their newest entry is older than the
@@ -44,6 +49,14 @@
 #define REC_MAX_INST 64
 #define ENT_SENT 1u
 #define ENT_LAUNCH 2u /* the payload is a struct flight_launch, not JSON */
+#define ENT_FMT 4u    /* the payload is a struct fmt_ent: a formatter and its bytes */
+
+/* a record kept in binary form, formatted only when a window is read */
+struct fmt_ent {
+	rec_fmt_fn fn;
+	unsigned char blob[];
+};
+#define FMT_BLOB_MAX 1024
 
 struct ent_hdr {
 	uint32_t len;	/* JSON bytes */
@@ -77,6 +90,7 @@ struct recorder {
 	uint64_t kept, kept_unsent, kept_bytes;
 	uint64_t evicted_age, evicted_budget, too_large, instances_evicted;
 	uint64_t flushes, flushed;
+	uint64_t fmt_errors; /* kept binary records that could not be made JSON */
 	/* the kernel half: what became of the launches flight.c handed down */
 	uint64_t k_since; /* of the pull under way: older launches are outside the window */
 	uint64_t k_copied, k_old;
@@ -286,6 +300,27 @@ void recorder_keep(struct agent *a, const char *key, const char *json, size_t le
 		append(r, key ? key : agent_host(a), json, len, 0);
 }
 
+void recorder_keep_fmt(struct agent *a, const char *key, rec_fmt_fn fn, const void *blob,
+		       size_t len)
+{
+	struct recorder *r = a->rec;
+	union {
+		struct fmt_ent e;
+		unsigned char b[sizeof(struct fmt_ent) + FMT_BLOB_MAX];
+	} u;
+
+	if (!r || r->flushing)
+		return;
+	if (len > FMT_BLOB_MAX) {
+		r->too_large++;
+		return;
+	}
+	u.e.fn = fn;
+	memcpy(u.e.blob, blob, len);
+	append(r, key ? key : agent_host(a), (const char *)&u, sizeof(struct fmt_ent) + len,
+	       ENT_FMT);
+}
+
 /* ask the BPF source for the launches its rings hold since the last pull */
 static void pull_kernel(struct agent *a, struct recorder *r)
 {
@@ -333,16 +368,28 @@ void recorder_tick(struct agent *a)
 }
 
 /*
- * The JSON text of an entry: the payload itself, or a binary launch made
- * into the cuda_launch record deep mode would have sent (with its stack,
- * looked up now). NULL when it cannot be formatted (counted).
+ * The JSON text of an entry of instance key: the payload itself, a binary
+ * launch made into the cuda_launch record deep mode would have sent (with
+ * its stack, looked up now), or what a source's formatter makes of its
+ * bytes. NULL when it cannot be formatted (counted).
  */
-static const char *ent_json(struct agent *a, const struct ent_hdr *h, char *buf, size_t cap,
-			    size_t *len)
+static const char *ent_json(struct agent *a, const char *key, const struct ent_hdr *h, char *buf,
+			    size_t cap, size_t *len)
 {
 	struct flight_launch f;
 	long n;
 
+	if (h->flags & ENT_FMT) {
+		const struct fmt_ent *e = (const void *)(h + 1);
+
+		n = e->fn(a, key, e->blob, h->len - sizeof(*e), buf, cap);
+		if (n < 0) {
+			a->rec->fmt_errors++;
+			return NULL;
+		}
+		*len = (size_t)n;
+		return buf;
+	}
 	if (!(h->flags & ENT_LAUNCH)) {
 		*len = h->len;
 		return (const char *)(h + 1);
@@ -429,7 +476,7 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 
 			if (h->flags & ENT_SENT)
 				continue;
-			json = ent_json(a, h, jbuf, sizeof(jbuf), &len);
+			json = ent_json(a, key, h, jbuf, sizeof(jbuf), &len);
 			if (json)
 				rec_send(a, REC_EVENT, key, json, len, true);
 			h->flags |= ENT_SENT;
@@ -463,7 +510,7 @@ int recorder_foreach(struct agent *a, const char *instance,
 		for_each_entry(ri, c, off, h, since)
 		{
 			size_t len;
-			const char *json = ent_json(a, h, jbuf, sizeof(jbuf), &len);
+			const char *json = ent_json(a, ri->name, h, jbuf, sizeof(jbuf), &len);
 
 			if (!json)
 				continue;
@@ -537,7 +584,7 @@ void recorder_stats(struct agent *a, json_t *obj)
 	}
 	json_object_set_new(
 	    obj, "recorder",
-	    json_pack("{s:f,s:I,s:I,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "window_s",
+	    json_pack("{s:f,s:I,s:I,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "window_s",
 		      r->window_ns / 1e9, "budget_bytes", (json_int_t)r->budget, "used_bytes",
 		      (json_int_t)r->used, "instances", inst, "records_held", (json_int_t)held,
 		      "kept", (json_int_t)r->kept, "kept_unsent", (json_int_t)r->kept_unsent,
@@ -545,7 +592,7 @@ void recorder_stats(struct agent *a, json_t *obj)
 		      (json_int_t)r->evicted_age, "evicted_budget", (json_int_t)r->evicted_budget,
 		      "too_large", (json_int_t)r->too_large, "instances_evicted",
 		      (json_int_t)r->instances_evicted, "flushes", (json_int_t)r->flushes,
-		      "flushed", (json_int_t)r->flushed));
+		      "flushed", (json_int_t)r->flushed, "fmt_errors", (json_int_t)r->fmt_errors));
 	if (a->cap.flight_counts) {
 		struct flight_counts fc = {};
 		json_t *k;

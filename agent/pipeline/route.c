@@ -14,7 +14,9 @@
  *   stats      every sink                             every sink
  *
  * GPU detail that sentinel mode only summarises (kernels of processes not in
- * a deep-dive) is not sent at all: route_detail() keeps it in the window.
+ * a deep-dive) is not sent at all: route_detail() keeps it in the window;
+ * route_detail_fmt() keeps it in its source's binary form (collectives), so
+ * it is made JSON only if the window is read.
  */
 
 #include "state.h"
@@ -46,4 +48,20 @@ int route_detail(struct agent *a, uint32_t pid, const char *key, const char *jso
 		return rec_emit_raw(a, REC_EVENT, key, json, len);
 	recorder_keep(a, key, json, len);
 	return 0;
+}
+
+int route_detail_fmt(struct agent *a, uint32_t pid, const char *key, rec_fmt_fn fn,
+		     const void *blob, size_t len)
+{
+	char buf[4096];
+	long n;
+
+	if (!deepdive_pid_deep(a, pid)) {
+		recorder_keep_fmt(a, key, fn, blob, len);
+		return 0;
+	}
+	n = fn(a, key, blob, len, buf, sizeof(buf));
+	if (n < 0)
+		return -1;
+	return rec_emit_raw(a, REC_EVENT, key, buf, (size_t)n);
 }

@@ -15,7 +15,11 @@
 #                        callback); each collective_wait names the rank whose
 #                        kernel started last, arrivals = kernel starts
 #   nccl_kernel_summary  sentinel: the collective_summary rows count every
-#                        call joined, and their GPU time is the kernels' time
+#                        call joined, and their GPU time is the kernels' time; no
+#                        collective record is sent, and a deep-dive's window
+#                        sends one per call, every field as in deep mode
+#                        (the stream of the all-reduce not read: 0x0), made
+#                        JSON only then (kept in binary form)
 source "$(dirname "$0")/lib.sh"
 it_preflight nccl_kernel_join nccl_kernel_summary
 
@@ -23,6 +27,9 @@ NCCL_GPU=$BUILD/tests/integration/nccl_gpu
 FAKE=$BUILD/tests/fakes/nccl/libnccl.so.2
 STEPS=4
 RANKS=2
+INST=it-nccl-$$
+CTL=$BUILD/agentctl
+SOCK=$T/ctl/agent.sock
 
 if [ ! -x "$NCCL_GPU" ] || [ ! -f "$FAKE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
 	for n in nccl_kernel_join nccl_kernel_summary; do
@@ -44,6 +51,7 @@ run_ranks() {
 	TIDS= CALLS=
 	for ((r = 0; r < RANKS; r++)); do
 		bg_start "$T/$name.rank$r" env INFERTRACE_SHIM_SOCKET="$sock" \
+			INFERTRACE_INSTANCE="$INST" \
 			"$NCCL_GPU" -L "$FAKE" -r "$r" -R "$RANKS" -i "$idb" -k "$STEPS" -w "$go" -e "$ex"
 		wps+=("$BG_PID")
 	done
@@ -54,7 +62,8 @@ run_ranks() {
 		aargs+=(--pid "${pids[$r]}")
 	done
 	TIDS=$(for ((r = 0; r < RANKS; r++)); do head -n 1 "$T/$name.rank$r" | jq .tid; done | jq -s -c .)
-	agent_start "$name" -i 0.25 --mode "$mode" "${aargs[@]}" --shim-socket "$sock" ||
+	agent_start "$name" -i 0.25 --mode "$mode" "${aargs[@]}" --shim-socket "$sock" \
+		--control-socket "$SOCK" ||
 		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
 	for p in "${pids[@]}"; do
 		wait_record ".type==\"process\" and .pid==$p and ((.libraries // []) | any(test(\"libnccl\")))
@@ -73,6 +82,16 @@ run_ranks() {
 	# the ranks stay until the agent has joined every kernel (an exit releases held collectives)
 	wait_record ".type == \"stats\" and .gpu.joined >= $((RANKS * 2 * STEPS))" 10 ||
 		fail_because "stats never counted $((RANKS * 2 * STEPS)) joined GPU records"
+	# sentinel: the window of the instance, sent by a deep-dive once every call is recorded
+	if [ "$mode" = sentinel ]; then
+		wait_record ".type == \"stats\" and .nccl.collectives >= $((RANKS * 3 * STEPS))" 10 ||
+			fail_because "stats never counted $((RANKS * 3 * STEPS)) collectives"
+		SENT_BEFORE=$(jqo '[.[] | select(.type == "collective")] | length')
+		"$CTL" --socket "$SOCK" deep-dive --instance "$INST" --duration 2 >/dev/null 2>&1
+		wait_record ".type == \"flight_recorder\" and .instance == \"$INST\"" 5 ||
+			fail_because "no flight_recorder record after the deep-dive: $(agent_tail)"
+		sleep 0.3
+	fi
 	touch "$ex"
 	for ((r = 0; r < RANKS; r++)); do
 		wait_exit "${wps[$r]}" 30 || { fail_because "rank $r did not exit"; return 1; }
@@ -90,10 +109,12 @@ run_ranks() {
 		eq "$(jq length <<<"$CALLS")" $((RANKS * 3 * STEPS))
 }
 
-# ------------------------------------------------------------------- deep --
-if run_ranks nccl_join deep; then
-	# every collective record against the call it came from (rank, seq)
-	bad=$(jqo --arg h "$HASH" --argjson calls "$CALLS" --argjson n "$RANKS" '
+# coll_bad STREAMS: every collective record in the agent's output against
+# the call it came from (rank, seq), every field; STREAMS "all" (deep: each
+# call's stream) or "regs" (sentinel: the stream of the 7-argument calls is
+# on the stack, not read: 0x0). The first problems, "" when none.
+coll_bad() {
+	jqo --arg h "$HASH" --argjson calls "$CALLS" --argjson n "$RANKS" --arg st "$1" '
 		[.[] | select(.type == "collective")] as $l
 		| [$calls[] as $c
 		   | ($l | map(select(.pid == $c.pid and .seq == $c.seq))) as $m
@@ -103,7 +124,8 @@ if run_ranks nccl_join deep; then
 			datatype: (if $c.datatype == 7 then "float32" else "bfloat16" end),
 			bytes: ($c.count * (if $c.datatype == 7 then 4 else 2 end)),
 			redop: ({"0": "sum", "2": "max"}[$c.redop | tostring]), root: null, peer: null,
-			stream: $c.stream, ts_ns: .enqueue_ns, joined: true, kernel: $c.kernel,
+			stream: (if $st == "regs" and $c.op == "allreduce" then "0x0" else $c.stream end),
+			ts_ns: .enqueue_ns, joined: true, kernel: $c.kernel,
 			gpu_start_ns: $c.start, gpu_end_ns: $c.end, gpu_dur_ns: ($c.end - $c.start),
 			device: $c.rank, algorithm: "RING", protocol: "LL", from_kernel_name: false}
 			| to_entries) as $want
@@ -118,7 +140,12 @@ if run_ranks nccl_join deep; then
 		# the two calls of a group share its number, and each group has its own
 		+ ([$l[] | select(.group != 0)] | group_by([.pid, .group]) | map(length) | unique
 		   | if . != [2] then ["calls per group \(.)"] else [] end)
-		| .[0:4] | join("; ")')
+		| .[0:4] | join("; ")'
+}
+
+# ------------------------------------------------------------------- deep --
+if run_ranks nccl_join deep; then
+	bad=$(coll_bad all)
 	expect "collectives: $bad" [ "$bad" = '""' ]
 	# the kernel records: each joined to its cuLaunchKernelEx, uprobe and callback
 	bad=$(jqo --argjson calls "$CALLS" '
@@ -172,5 +199,11 @@ if run_ranks nccl_summary sentinel; then
 	st=$(jqo '[.[] | select(.type == "stats" and .final) | .nccl] | last')
 	expect "stats nccl: $st" jqe --argjson n $((RANKS * 3 * STEPS)) \
 		'.kernel_joined == $n and .kernel_missed == 0' <<<"$st"
+	# the single records: none sent, then the window's, one per call, as deep mode writes them
+	expect "sentinel sent $SENT_BEFORE collective records before the deep-dive" eq "$SENT_BEFORE" 0
+	bad=$(coll_bad regs)
+	expect "window collectives: $bad" [ "$bad" = '""' ]
+	rc=$(jqo '[.[] | select(.type == "stats" and .final)] | last | .recorder.fmt_errors')
+	expect "recorder.fmt_errors $rc" eq "$rc" 0
 fi
 report nccl_kernel_summary
