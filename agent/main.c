@@ -818,7 +818,7 @@ static int run_live(struct agent *a)
 		pr_err("ring buffer setup: %s", strerror(-err));
 		goto cleanup;
 	}
-	err = agent_watch_fd(a, ring_buffer__epoll_fd(a->rb), on_rings_readable, NULL);
+	err = agent_watch_fd_edge(a, ring_buffer__epoll_fd(a->rb), on_rings_readable, NULL);
 	if (err) {
 		pr_err("event loop: %s", strerror(-err));
 		goto cleanup;

@@ -6,6 +6,7 @@
  * callbacks of the ready ones. One thread, so callbacks never race.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,12 +34,11 @@ int loop_init(void)
 	return epfd < 0 ? -errno : 0;
 }
 
-int agent_watch_fd(struct agent *a, int fd, void (*fn)(struct agent *a, void *ctx), void *ctx)
+static int watch_add(int fd, uint32_t events, void (*fn)(struct agent *a, void *ctx), void *ctx)
 {
-	struct epoll_event ev = {.events = EPOLLIN};
+	struct epoll_event ev = {.events = events};
 	int err = loop_init();
 
-	(void)a;
 	if (err)
 		return err;
 	if (n_watches == MAX_WATCHES)
@@ -48,6 +48,26 @@ int agent_watch_fd(struct agent *a, int fd, void (*fn)(struct agent *a, void *ct
 		return -errno;
 	watches[n_watches++] = (struct watch){fd, fn, ctx};
 	return 0;
+}
+
+int agent_watch_fd(struct agent *a, int fd, void (*fn)(struct agent *a, void *ctx), void *ctx)
+{
+	(void)a;
+	return watch_add(fd, EPOLLIN, fn, ctx);
+}
+
+/*
+ * Edge-triggered: fn runs when fd is woken, not whenever it holds data.
+ * For the BPF rings, whose producers wake the agent once per batch and
+ * otherwise leave the records for the loop's next turn (at most 100 ms):
+ * level-triggered, a ring that is never empty under a steady stream of
+ * records (a launch or collective loop) made the loop spin, a turn per few
+ * records, with all its per-turn work (discovery, control, NCCL ticks).
+ */
+int agent_watch_fd_edge(struct agent *a, int fd, void (*fn)(struct agent *a, void *ctx), void *ctx)
+{
+	(void)a;
+	return watch_add(fd, EPOLLIN | EPOLLET, fn, ctx);
 }
 
 void agent_unwatch_fd(struct agent *a, int fd)

@@ -163,6 +163,8 @@ void agent_lib_log(void *ctx, enum corr_log_level lvl, const char *fmt, ...)
 /* loop.c: fds of the event loop, each with a callback run when readable */
 int loop_init(void);
 int agent_watch_fd(struct agent *a, int fd, void (*fn)(struct agent *a, void *ctx), void *ctx);
+/* the same, edge-triggered: fn when fd is woken, not while it holds data (the rings) */
+int agent_watch_fd_edge(struct agent *a, int fd, void (*fn)(struct agent *a, void *ctx), void *ctx);
 void agent_unwatch_fd(struct agent *a, int fd);
 int loop_wait(struct agent *a, int timeout_ms); /* ready fds handled, or -errno */
 void loop_free(void);
