@@ -17,14 +17,17 @@
 #              unmatched, by design), then with the budget raised: all joined
 #   nccl:      tests/gpu/torch_nccl.py: real NCCL collectives on one rank,
 #              each decoded and joined to its NCCL kernel; then in sentinel
-#              mode, every call counted in the collective_summary rows
+#              mode, every call counted in the collective_summary rows, and
+#              one collective record per call in the flight recorder's
+#              window (sent by agentctl deep-dive)
 #   overhead:  ns per cudaLaunchKernel call (real_cuda -b) bare, under the
 #              agent in each mode, with the shim injected; reported
 #
 # Needs root, nvcc (or REAL_CUDA, a binary built from real_cuda.cu) and the
-# agent built (make). Environment: BUILD (default build), GPU_CHECK_DIR
+# agent built (make). Environment: BUILD (default build), AGENT, AGENTCTL,
+# SHIM, REAL_CUDA (default: in BUILD), GPU_CHECK_DIR
 # (where the records and reports go, default $BUILD/gpu_check), AGENT_LD
-# (a library folder for the agent alone, when it was built on another
+# (a library folder for the agent and agentctl alone, when built on another
 # machine), ROUNDS (real_cuda rounds per thread, default 20), STEPS (torch
 # steps, default 30), GPU_CHECK_ONLY (some of: cuda torch sentinel nccl
 # overhead; default all), OVERHEAD_ROUNDS (default 3; 0 skips the overhead runs),
@@ -34,6 +37,7 @@ set -u
 BUILD=${BUILD:-build}
 DIR=${GPU_CHECK_DIR:-$BUILD/gpu_check}
 AGENT=${AGENT:-$BUILD/infertrace-agent}
+AGENTCTL=${AGENTCTL:-$BUILD/agentctl}
 SHIM=${SHIM:-$BUILD/libinfertrace_cupti.so}
 REAL_CUDA=${REAL_CUDA:-$BUILD/gpu/real_cuda}
 ROUNDS=${ROUNDS:-20}
@@ -127,7 +131,7 @@ live() {
 		{ say "$name: the workload never came up: $(tail -c 400 "$DIR/$name.werr")"; kill $wpid; return 1; }
 	# env, not a shell function: $! is then the agent itself, which SIGINT stops
 	env ${AGENT_LD:+LD_LIBRARY_PATH=$AGENT_LD} "$AGENT" -o "$DIR/$name.jsonl" -i 0.25 --mode "$mode" --pid "$wpid" --shim-socket "$sock" \
-		--control-socket none 2>"$DIR/$name.err" &
+		--control-socket "$DIR/$name.ctl" 2>"$DIR/$name.err" &
 	apid=$!
 	cond="r.get('type') == 'process' and r.get('pid') == $wpid and any('libcudart' in l for l in r.get('libraries') or [])"
 	if ! wait_q "$DIR/$name.jsonl" '"process"' "$cond" 30; then
@@ -142,6 +146,22 @@ live() {
 	touch "$go"
 	wait_q "$DIR/$name.work" '"done"' '"done" in r' 300 || say "$name: the workload did not finish"
 	sleep 3 # the shim flushes CUPTI every second (its default): its last buffers are joined
+	if [ -n "${WINDOW:-}" ]; then
+		# the flight recorder's window of the workload's instance, sent by a deep-dive
+		local inst
+		inst=$($PY -c 'import json, sys
+for ln in open(sys.argv[1], errors="replace"):
+    if "\"process\"" in ln:
+        r = json.loads(ln)
+        if r.get("type") == "process" and r.get("pid") == int(sys.argv[2]):
+            print(r["instance"]); break' "$DIR/$name.jsonl" "$wpid")
+		env ${AGENT_LD:+LD_LIBRARY_PATH=$AGENT_LD} "$AGENTCTL" --socket "$DIR/$name.ctl" \
+			deep-dive --instance "$inst" --duration 2 >/dev/null 2>&1 ||
+			say "$name: agentctl deep-dive --instance $inst failed"
+		wait_q "$DIR/$name.jsonl" '"flight_recorder"' "r.get('type') == 'flight_recorder'" 10 ||
+			say "$name: no flight_recorder record after the deep-dive"
+		sleep 0.5
+	fi
 	touch "$ex"
 	# the shim must never harm the process: any exit status but 0 fails the check
 	wait $wpid || { say "FAIL $name: workload exit status $?: $(tail -c 400 "$DIR/$name.werr")"; rc=1; }
@@ -196,7 +216,7 @@ else
 	if want nccl; then
 		live nccl deep $PY "$HERE/tests/gpu/torch_nccl.py" -n 10 && check nccl nccl || rc=1
 		# sentinel: no single records, the per-interval summaries count every call
-		live nccl_sentinel sentinel $PY "$HERE/tests/gpu/torch_nccl.py" -n 10 &&
+		WINDOW=1 live nccl_sentinel sentinel $PY "$HERE/tests/gpu/torch_nccl.py" -n 10 &&
 			check nccl_sentinel nccl_sentinel || rc=1
 	fi
 fi

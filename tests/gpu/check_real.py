@@ -26,7 +26,10 @@ nccl (tests/gpu/torch_nccl.py under --mode deep: one rank, real NCCL): each
   the GPU ran is joined to a collective.
 nccl_sentinel (torch_nccl.py in sentinel mode): the collective_summary rows
   count every call per op (the workload's and its warm-up all-reduce) and
-  their bytes, on a known communicator (rank 0 of 1).
+  their bytes, on a known communicator (rank 0 of 1); the flight recorder's
+  window, sent by a deep-dive, holds one collective record per call (seq 0..30,
+  the decoded arguments, the stack-passed stream of the 7-argument calls
+  not read: 0x0).
 sentinel (torch_steps.py in sentinel mode): gpu_summary records count the
   process's kernels, as many as the deep run's DEEP_KERNELS. In sentinel the
   shim sends at most INFERTRACE_SHIM_LAUNCH_RATE (200) kernel-launch records
@@ -314,10 +317,30 @@ def check_nccl_sentinel(work, agent):
             bad.append("%s: %d bytes, want %d" % (op, nbytes[op], want[op] * (1 << 21)))
     if not rows:
         bad.append("no collective_summary row")
-    single = sum(1 for r in agent if r.get("type") == "collective" and r.get("pid") == pid)
+    # the flight recorder's window (a deep-dive sent it): one record per call
+    single = [r for r in agent if r.get("type") == "collective" and r.get("pid") == pid]
+    if not any(r.get("type") == "flight_recorder" for r in agent):
+        bad.append("no flight_recorder record (the window was not sent)")
+    wgot = collections.Counter(r.get("op") for r in single)
+    if wgot != want:
+        bad.append("window collectives %s, want %s" % (dict(wgot), dict(want)))
+    for r in single:
+        # the 7-argument calls pass their stream on the stack: not read in sentinel
+        # (0x0); PyTorch passes 0x0 to all-gather too here (seen on an H100)
+        st_ok = r.get("stream") == "0x0" if r.get("op") in ("allreduce", "broadcast") \
+            else isinstance(r.get("stream"), str)
+        if not (r.get("comm_known") and r.get("rank") == 0 and r.get("nranks") == 1
+                and r.get("count") == 1 << 20 and r.get("bytes") == 1 << 21
+                and r.get("datatype") == "bfloat16" and st_ok):
+            bad.append("window record %s" % {k: r.get(k) for k in (
+                "op", "seq", "comm_known", "rank", "nranks", "count", "bytes", "stream")})
+            break
+    seqs = sorted(r.get("seq") for r in single)
+    if seqs != list(range(len(single))):
+        bad.append("window seq %s..., want 0..%d" % (seqs[:5], len(single) - 1))
     rep = {"pid": pid, "calls": len(calls) + 1, "summary_rows": len(rows),
            "calls_by_op": dict(got), "bytes_by_op": dict(nbytes),
-           "collective_records": single, "first_row": {k: v for k, v in (rows[0] if rows else {}).items()
+           "window_collectives": dict(wgot), "first_row": {k: v for k, v in (rows[0] if rows else {}).items()
                                                         if k not in ("schema", "host", "instance")},
            "problems": len(bad), "first_problems": bad[:12]}
     return rep, not bad
