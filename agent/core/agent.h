@@ -163,7 +163,7 @@ typedef long (*rec_fmt_fn)(struct agent *a, const char *key, const void *blob, s
 /*
  * route_detail() of a record still in binary form: formatted now when it
  * is sent (a deep-dive), else kept as it is and formatted only if its
- * window is read (recorder.c). len at most 1 KiB.
+ * window is read (recorder.c). len at most 4 KiB; the JSON at most 64 KiB.
  */
 int route_detail_fmt(struct agent *a, uint32_t pid, const char *key, rec_fmt_fn fn,
 		     const void *blob, size_t len);

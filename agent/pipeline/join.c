@@ -13,6 +13,7 @@
  * Everything runs on the event loop thread.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,74 @@ static void cut(struct gpu *gp, uint64_t upto, bool final)
 				UINT64_MAX, emit_summary, gp);
 }
 
+/*
+ * A joined GPU record in binary form for route_detail_fmt() (sentinel: kept
+ * in the flight recorder, made JSON - names demangled - only if its window
+ * is read): the two structs, then the launch's entry point and the kernel's
+ * name, NUL-terminated.
+ */
+struct gpu_blob {
+	struct corr_gpu g;
+	struct corr_launch l;
+	uint8_t has_launch, has_name;
+	char strs[REC_FMT_BLOB_MAX - sizeof(struct corr_gpu) - sizeof(struct corr_launch) - 8];
+};
+
+static long gpu_fmt(struct agent *a, const char *key, const void *blob, size_t len, char *buf,
+		    size_t cap)
+{
+	const struct gpu_blob *b = blob;
+	struct corr_json_common cm = {.host = agent_host(a), .instance = key};
+	struct corr_gpu g;
+	struct corr_launch l;
+	const char *s = b->strs, *end = (const char *)blob + len;
+
+	if (len < offsetof(struct gpu_blob, strs))
+		return -1;
+	g = b->g;
+	l = b->l;
+	if (b->has_launch) {
+		l.api = s;
+		s += strnlen(s, (size_t)(end - s)) + 1;
+	}
+	g.name = b->has_name && s < end ? s : NULL;
+	return corr_gpu_to_json(buf, cap, &cm, &g, b->has_launch ? &l : NULL);
+}
+
+/* keep a joined record unformatted; false when its names do not fit (then: JSON now) */
+static bool keep_gpu(struct agent *a, uint32_t pid, const char *inst, const struct corr_gpu *g,
+		     const struct corr_launch *l, int *err)
+{
+	static struct gpu_blob b;
+	size_t off = 0, n;
+
+	b.g = *g;
+	b.g.name = NULL;
+	b.has_launch = l != NULL;
+	b.has_name = g->name != NULL;
+	if (l) {
+		b.l = *l;
+		b.l.api = NULL;
+		n = strlen(l->api) + 1;
+		if (n > sizeof(b.strs))
+			return false;
+		memcpy(b.strs, l->api, n);
+		off = n;
+	} else {
+		memset(&b.l, 0, sizeof(b.l));
+	}
+	if (g->name) {
+		n = strnlen(g->name, sizeof(b.strs) - off);
+		if (off + n + 1 > sizeof(b.strs))
+			return false;
+		memcpy(b.strs + off, g->name, n);
+		b.strs[off + n] = '\0';
+		off += n + 1;
+	}
+	*err = route_detail_fmt(a, pid, inst, gpu_fmt, &b, offsetof(struct gpu_blob, strs) + off);
+	return true;
+}
+
 void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
 {
 	struct gpu *gp = ctx;
@@ -146,6 +215,11 @@ void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l
 			return;
 	}
 	inst = agent_instance_of(a, pid);
+	if (gp->st && keep_gpu(a, pid, inst, g, l, &err)) {
+		if (err && !gp->n.err)
+			gp->n.err = -EIO;
+		return;
+	}
 	cm.host = agent_host(a);
 	cm.instance = inst;
 	len = corr_gpu_to_json(gp->buf, JSON_BUF, &cm, g, l);

@@ -178,8 +178,10 @@ int recorder_kernel_launch(struct agent *a, const struct flight_launch *f, const
 void recorder_tap(struct agent *a, enum rec_class cls, const char *key, const char *json,
 		  size_t len);
 void recorder_keep(struct agent *a, const char *key, const char *json, size_t len);
+#define REC_FMT_BLOB_MAX 4096
 /*
- * Keep a record of instance key in binary form: len bytes (at most 1 KiB)
+ * Keep a record of instance key in binary form: len bytes (at most
+ * REC_FMT_BLOB_MAX)
  * copied now, made JSON by fn only when the window is read (flushed,
  * exported): fn(a, key, blob, len, buf, cap) returns the JSON length or -1.
  */

@@ -56,7 +56,9 @@ struct fmt_ent {
 	rec_fmt_fn fn;
 	unsigned char blob[];
 };
-#define FMT_BLOB_MAX 1024
+#define FMT_BLOB_MAX REC_FMT_BLOB_MAX
+/* what an ENT_FMT entry is formatted into: a GPU record's names can be long */
+#define FMT_JSON_MAX (64 * 1024)
 
 struct ent_hdr {
 	uint32_t len;	/* JSON bytes */
@@ -423,7 +425,7 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 {
 	struct recorder *r = a->rec;
 	uint64_t now = now_ns(), since, first = 0, n = 0, bytes = 0, old = 0;
-	char jbuf[DECODE_LAUNCH_MAX];
+	static char jbuf[FMT_JSON_MAX > DECODE_LAUNCH_MAX ? FMT_JSON_MAX : DECODE_LAUNCH_MAX];
 	struct ent_hdr *h = NULL;
 	struct rinst *ri;
 	struct chunk *c;
@@ -492,7 +494,8 @@ int recorder_foreach(struct agent *a, const char *instance,
 {
 	struct recorder *r = a->rec;
 	uint64_t now = now_ns(), since;
-	char jbuf[DECODE_LAUNCH_MAX];
+	/* static: one thread, and a window is never read inside another read */
+	static char jbuf[FMT_JSON_MAX > DECODE_LAUNCH_MAX ? FMT_JSON_MAX : DECODE_LAUNCH_MAX];
 	struct ent_hdr *h = NULL;
 	struct chunk *c;
 	size_t off;

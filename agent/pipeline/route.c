@@ -53,7 +53,7 @@ int route_detail(struct agent *a, uint32_t pid, const char *key, const char *jso
 int route_detail_fmt(struct agent *a, uint32_t pid, const char *key, rec_fmt_fn fn,
 		     const void *blob, size_t len)
 {
-	char buf[4096];
+	static char buf[64 * 1024]; /* one thread; a GPU record's names can be long */
 	long n;
 
 	if (!deepdive_pid_deep(a, pid)) {

@@ -207,7 +207,14 @@ if [ -n "$ok" ]; then
 		    before_launch: ([$r[:$f][] | select(.pid == $p and .type == "cuda_launch")] | length),
 		    before_kernel: ([$r[:$f][] | select(.pid == $p and .type == "kernel")] | length),
 		    launches: [$r[$f + 1:][] | select(.pid == $p and .type == "cuda_launch") | {ts_ns, api, regs_only}],
-		    kernels: ([$r[$f + 1:][] | select(.pid == $p and .type == "kernel" and .matched)] | length) } end' "$AGENT_OUT")
+		    kernels: ([$r[$f + 1:][] | select(.pid == $p and .type == "kernel" and .matched)] | length),
+		    # kept unformatted until now: each with its names and its launch
+		    bad_kernels: [$r[$f + 1:][] | select(.pid == $p and .type == "kernel" and .matched)
+			| select((.name | test("gl_") | not) or (.demangled | test("gl_") | not)
+			    or ((.name | startswith("_Z")) and (.demangled | startswith("_Z")))
+			    or (.launch_api | type != "string" or (test("^cu") | not))
+			    or .launch_ts_ns > .start_ns or .end_ns < .start_ns)
+			| {name, demangled, launch_api, launch_ts_ns, start_ns}][:2] } end' "$AGENT_OUT")
 	if [ "$(jq .f <<<"$res")" = null ]; then
 		fail_because "no flight_recorder record with trigger anomaly for $INST"
 	else
@@ -219,6 +226,8 @@ if [ -n "$ok" ]; then
 		expect "the window holds $nl launches, want $((4 * STEPS))" eq "$nl" $((4 * STEPS))
 		# joined ones: the workload's orphan kernel (no launch) carries the pid too
 		expect "the window holds $nk kernels joined to a launch, want $((5 * STEPS))" eq "$nk" $((5 * STEPS))
+		expect "window kernels without their names or launch: $(jq -c .bad_kernels <<<"$res")" \
+			jqe '.bad_kernels == []' <<<"$res"
 		expect "a kernel launch in the window without regs_only" \
 			jqe '[.launches[] | select(.api == "cudaLaunchKernel" and .regs_only != true)] | length == 0' <<<"$res"
 		# the stalled round's launches: after the previous step's end, before its own
