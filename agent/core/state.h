@@ -137,6 +137,7 @@ struct agent {
 	struct agent_counters cnt;
 	struct proc procs[MAX_PROCS];
 	int n_procs;
+	uint64_t procs_checked_ns; /* discovery_tick(): last check of the start times */
 	/* procs by pid (core/agent.c): slot index + 1 of each chain's head, 0: none */
 	int32_t proc_head[PROC_BUCKETS];
 	int32_t proc_next[MAX_PROCS]; /* the next slot of the same bucket, + 1 */
