@@ -181,9 +181,9 @@ void recorder_keep(struct agent *a, const char *key, const char *json, size_t le
 #define REC_FMT_BLOB_MAX 4096
 /*
  * Keep a record of instance key in binary form: len bytes (at most
- * REC_FMT_BLOB_MAX)
- * copied now, made JSON by fn only when the window is read (flushed,
- * exported): fn(a, key, blob, len, buf, cap) returns the JSON length or -1.
+ * REC_FMT_BLOB_MAX) copied now, made JSON by fn only when the window is
+ * read (flushed, exported): fn(a, key, blob, len, buf, cap) returns the
+ * JSON length or -1.
  */
 void recorder_keep_fmt(struct agent *a, const char *key, rec_fmt_fn fn, const void *blob,
 		       size_t len);

@@ -26,9 +26,10 @@
  * exported.
  *
  * Detail of the user-space sources that sentinel mode does not send (single
- * NCCL collectives) is kept the same way, through recorder_keep_fmt(): the
- * source's own bytes and the function that makes them JSON (ENT_FMT), so a
- * collective costs a copy, not a JSON record, unless its window is read.
+ * NCCL collectives, the shims' joined GPU records) is kept the same way,
+ * through recorder_keep_fmt(): the source's own bytes and the function that
+ * makes them JSON (ENT_FMT), so such a record costs a copy, not a JSON
+ * record, unless its window is read.
  *
  * Layout: per instance a FIFO of 256 KiB chunks; a record is one entry
  * (16-byte header + its JSON text or binary launch, 8-byte aligned), appended with one
@@ -56,7 +57,6 @@ struct fmt_ent {
 	rec_fmt_fn fn;
 	unsigned char blob[];
 };
-#define FMT_BLOB_MAX REC_FMT_BLOB_MAX
 /* what an ENT_FMT entry is formatted into: a GPU record's names can be long */
 #define FMT_JSON_MAX (64 * 1024)
 
@@ -227,16 +227,17 @@ static struct rinst *inst_get(struct recorder *r, const char *key, uint64_t now)
 	return ri;
 }
 
-static void append(struct recorder *r, const char *key, const char *json, size_t len,
-		   uint32_t flags)
+/* an entry of pre_len bytes of pre (may be 0), then len bytes of json */
+static void append_parts(struct recorder *r, const char *key, const void *pre, size_t pre_len,
+			 const char *json, size_t len, uint32_t flags)
 {
-	size_t need = ent_size(len);
+	size_t need = ent_size(pre_len + len);
 	uint64_t now = now_ns();
-	struct ent_hdr h = {.len = (uint32_t)len, .flags = flags, .t_ns = now};
+	struct ent_hdr h = {.len = (uint32_t)(pre_len + len), .flags = flags, .t_ns = now};
 	struct rinst *ri;
 	struct chunk *c;
 
-	if (need > r->budget / 4 || len > UINT32_MAX) {
+	if (need > r->budget / 4 || pre_len + len > UINT32_MAX) {
 		r->too_large++;
 		return;
 	}
@@ -269,15 +270,23 @@ static void append(struct recorder *r, const char *key, const char *json, size_t
 		r->used += sizeof(*c) + cap;
 	}
 	memcpy(c->data + c->used, &h, sizeof(h));
-	memcpy(c->data + c->used + sizeof(h), json, len);
+	if (pre_len)
+		memcpy(c->data + c->used + sizeof(h), pre, pre_len);
+	memcpy(c->data + c->used + sizeof(h) + pre_len, json, len);
 	c->used += need;
 	c->n++;
 	c->last_ns = now;
 	ri->records++;
 	r->kept++;
-	r->kept_bytes += len;
+	r->kept_bytes += pre_len + len;
 	if (!(flags & ENT_SENT))
 		r->kept_unsent++;
+}
+
+static void append(struct recorder *r, const char *key, const char *json, size_t len,
+		   uint32_t flags)
+{
+	append_parts(r, key, NULL, 0, json, len, flags);
 }
 
 void recorder_tap(struct agent *a, enum rec_class cls, const char *key, const char *json,
@@ -306,21 +315,16 @@ void recorder_keep_fmt(struct agent *a, const char *key, rec_fmt_fn fn, const vo
 		       size_t len)
 {
 	struct recorder *r = a->rec;
-	union {
-		struct fmt_ent e;
-		unsigned char b[sizeof(struct fmt_ent) + FMT_BLOB_MAX];
-	} u;
+	struct fmt_ent e = {.fn = fn};
 
 	if (!r || r->flushing)
 		return;
-	if (len > FMT_BLOB_MAX) {
+	if (len > REC_FMT_BLOB_MAX) {
 		r->too_large++;
 		return;
 	}
-	u.e.fn = fn;
-	memcpy(u.e.blob, blob, len);
-	append(r, key ? key : agent_host(a), (const char *)&u, sizeof(struct fmt_ent) + len,
-	       ENT_FMT);
+	/* the formatter, then the source's bytes: copied once, into the chunk */
+	append_parts(r, key ? key : agent_host(a), &e, sizeof(e), blob, len, ENT_FMT);
 }
 
 /* ask the BPF source for the launches its rings hold since the last pull */
