@@ -338,6 +338,11 @@ static int load_lp(const char *dir)
  * when a step's duration is all there is.
  */
 static double oracle_theta = 0.18;
+/*
+ * --oracle-run FRAC (0: off): also a step over 1 + FRAC whose previous step
+ * was over it too; both are flagged, the previous one a step late (lag 1)
+ */
+static double oracle_run;
 
 struct opair {
 	double bs, dur;
@@ -922,11 +927,21 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 			memset(&vd, 0, sizeof(vd));
 			vd.judged = v.omed > 0;
 			vd.median_ns = (uint64_t)v.omed;
-			if (vd.judged && v.dur > v.omed * (1 + oracle_theta)) {
+			bool run = oracle_run > 0 && vd.judged && i > 0 &&
+				   v.dur > v.omed * (1 + oracle_run) &&
+				   rec[i - 1].dur > x->s[i - 1].omed * (1 + oracle_run);
+
+			if (vd.judged && (v.dur > v.omed * (1 + oracle_theta) || run)) {
 				rec[i].flagged = true;
 				rec[i].kind = DIAG_KIND_HOST_STALL;
 				rec[i].chart = "oracle";
 				rec[i].seen = i;
+			}
+			if (run && !rec[i - 1].flagged) {
+				rec[i - 1].flagged = true;
+				rec[i - 1].kind = DIAG_KIND_HOST_STALL;
+				rec[i - 1].chart = "oracle";
+				rec[i - 1].seen = i;
 			}
 		} else if (judge == J_MEDIAN) {
 			memset(&vd, 0, sizeof(vd));
@@ -1261,6 +1276,9 @@ static const struct argp_option options[] = {
     {"oracle-theta", 'O', "FRAC", 0,
      "Limit of the hindsight oracle (the ceiling: each step's job and batch median over the "
      "whole job), relative excess (default 0.18, chosen on seeds 1-10)"},
+    {"oracle-run", 'R', "FRAC", 0,
+     "The oracle also flags two steps in a row over 1 + FRAC, the first a step late "
+     "(default 0: off)"},
     {"dump", 'o', "FILE", 0,
      "Write every step of every campaign to FILE, tab separated: campaign, stream, index, "
      "fault, phase, tokens, kv_tokens, dur_ns, median_ns, judged, flagged, chart, source "
@@ -1298,6 +1316,13 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		oracle_theta = strtod(arg, &end);
 		if (errno || *end || oracle_theta <= 0)
 			argp_error(state, "--oracle-theta takes a positive fraction, not '%s'",
+				   arg);
+		break;
+	case 'R':
+		errno = 0;
+		oracle_run = strtod(arg, &end);
+		if (errno || *end || oracle_run < 0)
+			argp_error(state, "--oracle-run takes a fraction, 0 or more, not '%s'",
 				   arg);
 		break;
 	case 's':

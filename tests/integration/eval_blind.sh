@@ -14,8 +14,8 @@
 #                       figures are the same in every form; it stays under
 #                       F1 0.99 (the ceiling docs/diagnosis.md reports) and
 #                       over the detector
-#   eval_args:          a bad --oracle-theta is refused with a message naming
-#                       the option; a data folder that is absent is a
+#   eval_args:          a bad --oracle-theta or --oracle-run is refused with
+#                       a message naming the option; a data folder that is absent is a
 #                       SKIPPED line and exit 0, not an error
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); the first two
@@ -79,6 +79,11 @@ rc=$?
 expect "--oracle-theta 0 was accepted (exit $rc)" [ "$rc" -ne 0 ]
 expect "no message naming --oracle-theta: $(head -c 200 "$T/bad.err")" \
 	grep -q -- "--oracle-theta takes a positive fraction" "$T/bad.err"
+"$EVAL" --data "$DATA" --blind --brief --oracle-run -1 >"$T/bad.out" 2>"$T/bad.err"
+rc=$?
+expect "--oracle-run -1 was accepted (exit $rc)" [ "$rc" -ne 0 ]
+expect "no message naming --oracle-run: $(head -c 200 "$T/bad.err")" \
+	grep -q -- "--oracle-run takes a fraction" "$T/bad.err"
 "$EVAL" --data "$T/absent" --blind --brief >"$T/skip.out" 2>&1
 rc=$?
 expect "an absent data folder exited $rc" [ "$rc" -eq 0 ]
