@@ -38,13 +38,18 @@ LAUNCH_APIS=14 # the 22 probed entry points less the 8 synchronising ones
 SOCK=$T/ctl/agent.sock
 ctl() { "$CTL" --socket "$SOCK" "$@"; }
 
-# workload NAME INSTANCE: cuda_calls of that instance, released once
-# attached, done with its calls, then lingering; its pid in WPID
-workload() {
-	local out=$T/$1.calls
-	bg_start "$out" env INFERTRACE_INSTANCE="$2" "$CUDA_CALLS" -t "$THREADS" -n "$CALLS" \
+# workload_start NAME INSTANCE: cuda_calls of that instance, waiting for its
+# go file; its pid in WPID
+workload_start() {
+	bg_start "$T/$1.calls" env INFERTRACE_INSTANCE="$2" "$CUDA_CALLS" -t "$THREADS" -n "$CALLS" \
 		-w "$T/$1.go" -l 60
 	WPID=$BG_PID
+}
+
+# workload_go NAME: once the agent attached it, released, done with its
+# calls, then lingering
+workload_go() {
+	local out=$T/$1.calls
 	wait_line "$out" 10 || { fail_because "cuda_calls printed nothing: $(head -c 200 "$out.err")"; return 1; }
 	cuda_attached "$WPID" 10 || { fail_because "no attach record for pid $WPID: $(agent_tail)"; return 1; }
 	sleep 0.2
@@ -53,6 +58,9 @@ workload() {
 	fail_because "cuda_calls did not finish its calls"
 	return 1
 }
+
+# workload NAME INSTANCE: both, under an agent already running
+workload() { workload_start "$1" "$2" && workload_go "$1"; }
 
 # workload_end: the lingering workload goes, quietly
 workload_end() { [ -n "${WPID:-}" ] && { kill "$WPID" 2>/dev/null; wait "$WPID" 2>/dev/null; }; WPID=; }
@@ -119,9 +127,12 @@ report recorder_every_launch
 
 # ------------------------------------------------------------------ bound --
 INST=it-recb-$$
+# --pid: the counts are of the flight rings, node-wide; only this workload
+# may write them, whatever other CUDA process runs on the machine
+workload_start rec_bound "$INST"
 if agent_start rec_bound -i 0.25 --sentinel-launches all --control-socket "$SOCK" --shim-socket none \
-	--recorder-launches 100; then
-	if workload rec_bound "$INST"; then
+	--recorder-launches 100 --pid "$WPID"; then
+	if workload_go rec_bound; then
 		sleep 0.5
 		ctl deep-dive --instance "$INST" --duration 2 >/dev/null 2>&1
 		if wait_record ".type == \"flight_recorder\" and .instance == \"$INST\"" 5; then
