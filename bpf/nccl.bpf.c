@@ -110,9 +110,8 @@ static __always_inline void nccl_slot_put(__u32 api, struct thread_stats *ts, st
 }
 
 static __always_inline int nccl_emit(__u32 api, struct thread_stats *ts, struct nccl_args *c,
-				     bool deep, struct runtime_cfg *rc)
+				     bool deep, struct runtime_cfg *rc, __u64 id)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	struct nccl_call_event *e;
 
 	if (!deep && rc && rc->nccl_slots) {
@@ -130,11 +129,11 @@ static __always_inline int nccl_emit(__u32 api, struct thread_stats *ts, struct 
 
 /*
  * The traced thread, the runtime settings and whether the stack arguments
- * are read (deep), or NULL for an untraced thread.
+ * are read (deep), or NULL for an untraced thread (id: pid and tid).
  */
-static __always_inline struct thread_stats *nccl_begin(bool *deep, struct runtime_cfg **rcp)
+static __always_inline struct thread_stats *nccl_begin(bool *deep, struct runtime_cfg **rcp,
+						       __u64 id)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	struct thread_stats *ts = thread_get(id >> 32, (__u32)id);
 
 	if (ts) {
@@ -148,7 +147,8 @@ static __always_inline struct thread_stats *nccl_begin(bool *deep, struct runtim
 	bool deep = false;                                                                         \
 	struct runtime_cfg *rc = NULL;                                                             \
 	struct nccl_args c = {.redop = -1, .root = -1};                                            \
-	struct thread_stats *ts = nccl_begin(&deep, &rc);                                          \
+	__u64 id = bpf_get_current_pid_tgid();                                                     \
+	struct thread_stats *ts = nccl_begin(&deep, &rc, id);                                      \
 	if (!ts)                                                                                   \
 	return 0
 
@@ -182,7 +182,7 @@ static __always_inline int reduce7(struct pt_regs *ctx, __u32 api)
 		c.stream = stack_arg(ctx, 0);
 	else
 		c.flags = NCCL_F_REGS_ONLY;
-	return nccl_emit(api, ts, &c, deep, rc);
+	return nccl_emit(api, ts, &c, deep, rc, id);
 }
 
 /* ncclAllGather / ncclAlltoAll(send, recv, count, dtype, comm, stream) */
@@ -193,7 +193,7 @@ static __always_inline int gather6(struct pt_regs *ctx, __u32 api)
 	c.datatype = (__s32)PT_REGS_PARM4(ctx);
 	c.comm = PT_REGS_PARM5(ctx);
 	c.stream = PT_REGS_PARM6(ctx);
-	return nccl_emit(api, ts, &c, deep, rc);
+	return nccl_emit(api, ts, &c, deep, rc, id);
 }
 
 /* ncclSend / ncclRecv(buf, count, dtype, peer, comm, stream) */
@@ -205,7 +205,7 @@ static __always_inline int p2p6(struct pt_regs *ctx, __u32 api)
 	c.root = (__s32)PT_REGS_PARM4(ctx);
 	c.comm = PT_REGS_PARM5(ctx);
 	c.stream = PT_REGS_PARM6(ctx);
-	return nccl_emit(api, ts, &c, deep, rc);
+	return nccl_emit(api, ts, &c, deep, rc, id);
 }
 
 NCCL_UPROBE(ncclAllReduce, reduce7, NCCL_ALL_REDUCE)
@@ -235,7 +235,7 @@ int BPF_KPROBE(ncclReduce)
 		c.comm = stack_arg(ctx, 0);
 		c.flags = NCCL_F_REGS_ONLY;
 	}
-	return nccl_emit(NCCL_REDUCE, ts, &c, deep, rc);
+	return nccl_emit(NCCL_REDUCE, ts, &c, deep, rc, id);
 }
 
 /* groups nest: the outermost start names the group, the outermost end closes it */
@@ -246,7 +246,7 @@ int BPF_KPROBE(ncclGroupStart)
 	if (!ts->nccl_group_depth)
 		ts->nccl_group_id = bpf_ktime_get_ns();
 	ts->nccl_group_depth++;
-	return nccl_emit(NCCL_GROUP_START, ts, &c, deep, rc);
+	return nccl_emit(NCCL_GROUP_START, ts, &c, deep, rc, id);
 }
 
 SEC("uprobe")
@@ -255,7 +255,7 @@ int BPF_KPROBE(ncclGroupEnd)
 	NCCL_BEGIN();
 	if (ts->nccl_group_depth)
 		ts->nccl_group_depth--;
-	nccl_emit(NCCL_GROUP_END, ts, &c, deep, rc);
+	nccl_emit(NCCL_GROUP_END, ts, &c, deep, rc, id);
 	if (!ts->nccl_group_depth)
 		ts->nccl_group_id = 0;
 	return 0;
