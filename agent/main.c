@@ -90,6 +90,7 @@ enum {
 	OPT_RECORDER_S,
 	OPT_RECORDER_MIB,
 	OPT_RECORDER_LAUNCHES,
+	OPT_NCCL_SLOTS,
 	OPT_METRICS,
 	OPT_PERFETTO,
 	OPT_KAFKA,
@@ -283,6 +284,13 @@ static const struct opt_def opt_table[] = {
 	    "entries per CPU (rounded up to a power of 2; 104 bytes each) that the agent "
 	    "copies into the window every 100 ms, with the arguments passed in registers "
 	    "and user stacks at --stack-rate; 0 keeps no launches (default 4096)"},
+    {"nccl-slots", OPT_NCCL_SLOTS, "N", OT_U32, FIELD(nccl_slots), 0, 1 << 20,
+     .err = "takes a count from 0 to 1048576",
+     .doc = "Sentinel mode: each NCCL call of a traced thread goes into a slot of its CPU's "
+	    "slice of N entries (rounded up to a power of 2, at least 16; 88 bytes each), which "
+	    "the agent copies on every loop turn and whenever half a slice has filled; calls "
+	    "written over before that are counted (stats nccl.slots_overwritten); 0 puts each "
+	    "call on the ring buffer instead (default 1024)"},
     {"sentinel-launches", OPT_SENTINEL_LAUNCHES, "sync|graphs|all", OT_ENUM,
      FIELD(sentinel_launches),
      .choices = CHOICES({"sync", SENTINEL_LAUNCHES_SYNC}, {"graphs", SENTINEL_LAUNCHES_GRAPHS},
@@ -780,7 +788,7 @@ static int on_ring(void *ctx, void *data, size_t size)
 static void on_rings_readable(struct agent *a, void *ctx)
 {
 	(void)ctx;
-	ring_buffer__consume(a->rb);
+	slots_consume(a);
 }
 
 static void flush_sinks(struct agent *a, int timeout_ms)
@@ -823,6 +831,9 @@ static int run_live(struct agent *a)
 		pr_err("event loop: %s", strerror(-err));
 		goto cleanup;
 	}
+	err = slots_nccl_start(a);
+	if (err)
+		goto cleanup;
 	err = gpu_init(a);
 	if (!err)
 		err = shim_init(a);
@@ -860,7 +871,7 @@ static int run_live(struct agent *a)
 		}
 		/* producers wake us only for batches: drain what is below the mark */
 		if (err >= 0)
-			err = ring_buffer__consume(a->rb);
+			err = slots_consume(a);
 		if (err < 0 && err != -EINTR) {
 			pr_err("event loop: %s", strerror(-err));
 			goto cleanup;
@@ -879,7 +890,7 @@ static int run_live(struct agent *a)
 			 * may precede the process's last launches on another, and the
 			 * interval reaps exited processes (their instance names).
 			 */
-			ring_buffer__consume(a->rb);
+			slots_consume(a);
 			shim_interval(a);
 			gpu_interval(a, false);
 			nccl_interval(a, false);
@@ -892,8 +903,8 @@ static int run_live(struct agent *a)
 			break;
 	}
 
-	/* drain what the rings hold, then the last aggregates and counters */
-	ring_buffer__consume(a->rb);
+	/* drain what the rings and slots hold, then the last aggregates and counters */
+	slots_consume(a);
 	{
 		uint64_t span = now_ns() - a->last_interval_ns;
 
@@ -913,6 +924,7 @@ cleanup:
 	a->diag = NULL;
 	shim_free(a);
 	gpu_free(a);
+	slots_nccl_stop(a);
 	nccl_free(a);
 	loop_free();
 	/*
@@ -955,6 +967,7 @@ int main(int argc, char **argv)
 	    .recorder_s = 10,
 	    .recorder_mib = 64,
 	    .recorder_launches = 4096,
+	    .nccl_slots = 1024,
 	    .lib_grace_s = 30,
 	    .flush_timeout_s = FLUSH_TIMEOUT_DEFAULT,
 	};

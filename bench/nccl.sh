@@ -22,13 +22,20 @@
 # call per 100 us, each call timed alone; noisier on a VM, where a call
 # between pauses runs cold),
 # BENCH_LOOP_CPU / BENCH_AGENT_CPU (last CPU / CPU 0), BENCH_NCCL (another
-# libnccl.so.2 than /usr/local/cuda's, e.g. a PyTorch wheel's).
+# libnccl.so.2 than /usr/local/cuda's, e.g. a PyTorch wheel's, or a private
+# copy: uprobes go by inode, so another agent's probes on the original miss
+# it). Each measurement waits (wait_quiet) while other processes hold uprobes
+# on the library (a test's agent), and says so when they stay.
 set -u
 
 # bench_setup, cpu_ticks, loop_up, bare_up, agent_up, loop_go, probe_down
 source "$(dirname "$0")/lib.sh"
 bench_setup 300000
 NCCL=$(readlink -f "${BENCH_NCCL:-/usr/local/cuda/lib64/libnccl.so.2}" 2>/dev/null || true)
+# whose uprobes count as foreign (wait_quiet): any libnccl's, or the copy BENCH_NCCL names
+# (a private copy is another inode: other agents' probes on /usr/local/cuda's miss it)
+FOREIGN=libnccl
+[ -n "${BENCH_NCCL:-}" ] && FOREIGN=$(basename "$(dirname "$NCCL")")/$(basename "$NCCL")
 LOOP=$BUILD/bench/bench_nccl
 BARE=$BUILD/bench/bare_uprobe
 CONFIGS=(none bare sentinel deep)
@@ -55,6 +62,8 @@ trap 'exit 130' INT TERM
 run_one() { # CONFIG ROUND
 	local cfg=$1 go=$TMP/go out=$TMP/loop.out err=$TMP/probe.err lp pp="" ns t0=0 t1=0
 	rm -f "$go"
+	FOREIGN_RE=$FOREIGN OWN_PID=0 wait_quiet ||
+		say "  warning: $cfg round $2 measured while other uprobes were on $NCCL"
 	loop_up "$go" "$out" || { say "bench_nccl: loop did not start: $(cat "$out")"; return 1; }
 	lp=$LOOP_PID
 	case $cfg in
@@ -72,6 +81,9 @@ run_one() { # CONFIG ROUND
 		;;
 	esac
 	pp=$PROBE_PID t0=$PROBE_T0
+	# another agent may have found the loop meanwhile (one without --pid traces every process)
+	FOREIGN_RE=$FOREIGN OWN_PID=${pp:-0} wait_quiet 20 ||
+		say "  warning: $cfg round $2 measured while another process's uprobes were on $NCCL"
 	loop_go "$go" "$out"
 	ns=$LOOP_NS
 	if [ -n "$pp" ] && [ "$cfg" != bare ]; then
@@ -111,4 +123,6 @@ done
 awk -v hz="$HZ" -v calls="$CALLS" '$1 != "none" && $1 != "bare" { t[$1] += $4; n[$1]++ }
 	END { for (c in t) printf "  agent CPU (%s): %.2f us per call, on its own CPU\n", c, 1e6 * t[c] / hz / (n[c] * calls) }' "$RES" | sort | while read -r l; do say "$l"; done
 say "  (a uprobe's trap dominates on a VM; a busy node widens the spread: see the load average)"
+[ "$CONTAMINATED" -gt 0 ] &&
+	say "warning: $CONTAMINATED measurements ran while other processes held uprobes on $NCCL"
 exit 0

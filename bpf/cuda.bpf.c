@@ -207,31 +207,17 @@ static __always_inline int flight_push(struct pt_regs *ctx, __u32 api, struct la
 				       struct thread_stats *ts, struct runtime_cfg *rc, __u64 id,
 				       __u64 now)
 {
-	__u32 cpu = bpf_get_smp_processor_id(), idx;
-	struct flight_cursor *cur;
-	struct flight_launch *f;
-	__u64 n;
+	struct slot_cursor *cur;
+	struct flight_launch *f = slot_begin(&flight, &flight_cur, rc->flight, &cur);
 
-	if (cpu >= rc->flight_cpus)
-		return 0;
-	cur = bpf_map_lookup_elem(&flight_cur, &cpu);
-	if (!cur)
-		return 0;
-	n = cur->n;
-	idx = cpu * rc->flight + (__u32)(n & (rc->flight - 1));
-	f = bpf_map_lookup_elem(&flight, &idx);
 	if (!f)
 		return 0;
-	f->seq = 0;
-	asm volatile("" ::: "memory");
 	f->stack_id = -1;
 	f->pad = 0;
 	if (rc->deep_stacks && stack_allowed(ts, rc, now))
 		f->stack_id = (__s32)bpf_get_stackid(ctx, &flight_stacks, BPF_F_USER_STACK);
 	fill_launch(&f->ev, a, api, id, now, sizeof(f->ev), 0);
-	asm volatile("" ::: "memory");
-	f->seq = n + 1;
-	cur->n = n + 1;
+	slot_end(f, cur);
 	return 0;
 }
 

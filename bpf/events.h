@@ -45,7 +45,9 @@ enum event_type {
 	EV_NET_IO = 11,	   /* struct net_io_event: socket bytes of a traced thread */
 	EV_NCCL_CALL = 12, /* struct nccl_call_event: a collective, send/recv or group call */
 	EV_NCCL_COMM = 13, /* struct nccl_comm_event: a communicator's init, split, end */
-	/* 14..15 reserved for further BPF families */
+	/* struct event_hdr alone: a CPU's NCCL call slots filled half of their slice */
+	EV_NCCL_WAKE = 14,
+	/* 15 reserved for further BPF families */
 	/* GPU side, written by the CUPTI shim (agent/shim) */
 	EV_GPU_KERNEL = 16,    /* struct gpu_activity_event */
 	EV_GPU_MEMCPY = 17,    /* struct gpu_activity_event */
@@ -556,7 +558,11 @@ struct runtime_cfg {
 	 * (agent/sources/uprobes.c).
 	 */
 	__u32 launches;
-	__u32 pad;
+	/*
+	 * sentinel: entries per CPU in the nccl_slots map (a power of 2), where
+	 * NCCL calls of processes not in deep capture go; 0: on rb_cuda
+	 */
+	__u32 nccl_slots;
 };
 _Static_assert(sizeof(struct runtime_cfg) == 72, "runtime_cfg ABI");
 
@@ -581,12 +587,34 @@ struct flight_launch {
 };
 _Static_assert(sizeof(struct flight_launch) == 104, "flight_launch ABI");
 
-/* per-CPU write cursor, one cache line each (array map "flight_cur") */
-struct flight_cursor {
+/*
+ * The write cursor of one CPU's slice of a per-CPU slot array ("flight_cur"
+ * for "flight", "nccl_cur" for "nccl_slots"), one cache line each. Every
+ * slot array's entry starts with its __u64 seq, written as above
+ * (bpf/lib/common.bpf.h slot_begin/slot_end; agent/sources/slots.c reads).
+ */
+struct slot_cursor {
 	__u64 n; /* entries written on this CPU so far */
 	__u64 pad[7];
 };
-_Static_assert(sizeof(struct flight_cursor) == 64, "flight_cursor ABI");
+_Static_assert(sizeof(struct slot_cursor) == 64, "slot_cursor ABI");
+
+/*
+ * Sentinel's NCCL arrivals (bpf/nccl.bpf.c): each call of a thread not in
+ * deep capture is written, as the EV_NCCL_CALL deep mode would send, into
+ * its CPU's slice of the mmap'able array map "nccl_slots"
+ * (runtime_cfg.nccl_slots entries per CPU), with seq as in struct
+ * flight_launch; the agent copies the slices on every loop turn and merges
+ * them in time order with rb_cuda's communicator records
+ * (agent/sources/slots.c). When a slice's cursor crosses a multiple of half
+ * the slice, the writer also puts an EV_NCCL_WAKE on rb_cuda, which wakes the
+ * agent before the slice wraps.
+ */
+struct nccl_slot {
+	__u64 seq;
+	struct nccl_call_event ev; /* flags has NCCL_F_REGS_ONLY */
+};
+_Static_assert(sizeof(struct nccl_slot) == 88, "nccl_slot ABI");
 
 /* load-time settings, written into .rodata between open and load */
 struct agent_cfg {

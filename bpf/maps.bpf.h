@@ -107,7 +107,7 @@ struct {
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct flight_cursor);
+	__type(value, struct slot_cursor);
 } flight_cur SEC(".maps") __weak;
 
 struct {
@@ -116,6 +116,23 @@ struct {
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
 } flight_stacks SEC(".maps") __weak;
+
+/* sentinel's NCCL calls (struct nccl_slot), the same way; sizes: agent */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nccl_slot);
+} nccl_slots SEC(".maps") __weak;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct slot_cursor);
+} nccl_cur SEC(".maps") __weak;
 
 /* zeroed template used to create map values too large for the stack */
 struct {

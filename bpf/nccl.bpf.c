@@ -10,14 +10,19 @@
  * passed by value is a MEMORY-class argument: it goes on the stack and takes
  * no register, so ncclCommInitRank's rank is the third register.
  *
- * Every call of a traced thread is one EV_NCCL_CALL on rb_cuda, in both
- * modes: the agent needs each arrival for the cross-rank wait, and a
- * collective is rare beside launches (one all-reduce per layer). Sentinel
- * mode reads no argument from memory (the stream of the 7- and 8-argument
- * calls is on the stack: NCCL_F_REGS_ONLY), except ncclReduce's comm, which
- * the wait needs. The comm pointer is mapped to its communicator by the
- * agent, from the EV_NCCL_COMM its init sent on the same ring (so it is
- * decoded first): no extra lookup here.
+ * Every call of a traced thread is one EV_NCCL_CALL, in both modes: the
+ * agent needs each arrival for the cross-rank wait. Deep mode (the agent's,
+ * or the process's deep-dive) puts it on rb_cuda. Sentinel mode reads no
+ * argument from memory (the stream of the 7- and 8-argument calls is on the
+ * stack: NCCL_F_REGS_ONLY), except ncclReduce's comm, which the wait needs,
+ * and writes the record into this CPU's slice of nccl_slots (struct
+ * nccl_slot; slot_begin/slot_end), not on a ring: a ring's reserve and
+ * submit were 130-270 ns of the program's ~310 ns per call, the slot write
+ * about half that (bpf_stats, docs/operations.md). The comm pointer is
+ * mapped to its communicator by the agent, from the EV_NCCL_COMM its init
+ * sent on rb_cuda; the agent merges the slots with that ring in time order
+ * (agent/sources/slots.c), so a call is decoded against the communicator
+ * live at its entry: no extra lookup here.
  */
 #include "lib/common.bpf.h"
 #include <bpf/bpf_tracing.h>
@@ -63,14 +68,10 @@ struct nccl_args {
 	__u16 flags;
 };
 
-static __always_inline int nccl_emit(__u32 api, struct thread_stats *ts, struct nccl_args *c)
+static __always_inline void nccl_fill(struct nccl_call_event *e, __u32 api, __u64 id, __u64 now,
+				      struct thread_stats *ts, struct nccl_args *c)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	struct nccl_call_event *e = reserve(&rb_cuda, sizeof(*e), EV_NCCL_CALL);
-
-	if (!e)
-		return 0;
-	fill_hdr(&e->hdr, EV_NCCL_CALL, sizeof(*e), id >> 32, (__u32)id, bpf_ktime_get_ns());
+	fill_hdr(&e->hdr, EV_NCCL_CALL, sizeof(*e), id >> 32, (__u32)id, now);
 	e->api = api;
 	e->flags = c->flags;
 	e->datatype = c->datatype;
@@ -82,29 +83,72 @@ static __always_inline int nccl_emit(__u32 api, struct thread_stats *ts, struct 
 	e->group_id = ts->nccl_group_id;
 	e->group_depth = ts->nccl_group_depth;
 	e->pad = 0;
+}
+
+/*
+ * Sentinel: the call into this CPU's slot. Once per half slice, a wake-up
+ * record on rb_cuda: the agent copies the slots at least every 100 ms, and
+ * a thread calling NCCL in a tight loop would wrap the slice before that.
+ */
+static __always_inline void nccl_slot_put(__u32 api, struct thread_stats *ts, struct nccl_args *c,
+					  __u32 per_cpu, __u64 id)
+{
+	struct slot_cursor *cur;
+	struct nccl_slot *s = slot_begin(&nccl_slots, &nccl_cur, per_cpu, &cur);
+	struct event_hdr *w;
+
+	if (!s)
+		return;
+	nccl_fill(&s->ev, api, id, bpf_ktime_get_ns(), ts, c);
+	if (slot_end(s, cur) & (per_cpu / 2 - 1))
+		return;
+	w = reserve(&rb_cuda, sizeof(*w), EV_NCCL_WAKE);
+	if (!w)
+		return;
+	fill_hdr(w, EV_NCCL_WAKE, sizeof(*w), id >> 32, (__u32)id, bpf_ktime_get_ns());
+	bpf_ringbuf_submit(w, BPF_RB_FORCE_WAKEUP);
+}
+
+static __always_inline int nccl_emit(__u32 api, struct thread_stats *ts, struct nccl_args *c,
+				     bool deep, struct runtime_cfg *rc, __u64 id)
+{
+	struct nccl_call_event *e;
+
+	if (!deep && rc && rc->nccl_slots) {
+		nccl_slot_put(api, ts, c, rc->nccl_slots, id);
+		return 0;
+	}
+	e = reserve(&rb_cuda, sizeof(*e), EV_NCCL_CALL);
+	if (!e)
+		return 0;
+	nccl_fill(e, api, id, bpf_ktime_get_ns(), ts, c);
 	/* the agent drains every 100 ms: wake it per batch, as for launches */
 	bpf_ringbuf_submit(e, batch_wakeup(&rb_cuda, sizeof(*e)));
 	return 0;
 }
 
 /*
- * The traced thread and whether the stack arguments are read (deep), or
- * NULL for an untraced thread.
+ * The traced thread, the runtime settings and whether the stack arguments
+ * are read (deep), or NULL for an untraced thread (id: pid and tid).
  */
-static __always_inline struct thread_stats *nccl_begin(bool *deep)
+static __always_inline struct thread_stats *nccl_begin(bool *deep, struct runtime_cfg **rcp,
+						       __u64 id)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	struct thread_stats *ts = thread_get(id >> 32, (__u32)id);
 
-	if (ts)
-		*deep = is_deep(get_rcfg(), id >> 32);
+	if (ts) {
+		*rcp = get_rcfg();
+		*deep = is_deep(*rcp, id >> 32);
+	}
 	return ts;
 }
 
 #define NCCL_BEGIN()                                                                               \
 	bool deep = false;                                                                         \
+	struct runtime_cfg *rc = NULL;                                                             \
 	struct nccl_args c = {.redop = -1, .root = -1};                                            \
-	struct thread_stats *ts = nccl_begin(&deep);                                               \
+	__u64 id = bpf_get_current_pid_tgid();                                                     \
+	struct thread_stats *ts = nccl_begin(&deep, &rc, id);                                      \
 	if (!ts)                                                                                   \
 	return 0
 
@@ -138,7 +182,7 @@ static __always_inline int reduce7(struct pt_regs *ctx, __u32 api)
 		c.stream = stack_arg(ctx, 0);
 	else
 		c.flags = NCCL_F_REGS_ONLY;
-	return nccl_emit(api, ts, &c);
+	return nccl_emit(api, ts, &c, deep, rc, id);
 }
 
 /* ncclAllGather / ncclAlltoAll(send, recv, count, dtype, comm, stream) */
@@ -149,7 +193,7 @@ static __always_inline int gather6(struct pt_regs *ctx, __u32 api)
 	c.datatype = (__s32)PT_REGS_PARM4(ctx);
 	c.comm = PT_REGS_PARM5(ctx);
 	c.stream = PT_REGS_PARM6(ctx);
-	return nccl_emit(api, ts, &c);
+	return nccl_emit(api, ts, &c, deep, rc, id);
 }
 
 /* ncclSend / ncclRecv(buf, count, dtype, peer, comm, stream) */
@@ -161,7 +205,7 @@ static __always_inline int p2p6(struct pt_regs *ctx, __u32 api)
 	c.root = (__s32)PT_REGS_PARM4(ctx);
 	c.comm = PT_REGS_PARM5(ctx);
 	c.stream = PT_REGS_PARM6(ctx);
-	return nccl_emit(api, ts, &c);
+	return nccl_emit(api, ts, &c, deep, rc, id);
 }
 
 NCCL_UPROBE(ncclAllReduce, reduce7, NCCL_ALL_REDUCE)
@@ -191,7 +235,7 @@ int BPF_KPROBE(ncclReduce)
 		c.comm = stack_arg(ctx, 0);
 		c.flags = NCCL_F_REGS_ONLY;
 	}
-	return nccl_emit(NCCL_REDUCE, ts, &c);
+	return nccl_emit(NCCL_REDUCE, ts, &c, deep, rc, id);
 }
 
 /* groups nest: the outermost start names the group, the outermost end closes it */
@@ -202,7 +246,7 @@ int BPF_KPROBE(ncclGroupStart)
 	if (!ts->nccl_group_depth)
 		ts->nccl_group_id = bpf_ktime_get_ns();
 	ts->nccl_group_depth++;
-	return nccl_emit(NCCL_GROUP_START, ts, &c);
+	return nccl_emit(NCCL_GROUP_START, ts, &c, deep, rc, id);
 }
 
 SEC("uprobe")
@@ -211,7 +255,7 @@ int BPF_KPROBE(ncclGroupEnd)
 	NCCL_BEGIN();
 	if (ts->nccl_group_depth)
 		ts->nccl_group_depth--;
-	nccl_emit(NCCL_GROUP_END, ts, &c);
+	nccl_emit(NCCL_GROUP_END, ts, &c, deep, rc, id);
 	if (!ts->nccl_group_depth)
 		ts->nccl_group_id = 0;
 	return 0;

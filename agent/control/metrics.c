@@ -101,6 +101,10 @@ static const struct stats_metric {
      "NCCL calls on a communicator never seen initialised (no rank: no wait)."},
     {"nccl", "straggler_anomalies", "infertrace_nccl_straggler_anomalies_total", "counter",
      "Straggler anomalies from NCCL collectives (a rank came late)."},
+    {"nccl", "slots_written", "infertrace_nccl_slots_written_total", "counter",
+     "NCCL calls the BPF side wrote into the per-CPU slots (sentinel)."},
+    {"nccl", "slots_overwritten", "infertrace_nccl_slots_overwritten_total", "counter",
+     "NCCL calls lost: written over in their CPU's slots before the agent copied them."},
 };
 
 /* what the shim receiver refused, closed or rejected: the stats "gpu" member and its reason */

@@ -80,6 +80,7 @@ struct agent_opts {
 	double recorder_s;	    /* flight-recorder window; 0: off */
 	uint32_t recorder_mib;	    /* flight-recorder memory budget */
 	uint32_t recorder_launches; /* kernel flight queue entries; 0: none */
+	uint32_t nccl_slots;	    /* sentinel's NCCL call slots per CPU; 0: on the ring */
 	double lib_grace_s;	    /* a library file's probes outlive its last user this long */
 	/* per-launch uprobes in sentinel (agent/sources/uprobes.c, issue 20) */
 	enum {

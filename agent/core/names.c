@@ -46,21 +46,15 @@ const char *thread_comm(uint32_t pid, uint32_t tid, char *buf, size_t sz)
 }
 
 static const char *const type_names[EV_TYPE_MAX] = {
-    [EV_CUDA_LAUNCH] = "cuda_launch",
-    [EV_CUDA_SYNC] = "cuda_sync",
-    [EV_OFFCPU] = "offcpu",
-    [EV_RUNQ] = "runq",
-    [EV_SYSCALL] = "syscall",
-    [EV_TCP_RETRANS] = "tcp_retransmit",
-    [EV_PROC_EXEC] = "proc_exec",
-    [EV_PROC_EXIT] = "proc_exit",
-    [EV_LIB_MAP] = "lib_map",
-    [EV_STEP_MARK] = "step_mark",
-    [EV_NET_IO] = "net_io",
-    [EV_GPU_KERNEL] = "gpu_kernel",
-    [EV_GPU_MEMCPY] = "gpu_memcpy",
-    [EV_GPU_MEMSET] = "gpu_memset",
-    [EV_GPU_LAUNCH_CB] = "gpu_launch_cb",
+    [EV_CUDA_LAUNCH] = "cuda_launch", [EV_CUDA_SYNC] = "cuda_sync",
+    [EV_OFFCPU] = "offcpu",	      [EV_RUNQ] = "runq",
+    [EV_SYSCALL] = "syscall",	      [EV_TCP_RETRANS] = "tcp_retransmit",
+    [EV_PROC_EXEC] = "proc_exec",     [EV_PROC_EXIT] = "proc_exit",
+    [EV_LIB_MAP] = "lib_map",	      [EV_STEP_MARK] = "step_mark",
+    [EV_NET_IO] = "net_io",	      [EV_NCCL_CALL] = "nccl_call",
+    [EV_NCCL_COMM] = "nccl_comm",     [EV_NCCL_WAKE] = "nccl_wake",
+    [EV_GPU_KERNEL] = "gpu_kernel",   [EV_GPU_MEMCPY] = "gpu_memcpy",
+    [EV_GPU_MEMSET] = "gpu_memset",   [EV_GPU_LAUNCH_CB] = "gpu_launch_cb",
     [EV_SHIM_STATUS] = "shim_status",
 };
 

@@ -97,6 +97,13 @@ struct flight_counts {
 	uint64_t no_stack;    /* handed launches whose stack could not be kept */
 };
 
+/* sentinel's NCCL call slots as agent/sources/slots.c sees them (stats.nccl) */
+struct nccl_slot_counts {
+	uint32_t per_cpu;     /* entries per CPU; 0: off */
+	uint64_t written;     /* calls the BPF side wrote, all CPUs */
+	uint64_t overwritten; /* of which lost before they were copied */
+};
+
 /*
  * How the pipeline's capture decisions (deep-dives) reach the sources: each
  * source registers its half when it starts; NULL while that source is off.
@@ -120,6 +127,14 @@ struct capture_hooks {
 	void (*flight_pull)(struct agent *a);
 	void (*flight_counts)(struct agent *a, struct flight_counts *out);
 	long (*flight_json)(struct agent *a, const struct flight_launch *f, char *buf, size_t cap);
+	/*
+	 * Sentinel's NCCL call slots; agent/sources/slots.c. Copy what they
+	 * hold before a deep-dive moves processes between the slots and
+	 * rb_cuda (the calls are handed on in time order with the ring's);
+	 * their counters.
+	 */
+	void (*nccl_flush)(struct agent *a);
+	void (*nccl_counts)(struct agent *a, struct nccl_slot_counts *out);
 };
 
 #define DECODE_LAUNCH_MAX (1024 + MAX_STACK_DEPTH * 24)

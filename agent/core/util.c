@@ -88,3 +88,12 @@ void self_usage(double *cpu_s, double *rss)
 	*cpu_s = tck > 0 ? (double)(ut + st) / tck : 0;
 	*rss = (double)pages * (psz > 0 ? psz : 4096);
 }
+
+uint32_t pow2_clamp(uint32_t n, uint32_t lo, uint32_t hi)
+{
+	uint32_t p = lo;
+
+	while (p < n && p < hi)
+		p <<= 1;
+	return p;
+}

@@ -31,6 +31,12 @@ int write_all(int fd, const void *buf, size_t len, int64_t off);
 /* utime + stime in seconds and resident memory in bytes of this process (0 when unreadable) */
 void self_usage(double *cpu_s, double *rss);
 
+/*
+ * The least power of 2 >= n, clamped to [lo, hi] (powers of 2): the size of
+ * a per-CPU slice of a BPF slot array (agent/sources/slots.c)
+ */
+uint32_t pow2_clamp(uint32_t n, uint32_t lo, uint32_t hi);
+
 /* grow_array(): correlator/include/grow.h, one helper for the agent and the correlator */
 #include "grow.h"
 

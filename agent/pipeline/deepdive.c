@@ -128,6 +128,12 @@ static int deepdive_sync(struct agent *a, struct deepdive *dd)
 		have = idx >= 0;
 		if (want == have)
 			continue;
+		/*
+		 * its NCCL calls change path (the slots, rb_cuda): what the
+		 * slots hold goes first, then the rings keep the order
+		 */
+		if (!changed && a->cap.nccl_flush)
+			a->cap.nccl_flush(a);
 		err = set_proc_flags(a, p, want ? PROC_F_DEEP : 0);
 		if (err) {
 			dd->map_errors++;

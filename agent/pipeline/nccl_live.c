@@ -1012,9 +1012,15 @@ void nccl_on_exit(struct agent *a, uint32_t pid)
 void nccl_stats(struct agent *a, json_t *r)
 {
 	struct nccl_live *n = a->nccl;
+	struct nccl_slot_counts sc = {0};
 	const struct corr_waits_counters *wc;
 	json_t *o, *calls;
 
+	if (a->cap.nccl_counts)
+		a->cap.nccl_counts(a, &sc);
+	/* calls written and all lost are still told */
+	if (!n && sc.written)
+		n = live(a);
 	if (!n)
 		return;
 	o = json_object();
@@ -1045,6 +1051,9 @@ void nccl_stats(struct agent *a, json_t *r)
 	json_object_set_new(o, "wait_complete", json_integer((json_int_t)wc->complete));
 	json_object_set_new(o, "wait_incomplete", json_integer((json_int_t)wc->incomplete));
 	json_object_set_new(o, "wait_no_rank", json_integer((json_int_t)wc->no_rank));
+	json_object_set_new(o, "slots_per_cpu", json_integer(sc.per_cpu));
+	json_object_set_new(o, "slots_written", json_integer((json_int_t)sc.written));
+	json_object_set_new(o, "slots_overwritten", json_integer((json_int_t)sc.overwritten));
 	json_object_set_new(r, "nccl", o);
 }
 

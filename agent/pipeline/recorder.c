@@ -44,6 +44,7 @@
 #include <bpf/libbpf.h>
 
 #include "state.h"
+#include "util.h"
 #include "pipeline.h"
 
 #define REC_CHUNK (256 * 1024)
@@ -112,13 +113,10 @@ static bool recorder_on(const struct agent_opts *o)
 uint32_t recorder_kernel_per_cpu(struct agent *a)
 {
 	const struct agent_opts *o = &a->opts;
-	uint32_t n = 16;
 
 	if (!recorder_on(o) || !o->recorder_launches || o->replay || o->mode == MODE_DEEP)
 		return 0;
-	while (n < o->recorder_launches && n < (1u << 24))
-		n <<= 1;
-	return n;
+	return pow2_clamp(o->recorder_launches, 16, 1u << 24);
 }
 
 bool recorder_kernel_enabled(struct agent *a)

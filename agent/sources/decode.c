@@ -34,6 +34,7 @@ static const struct {
     {EV_NET_IO, sizeof(struct net_io_event)},
     {EV_NCCL_CALL, sizeof(struct nccl_call_event)},
     {EV_NCCL_COMM, sizeof(struct nccl_comm_event)},
+    {EV_NCCL_WAKE, sizeof(struct event_hdr)},
 };
 
 static json_t *hex(uint64_t v)
@@ -320,8 +321,9 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		discovery_on_exec(a, h->pid);
 		return 0;
 	case EV_PROC_EXIT:
-		shim_on_exit(a, h->pid, h->ts_ns); /* then the correlator, then discovery */
-		diag_on_exit(a->diag, h->pid);	   /* after the shim's last records */
+		slots_nccl_before(a, h->ts_ns, true); /* its NCCL calls from the slots first */
+		shim_on_exit(a, h->pid, h->ts_ns);    /* then the correlator, then discovery */
+		diag_on_exit(a->diag, h->pid);	      /* after the shim's last records */
 		nccl_on_exit(a, h->pid);
 		return 0;
 	case EV_STEP_MARK:
@@ -331,11 +333,16 @@ int decode_record(struct agent *a, const void *data, size_t size)
 	case EV_NET_IO:
 		return 0; /* only the steps use them (to_diag above) */
 	case EV_NCCL_CALL:
+		/* deep capture's: sentinel's calls that came before it (a deep-dive began) first */
+		slots_nccl_before(a, h->ts_ns, false);
 		nccl_on_call(a, data);
 		return 0;
 	case EV_NCCL_COMM:
+		slots_nccl_before(a, h->ts_ns, false); /* the calls before it, in the slots */
 		nccl_on_comm(a, data);
 		return 0;
+	case EV_NCCL_WAKE:
+		return 0; /* the consume that decodes it drains the slots (slots.c) */
 	}
 	return 0;
 }

@@ -29,6 +29,7 @@
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
+#include "util.h"
 #include "infertrace.skel.h"
 
 enum hook_kind { HOOK_TP_BTF };
@@ -187,6 +188,20 @@ int loader_set_proc_flags(struct agent *a, uint32_t pid, uint32_t instance_id, u
 	return proc_update(a, pid, instance_id, flags, BPF_EXIST);
 }
 
+/*
+ * Entries per CPU of the NCCL call slots (--nccl-slots rounded up to a power
+ * of 2, at least 16 so that a half slice wakes the agent), 0 when sentinel's
+ * calls go on rb_cuda: off, deep mode (every call on the ring), replay
+ */
+uint32_t loader_nccl_slots(const struct agent *a)
+{
+	const struct agent_opts *o = &a->opts;
+
+	if (!o->nccl_slots || o->replay || o->mode == MODE_DEEP)
+		return 0;
+	return pow2_clamp(o->nccl_slots, 16, 1u << 20);
+}
+
 int loader_update_runtime_cfg(struct agent *a)
 {
 	const struct agent_opts *o = &a->opts;
@@ -207,6 +222,7 @@ int loader_update_runtime_cfg(struct agent *a)
 	rc.syscall_thresh_ns = deep && !o->thresholds_set ? 0 : o->syscall_thresh_ns;
 	rc.sync_thresh_ns = deep && !o->thresholds_set ? 0 : o->sync_thresh_ns;
 	rc.launches = a->sentinel_launches; /* uprobes_launch_policy() */
+	rc.nccl_slots = loader_nccl_slots(a);
 	if (bpf_map__update_elem(a->skel->maps.runtime_cfg, &zero, sizeof(zero), &rc, sizeof(rc),
 				 BPF_ANY)) {
 		int err = -errno;
@@ -268,6 +284,12 @@ int loader_map_fd(struct agent *a, enum loader_map m)
 		break;
 	case LOADER_FLIGHT_CUR:
 		map = a->skel->maps.flight_cur;
+		break;
+	case LOADER_NCCL_SLOTS:
+		map = a->skel->maps.nccl_slots;
+		break;
+	case LOADER_NCCL_CUR:
+		map = a->skel->maps.nccl_cur;
 		break;
 	}
 	return map ? bpf_map__fd(map) : -EINVAL;
@@ -378,6 +400,12 @@ int loader_start(struct agent *a)
 		bpf_map__set_max_entries(skel->maps.flight_cur, recorder_kernel_cpus());
 		if (a->opts.stacks)
 			bpf_map__set_max_entries(skel->maps.flight_stacks, FLIGHT_STACKS);
+	}
+	/* sentinel's NCCL calls: per-CPU slots and their cursors (agent/sources/slots.c) */
+	if (loader_nccl_slots(a)) {
+		bpf_map__set_max_entries(skel->maps.nccl_slots,
+					 loader_nccl_slots(a) * recorder_kernel_cpus());
+		bpf_map__set_max_entries(skel->maps.nccl_cur, recorder_kernel_cpus());
 	}
 	err = choose_programs(a);
 	if (err < 0)

@@ -148,7 +148,7 @@ static void on_shim_msg(void *ctx)
 
 	/* not from a ring callback (an exit's drain): libbpf would deliver again */
 	if (gp->a->rb && !gp->a->in_ring)
-		ring_buffer__consume(gp->a->rb);
+		slots_consume(gp->a); /* the rings, and the NCCL calls of the slots */
 }
 
 static void exit_now(struct shim_src *gp, uint32_t pid, uint64_t ts_ns)

@@ -37,6 +37,8 @@ int loader_proc_add(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_
 void loader_proc_remove(struct agent *a, uint32_t pid);
 /* a traced process's flags in traced_procs (PROC_F_DEEP), only if it is there */
 int loader_set_proc_flags(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags);
+/* entries per CPU of the NCCL call slots (--nccl-slots, a power of 2); 0: calls on rb_cuda */
+uint32_t loader_nccl_slots(const struct agent *a);
 /* the per-CPU event_counts and drop_counts summed by type, out[EV_TYPE_MAX] each */
 int loader_event_counts(struct agent *a, uint64_t *events, uint64_t *drops);
 /* the maps read from user space: aggregate.c, flight.c */
@@ -46,6 +48,8 @@ enum loader_map {
 	LOADER_NETDEV_STATS,
 	LOADER_FLIGHT,	   /* mmap'able: the per-CPU launch rings */
 	LOADER_FLIGHT_CUR, /* mmap'able: their cursors */
+	LOADER_NCCL_SLOTS, /* mmap'able: sentinel's NCCL calls, per CPU */
+	LOADER_NCCL_CUR,   /* mmap'able: their cursors */
 };
 int loader_map_fd(struct agent *a, enum loader_map m);
 /* a flight_stacks entry (size: bytes of ips) */
@@ -57,6 +61,37 @@ struct bpf_program *loader_sync_return(struct agent *a);
 struct bpf_program *loader_step_program(struct agent *a, bool end);
 /* rb_cuda, rb_sched and rb_misc into a->rb, each record to fn (freed by loader_stop) */
 int loader_open_rings(struct agent *a, int (*fn)(void *ctx, void *data, size_t size), void *ctx);
+
+/*
+ * slots.c: the per-CPU slot arrays of the BPF side (bpf/lib/common.bpf.h
+ * slot_begin/slot_end), mapped read-only: one reader for every such map.
+ */
+struct slices {
+	const unsigned char *base; /* cpus x per_cpu entries of `entry` bytes */
+	volatile struct slot_cursor *cur;
+	size_t base_len, cur_len, entry;
+	uint32_t per_cpu, cpus;
+	uint64_t *read;	      /* per CPU: entries consumed */
+	uint64_t overwritten; /* entries lost: written over before they were copied */
+};
+/* map the array (fd) and its cursors (cur_fd); 0 or -errno */
+int slices_map(struct slices *s, int fd, int cur_fd, size_t entry, uint32_t per_cpu, uint32_t cpus);
+void slices_unmap(struct slices *s);
+uint64_t slices_written(const struct slices *s); /* entries written so far, all CPUs */
+/* each complete entry written since the last call, to fn (a copy); returns how many */
+uint64_t slices_read(struct slices *s, void (*fn)(void *ctx, const void *entry), void *ctx);
+/*
+ * sentinel's NCCL calls (after loader_start(); registers a->cap.nccl_flush and
+ * nccl_counts): consume the rings, then hand the slots' calls entered
+ * before that on to nccl_live.c in time order (every ring_buffer__consume()
+ * of the agent goes through slots_consume()); decode.c calls
+ * slots_nccl_before() before an NCCL record of rb_cuda, or an exit of
+ * rb_misc (other_ring), is decoded
+ */
+int slots_nccl_start(struct agent *a);
+void slots_nccl_stop(struct agent *a);
+int slots_consume(struct agent *a);
+void slots_nccl_before(struct agent *a, uint64_t ts, bool other_ring);
 
 /*
  * flight.c: the flight recorder's kernel half (after recorder_init()): maps

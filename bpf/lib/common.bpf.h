@@ -150,6 +150,47 @@ static __always_inline __u64 batch_wakeup(void *rb, __u32 size)
 								     : BPF_RB_NO_WAKEUP;
 }
 
+/*
+ * Per-CPU slot arrays (flight, nccl_slots): an mmap'able array map holding
+ * per_cpu entries (a power of 2) for each CPU, and its cursor map (struct
+ * slot_cursor per CPU). A CPU's slice has one writer, that CPU (uprobe
+ * programs run with migration disabled): no lock, no atomic, no wake-up.
+ * slot_begin() returns this CPU's next entry with its seq (the entry's
+ * first member) at 0, or NULL (the CPU has no slice: the cursor lookup
+ * fails past the map's size); the caller fills the entry, then
+ * slot_end() publishes it: seq n + 1 for entry n, then the cursor.
+ * agent/sources/slots.c reads them the same way for both maps.
+ */
+static __always_inline void *slot_begin(void *slots, void *cursors, __u32 per_cpu,
+					struct slot_cursor **curp)
+{
+	__u32 cpu = bpf_get_smp_processor_id(), idx;
+	struct slot_cursor *cur = bpf_map_lookup_elem(cursors, &cpu);
+	__u64 *seq;
+
+	if (!cur)
+		return NULL;
+	idx = cpu * per_cpu + (__u32)(cur->n & (per_cpu - 1));
+	seq = bpf_map_lookup_elem(slots, &idx);
+	if (!seq)
+		return NULL;
+	*seq = 0;
+	asm volatile("" ::: "memory");
+	*curp = cur;
+	return seq;
+}
+
+/* the entry is complete: n + 1 in its seq, then the cursor; returns the new cursor */
+static __always_inline __u64 slot_end(void *entry, struct slot_cursor *cur)
+{
+	__u64 n = cur->n + 1;
+
+	asm volatile("" ::: "memory");
+	*(__u64 *)entry = n;
+	cur->n = n;
+	return n;
+}
+
 /* floor(log2(v)) without loops, so the verifier sees straight-line code */
 static __always_inline __u32 log2_u64(__u64 v)
 {

@@ -9,7 +9,14 @@
 #                   it (after the agent started on its pid): per thread (its
 #                   own comm) and collective, the
 #                   collective_summary rows count every call and its bytes;
-#                   nccl_comm records per thread and entry point
+#                   nccl_comm records per thread and entry point; every
+#                   call through the per-CPU slots, none lost
+#   nccl_slot_wrap  sentinel, 16 slots per CPU, the agent stopped while the
+#                   calls are made: the calls written over are counted
+#                   (slots_overwritten), exactly those missing, and the
+#                   summary counts the others
+#   nccl_slot_switch sentinel, a deep-dive during the run moves the calls to
+#                   the ring and back: none lost or doubled, in entry order
 #   nccl_deep_args  deep: one collective record per call, every argument
 #                   decoded, groups, unknown datatype and comm counted
 # and, for what needs a communicator that initialises, the double
@@ -23,39 +30,46 @@
 #                   rank), its collectives ranked and their waits complete
 # The real libnccl is also probed for ncclCommInitRankScalable (nccl_deep_args).
 source "$(dirname "$0")/lib.sh"
-it_preflight nccl_counts nccl_deep_args nccl_straggler nccl_split
+it_preflight nccl_counts nccl_slot_wrap nccl_slot_switch nccl_deep_args nccl_straggler nccl_split
 
 NCCL_CALLS=$BUILD/tests/integration/nccl_calls
 FAKE=$BUILD/tests/fakes/nccl/libnccl.so.2
 REAL=/usr/local/cuda/lib64/libnccl.so.2
 THREADS=3
 ROUNDS=4
+SLOT_CALLS=12 # calls per round_once() that go into the slots: every one but the comm life
+WRAP_ROUNDS=40
 
 if [ ! -x "$NCCL_CALLS" ] || [ ! -f "$FAKE" ]; then
-	for n in nccl_counts nccl_deep_args nccl_straggler nccl_split; do
+	for n in nccl_counts nccl_slot_wrap nccl_slot_switch nccl_deep_args nccl_straggler nccl_split; do
 		echo "FAIL $n: $NCCL_CALLS or $FAKE not built (make test)"
 	done
 	exit 0
 fi
 
-# run_calls NAME MODE: the workload on the real NCCL, THREADS x ROUNDS, the agent
+# run_calls NAME MODE [WORKLOAD ARGS] [AGENT ARGS] [stop]: the workload on the
+# real NCCL, THREADS x ROUNDS unless WORKLOAD ARGS say otherwise, the agent
 # on its pid (--pid: without it the agent also probes other processes'
 # libraries, and its exit waits for their detach); sentinel: started before
-# the workload dlopen()s NCCL (discovery through the mapping), deep: after.
+# the workload dlopen()s NCCL (discovery through the mapping), deep: after;
+# with stop, the agent is stopped (SIGSTOP) while the workload runs.
 # Sets PID, TIDS, BASE (the comm buffer). False, with the reason recorded, on
 # failure.
 run_calls() {
-	local name=$1 mode=$2 go=$T/$1.go out=$T/$1.calls wpid
+	local name=$1 mode=$2 wargs=${3:-"-t $THREADS -n $ROUNDS"} aargs=${4:-} stop=${5:-}
+	local go=$T/$1.go out=$T/$1.calls wpid i
 	local load=()
 	PID= TIDS= BASE=
 	[ "$mode" = sentinel ] && load=(-l "$T/$name.load")
-	bg_start "$out" "$NCCL_CALLS" -L "$REAL" -t "$THREADS" -n "$ROUNDS" -w "$go" "${load[@]}"
+	# shellcheck disable=SC2086 # word lists
+	bg_start "$out" "$NCCL_CALLS" -L "$REAL" $wargs -w "$go" "${load[@]}"
 	wpid=$BG_PID
 	wait_line "$out" 10 || { fail_because "nccl_calls printed nothing: $(head -c 300 "$out.err")"; return 1; }
 	PID=$(jq -r .pid "$out")
 	TIDS=$(jq -c .tids "$out")
 	BASE=$(jq -r .comm_base "$out")
-	agent_start "$name" -i 0.25 --mode "$mode" --pid "$PID" ||
+	# shellcheck disable=SC2086 # a word list
+	agent_start "$name" -i 0.25 --mode "$mode" $aargs --pid "$PID" ||
 		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
 	if [ "$mode" = sentinel ]; then
 		wait_record ".type==\"process\" and .pid==$PID" 10 ||
@@ -68,8 +82,17 @@ run_calls() {
 	wait_record ".type==\"process\" and .pid==$PID and ((.libraries // []) | any(test(\"libnccl\")))" 10 ||
 		{ fail_because "no process record with libnccl for pid $PID: $(agent_tail)"; return 1; }
 	sleep 0.2
+	if [ -n "$stop" ]; then
+		# the agent's loop stopped for the whole run: nothing copies the slots
+		kill -STOP "$AGENT_PID"
+		for ((i = 0; i < 100; i++)); do
+			[ "$(awk '{ print $3 }' "/proc/$AGENT_PID/stat" 2>/dev/null)" = T ] && break
+			sleep 0.05
+		done
+	fi
 	touch "$go"
-	wait_exit "$wpid" 60 || { fail_because "nccl_calls did not finish"; return 1; }
+	wait_exit "$wpid" 60 || { kill -CONT "$AGENT_PID"; fail_because "nccl_calls did not finish"; return 1; }
+	[ -n "$stop" ] && kill -CONT "$AGENT_PID"
 	[ "$WAIT_RC" = 0 ] || fail_because "nccl_calls exit $WAIT_RC: $(head -c 300 "$out.err")"
 	agent_finish "$PID"
 }
@@ -118,8 +141,77 @@ if run_calls nccl_sentinel sentinel; then
 	expect "nccl_comm records: $bad" [ "$bad" = '""' ]
 	bad=$(jqo --argjson pid "$PID" '[.[] | select(.type == "collective" and .pid == $pid)] | length')
 	expect "$bad collective records in sentinel mode (want none: summaries only)" eq "$bad" 0
+	# every call went through the per-CPU slots (bpf/nccl.bpf.c), none lost
+	st=$(jqo '[.[] | select(.type == "stats" and .final) | .nccl] | last')
+	expect "stats nccl slots: $st" jqe --argjson n "$((SLOT_CALLS * THREADS * ROUNDS))" \
+		'.slots_per_cpu == 1024 and .slots_written == $n and .slots_overwritten == 0' <<<"$st"
 fi
 report nccl_counts
+
+# -------------------------------------------------------------- slot wrap --
+# sentinel with the least slots (--nccl-slots 16 per CPU): the agent stopped
+# (SIGSTOP) while one thread makes WRAP_ROUNDS rounds, SLOT_CALLS slot calls
+# each, far more than 16 per CPU, then let go. Every call is in
+# slots_written; those written over before the agent copied them are
+# slots_overwritten, exactly the ones missing from nccl.calls; the summary
+# rows count the collectives that arrived, no more; none got through twice.
+if run_calls nccl_wrap sentinel "-t 1 -n $WRAP_ROUNDS" "--nccl-slots 16" stop; then
+	st=$(jqo '[.[] | select(.type == "stats" and .final) | .nccl] | last')
+	rows=$(jqo --argjson pid "$PID" '[.[] | select(.type == "collective_summary" and .pid == $pid) | .calls] | add // 0')
+	expect "stats nccl: $st; summary calls $rows" jqe --argjson n "$((SLOT_CALLS * WRAP_ROUNDS))" \
+		--argjson rows "$rows" --argjson comm "$COMM_APIS" '
+		([.calls | to_entries[] | select(.key as $k | $comm | index($k) | not) | .value] | add // 0) as $got
+		| ([.calls | to_entries[] | select(.key | test("^ncclGroup")) | .value] | add // 0) as $groups
+		| .slots_per_cpu == 16 and .slots_written == $n and .slots_overwritten > 0
+		and .slots_overwritten + $got == $n and $got - $groups == $rows and .collectives == $rows' <<<"$st"
+fi
+report nccl_slot_wrap
+
+# ------------------------------------------------------------ slot switch --
+# sentinel, one thread making SW_ROUNDS rounds SW_PACE_US apart; a deep-dive
+# of its instance starts during the run and ends before it: its calls move
+# from the slots to rb_cuda and back. None lost, none twice: the summary
+# counts every collective, the stats every call; some went each way; the
+# collective records sent (the window, then the deep-dive's) are numbered in
+# the order the calls entered.
+SW_ROUNDS=200
+SW_PACE_US=10000
+SW_INST=it-nccl-switch-$$
+SW_SOCK=$T/ctl/agent.sock
+mkdir -p "$T/ctl"
+if bg_start "$T/sw.calls" env INFERTRACE_INSTANCE="$SW_INST" "$NCCL_CALLS" -L "$REAL" -t 1 \
+	-n "$SW_ROUNDS" -p "$SW_PACE_US" -w "$T/sw.go" && wait_line "$T/sw.calls" 10; then
+	swp=$BG_PID
+	PID=$(jq -r .pid "$T/sw.calls")
+	if agent_start nccl_switch -i 0.25 --pid "$PID" --control-socket "$SW_SOCK" --shim-socket none &&
+		wait_record ".type==\"process\" and .pid==$PID and ((.libraries // []) | any(test(\"libnccl\")))" 10; then
+		sleep 0.2
+		touch "$T/sw.go"
+		sleep 0.3
+		"$BUILD/agentctl" --socket "$SW_SOCK" deep-dive --instance "$SW_INST" --duration 0.6 >/dev/null 2>&1 ||
+			fail_because "deep-dive refused"
+		wait_exit "$swp" 60 || fail_because "nccl_calls did not finish"
+		agent_finish "$PID"
+		st=$(jqo '[.[] | select(.type == "stats" and .final) | .nccl] | last')
+		rows=$(jqo --argjson pid "$PID" '[.[] | select(.type == "collective_summary" and .pid == $pid) | .calls] | add // 0')
+		expect "stats nccl: $st; summary calls $rows" jqe --argjson n "$SW_ROUNDS" \
+			--argjson s "$((SLOT_CALLS * SW_ROUNDS))" --argjson calls "$(nccl_calls_want "$SW_ROUNDS")" \
+			--argjson rows "$rows" '.calls == $calls and .collectives == 10 * $n and $rows == 10 * $n
+			and .slots_overwritten == 0 and .slots_written > 0 and .slots_written < $s' <<<"$st"
+		dd=$(jqo '[.[] | select(.type == "deep_dive") | .action]')
+		expect "deep-dive records: $dd" jqe 'index("start") != null and index("expire") != null' <<<"$dd"
+		bad=$(jqo --argjson pid "$PID" '[.[] | select(.type == "collective" and .pid == $pid
+			and .op != "send" and .op != "recv")] | sort_by(.enqueue_ns) | map(.seq) as $q
+			| if length == 0 then "no collective record"
+			  elif $q != ($q | unique) then "seq out of entry order: \($q)" else "" end')
+		expect "collective records: $bad" [ "$bad" = '""' ]
+	else
+		fail_because "agent did not trace pid $PID: $(agent_tail)"
+	fi
+else
+	fail_because "nccl_calls printed nothing: $(head -c 300 "$T/sw.calls.err")"
+fi
+report nccl_slot_switch
 
 # -------------------------------------------------------------------- deep --
 if run_calls nccl_deep deep; then

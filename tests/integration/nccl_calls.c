@@ -5,13 +5,14 @@
  * GPU, so every call fails, after the probes fired) or the test double
  * (tests/fakes/fake_nccl.c, whose inits succeed).
  *
- * usage: nccl_calls [-L LIB] [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-l LOAD_FILE]
+ * usage: nccl_calls [-L LIB] [-t THREADS] [-n ROUNDS] [-p US] [-w GO_FILE] [-l LOAD_FILE]
  *        nccl_calls -L LIB -r RANK -R NRANKS -i ID -k STEPS [-d MS -s STEP] [-c COLOR -K KEY]
  *                   [-w GO_FILE]
  *
  * Calls mode: each thread i makes ROUNDS rounds of round() below. Comm
  * arguments point into one zeroed buffer (thread i: base + 64 * i), which
- * NCCL refuses as an invalid comm without touching more. Prints
+ * NCCL refuses as an invalid comm without touching more; with -p, a thread
+ * sleeps US microseconds after each round. Prints
  * {"pid":P,"tids":[...],"comm_base":"0x..."}. With -l, LIB is dlopen()ed
  * only once LOAD_FILE exists (after that line): an agent started on the pid
  * meanwhile finds the library through its mapping.
@@ -64,7 +65,7 @@ static struct {
 	int (*abort_)(void *);
 } f;
 
-static int rounds = 1;
+static int rounds = 1, pace_us;
 static char *comm_base;
 static pid_t tids[MAX_THREADS];
 static pthread_barrier_t ready;
@@ -116,8 +117,11 @@ static void *worker(void *arg)
 	tids[i] = (pid_t)syscall(SYS_gettid);
 	pthread_barrier_wait(&ready);
 	await_file(go_file, 0);
-	for (int r = 0; r < rounds; r++)
+	for (int r = 0; r < rounds; r++) {
 		round_once(i);
+		if (pace_us)
+			usleep(pace_us);
+	}
 	return NULL;
 }
 
@@ -207,7 +211,7 @@ int main(int argc, char **argv)
 	const char *load_file = NULL;
 	pthread_t th[MAX_THREADS];
 
-	while ((opt = getopt(argc, argv, "L:t:n:w:r:R:i:k:d:s:c:K:l:")) != -1) {
+	while ((opt = getopt(argc, argv, "L:t:n:w:r:R:i:k:d:s:c:K:l:p:")) != -1) {
 		if (rank_opt(opt, optarg, &o) || thread_opt(opt, optarg, &threads, &rounds))
 			continue;
 		switch (opt) {
@@ -225,6 +229,9 @@ int main(int argc, char **argv)
 			break;
 		case 'l':
 			load_file = optarg;
+			break;
+		case 'p':
+			pace_us = atoi(optarg);
 			break;
 		default:
 			return 2;
