@@ -787,6 +787,15 @@ static bool med_step(struct medb *tab, const struct diag_step *s, struct diag_ve
 	return flag;
 }
 
+/* a reference judge (median, oracle) flags a step; the anomaly came while step `seen` was added */
+static void ref_flag(struct rec *r, const char *chart, size_t seen)
+{
+	r->flagged = true;
+	r->kind = DIAG_KIND_HOST_STALL;
+	r->chart = chart;
+	r->seen = seen;
+}
+
 /*
  * One stream, one campaign: decide the faults, apply them to a copy of the
  * stream, run the detector, score. `types` is a bit set of enum fault.
@@ -932,24 +941,15 @@ static int campaign(const struct stream *x, unsigned types, double rate,
 				   rec[i - 1].dur > x->s[i - 1].omed * (1 + oracle_run);
 
 			if (vd.judged && (v.dur > v.omed * (1 + oracle_theta) || run)) {
-				rec[i].flagged = true;
-				rec[i].kind = DIAG_KIND_HOST_STALL;
-				rec[i].chart = "oracle";
-				rec[i].seen = i;
+				ref_flag(&rec[i], "oracle", i);
 			}
 			if (run && !rec[i - 1].flagged) {
-				rec[i - 1].flagged = true;
-				rec[i - 1].kind = DIAG_KIND_HOST_STALL;
-				rec[i - 1].chart = "oracle";
-				rec[i - 1].seen = i;
+				ref_flag(&rec[i - 1], "oracle", i);
 			}
 		} else if (judge == J_MEDIAN) {
 			memset(&vd, 0, sizeof(vd));
 			if (med_step(mb, &s, &vd)) {
-				rec[i].flagged = true;
-				rec[i].kind = DIAG_KIND_HOST_STALL;
-				rec[i].chart = "median";
-				rec[i].seen = i;
+				ref_flag(&rec[i], "median", i);
 			}
 		} else {
 			diag_det__add_step(d, &s, &vd);
