@@ -116,3 +116,15 @@ wait_quiet() { # wait_quiet [TRIES]: half-seconds to wait at most (60)
 	return 1
 }
 
+
+# prog_ns PID NAME: ns per run of the BPF program NAME that process PID holds
+# (an fd of PID, /proc/PID/fdinfo's prog_id; run_time_ns / run_cnt of bpftool
+# prog show, counted only while kernel.bpf_stats_enabled is 1); empty when
+# none ran
+prog_ns() {
+	local ids
+	ids=$(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | jq -s -c .)
+	bpftool prog show -j 2>/dev/null | jq -r --argjson ids "${ids:-[]}" --arg name "$2" '
+		[.[] | select(.name == $name and (.id as $i | $ids | index($i)) and (.run_cnt // 0) > 0)]
+		| if length == 0 then empty else (map(.run_time_ns) | add) / (map(.run_cnt) | add) end' 2>/dev/null
+}

@@ -14,7 +14,11 @@
 #             ring record, no stack read)
 #   deep      the agent, --mode deep --no-stacks (the stream read from the stack)
 # Reported: added ns per call over "none", and the ratio to the bare
-# uprobe's added ns, paired within each round, median over rounds.
+# uprobe's added ns, paired within each round, median over rounds. Then
+# BENCH_STATS_ROUNDS (3) more rounds with kernel.bpf_stats_enabled on, of the
+# probed configurations only: the BPF program's own ns per call (bpftool's
+# run_time_ns / run_cnt), the part of the cost the agent's code decides,
+# steadier on a VM than the loop (the trap's cost moves between runs).
 #
 # Environment: BUILD (build), BENCH_ROUNDS (7), BENCH_CALLS (300000),
 # BENCH_AGENT_OLD (an older agent binary, measured as old_sentinel beside),
@@ -90,6 +94,14 @@ run_one() { # CONFIG ROUND
 		sleep 0.3 # the agent drains its ring every 100 ms
 		t1=$(cpu_ticks "$pp")
 	fi
+	if [ -n "${STATS:-}" ]; then
+		local pn
+		pn=$(prog_ns "$pp" "$([ "$cfg" = bare ] && echo on_hit || echo ncclAllReduce)")
+		probe_down
+		[ -n "$pn" ] || { say "bench_nccl: $cfg: no program statistics"; return 1; }
+		echo "$cfg $2 $pn" >>"$STATS"
+		return 0
+	fi
 	probe_down
 	[ -n "$ns" ] || { say "bench_nccl: $cfg: no result"; return 1; }
 	echo "$cfg $2 $ns $((t1 - t0))" >>"$RES"
@@ -123,6 +135,27 @@ done
 awk -v hz="$HZ" -v calls="$CALLS" '$1 != "none" && $1 != "bare" { t[$1] += $4; n[$1]++ }
 	END { for (c in t) printf "  agent CPU (%s): %.2f us per call, on its own CPU\n", c, 1e6 * t[c] / hz / (n[c] * calls) }' "$RES" | sort | while read -r l; do say "$l"; done
 say "  (a uprobe's trap dominates on a VM; a busy node widens the spread: see the load average)"
+
+# the programs alone: kernel.bpf_stats_enabled for these rounds only (it adds
+# two clock reads per program run), restored after
+SR=${BENCH_STATS_ROUNDS:-3}
+if [ "$SR" -gt 0 ] && command -v bpftool >/dev/null && [ -w /proc/sys/kernel/bpf_stats_enabled ]; then
+	STATS=$TMP/stats # config round ns_per_run
+	old_stats=$(cat /proc/sys/kernel/bpf_stats_enabled)
+	trap 'echo "$old_stats" >/proc/sys/kernel/bpf_stats_enabled; cleanup' EXIT
+	echo 1 >/proc/sys/kernel/bpf_stats_enabled
+	for ((r = 1; r <= SR; r++)); do
+		for ((k = 1; k < ${#CONFIGS[@]}; k++)); do
+			cfg=${CONFIGS[$((1 + (k + r - 2) % (${#CONFIGS[@]} - 1)))]}
+			run_one "$cfg" "$r"
+		done
+	done
+	echo "$old_stats" >/proc/sys/kernel/bpf_stats_enabled
+	line=$(for cfg in "${CONFIGS[@]:1}"; do
+		printf ' %s %s,' "$cfg" "$(awk -v c="$cfg" '$1 == c { print $3 }' "$STATS" | median)"
+	done)
+	say "  BPF program per call (bpf_stats, median of $SR rounds, ns):${line%,}"
+fi
 [ "$CONTAMINATED" -gt 0 ] &&
 	say "warning: $CONTAMINATED measurements ran while other processes held uprobes on $NCCL"
 exit 0

@@ -341,10 +341,6 @@ struct thread_stats {
 	__u64 net_last_ns;
 	__u64 net_tx_bytes;
 	__u64 net_rx_bytes;
-	/* NCCL group nesting (bpf/nccl.bpf.c) */
-	__u64 nccl_group_id; /* outermost ncclGroupStart entry time; 0 outside */
-	__u32 nccl_group_depth;
-	__u32 nccl_pad;
 	/*
 	 * The runtime launch this thread entered last, until the driver call it
 	 * nests is seen (bpf/cuda.bpf.c, nested_driver_call): entry time (0:
@@ -563,8 +559,15 @@ struct runtime_cfg {
 	 * NCCL calls of processes not in deep capture go; 0: on rb_cuda
 	 */
 	__u32 nccl_slots;
+	/*
+	 * bumped by the agent whenever traced_procs changes (a process traced,
+	 * untraced, or its PROC_F_DEEP switched): a thread's cached verdict
+	 * (bpf/nccl.bpf.c, nccl_thread) is read again when it differs
+	 */
+	__u32 trace_gen;
+	__u32 pad;
 };
-_Static_assert(sizeof(struct runtime_cfg) == 72, "runtime_cfg ABI");
+_Static_assert(sizeof(struct runtime_cfg) == 80, "runtime_cfg ABI");
 
 /*
  * The kernel half of the flight recorder (agent/pipeline/recorder.c): in sentinel
@@ -619,7 +622,12 @@ _Static_assert(sizeof(struct nccl_slot) == 88, "nccl_slot ABI");
 /* load-time settings, written into .rodata between open and load */
 struct agent_cfg {
 	__u32 self_pid; /* the agent itself is never traced */
-	__u32 pad;
+	/*
+	 * 1: nccl_task is task storage (Linux 5.12); 0: a hash by tid, where
+	 * the kernel does not let uprobe programs use task storage
+	 * (agent/sources/loader.c, nccl_task_storage())
+	 */
+	__u32 task_storage;
 };
 
 /* ---- GPU side: records the CUPTI shim sends to the agent (issue 3) ---- */

@@ -18,8 +18,10 @@
  * and writes the record into this CPU's slice of nccl_slots (struct
  * nccl_slot; slot_begin/slot_end), not on a ring: a ring's reserve and
  * submit were 130-270 ns of the program's ~310 ns per call, the slot write
- * about half that (bpf_stats, docs/operations.md). The comm pointer is
- * mapped to its communicator by the agent, from the EV_NCCL_COMM its init
+ * about half that (bpf_stats, docs/operations.md). The thread's verdict
+ * (traced, deep) and its group state are in task storage (nccl_thread),
+ * not in thread_stats (docs/architecture.md). The comm pointer is mapped
+ * to its communicator by the agent, from the EV_NCCL_COMM its init
  * sent on rb_cuda; the agent merges the slots with that ring in time order
  * (agent/sources/slots.c), so a call is decoded against the communicator
  * live at its entry: no extra lookup here.
@@ -62,6 +64,79 @@ static __always_inline __u64 stack_arg(struct pt_regs *ctx, __u32 i)
 	return v;
 }
 
+/*
+ * Per thread that called NCCL: its process's verdict, cached until the agent
+ * changes traced_procs (runtime_cfg.trace_gen), and its group nesting.
+ */
+#define NCCL_T_TRACED (1u << 0)
+#define NCCL_T_DEEP (1u << 1) /* PROC_F_DEEP of its process */
+struct nccl_task {
+	__u32 gen;   /* trace_gen the flags were read at (the agent starts at 1) */
+	__u32 flags; /* NCCL_T_* */
+	__u32 pid;   /* the hash fallback: the process that owns a tid's entry */
+	__u32 group_depth;
+	__u64 group_id; /* outermost ncclGroupStart entry time; 0 outside */
+};
+
+/*
+ * Task storage: one pointer walk from the current task, freed with it, a
+ * reused tid starts empty. Where the kernel refuses task storage to uprobe
+ * programs (before 5.12) the loader makes this a hash by tid of
+ * --max-threads entries (cfg.task_storage 0), and only traced threads get
+ * an entry there, as in thread_stats.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct nccl_task);
+} nccl_task SEC(".maps");
+
+static __always_inline struct nccl_task *nccl_task_hash(__u64 id)
+{
+	struct nccl_task *t, fresh = {.pid = id >> 32};
+	__u32 tid = (__u32)id;
+
+	t = bpf_map_lookup_elem(&nccl_task, &tid);
+	if (t && t->pid == id >> 32)
+		return t;
+	if (!traced(id >> 32))
+		return NULL; /* untraced threads take no entry (nor a reused tid's) */
+	bpf_map_update_elem(&nccl_task, &tid, &fresh, BPF_ANY);
+	return bpf_map_lookup_elem(&nccl_task, &tid);
+}
+
+/* The calling thread's entry if its process is traced, else NULL (id: pid and tid). */
+static __always_inline struct nccl_task *nccl_thread(struct runtime_cfg *rc, __u64 id)
+{
+	struct traced_proc *tp;
+	struct nccl_task *t;
+
+	if (!rc)
+		return NULL;
+	if (cfg.task_storage)
+		t = bpf_task_storage_get(&nccl_task, bpf_get_current_task_btf(), 0,
+					 BPF_LOCAL_STORAGE_GET_F_CREATE);
+	else
+		t = nccl_task_hash(id);
+	if (!t) {
+		/*
+		 * task storage can fail (no memory; kernels before 6.2 also
+		 * when another task-storage call is busy on this CPU): a
+		 * traced process's call is then lost, counted as a drop
+		 */
+		if (cfg.task_storage && traced(id >> 32))
+			count_type(&drop_counts, EV_NCCL_CALL);
+		return NULL;
+	}
+	if (t->gen != rc->trace_gen) {
+		tp = traced(id >> 32);
+		t->flags = tp ? NCCL_T_TRACED | (tp->flags & PROC_F_DEEP ? NCCL_T_DEEP : 0) : 0;
+		t->gen = rc->trace_gen;
+	}
+	return t->flags & NCCL_T_TRACED ? t : NULL;
+}
+
 struct nccl_args {
 	__u64 comm, count, stream;
 	__s32 datatype, redop, root;
@@ -69,7 +144,7 @@ struct nccl_args {
 };
 
 static __always_inline void nccl_fill(struct nccl_call_event *e, __u32 api, __u64 id, __u64 now,
-				      struct thread_stats *ts, struct nccl_args *c)
+				      struct nccl_task *t, struct nccl_args *c)
 {
 	fill_hdr(&e->hdr, EV_NCCL_CALL, sizeof(*e), id >> 32, (__u32)id, now);
 	e->api = api;
@@ -80,8 +155,8 @@ static __always_inline void nccl_fill(struct nccl_call_event *e, __u32 api, __u6
 	e->stream = c->stream;
 	e->redop = c->redop;
 	e->root = c->root;
-	e->group_id = ts->nccl_group_id;
-	e->group_depth = ts->nccl_group_depth;
+	e->group_id = t->group_id;
+	e->group_depth = t->group_depth;
 	e->pad = 0;
 }
 
@@ -90,7 +165,7 @@ static __always_inline void nccl_fill(struct nccl_call_event *e, __u32 api, __u6
  * record on rb_cuda: the agent copies the slots at least every 100 ms, and
  * a thread calling NCCL in a tight loop would wrap the slice before that.
  */
-static __always_inline void nccl_slot_put(__u32 api, struct thread_stats *ts, struct nccl_args *c,
+static __always_inline void nccl_slot_put(__u32 api, struct nccl_task *t, struct nccl_args *c,
 					  __u32 per_cpu, __u64 id)
 {
 	struct slot_cursor *cur;
@@ -99,7 +174,7 @@ static __always_inline void nccl_slot_put(__u32 api, struct thread_stats *ts, st
 
 	if (!s)
 		return;
-	nccl_fill(&s->ev, api, id, bpf_ktime_get_ns(), ts, c);
+	nccl_fill(&s->ev, api, id, bpf_ktime_get_ns(), t, c);
 	if (slot_end(s, cur) & (per_cpu / 2 - 1))
 		return;
 	w = reserve(&rb_cuda, sizeof(*w), EV_NCCL_WAKE);
@@ -109,19 +184,19 @@ static __always_inline void nccl_slot_put(__u32 api, struct thread_stats *ts, st
 	bpf_ringbuf_submit(w, BPF_RB_FORCE_WAKEUP);
 }
 
-static __always_inline int nccl_emit(__u32 api, struct thread_stats *ts, struct nccl_args *c,
-				     bool deep, struct runtime_cfg *rc, __u64 id)
+static __always_inline int nccl_emit(__u32 api, struct nccl_task *t, struct nccl_args *c, bool deep,
+				     struct runtime_cfg *rc, __u64 id)
 {
 	struct nccl_call_event *e;
 
 	if (!deep && rc && rc->nccl_slots) {
-		nccl_slot_put(api, ts, c, rc->nccl_slots, id);
+		nccl_slot_put(api, t, c, rc->nccl_slots, id);
 		return 0;
 	}
 	e = reserve(&rb_cuda, sizeof(*e), EV_NCCL_CALL);
 	if (!e)
 		return 0;
-	nccl_fill(e, api, id, bpf_ktime_get_ns(), ts, c);
+	nccl_fill(e, api, id, bpf_ktime_get_ns(), t, c);
 	/* the agent drains every 100 ms: wake it per batch, as for launches */
 	bpf_ringbuf_submit(e, batch_wakeup(&rb_cuda, sizeof(*e)));
 	return 0;
@@ -131,16 +206,16 @@ static __always_inline int nccl_emit(__u32 api, struct thread_stats *ts, struct 
  * The traced thread, the runtime settings and whether the stack arguments
  * are read (deep), or NULL for an untraced thread (id: pid and tid).
  */
-static __always_inline struct thread_stats *nccl_begin(bool *deep, struct runtime_cfg **rcp,
-						       __u64 id)
+static __always_inline struct nccl_task *nccl_begin(bool *deep, struct runtime_cfg **rcp, __u64 id)
 {
-	struct thread_stats *ts = thread_get(id >> 32, (__u32)id);
+	struct runtime_cfg *rc = get_rcfg();
+	struct nccl_task *t = nccl_thread(rc, id);
 
-	if (ts) {
-		*rcp = get_rcfg();
-		*deep = is_deep(*rcp, id >> 32);
+	if (t) {
+		*rcp = rc;
+		*deep = rc->mode == MODE_DEEP || (rc->deep_procs && (t->flags & NCCL_T_DEEP));
 	}
-	return ts;
+	return t;
 }
 
 #define NCCL_BEGIN()                                                                               \
@@ -148,8 +223,8 @@ static __always_inline struct thread_stats *nccl_begin(bool *deep, struct runtim
 	struct runtime_cfg *rc = NULL;                                                             \
 	struct nccl_args c = {.redop = -1, .root = -1};                                            \
 	__u64 id = bpf_get_current_pid_tgid();                                                     \
-	struct thread_stats *ts = nccl_begin(&deep, &rc, id);                                      \
-	if (!ts)                                                                                   \
+	struct nccl_task *t = nccl_begin(&deep, &rc, id);                                          \
+	if (!t)                                                                                    \
 	return 0
 
 /*
@@ -182,7 +257,7 @@ static __always_inline int reduce7(struct pt_regs *ctx, __u32 api)
 		c.stream = stack_arg(ctx, 0);
 	else
 		c.flags = NCCL_F_REGS_ONLY;
-	return nccl_emit(api, ts, &c, deep, rc, id);
+	return nccl_emit(api, t, &c, deep, rc, id);
 }
 
 /* ncclAllGather / ncclAlltoAll(send, recv, count, dtype, comm, stream) */
@@ -193,7 +268,7 @@ static __always_inline int gather6(struct pt_regs *ctx, __u32 api)
 	c.datatype = (__s32)PT_REGS_PARM4(ctx);
 	c.comm = PT_REGS_PARM5(ctx);
 	c.stream = PT_REGS_PARM6(ctx);
-	return nccl_emit(api, ts, &c, deep, rc, id);
+	return nccl_emit(api, t, &c, deep, rc, id);
 }
 
 /* ncclSend / ncclRecv(buf, count, dtype, peer, comm, stream) */
@@ -205,7 +280,7 @@ static __always_inline int p2p6(struct pt_regs *ctx, __u32 api)
 	c.root = (__s32)PT_REGS_PARM4(ctx);
 	c.comm = PT_REGS_PARM5(ctx);
 	c.stream = PT_REGS_PARM6(ctx);
-	return nccl_emit(api, ts, &c, deep, rc, id);
+	return nccl_emit(api, t, &c, deep, rc, id);
 }
 
 NCCL_UPROBE(ncclAllReduce, reduce7, NCCL_ALL_REDUCE)
@@ -235,7 +310,7 @@ int BPF_KPROBE(ncclReduce)
 		c.comm = stack_arg(ctx, 0);
 		c.flags = NCCL_F_REGS_ONLY;
 	}
-	return nccl_emit(NCCL_REDUCE, ts, &c, deep, rc, id);
+	return nccl_emit(NCCL_REDUCE, t, &c, deep, rc, id);
 }
 
 /* groups nest: the outermost start names the group, the outermost end closes it */
@@ -243,21 +318,21 @@ SEC("uprobe")
 int BPF_KPROBE(ncclGroupStart)
 {
 	NCCL_BEGIN();
-	if (!ts->nccl_group_depth)
-		ts->nccl_group_id = bpf_ktime_get_ns();
-	ts->nccl_group_depth++;
-	return nccl_emit(NCCL_GROUP_START, ts, &c, deep, rc, id);
+	if (!t->group_depth)
+		t->group_id = bpf_ktime_get_ns();
+	t->group_depth++;
+	return nccl_emit(NCCL_GROUP_START, t, &c, deep, rc, id);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(ncclGroupEnd)
 {
 	NCCL_BEGIN();
-	if (ts->nccl_group_depth)
-		ts->nccl_group_depth--;
-	nccl_emit(NCCL_GROUP_END, ts, &c, deep, rc, id);
-	if (!ts->nccl_group_depth)
-		ts->nccl_group_id = 0;
+	if (t->group_depth)
+		t->group_depth--;
+	nccl_emit(NCCL_GROUP_END, t, &c, deep, rc, id);
+	if (!t->group_depth)
+		t->group_id = 0;
 	return 0;
 }
 
@@ -269,7 +344,7 @@ static __always_inline struct nccl_pending *pending_new(__u32 api)
 	__u32 tid = (__u32)id, zero = 0;
 	struct nccl_pending *p;
 
-	if (!thread_get(id >> 32, tid))
+	if (!nccl_thread(get_rcfg(), id))
 		return NULL;
 	p = bpf_map_lookup_elem(&nccl_zero, &zero);
 	if (!p)
@@ -415,7 +490,7 @@ static __always_inline int comm_end(struct pt_regs *ctx, __u32 api)
 	__u64 id = bpf_get_current_pid_tgid();
 	struct nccl_comm_event *e;
 
-	if (!thread_get(id >> 32, (__u32)id))
+	if (!nccl_thread(get_rcfg(), id))
 		return 0;
 	e = reserve(&rb_cuda, sizeof(*e), EV_NCCL_COMM);
 	if (!e)

@@ -536,6 +536,7 @@ void aggregate_interval(struct agent *a, bool final)
 		struct thread_prev key = {.tid = g->dead[i]}, **found;
 
 		bpf_map_delete_elem(fd, &g->dead[i]);
+		loader_thread_gone(a, g->dead[i]);
 		found = tfind(&key, &g->threads, cmp_u32);
 		if (!found || (*found)->listed)
 			continue;

@@ -158,6 +158,19 @@ bool loader_loaded(const struct agent *a)
 	return a->skel != NULL;
 }
 
+/*
+ * runtime_cfg.trace_gen: bumped after every change of traced_procs, so that
+ * the threads' cached verdicts (bpf/nccl.bpf.c, nccl_thread) are read again
+ */
+static uint32_t trace_gen = 1;
+
+static void traced_changed(struct agent *a)
+{
+	if (!++trace_gen)
+		trace_gen = 1; /* 0 is a new hash entry's: never current */
+	loader_update_runtime_cfg(a);
+}
+
 static int proc_update(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags,
 		       __u64 how)
 {
@@ -168,6 +181,7 @@ static int proc_update(struct agent *a, uint32_t pid, uint32_t instance_id, uint
 	if (bpf_map__update_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), &tp, sizeof(tp),
 				 how))
 		return -errno;
+	traced_changed(a);
 	return 0;
 }
 
@@ -178,8 +192,30 @@ int loader_proc_add(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_
 
 void loader_proc_remove(struct agent *a, uint32_t pid)
 {
-	if (a->skel)
-		bpf_map__delete_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), 0);
+	if (a->skel && !bpf_map__delete_elem(a->skel->maps.traced_procs, &pid, sizeof(pid), 0))
+		traced_changed(a);
+}
+
+/*
+ * Task storage in uprobe programs: Linux 5.12 (a10787e6d58c, "bpf: Enable
+ * task local storage for tracing programs", adds bpf_task_storage_get to
+ * bpf_tracing_func_proto). INFERTRACE_NO_TASK_STORAGE=1 takes the hash
+ * fallback anyway (tests run both).
+ */
+static bool task_storage_usable(void)
+{
+	const char *no = getenv("INFERTRACE_NO_TASK_STORAGE");
+
+	if (no && *no && strcmp(no, "0"))
+		return false;
+	return libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_task_storage_get, NULL) == 1;
+}
+
+void loader_thread_gone(struct agent *a, uint32_t tid)
+{
+	/* task storage goes with its task; the fallback's entries by tid do not */
+	if (a->skel && !a->skel->rodata->cfg.task_storage)
+		bpf_map__delete_elem(a->skel->maps.nccl_task, &tid, sizeof(tid), 0);
 }
 
 int loader_set_proc_flags(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags)
@@ -223,6 +259,7 @@ int loader_update_runtime_cfg(struct agent *a)
 	rc.sync_thresh_ns = deep && !o->thresholds_set ? 0 : o->sync_thresh_ns;
 	rc.launches = a->sentinel_launches; /* uprobes_launch_policy() */
 	rc.nccl_slots = loader_nccl_slots(a);
+	rc.trace_gen = trace_gen;
 	if (bpf_map__update_elem(a->skel->maps.runtime_cfg, &zero, sizeof(zero), &rc, sizeof(rc),
 				 BPF_ANY)) {
 		int err = -errno;
@@ -387,6 +424,16 @@ int loader_start(struct agent *a)
 
 	/* configure: load-time settings and host-dependent sizes */
 	skel->rodata->cfg.self_pid = getpid();
+	/* the NCCL probes' per-thread state: task storage, or a hash by tid */
+	skel->rodata->cfg.task_storage = task_storage_usable();
+	if (!skel->rodata->cfg.task_storage) {
+		pr_info(
+		    "no task storage for uprobe programs (Linux < 5.12, or "
+		    "INFERTRACE_NO_TASK_STORAGE): NCCL threads in a hash by tid (--max-threads)");
+		bpf_map__set_type(skel->maps.nccl_task, BPF_MAP_TYPE_HASH);
+		bpf_map__set_map_flags(skel->maps.nccl_task, 0);
+		bpf_map__set_max_entries(skel->maps.nccl_task, a->opts.max_threads);
+	}
 	bpf_map__set_max_entries(skel->maps.rb_cuda, a->opts.ringbuf_kib * 1024 * 4);
 	bpf_map__set_max_entries(skel->maps.rb_sched, a->opts.ringbuf_kib * 1024);
 	bpf_map__set_max_entries(skel->maps.rb_misc, a->opts.ringbuf_kib * 1024);

@@ -37,6 +37,8 @@ int loader_proc_add(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_
 void loader_proc_remove(struct agent *a, uint32_t pid);
 /* a traced process's flags in traced_procs (PROC_F_DEEP), only if it is there */
 int loader_set_proc_flags(struct agent *a, uint32_t pid, uint32_t instance_id, uint32_t flags);
+/* a traced thread exited (aggregate.c): its BPF state kept by tid goes */
+void loader_thread_gone(struct agent *a, uint32_t tid);
 /* entries per CPU of the NCCL call slots (--nccl-slots, a power of 2); 0: calls on rb_cuda */
 uint32_t loader_nccl_slots(const struct agent *a);
 /* the per-CPU event_counts and drop_counts summed by type, out[EV_TYPE_MAX] each */

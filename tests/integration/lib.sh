@@ -77,6 +77,15 @@ num() { [[ "${1:-}" =~ ^-?[0-9]+$ ]]; }
 ge() { num "$1" && num "$2" && [ "$1" -ge "$2" ]; }
 le() { num "$1" && num "$2" && [ "$1" -le "$2" ]; }
 eq() { num "$1" && num "$2" && [ "$1" -eq "$2" ]; }
+# kernel_at_least MAJOR MINOR: the running kernel is that release or later
+kernel_at_least() {
+	local v maj min
+	v=$(uname -r)
+	maj=${v%%.*}
+	min=${v#*.}
+	min=${min%%[!0-9]*}
+	[ "$maj" -gt "$1" ] || { [ "$maj" -eq "$1" ] && [ "$min" -ge "$2" ]; }
+}
 between() { ge "$1" "$2" && le "$1" "$3"; } # between V LO HI (inclusive)
 
 # ------------------------------------------------------------ processes ----

@@ -29,8 +29,15 @@
 #                   new comm's rank and size derived (by key, then parent
 #                   rank), its collectives ranked and their waits complete
 # The real libnccl is also probed for ncclCommInitRankScalable (nccl_deep_args).
+# The calling thread's state is in task storage (bpf/nccl.bpf.c, nccl_task);
+# tests/integration/nccl_hash.sh runs the first four again on the fallback
+# of kernels before 5.12, a hash by tid (SFX=_hash: only those, named so).
 source "$(dirname "$0")/lib.sh"
-it_preflight nccl_counts nccl_slot_wrap nccl_slot_switch nccl_deep_args nccl_straggler nccl_split
+SFX=${NCCL_TEST_SUFFIX:-}
+NAMES=(nccl_counts nccl_slot_wrap nccl_slot_switch nccl_deep_args)
+[ -z "$SFX" ] && NAMES+=(nccl_straggler nccl_split)
+NAMES=("${NAMES[@]/%/$SFX}")
+it_preflight "${NAMES[@]}"
 
 NCCL_CALLS=$BUILD/tests/integration/nccl_calls
 FAKE=$BUILD/tests/fakes/nccl/libnccl.so.2
@@ -41,7 +48,7 @@ SLOT_CALLS=12 # calls per round_once() that go into the slots: every one but the
 WRAP_ROUNDS=40
 
 if [ ! -x "$NCCL_CALLS" ] || [ ! -f "$FAKE" ]; then
-	for n in nccl_counts nccl_slot_wrap nccl_slot_switch nccl_deep_args nccl_straggler nccl_split; do
+	for n in "${NAMES[@]}"; do
 		echo "FAIL $n: $NCCL_CALLS or $FAKE not built (make test)"
 	done
 	exit 0
@@ -145,8 +152,16 @@ if run_calls nccl_sentinel sentinel; then
 	st=$(jqo '[.[] | select(.type == "stats" and .final) | .nccl] | last')
 	expect "stats nccl slots: $st" jqe --argjson n "$((SLOT_CALLS * THREADS * ROUNDS))" \
 		'.slots_per_cpu == 1024 and .slots_written == $n and .slots_overwritten == 0' <<<"$st"
+	# which per-thread state the probes used: the fallback only when asked
+	# (this kernel has task storage for uprobes: 5.12+)
+	fb=$(grep -c 'no task storage for uprobe programs' "$AGENT_ERR")
+	if [ -n "$SFX" ]; then
+		expect "the agent did not take the hash fallback: $(agent_tail)" eq "$fb" 1
+	elif kernel_at_least 5 12; then
+		expect "the agent took the hash fallback on $(uname -r)" eq "$fb" 0
+	fi
 fi
-report nccl_counts
+report nccl_counts$SFX
 
 # -------------------------------------------------------------- slot wrap --
 # sentinel with the least slots (--nccl-slots 16 per CPU): the agent stopped
@@ -165,7 +180,7 @@ if run_calls nccl_wrap sentinel "-t 1 -n $WRAP_ROUNDS" "--nccl-slots 16" stop; t
 		| .slots_per_cpu == 16 and .slots_written == $n and .slots_overwritten > 0
 		and .slots_overwritten + $got == $n and $got - $groups == $rows and .collectives == $rows' <<<"$st"
 fi
-report nccl_slot_wrap
+report nccl_slot_wrap$SFX
 
 # ------------------------------------------------------------ slot switch --
 # sentinel, one thread making SW_ROUNDS rounds SW_PACE_US apart; a deep-dive
@@ -211,7 +226,7 @@ if bg_start "$T/sw.calls" env INFERTRACE_INSTANCE="$SW_INST" "$NCCL_CALLS" -L "$
 else
 	fail_because "nccl_calls printed nothing: $(head -c 300 "$T/sw.calls.err")"
 fi
-report nccl_slot_switch
+report nccl_slot_switch$SFX
 
 # -------------------------------------------------------------------- deep --
 if run_calls nccl_deep deep; then
@@ -279,7 +294,9 @@ if run_calls nccl_deep deep; then
 		'.dtype_unknown == $n and .comm_unknown == 10 * $n and .collectives == 10 * $n and .init_failed == 5 * $n
 		 and .calls == $calls' <<<"$st"
 fi
-report nccl_deep_args
+report nccl_deep_args$SFX
+# the fallback runs the real library's tests only
+[ -n "$SFX" ] && exit 0
 
 # ranks_run NAME N "AGENT ARGS": N ranks of one communicator through the double
 # (nccl_calls rank mode, unique id IDB, rank r's further arguments from
