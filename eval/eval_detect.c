@@ -1259,6 +1259,7 @@ struct args {
 	uint64_t seed;
 	double rate;
 	size_t max_steps;
+	enum diag_model model;
 };
 
 static const struct argp_option options[] = {
@@ -1271,6 +1272,10 @@ static const struct argp_option options[] = {
      "'seed N STREAM JUDGE key value ...' (eval/seeds.sh reads them)"},
     {"blind", 'B', NULL, 0,
      "Only the blind protocol (the real stream in its three forms), not the modelled streams"},
+    {"model", 'M', "NAME", 0,
+     "The detector's expected-latency model: grid (the default: the measured cells that "
+     "bracket a workload, interpolated) or cells (the nearest cell scaled by the line; "
+     "docs/diagnosis.md)"},
     {"median-theta", 'm', "FRAC", 0,
      "Limit of the running-median reference, relative excess (default 0.2, chosen on seeds 1-10)"},
     {"oracle-theta", 'O', "FRAC", 0,
@@ -1303,6 +1308,14 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case 'B':
 		a->blind = true;
+		break;
+	case 'M':
+		if (!strcmp(arg, "cells"))
+			a->model = DIAG_MODEL_CELLS;
+		else if (!strcmp(arg, "grid"))
+			a->model = DIAG_MODEL_GRID;
+		else
+			argp_error(state, "--model takes cells or grid, not '%s'", arg);
 		break;
 	case 'm':
 		errno = 0;
@@ -1377,6 +1390,7 @@ int main(int argc, char **argv)
 	int ns = 0, err;
 
 	argp_parse(&argp, argc, argv, 0, NULL, &a);
+	o.model = a.model;
 	if (!a.data)
 		a.data = getenv("INFERTRACE_DATA");
 	if (!a.data)
@@ -1398,7 +1412,8 @@ int main(int argc, char **argv)
 	}
 	brief = a.brief;
 	if (!brief)
-		printf("eval_detect: seed %llu, detector defaults\n\n", (unsigned long long)a.seed);
+		printf("eval_detect: seed %llu, detector defaults, model %s\n\n",
+		       (unsigned long long)a.seed, a.model == DIAG_MODEL_GRID ? "grid" : "cells");
 	if (blind(a.seed, a.rate, &o)) {
 		fprintf(stderr, "eval_detect: out of memory\n");
 		return 1;

@@ -242,6 +242,20 @@ struct diag_anomaly {
 
 typedef void (*diag_anomaly_fn)(void *ctx, const struct diag_anomaly *an);
 
+/*
+ * The expected-latency model (docs/diagnosis.md, "The baseline" and "The
+ * grid model"). GRID (0, the default): a workload without a measured cell
+ * of its own is judged against the measured cells that bracket it (a lighter
+ * and a heavier one within reach, along KV tokens, or along the batch with
+ * the KV tokens per request held), interpolated, as a measurement; where
+ * none do, as CELLS. CELLS: against the nearest cell scaled by the robust
+ * line, as a guess (wide limit) unless that cell is adjacent.
+ */
+enum diag_model {
+	DIAG_MODEL_GRID = 0,
+	DIAG_MODEL_CELLS,
+};
+
 struct diag_det_opts {
 	size_t sz;		    /* sizeof(struct diag_det_opts) */
 	uint32_t bootstrap;	    /* steps per (instance, rank, phase) before judging; 0: 24 */
@@ -265,6 +279,7 @@ struct diag_det_opts {
 	void *anomaly_ctx;
 	diag_log_fn log; /* may be NULL */
 	void *log_ctx;
+	enum diag_model model; /* 0: DIAG_MODEL_GRID */
 };
 
 /* what the detector concluded about one step */
@@ -276,8 +291,9 @@ struct diag_verdict {
 	uint64_t median_ns;
 	double score;
 	/* where median_ns came from: 0 the workload's own cell, 1 a neighbour
-	 * cell scaled to this workload, 2 the roofline alone, 3 the bound of a
-	 * heavier workload's cell (a novel workload flagged above it); -1 none */
+	 * cell scaled to this workload (the grid model: the cells bracketing
+	 * it, interpolated), 2 the roofline alone, 3 the bound of a heavier
+	 * workload's cell (a novel workload flagged above it); -1 none */
 	int source;
 };
 

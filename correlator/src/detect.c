@@ -1097,15 +1097,49 @@ struct judge {
 	bool flag1, flagw, flagg, flagc, explained, flagged;
 	bool hostg, hostc; /* the gap or CPU chart sees a stall */
 	bool calm, ok, hold, chain;
-	bool jitter; /* a GPU-bound spike, by the breakdown (sequence()) */
+	bool jitter;   /* a GPU-bound spike, by the breakdown (sequence()) */
+	bool recalled; /* the grid model interpolated stale cells: the stale limit */
 };
 
 /*
- * The model: the median duration expected for the step's workload
- * (baseline.c: its cell, a neighbour scaled by the line, the line), never
- * under what a lighter workload's cell measured.
+ * The grid model (DIAG_MODEL_GRID): a workload its own cell does not measure
+ * (not yet, or not for a long time) is judged against the measured cells
+ * that bracket it, interpolated (baseline.c: dm_interp()), as a measurement
+ * with the chart's own limit, where the cells model guesses from the nearest
+ * cell scaled by the line.
  */
-static void expect(struct dkey *k, const struct diag_step *s, struct judge *j)
+static void grid(struct dkey *k, const struct diag_step *s, struct judge *j)
+{
+	bool per_tok = s->batch_size > 0 && (s->tokens < 0 || s->tokens == s->batch_size);
+	bool stale;
+	double p = dm_interp(&k->m, j->t, j->kv, per_tok, &stale);
+
+	if (p <= 0)
+		return;
+	if (!stale) {
+		j->med = p;
+		j->src = 1;
+		j->novel = false;
+	} else if (j->src && j->novel) {
+		/*
+		 * cells of an earlier job mix (stale) bracket it: still a
+		 * guess, but from measurements, so with the stale cell's
+		 * limit, not a guess's (not instead of its own stale cell)
+		 */
+		j->med = p;
+		j->src = 1;
+		j->recalled = true;
+	}
+}
+
+/*
+ * The model: the median duration expected for the step's workload
+ * (baseline.c: its cell, a neighbour scaled by the line, the line; with the
+ * grid model, the cells bracketing it before those), never under what a
+ * lighter workload's cell measured.
+ */
+static void expect(const struct diag_det *d, struct dkey *k, const struct diag_step *s,
+		   struct judge *j)
 {
 	double u;
 
@@ -1117,6 +1151,8 @@ static void expect(struct dkey *k, const struct diag_step *s, struct judge *j)
 	k->m.stale = STALE_STEPS;
 	j->cls = step_class(k->seq, s);
 	j->med = dm_predict(&k->m, j->t, j->kv, &j->src, &j->novel);
+	if (d->o.model == DIAG_MODEL_GRID && (j->src || j->novel))
+		grid(k, s, j);
 	/* a guess under a lighter workload's median is certainly too low */
 	if (!ABL_BOUND && j->novel && j->med > 0) {
 		double lb = dm_bound(&k->m, j->t, j->kv, -1);
@@ -1134,7 +1170,7 @@ static void expect(struct dkey *k, const struct diag_step *s, struct judge *j)
 static void limits(const struct diag_det *d, const struct dkey *k, struct judge *j)
 {
 	double ucl1 = k->u1.n >= CHART_WARM ? k->u1.mean + d->o.k_single * sqrt(k->u1.var) : 0;
-	double guess_floor = j->src == 0 ? STALE_FLOOR : NOVEL_FLOOR, uclw;
+	double guess_floor = j->src == 0 || j->recalled ? STALE_FLOOR : NOVEL_FLOOR, uclw;
 
 	if (ucl1 < d->o.floor_single)
 		ucl1 = d->o.floor_single;
@@ -1428,7 +1464,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	if (!k)
 		return d->kused >= d->o.max_keys ? -ENOSPC : -ENOMEM;
 	k->steps++;
-	expect(k, s, &j);
+	expect(d, k, s, &j);
 	limits(d, k, &j);
 	if (j.med > 0 && k->steps > d->o.bootstrap)
 		charts(d, k, s, &j);

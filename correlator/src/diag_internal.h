@@ -54,6 +54,11 @@ struct dmodel {
 	uint32_t cap, used;
 	uint64_t now, stale;
 	struct dlin lin;
+	/*
+	 * the lowest and highest tokens (0) and KV (1) buckets any cell ever
+	 * had: the grid model's search stops there (dm_interp)
+	 */
+	int32_t ext_lo[2], ext_hi[2];
 };
 
 /* workload coordinates: t = tokens (else batch size), kv = KV tokens; < 0 unknown */
@@ -78,6 +83,15 @@ int dm_put_bin(struct dmodel *m, uint64_t key, double med, uint32_t cnt, double 
  * than one step away, or a stale cell), so it is a guess, not a measurement.
  */
 double dm_predict(const struct dmodel *m, double t, double kv, int *src, bool *novel);
+/*
+ * The grid model (DIAG_MODEL_GRID): the median expected for (t, kv) from the
+ * measured cells that bracket it along KV tokens, or along tokens with KV
+ * tokens per token held (per_tok: tokens are the batch) or KV tokens held,
+ * interpolated; 0 when no two cells within reach bracket it. Fresh cells
+ * first; where none bracket it, the nearest cells stale or not (a past job
+ * mix's measurements), and *stale says so.
+ */
+double dm_interp(const struct dmodel *m, double t, double kv, bool per_tok, bool *stale);
 /*
  * dir > 0: the smallest median of the fresh cells at least as heavy as
  * (t, kv); dir < 0: the largest of those at most as heavy; 0: none

@@ -14,11 +14,14 @@
 #                       figures are the same in every form; it stays under
 #                       F1 0.99 (the ceiling docs/diagnosis.md reports) and
 #                       over the detector
-#   eval_args:          a bad --oracle-theta or --oracle-run is refused with
-#                       a message naming the option; a data folder that is absent is a
+#   eval_model:         --model cells (the model before the grid, kept as an
+#                       option) gives the nine lines too, its natural false
+#                       positive rate under 0.5% in every form
+#   eval_args:          a bad --oracle-theta, --oracle-run or --model is
+#                       refused with a message naming the option; a data folder that is absent is a
 #                       SKIPPED line and exit 0, not an error
 #
-# Real data comes from $INFERTRACE_DATA (default ../shared/data); the first two
+# Real data comes from $INFERTRACE_DATA (default ../shared/data); the first three
 # cases skip when it is absent.
 source "$(dirname "$0")/lib.sh"
 DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
@@ -26,7 +29,7 @@ EVAL=$BUILD/eval/eval_detect
 SEED=11
 
 if [ ! -x "$EVAL" ]; then
-	for n in eval_blind_forms eval_blind_ceiling eval_args; do
+	for n in eval_blind_forms eval_blind_ceiling eval_model eval_args; do
 		echo "FAIL $n: $EVAL not built (make tests-build)"
 	done
 	exit 0
@@ -44,6 +47,7 @@ lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && b != "" && a + 0 < b +
 if [ ! -r "$DATA/latency/latencyprism_sentinel_normal_vllm.csv" ]; then
 	skip eval_blind_forms "no LatencyPrism stream under $DATA"
 	skip eval_blind_ceiling "no LatencyPrism stream under $DATA"
+	skip eval_model "no LatencyPrism stream under $DATA"
 else
 	"$EVAL" --data "$DATA" --blind --brief --seed "$SEED" >"$T/brief" 2>"$T/err"
 	rc=$?
@@ -72,6 +76,17 @@ else
 	expect "the oracle's F1 $v is not under 0.99" lt "$v" 0.99
 	expect "the oracle's F1 $v is implausibly low" lt 0.95 "$v"
 	report eval_blind_ceiling
+
+	"$EVAL" --data "$DATA" --blind --brief --seed "$SEED" --model cells >"$T/brief" 2>"$T/err"
+	rc=$?
+	expect "eval_detect --model cells exited $rc: $(head -c 200 "$T/err")" [ "$rc" -eq 0 ]
+	n=$(grep -c "^seed $SEED lp-" "$T/brief")
+	expect "--model cells: $n lines of figures, not 9" [ "$n" -eq 9 ]
+	for f in lp-unknown lp-growth lp-conc; do
+		v=$(field $f detector fpr0)
+		expect "--model cells, $f: natural FPR $v not under 0.005" lt "$v" 0.005
+	done
+	report eval_model
 fi
 
 "$EVAL" --data "$DATA" --blind --brief --oracle-theta 0 >"$T/bad.out" 2>"$T/bad.err"
@@ -84,6 +99,11 @@ rc=$?
 expect "--oracle-run -1 was accepted (exit $rc)" [ "$rc" -ne 0 ]
 expect "no message naming --oracle-run: $(head -c 200 "$T/bad.err")" \
 	grep -q -- "--oracle-run takes a fraction" "$T/bad.err"
+"$EVAL" --data "$DATA" --blind --brief --model line >"$T/bad.out" 2>"$T/bad.err"
+rc=$?
+expect "--model line was accepted (exit $rc)" [ "$rc" -ne 0 ]
+expect "no message naming --model: $(head -c 200 "$T/bad.err")" \
+	grep -q -- "--model takes cells or grid" "$T/bad.err"
 "$EVAL" --data "$T/absent" --blind --brief >"$T/skip.out" 2>&1
 rc=$?
 expect "an absent data folder exited $rc" [ "$rc" -eq 0 ]

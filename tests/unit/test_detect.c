@@ -8,7 +8,9 @@
  * baseline catches a regression the self-learned one absorbs and lists the
  * kernel that changed, a malformed baseline file is refused with its line,
  * a 20 ms stall inside a 2 s prefill is caught by its GPU idle gap, lone
- * GPU-bound spikes in a noisy stretch are held and counted as noise.
+ * GPU-bound spikes in a noisy stretch are held and counted as noise, the
+ * grid model judges a workload between two known ones against their
+ * interpolation.
  *
  * Noise comes from a fixed xorshift seed: same numbers every run.
  */
@@ -56,37 +58,59 @@ static void on_anomaly(void *ctx, const struct diag_anomaly *an)
 	g->n++;
 }
 
-static struct diag_det *det(struct got *g)
+static struct diag_det *det_model(struct got *g, enum diag_model model)
 {
-	struct diag_det_opts o = {.sz = sizeof(o), .anomaly = on_anomaly, .anomaly_ctx = g};
+	struct diag_det_opts o = {
+	    .sz = sizeof(o), .anomaly = on_anomaly, .anomaly_ctx = g, .model = model};
 	struct diag_det *d = diag_det__new(&o);
 
 	assert_non_null(d);
 	return d;
 }
 
-/* a test's detector and what it reported (cmocka state: fx_setup, fx_teardown) */
+static struct diag_det *det(struct got *g)
+{
+	return det_model(g, DIAG_MODEL_GRID);
+}
+
+/*
+ * a test's detector, its model and what it reported (cmocka state:
+ * fx_setup for the default model, fx_setup_cells, fx_teardown)
+ */
 struct fx {
 	struct got g;
 	struct diag_det *d;
+	enum diag_model model;
 };
 
-static int fx_setup(void **state)
+static int fx_setup_model(void **state, enum diag_model model)
 {
 	struct fx *x = calloc(1, sizeof(*x));
 
 	if (!x)
 		return -1;
-	x->d = det(&x->g);
+	x->model = model;
+	x->d = det_model(&x->g, model);
 	*state = x;
 	return 0;
 }
 
-/* a fresh detector in x for the rest of a test (what the old one learned is gone) */
+static int fx_setup(void **state)
+{
+	return fx_setup_model(state, DIAG_MODEL_GRID);
+}
+
+/* the cells model: for what the grid model's interpolation would hide (the bounds) */
+static int fx_setup_cells(void **state)
+{
+	return fx_setup_model(state, DIAG_MODEL_CELLS);
+}
+
+/* a fresh detector of the same model in x for the rest of a test (what it learned is gone) */
 static struct diag_det *fx_renew(struct fx *x)
 {
 	diag_det__free(x->d);
-	x->d = det(&x->g);
+	x->d = det_model(&x->g, x->model);
 	return x->d;
 }
 
@@ -208,7 +232,8 @@ static void test_heavier_batch_ok(void **state)
 /*
  * A novel workload is judged against a wide limit (the line guesses it), but
  * never above the median of a heavier workload: 1.35x over batch 12's cell
- * is flagged for a batch 7 no cell knows.
+ * is flagged for a batch 7 no cell knows. The cells model: the grid model
+ * judges batch 7 against batches 3 and 12 interpolated (test_grid).
  */
 static void test_monotone_bound(void **state)
 {
@@ -254,7 +279,8 @@ static void test_monotone_bound(void **state)
  * The other bound: a guess under the median of a lighter workload is
  * certainly too low. Decode steps of 20 ms at batches 2-3, then 60-62 ms
  * from batch 12 (a CUDA-graph bucket): the line through them guesses 52.9
- * ms for a novel batch 24, under batch 14's measured 60.
+ * ms for a novel batch 24, under batch 14's measured 60. The cells model:
+ * the grid model interpolates batches 14 and 30.
  */
 static void test_lower_bound(void **state)
 {
@@ -1289,13 +1315,104 @@ static void test_churn(void **state)
 	free(g);
 }
 
+/*
+ * The grid model (DIAG_MODEL_GRID): decode steps of batches 2-3 and 12-14
+ * (20 ms + 0.5 ms per request) are known; a batch 7 no cell knows is
+ * judged against batches 3 and 12 interpolated at KV tokens per request
+ * held (23.5 ms), as a measurement: its 1.25x step is flagged, where the
+ * cells model judges it against the line's guess with the wide limit and
+ * lets it pass. Beyond every known batch (no heavier cell brackets it) the
+ * grid model guesses as the cells model does. With only the batch size
+ * (tokens and KV tokens unknown) it still interpolates. Cells of an earlier
+ * job mix (stale) bracket a workload with the stale cell's limit (0.3): a
+ * 1.35x step is flagged.
+ */
+static void grid_learn(struct diag_det *d, uint64_t *ts, const int *known, int nk, int n, bool bare)
+{
+	struct diag_step s;
+
+	for (int i = 0; i < n; i++) {
+		mk(&s, ts, known[i % nk], 1);
+		if (bare)
+			s.tokens = s.kv_tokens = DIAG_UNKNOWN;
+		diag_det__add_step(d, &s, NULL);
+	}
+}
+
+/* a fresh grid-model detector in x that learned n steps of the known batches */
+static struct diag_det *grid_renew(struct fx *x, uint64_t *ts, const int *known, int nk, int n,
+				   bool bare)
+{
+	x->model = DIAG_MODEL_GRID;
+	fx_renew(x);
+	x->g.n = 0;
+	grid_learn(x->d, ts, known, nk, n, bare);
+	assert_int_equal(x->g.n, 0);
+	return x->d;
+}
+
+/* batch 7 at `factor`, judged against batches 3 and 12 interpolated (23.5 ms) */
+static void grid_between(struct diag_det *d, uint64_t *ts, double factor, bool bare,
+			 struct diag_verdict *v)
+{
+	struct diag_step s;
+
+	mk(&s, ts, 7, factor);
+	if (bare)
+		s.tokens = s.kv_tokens = DIAG_UNKNOWN;
+	diag_det__add_step(d, &s, v);
+	assert_true(v->judged);
+	assert_int_equal(v->source, 1);
+	assert_in_range(v->median_ns, 23000000, 24000000);
+}
+
+static void test_grid(void **state)
+{
+	static const int known[] = {2, 3, 12, 13, 14}, far[] = {30};
+	FX_LOCALS(state, 1000000000ULL);
+
+	/* the cells model: a guess, the wide limit */
+	grid_learn(d, &ts, known, 5, 400, false);
+	mk(&s, &ts, 7, 1.25);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.judged);
+	assert_int_equal(v.source, 2);
+	assert_false(v.anomalous);
+
+	/* the grid model: batches 3 and 12 interpolated, a measurement */
+	d = grid_renew(x, &ts, known, 5, 400, false);
+	grid_between(d, &ts, 1, false, &v);
+	assert_false(v.anomalous);
+	grid_between(d, &ts, 1.25, false, &v);
+	assert_true(v.anomalous);
+	assert_int_equal(g->n, 1);
+	assert_string_equal(g->a[0].chart, "single");
+	/* heavier than every known batch: nothing brackets it, the line guesses */
+	mk(&s, &ts, 20, 1);
+	diag_det__add_step(d, &s, &v);
+	assert_int_equal(v.source, 2);
+	assert_false(v.anomalous);
+
+	/* the batch size alone */
+	d = grid_renew(x, &ts, known, 5, 400, true);
+	grid_between(d, &ts, 1, true, &v);
+	assert_false(v.anomalous);
+
+	/* batches 3 and 12 ran long ago (stale): still bracketing, limit 0.3 */
+	d = grid_renew(x, &ts, known, 5, 400, false);
+	grid_learn(d, &ts, far, 1, 1100, false);
+	assert_int_equal(g->n, 0);
+	grid_between(d, &ts, 1.35, false, &v);
+	assert_true(v.anomalous);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_single_and_run, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_heavier_batch_ok, fx_setup, fx_teardown),
-	    cmocka_unit_test_setup_teardown(test_monotone_bound, fx_setup, fx_teardown),
-	    cmocka_unit_test_setup_teardown(test_lower_bound, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_monotone_bound, fx_setup_cells, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_lower_bound, fx_setup_cells, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_second_mode, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_window_skips_flagged, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_cpu_chart, fx_setup, fx_teardown),
@@ -1311,6 +1428,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_noise_no_breakdown, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_small_spike, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_churn),
+	    cmocka_unit_test_setup_teardown(test_grid, fx_setup_cells, fx_teardown),
 	    cmocka_unit_test(test_gap_chart),
 	};
 
