@@ -157,10 +157,14 @@ launches() {
 	pid=$RUN_PID
 	run_end lb || return 1
 	sleep 0.3 # the last ring drain
-	dup=$(bpftool perf list 2>/dev/null | grep -E "^pid $AGENT_PID .*uprobe .*filename " |
-		awk '{ for (i = 1; i < NF; i++) if ($i == "prog_id" || $i == "offset") k = k " " $(i + 1); print k; k = "" }' |
-		sort | uniq -d | wc -l)
-	expect "$dup (program, offset) pairs attached twice" eq "$dup" 0
+	bpftool perf list 2>/dev/null | grep -E "^pid $AGENT_PID .*uprobe .*filename " >"$T/la.perf"
+	dup=$(awk '{ for (i = 1; i < NF; i++) if ($i == "prog_id" || $i == "offset") k = k " " $(i + 1); print k; k = "" }' \
+		"$T/la.perf" | sort | uniq -d | wc -l)
+	# which files, for the message
+	[ "$dup" = 0 ] || dup="$dup ($(awk '{ for (i = 1; i < NF; i++) { if ($i == "filename") f = $(i + 1)
+		if ($i == "prog_id" || $i == "offset") k = k " " $(i + 1) } print k, f; k = "" }' "$T/la.perf" |
+		sort | awk '{ f = $NF; $NF = ""; if ($0 == last) print f; last = $0 }' | sort | uniq -c | head -3 | tr '\n' ' '))"
+	expect "$dup (program, offset) pairs attached twice" [ "$dup" = 0 ]
 	bad=$(grep -F '"type":"cuda_launch"' "$AGENT_OUT" | jq -c -n -R --argjson p "$pid" --argjson c "$LA_CALLS" \
 		'[inputs | fromjson? | select(.pid == $p)] | group_by([.api, .tid]) |
 		 [(if length != 28 then "\(length) (api, thread) pairs, want 28" else empty end),
