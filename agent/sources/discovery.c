@@ -329,7 +329,6 @@ static void lib_use(struct agent *a, int idx, uint32_t pid, const char *path)
 	/* later attaches (launch classes) open it through a live process's root */
 	snprintf(lf->path, sizeof(lf->path), "/proc/%u/root%s", pid, path);
 	lf->path_pid = pid;
-	uprobes_file_idle(a, idx, false);
 	pr_debug("%s: mapped again within --lib-grace, probes still attached", lf->display);
 }
 
@@ -368,9 +367,11 @@ static void lib_repath(struct agent *a, int idx, uint32_t gone)
  * The file's last traced user is gone. Short-lived CUDA processes come one
  * after another and map the same files, so the probes stay for --lib-grace
  * (discovery_tick() detaches them then), at most LIB_IDLE_MAX files at once
- * (the longest idle goes first). Meanwhile a process mapping the file that
- * is not traced (outside --pid) pays the probes' traps as it did before,
- * recording nothing.
+ * (the longest idle goes first). Every probe stays, the per-launch ones too
+ * while they are on (uprobes.c, class_switch()): dropped and attached again
+ * they fired twice while the old link's destroy waited. Meanwhile a process
+ * mapping the file that is not traced (outside --pid) pays the probes'
+ * traps as it did before, recording nothing.
  */
 static void lib_put(struct agent *a, int idx, uint32_t pid)
 {
@@ -400,7 +401,6 @@ static void lib_put(struct agent *a, int idx, uint32_t pid)
 	}
 	lf->idle_since_ns = now_ns() | 1; /* never 0: 0 means in use */
 	a->cnt.files_idle++;
-	uprobes_file_idle(a, idx, true);
 	pr_debug("%s: no traced process maps it; probes kept for %g s", lf->display,
 		 a->opts.lib_grace_s);
 }

@@ -122,8 +122,6 @@ void uprobes_launch_policy(struct agent *a);
 void uprobes_detach_file(struct agent *a, int lib_idx); /* asynchronous: see uprobes.c */
 /* the path to attach to a file by: lf->path, or its descriptor once that process is gone */
 const char *uprobes_file_path(const struct libfile *lf, char *buf, size_t sz);
-/* a file without (idle) or with a traced user again: its on-demand classes go or come */
-void uprobes_file_idle(struct agent *a, int lib_idx, bool idle);
 /* one uprobe (ret: uretprobe) on sym of the file at path, for every process (pid -1) */
 struct bpf_link *uprobes_attach_sym(struct bpf_program *prog, const char *path, const char *sym,
 				    bool ret);

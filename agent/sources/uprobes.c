@@ -118,6 +118,16 @@ static int attach_api(struct agent *a, struct libfile *lf, unsigned api, struct 
 		return -ENOENT;
 	}
 	l = uprobes_attach_sym(prog, path, corr_api_name(api), false);
+	/*
+	 * the process whose root the path goes through left between the check
+	 * and the attach (a file kept for --lib-grace gets its per-launch
+	 * probes while its users come and go): by the descriptor then
+	 */
+	if (!l && errno == ENOENT && path != buf && lf->fd >= 0) {
+		snprintf(buf, sizeof(buf), "/proc/self/fd/%d", lf->fd);
+		path = buf;
+		l = uprobes_attach_sym(prog, path, corr_api_name(api), false);
+	}
 	if (!l) {
 		int err = -errno;
 
@@ -286,8 +296,15 @@ static void class_switch(struct agent *a, enum probe_class cls, bool on, const c
 	for (int i = 0; i < MAX_LIBFILES; i++) {
 		int n;
 
-		/* a file kept without a user (--lib-grace) gets them when used again */
-		if (!a->libs[i].used || !a->libs[i].links || a->libs[i].idle_since_ns)
+		/*
+		 * a file kept without a user (--lib-grace) follows the switch
+		 * too: it keeps every link it has until its grace is over. Its
+		 * on-demand links were once dropped at its last user's exit and
+		 * attached again at the next one's start; a link's destroy takes
+		 * 0.1-0.35 s, and while it waited the new link fired beside it:
+		 * every launch of the new process was recorded twice.
+		 */
+		if (!a->libs[i].used || !a->libs[i].links)
 			continue;
 		n = on ? class_attach_file(a, i, cls) : class_detach_file(i, cls);
 		links += n;
@@ -347,25 +364,6 @@ void uprobes_launch_policy(struct agent *a)
 	for (int c = PROBE_GRAPH; c < PROBE_CLASSES; c++)
 		if (!want[c] && lsw.on[c])
 			class_switch(a, c, false, "idle");
-}
-
-/*
- * A file kept attached without a traced user (discovery.c, --lib-grace)
- * keeps its sync-class links only: the on-demand classes trap every launch
- * of whoever maps it, and no process it would record for does. Used again,
- * it gets the classes that are on now.
- */
-void uprobes_file_idle(struct agent *a, int idx, bool idle)
-{
-	if (a->libs[idx].is_nccl || !a->libs[idx].links)
-		return;
-	if (idle) {
-		class_detach_file(idx, PROBE_CLASSES);
-		return;
-	}
-	for (int c = PROBE_GRAPH; c < PROBE_CLASSES; c++)
-		if (lsw.on[c])
-			class_attach_file(a, idx, c);
 }
 
 void uprobes_launch_start(struct agent *a)

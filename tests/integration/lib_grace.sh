@@ -22,11 +22,18 @@
 #                      copy of libcudart: the copy idle longest is detached
 #                      to keep 8 at most ("more than 8 files"); no stats
 #                      record shows more than 8 idle files
+#   lib_grace_launches --mode deep: the per-launch probes stay on the copies
+#                      after their only user exits (30 links); the next
+#                      process, 2 threads of 5 calls, gets 5 records per
+#                      launch entry point and thread, no link attached twice
+#                      (dropped and attached again, they fired twice while
+#                      the old link's destroy waited)
 #   lib_grace_expire   --lib-grace 1: the links of the copies go once the
 #                      second has passed (a bounded wait), with the
 #                      "no traced process mapped it for 1 s" lines
 source "$(dirname "$0")/lib.sh"
-it_preflight lib_grace_reuse lib_grace_bound lib_grace_expire
+it_preflight lib_grace_reuse lib_grace_bound lib_grace_launches lib_grace_expire
+LA_CALLS=5
 
 LIB=$T/lib
 
@@ -42,7 +49,8 @@ run_one() {
 	local name=$1 rt=$2
 	rm -f "$T/$name.go"
 	CUDA_CALLS_RT=$rt CUDA_CALLS_DRV=$LIB/libcuda.so \
-		bg_start "$T/$name.out" "$CUDA_CALLS" -t 1 -n 1 -w "$T/$name.go"
+		bg_start "$T/$name.out" "$CUDA_CALLS" -t "${RUN_THREADS:-1}" -n "${RUN_CALLS:-1}" \
+		-w "$T/$name.go"
 	RUN_BG=$BG_PID
 	wait_line "$T/$name.out" 10 || { fail_because "$name printed nothing: $(head -c 200 "$T/$name.out.err")"; return 1; }
 	RUN_PID=$(jq -r .pid "$T/$name.out")
@@ -135,6 +143,35 @@ bound() {
 		ge "$(stat_of idle_files_detached)" 1
 }
 
+# deep mode: the per-launch probes stay on a file kept for --lib-grace, and
+# the next process's launches are recorded once each
+launches() {
+	local n dup bad pid
+	agent_start launches -i 0.1 --no-net --mode deep --no-stacks --lib-grace 600 ||
+		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
+	run_one la "$LIB/libcudart.so.13" && run_end la || return 1
+	n=$(links_on "$LIB")
+	expect "links on our copies after their only user exited: $n, want all 30 (18 + 12 per-launch)" \
+		eq "$n" 30
+	RUN_THREADS=2 RUN_CALLS=$LA_CALLS run_one lb "$LIB/libcudart.so.13" || return 1
+	pid=$RUN_PID
+	run_end lb || return 1
+	sleep 0.3 # the last ring drain
+	bpftool perf list 2>/dev/null | grep -E "^pid $AGENT_PID .*uprobe .*filename " >"$T/la.perf"
+	dup=$(awk '{ for (i = 1; i < NF; i++) if ($i == "prog_id" || $i == "offset") k = k " " $(i + 1); print k; k = "" }' \
+		"$T/la.perf" | sort | uniq -d | wc -l)
+	# which files, for the message
+	[ "$dup" = 0 ] || dup="$dup ($(awk '{ for (i = 1; i < NF; i++) { if ($i == "filename") f = $(i + 1)
+		if ($i == "prog_id" || $i == "offset") k = k " " $(i + 1) } print k, f; k = "" }' "$T/la.perf" |
+		sort | awk '{ f = $NF; $NF = ""; if ($0 == last) print f; last = $0 }' | sort | uniq -c | head -3 | tr '\n' ' '))"
+	expect "$dup (program, offset) pairs attached twice" [ "$dup" = 0 ]
+	bad=$(grep -F '"type":"cuda_launch"' "$AGENT_OUT" | jq -c -n -R --argjson p "$pid" --argjson c "$LA_CALLS" \
+		'[inputs | fromjson? | select(.pid == $p)] | group_by([.api, .tid]) |
+		 [(if length != 28 then "\(length) (api, thread) pairs, want 28" else empty end),
+		  (.[] | select(length != $c) | "\(.[0].api) on \(.[0].tid): \(length) records")] | .[:4]')
+	expect "launch records of the second process: $bad" [ "$bad" = "[]" ]
+}
+
 expire() {
 	local i n f
 	agent_start expire -i 0.1 --no-net --lib-grace 1 ||
@@ -164,6 +201,9 @@ main() {
 	[ -n "$AGENT_PID" ] && kill -0 "$AGENT_PID" 2>/dev/null && bound
 	stop_slow
 	report lib_grace_bound
+	launches
+	stop_slow
+	report lib_grace_launches
 	expire
 	stop_slow
 	report lib_grace_expire
