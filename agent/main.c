@@ -331,7 +331,9 @@ static const struct opt_def opt_table[] = {
      .doc = "Detector setting (repeatable): k (UCL sigmas, 5), floor (0.17), window-floor "
 	    "(0.09), window (steps, 4), bootstrap (steps, 24), straggler (0.15), straggler_abs "
 	    "(ms a step beyond its peers' or a rank late to a collective, 1), regression (0.10), "
-	    "gap (ms of GPU idle in one gap beyond the usual longest, 10)"},
+	    "gap (ms of GPU idle in one gap beyond the usual longest, 10), model (grid: a "
+	    "workload between measured ones judged against their interpolation; cells: the "
+	    "nearest one scaled; grid)"},
     {"kafka", OPT_KAFKA, "BROKERS", OT_STR, FIELD(kafka), 1, 0,
      .err = "takes host:port[,host:port...]",
      .doc = "Produce every record to Kafka (bootstrap servers host:port,...) instead of "

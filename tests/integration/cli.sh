@@ -43,7 +43,7 @@ report bad_input_no_such_pid
 
 # each bad value: its option and the value named on the error line
 for spec in "--interval abc" "--mode fast" "--duration -1" "--interval 0" "--stack-rate many" \
-	"--pid abc" "--ringbuf-kib 100" "--syscall-threshold x"; do
+	"--pid abc" "--ringbuf-kib 100" "--syscall-threshold x" "--detect model=fast"; do
 	read -r opt val <<<"$spec"
 	run_agent values "$opt" "$val"
 	line=$(err_line)

@@ -535,6 +535,31 @@ static void test_numparse(void **state)
 	assert_int_equal(l, 4096);
 }
 
+/*
+ * --detect model=grid|cells (agent/pipeline/diag.c diag_option): the word
+ * reaches the detector's options; any other word, or none, is refused and
+ * leaves the setting as it was
+ */
+static void test_detect_model(void **state)
+{
+	struct agent_opts o = {0};
+
+	(void)state;
+	assert_int_equal(o.diag.det.model, DIAG_MODEL_GRID); /* the default */
+	assert_int_equal(diag_option(&o, "detect", "model=cells"), 0);
+	assert_int_equal(o.diag.det.model, DIAG_MODEL_CELLS);
+	assert_int_equal(diag_option(&o, "detect", "model=fast"), -EINVAL);
+	assert_int_equal(diag_option(&o, "detect", "model="), -EINVAL);
+	assert_int_equal(diag_option(&o, "detect", "model=1"), -EINVAL);
+	assert_int_equal(o.diag.det.model, DIAG_MODEL_CELLS);
+	assert_int_equal(diag_option(&o, "detect", "model=grid"), 0);
+	assert_int_equal(o.diag.det.model, DIAG_MODEL_GRID);
+	/* the numeric keys are untouched by the word key */
+	assert_int_equal(diag_option(&o, "detect", "window=8"), 0);
+	assert_int_equal(o.diag.det.window, 8);
+	assert_int_equal(o.diag.det.model, DIAG_MODEL_GRID);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -552,6 +577,7 @@ int main(void)
 	    cmocka_unit_test(test_stat_start_time),
 	    cmocka_unit_test(test_steprec_round_trip),
 	    cmocka_unit_test(test_common_fields_agree),
+	    cmocka_unit_test(test_detect_model),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
