@@ -116,7 +116,6 @@ wait_quiet() { # wait_quiet [TRIES]: half-seconds to wait at most (60)
 	return 1
 }
 
-
 # prog_ns PID NAME: ns per run of the BPF program NAME that process PID holds
 # (an fd of PID, /proc/PID/fdinfo's prog_id; run_time_ns / run_cnt of bpftool
 # prog show, counted only while kernel.bpf_stats_enabled is 1); empty when

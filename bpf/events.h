@@ -625,7 +625,7 @@ struct agent_cfg {
 	/*
 	 * 1: nccl_task is task storage (Linux 5.12); 0: a hash by tid, where
 	 * the kernel does not let uprobe programs use task storage
-	 * (agent/sources/loader.c, nccl_task_storage())
+	 * (agent/sources/loader.c, task_storage_usable())
 	 */
 	__u32 task_storage;
 };

@@ -104,9 +104,8 @@ int nccl_attach_file(struct agent *a, int idx)
 			goto fail;
 		}
 		for (int r = 0; r < 1 + nccl_probe[i].ret; r++) {
-			/* once its process is gone, by descriptor (uprobes_file_path) */
-			l = uprobes_attach_sym(r ? loader_nccl_comm_return(a) : prog,
-					       uprobes_file_path(lf, buf, sizeof(buf)), sym, r);
+			/* once its process is gone, by descriptor (uprobes_attach_probe) */
+			l = uprobes_attach_probe(lf, r ? loader_nccl_comm_return(a) : prog, sym, r);
 			if (!l) {
 				err = -errno;
 				pr_err("%s: attach %s %s: %s", lf->display,

@@ -122,9 +122,12 @@ void uprobes_launch_policy(struct agent *a);
 void uprobes_detach_file(struct agent *a, int lib_idx); /* asynchronous: see uprobes.c */
 /* the path to attach to a file by: lf->path, or its descriptor once that process is gone */
 const char *uprobes_file_path(const struct libfile *lf, char *buf, size_t sz);
-/* one uprobe (ret: uretprobe) on sym of the file at path, for every process (pid -1) */
-struct bpf_link *uprobes_attach_sym(struct bpf_program *prog, const char *path, const char *sym,
-				    bool ret);
+/*
+ * one uprobe (ret: uretprobe) on sym of the file, for every process (pid -1):
+ * by uprobes_file_path(), and by the descriptor if its process left meanwhile
+ */
+struct bpf_link *uprobes_attach_probe(const struct libfile *lf, struct bpf_program *prog,
+				      const char *sym, bool ret);
 /* takes links (a malloc()ed array) and destroys them off the event loop */
 void uprobes_reap_links(struct bpf_link **links, int n);
 void uprobes_reaper_stop(void); /* waits for queued detaches */

@@ -63,8 +63,8 @@ static void note_api(void *ctx, const char *name)
 	}
 }
 
-struct bpf_link *uprobes_attach_sym(struct bpf_program *prog, const char *path, const char *sym,
-				    bool ret)
+static struct bpf_link *attach_sym(struct bpf_program *prog, const char *path, const char *sym,
+				   bool ret)
 {
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = sym, .retprobe = ret);
 
@@ -96,12 +96,34 @@ static struct {
  * a short-lived PID may exit during the file's first attach (which failed
  * then, and the file was refused for good: no process mapping it traced).
  */
+static const char *fd_path(const struct libfile *lf, char *buf, size_t sz)
+{
+	snprintf(buf, sz, "/proc/self/fd/%d", lf->fd);
+	return buf;
+}
+
 const char *uprobes_file_path(const struct libfile *lf, char *buf, size_t sz)
 {
 	if (lf->fd < 0 || !access(lf->path, F_OK))
 		return lf->path;
-	snprintf(buf, sz, "/proc/self/fd/%d", lf->fd);
-	return buf;
+	return fd_path(lf, buf, sz);
+}
+
+/*
+ * By uprobes_file_path(); and by the descriptor when the process whose root
+ * the path goes through left between that check and the attach (ENOENT: a
+ * file kept for --lib-grace is attached to while its users come and go)
+ */
+struct bpf_link *uprobes_attach_probe(const struct libfile *lf, struct bpf_program *prog,
+				      const char *sym, bool ret)
+{
+	char buf[32];
+	const char *path = uprobes_file_path(lf, buf, sizeof(buf));
+	struct bpf_link *l = attach_sym(prog, path, sym, ret);
+
+	if (!l && errno == ENOENT && path == lf->path && lf->fd >= 0)
+		l = attach_sym(prog, fd_path(lf, buf, sizeof(buf)), sym, ret);
+	return l;
 }
 
 /* entry (and, for a synchronising call, return) probe of api on the file */
@@ -110,24 +132,12 @@ static int attach_api(struct agent *a, struct libfile *lf, unsigned api, struct 
 {
 	struct bpf_program *prog = loader_program(a, corr_api_name(api));
 	struct bpf_link *l;
-	char buf[32];
-	const char *path = uprobes_file_path(lf, buf, sizeof(buf));
 
 	if (!prog) {
 		pr_err("BPF object lacks program %s (build mismatch)", corr_api_name(api));
 		return -ENOENT;
 	}
-	l = uprobes_attach_sym(prog, path, corr_api_name(api), false);
-	/*
-	 * the process whose root the path goes through left between the check
-	 * and the attach (a file kept for --lib-grace gets its per-launch
-	 * probes while its users come and go): by the descriptor then
-	 */
-	if (!l && errno == ENOENT && path != buf && lf->fd >= 0) {
-		snprintf(buf, sizeof(buf), "/proc/self/fd/%d", lf->fd);
-		path = buf;
-		l = uprobes_attach_sym(prog, path, corr_api_name(api), false);
-	}
+	l = uprobes_attach_probe(lf, prog, corr_api_name(api), false);
 	if (!l) {
 		int err = -errno;
 
@@ -137,7 +147,7 @@ static int attach_api(struct agent *a, struct libfile *lf, unsigned api, struct 
 	}
 	links[(*n)++] = l;
 	if (api_is_sync(api)) {
-		l = uprobes_attach_sym(loader_sync_return(a), path, corr_api_name(api), true);
+		l = uprobes_attach_probe(lf, loader_sync_return(a), corr_api_name(api), true);
 		if (!l) {
 			int err = -errno;
 
