@@ -1310,11 +1310,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		a->blind = true;
 		break;
 	case 'M':
-		if (!strcmp(arg, "cells"))
-			a->model = DIAG_MODEL_CELLS;
-		else if (!strcmp(arg, "grid"))
-			a->model = DIAG_MODEL_GRID;
-		else
+		if (diag_model_parse(arg, &a->model))
 			argp_error(state, "--model takes cells or grid, not '%s'", arg);
 		break;
 	case 'm':
@@ -1413,7 +1409,7 @@ int main(int argc, char **argv)
 	brief = a.brief;
 	if (!brief)
 		printf("eval_detect: seed %llu, detector defaults, model %s\n\n",
-		       (unsigned long long)a.seed, a.model == DIAG_MODEL_GRID ? "grid" : "cells");
+		       (unsigned long long)a.seed, diag_model_name(a.model));
 	if (blind(a.seed, a.rate, &o)) {
 		fprintf(stderr, "eval_detect: out of memory\n");
 		return 1;

@@ -295,15 +295,8 @@ int diag_option(struct agent_opts *ao, const char *name, const char *arg)
 		if (!eq)
 			return -EINVAL;
 		/* the one word-valued key: the expected-latency model (docs/diagnosis.md) */
-		if (kl == 5 && !strncmp(arg, "model", 5)) {
-			if (!strcmp(eq + 1, "grid"))
-				dopt->det.model = DIAG_MODEL_GRID;
-			else if (!strcmp(eq + 1, "cells"))
-				dopt->det.model = DIAG_MODEL_CELLS;
-			else
-				return -EINVAL;
-			return 0;
-		}
+		if (kl == 5 && !strncmp(arg, "model", 5))
+			return diag_model_parse(eq + 1, &dopt->det.model);
 		errno = 0;
 		v = strtod(eq + 1, &end);
 		if (errno || end == eq + 1 || *end || !(v > 0) || v > 1e9)

@@ -254,7 +254,13 @@ typedef void (*diag_anomaly_fn)(void *ctx, const struct diag_anomaly *an);
 enum diag_model {
 	DIAG_MODEL_GRID = 0,
 	DIAG_MODEL_CELLS,
+	DIAG_MODEL_COUNT,
 };
+
+/* "grid", "cells" */
+const char *diag_model_name(enum diag_model m);
+/* parse a model name (--detect model=, eval_detect --model); other text: -EINVAL, *out kept */
+int diag_model_parse(const char *s, enum diag_model *out);
 
 struct diag_det_opts {
 	size_t sz;		    /* sizeof(struct diag_det_opts) */

@@ -204,15 +204,38 @@ const char *diag_phase_name(enum diag_phase p)
 	return (unsigned)p < DIAG_PHASE_COUNT ? phase_names[p] : "unknown";
 }
 
+/* the index of s among n names, or -1 */
+static int name_index(const char *const *names, int n, const char *s)
+{
+	for (int i = 0; s && i < n; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
 int diag_phase_parse(const char *s, enum diag_phase *out)
 {
-	for (int i = 0; i < DIAG_PHASE_COUNT; i++)
-		if (s && !strcmp(s, phase_names[i])) {
-			*out = (enum diag_phase)i;
-			return 0;
-		}
-	*out = DIAG_PHASE_UNKNOWN;
-	return -EINVAL;
+	int i = name_index(phase_names, DIAG_PHASE_COUNT, s);
+
+	*out = i < 0 ? DIAG_PHASE_UNKNOWN : (enum diag_phase)i;
+	return i < 0 ? -EINVAL : 0;
+}
+
+static const char *const model_names[DIAG_MODEL_COUNT] = {"grid", "cells"};
+
+const char *diag_model_name(enum diag_model m)
+{
+	return (unsigned)m < DIAG_MODEL_COUNT ? model_names[m] : "unknown";
+}
+
+int diag_model_parse(const char *s, enum diag_model *out)
+{
+	int i = name_index(model_names, DIAG_MODEL_COUNT, s);
+
+	if (i < 0)
+		return -EINVAL;
+	*out = (enum diag_model)i;
+	return 0;
 }
 
 void diag_step_init(struct diag_step *s)

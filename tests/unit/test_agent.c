@@ -554,6 +554,9 @@ static void test_detect_model(void **state)
 	assert_int_equal(o.diag.det.model, DIAG_MODEL_CELLS);
 	assert_int_equal(diag_option(&o, "detect", "model=grid"), 0);
 	assert_int_equal(o.diag.det.model, DIAG_MODEL_GRID);
+	/* the names eval_detect prints are the ones parsed */
+	assert_string_equal(diag_model_name(DIAG_MODEL_GRID), "grid");
+	assert_string_equal(diag_model_name(DIAG_MODEL_CELLS), "cells");
 	/* the numeric keys are untouched by the word key */
 	assert_int_equal(diag_option(&o, "detect", "window=8"), 0);
 	assert_int_equal(o.diag.det.window, 8);
