@@ -39,7 +39,19 @@ static uint32_t bucket_kv(double kv)
 
 uint64_t dm_bin_key(double t, double kv)
 {
-	return ((uint64_t)bucket_t(t) << 32) | bucket_kv(kv);
+	/*
+	 * the last workload's key, per thread: a step asks for its cell 3-6
+	 * times (model, bounds, grid, learning), each two logarithms
+	 */
+	static _Thread_local double last_t = NAN, last_kv = NAN;
+	static _Thread_local uint64_t last_key;
+
+	if (t != last_t || kv != last_kv) {
+		last_key = ((uint64_t)bucket_t(t) << 32) | bucket_kv(kv);
+		last_t = t;
+		last_kv = kv;
+	}
+	return last_key;
 }
 
 int dm_init(struct dmodel *m)
@@ -207,13 +219,13 @@ int dm_add(struct dmodel *m, double t, double kv, double dur)
 	float old = 0;
 	int err;
 
-	if (!dm_find(m, key)) {
+	b = slot_for(m->bins, m->cap, key);
+	if (b->key == BIN_EMPTY) {
+		/* a new cell: room first (the table may grow or be pruned) */
 		err = make_room(m);
 		if (err)
 			return err;
-	}
-	b = slot_for(m->bins, m->cap, key);
-	if (b->key == BIN_EMPTY) {
+		b = slot_for(m->bins, m->cap, key);
 		memset(b, 0, sizeof(*b));
 		b->key = key;
 		m->used++;
@@ -334,11 +346,41 @@ static int solve3(double a[3][3], double b[3], double x[3])
 	return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
+/*
+ * The k-th smallest of x[0..n) (k < n), by quickselect: x is reordered so
+ * that x[0..k) are at most x[k] and x(k..n) at least. The value is the one
+ * a sort would put at k, without sorting the rest.
+ */
+static double kth(double *x, uint32_t n, uint32_t k)
 {
-	double x = *(const double *)a, y = *(const double *)b;
+	uint32_t lo = 0, hi = n; /* x[k] is in [lo, hi) */
 
-	return x < y ? -1 : x > y;
+	while (hi - lo > 1) {
+		double pv = x[lo + (hi - lo) / 2], tmp;
+		/* three ways: [lo, lt) under the pivot, [lt, i) equal, [gt, hi) over */
+		uint32_t lt = lo, i = lo, gt = hi;
+
+		while (i < gt) {
+			if (x[i] < pv) {
+				tmp = x[lt];
+				x[lt++] = x[i];
+				x[i++] = tmp;
+			} else if (x[i] > pv) {
+				tmp = x[--gt];
+				x[gt] = x[i];
+				x[i] = tmp;
+			} else {
+				i++;
+			}
+		}
+		if (k < lt)
+			hi = lt;
+		else if (k >= gt)
+			lo = gt;
+		else
+			return pv;
+	}
+	return x[k];
 }
 
 /*
@@ -351,26 +393,40 @@ static int cmp_double(const void *a, const void *b)
  */
 static int lad_fit(const struct dlin *l, const double sc[3], const bool use[3], double c[3])
 {
+	/* per sample, once: the scaled features, the duration and its 0.1% (the least |r|) */
+	double f1[RES_CAP], f2[RES_CAP], du[RES_CAP], rmin[RES_CAP];
 	uint32_t n = l->n;
 
+	for (uint32_t i = 0; i < n; i++) {
+		f1[i] = use[1] && sc[1] ? l->t[i] / sc[1] : 0;
+		f2[i] = use[2] && sc[2] ? l->kv[i] / sc[2] : 0;
+		du[i] = l->dur[i];
+		rmin[i] = 1e-3 * du[i] + 1;
+	}
 	c[0] = c[1] = c[2] = 0;
 	for (int it = 0; it < 8; it++) {
 		double a[3][3] = {{0}}, b[3] = {0}, x[3] = {0};
 
 		for (uint32_t i = 0; i < n; i++) {
-			double f[3] = {1, use[1] && sc[1] ? l->t[i] / sc[1] : 0,
-				       use[2] && sc[2] ? l->kv[i] / sc[2] : 0};
-			double r = it ? l->dur[i] - (c[0] * f[0] + c[1] * f[1] + c[2] * f[2]) : 1;
+			double r = it ? du[i] - (c[0] + c[1] * f1[i] + c[2] * f2[i]) : 1, ar = fabs(r);
 			/* relative deviations: a 1 ms miss matters more on a 10 ms step */
-			double w = 1.0 / ((double)l->dur[i] *
-					  (it ? fmax(fabs(r), 1e-3 * l->dur[i] + 1) : 1.0));
+			double w = 1.0 / (du[i] * (it ? (ar > rmin[i] ? ar : rmin[i]) : 1.0));
+			double w1 = w * f1[i], w2 = w * f2[i];
 
-			for (int p = 0; p < 3; p++) {
-				for (int q = 0; q < 3; q++)
-					a[p][q] += w * f[p] * f[q];
-				b[p] += w * f[p] * l->dur[i];
-			}
+			/* the normal equations of the features (1, f1, f2), weighted by w */
+			a[0][0] += w;
+			a[0][1] += w1;
+			a[0][2] += w2;
+			a[1][1] += w1 * f1[i];
+			a[1][2] += w1 * f2[i];
+			a[2][1] += w2 * f1[i];
+			a[2][2] += w2 * f2[i];
+			b[0] += w * du[i];
+			b[1] += w1 * du[i];
+			b[2] += w2 * du[i];
 		}
+		a[1][0] = a[0][1];
+		a[2][0] = a[0][2];
 		/* ridge: keeps an unused or collinear column from blowing up */
 		for (int p = 1; p < 3; p++)
 			a[p][p] += 1e-6 * a[0][0] * (use[p] ? 1 : 1e6);
@@ -438,9 +494,9 @@ int dm_lin_fit(struct dlin *l)
 
 		u[i] = p > 0 ? l->dur[i] / p - 1 : 0;
 	}
-	qsort(u, n, sizeof(*u), cmp_double);
-	l->q50 = u[n / 2];
-	l->q99 = u[(size_t)(n * 0.99)];
+	/* the 99th percentile, then the median among the values under it */
+	l->q99 = kth(u, n, (uint32_t)(n * 0.99));
+	l->q50 = kth(u, (uint32_t)(n * 0.99), n / 2);
 	free(u);
 	l->ok = true;
 	return 0;
@@ -486,11 +542,7 @@ double dm_predict(const struct dmodel *m, double t, double kv, int *src, bool *n
 	 * three of this very workload, just now. Better than a guess, not a
 	 * measurement yet: it is used, novel, where no fresh cell is near.
 	 */
-#ifdef DIAG_ABLATE_YOUNG
-	young = NULL;
-#else
-	young = b && b->cnt && bin_fresh(m, b) ? b : NULL;
-#endif
+	young = !ABL_YOUNG && b && b->cnt && bin_fresh(m, b) ? b : NULL;
 	for (unsigned i = 0; i < sizeof(nb_off) / sizeof(nb_off[0]); i++) {
 		int nt = bt + nb_off[i][0], nk = bk + nb_off[i][1];
 
@@ -667,6 +719,17 @@ double dm_interp(const struct dmodel *m, double t, double kv, bool per_tok, bool
  * 0.9930 against 0.9933 for the scan). 0 when no cell bounds it.
  */
 #define BOUND_CELLS 17
+static int imin(int a, int b)
+{
+	return a < b ? a : b;
+}
+
+/* c within n buckets of b in direction d (b itself included), and not negative */
+static bool in_reach(int c, int b, int n, int d)
+{
+	return d > 0 ? c >= b && c < b + n : c <= b && c > b - n && c >= 0;
+}
+
 double dm_bound(const struct dmodel *m, double t, double kv, int dir)
 {
 	uint64_t key = dm_bin_key(t, kv);
@@ -675,6 +738,33 @@ double dm_bound(const struct dmodel *m, double t, double kv, int dir)
 	int nt = bt == 0xffff ? 1 : BOUND_CELLS, nk = bk == 0xffff ? 1 : BOUND_CELLS;
 	double best = 0;
 
+	/* no cell beyond the extent of the buckets in use: stop there */
+	if (bt != 0xffff)
+		nt = imin(nt, d > 0 ? m->ext_hi[0] - bt + 1 : bt - m->ext_lo[0] + 1);
+	if (bk != 0xffff)
+		nk = imin(nk, d > 0 ? m->ext_hi[1] - bk + 1 : bk - m->ext_lo[1] + 1);
+	if (nt <= 0 || nk <= 0)
+		return 0;
+	/*
+	 * the cells in reach, the workload's own aside: one lookup each, or,
+	 * where the table is small beside the reach, one pass over the table
+	 * (the same cells, the same extreme)
+	 */
+	if (m->cap < 4u * (uint32_t)(nt * nk)) {
+		for (uint32_t i = 0; i < m->cap; i++) {
+			const struct dbin *b = &m->bins[i];
+			int ct = (int)(b->key >> 32), ck = (int)(uint32_t)b->key;
+			double med;
+
+			if (b->key == BIN_EMPTY || b->key == key || !in_reach(ct, bt, nt, d) ||
+			    !in_reach(ck, bk, nk, d) || !bin_ready(m, b))
+				continue;
+			med = dm_bin_median(b);
+			if (!best || (d > 0 ? med < best : med > best))
+				best = med;
+		}
+		return best;
+	}
 	for (int i = 0; i < nt && bt + d * i >= 0; i++)
 		for (int j = !i; j < nk && bk + d * j >= 0; j++) {
 			const struct dbin *b = dm_find(m, ((uint64_t)(uint32_t)(bt + d * i) << 32) |
@@ -692,14 +782,48 @@ double dm_bound(const struct dmodel *m, double t, double kv, int dir)
 
 /* ------------------------------------------------------------ kernels -- */
 
-struct dkern *dk_get(struct dkerns *k, const char *name, bool create)
+static uint64_t dk_hash(const char *name)
 {
 	uint64_t h = 1469598103934665603ULL;
-	uint32_t mask, i;
 
 	for (const char *p = name; *p; p++)
 		h = (h ^ (uint8_t)*p) * 1099511628211ULL;
-	if (create && (k->used + 1) * 4 > k->cap * 3) {
+	return corr_hash64(h);
+}
+
+/* its slot in tab (cap a power of two): its own, or the free one where it goes */
+static uint32_t dk_slot(const struct dkern *tab, uint32_t cap, const char *name, uint64_t h)
+{
+	uint32_t mask = cap - 1, i = (uint32_t)h & mask;
+
+	while (tab[i].name && strcmp(tab[i].name, name))
+		i = (i + 1) & mask;
+	return i;
+}
+
+struct dkern *dk_get(struct dkerns *k, const char *name, bool create, int pos)
+{
+	bool hint = pos >= 0 && pos < DIAG_TOP_MAX;
+	uint64_t h;
+	uint32_t i;
+
+	if (hint) {
+		i = k->last[pos];
+		if (i < k->cap && k->tab[i].name && !strcmp(k->tab[i].name, name))
+			return &k->tab[i];
+	}
+	h = dk_hash(name);
+	if (k->cap) {
+		i = dk_slot(k->tab, k->cap, name, h);
+		if (k->tab[i].name) {
+			if (hint)
+				k->last[pos] = i;
+			return &k->tab[i];
+		}
+	}
+	if (!create)
+		return NULL;
+	if ((k->used + 1) * 4 > k->cap * 3) {
 		uint32_t ncap = k->cap ? k->cap * 2 : 64;
 		struct dkern *nt;
 
@@ -708,36 +832,23 @@ struct dkern *dk_get(struct dkerns *k, const char *name, bool create)
 		nt = calloc(ncap, sizeof(*nt));
 		if (!nt)
 			return NULL;
-		for (uint32_t j = 0; j < k->cap; j++) {
-			uint64_t hh = 1469598103934665603ULL;
-
-			if (!k->tab[j].name)
-				continue;
-			for (const char *p = k->tab[j].name; *p; p++)
-				hh = (hh ^ (uint8_t)*p) * 1099511628211ULL;
-			for (i = (uint32_t)corr_hash64(hh) & (ncap - 1); nt[i].name;
-			     i = (i + 1) & (ncap - 1))
-				;
-			nt[i] = k->tab[j];
-		}
+		for (uint32_t j = 0; j < k->cap; j++)
+			if (k->tab[j].name)
+				nt[dk_slot(nt, ncap, k->tab[j].name, dk_hash(k->tab[j].name))] =
+				    k->tab[j];
 		free(k->tab);
 		k->tab = nt;
 		k->cap = ncap;
 	}
-	if (!k->cap)
-		return NULL;
-	mask = k->cap - 1;
-	for (i = (uint32_t)corr_hash64(h) & mask; k->tab[i].name; i = (i + 1) & mask)
-		if (!strcmp(k->tab[i].name, name))
-			return &k->tab[i];
-	if (!create)
-		return NULL;
+	i = dk_slot(k->tab, k->cap, name, h);
 	k->tab[i].name = strdup(name);
 	if (!k->tab[i].name)
 		return NULL;
 	k->tab[i].log_ns = 0;
 	k->tab[i].steps = 0;
 	k->used++;
+	if (hint)
+		k->last[pos] = i;
 	return &k->tab[i];
 }
 

@@ -143,52 +143,6 @@
 #define RUN_MIN 2
 #define RUN_MAX 3.0f
 
-/*
- * Ablation switches for measuring each rule (eval/ablate.sh builds the
- * evaluation with one of them defined; docs/diagnosis.md gives the effects).
- * None is defined in a normal build.
- */
-#ifdef DIAG_ABLATE_CHURN
-#define ABL_CHURN 1
-#else
-#define ABL_CHURN 0
-#endif
-#ifdef DIAG_ABLATE_MODES
-#define ABL_MODES 1
-#else
-#define ABL_MODES 0
-#endif
-#ifdef DIAG_ABLATE_HOLD
-#define ABL_HOLD 1
-#else
-#define ABL_HOLD 0
-#endif
-#ifdef DIAG_ABLATE_BOUND
-#define ABL_BOUND 1
-#else
-#define ABL_BOUND 0
-#endif
-#ifdef DIAG_ABLATE_GUESS
-#define ABL_GUESS 1
-#else
-#define ABL_GUESS 0
-#endif
-#ifdef DIAG_ABLATE_SPIKE
-#define ABL_SPIKE 1
-#else
-#define ABL_SPIKE 0
-#endif
-#ifdef DIAG_ABLATE_RUN
-#define ABL_RUN 1
-#else
-#define ABL_RUN 0
-#endif
-#ifdef DIAG_ABLATE_WINDOW
-#define ABL_WINDOW 1
-#else
-#define ABL_WINDOW 0
-#endif
-
 static const char *const kind_names[DIAG_KIND_COUNT] = {
     "host_stall", "cpu_contention", "gpu_slow", "communication", "straggler", "regression",
 };
@@ -283,6 +237,7 @@ static void ew_add_capped(struct ewstat *s, double x, double over)
 /* the step sequence of one (instance, rank): which steps were lone */
 struct dseq {
 	uint32_t refs;
+	struct dinst *inst; /* the instance's peers (peers()), once looked up */
 	bool last_ok; /* the previous step of the sequence was clearly normal */
 	bool pend;    /* a lone candidate waits for the next step */
 	struct dkey *pk;
@@ -581,7 +536,7 @@ static void kernel_suspects(struct dkey *k, const struct diag_step *s, struct di
 
 		if (!t->name || !t->count)
 			continue;
-		h = dk_get(&k->kern, t->name, false);
+		h = dk_get(&k->kern, t->name, false, (int)i);
 		if (!h || h->steps < 3)
 			continue;
 		per = (double)t->total_ns / t->count;
@@ -809,7 +764,7 @@ static void learn_breakdown(const struct diag_det *d, struct dkey *k, const stru
 
 		if (!t->name || !t->count || !t->total_ns)
 			continue;
-		h = dk_get(&k->kern, t->name, true);
+		h = dk_get(&k->kern, t->name, true, (int)i);
 		if (!h)
 			continue;
 		l = log((double)t->total_ns / t->count);
@@ -833,34 +788,46 @@ static struct dinst *inst_get(struct diag_det *d, const char *name)
 	return &d->inst[d->n_inst++];
 }
 
-static double median_excl(const double *x, uint32_t n, uint32_t skip)
+/* x[0..n) sorted into v */
+static void sort_small(const double *x, uint32_t n, double *v)
 {
-	double v[MAX_RANKS];
-	uint32_t m = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t j = i;
 
-	for (uint32_t i = 0; i < n; i++)
-		if (i != skip)
-			v[m++] = x[i];
-	for (uint32_t i = 1; i < m; i++)
-		for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
-			double t = v[j];
-
+		for (; j > 0 && v[j - 1] > x[i]; j--)
 			v[j] = v[j - 1];
-			v[j - 1] = t;
-		}
-	return m ? ((m & 1) ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2])) : 0;
+		v[j] = x[i];
+	}
 }
 
-static void peers(struct diag_det *d, const char *instance, const struct diag_step *s)
+/* the median of the sorted v[0..n) without one value equal to x */
+static double median_without(const double *v, uint32_t n, double x)
+{
+	uint32_t p = 0, m = n - 1;
+
+	while (p < m && v[p] != x)
+		p++;
+#define V_AT(q) v[(q) < p ? (q) : (q) + 1]
+	return m ? ((m & 1) ? V_AT(m / 2) : 0.5 * (V_AT(m / 2 - 1) + V_AT(m / 2))) : 0;
+#undef V_AT
+}
+
+static void peers(struct diag_det *d, const char *instance, const struct diag_step *s,
+		  struct dseq *sq)
 {
 	static const char *const metric[3] = {"step time", "GPU idle", "launcher off-CPU"};
 	struct dinst *in;
 	uint32_t idx[MAX_RANKS], n = 0, slot = MAX_RANKS, worst_i = 0, worst_m = 0;
-	double x[3][MAX_RANKS], worst = 0, worst_med = 0;
+	double x[3][MAX_RANKS], v[MAX_RANKS], v1[MAX_RANKS], worst = 0, worst_med = 0;
 	uint64_t maxdur = 0;
 
-	if (s->rank < 0 || !(in = inst_get(d, instance)))
+	if (s->rank < 0)
 		return;
+	in = sq && sq->inst ? sq->inst : inst_get(d, instance);
+	if (!in)
+		return;
+	if (sq)
+		sq->inst = in;
 	for (uint32_t i = 0; i < in->n_ranks; i++)
 		if (in->r[i].rank == s->rank)
 			slot = i;
@@ -895,6 +862,7 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 		x[1][j] = (double)in->r[idx[j]].idle;
 		x[2][j] = (double)in->r[idx[j]].offcpu;
 	}
+	sort_small(x[1], n, v1);
 	for (uint32_t m = 0; m < 3; m++) {
 		bool known = true;
 
@@ -902,8 +870,9 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 			known &= x[m][j] >= 0;
 		if (!known)
 			continue;
+		sort_small(x[m], n, v);
 		for (uint32_t j = 0; j < n; j++) {
-			double med = median_excl(x[m], n, j), dev = x[m][j] - med;
+			double med = median_without(v, n, x[m][j]), dev = x[m][j] - med;
 			/* step time relative to itself; idle and off-CPU relative to the step */
 			double rel = m == 0 ? (med > 0 ? dev / med : 0) : dev / (double)maxdur;
 
@@ -912,7 +881,7 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 			 * nothing (it sleeps in a blocking synchronise): it
 			 * counts where its GPU idled longer than its peers' too
 			 */
-			if (m == 2 && x[1][j] >= 0 && x[1][j] - median_excl(x[1], n, j) < 0.5 * dev)
+			if (m == 2 && x[1][j] >= 0 && x[1][j] - median_without(v1, n, x[1][j]) < 0.5 * dev)
 				continue;
 
 			if (dev >= (double)d->o.straggler_abs_ns && rel > d->o.straggler_rel &&
@@ -953,7 +922,7 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 static void regression(struct diag_det *d, struct dkey *k, const struct diag_step *s, double t,
 		       double kv)
 {
-	struct diag_anomaly an = {0};
+	struct diag_anomaly an;
 	double ref_med, sum = 0, mean;
 	uint32_t w = d->o.regression_window;
 	bool novel;
@@ -986,6 +955,7 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 	if (mean < 1 + d->o.regression_rel)
 		return;
 	k->reg_active = true;
+	memset(&an, 0, sizeof(an));
 	an.instance = k->instance;
 	an.rank = k->rank;
 	an.phase = k->phase;
@@ -1004,7 +974,7 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 
 		if (!h->name || h->steps < 3)
 			continue;
-		r = dk_get((struct dkerns *)&k->ref->kern, h->name, false);
+		r = dk_get((struct dkerns *)&k->ref->kern, h->name, false, -1);
 		if (!r)
 			add_suspect(&an, "kernel_new", exp(h->log_ns), 0,
 				    "kernel %.100s is new (%.1f us per call), not in the baseline",
@@ -1018,7 +988,7 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 	for (uint32_t i = 0; i < k->ref->kern.cap && an.n_suspects < DIAG_SUSPECTS_MAX; i++) {
 		const struct dkern *r = &k->ref->kern.tab[i];
 
-		if (r->name && r->steps >= 3 && k->kern.used && !dk_get(&k->kern, r->name, false))
+		if (r->name && r->steps >= 3 && k->kern.used && !dk_get(&k->kern, r->name, false, -1))
 			add_suspect(&an, "kernel_gone", exp(r->log_ns), 0,
 				    "kernel %.100s of the baseline no longer runs", r->name);
 	}
@@ -1199,7 +1169,7 @@ static void limits(const struct diag_det *d, const struct dkey *k, struct judge 
 		ucl1 = d->o.floor_single;
 	j->ucl1_own = ucl1;
 	/* a roofline guess (no cell near) is only as good as the fit's own spread */
-	if (j->src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
+	if (!ABL_LINE && j->src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
 		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
 	if (!ABL_GUESS && j->novel && ucl1 < guess_floor)
 		ucl1 = guess_floor;
@@ -1231,7 +1201,7 @@ static void host_charts(const struct diag_det *d, const struct dkey *k, const st
 			struct judge *j)
 {
 	/* a host stall is one long GPU idle gap */
-	if (s->idle_max_ns >= 0 && k->gap.n >= CHART_WARM) {
+	if (!ABL_GAP && s->idle_max_ns >= 0 && k->gap.n >= CHART_WARM) {
 		j->gx = (double)s->idle_max_ns - k->gap.mean;
 		j->uclg = d->o.k_single * sqrt(k->gap.var);
 		if (j->uclg < (double)d->o.gap_floor_ns)
@@ -1243,7 +1213,8 @@ static void host_charts(const struct diag_det *d, const struct dkey *k, const st
 	 * the launcher waited for a CPU a larger share of the step than it
 	 * does, and the GPU idled for it
 	 */
-	if (s->runq_ns >= 0 && s->idle_ns >= 0 && k->f_runq.n >= CHART_WARM && k->f_idle.n) {
+	if (!ABL_CPU && s->runq_ns >= 0 && s->idle_ns >= 0 && k->f_runq.n >= CHART_WARM &&
+	    k->f_idle.n) {
 		j->cx = (double)s->runq_ns - k->f_runq.mean * j->dur;
 		j->uclc = fmax(d->o.k_single * sqrt(k->f_runq.var), RUNQ_FLOOR) * j->dur;
 		if (j->uclc < 1e6)
@@ -1317,11 +1288,11 @@ static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step 
 			s->gpu_busy_ns - k->f_busy.mean * j->med >= NOISE_GPU * (j->dur - j->med);
 		j->jitter = spike && j->flag1 && j->up < SPIKE_MAX * j->ucl1;
 	} else
-		spike = spike && j->dur < NOISE_NB * j->med;
+		spike = spike && !ABL_NBSPIKE && j->dur < NOISE_NB * j->med;
 	j->hold = !ABL_HOLD && spike && j->up < SPIKE_MAX * j->ucl1 &&
-		  (noise_count(sq) >= NOISE_MIN || j->dur < NOISE_SMALL * j->med);
+		  (noise_count(sq) >= NOISE_MIN || (!ABL_SMALL && j->dur < NOISE_SMALL * j->med));
 	/* an uneven spike after a held one: a burst of jitter, not a level */
-	j->chain = j->hold && sq->held && sq->burst < BURST_MAX &&
+	j->chain = !ABL_BURST && j->hold && sq->held && sq->burst < BURST_MAX &&
 		   fabs(j->dur / j->med / sq->hr - 1) > BURST_TOL;
 	if (sq->held)
 		release(d, sq, j->calm || j->chain);
@@ -1423,16 +1394,16 @@ static int learn(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 	if (j->judged && !j->novel) {
 		double wm = (j->wsum + j->up) / (j->wn + 1);
 
-		ew_add(&k->u1, fmin(j->up, TEACH_CLIP * d->o.floor_single));
+		ew_add(&k->u1, ABL_TEACH ? j->up : fmin(j->up, TEACH_CLIP * d->o.floor_single));
 		if (j->wn + 1 >= d->o.window)
-			ew_add(&k->uw, fmin(wm, TEACH_CLIP * d->o.floor_window));
+			ew_add(&k->uw, ABL_TEACH ? wm : fmin(wm, TEACH_CLIP * d->o.floor_window));
 	} else if (!j->judged && j->med > 0 && j->src == 0) {
 		/*
 		 * bootstrap warms the chart too, clipped at the floor: nothing
 		 * judged these steps, and one stall among them taught as is
 		 * made the limit several times the step
 		 */
-		ew_add(&k->u1, fmin(j->up, d->o.floor_single));
+		ew_add(&k->u1, ABL_BOOT ? j->up : fmin(j->up, d->o.floor_single));
 	}
 	if (dm_add(&k->m, j->t, j->kv, j->dur) == -ENOMEM)
 		return -ENOMEM;
@@ -1482,8 +1453,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		d->cnt.bad_steps++;
 		return -EINVAL;
 	}
-	peers(d, inst, s);
 	k = key_get(d, inst, s->rank, s->phase);
+	peers(d, inst, s, k ? k->seq : NULL);
 	if (!k)
 		return d->kused >= d->o.max_keys ? -ENOSPC : -ENOMEM;
 	k->steps++;
@@ -1691,7 +1662,7 @@ int diag_det__load(struct diag_det *d, const char *path)
 				err = -EINVAL;
 				break;
 			}
-			h = dk_get(&cur->kern, tab + off, true);
+			h = dk_get(&cur->kern, tab + off, true, -1);
 			if (h) {
 				h->log_ns = lns;
 				h->steps = steps;

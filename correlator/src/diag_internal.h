@@ -11,6 +11,63 @@
 #include "diagnose.h"
 
 /*
+ * Ablation switches for measuring each rule: eval/ablate.sh RULE builds the
+ * evaluation with -DABL_RULE=1 (docs/diagnosis.md gives each one's effect).
+ * All are 0 in a normal build, and the compiler drops the dead branches.
+ */
+#ifndef ABL_CHURN /* churn steps judged against their own quantile */
+#define ABL_CHURN 0
+#endif
+#ifndef ABL_RUN /* a run in progress judges churn steps against the steady limit */
+#define ABL_RUN 0
+#endif
+#ifndef ABL_MODES /* second modes */
+#define ABL_MODES 0
+#endif
+#ifndef ABL_HOLD /* noise holds (lone spikes, bursts, small spikes) */
+#define ABL_HOLD 0
+#endif
+#ifndef ABL_SMALL /* small spikes held anywhere */
+#define ABL_SMALL 0
+#endif
+#ifndef ABL_BURST /* bursts of uneven spikes */
+#define ABL_BURST 0
+#endif
+#ifndef ABL_NBSPIKE /* a step with no breakdown under 1.4x counts as a spike */
+#define ABL_NBSPIKE 0
+#endif
+#ifndef ABL_BOUND /* the monotone bounds */
+#define ABL_BOUND 0
+#endif
+#ifndef ABL_GUESS /* the wide limits of guesses and stale cells */
+#define ABL_GUESS 0
+#endif
+#ifndef ABL_LINE /* the line's own spread widens its limit */
+#define ABL_LINE 0
+#endif
+#ifndef ABL_WINDOW /* the smoothed chart */
+#define ABL_WINDOW 0
+#endif
+#ifndef ABL_YOUNG /* young cells (baseline.c) */
+#define ABL_YOUNG 0
+#endif
+#ifndef ABL_SPIKE /* GPU-bound spikes teach the chart */
+#define ABL_SPIKE 0
+#endif
+#ifndef ABL_TEACH /* the teaching clip */
+#define ABL_TEACH 0
+#endif
+#ifndef ABL_BOOT /* the bootstrap clip */
+#define ABL_BOOT 0
+#endif
+#ifndef ABL_GAP /* the gap chart */
+#define ABL_GAP 0
+#endif
+#ifndef ABL_CPU /* the CPU chart */
+#define ABL_CPU 0
+#endif
+
+/*
  * A workload cell: steps with about the same tokens and KV tokens. The ring
  * keeps the last BIN_RING accepted durations (a sorted copy gives the median
  * in O(BIN_RING) per update), sums give the cell's mean workload, used to
@@ -107,8 +164,15 @@ struct dkern {
 struct dkerns {
 	struct dkern *tab;
 	uint32_t cap, used;
+	uint32_t last[DIAG_TOP_MAX]; /* the slot each top-kernel position found last */
 };
-struct dkern *dk_get(struct dkerns *k, const char *name, bool create);
+/*
+ * the kernel's entry (created if asked and room is left); pos >= 0: its
+ * position among a step's top kernels, whose last slot is tried first (the
+ * same kernels lead step after step; the name is compared, so a wrong guess
+ * costs one strcmp)
+ */
+struct dkern *dk_get(struct dkerns *k, const char *name, bool create, int pos);
 void dk_free(struct dkerns *k);
 
 #endif /* INFERTRACE_DIAG_INTERNAL_H */
