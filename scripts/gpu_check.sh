@@ -20,6 +20,11 @@
 #              mode, every call counted in the collective_summary rows, and
 #              one collective record per call in the flight recorder's
 #              window (sent by agentctl deep-dive)
+#   diag:      tests/gpu/torch_faults.py in sentinel mode: steps with host
+#              stalls, GPU slowdowns and CPU contention injected (about 4% of
+#              2,500 steps), the agent's step records and anomalies scored
+#              against them (the step detector on a real stream with a
+#              breakdown; check_real.py diag says what is asserted)
 #   overhead:  ns per cudaLaunchKernel call (real_cuda -b) bare, under the
 #              agent in each mode, with the shim injected; reported
 #
@@ -29,8 +34,8 @@
 # (where the records and reports go, default $BUILD/gpu_check), AGENT_LD
 # (a library folder for the agent and agentctl alone, when built on another
 # machine), ROUNDS (real_cuda rounds per thread, default 20), STEPS (torch
-# steps, default 30), GPU_CHECK_ONLY (some of: cuda torch sentinel nccl
-# overhead; default all), OVERHEAD_ROUNDS (default 3; 0 skips the overhead runs),
+# steps, default 30), DIAG_STEPS (default 2500), DIAG_SEED (default 1),
+# GPU_CHECK_ONLY (some of: cuda torch sentinel nccl diag overhead; default all), OVERHEAD_ROUNDS (default 3; 0 skips the overhead runs),
 # BENCH_LAUNCHES (launches per overhead run, default 100000). Exit status: 0 when every run that could run passed.
 set -u
 
@@ -211,6 +216,13 @@ else
 		live torch_sentinel_all sentinel env INFERTRACE_SHIM_LAUNCH_RATE=10000000 \
 			$PY "$HERE/tests/gpu/torch_steps.py" -n "$STEPS" &&
 			check torch_sentinel_all sentinel $dk --all-joined || rc=1
+	fi
+	# the step detector on real steps with injected faults (the launch-record
+	# budget raised: every kernel joined, each step's breakdown whole)
+	if want diag; then
+		live diag sentinel env INFERTRACE_SHIM_LAUNCH_RATE=10000000 \
+			$PY "$HERE/tests/gpu/torch_faults.py" -n "${DIAG_STEPS:-2500}" --seed "${DIAG_SEED:-1}" &&
+			check diag diag || rc=1
 	fi
 	# real NCCL, one rank: collectives decoded and joined to their kernels
 	if want nccl; then

@@ -408,7 +408,8 @@ static int lad_fit(const struct dlin *l, const double sc[3], const bool use[3], 
 		double a[3][3] = {{0}}, b[3] = {0}, x[3] = {0};
 
 		for (uint32_t i = 0; i < n; i++) {
-			double r = it ? du[i] - (c[0] + c[1] * f1[i] + c[2] * f2[i]) : 1, ar = fabs(r);
+			double r = it ? du[i] - (c[0] + c[1] * f1[i] + c[2] * f2[i]) : 1,
+			       ar = fabs(r);
 			/* relative deviations: a 1 ms miss matters more on a 10 ms step */
 			double w = 1.0 / (du[i] * (it ? (ar > rmin[i] ? ar : rmin[i]) : 1.0));
 			double w1 = w * f1[i], w2 = w * f2[i];

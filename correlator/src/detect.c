@@ -238,8 +238,8 @@ static void ew_add_capped(struct ewstat *s, double x, double over)
 struct dseq {
 	uint32_t refs;
 	struct dinst *inst; /* the instance's peers (peers()), once looked up */
-	bool last_ok; /* the previous step of the sequence was clearly normal */
-	bool pend;    /* a lone candidate waits for the next step */
+	bool last_ok;	    /* the previous step of the sequence was clearly normal */
+	bool pend;	    /* a lone candidate waits for the next step */
 	struct dkey *pk;
 	uint64_t pcell, pstep;
 	float pr;
@@ -881,7 +881,8 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 			 * nothing (it sleeps in a blocking synchronise): it
 			 * counts where its GPU idled longer than its peers' too
 			 */
-			if (m == 2 && x[1][j] >= 0 && x[1][j] - median_without(v1, n, x[1][j]) < 0.5 * dev)
+			if (m == 2 && x[1][j] >= 0 &&
+			    x[1][j] - median_without(v1, n, x[1][j]) < 0.5 * dev)
 				continue;
 
 			if (dev >= (double)d->o.straggler_abs_ns && rel > d->o.straggler_rel &&
@@ -988,7 +989,8 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 	for (uint32_t i = 0; i < k->ref->kern.cap && an.n_suspects < DIAG_SUSPECTS_MAX; i++) {
 		const struct dkern *r = &k->ref->kern.tab[i];
 
-		if (r->name && r->steps >= 3 && k->kern.used && !dk_get(&k->kern, r->name, false, -1))
+		if (r->name && r->steps >= 3 && k->kern.used &&
+		    !dk_get(&k->kern, r->name, false, -1))
 			add_suspect(&an, "kernel_gone", exp(r->log_ns), 0,
 				    "kernel %.100s of the baseline no longer runs", r->name);
 	}

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 """check_real - what the real-GPU check (scripts/gpu_check.sh) asserts.
 
-usage: check_real.py cuda|torch|nccl|nccl_sentinel|sentinel WORKLOAD_LINES AGENT_JSONL [DEEP_KERNELS] [--all-joined]
+usage: check_real.py cuda|torch|nccl|nccl_sentinel|sentinel|diag WORKLOAD_LINES AGENT_JSONL [DEEP_KERNELS] [--all-joined]
 
 cuda (tests/gpu/real_cuda.cu under --mode deep): every call of the workload has
   exactly its n GPU records, each joined to it: matched, same pid and tid, the
@@ -36,6 +36,16 @@ sentinel (torch_steps.py in sentinel mode): gpu_summary records count the
   per thread per second, so kernels past that budget are unmatched by
   design (reported); with --all-joined (the rate raised for the run) every
   kernel must be joined.
+diag (tests/gpu/torch_faults.py in sentinel mode, the launch-record budget
+  raised): at least 95% of the workload's steps have exactly one `step`
+  record of the launching thread (its midpoint inside the step's [t0, t2]),
+  and the run has at least one anomaly. Reported, per fault kind, against
+  what the workload says it injected (the issue 17 protocol on a real
+  stream with a breakdown): episodes, episodes caught on one of their steps
+  or the step after (recall), faulted steps flagged, the lag to the first
+  flag, and the share of the hits whose kind names the fault; and the
+  natural false positive rate: clean steps from the first fault on, not the
+  step right after an episode, that were flagged.
 
 Prints a JSON report on stdout; exit status 1 when a check failed.
 """
@@ -346,6 +356,80 @@ def check_nccl_sentinel(work, agent):
     return rep, not bad
 
 
+def check_diag(work, agent):
+    pid = next(w["pid"] for w in work if "pid" in w)
+    ws = [w for w in work if "step" in w and "t0" in w]
+    tid = ws[0]["tid"] if ws else None
+    steps = [r for r in agent if r.get("type") == "step" and r.get("pid") == pid
+             and r.get("tid") == tid]
+    anoms = [r for r in agent if r.get("type") == "anomaly" and r.get("kind") != "straggler"]
+    bad = []
+    # each agent step to the workload step holding its midpoint
+    t0s = [w["t0"] for w in ws]
+    per = collections.defaultdict(list)
+    import bisect
+    for r in steps:
+        mid = r["start_ns"] + r["dur_ns"] // 2
+        i = bisect.bisect_right(t0s, mid) - 1
+        if i >= 0 and mid <= ws[i]["t2"]:
+            per[i].append(r)
+    one = sum(1 for i in range(len(ws)) if len(per[i]) == 1)
+    if not ws or one < 0.95 * len(ws):
+        bad.append("%d of %d workload steps have exactly one step record" % (one, len(ws)))
+    by_start = {r["start_ns"]: i for i in per for r in per[i]}
+    flag = {}
+    for a in anoms:
+        i = by_start.get(a.get("step_start_ns"))
+        if i is not None:
+            flag.setdefault(i, a)
+    if not anoms:
+        bad.append("no anomaly at all")
+    first = next((i for i, w in enumerate(ws) if w["fault"] != "none"), len(ws))
+    eps = collections.defaultdict(list)
+    for i, w in enumerate(ws):
+        if w["ep"] >= 0:
+            eps[w["ep"]].append(i)
+    after = {idx[-1] + 1 for idx in eps.values()}
+    clean = [i for i in range(first, len(ws)) if ws[i]["fault"] == "none" and i not in after]
+    fp = [i for i in clean if i in flag]
+    kinds = {}
+    for kind in ("host_stall", "gpu_slow", "cpu_contention"):
+        mine = [idx for idx in eps.values() if ws[idx[0]]["fault"] == kind]
+        caught, lags, hits, right, fsteps, flagged = 0, [], 0, 0, 0, 0
+        for idx in mine:
+            seen = [i for i in idx + [idx[-1] + 1] if i in flag]
+            fsteps += len(idx)
+            flagged += sum(1 for i in idx if i in flag)
+            if seen:
+                caught += 1
+                lags.append(seen[0] - idx[0])
+            for i in idx:
+                if i in flag:
+                    hits += 1
+                    right += flag[i].get("kind") == kind
+        kinds[kind] = {"episodes": len(mine), "caught": caught,
+                       "recall": round(caught / len(mine), 4) if mine else None,
+                       "steps": fsteps, "steps_flagged": flagged,
+                       "lag_mean": round(sum(lags) / len(lags), 2) if lags else None,
+                       "lag_max": max(lags) if lags else None,
+                       "kind_right": round(right / hits, 4) if hits else None,
+                       "kinds_named": dict(collections.Counter(flag[i].get("kind")
+                                                              for idx in mine for i in idx if i in flag))}
+    dur = sorted(r["dur_ns"] for i in range(first) for r in per[i])
+    rep = {"pid": pid, "workload_steps": len(ws), "step_records": len(steps),
+           "steps_matched_once": one, "anomalies": len(anoms),
+           "clean_dur_ns": dist(dur),
+           "first_fault_step": first, "clean_steps_judged": len(clean),
+           "false_positives": len(fp),
+           "natural_fpr": round(len(fp) / len(clean), 5) if clean else None,
+           "false_positive_kinds": dict(collections.Counter(flag[i].get("kind") for i in fp)),
+           "by_fault": kinds,
+           "first_anomaly": {k: v for k, v in (anoms[0] if anoms else {}).items()
+                             if k not in ("schema", "host")},
+           "problems": len(bad), "first_problems": bad[:12]}
+    return rep, not bad
+
+
 def main():
     if len(sys.argv) < 4:
         sys.stderr.write(__doc__)
@@ -366,8 +450,10 @@ def main():
         rest = sys.argv[4:]
         dk = next((int(a) for a in rest if a.isdigit()), None)
         rep, ok = check_sentinel(work, agent, dk, "--all-joined" in rest)
+    elif mode == "diag":
+        rep, ok = check_diag(work, agent)
     else:
-        sys.stderr.write("check_real: mode is cuda, torch, nccl, nccl_sentinel or sentinel\n")
+        sys.stderr.write("check_real: mode is cuda, torch, nccl, nccl_sentinel, sentinel or diag\n")
         return 2
     rep["ok"] = ok
     print(json.dumps(rep, indent=1))
