@@ -17,6 +17,12 @@
 #   eval_model:         --model cells (the model before the grid, kept as an
 #                       option) gives the nine lines too, its natural false
 #                       positive rate under 0.5% in every form
+#   eval_ablate:        eval/ablate.sh refuses a rule it has no switch for
+#                       (exit 2, naming the rules); every ABL_<RULE> switch of
+#                       correlator/src/diag_internal.h compiles with
+#                       -Wall -Werror and is in docs/diagnosis.md's tables;
+#                       with the data, switching churn off (CHURN) lowers the
+#                       phase-unknown F1 at seed 11 (the switch reaches the build)
 #   eval_args:          a bad --oracle-theta, --oracle-run or --model is
 #                       refused with a message naming the option; a data folder that is absent is a
 #                       SKIPPED line and exit 0, not an error
@@ -29,7 +35,7 @@ EVAL=$BUILD/eval/eval_detect
 SEED=11
 
 if [ ! -x "$EVAL" ]; then
-	for n in eval_blind_forms eval_blind_ceiling eval_model eval_args; do
+	for n in eval_blind_forms eval_blind_ceiling eval_model eval_ablate eval_args; do
 		echo "FAIL $n: $EVAL not built (make tests-build)"
 	done
 	exit 0
@@ -88,6 +94,36 @@ else
 	done
 	report eval_model
 fi
+
+bash "$IT_ROOT/eval/ablate.sh" NOPE 1 1 >"$T/abl.out" 2>"$T/abl.err"
+rc=$?
+expect "ablate.sh NOPE exited $rc, not 2" [ "$rc" -eq 2 ]
+expect "ablate.sh NOPE did not name the rules: $(head -c 200 "$T/abl.err")" \
+	grep -q "no rule 'NOPE'; one of: NONE CHURN" "$T/abl.err"
+rules=$(sed -n 's/^#ifndef ABL_\([A-Z]*\).*/\1/p' "$IT_ROOT/correlator/src/diag_internal.h")
+expect "no ABL_ switch found in diag_internal.h" [ "$(echo "$rules" | wc -w)" -ge 10 ]
+for r in $rules; do
+	: >"$T/abl.cc"
+	for f in detect baseline; do
+		${CC:-cc} -std=gnu11 -D_GNU_SOURCE -O0 -Wall -Wextra -Werror \
+			-Wno-missing-field-initializers -DABL_"$r"=1 -I"$IT_ROOT/correlator/include" \
+			-c -o "$T/abl.o" "$IT_ROOT/correlator/src/$f.c" 2>>"$T/abl.cc"
+	done
+	expect "ABL_$r=1 does not compile: $(head -c 300 "$T/abl.cc")" [ ! -s "$T/abl.cc" ]
+	expect "ABL_$r is not in docs/diagnosis.md" grep -q "(\`$r\`)" "$IT_ROOT/docs/diagnosis.md"
+done
+if [ -r "$DATA/latency/latencyprism_sentinel_normal_vllm.csv" ]; then
+	INFERTRACE_DATA=$DATA EVAL_ARGS=--blind bash "$IT_ROOT/eval/ablate.sh" CHURN "$SEED" "$SEED" \
+		>"$T/abl.out" 2>&1
+	rc=$?
+	expect "ablate.sh CHURN exited $rc: $(head -c 300 "$T/abl.out")" [ "$rc" -eq 0 ]
+	"$EVAL" --data "$DATA" --blind --brief --seed "$SEED" >"$T/brief" 2>/dev/null
+	off=$(awk '$1 == "lp-unknown" && $2 == "detector" { for (i = 3; i < NF; i++) if ($i == "f1") print $(i + 1) }' "$T/abl.out")
+	expect "ablate.sh CHURN: no lp-unknown F1 in: $(head -c 300 "$T/abl.out")" [ -n "$off" ]
+	expect "churn switched off: F1 $off not under $(field lp-unknown detector f1)" \
+		lt "$off" "$(field lp-unknown detector f1)"
+fi
+report eval_ablate
 
 "$EVAL" --data "$DATA" --blind --brief --oracle-theta 0 >"$T/bad.out" 2>"$T/bad.err"
 rc=$?
