@@ -725,6 +725,18 @@ static int imin(int a, int b)
 	return a < b ? a : b;
 }
 
+/* b, if a measurement, into best: the least median (d > 0) or the greatest (d < 0) */
+static void bound_take(const struct dmodel *m, const struct dbin *b, int d, double *best)
+{
+	double med;
+
+	if (!b || !bin_ready(m, b))
+		return;
+	med = dm_bin_median(b);
+	if (!*best || (d > 0 ? med < *best : med > *best))
+		*best = med;
+}
+
 /* c within n buckets of b in direction d (b itself included), and not negative */
 static bool in_reach(int c, int b, int n, int d)
 {
@@ -755,29 +767,19 @@ double dm_bound(const struct dmodel *m, double t, double kv, int dir)
 		for (uint32_t i = 0; i < m->cap; i++) {
 			const struct dbin *b = &m->bins[i];
 			int ct = (int)(b->key >> 32), ck = (int)(uint32_t)b->key;
-			double med;
 
-			if (b->key == BIN_EMPTY || b->key == key || !in_reach(ct, bt, nt, d) ||
-			    !in_reach(ck, bk, nk, d) || !bin_ready(m, b))
-				continue;
-			med = dm_bin_median(b);
-			if (!best || (d > 0 ? med < best : med > best))
-				best = med;
+			if (b->key != BIN_EMPTY && b->key != key && in_reach(ct, bt, nt, d) &&
+			    in_reach(ck, bk, nk, d))
+				bound_take(m, b, d, &best);
 		}
 		return best;
 	}
 	for (int i = 0; i < nt && bt + d * i >= 0; i++)
-		for (int j = !i; j < nk && bk + d * j >= 0; j++) {
-			const struct dbin *b = dm_find(m, ((uint64_t)(uint32_t)(bt + d * i) << 32) |
-							      (uint32_t)(bk + d * j));
-			double med;
-
-			if (!b || !bin_ready(m, b))
-				continue;
-			med = dm_bin_median(b);
-			if (!best || (d > 0 ? med < best : med > best))
-				best = med;
-		}
+		for (int j = !i; j < nk && bk + d * j >= 0; j++)
+			bound_take(m,
+				   dm_find(m, ((uint64_t)(uint32_t)(bt + d * i) << 32) |
+						  (uint32_t)(bk + d * j)),
+				   d, &best);
 	return best;
 }
 

@@ -818,7 +818,7 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 	static const char *const metric[3] = {"step time", "GPU idle", "launcher off-CPU"};
 	struct dinst *in;
 	uint32_t idx[MAX_RANKS], n = 0, slot = MAX_RANKS, worst_i = 0, worst_m = 0;
-	double x[3][MAX_RANKS], v[MAX_RANKS], v1[MAX_RANKS], worst = 0, worst_med = 0;
+	double x[3][MAX_RANKS], v[3][MAX_RANKS], worst = 0, worst_med = 0;
 	uint64_t maxdur = 0;
 
 	if (s->rank < 0)
@@ -862,7 +862,9 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 		x[1][j] = (double)in->r[idx[j]].idle;
 		x[2][j] = (double)in->r[idx[j]].offcpu;
 	}
-	sort_small(x[1], n, v1);
+	/* each metric sorted once: a rank's peers' median is it without that rank */
+	for (uint32_t m = 0; m < 3; m++)
+		sort_small(x[m], n, v[m]);
 	for (uint32_t m = 0; m < 3; m++) {
 		bool known = true;
 
@@ -870,9 +872,8 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 			known &= x[m][j] >= 0;
 		if (!known)
 			continue;
-		sort_small(x[m], n, v);
 		for (uint32_t j = 0; j < n; j++) {
-			double med = median_without(v, n, x[m][j]), dev = x[m][j] - med;
+			double med = median_without(v[m], n, x[m][j]), dev = x[m][j] - med;
 			/* step time relative to itself; idle and off-CPU relative to the step */
 			double rel = m == 0 ? (med > 0 ? dev / med : 0) : dev / (double)maxdur;
 
@@ -882,7 +883,7 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 			 * counts where its GPU idled longer than its peers' too
 			 */
 			if (m == 2 && x[1][j] >= 0 &&
-			    x[1][j] - median_without(v1, n, x[1][j]) < 0.5 * dev)
+			    x[1][j] - median_without(v[1], n, x[1][j]) < 0.5 * dev)
 				continue;
 
 			if (dev >= (double)d->o.straggler_abs_ns && rel > d->o.straggler_rel &&
