@@ -49,6 +49,7 @@ diag (tests/gpu/torch_faults.py in sentinel mode, the launch-record budget
 
 Prints a JSON report on stdout; exit status 1 when a check failed.
 """
+import bisect
 import collections
 import json
 import sys
@@ -367,7 +368,6 @@ def check_diag(work, agent):
     # each agent step to the workload step holding its midpoint
     t0s = [w["t0"] for w in ws]
     per = collections.defaultdict(list)
-    import bisect
     for r in steps:
         mid = r["start_ns"] + r["dur_ns"] // 2
         i = bisect.bisect_right(t0s, mid) - 1

@@ -37,6 +37,7 @@ import mmap
 import os
 import random
 import sys
+import threading
 import time
 
 from workload import await_go, finish, mono_ns, out
@@ -128,7 +129,7 @@ def main():
     out({"pid": os.getpid(), "mono_ns": mono_ns(), "cpu": cpu, "spinner": child,
          "work_iters": iters})
     await_go(a.w)
-    tid = __import__("threading").get_native_id()
+    tid = threading.get_native_id()
     for i in range(a.n):
         f = fault[i]
         flag[0] = 1 if f == "cpu_contention" else 0
