@@ -493,6 +493,11 @@ void diag_stats(struct diag *d, json_t *r)
 			    json_integer((json_int_t)d->strag_in_steps));
 	json_object_set_new(json_object_get(r, "diag"), "stragglers_written",
 			    json_integer((json_int_t)d->strag_written));
+	/* slow steps a batch change explains (docs/diagnosis.md, churn, requests waiting) */
+	json_object_set_new(json_object_get(r, "diag"), "churn",
+			    json_integer((json_int_t)dc->churn));
+	json_object_set_new(json_object_get(r, "diag"), "waiting",
+			    json_integer((json_int_t)dc->waiting));
 }
 
 int diag_finish(struct diag *d)

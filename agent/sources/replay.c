@@ -327,6 +327,8 @@ static void emit_diag_status(struct replay *r, const char *path, int err)
 	json_object_set_new(o, "anomalies", json_integer((json_int_t)dc->anomalies));
 	json_object_set_new(o, "explained", json_integer((json_int_t)dc->explained));
 	json_object_set_new(o, "noise", json_integer((json_int_t)dc->noise));
+	json_object_set_new(o, "churn", json_integer((json_int_t)dc->churn));
+	json_object_set_new(o, "waiting", json_integer((json_int_t)dc->waiting));
 	json_object_set_new(o, "baseline_keys", json_integer((json_int_t)dc->baseline_keys));
 	json_object_set_new(o, "bad_lines", json_integer((json_int_t)r->bad_lines));
 	json_object_set_new(o, "other_lines", json_integer((json_int_t)r->other_lines));

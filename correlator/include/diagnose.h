@@ -315,6 +315,11 @@ struct diag_det_counters {
 	 * the limit learned for such steps (work the record does not count)
 	 */
 	uint64_t churn;
+	/*
+	 * steps of unknown phase judged as prefilling the requests their batch
+	 * was short of, against its recent largest (docs/diagnosis.md)
+	 */
+	uint64_t waiting;
 };
 
 struct diag_det *diag_det__new(const struct diag_det_opts *opts);

@@ -22,6 +22,9 @@
  *    share of the step than usual (k sd, RUNQ_FLOOR of the step and 1 ms)
  *    while the GPU idled at least half as long is CPU contention, also for
  *    a workload no cell knows;
+ *  - requests waiting: a step of unknown phase whose batch is under its
+ *    sequence's recent largest is judged as a mixed step that prefills the
+ *    missing requests (waiting());
  *  - churn: a step whose batch changed membership did work its record may
  *    not count; where a key's churn steps are often far slower than steady
  *    ones, they are judged against a quantile of their own excesses;
@@ -142,6 +145,18 @@
  */
 #define RUN_MIN 2
 #define RUN_MAX 3.0f
+/*
+ * Requests waiting: a continuously batched engine fills its batch up to the
+ * requests it has; a step whose batch is under the largest of its sequence's
+ * last WAIT_N steps had requests waiting to join, and prefilled them in this
+ * step or the next ones (a step's newcomers were prefilled before it lists
+ * them). A batch held for WAIT_HELD steps in a row is the engine's level
+ * (fewer clients now), not a dip: the largest is forgotten. A record of
+ * unknown phase does not count that work; where the engine said the phase,
+ * it is taken at its word.
+ */
+#define WAIT_N 32
+#define WAIT_HELD 4
 
 static const char *const kind_names[DIAG_KIND_COUNT] = {
     "host_stall", "cpu_contention", "gpu_slow", "communication", "straggler", "regression",
@@ -253,10 +268,12 @@ struct dseq {
 	uint32_t noise_pos;
 	bool held; /* an anomaly waits for the next step: noise or not */
 	struct diag_anomaly han;
-	float hr;	     /* its dur / median */
-	uint32_t burst;	     /* held spikes in a row */
-	double pbs, pkv;     /* batch and KV tokens of the previous step; < 0 unknown */
-	struct ewstat churn; /* share of churn steps (step_class) */
+	float hr;	      /* its dur / median */
+	uint32_t burst;	      /* held spikes in a row */
+	double pbs, pkv;      /* batch and KV tokens of the previous step; < 0 unknown */
+	int64_t wbs[WAIT_N];  /* batch sizes of the last WAIT_N steps (waiting()) */
+	uint32_t wpos, wheld; /* and how many in a row had the last one's */
+	struct ewstat churn;  /* share of churn steps (step_class) */
 };
 
 /* a lone flagged step: its cell, dur / median, and when (key steps) */
@@ -1442,8 +1459,45 @@ static void remember(const struct diag_det *d, struct dkey *k, const struct judg
 	}
 }
 
-int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct diag_verdict *v)
+/*
+ * Requests waiting (WAIT_N above): a step of unknown phase whose batch is
+ * under the largest of the sequence's last WAIT_N steps is judged as what it
+ * is, a mixed step prefilling the missing requests: key phase mixed, tokens
+ * the number missing. Its cells then tell one newcomer from fourteen, where
+ * the churn quantile of the unknown-phase key took every such step as
+ * alike. Returns the step to judge: s itself, or *w.
+ */
+static const struct diag_step *waiting(struct dseq *sq, const struct diag_step *s,
+				       struct diag_step *w)
 {
+	int64_t top = s->batch_size;
+	uint32_t prev = (sq->wpos + WAIT_N - 1) % WAIT_N;
+
+	if (s->batch_size <= 0)
+		return s;
+	sq->wheld = sq->wpos && sq->wbs[prev] == s->batch_size ? sq->wheld + 1 : 1;
+	if (sq->wheld == WAIT_HELD) /* the engine's level now */
+		for (uint32_t i = 0; i < WAIT_N; i++)
+			sq->wbs[i] = s->batch_size;
+	sq->wbs[sq->wpos++ % WAIT_N] = s->batch_size;
+	if (ABL_WAIT || s->phase != DIAG_PHASE_UNKNOWN ||
+	    (s->tokens >= 0 && s->tokens != s->batch_size))
+		return s;
+	for (uint32_t i = 0; i < WAIT_N; i++)
+		if (sq->wbs[i] > top)
+			top = sq->wbs[i];
+	if (top == s->batch_size)
+		return s;
+	*w = *s;
+	w->phase = DIAG_PHASE_MIXED;
+	w->tokens = top - s->batch_size;
+	return w;
+}
+
+int diag_det__add_step(struct diag_det *d, const struct diag_step *rs, struct diag_verdict *v)
+{
+	const struct diag_step *s = rs;
+	struct diag_step w;
 	const char *inst = s->instance ? s->instance : "";
 	struct judge j = {0};
 	struct dkey *k;
@@ -1460,6 +1514,12 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 	peers(d, inst, s, k ? k->seq : NULL);
 	if (!k)
 		return d->kused >= d->o.max_keys ? -ENOSPC : -ENOMEM;
+	s = waiting(k->seq, s, &w);
+	if (s != rs) {
+		d->cnt.waiting++;
+		if (!(k = key_get(d, inst, s->rank, s->phase)))
+			return d->kused >= d->o.max_keys ? -ENOSPC : -ENOMEM;
+	}
 	k->steps++;
 	expect(d, k, s, &j);
 	limits(d, k, &j);
@@ -1483,7 +1543,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *s, struct dia
 		d->cnt.churn++;
 	sequence(d, k, s, &j);
 	if (j.flagged) {
-		err = report(d, k, s, &j, v);
+		err = report(d, k, rs, &j, v); /* the phase the record gave */
 	} else {
 		/*
 		 * a lone GPU-bound spike (the breakdown says the kernels ran

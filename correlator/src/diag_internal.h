@@ -66,6 +66,9 @@
 #ifndef ABL_CPU /* the CPU chart */
 #define ABL_CPU 0
 #endif
+#ifndef ABL_WAIT /* unknown phase: a batch under its recent largest prefills the rest */
+#define ABL_WAIT 0
+#endif
 
 /*
  * A workload cell: steps with about the same tokens and KV tokens. The ring

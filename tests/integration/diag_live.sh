@@ -38,6 +38,14 @@
 #                           2, each logged with its line number. Without
 #                           idle_max_ns in the records: no anomaly (the
 #                           step's duration alone cannot show it)
+#   diag_replay_waiting:    a step stream of unknown phase (made up here):
+#                           an engine of 64 requests whose batch dips by 2
+#                           or 8 every 10th step, that step 5 ms slower per
+#                           request missing (their prefill); the last step,
+#                           a dip of 2, took 1.5x. diag_status counts the
+#                           101 dips as waiting; one anomaly, that step,
+#                           phase unknown (the record's). The same stream
+#                           given as decode: nothing counted as waiting
 #   diag_live_net:          20 rounds, each writing 8000 x (1 + r % 4) bytes
 #                           to a loopback TCP connection and reading them
 #                           back (gpu_live -N): each step's net_bytes is
@@ -71,7 +79,7 @@
 source "$(dirname "$0")/lib.sh"
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
-	diag_live_net diag_live_straggler diag_live_contention diag_live_nvtx"
+	diag_replay_waiting diag_live_net diag_live_straggler diag_live_contention diag_live_nvtx"
 # shellcheck disable=SC2086
 it_preflight $NAMES
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
@@ -305,6 +313,36 @@ replay_steps re_nogap "$T/nogap.jsonl"
 expect "without idle_max_ns: $(anomalies "$T/re_nogap.jsonl" gapsyn), want none" \
 	[ "$(anomalies "$T/re_nogap.jsonl" gapsyn)" = "[]" ]
 report diag_replay_gap
+
+# 1001 steps of phase PH: batch 64, every 10th 62 or 56 (5 ms per request
+# missing over 20 ms, +-1%); the last a 62 that took 1.5x. Prints its start.
+waitsyn() {
+	awk -v ph="$1" 'BEGIN {
+		srand(11); t = 1000000000
+		for (i = 0; i <= 1000; i++) {
+			m = (i % 10 != 9) ? 0 : (i % 20 == 9) ? 2 : 8; f = 1
+			if (i == 1000) { m = 2; f = 1.5; start = t }
+			d = int((20e6 + 5e6 * m) * (1 + 0.02 * (rand() - 0.5)) * f)
+			printf "{\"type\":\"step\",\"instance\":\"waitsyn\",\"start_ns\":%.0f,\"dur_ns\":%.0f,", t, d
+			printf "\"phase\":\"%s\",\"tokens\":%d,\"batch_size\":%d,\"kv_tokens\":%d}\n", ph, 64 - m, 64 - m, (64 - m) * 300
+			t += d + 100000
+		}
+		printf "%.0f", start > "/dev/stderr"
+	}'
+}
+_why=()
+waitsyn unknown >"$T/wait.jsonl" 2>"$T/wait.start"
+replay_steps re_wait "$T/wait.jsonl"
+expect "diag_status $RE_ST: want ok, steps 1001, waiting 101, anomalies 1" \
+	jqe '.ok and .steps == 1001 and .waiting == 101 and .anomalies == 1' <<<"$RE_ST"
+got=$(jq -c -n -R '[inputs | fromjson? | select(.type == "anomaly") | {step_start_ns, phase}]' \
+	"$T/re_wait.jsonl")
+want="[{\"step_start_ns\":$(cat "$T/wait.start"),\"phase\":\"unknown\"}]"
+expect "anomalies $got, want $want" [ "$got" = "$want" ]
+waitsyn decode >"$T/wait_dec.jsonl" 2>/dev/null
+replay_steps re_wait_dec "$T/wait_dec.jsonl"
+expect "given as decode: diag_status $RE_ST, want waiting 0" jqe '.ok and .waiting == 0' <<<"$RE_ST"
+report diag_replay_waiting
 
 # -------------------------------------------------------------------- net --
 _why=()

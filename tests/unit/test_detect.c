@@ -1316,6 +1316,77 @@ static void test_churn(void **state)
 }
 
 /*
+ * Requests waiting (issue 17): an engine whose records say neither phase nor
+ * prefill count (phase unknown, tokens = batch) keeps 64 requests; every
+ * 10th step its batch dips by 2 or by 8, and the step prefills that many
+ * newcomers (5 ms each over a 20 ms decode step). Such a step is judged as a
+ * mixed step prefilling the requests missing: the dips of 2 and of 8 are
+ * cells of their own, counted in `waiting`, not flagged; a dip of 2 that
+ * took 1.5x what one costs (a stall, still under what a dip of 8 costs) is
+ * flagged, and its anomaly carries the phase the record gave. The same
+ * stream with its phase given as decode is taken at its word: nothing is
+ * counted in `waiting`. A batch held 4 steps in a row is the engine's level
+ * (fewer clients), no longer a dip.
+ */
+static void mk_wait(struct diag_step *s, uint64_t *ts, int64_t missing, double factor,
+		    enum diag_phase ph)
+{
+	diag_step_init(s);
+	s->instance = "test";
+	s->phase = ph;
+	s->tokens = s->batch_size = 64 - missing;
+	s->kv_tokens = s->batch_size * 300;
+	s->start_ns = *ts;
+	s->dur_ns = (uint64_t)((20e6 + 5e6 * (double)missing) * noise(0.01) * factor);
+	*ts += s->dur_ns + 100000;
+}
+
+static void test_waiting(void **state)
+{
+	struct fx *f = *state;
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+	struct got g2 = {0};
+	struct diag_det *d2 = det(&g2);
+	int late = 0;
+
+	for (int i = 0; i < 1000; i++) {
+		int64_t missing = i % 10 != 9 ? 0 : i % 20 == 9 ? 2 : 8;
+
+		mk_wait(&s, &ts, missing, 1, DIAG_PHASE_UNKNOWN);
+		diag_det__add_step(f->d, &s, &v);
+		if (i >= 600)
+			late += v.anomalous || v.held;
+		s.phase = DIAG_PHASE_DECODE;
+		diag_det__add_step(d2, &s, NULL);
+	}
+	assert_int_equal(late, 0);
+	assert_int_equal(diag_det__counters(f->d)->waiting, 100);
+	assert_int_equal(diag_det__counters(d2)->waiting, 0);
+	for (int i = 0; i < 9; i++) {
+		mk_wait(&s, &ts, 0, 1, DIAG_PHASE_UNKNOWN);
+		diag_det__add_step(f->d, &s, NULL);
+	}
+	f->g.n = 0;
+	mk_wait(&s, &ts, 2, 1.5, DIAG_PHASE_UNKNOWN);
+	diag_det__add_step(f->d, &s, &v);
+	assert_true(v.anomalous);
+	assert_int_equal(f->g.n, 1);
+	assert_int_equal(f->g.a[0].phase, DIAG_PHASE_UNKNOWN);
+	/*
+	 * 24 clients from now on: a batch held 4 steps in a row is the
+	 * engine's level, not a dip; the first 3 were taken as waiting
+	 */
+	for (int i = 0; i < 20; i++) {
+		mk_wait(&s, &ts, 40, 1, DIAG_PHASE_UNKNOWN);
+		diag_det__add_step(f->d, &s, NULL);
+	}
+	assert_int_equal(diag_det__counters(f->d)->waiting, 101 + 3);
+	diag_det__free(d2);
+}
+
+/*
  * The grid model (DIAG_MODEL_GRID): decode steps of batches 2-3 and 12-14
  * (20 ms + 0.5 ms per request) are known; a batch 7 no cell knows is
  * judged against batches 3 and 12 interpolated at KV tokens per request
@@ -1428,6 +1499,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_noise_no_breakdown, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_small_spike, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_churn),
+	    cmocka_unit_test_setup_teardown(test_waiting, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_grid, fx_setup_cells, fx_teardown),
 	    cmocka_unit_test(test_gap_chart),
 	};
