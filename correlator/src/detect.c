@@ -140,8 +140,11 @@
  * the last at most RUN_MAX x its median, a churn step is judged against the
  * steady limit, not the churn quantile: a slowed GPU or a contended CPU
  * slows the churn steps of its run too, and most passed under the churn
- * quantile. Flagged steady steps far over RUN_MAX are a new job's ramp-up,
- * not a slowdown, and its churn steps are left to their quantile.
+ * quantile. So is a workload no cell measures (a guess), not against the
+ * guess's wide limit: a run that goes on into a new job must not teach the
+ * new job's cells its slow level. Flagged steady steps far over RUN_MAX are
+ * a new job's ramp-up, not a slowdown, and its churn steps are left to
+ * their quantile.
  */
 #define RUN_MIN 2
 #define RUN_MAX 3.0f
@@ -1191,12 +1194,16 @@ static void limits(const struct diag_det *d, const struct dkey *k, struct judge 
 	/* a roofline guess (no cell near) is only as good as the fit's own spread */
 	if (!ABL_LINE && j->src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
 		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
-	if (!ABL_GUESS && j->novel && ucl1 < guess_floor)
+	/*
+	 * a run in progress: the steady limit, not a guess's nor the churn
+	 * quantile (the step still teaches nothing)
+	 */
+	bool run = !ABL_RUN && k->seq->run >= RUN_MIN && k->seq->run_r <= RUN_MAX;
+
+	if (!ABL_GUESS && j->novel && ucl1 < guess_floor && !run)
 		ucl1 = guess_floor;
 	if (j->cls) {
 		double cl = churn_limit(k, j->ucl1_own);
-		/* a run in progress: the steady limit (the step still teaches nothing) */
-		bool run = !ABL_RUN && k->seq->run >= RUN_MIN && k->seq->run_r <= RUN_MAX;
 
 		j->churn = cl > 0;
 		if (j->churn && ucl1 < cl && !run)

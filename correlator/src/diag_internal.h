@@ -18,7 +18,7 @@
 #ifndef ABL_CHURN /* churn steps judged against their own quantile */
 #define ABL_CHURN 0
 #endif
-#ifndef ABL_RUN /* a run in progress judges churn steps against the steady limit */
+#ifndef ABL_RUN /* a run in progress judges churn steps and guesses against the steady limit */
 #define ABL_RUN 0
 #endif
 #ifndef ABL_MODES /* second modes */

@@ -1120,6 +1120,63 @@ static void test_young_cell(void **state)
 }
 
 /*
+ * A run in progress goes on into a new workload: batch 8, its KV tokens
+ * growing by one per request each step (no churn), 24 ms. After two flagged
+ * 1.4x steps, a 1.4x step of a new job whose contexts are 4x longer (KV
+ * tokens no cell knows: a guess) is judged against the steady limit, not
+ * the guess's wide one, and flagged; it teaches nothing, so the next step
+ * is still judged against a guess. Without a run in progress, a 1.4x step
+ * of a further new job is within the guess's limit.
+ */
+static void mk_kv(struct diag_step *s, uint64_t *ts, int64_t *kv, double factor)
+{
+	diag_step_init(s);
+	s->instance = "test";
+	s->phase = DIAG_PHASE_DECODE;
+	s->tokens = s->batch_size = 8;
+	s->kv_tokens = *kv;
+	s->start_ns = *ts;
+	s->dur_ns = (uint64_t)(24e6 * noise(0.01) * factor);
+	*ts += s->dur_ns + 100000;
+	*kv += 8;
+}
+
+static void test_run_into_guess(void **state)
+{
+	FX_LOCALS(state, 1000000000ULL);
+	int64_t kv = 8000;
+
+	for (int i = 0; i < 300; i++) {
+		mk_kv(&s, &ts, &kv, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	for (int i = 0; i < 2; i++) {
+		mk_kv(&s, &ts, &kv, 1.4);
+		diag_det__add_step(d, &s, &v);
+		assert_true(v.anomalous);
+	}
+	kv = 40000;
+	mk_kv(&s, &ts, &kv, 1.4);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	mk_kv(&s, &ts, &kv, 1);
+	diag_det__add_step(d, &s, &v);
+	assert_int_not_equal(v.source, 0);
+	assert_false(v.anomalous || v.held);
+	for (int i = 0; i < 20; i++) {
+		mk_kv(&s, &ts, &kv, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	kv = 160000;
+	mk_kv(&s, &ts, &kv, 1.4);
+	diag_det__add_step(d, &s, &v);
+	assert_int_not_equal(v.source, 0);
+	assert_false(v.anomalous || v.held);
+	assert_int_equal(g->n, 3);
+}
+
+/*
  * A stall among the bootstrap steps (nothing judges them) teaches the chart
  * no more than the floor: 100 steps later a lone 1.3x step is still flagged.
  * Taught as is, its u+ of 5 made the limit about 1.3 for hundreds of steps.
@@ -1493,6 +1550,7 @@ int main(void)
 	    cmocka_unit_test(test_bad_baseline_and_steps),
 	    cmocka_unit_test_setup_teardown(test_spikes_and_floors, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_young_cell, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_run_into_guess, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_bootstrap_stall, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_level_under_raised_limit, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_noise, fx_setup, fx_teardown),
