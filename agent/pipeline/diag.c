@@ -476,28 +476,25 @@ void diag_stats(struct diag *d, json_t *r)
 				    json_integer((json_int_t)dc->by_kind[k]));
 	json_object_set_new(
 	    r, "diag",
-	    json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
-		      "steps", (json_int_t)d->steps, "steps_marker",
-		      (json_int_t)(sc->steps_marker + sc->steps_usdt), "steps_auto",
-		      (json_int_t)(sc->steps_auto + sc->steps_anchor), "records_outside_steps",
-		      (json_int_t)sc->outside, "records_dropped", (json_int_t)sc->dropped,
-		      "cpu_events_outside_steps", (json_int_t)sc->cpu_outside, "bad_metadata",
-		      (json_int_t)sc->bad_metadata, "judged", (json_int_t)dc->judged, "anomalies",
-		      (json_int_t)dc->anomalies, "anomalies_by_kind", kinds, "explained",
-		      (json_int_t)dc->explained, "noise", (json_int_t)dc->noise, "refits",
-		      (json_int_t)dc->refits, "keys", (json_int_t)dc->keys, "keys_dropped",
-		      (json_int_t)dc->keys_dropped, "bad_steps", (json_int_t)dc->bad_steps,
-		      "deep_dives_refused", (json_int_t)d->dive_errors));
+	    json_pack(
+		"{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+		"steps", (json_int_t)d->steps, "steps_marker",
+		(json_int_t)(sc->steps_marker + sc->steps_usdt), "steps_auto",
+		(json_int_t)(sc->steps_auto + sc->steps_anchor), "records_outside_steps",
+		(json_int_t)sc->outside, "records_dropped", (json_int_t)sc->dropped,
+		"cpu_events_outside_steps", (json_int_t)sc->cpu_outside, "bad_metadata",
+		(json_int_t)sc->bad_metadata, "judged", (json_int_t)dc->judged, "anomalies",
+		(json_int_t)dc->anomalies, "anomalies_by_kind", kinds, "explained",
+		(json_int_t)dc->explained, "noise", (json_int_t)dc->noise, "churn",
+		(json_int_t)dc->churn, "waiting", (json_int_t)dc->waiting, "refits",
+		(json_int_t)dc->refits, "keys", (json_int_t)dc->keys, "keys_dropped",
+		(json_int_t)dc->keys_dropped, "bad_steps", (json_int_t)dc->bad_steps,
+		"deep_dives_refused", (json_int_t)d->dive_errors));
 	/* a collective wait's stragglers: the steps named them, or an anomaly of their own */
 	json_object_set_new(json_object_get(r, "diag"), "stragglers_in_steps",
 			    json_integer((json_int_t)d->strag_in_steps));
 	json_object_set_new(json_object_get(r, "diag"), "stragglers_written",
 			    json_integer((json_int_t)d->strag_written));
-	/* slow steps a batch change explains (docs/diagnosis.md, churn, requests waiting) */
-	json_object_set_new(json_object_get(r, "diag"), "churn",
-			    json_integer((json_int_t)dc->churn));
-	json_object_set_new(json_object_get(r, "diag"), "waiting",
-			    json_integer((json_int_t)dc->waiting));
 }
 
 int diag_finish(struct diag *d)

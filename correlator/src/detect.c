@@ -1519,14 +1519,12 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *rs, struct di
 	}
 	k = key_get(d, inst, s->rank, s->phase);
 	peers(d, inst, s, k ? k->seq : NULL);
+	if (k && (s = waiting(k->seq, rs, &w)) != rs) {
+		d->cnt.waiting++;
+		k = key_get(d, inst, s->rank, s->phase);
+	}
 	if (!k)
 		return d->kused >= d->o.max_keys ? -ENOSPC : -ENOMEM;
-	s = waiting(k->seq, s, &w);
-	if (s != rs) {
-		d->cnt.waiting++;
-		if (!(k = key_get(d, inst, s->rank, s->phase)))
-			return d->kused >= d->o.max_keys ? -ENOSPC : -ENOMEM;
-	}
 	k->steps++;
 	expect(d, k, s, &j);
 	limits(d, k, &j);

@@ -136,22 +136,31 @@ static int fx_teardown(void **state)
 	struct diag_verdict v __attribute__((unused));                                             \
 	uint64_t ts = (t0)
 
+/*
+ * a step of instance "test" at *ts, which moves past it: `batch` requests
+ * (tokens the batch), `kv` KV tokens, `dur` ns; no breakdown
+ */
+static void mk_step(struct diag_step *s, uint64_t *ts, enum diag_phase ph, int64_t batch,
+		    int64_t kv, double dur)
+{
+	diag_step_init(s);
+	s->instance = "test";
+	s->phase = ph;
+	s->tokens = s->batch_size = batch;
+	s->kv_tokens = kv;
+	s->start_ns = *ts;
+	s->dur_ns = (uint64_t)dur;
+	*ts += s->dur_ns + 100000;
+}
+
 /* a decode step of `batch` requests: 20 ms + 0.5 ms per request, +-1% noise */
 static void mk(struct diag_step *s, uint64_t *ts, int batch, double factor)
 {
 	double base = (20e6 + 0.5e6 * batch) * noise(0.01);
 
-	diag_step_init(s);
-	s->instance = "test";
-	s->phase = DIAG_PHASE_DECODE;
-	s->tokens = batch;
-	s->batch_size = batch;
-	s->kv_tokens = batch * 1000;
-	s->start_ns = *ts;
-	s->dur_ns = (uint64_t)(base * factor);
+	mk_step(s, ts, DIAG_PHASE_DECODE, batch, batch * 1000, base * factor);
 	s->gpu_busy_ns = (int64_t)(0.9 * base);
 	s->idle_ns = (int64_t)s->dur_ns - s->gpu_busy_ns;
-	*ts += s->dur_ns + 100000;
 }
 
 /* n steps of batch 8, 9, ... (period sizes), nothing asserted: the detector learns them */
@@ -1130,14 +1139,7 @@ static void test_young_cell(void **state)
  */
 static void mk_kv(struct diag_step *s, uint64_t *ts, int64_t *kv, double factor)
 {
-	diag_step_init(s);
-	s->instance = "test";
-	s->phase = DIAG_PHASE_DECODE;
-	s->tokens = s->batch_size = 8;
-	s->kv_tokens = *kv;
-	s->start_ns = *ts;
-	s->dur_ns = (uint64_t)(24e6 * noise(0.01) * factor);
-	*ts += s->dur_ns + 100000;
+	mk_step(s, ts, DIAG_PHASE_DECODE, 8, *kv, 24e6 * noise(0.01) * factor);
 	*kv += 8;
 }
 
@@ -1277,14 +1279,7 @@ static void mk_churn(struct diag_step *s, uint64_t *ts, int64_t *kv, bool churn,
 
 	*kv += churn ? 32 - 250 : 32;
 	base = (20e6 + 200.0 * *kv) * noise(0.01);
-	diag_step_init(s);
-	s->instance = "test";
-	s->phase = DIAG_PHASE_DECODE;
-	s->tokens = s->batch_size = 32;
-	s->kv_tokens = *kv;
-	s->start_ns = *ts;
-	s->dur_ns = (uint64_t)(base * factor);
-	*ts += s->dur_ns + 100000;
+	mk_step(s, ts, DIAG_PHASE_DECODE, 32, *kv, base * factor);
 }
 
 static void test_churn(void **state)
@@ -1388,14 +1383,8 @@ static void test_churn(void **state)
 static void mk_wait(struct diag_step *s, uint64_t *ts, int64_t missing, double factor,
 		    enum diag_phase ph)
 {
-	diag_step_init(s);
-	s->instance = "test";
-	s->phase = ph;
-	s->tokens = s->batch_size = 64 - missing;
-	s->kv_tokens = s->batch_size * 300;
-	s->start_ns = *ts;
-	s->dur_ns = (uint64_t)((20e6 + 5e6 * (double)missing) * noise(0.01) * factor);
-	*ts += s->dur_ns + 100000;
+	mk_step(s, ts, ph, 64 - missing, (64 - missing) * 300,
+		(20e6 + 5e6 * (double)missing) * noise(0.01) * factor);
 }
 
 static void test_waiting(void **state)
