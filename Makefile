@@ -27,7 +27,7 @@ endif
 # universal-ctags: tests/static/modules.py draws the module graph.
 DEB_PKGS := clang llvm make gcc pkg-config libbpf-dev bpftool libelf-dev zlib1g-dev \
 	libjansson-dev librdkafka-dev libcmocka-dev libsqlite3-dev systemtap-sdt-dev kcat \
-	iproute2 jq procps util-linux yamllint python3-yaml universal-ctags \
+	iproute2 jq procps util-linux gdb yamllint python3-yaml universal-ctags \
 	golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev \
 	golang-gopkg-yaml.v3-dev prometheus libcurl4-openssl-dev clang-format
 # npm packages the tests run (tests/node/package.json, pinned by its lock):

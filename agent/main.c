@@ -777,14 +777,22 @@ static void on_signal(int sig)
 	exiting = 1;
 }
 
+static int on_ring_as(struct agent *a, uint8_t which, void *data, size_t size)
+{
+	a->in_ring |= which;
+	decode_record(a, data, size);
+	a->in_ring &= (uint8_t)~which;
+	return 0;
+}
+
+static int on_ring_cuda(void *ctx, void *data, size_t size)
+{
+	return on_ring_as(ctx, IN_RB_CUDA, data, size);
+}
+
 static int on_ring(void *ctx, void *data, size_t size)
 {
-	struct agent *a = ctx;
-
-	a->in_ring = true;
-	decode_record(a, data, size);
-	a->in_ring = false;
-	return 0;
+	return on_ring_as(ctx, IN_RB, data, size);
 }
 
 static void on_rings_readable(struct agent *a, void *ctx)
@@ -823,12 +831,14 @@ static int run_live(struct agent *a)
 	err = aggregate_init(a);
 	if (err)
 		goto cleanup;
-	err = loader_open_rings(a, on_ring, a);
+	err = loader_open_rings(a, on_ring_cuda, on_ring, a);
 	if (err) {
 		pr_err("ring buffer setup: %s", strerror(-err));
 		goto cleanup;
 	}
-	err = agent_watch_fd_edge(a, ring_buffer__epoll_fd(a->rb), on_rings_readable, NULL);
+	err = agent_watch_fd_edge(a, ring_buffer__epoll_fd(a->rb_cuda), on_rings_readable, NULL);
+	if (!err)
+		err = agent_watch_fd_edge(a, ring_buffer__epoll_fd(a->rb), on_rings_readable, NULL);
 	if (err) {
 		pr_err("event loop: %s", strerror(-err));
 		goto cleanup;

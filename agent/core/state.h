@@ -139,14 +139,19 @@ struct capture_hooks {
 
 #define DECODE_LAUNCH_MAX (1024 + MAX_STACK_DEPTH * 24)
 
+#define IN_RB_CUDA 1u
+#define IN_RB 2u
+
 struct agent {
 	struct agent_opts opts;
 	struct capture_hooks cap;
 	char host[256];
 	char default_instance[INSTANCE_LEN];
 	struct infertrace_bpf *skel; /* agent/sources/loader.c's alone */
-	struct ring_buffer *rb;	     /* loader_open_rings() */
-	bool in_ring; /* a ring callback runs: ring_buffer__consume() must not nest */
+	struct ring_buffer *rb_cuda; /* loader_open_rings(): rb_cuda */
+	struct ring_buffer *rb;	     /* loader_open_rings(): rb_sched and rb_misc */
+	/* IN_RB_CUDA, IN_RB: that one's callback runs; its ring_buffer__consume() must not nest */
+	uint8_t in_ring;
 	struct sink *sinks[MAX_SINKS];
 	int n_sinks;
 	struct agent_counters cnt;

@@ -321,9 +321,14 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		discovery_on_exec(a, h->pid);
 		return 0;
 	case EV_PROC_EXIT:
-		slots_nccl_before(a, h->ts_ns, true); /* its NCCL calls from the slots first */
-		shim_on_exit(a, h->pid, h->ts_ns);    /* then the correlator, then discovery */
-		diag_on_exit(a->diag, h->pid);	      /* after the shim's last records */
+		/*
+		 * rb_cuda first (rb_misc may be read after it: its uprobe launches
+		 * and NCCL records, and the slots' NCCL calls, were written before
+		 * the exit), then the shim's last records, the correlator, discovery
+		 */
+		slots_consume(a);
+		shim_on_exit(a, h->pid, h->ts_ns);
+		diag_on_exit(a->diag, h->pid); /* after the shim's last records */
 		nccl_on_exit(a, h->pid);
 		return 0;
 	case EV_STEP_MARK:
@@ -334,11 +339,11 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		return 0; /* only the steps use them (to_diag above) */
 	case EV_NCCL_CALL:
 		/* deep capture's: sentinel's calls that came before it (a deep-dive began) first */
-		slots_nccl_before(a, h->ts_ns, false);
+		slots_nccl_before(a, h->ts_ns);
 		nccl_on_call(a, data);
 		return 0;
 	case EV_NCCL_COMM:
-		slots_nccl_before(a, h->ts_ns, false); /* the calls before it, in the slots */
+		slots_nccl_before(a, h->ts_ns); /* the calls before it, in the slots */
 		nccl_on_comm(a, data);
 		return 0;
 	case EV_NCCL_WAKE:

@@ -364,25 +364,28 @@ struct bpf_program *loader_step_program(struct agent *a, bool end)
 	return end ? a->skel->progs.infertrace_step_end : a->skel->progs.infertrace_step_begin;
 }
 
-int loader_open_rings(struct agent *a, int (*fn)(void *ctx, void *data, size_t size), void *ctx)
+int loader_open_rings(struct agent *a, ring_fn cuda_fn, ring_fn other_fn, void *ctx)
 {
-	const struct bpf_map *rings[3];
+	const struct bpf_map *rings[2];
 
 	if (!a->skel)
 		return -ENODEV;
-	rings[0] = a->skel->maps.rb_cuda;
-	rings[1] = a->skel->maps.rb_sched;
-	rings[2] = a->skel->maps.rb_misc;
+	/* rb_cuda alone: an exit decoded from rb_misc consumes it first (decode.c) */
+	a->rb_cuda = ring_buffer__new(bpf_map__fd(a->skel->maps.rb_cuda), cuda_fn, ctx, NULL);
+	if (!a->rb_cuda)
+		return -errno;
+	rings[0] = a->skel->maps.rb_sched;
+	rings[1] = a->skel->maps.rb_misc;
 	for (size_t i = 0; i < sizeof(rings) / sizeof(rings[0]); i++) {
 		int fd = bpf_map__fd(rings[i]), err;
 
 		if (!a->rb) {
-			a->rb = ring_buffer__new(fd, fn, ctx, NULL);
+			a->rb = ring_buffer__new(fd, other_fn, ctx, NULL);
 			if (!a->rb)
 				return -errno;
 			continue;
 		}
-		err = ring_buffer__add(a->rb, fd, fn, ctx);
+		err = ring_buffer__add(a->rb, fd, other_fn, ctx);
 		if (err)
 			return err;
 	}
@@ -509,8 +512,9 @@ void loader_stop(struct agent *a)
 		bpf_link__destroy(links[i]);
 		links[i] = NULL;
 	}
-	ring_buffer__free(a->rb); /* its rings are the skeleton's maps */
-	a->rb = NULL;
+	ring_buffer__free(a->rb_cuda); /* their rings are the skeleton's maps */
+	ring_buffer__free(a->rb);
+	a->rb_cuda = a->rb = NULL;
 	infertrace_bpf__destroy(a->skel);
 	a->skel = NULL;
 	a->cap.proc_flags = NULL;

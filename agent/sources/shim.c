@@ -146,8 +146,8 @@ static void on_shim_msg(void *ctx)
 {
 	struct shim_src *gp = ctx;
 
-	/* not from a ring callback (an exit's drain): libbpf would deliver again */
-	if (gp->a->rb && !gp->a->in_ring)
+	/* from an exit's drain (an rb_misc callback): rb_cuda alone (slots.c) */
+	if (gp->a->rb)
 		slots_consume(gp->a); /* the rings, and the NCCL calls of the slots */
 }
 

@@ -24,8 +24,10 @@
  *  - decode.c calls slots_nccl_before(ts) before it decodes an rb_cuda NCCL
  *    record: the calls entered before that record's time go first (each
  *    ring record a call entered before it depends on is earlier on the same
- *    ring, so decoded already); before an rb_misc exit, only up to t0 (the
- *    other ring was read before rb_misc and may lack what came after t0).
+ *    ring, so decoded already). Before an rb_misc exit it calls
+ *    slots_consume(), which from there consumes rb_cuda alone (its own
+ *    ring_buffer, a->rb_cuda): everything the process wrote before its exit
+ *    is then decoded, and its calls are handed on.
  * Calls are handed on in time order (the slices copied into one buffer,
  * sorted by entry time), as the ring gave them in reserve order.
  */
@@ -215,11 +217,9 @@ static void nccl_drain(struct agent *a, uint64_t until)
 	q->busy = false;
 }
 
-void slots_nccl_before(struct agent *a, uint64_t ts, bool other_ring)
+void slots_nccl_before(struct agent *a, uint64_t ts)
 {
-	uint64_t t0 = nccl_slots_state.t0;
-
-	nccl_drain(a, other_ring && ts > t0 ? t0 : ts);
+	nccl_drain(a, ts);
 }
 
 int slots_consume(struct agent *a)
@@ -227,13 +227,16 @@ int slots_consume(struct agent *a)
 	struct nccl_slots *q = &nccl_slots_state;
 	int err;
 
-	if (a->in_ring) {
-		/* a ring callback is running: libbpf would hand its records out again */
+	if (a->in_ring & IN_RB_CUDA) {
+		/* an rb_cuda callback is running: libbpf would hand its records out again */
 		nccl_drain(a, q->t0);
 		return 0;
 	}
 	q->t0 = now_ns();
-	err = ring_buffer__consume(a->rb);
+	err = a->rb_cuda ? ring_buffer__consume(a->rb_cuda) : 0; /* none: no rings opened */
+	/* from an rb_misc exit: rb_cuda alone, up to t0 */
+	if (err >= 0 && a->rb && !(a->in_ring & IN_RB))
+		err = ring_buffer__consume(a->rb);
 	nccl_drain(a, q->t0);
 	return err < 0 ? err : 0;
 }

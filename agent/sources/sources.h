@@ -61,8 +61,12 @@ struct bpf_program *loader_program(struct agent *a, const char *name);
 struct bpf_program *loader_sync_return(struct agent *a);
 /* the USDT step programs: step_begin, or step_end (end) */
 struct bpf_program *loader_step_program(struct agent *a, bool end);
-/* rb_cuda, rb_sched and rb_misc into a->rb, each record to fn (freed by loader_stop) */
-int loader_open_rings(struct agent *a, int (*fn)(void *ctx, void *data, size_t size), void *ctx);
+/*
+ * rb_cuda into a->rb_cuda (each record to cuda_fn), rb_sched and rb_misc into
+ * a->rb (to other_fn); freed by loader_stop()
+ */
+typedef int (*ring_fn)(void *ctx, void *data, size_t size);
+int loader_open_rings(struct agent *a, ring_fn cuda_fn, ring_fn other_fn, void *ctx);
 
 /*
  * slots.c: the per-CPU slot arrays of the BPF side (bpf/lib/common.bpf.h
@@ -84,16 +88,17 @@ uint64_t slices_written(const struct slices *s); /* entries written so far, all 
 uint64_t slices_read(struct slices *s, void (*fn)(void *ctx, const void *entry), void *ctx);
 /*
  * sentinel's NCCL calls (after loader_start(); registers a->cap.nccl_flush and
- * nccl_counts): consume the rings, then hand the slots' calls entered
- * before that on to nccl_live.c in time order (every ring_buffer__consume()
- * of the agent goes through slots_consume()); decode.c calls
- * slots_nccl_before() before an NCCL record of rb_cuda, or an exit of
- * rb_misc (other_ring), is decoded
+ * nccl_counts). slots_consume(): consume the rings, then hand the slots'
+ * calls entered before that on to nccl_live.c in time order (every
+ * ring_buffer__consume() of the agent goes through it); from an rb_misc
+ * callback it consumes rb_cuda alone, from an rb_cuda one neither. decode.c
+ * calls slots_nccl_before() before an NCCL record of rb_cuda is decoded,
+ * and slots_consume() before an exit of rb_misc.
  */
 int slots_nccl_start(struct agent *a);
 void slots_nccl_stop(struct agent *a);
 int slots_consume(struct agent *a);
-void slots_nccl_before(struct agent *a, uint64_t ts, bool other_ring);
+void slots_nccl_before(struct agent *a, uint64_t ts);
 
 /*
  * flight.c: the flight recorder's kernel half (after recorder_init()): maps

@@ -20,11 +20,13 @@
 #                        --pid --fork, as in a container): the shim's tids
 #                        are mapped to host tids, the joins are the same
 #   gpu_live_exit:       the agent stopped (SIGSTOP) while the workload runs
-#                        and exits, or over the exit only with the GPU
-#                        records in the shim's last message: it wakes to
-#                        them and the exit at once; every pair still joins,
-#                        the exit is reported once and every ring record is
-#                        decoded once
+#                        and exits; held by gdb inside an rb_sched callback
+#                        while it does (the same consume then reaches the
+#                        exit on rb_misc before the launches on rb_cuda); or
+#                        stopped over the exit only with the GPU records in
+#                        the shim's last message: it wakes to them and the
+#                        exit at once; every pair still joins, the exit is
+#                        reported once and every ring record is decoded once
 source "$(dirname "$0")/lib.sh"
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 it_preflight gpu_live_deep gpu_live_sentinel gpu_live_replay gpu_live_pidns gpu_live_exit
@@ -61,6 +63,38 @@ exit_stopped() {
 	return $rc
 }
 
+# exit_in_ring WP FILE...: the agent held by gdb in a ring callback of
+# rb_sched (an off-CPU record of the waiting workload) while FILEs are
+# created and the workload WP runs to its exit, then let go: the consume in
+# progress goes on to rb_misc, and decodes the exit there before rb_cuda's
+# new launches unless the exit itself catches rb_cuda up
+exit_in_ring() {
+	local wp=$1 hold=$T/hold.sh reg=rsi
+	shift
+	command -v gdb >/dev/null || { fail_because "gdb is not installed (make deps)"; return 1; }
+	[ "$(uname -m)" = aarch64 ] && reg=x1
+	rm -f "$T/held-exit"
+	cat >"$hold" <<-EOF
+		touch $*
+		for i in \$(seq 600); do
+			if [ ! -e /proc/$wp ] || grep -q '^State:.*Z' /proc/$wp/status 2>/dev/null; then
+				touch "$T/held-exit"
+				exit 0
+			fi
+			sleep 0.05
+		done
+	EOF
+	# decode_record(a, data, size): data's first field is its type (struct
+	# event_hdr, bpf/events.h), 3 = EV_OFFCPU; the break is at the entry
+	timeout 120 gdb -p "$AGENT_PID" -batch -nx \
+		-ex "break *decode_record if *(unsigned short *)\$$reg == 3" -ex continue \
+		-ex "shell sh $hold" -ex delete -ex detach >"$T/gdb.log" 2>&1
+	grep -q '^Breakpoint 1, ' "$T/gdb.log" ||
+		{ fail_because "gdb never held the agent in decode_record: $(tail -c 300 "$T/gdb.log")"; return 1; }
+	[ -e "$T/held-exit" ] || { fail_because "gpu_live did not exit while the agent was held"; return 1; }
+	wait_exit "$wp" 30 || { fail_because "gpu_live did not finish"; return 1; }
+}
+
 # run_live NAME MODE [PREFIX...]: workload up (shim loaded, pointed at a
 # fresh socket), agent in MODE on its pid with that socket, shim connected,
 # workload released, exited, agent stopped. Sets WPID (host pid), WOUT (the
@@ -84,9 +118,11 @@ run_live() {
 			awk '/^NSpid:/ { printf "{\"%s\":%s}\n", $NF, $2 }' "$st"
 		done | jq -s -c 'add // {}')
 	fi
-	# FROZEN: no off-CPU, run-queue or syscall record while the workload waits
+	# FROZEN: no off-CPU, run-queue or syscall record while the workload
+	# waits (ring: off-CPU records, one to hold the agent in)
 	agent_start "$name" -i 0.25 --mode "$mode" --pid "$WPID" --shim-socket "$sock" \
-		${FROZEN:+--offcpu-threshold 60000 --runq-threshold 60000 --syscall-threshold 60000} ||
+		${FROZEN:+--offcpu-threshold $([ "$FROZEN" = ring ] && echo 1 || echo 60000)} \
+		${FROZEN:+--runq-threshold 60000 --syscall-threshold 60000} ||
 		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
 	cuda_attached "$WPID" 10 || { fail_because "no attach record with libcudart and libcuda for pid $WPID"; return 1; }
 	# the shim retries its connection every 20 ms; deep: the agent's switch acknowledged
@@ -97,6 +133,8 @@ run_live() {
 	if [ "${FROZEN:-}" = run ]; then
 		# it wakes to the uprobes, the shim's messages and the exit at once
 		exit_stopped "$wp" "$ex" "$go" || return 1
+	elif [ "${FROZEN:-}" = ring ]; then
+		exit_in_ring "$wp" "$ex" "$go" || return 1
 	else
 		touch "$go"
 		wait_done
@@ -280,11 +318,16 @@ report gpu_live_pidns
 # The exit must not overtake the records the shim sent before it (every
 # pair still joins), nor be decoded twice. run: the agent is stopped while
 # the workload runs and exits; it wakes to the uprobes, the shim's messages
-# and the exit at once. exit: the GPU records wait in the shim's last
+# and the exit at once. ring: the agent is held (gdb) inside an rb_sched
+# callback while the workload runs and exits; let go, the same consume
+# decodes the exit on rb_misc next, and the launches written to rb_cuda
+# meanwhile must be decoded before the shim's last messages are (with one
+# ring_buffer for all three rings they came after them: 3 runs in 20 of
+# "run" joined as cupti alone). exit: the GPU records wait in the shim's last
 # message (gpu_live -L), sent as the process ends; the agent is stopped
 # over the exit only. Sentinel mode with thresholds no wait reaches keeps
 # the rings quiet but for the exit (the joins are read from gpu_summary).
-for FROZEN in run exit; do
+for FROZEN in run ring exit; do
 	mode=deep
 	[ "$FROZEN" = exit ] && mode=sentinel
 	run_live gpu_exit_$FROZEN $mode || continue

@@ -214,6 +214,30 @@ static void test_decode_launch(void **state)
 	free(a);
 }
 
+/*
+ * An exit first consumes rb_cuda (the launches the process made before it,
+ * agent/sources/slots.c): with no rings opened (this test, a replay) it
+ * consumes nothing and the exit is taken
+ */
+static void test_decode_exit_no_rings(void **state)
+{
+	struct process_event e = {};
+	struct mem_sink m;
+	struct agent *a = agent_new(&m);
+
+	(void)state;
+	assert_null(a->rb_cuda);
+	e.hdr.type = EV_PROC_EXIT;
+	e.hdr.size = sizeof(e);
+	e.hdr.pid = 4242;
+	e.hdr.tid = 4242;
+	e.hdr.ts_ns = 123456789;
+	assert_int_equal(decode_record(a, &e, sizeof(e)), 0);
+	assert_int_equal(a->in_ring, 0);
+	assert_int_equal(slots_consume(a), 0);
+	free(a);
+}
+
 /* forged or truncated records are counted and never read past their end */
 static void test_decode_forged(void **state)
 {
@@ -573,6 +597,7 @@ int main(void)
 	    cmocka_unit_test(test_hist),
 	    cmocka_unit_test(test_decode_launch),
 	    cmocka_unit_test(test_decode_forged),
+	    cmocka_unit_test(test_decode_exit_no_rings),
 	    cmocka_unit_test(test_names),
 	    cmocka_unit_test(test_jsonw),
 	    cmocka_unit_test(test_numparse),
