@@ -146,9 +146,8 @@ static void on_shim_msg(void *ctx)
 {
 	struct shim_src *gp = ctx;
 
-	/* from an exit's drain (an rb_misc callback): rb_cuda alone (slots.c) */
-	if (gp->a->rb)
-		slots_consume(gp->a); /* the rings, and the NCCL calls of the slots */
+	/* the rings, the slots' NCCL calls (slots.c: rb_cuda alone from an exit) */
+	slots_consume(gp->a);
 }
 
 static void exit_now(struct shim_src *gp, uint32_t pid, uint64_t ts_ns)

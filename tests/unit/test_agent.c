@@ -216,8 +216,8 @@ static void test_decode_launch(void **state)
 
 /*
  * An exit first consumes rb_cuda (the launches the process made before it,
- * agent/sources/slots.c): with no rings opened (this test, a replay) it
- * consumes nothing and the exit is taken
+ * agent/sources/slots.c): with no rings opened it consumes nothing and the
+ * exit is taken
  */
 static void test_decode_exit_no_rings(void **state)
 {
