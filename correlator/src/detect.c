@@ -31,7 +31,10 @@
  *  - flagged steps never teach the baseline (a run of slow steps must not
  *    become the norm), unless they persist for LEVEL_SHIFT steps: then the
  *    new level is accepted and said so, and only a saved baseline
- *    (--baseline) still sees the regression.
+ *    (--baseline) still sees the regression. The key learns its model
+ *    again; while that one bootstraps, the old model scaled by the run's
+ *    median ratio judges (relearn()), so a stall just after a shift is not
+ *    missed.
  * Per instance: ranks of one instance run the same steps; the last step of
  * each rank is kept and, once every known rank has a step in the same round
  * (starts within half a step), each rank is compared with its peers' median.
@@ -312,6 +315,12 @@ struct dkey {
 	/* u+ of recent churn steps (step_class), sorted: their own limit */
 	float ch[CH_N], ch_sorted[CH_N];
 	uint32_t ch_pos, ch_cnt;
+	/* the flagged steps in a row (consec): dur / median, and how many the gap chart saw */
+	float run_r[LEVEL_SHIFT];
+	uint32_t run_gap;
+	/* after a level shift, until the new model bootstraps: the old one and the level's ratio */
+	struct dmodel *prev;
+	double prev_r;
 };
 
 struct dinst {
@@ -403,6 +412,9 @@ static void key_free(struct dkey *k)
 	if (!k)
 		return;
 	dm_free(&k->m);
+	if (k->prev)
+		dm_free(k->prev);
+	free(k->prev);
 	dk_free(&k->kern);
 	if (k->seq && !--k->seq->refs)
 		free(k->seq);
@@ -1113,8 +1125,10 @@ struct judge {
 	bool flag1, flagw, flagg, flagc, explained, flagged;
 	bool hostg, hostc; /* the gap or CPU chart sees a stall */
 	bool calm, ok, hold, chain;
-	bool jitter;   /* a GPU-bound spike, by the breakdown (sequence()) */
-	bool recalled; /* the grid model interpolated stale cells: the stale limit */
+	bool jitter;		/* a GPU-bound spike, by the breakdown (sequence()) */
+	bool recalled;		/* the grid model interpolated stale cells: the stale limit */
+	const struct dmodel *m; /* the model that predicts: the key's, or the one before a shift */
+	double scale;		/* its medians times this: 1, or the accepted level's ratio */
 };
 
 /*
@@ -1124,11 +1138,11 @@ struct judge {
  * with the chart's own limit, where the cells model guesses from the nearest
  * cell scaled by the line.
  */
-static void grid(struct dkey *k, const struct diag_step *s, struct judge *j)
+static void grid(const struct diag_step *s, struct judge *j)
 {
 	bool per_tok = s->batch_size > 0 && (s->tokens < 0 || s->tokens == s->batch_size);
 	bool stale;
-	double p = dm_interp(&k->m, j->t, j->kv, per_tok, &stale);
+	double p = dm_interp(j->m, j->t, j->kv, per_tok, &stale);
 
 	if (p <= 0)
 		return;
@@ -1152,7 +1166,9 @@ static void grid(struct dkey *k, const struct diag_step *s, struct judge *j)
  * The model: the median duration expected for the step's workload
  * (baseline.c: its cell, a neighbour scaled by the line, the line; with the
  * grid model, the cells bracketing it before those), never under what a
- * lighter workload's cell measured.
+ * lighter workload's cell measured. While a key learns again after a level
+ * shift and its new model bootstraps, the old model predicts, times the
+ * accepted level's ratio (relearn()).
  */
 static void expect(const struct diag_det *d, struct dkey *k, const struct diag_step *s,
 		   struct judge *j)
@@ -1166,16 +1182,23 @@ static void expect(const struct diag_det *d, struct dkey *k, const struct diag_s
 	k->m.now = k->steps;
 	k->m.stale = STALE_STEPS;
 	j->cls = step_class(k->seq, s);
-	j->med = dm_predict(&k->m, j->t, j->kv, &j->src, &j->novel);
+	j->m = &k->m;
+	j->scale = 1;
+	if (k->prev && k->steps <= d->o.bootstrap) {
+		j->m = k->prev;
+		j->scale = k->prev_r;
+	}
+	j->med = dm_predict(j->m, j->t, j->kv, &j->src, &j->novel);
 	if (d->o.model == DIAG_MODEL_GRID && (j->src || j->novel))
-		grid(k, s, j);
+		grid(s, j);
 	/* a guess under a lighter workload's median is certainly too low */
 	if (!ABL_BOUND && j->novel && j->med > 0) {
-		double lb = dm_bound(&k->m, j->t, j->kv, -1);
+		double lb = dm_bound(j->m, j->t, j->kv, -1);
 
 		if (lb > j->med)
 			j->med = lb;
 	}
+	j->med *= j->scale;
 	/* the workload's own cell or a neighbour's, not a guess of the line */
 	j->measured = j->src == 0 || j->src == 1;
 	u = j->med > 0 ? j->dur / j->med - 1 : 0;
@@ -1263,7 +1286,7 @@ static void charts(const struct diag_det *d, struct dkey *k, const struct diag_s
 	 * flagged as if its cell were known
 	 */
 	if (!ABL_BOUND && !j->flag1 && j->novel && !j->churn) {
-		double ub = dm_bound(&k->m, j->t, j->kv, 1);
+		double ub = dm_bound(j->m, j->t, j->kv, 1) * j->scale;
 
 		if (ub > 0 && j->dur > ub * (1 + j->ucl1_own)) {
 			j->flag1 = true;
@@ -1346,6 +1369,47 @@ static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step 
 	}
 }
 
+static int cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * LEVEL_SHIFT flagged steps in a row: the new level is accepted and the key
+ * learns its model again. Until the new model bootstraps, the old one judges,
+ * its medians times the run's median dur / median: a key learning again is
+ * not blind (a 43 ms stall 12 steps after a GPU clock change went unjudged).
+ * The gap chart learns again only where the level is in the host's gaps
+ * (most of the run crossed it); a level in the GPU's time leaves the usual
+ * gaps as they were. Seen modes are forgotten.
+ */
+static int relearn(struct dkey *k)
+{
+	float r[LEVEL_SHIFT];
+
+	memcpy(r, k->run_r, sizeof(r));
+	qsort(r, LEVEL_SHIFT, sizeof(r[0]), cmp_float);
+	if (2 * k->run_gap >= LEVEL_SHIFT)
+		memset(&k->gap, 0, sizeof(k->gap));
+	k->consec = 0;
+	k->run_gap = 0;
+	memset(k->modes, 0, sizeof(k->modes));
+	if (k->prev) {
+		/* shifted again before the new model took over: the old one stays */
+		dm_free(&k->m);
+		k->prev_r *= (r[LEVEL_SHIFT / 2 - 1] + r[LEVEL_SHIFT / 2]) / 2;
+	} else if ((k->prev = malloc(sizeof(*k->prev)))) {
+		*k->prev = k->m;
+		k->prev_r = (r[LEVEL_SHIFT / 2 - 1] + r[LEVEL_SHIFT / 2]) / 2;
+	} else {
+		dm_free(&k->m); /* no memory for it: blind until the new model bootstraps */
+	}
+	k->steps = 0;
+	return dm_init(&k->m) ? -ENOMEM : 0;
+}
+
 /*
  * A flagged step: its anomaly, kind from the evidence (classify()), reported
  * now or held for the next step; 64 in a row are a new level, learned again.
@@ -1356,6 +1420,8 @@ static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 	struct dseq *sq = k->seq;
 	struct diag_anomaly an = {0};
 
+	k->run_r[k->consec % LEVEL_SHIFT] = (float)(j->dur / j->med);
+	k->run_gap += j->hostg;
 	k->consec++;
 	k->flag_u = j->jitter ? j->ucl1 : -1;
 	an.instance = k->instance;
@@ -1395,14 +1461,7 @@ static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 	dlog(d, CORR_LOG_WARN,
 	     "diag: %s rank %d %s: %llu slow steps in a row, accepting the new level", k->instance,
 	     s->rank, diag_phase_name(s->phase), (unsigned long long)k->consec);
-	k->consec = 0;
-	memset(&k->gap, 0, sizeof(k->gap));
-	memset(k->modes, 0, sizeof(k->modes));
-	dm_free(&k->m);
-	if (dm_init(&k->m))
-		return -ENOMEM;
-	k->steps = 0;
-	return 0;
+	return relearn(k);
 }
 
 /*
@@ -1526,9 +1585,15 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *rs, struct di
 	if (!k)
 		return d->kused >= d->o.max_keys ? -ENOSPC : -ENOMEM;
 	k->steps++;
+	if (k->prev && k->steps > d->o.bootstrap) {
+		/* the new model has bootstrapped: the one before the shift goes */
+		dm_free(k->prev);
+		free(k->prev);
+		k->prev = NULL;
+	}
 	expect(d, k, s, &j);
 	limits(d, k, &j);
-	if (j.med > 0 && k->steps > d->o.bootstrap)
+	if (j.med > 0 && (k->steps > d->o.bootstrap || j.m != &k->m))
 		charts(d, k, s, &j);
 	remember(d, k, &j);
 	if (j.judged)
@@ -1560,6 +1625,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *rs, struct di
 		if (!ABL_SPIKE && k->consec == 1 && j.judged && !j.novel && k->flag_u >= 0)
 			ew_add(&k->u1, k->flag_u);
 		k->consec = 0;
+		k->run_gap = 0;
 		if (j.explained)
 			d->cnt.explained++;
 		else

@@ -1232,6 +1232,83 @@ static void test_level_under_raised_limit(void **state)
 	assert_int_equal(g->a[0].kind, DIAG_KIND_GPU_SLOW);
 }
 
+/*
+ * a decode step with its breakdown: the GPU's work scaled by `gpu`, and one
+ * GPU idle gap of `gap` ns where the launching thread was off the CPU
+ */
+static void mk_level(struct diag_step *s, uint64_t *ts, int batch, double gpu, double gap)
+{
+	double base = (20e6 + 0.5e6 * batch) * noise(0.01);
+	double busy = 0.9 * base * gpu, idle = 0.1 * base;
+
+	mk_step(s, ts, DIAG_PHASE_DECODE, batch, batch * 1000, busy + idle + gap);
+	s->gpu_busy_ns = (int64_t)busy;
+	s->idle_ns = (int64_t)(idle + gap);
+	s->idle_max_ns = (int64_t)(gap > 0 ? gap : 0.4 * idle);
+	s->offcpu_ns = (int64_t)(200000 + gap);
+	s->runq_ns = 100000;
+}
+
+/*
+ * After a level shift is accepted the key learns its model again, and those
+ * first steps (the bootstrap) are judged against the old model scaled to the
+ * accepted level: a stall there is flagged (on an H200 the GPU's clock moved,
+ * 64 steps 1.16x were accepted, and a 43 ms stall 12 steps later went
+ * unjudged). The level itself is not flagged again, during the bootstrap or
+ * after it.
+ */
+static void test_relearn_not_blind(void **state)
+{
+	FX_LOCALS(state, 1000000000ULL);
+	int flagged = 0, n;
+
+	rs = 88172645463325252ULL;
+	for (int i = 0; i < 300; i++) {
+		mk_level(&s, &ts, 8 + i % 4, 1, 0);
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	/* the GPU 1.3x slower from now on: flagged until 64 in a row are the new level */
+	for (int i = 0;; i++) {
+		assert_true(i < 200);
+		mk_level(&s, &ts, 8 + i % 4, 1.3, 0);
+		diag_det__add_step(d, &s, &v);
+		if (!v.anomalous && !v.held && i >= 64)
+			break;
+		flagged += v.anomalous;
+	}
+	assert_true(flagged >= 60);
+	n = g->n;
+	for (int i = 0; i < 5; i++) {
+		mk_level(&s, &ts, 8 + i % 4, 1.3, 0);
+		diag_det__add_step(d, &s, &v);
+		assert_false(v.anomalous || v.held);
+	}
+	/* a 40 ms stall 7 steps into the new level's bootstrap */
+	mk_level(&s, &ts, 9, 1.3, 40e6);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.judged);
+	assert_true(v.anomalous);
+	assert_int_equal(g->n, n + 1);
+	assert_int_equal(g->a[n].kind, DIAG_KIND_HOST_STALL);
+	assert_true(g->a[n].expected_ns > 1.2 * 24e6 && g->a[n].expected_ns < 1.6 * 24e6);
+	/* the GPU twice as slow again for 3 steps, still in the bootstrap */
+	for (int i = 0; i < 3; i++) {
+		mk_level(&s, &ts, 8 + i % 4, 2.6, 0);
+		diag_det__add_step(d, &s, &v);
+		assert_true(v.anomalous || v.held);
+	}
+	/* then the level through the bootstrap's end and on: not flagged */
+	for (int i = 0; i < 100; i++) {
+		mk_level(&s, &ts, 8 + i % 4, 1.3, 0);
+		diag_det__add_step(d, &s, &v);
+		assert_false(i > 0 && (v.anomalous || v.held));
+	}
+	assert_int_equal(g->n, n + 4);
+	for (int i = n + 1; i < g->n; i++)
+		assert_int_equal(g->a[i].kind, DIAG_KIND_GPU_SLOW);
+}
+
 static void test_bad_baseline_and_steps(void **state)
 {
 	char path[] = "/tmp/test_detect_bad_XXXXXX";
@@ -1542,6 +1619,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_run_into_guess, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_bootstrap_stall, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_level_under_raised_limit, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_relearn_not_blind, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_noise, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_noise_no_breakdown, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_small_spike, fx_setup, fx_teardown),
