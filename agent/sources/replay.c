@@ -233,6 +233,14 @@ static void on_marker(void *ctx, const struct corr_marker *m)
 	diag_on_marker(r->dg, m);
 }
 
+/* the agent's own recording: the launching threads' CPU side, as live (decode.c: to_diag()) */
+static void on_cpu(void *ctx, const struct diag_cpu_event *e)
+{
+	struct replay *r = ctx;
+
+	diag_on_cpu(r->dg, e);
+}
+
 /*
  * does this JSON-lines input hold step records? The first 64 lines decide,
  * each line looked at in pieces of 4095 bytes at most (as gzgets() into a
@@ -360,6 +368,7 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 	json_object_set_new(o, "launch_events", json_integer((json_int_t)st->launches));
 	json_object_set_new(o, "gpu_records", json_integer((json_int_t)st->gpu_records));
 	json_object_set_new(o, "markers", json_integer((json_int_t)st->markers));
+	json_object_set_new(o, "cpu_events", json_integer((json_int_t)st->cpu_events));
 	json_object_set_new(o, "kernels", json_integer((json_int_t)c->kinds[CORR_KIND_KERNEL]));
 	json_object_set_new(o, "memcpys", json_integer((json_int_t)c->kinds[CORR_KIND_MEMCPY]));
 	json_object_set_new(o, "memsets", json_integer((json_int_t)c->kinds[CORR_KIND_MEMSET]));
@@ -491,6 +500,8 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 	    .log_ctx = "replay: ",
 	    .marker = on_marker,
 	    .marker_ctx = &r,
+	    .cpu = on_cpu,
+	    .cpu_ctx = &r,
 	    .stop = stop,
 	    .comm = corr_collr_op,
 	};

@@ -298,6 +298,9 @@ typedef void (*corr_marker_fn)(void *ctx, const struct corr_marker *m);
 /* a communication op of a recording (record_param_comms, nccl:*): collective.h */
 struct corr_comm_op;
 typedef void (*corr_comm_fn)(void *ctx, const struct corr_comm_op *op);
+/* a launching thread's CPU side in the agent's own JSON lines (offcpu, syscall): diagnose.h */
+struct diag_cpu_event;
+typedef void (*corr_cpu_fn)(void *ctx, const struct diag_cpu_event *e);
 
 struct corr_replay_opts {
 	size_t sz;
@@ -321,6 +324,13 @@ struct corr_replay_opts {
 	 */
 	corr_comm_fn comm;
 	void *comm_ctx;
+	/*
+	 * May be NULL: the CPU events of the agent's own JSON lines (offcpu:
+	 * blocked or preempted, syscall), called on the caller's thread as
+	 * they are read, for the steps' breakdown (diag_seg__add_cpu())
+	 */
+	corr_cpu_fn cpu;
+	void *cpu_ctx;
 };
 
 struct corr_replay_stats {
@@ -332,8 +342,9 @@ struct corr_replay_stats {
 	uint64_t markers;
 	uint64_t skipped; /* events of no interest */
 	struct corr_counters corr;
-	uint64_t comm_ops; /* communication ops handed to corr_replay_opts.comm */
-	bool dist_known;   /* Kineto's distributedInfo gave the rank and world size */
+	uint64_t comm_ops;   /* communication ops handed to corr_replay_opts.comm */
+	uint64_t cpu_events; /* CPU events handed to corr_replay_opts.cpu */
+	bool dist_known;     /* Kineto's distributedInfo gave the rank and world size */
 	uint32_t dist_rank, dist_world;
 };
 

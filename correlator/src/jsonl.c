@@ -13,13 +13,19 @@
  *     (api by name). Alone it joins nothing: a recording holds no callbacks;
  *   gpu_launch_cb {pid, tid, ts_ns, correlation_id, domain, cbid}: a shim
  *     callback. The agent writes no such record (callbacks only feed its
- *     correlator); accepted for recordings made by other tools.
+ *     correlator); accepted for recordings made by other tools;
+ *   offcpu {pid, tid, ts_ns, dur_ns, cause, by_pid} and syscall {pid, tid,
+ *     ts_ns, dur_ns}: the CPU side live steps counted (decode.c: to_diag()),
+ *     handed to corr_replay_opts.cpu, so a step re-cut from a recording has
+ *     the breakdown it had live (off-CPU, run-queue wait and who took the
+ *     CPU, slow syscalls). Network bytes are not recorded: unknown here.
  * Others are skipped.
  */
 #include <errno.h>
 #include <string.h>
 #include <jansson.h>
 
+#include "diagnose.h"
 #include "internal.h"
 
 #define JSONL_LINE_MAX (1u << 20) /* longest line read (docs/operations.md) */
@@ -76,6 +82,34 @@ static void u32x3(struct line *ln, const char *k, uint32_t v[3])
 
 	for (size_t i = 0; i < 3 && json_is_array(a) && i < json_array_size(a); i++)
 		v[i] = (uint32_t)jnum(ln, json_array_get(a, i), k, UINT32_MAX);
+}
+
+/* an offcpu or syscall record, as live handed it to the steps (decode.c: to_diag()) */
+static int cpu_event(struct replay_ctx *rc, struct line *ln, bool offcpu)
+{
+	const char *cause = json_string_value(json_object_get(ln->o, "cause"));
+	struct diag_cpu_event e = {
+	    .kind = DIAG_CPU_SYSCALL,
+	    .pid = ju32(ln, "pid"),
+	    .tid = ju32(ln, "tid"),
+	    .ts_ns = ju(ln, "ts_ns"),
+	    .dur_ns = ju(ln, "dur_ns"),
+	};
+
+	if (offcpu) {
+		/* a preempted thread waited in the run queue; by_pid ran instead */
+		e.kind = cause && !strcmp(cause, "preempted") ? DIAG_CPU_RUNQ : DIAG_CPU_OFFCPU;
+		e.other_pid = ju32(ln, "by_pid");
+	}
+	if (ln->bad)
+		return -ERANGE;
+	if (!e.pid || !e.tid || !e.ts_ns) {
+		rc->st->skipped++; /* whose, or when, unknown: no step can take it */
+		return 0;
+	}
+	rc->st->cpu_events++;
+	rc->ro->cpu(rc->ro->cpu_ctx, &e);
+	return 0;
 }
 
 static int one(struct replay_ctx *rc, struct line *ln)
@@ -152,6 +186,8 @@ static int one(struct replay_ctx *rc, struct line *ln)
 		rc->st->launches++;
 		return corr__add_callback(rc->c, pid, tid, ts, corr, dom, cbid);
 	}
+	if (rc->ro && rc->ro->cpu && (!strcmp(type, "offcpu") || !strcmp(type, "syscall")))
+		return cpu_event(rc, ln, type[0] == 'o');
 	rc->st->skipped++;
 	return 0;
 }

@@ -16,13 +16,14 @@
 
 #include "collective.h"
 #include "correlator.h"
+#include "diagnose.h"
 
 #ifndef FUZZ_FORMAT
 #define FUZZ_FORMAT CORR_FMT_AUTO
 #endif
 
 struct seen {
-	uint64_t gpu, joined, markers;
+	uint64_t gpu, joined, markers, cpu;
 	struct corr_collr *cr; /* the NCCL collectives of the input (coll_replay.c) */
 	uint64_t colls, waits;
 };
@@ -77,10 +78,20 @@ static void on_marker(void *ctx, const struct corr_marker *m)
 	(void)strlen(m->cat);
 }
 
+/* an offcpu or syscall record of JSON lines: whose and when are known */
+static void on_cpu(void *ctx, const struct diag_cpu_event *e)
+{
+	struct seen *s = ctx;
+
+	s->cpu++;
+	if (!e->pid || !e->tid || !e->ts_ns || e->kind > DIAG_CPU_SYSCALL)
+		abort();
+}
+
 static void counted(const struct corr_replay_stats *st, const struct seen *s)
 {
 	if (st->corr.joined + st->corr.unmatched != s->gpu || st->corr.joined != s->joined ||
-	    st->markers != s->markers)
+	    st->markers != s->markers || st->cpu_events != s->cpu)
 		abort();
 }
 
@@ -94,8 +105,12 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 			       .thread_capacity = 16,
 			       .emit = on_gpu,
 			       .emit_ctx = &s};
-	struct corr_replay_opts ro = {
-	    .sz = sizeof(ro), .format = FUZZ_FORMAT, .marker = on_marker, .marker_ctx = &s};
+	struct corr_replay_opts ro = {.sz = sizeof(ro),
+				      .format = FUZZ_FORMAT,
+				      .marker = on_marker,
+				      .marker_ctx = &s,
+				      .cpu = on_cpu,
+				      .cpu_ctx = &s};
 	struct corr_collr_opts cro = {.sz = sizeof(cro),
 				      .capacity = 512,
 				      .emit = on_coll,
@@ -121,9 +136,10 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	if (!err) {
 		struct seen s2 = s;
 
-		s2.gpu = s2.joined = s2.markers = 0;
+		s2.gpu = s2.joined = s2.markers = s2.cpu = 0;
 		co.emit_ctx = &s2;
 		ro.marker_ctx = &s2;
+		ro.cpu_ctx = &s2;
 		/*
 		 * each pass against its own counts: SQLite does not read a damaged
 		 * file the same way every time in one process (the same bytes were

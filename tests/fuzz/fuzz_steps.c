@@ -74,6 +74,14 @@ static void on_marker(void *c, const struct corr_marker *m)
 	diag_seg__add_marker(x->sg, m);
 }
 
+/* a JSON-lines recording's offcpu and syscall records, as the agent's replay feeds them */
+static void on_cpu(void *c, const struct diag_cpu_event *e)
+{
+	struct ctx *x = c;
+
+	diag_seg__add_cpu(x->sg, e);
+}
+
 static uint64_t take(const unsigned char **p, const unsigned char *end)
 {
 	uint64_t v = 0;
@@ -136,7 +144,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 			       .thread_capacity = 16,
 			       .emit = on_gpu,
 			       .emit_ctx = &x};
-	struct corr_replay_opts ro = {.sz = sizeof(ro), .marker = on_marker, .marker_ctx = &x};
+	struct corr_replay_opts ro = {
+	    .sz = sizeof(ro), .marker = on_marker, .marker_ctx = &x, .cpu = on_cpu, .cpu_ctx = &x};
 	char *buf;
 
 	if (!size)

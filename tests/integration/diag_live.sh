@@ -72,6 +72,17 @@
 #                           suspect of at least 5 ms naming the spinning
 #                           process as the one that preempted the launcher,
 #                           and the GPU idle it caused
+#   diag_replay_cpu:        the contention run's recording (its step and
+#                           anomaly records left out) through --replay: the
+#                           steps are cut again from its GPU records, and
+#                           its offcpu and syscall records give each the
+#                           breakdown it had live (off-CPU, run-queue wait,
+#                           who preempted, slow syscalls: equal for every
+#                           step); the one anomaly again, the same step and
+#                           kind cpu_contention; replay_status counts the
+#                           CPU events. Without the offcpu records the step
+#                           has no run-queue wait, and is not named
+#                           cpu_contention
 #   diag_live_nvtx:         30 rounds marked by NVTX ranges as CUPTI reports
 #                           them to the shim: 30 steps with source marker,
 #                           the tokens and batch of each range's message;
@@ -79,7 +90,7 @@
 source "$(dirname "$0")/lib.sh"
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
-	diag_replay_waiting diag_live_net diag_live_straggler diag_live_contention diag_live_nvtx"
+	diag_replay_waiting diag_live_net diag_live_straggler diag_live_contention diag_replay_cpu diag_live_nvtx"
 # shellcheck disable=SC2086
 it_preflight $NAMES
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
@@ -449,6 +460,41 @@ if [ -n "$OK" ]; then
 		jqe '[.[0].suspects[] | select(.what == "gpu_idle")] | length == 1' <<<"$an"
 fi
 report diag_live_contention
+
+# the same recording replayed (as the live instance): steps cut again, with
+# the CPU side they had live
+_why=()
+if [ -n "$OK" ]; then
+	jq -c 'select(.type != "step" and .type != "anomaly")' "$AGENT_OUT" >"$T/cont.rec.jsonl"
+	bd='[.[] | select(.type == "step" and .pid == $p) | {start_ns, dur_ns, offcpu_ns, runq_ns,
+		slow_syscalls, slow_syscall_ns, preempt_pid}] | sort_by(.start_ns)'
+	want_bd=$(jqo --argjson p "$WPID" "$bd")
+	rc=0
+	timeout 60 "$AGENT" --replay "$T/cont.rec.jsonl" --instance "$INST" -o "$T/re_cont.jsonl" 2>"$T/re_cont.err" || rc=$?
+	expect "replay exit $rc: $(tail -n 2 "$T/re_cont.err" | tr '\n' '|')" [ "$rc" = 0 ]
+	got_bd=$(jq -c -n -R --argjson p "$WPID" "[inputs | fromjson?] | $bd" "$T/re_cont.jsonl")
+	expect "replayed breakdown differs from live: live $(jq -c '.[34]' <<<"$want_bd"), replayed $(jq -c '.[34]' <<<"$got_bd")" \
+		[ "$want_bd" = "$got_bd" ]
+	expect "$(jq length <<<"$got_bd") replayed steps, want $STEPS" eq "$(jq length <<<"$got_bd")" "$STEPS"
+	expect "no run-queue wait in the stalled step live: $(jq -c ".[$STALL]" <<<"$want_bd")" \
+		jqe --argjson s "$STALL" '.[$s].runq_ns >= 5000000 and .[$s].preempt_pid > 0' <<<"$want_bd"
+	rst=$(jq -c -n -R '[inputs | fromjson? | select(.type == "replay_status")][0]' "$T/re_cont.jsonl")
+	nrec=$(jq -n -R --argjson p "$WPID" '[inputs | fromjson? | select((.type == "offcpu" or .type == "syscall") and .pid == $p)] | length' "$T/cont.rec.jsonl")
+	expect "replay_status $rst: want cpu_events >= $nrec (the workload's offcpu and syscall records)" \
+		jqe --argjson n "$nrec" '.cpu_events >= $n and $n > 0' <<<"$rst"
+	want=$(jq -c '[.[] | {step_start_ns, kind, chart}]' <<<"$an")
+	got=$(anomalies "$T/re_cont.jsonl" "$INST")
+	expect "replayed anomalies $got, want the live one $want" [ "$got" = "$want" ]
+	# without the offcpu records: no run-queue wait, not named contention
+	jq -c 'select(.type != "offcpu")' "$T/cont.rec.jsonl" >"$T/cont.nooff.jsonl"
+	timeout 60 "$AGENT" --replay "$T/cont.nooff.jsonl" --instance "$INST" -o "$T/re_nooff.jsonl" 2>"$T/re_nooff.err"
+	got=$(jq -c -n -R --argjson p "$WPID" "[inputs | fromjson?] | $bd | .[$STALL]" "$T/re_nooff.jsonl")
+	expect "without offcpu records, the stalled step $got has a run-queue wait" \
+		jqe '(.runq_ns // 0) == 0 and (.preempt_pid // 0) == 0' <<<"$got"
+	expect "without offcpu records still named cpu_contention: $(anomalies "$T/re_nooff.jsonl" "$INST")" \
+		jqe '[.[] | select(.kind == "cpu_contention")] | length == 0' <<<"$(anomalies "$T/re_nooff.jsonl" "$INST")"
+fi
+report diag_replay_cpu
 
 # ------------------------------------------------------------------- nvtx --
 # 30 rounds marked with NVTX as CUPTI reports it (gpu_live -M): each a
