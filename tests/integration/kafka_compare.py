@@ -54,6 +54,12 @@ def rid(m):
     return None
 
 
+def run_of(m):
+    """the run part of a message's infertrace-id, or None"""
+    mm = RID_RE.match(m["rid"]) if isinstance(m["rid"], str) else None
+    return mm.group("run") if mm else None
+
+
 def is_subseq(a, b):
     """a is a subsequence of b"""
     i = 0
@@ -103,9 +109,34 @@ def main():
         msgs = allm
 
     lines = []
-    for path in files:
+    first = set()  # the first file's lines (suffix-killed)
+    for n, path in enumerate(files):
         with open(path, encoding="utf-8", errors="replace") as f:
-            lines.extend(x for x in f.read().split("\n") if x)
+            got = [x for x in f.read().split("\n") if x]
+        lines.extend(got)
+        if n == 0:
+            first.update(got)
+
+    # suffix-killed: the first file's run was killed, and the file lost the
+    # tail its stdio buffer held while Kafka's spill had it. Those records
+    # are the first run's (its infertrace-id run) and later than every one
+    # of its records that the file has; they are set aside, counted, and
+    # the rest compared as in suffix
+    lost, run1, lost_misplaced = set(), None, []
+    if mode == "suffix-killed":
+        seqs = {}
+        for m in msgs:
+            mm = RID_RE.match(m["rid"]) if isinstance(m["rid"], str) else None
+            if mm and m.get("payload") in first:
+                seqs.setdefault(mm.group("run"), []).append(int(mm.group("seq")))
+        if seqs:
+            run1 = max(seqs, key=lambda r: len(seqs[r]))
+            last1 = max(seqs[run1])
+            for m in msgs:
+                mm = RID_RE.match(m["rid"]) if isinstance(m["rid"], str) else None
+                if (mm and mm.group("run") == run1 and int(mm.group("seq")) > last1
+                        and m.get("payload") not in first):
+                    lost.add(m["rid"])
 
     # which topics each record type went to (keys in jq's group_by order)
     by_type = {}
@@ -123,8 +154,15 @@ def main():
     kseq = {}
     for tk in sorted(groups, key=lambda g: (jq_order(g[0]), jq_order(json.loads(g[1])))):
         g = groups[tk]
-        vals = [x.get("payload") for x in sorted(
-            g, key=lambda x: (jq_order(x.get("partition")), jq_order(x.get("offset"))))]
+        ordered = sorted(
+            g, key=lambda x: (jq_order(x.get("partition")), jq_order(x.get("offset"))))
+        vals = [x.get("payload") for x in ordered if x["rid"] not in lost]
+        # the lost tail sits between the first run's other records and the
+        # second run's: classes 0 (first run), 1 (lost tail), 2 (the rest)
+        if lost:
+            cls = [1 if x["rid"] in lost else 0 if run_of(x) == run1 else 2 for x in ordered]
+            if cls != sorted(cls):
+                lost_misplaced.append("%s %s" % (text(tk[0]), text(json.loads(tk[1]))))
         kseq["%s %s" % (text(tk[0]), text(json.loads(tk[1])))] = {
             "parts": len({json.dumps(x.get("partition")) for x in g}),
             "vals": vals,
@@ -196,8 +234,10 @@ def main():
         "file_records": len(recs),
         "unmapped": sorted({json.dumps(v.get("type")) for _, v, t in recs if t is None},
                            key=lambda s: jq_order(json.loads(s))),
-        "mismatch": mismatch[:5],
-        "n_mismatch": len(mismatch),
+        "mismatch": (mismatch + ["%s: a record of the first file's lost tail out of order" % k
+                                 for k in lost_misplaced])[:5],
+        "n_mismatch": len(mismatch) + len(lost_misplaced),
+        "first_tail_lost": len(lost),
         "type_topic": tmap,
         "kafka_by_topic": {text(k): by_topic[k] for k in sorted(by_topic, key=jq_order)},
     }
