@@ -1309,6 +1309,64 @@ static void test_relearn_not_blind(void **state)
 		assert_int_equal(g->a[i].kind, DIAG_KIND_GPU_SLOW);
 }
 
+/*
+ * A bootstrap longer than a level shift (bootstrap 200): a second shift
+ * accepted while the key still learns again after the first is judged
+ * against the first model times both ratios (1.3 x 1.3), so the level is
+ * not flagged once accepted and a stall on it still is.
+ */
+static void test_relearn_twice(void **state)
+{
+	struct got g = {0};
+	struct diag_det_opts o = {
+	    .sz = sizeof(o), .anomaly = on_anomaly, .anomaly_ctx = &g, .bootstrap = 200};
+	struct diag_det *d = diag_det__new(&o);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+	int n;
+
+	(void)state;
+	assert_non_null(d);
+	rs = 88172645463325252ULL;
+	for (int i = 0; i < 400; i++) {
+		mk_level(&s, &ts, 8 + i % 4, 1, 0);
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g.n, 0);
+	for (int level = 1; level <= 2; level++) {
+		double f = level == 1 ? 1.3 : 1.69;
+
+		for (int i = 0;; i++) {
+			assert_true(i < 200);
+			mk_level(&s, &ts, 8 + i % 4, f, 0);
+			diag_det__add_step(d, &s, &v);
+			if (!v.anomalous && !v.held && i >= 64)
+				break;
+		}
+		for (int i = 0; i < 10; i++) {
+			mk_level(&s, &ts, 8 + i % 4, f, 0);
+			diag_det__add_step(d, &s, &v);
+			assert_true(v.judged);
+			assert_false(v.anomalous || v.held);
+		}
+	}
+	n = g.n;
+	mk_level(&s, &ts, 9, 1.69, 40e6);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	assert_int_equal(g.n, n + 1);
+	assert_int_equal(g.a[n].kind, DIAG_KIND_HOST_STALL);
+	/* 1.69 x the first level, judged against the first model: within a few percent */
+	assert_true(g.a[n].expected_ns > 1.6 * 24e6 && g.a[n].expected_ns < 2.1 * 24e6);
+	for (int i = 0; i < 300; i++) {
+		mk_level(&s, &ts, 8 + i % 4, 1.69, 0);
+		diag_det__add_step(d, &s, &v);
+		assert_false(i > 0 && (v.anomalous || v.held));
+	}
+	diag_det__free(d);
+}
+
 static void test_bad_baseline_and_steps(void **state)
 {
 	char path[] = "/tmp/test_detect_bad_XXXXXX";
@@ -1620,6 +1678,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_bootstrap_stall, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_level_under_raised_limit, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_relearn_not_blind, fx_setup, fx_teardown),
+	    cmocka_unit_test(test_relearn_twice),
 	    cmocka_unit_test_setup_teardown(test_noise, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_noise_no_breakdown, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_small_spike, fx_setup, fx_teardown),
