@@ -395,6 +395,95 @@ static int cmp_rec(const void *a, const void *b)
 	return x->launch < y->launch ? -1 : x->launch > y->launch;
 }
 
+/* the first of a pid's n records (sorted by launch) launched at or after t */
+static size_t rec_lower(const struct srec *r, size_t n, uint64_t t)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (r[mid].launch < t)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* an event's end, saturated (a forged duration does not wrap around) */
+static uint64_t cpu_end(const struct diag_cpu_event *e)
+{
+	return e->dur_ns > UINT64_MAX - e->ts_ns ? UINT64_MAX : e->ts_ns + e->dur_ns;
+}
+
+/*
+ * CPU events in lookup order (cut_all sorts them, measure() searches): by
+ * pid; then a process's network windows (group 0) by start; then each
+ * thread's (group tid + 1) off-CPU intervals (class 0) and slow syscalls
+ * (class 1) by end. One thread is off the CPU once at a time and in one
+ * syscall at a time, so a class of one thread is disjoint intervals, in
+ * the order of their starts too.
+ */
+struct ckey {
+	uint32_t pid;
+	uint8_t cls;
+	uint64_t grp, t;
+};
+
+static struct ckey cpu_key(const struct diag_cpu_event *e)
+{
+	if (e->kind == DIAG_CPU_NET)
+		return (struct ckey){e->pid, 0, 0, e->ts_ns};
+	return (struct ckey){e->pid, e->kind == DIAG_CPU_SYSCALL, (uint64_t)e->tid + 1, cpu_end(e)};
+}
+
+static int cmp_ckey(const struct ckey *x, const struct ckey *y)
+{
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	if (x->grp != y->grp)
+		return x->grp < y->grp ? -1 : 1;
+	if (x->cls != y->cls)
+		return x->cls < y->cls ? -1 : 1;
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
+static int cmp_cpu(const void *a, const void *b)
+{
+	struct ckey x = cpu_key(&((const struct scpu *)a)->e),
+		    y = cpu_key(&((const struct scpu *)b)->e);
+
+	return cmp_ckey(&x, &y);
+}
+
+/* whether e is of (pid, grp, cls) */
+static bool cpu_in(const struct diag_cpu_event *e, uint32_t pid, uint64_t grp, uint8_t cls)
+{
+	struct ckey k = cpu_key(e);
+
+	return k.pid == pid && k.grp == grp && k.cls == cls;
+}
+
+/* the first held CPU event whose key is at least (pid, grp, cls, t) */
+static size_t cpu_lower(const struct diag_seg *sg, uint32_t pid, uint64_t grp, uint8_t cls,
+			uint64_t t)
+{
+	struct ckey want = {pid, cls, grp, t};
+	size_t lo = 0, hi = sg->nc;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		struct ckey k = cpu_key(&sg->c[mid].e);
+
+		if (cmp_ckey(&k, &want) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static int cmp_mark(const void *a, const void *b)
 {
 	const struct smark *x = a, *y = b;
@@ -634,11 +723,10 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 	int64_t comm = 0;
 
 	s->kernels = s->graph_kernels = s->memcpys = 0;
-	for (size_t i = 0; i < n; i++) {
+	/* the pid's records are sorted by launch (cut_all): those launched in the step */
+	for (size_t i = rec_lower(r, n, ct->start); i < n && r[i].launch <= ct->end; i++) {
 		const struct srec *x = &r[i];
 
-		if (x->launch < ct->start || x->launch > ct->end)
-			continue;
 		if (x->kind == CORR_KIND_KERNEL) {
 			s->kernels++;
 			s->graph_kernels += x->graph;
@@ -742,46 +830,54 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 	} by[PREEMPTORS] = {0};
 	size_t nby = 0;
 
-	for (size_t i = 0; i < sg->nc; i++) {
-		const struct diag_cpu_event *e = &sg->c[i].e;
-		uint64_t a, b;
+	/* the process's network windows that began in the step */
+	for (size_t i = cpu_lower(sg, s->pid, 0, 0, ct->start);
+	     i < sg->nc && cpu_in(&sg->c[i].e, s->pid, 0, 0) && sg->c[i].e.ts_ns < ct->end; i++)
+		s->net_bytes += (int64_t)sg->c[i].e.bytes;
+	/*
+	 * the launching thread's off-CPU intervals (class 0) and slow syscalls
+	 * (1) that overlap the step: from the first that ends in or after it,
+	 * until one starts after it (a class of one thread is disjoint
+	 * intervals, so the rest start later still)
+	 */
+	for (uint8_t cls = 0; cls < 2; cls++)
+		for (size_t i = cpu_lower(sg, s->pid, (uint64_t)ct->tid + 1, cls, ct->start);
+		     i < sg->nc && cpu_in(&sg->c[i].e, s->pid, (uint64_t)ct->tid + 1, cls) &&
+		     sg->c[i].e.ts_ns <= ct->end;
+		     i++) {
+			const struct diag_cpu_event *e = &sg->c[i].e;
+			uint64_t a = e->ts_ns > ct->start ? e->ts_ns : ct->start;
+			uint64_t b = cpu_end(e) < ct->end ? cpu_end(e) : ct->end;
 
-		if (e->kind == DIAG_CPU_NET) {
-			if (e->pid == s->pid && e->ts_ns >= ct->start && e->ts_ns < ct->end)
-				s->net_bytes += (int64_t)e->bytes;
-			continue;
-		}
-		if (e->pid != s->pid || e->tid != ct->tid || e->ts_ns > ct->end ||
-		    e->ts_ns + e->dur_ns < ct->start)
-			continue;
-		a = e->ts_ns > ct->start ? e->ts_ns : ct->start;
-		b = e->ts_ns + e->dur_ns < ct->end ? e->ts_ns + e->dur_ns : ct->end;
-		switch (e->kind) {
-		case DIAG_CPU_OFFCPU:
-			s->offcpu_ns = (s->offcpu_ns < 0 ? 0 : s->offcpu_ns) + (int64_t)(b - a);
-			break;
-		case DIAG_CPU_RUNQ:
-			s->runq_ns = (s->runq_ns < 0 ? 0 : s->runq_ns) + (int64_t)(b - a);
-			if (e->other_pid) {
-				size_t k = 0;
+			switch (e->kind) {
+			case DIAG_CPU_OFFCPU:
+				s->offcpu_ns =
+				    (s->offcpu_ns < 0 ? 0 : s->offcpu_ns) + (int64_t)(b - a);
+				break;
+			case DIAG_CPU_RUNQ:
+				s->runq_ns = (s->runq_ns < 0 ? 0 : s->runq_ns) + (int64_t)(b - a);
+				if (e->other_pid) {
+					size_t k = 0;
 
-				while (k < nby && by[k].pid != e->other_pid)
-					k++;
-				if (k == nby && nby < PREEMPTORS)
-					by[nby++].pid = e->other_pid;
-				if (k < nby)
-					by[k].ns += b - a;
+					while (k < nby && by[k].pid != e->other_pid)
+						k++;
+					if (k == nby && nby < PREEMPTORS)
+						by[nby++].pid = e->other_pid;
+					if (k < nby)
+						by[k].ns += b - a;
+				}
+				break;
+			case DIAG_CPU_SYSCALL:
+				s->slow_syscalls =
+				    (s->slow_syscalls < 0 ? 0 : s->slow_syscalls) + 1;
+				s->slow_syscall_ns =
+				    (s->slow_syscall_ns < 0 ? 0 : s->slow_syscall_ns) +
+				    (int64_t)(b - a);
+				break;
+			default:
+				break;
 			}
-			break;
-		case DIAG_CPU_SYSCALL:
-			s->slow_syscalls = (s->slow_syscalls < 0 ? 0 : s->slow_syscalls) + 1;
-			s->slow_syscall_ns =
-			    (s->slow_syscall_ns < 0 ? 0 : s->slow_syscall_ns) + (int64_t)(b - a);
-			break;
-		default:
-			break;
 		}
-	}
 	size_t best = 0;
 
 	for (size_t k = 1; k < nby; k++)
@@ -1038,6 +1134,9 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 		qsort(sg->r, sg->nr, sizeof(*sg->r), cmp_rec);
 	if (sg->nm > 1)
 		qsort(sg->m, sg->nm, sizeof(*sg->m), cmp_mark);
+	/* each step then finds its CPU events by binary search (measure()) */
+	if (sg->nc > 1)
+		qsort(sg->c, sg->nc, sizeof(*sg->c), cmp_cpu);
 	while (i < sg->nr || j < sg->nm) {
 		uint32_t pid;
 		size_t ie = i, je = j;

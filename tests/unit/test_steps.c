@@ -442,6 +442,141 @@ static void test_auto_cycles_and_breakdown(void **state)
 	free(g);
 }
 
+/*
+ * Each step finds its CPU events by binary search (steps.c: cpu_lower()):
+ * against a scan of every event, on 60 steps of the launcher (tid 7) with
+ * made-up events in random order: its off-CPU, run-queue and syscall
+ * intervals (disjoint per class, as one thread's are), some across a step
+ * boundary or over several steps, a syscall holding an off-CPU interval,
+ * other threads' and another process's, and network windows of any
+ * thread; cut in two batches, as live: an event reaches the segmenter once
+ * it ended, so the steps of the first cut count those that ended before
+ * it, and every step of the second all of them.
+ */
+#define LK_STEPS 60
+#define LK_EV 600
+static uint64_t lk_rs = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t lk_rand(uint64_t n)
+{
+	lk_rs ^= lk_rs << 13;
+	lk_rs ^= lk_rs >> 7;
+	lk_rs ^= lk_rs << 17;
+	return lk_rs % n;
+}
+
+static void test_cpu_lookup_matches_scan(void **state)
+{
+	struct diag_seg_opts o = {.sz = sizeof(o), .hold_ns = 1000000};
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_cpu_event *ev = calloc(LK_EV, sizeof(*ev));
+	size_t n = 0, n1 = 0;
+	int cut1;
+	const uint64_t now = 10000000ULL * (LK_STEPS / 2);
+	/* the next free time of (thread 7, 8, class 0, 1) */
+	uint64_t next[2][2] = {{5000000, 5000000}, {5000000, 5000000}};
+
+	(void)state;
+	assert_non_null(g);
+	assert_non_null(ev);
+	o.step = on_step;
+	o.step_ctx = g;
+	g->sg = diag_seg__new(&o);
+	for (int st = 0; st < LK_STEPS; st++) {
+		uint64_t t0 = 10000000ULL * (st + 1);
+
+		add_k(g->sg, 7, t0, t0 + 10000, 2000000, "gemm", CORR_KIND_KERNEL, 0);
+		add_k(g->sg, 7, t0 + 30000, t0 + 4010000, 5000, "Memcpy DtoH", CORR_KIND_MEMCPY, 2);
+	}
+	while (n < LK_EV - 8) {
+		int th = (int)lk_rand(2), cls = (int)lk_rand(2);
+		uint64_t gap = lk_rand(3000000),
+			 dur = lk_rand(8) ? lk_rand(900000) : lk_rand(25000000);
+		struct diag_cpu_event e = {
+		    .pid = 7, .tid = 7 + th, .ts_ns = next[th][cls] + gap, .dur_ns = dur};
+
+		if (e.ts_ns > 10000000ULL * (LK_STEPS + 1))
+			break;
+		next[th][cls] = e.ts_ns + dur + 1;
+		e.kind = cls ? DIAG_CPU_SYSCALL : lk_rand(2) ? DIAG_CPU_RUNQ : DIAG_CPU_OFFCPU;
+		e.other_pid = e.kind == DIAG_CPU_RUNQ ? 90 + (uint32_t)lk_rand(3) : 0;
+		ev[n++] = e;
+		if (!lk_rand(4))
+			ev[n++] = (struct diag_cpu_event){.kind = DIAG_CPU_NET,
+							  .pid = lk_rand(4) ? 7 : 9,
+							  .tid = 7 + (uint32_t)lk_rand(3),
+							  .ts_ns = e.ts_ns + lk_rand(1000000),
+							  .dur_ns = 500000,
+							  .bytes = 1 + lk_rand(5000)};
+		if (!lk_rand(8))
+			ev[n++] = (struct diag_cpu_event){.kind = DIAG_CPU_OFFCPU,
+							  .pid = 9,
+							  .tid = 7,
+							  .ts_ns = e.ts_ns,
+							  .dur_ns = dur};
+	}
+	for (size_t i = n; i > 1; i--) { /* shuffled */
+		size_t j = lk_rand(i);
+		struct diag_cpu_event x = ev[i - 1];
+
+		ev[i - 1] = ev[j];
+		ev[j] = x;
+	}
+	/* those ended by now first (the rest behind them), each half shuffled */
+	for (size_t i = 0; i < n; i++)
+		if (ev[i].ts_ns + ev[i].dur_ns <= now) {
+			struct diag_cpu_event x = ev[n1];
+
+			ev[n1++] = ev[i];
+			ev[i] = x;
+		}
+	for (size_t i = 0; i < n1; i++)
+		assert_int_equal(diag_seg__add_cpu(g->sg, &ev[i]), 0);
+	assert_int_equal(diag_seg__advance(g->sg, now), 0);
+	cut1 = g->n;
+	assert_true(cut1 > 10 && cut1 < LK_STEPS);
+	for (size_t i = n1; i < n; i++)
+		assert_int_equal(diag_seg__add_cpu(g->sg, &ev[i]), 0);
+	assert_int_equal(diag_seg__flush(g->sg), 0);
+	assert_int_equal(g->n, LK_STEPS);
+	for (int k = 0; k < g->n; k++) {
+		const struct diag_step *s = &g->s[k];
+		uint64_t lo = s->start_ns, hi = s->start_ns + s->dur_ns;
+		int64_t off = 0, rq = 0, sc = 0, scn = 0, net = 0;
+
+		for (size_t i = 0; i < (k < cut1 ? n1 : n); i++) {
+			const struct diag_cpu_event *e = &ev[i];
+			uint64_t a = e->ts_ns > lo ? e->ts_ns : lo;
+			uint64_t b = e->ts_ns + e->dur_ns < hi ? e->ts_ns + e->dur_ns : hi;
+
+			if (e->pid != 7)
+				continue;
+			if (e->kind == DIAG_CPU_NET) {
+				net += e->ts_ns >= lo && e->ts_ns < hi ? (int64_t)e->bytes : 0;
+				continue;
+			}
+			if (e->tid != 7 || e->ts_ns > hi || e->ts_ns + e->dur_ns < lo)
+				continue;
+			if (e->kind == DIAG_CPU_OFFCPU)
+				off += (int64_t)(b - a);
+			else if (e->kind == DIAG_CPU_RUNQ)
+				rq += (int64_t)(b - a);
+			else {
+				sc += (int64_t)(b - a);
+				scn++;
+			}
+		}
+		assert_int_equal(s->offcpu_ns, off);
+		assert_int_equal(s->runq_ns, rq);
+		assert_int_equal(s->slow_syscall_ns, scn ? sc : -1);
+		assert_int_equal(s->slow_syscalls, scn ? scn : -1);
+		assert_int_equal(s->net_bytes, net);
+	}
+	diag_seg__free(g->sg);
+	free(ev);
+	free(g);
+}
+
 struct count_got {
 	uint64_t steps, bad_seq;
 	uint64_t seq_of_7[8];
@@ -600,6 +735,7 @@ int main(void)
 	    cmocka_unit_test(test_hta_profiler_steps),
 	    cmocka_unit_test(test_metadata_and_usdt),
 	    cmocka_unit_test(test_auto_cycles_and_breakdown),
+	    cmocka_unit_test(test_cpu_lookup_matches_scan),
 	    cmocka_unit_test(test_processes_in_time_order),
 	    cmocka_unit_test(test_many_processes_pruned),
 	    cmocka_unit_test(test_cpu_events_without_steps),
