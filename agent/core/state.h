@@ -152,6 +152,8 @@ struct agent {
 	struct ring_buffer *rb;	     /* loader_open_rings(): rb_sched and rb_misc */
 	/* IN_RB_CUDA, IN_RB: that one's callback runs; its ring_buffer__consume() must not nest */
 	uint8_t in_ring;
+	/* --replay: set by SIGINT / SIGTERM (main.c); the step segmenter's cut stops on it */
+	const volatile sig_atomic_t *stop;
 	struct sink *sinks[MAX_SINKS];
 	int n_sinks;
 	struct agent_counters cnt;

@@ -338,6 +338,7 @@ int diag_new(struct agent *a, struct diag **out)
 	    .no_anchor = dopt->no_anchor,
 	    .step = emit_step,
 	    .log = agent_lib_log,
+	    .stop = a->stop,
 	};
 	struct diag_det_opts o = dopt->det;
 	int err;

@@ -329,6 +329,8 @@ static void emit_diag_status(struct replay *r, const char *path, int err)
 		return;
 	json_object_set_new(o, "file", rec_string(path));
 	json_object_set_new(o, "ok", json_boolean(!err));
+	if (err == -EINTR)
+		json_object_set_new(o, "interrupted", json_true());
 	json_object_set_new(o, "steps", json_integer((json_int_t)r->dg->steps));
 	json_object_set_new(o, "judged", json_integer((json_int_t)dc->judged));
 	json_object_set_new(o, "bootstrapping", json_integer((json_int_t)dc->bootstrapping));
@@ -519,6 +521,7 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 	struct corr_input in = {0};
 	int err, cerr;
 
+	a->stop = stop; /* the step segmenter's one cut at the end stops on it too */
 	files[0] = path;
 	for (int i = 1; i < nfiles; i++)
 		files[i] = opts->replay_ranks[i - 1];
@@ -572,6 +575,11 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 	if (r.dg) {
 		int derr = diag_finish(r.dg);
 
+		if (derr == -EINTR)
+			pr_warn(
+			    "replay: %s: stopped by a signal while cutting steps: the steps cut "
+			    "so far were judged (diag_status.interrupted)",
+			    path);
 		if (derr && !err)
 			err = derr;
 		emit_diag_status(&r, path, err);

@@ -139,6 +139,12 @@ struct diag_seg_opts {
 	/* live: steps are cut once their end is older than now - hold_ns; 0: 2 s */
 	uint64_t hold_ns;
 	uint32_t capacity; /* GPU records held; 0: 1 << 20; more are counted and dropped */
+	/*
+	 * May be NULL. Set non-zero (from a signal handler) to stop a cut
+	 * between two steps (a replay's one cut of a whole recording can take
+	 * long): the steps cut so far are sent, and the call returns -EINTR
+	 */
+	const volatile sig_atomic_t *stop;
 	diag_step_fn step;
 	void *step_ctx;
 	diag_log_fn log; /* may be NULL */

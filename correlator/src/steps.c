@@ -1052,6 +1052,10 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 	for (size_t i = 0; i < nc; i++) {
 		struct diag_step *s = &st[ns];
 
+		if (sg->o.stop && *sg->o.stop) {
+			err = -EINTR; /* the steps measured so far still go out */
+			break;
+		}
 		if (cuts[i].end > upto || cuts[i].end <= ps->done_until)
 			continue;
 		diag_step_init(s);
@@ -1149,6 +1153,10 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 			ie++;
 		while (je < sg->nm && sg->m[je].pid == pid)
 			je++;
+		if (sg->o.stop && *sg->o.stop) {
+			send_steps(sg);
+			return -EINTR;
+		}
 		/* no pointer arithmetic on an array not allocated yet (NULL + 0) */
 		err = cut_pid(sg, pid, sg->r ? sg->r + i : NULL, ie - i, sg->m ? sg->m + j : NULL,
 			      je - j, upto);

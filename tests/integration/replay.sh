@@ -26,7 +26,11 @@
 #                         SIGINT in the middle of a long replay: exit 1 (not
 #                         killed by the signal), "stopped by a signal",
 #                         replay_status interrupted=true, the records read so
-#                         far written (issue 18 #13)
+#                         far written (issue 18 #13). Then SIGINT while the
+#                         steps of a whole recording are cut (12,000 steps of
+#                         one instant, each holding every record: minutes of
+#                         cutting): exit 1 within 3 s, the steps cut so far
+#                         written and judged, diag_status interrupted=true
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -260,4 +264,36 @@ n=$(jq -r -n -R '[inputs | fromjson? | select(.type == "kernel")] | length' "$OU
 expect "SIGINT mid-replay: $n kernel records written, want some and fewer than 400000" between "$n" 1 399999
 expect "SIGINT mid-replay: replay_status.gpu_records $(status | jq .gpu_records) != $n records" \
 	eq "$(status | jq .gpu_records)" "$n"
+# SIGINT in the one cut at the end: 12,000 automatic steps at one instant
+awk 'BEGIN { for (s = 0; s < 12000; s++) { for (k = 0; k < 4; k++)
+	printf "{\"schema\":1,\"type\":\"%s\",\"pid\":100,\"tid\":100,\"correlation_id\":%d,\"start_ns\":5000,\"end_ns\":6000,\"copy_kind\":%d,\"launch_ts_ns\":4000,\"launch_api\":\"cudaLaunchKernel\"}\n",
+		k == 3 ? "memcpy" : "kernel", 4 * s + k + 1, k == 3 ? 2 : 0 } }' >"$T/instant.jsonl"
+OUT=$T/out/stop_cut.jsonl ERR=$T/stop_cut.err
+"$AGENT" --replay "$T/instant.jsonl" -o "$OUT" 2>"$ERR" &
+pid=$!
+# until the records are read (the cut follows), bounded
+for ((i = 0; i < 600; i++)); do
+	grep -q 'GPU records, .* joined' "$ERR" && break
+	sleep 0.1
+done
+sleep 0.5
+kill -INT "$pid"
+for ((i = 0; i < 30; i++)); do
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+if kill -0 "$pid" 2>/dev/null; then
+	fail_because "SIGINT while cutting: still running 3 s after it"
+	kill -9 "$pid"
+fi
+wait "$pid"
+rc=$?
+expect "SIGINT while cutting: exit $rc, want 1" eq "$rc" 1
+ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OUT")
+n=$(jq -r -n -R '[inputs | fromjson? | select(.type == "step")] | length' "$OUT")
+expect "SIGINT while cutting: diag_status $ds, want interrupted, not ok, $n steps" \
+	jqe --argjson n "$n" '.interrupted and (.ok | not) and .steps == $n' <<<"$ds"
+expect "SIGINT while cutting: $n steps written, want some and fewer than 12000" between "$n" 1 11999
+expect "SIGINT while cutting: no 'stopped by a signal while cutting steps' in $(tail -n 2 "$ERR" | tr '\n' '|')" \
+	grep -q 'stopped by a signal while cutting steps' "$ERR"
 report replay_stop
