@@ -407,14 +407,21 @@ struct diag_det *diag_det__new(const struct diag_det_opts *opts)
 	return d;
 }
 
+/* the model before a level shift goes (relearn()): the new one has bootstrapped */
+static void prev_drop(struct dkey *k)
+{
+	if (k->prev)
+		dm_free(k->prev);
+	free(k->prev);
+	k->prev = NULL;
+}
+
 static void key_free(struct dkey *k)
 {
 	if (!k)
 		return;
 	dm_free(&k->m);
-	if (k->prev)
-		dm_free(k->prev);
-	free(k->prev);
+	prev_drop(k);
 	dk_free(&k->kern);
 	if (k->seq && !--k->seq->refs)
 		free(k->seq);
@@ -1388,23 +1395,28 @@ static int cmp_float(const void *a, const void *b)
 static int relearn(struct dkey *k)
 {
 	float r[LEVEL_SHIFT];
+	double med;
 
 	memcpy(r, k->run_r, sizeof(r));
 	qsort(r, LEVEL_SHIFT, sizeof(r[0]), cmp_float);
+	med = (r[LEVEL_SHIFT / 2 - 1] + r[LEVEL_SHIFT / 2]) / 2;
 	if (2 * k->run_gap >= LEVEL_SHIFT)
 		memset(&k->gap, 0, sizeof(k->gap));
 	k->consec = 0;
 	k->run_gap = 0;
 	memset(k->modes, 0, sizeof(k->modes));
-	if (k->prev) {
-		/* shifted again before the new model took over: the old one stays */
-		dm_free(&k->m);
-		k->prev_r *= (r[LEVEL_SHIFT / 2 - 1] + r[LEVEL_SHIFT / 2]) / 2;
-	} else if ((k->prev = malloc(sizeof(*k->prev)))) {
+	if (!k->prev && (k->prev = malloc(sizeof(*k->prev)))) {
 		*k->prev = k->m;
-		k->prev_r = (r[LEVEL_SHIFT / 2 - 1] + r[LEVEL_SHIFT / 2]) / 2;
+		k->prev_r = med;
 	} else {
-		dm_free(&k->m); /* no memory for it: blind until the new model bootstraps */
+		/*
+		 * shifted again before the new model took over: the old one
+		 * stays, the ratios compound; or no memory for it: blind until
+		 * the new model bootstraps
+		 */
+		if (k->prev)
+			k->prev_r *= med;
+		dm_free(&k->m);
 	}
 	k->steps = 0;
 	return dm_init(&k->m) ? -ENOMEM : 0;
@@ -1585,12 +1597,8 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *rs, struct di
 	if (!k)
 		return d->kused >= d->o.max_keys ? -ENOSPC : -ENOMEM;
 	k->steps++;
-	if (k->prev && k->steps > d->o.bootstrap) {
-		/* the new model has bootstrapped: the one before the shift goes */
-		dm_free(k->prev);
-		free(k->prev);
-		k->prev = NULL;
-	}
+	if (k->steps > d->o.bootstrap)
+		prev_drop(k);
 	expect(d, k, s, &j);
 	limits(d, k, &j);
 	if (j.med > 0 && (k->steps > d->o.bootstrap || j.m != &k->m))

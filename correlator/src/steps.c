@@ -840,14 +840,17 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 	 * until one starts after it (a class of one thread is disjoint
 	 * intervals, so the rest start later still)
 	 */
+	uint64_t grp = (uint64_t)ct->tid + 1;
+
 	for (uint8_t cls = 0; cls < 2; cls++)
-		for (size_t i = cpu_lower(sg, s->pid, (uint64_t)ct->tid + 1, cls, ct->start);
-		     i < sg->nc && cpu_in(&sg->c[i].e, s->pid, (uint64_t)ct->tid + 1, cls) &&
+		for (size_t i = cpu_lower(sg, s->pid, grp, cls, ct->start);
+		     i < sg->nc && cpu_in(&sg->c[i].e, s->pid, grp, cls) &&
 		     sg->c[i].e.ts_ns <= ct->end;
 		     i++) {
 			const struct diag_cpu_event *e = &sg->c[i].e;
+			uint64_t end = cpu_end(e);
 			uint64_t a = e->ts_ns > ct->start ? e->ts_ns : ct->start;
-			uint64_t b = cpu_end(e) < ct->end ? cpu_end(e) : ct->end;
+			uint64_t b = end < ct->end ? end : ct->end;
 
 			switch (e->kind) {
 			case DIAG_CPU_OFFCPU:
