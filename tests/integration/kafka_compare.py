@@ -54,10 +54,10 @@ def rid(m):
     return None
 
 
-def run_of(m):
-    """the run part of a message's infertrace-id, or None"""
+def rid_parts(m):
+    """a message's infertrace-id as (run, seq), or (None, None)"""
     mm = RID_RE.match(m["rid"]) if isinstance(m["rid"], str) else None
-    return mm.group("run") if mm else None
+    return (mm.group("run"), int(mm.group("seq"))) if mm else (None, None)
 
 
 def is_subseq(a, b):
@@ -126,16 +126,15 @@ def main():
     if mode == "suffix-killed":
         seqs = {}
         for m in msgs:
-            mm = RID_RE.match(m["rid"]) if isinstance(m["rid"], str) else None
-            if mm and m.get("payload") in first:
-                seqs.setdefault(mm.group("run"), []).append(int(mm.group("seq")))
+            run, seq = rid_parts(m)
+            if run is not None and m.get("payload") in first:
+                seqs.setdefault(run, []).append(seq)
         if seqs:
             run1 = max(seqs, key=lambda r: len(seqs[r]))
             last1 = max(seqs[run1])
             for m in msgs:
-                mm = RID_RE.match(m["rid"]) if isinstance(m["rid"], str) else None
-                if (mm and mm.group("run") == run1 and int(mm.group("seq")) > last1
-                        and m.get("payload") not in first):
+                run, seq = rid_parts(m)
+                if run == run1 and seq > last1 and m.get("payload") not in first:
                     lost.add(m["rid"])
 
     # which topics each record type went to (keys in jq's group_by order)
@@ -156,14 +155,15 @@ def main():
         g = groups[tk]
         ordered = sorted(
             g, key=lambda x: (jq_order(x.get("partition")), jq_order(x.get("offset"))))
+        name = "%s %s" % (text(tk[0]), text(json.loads(tk[1])))
         vals = [x.get("payload") for x in ordered if x["rid"] not in lost]
         # the lost tail sits between the first run's other records and the
         # second run's: classes 0 (first run), 1 (lost tail), 2 (the rest)
         if lost:
-            cls = [1 if x["rid"] in lost else 0 if run_of(x) == run1 else 2 for x in ordered]
+            cls = [1 if x["rid"] in lost else 0 if rid_parts(x)[0] == run1 else 2 for x in ordered]
             if cls != sorted(cls):
-                lost_misplaced.append("%s %s" % (text(tk[0]), text(json.loads(tk[1]))))
-        kseq["%s %s" % (text(tk[0]), text(json.loads(tk[1])))] = {
+                lost_misplaced.append(name)
+        kseq[name] = {
             "parts": len({json.dumps(x.get("partition")) for x in g}),
             "vals": vals,
         }
@@ -210,10 +210,9 @@ def main():
 
     runs = {}
     for m in msgs:
-        r = m["rid"]
-        mm = RID_RE.match(r) if isinstance(r, str) else None
-        if mm:
-            runs.setdefault(mm.group("run"), set()).add(int(mm.group("seq")))
+        run, seq = rid_parts(m)
+        if run is not None:
+            runs.setdefault(run, set()).add(seq)
     id_gaps = [run for run in sorted(runs)
                if min(runs[run]) != 1 or len(runs[run]) != max(runs[run])]
 

@@ -216,20 +216,26 @@ else
 fi
 
 # ------------------------------------------------------------------- stop --
-# stopped PID SIG WHAT: signal the agent, wait (bounded) for its exit
-stopped() {
-	local pid=$1 sig=$2 what=$3 i rc
+# signalled PID SIG WHAT SECS: signal the agent, wait at most SECS for its
+# exit (then kill -9 and say so); its exit status in rc
+signalled() {
+	local pid=$1 sig=$2 what=$3 secs=$4 i
 	kill -"$sig" "$pid"
-	for ((i = 0; i < 300; i++)); do
+	for ((i = 0; i < secs * 10; i++)); do
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.1
 	done
 	if kill -0 "$pid" 2>/dev/null; then
-		fail_because "$what: still running 30 s after SIG$sig"
+		fail_because "$what: still running $secs s after SIG$sig"
 		kill -9 "$pid"
 	fi
 	wait "$pid"
 	rc=$?
+}
+# stopped PID SIG WHAT: signalled within 30 s, exit 1, replay_status interrupted
+stopped() {
+	local what=$3 rc
+	signalled "$1" "$2" "$what" 30
 	expect "$what: exit $rc, want 1 (not killed by the signal)" eq "$rc" 1
 	expect "$what: no 'stopped by a signal' in $(tail -n 2 "$ERR" | tr '\n' '|')" \
 		grep -q 'stopped by a signal' "$ERR"
@@ -277,17 +283,7 @@ for ((i = 0; i < 600; i++)); do
 	sleep 0.1
 done
 sleep 0.5
-kill -INT "$pid"
-for ((i = 0; i < 30; i++)); do
-	kill -0 "$pid" 2>/dev/null || break
-	sleep 0.1
-done
-if kill -0 "$pid" 2>/dev/null; then
-	fail_because "SIGINT while cutting: still running 3 s after it"
-	kill -9 "$pid"
-fi
-wait "$pid"
-rc=$?
+signalled "$pid" INT "SIGINT while cutting" 3
 expect "SIGINT while cutting: exit $rc, want 1" eq "$rc" 1
 ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OUT")
 n=$(jq -r -n -R '[inputs | fromjson? | select(.type == "step")] | length' "$OUT")
