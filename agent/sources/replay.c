@@ -349,6 +349,8 @@ static void emit_diag_status(struct replay *r, const char *path, int err)
 	json_object_set_new(o, "records_outside_steps",
 			    json_integer((json_int_t)(sc ? sc->outside : 0)));
 	json_object_set_new(o, "records_dropped", json_integer((json_int_t)(sc ? sc->dropped : 0)));
+	json_object_set_new(o, "cpu_events_overlapping",
+			    json_integer((json_int_t)(sc ? sc->cpu_overlaps : 0)));
 	rec_emit(r->a, REC_STATS, o);
 }
 

@@ -285,8 +285,10 @@ static int push_marker(struct diag_seg *sg, const struct smark *m)
 
 int diag_seg__add_marker(struct diag_seg *sg, const struct corr_marker *m)
 {
+	/* the end saturated: a forged duration does not wrap around */
 	struct smark k = {.ts = m->ts_ns,
-			  .end = m->ts_ns + m->dur_ns,
+			  .end =
+			      m->dur_ns > UINT64_MAX - m->ts_ns ? UINT64_MAX : m->ts_ns + m->dur_ns,
 			  .pid = m->pid,
 			  .tid = m->tid,
 			  .tokens = -1,
@@ -378,6 +380,12 @@ int diag_seg__add_cpu(struct diag_seg *sg, const struct diag_cpu_event *e)
 }
 
 /* ------------------------------------------------------------ cutting --- */
+
+/* a thread's entry (pidtab.h, keyed by tid): a time of its steps or markers */
+struct tidt {
+	struct pid_slot k;
+	uint64_t t;
+};
 
 struct cut {
 	uint64_t start, end;
@@ -484,6 +492,31 @@ static size_t cpu_lower(const struct diag_seg *sg, uint32_t pid, uint64_t grp, u
 	return lo;
 }
 
+/*
+ * A class of one thread is disjoint intervals as the kernel reports them;
+ * a forged recording's may overlap, and measure() would miss some (it
+ * stops at the first that starts after a step) and scan others for every
+ * step. Each starts where the one before it (by end) ended, and is
+ * counted; live and genuine recordings are untouched. sg->c is sorted.
+ */
+static void cpu_disjoint(struct diag_seg *sg)
+{
+	for (size_t i = 1; i < sg->nc; i++) {
+		struct diag_cpu_event *e = &sg->c[i].e;
+		const struct diag_cpu_event *p = &sg->c[i - 1].e;
+		struct ckey a = cpu_key(p), b = cpu_key(e);
+		uint64_t end;
+
+		if (!b.grp || a.pid != b.pid || a.grp != b.grp || a.cls != b.cls ||
+		    e->ts_ns >= cpu_end(p))
+			continue;
+		end = cpu_end(e); /* at least p's: the class is sorted by end */
+		e->ts_ns = cpu_end(p);
+		e->dur_ns = end - e->ts_ns;
+		sg->cnt.cpu_overlaps++;
+	}
+}
+
 static int cmp_mark(const void *a, const void *b)
 {
 	const struct smark *x = a, *y = b;
@@ -515,6 +548,19 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* a kernel of a step: its name and time (measure(): the top kernels) */
+struct ktime {
+	int32_t name;
+	uint64_t ns;
+};
+
+static int cmp_ktime(const void *a, const void *b)
+{
+	const struct ktime *x = a, *y = b;
+
+	return (x->name > y->name) - (x->name < y->name);
+}
+
 static int cmp_iv(const void *a, const void *b)
 {
 	const uint64_t *x = a, *y = b;
@@ -522,27 +568,40 @@ static int cmp_iv(const void *a, const void *b)
 	return x[0] < y[0] ? -1 : x[0] > y[0];
 }
 
-/* marker steps: step markers of the pid, the innermost of nested ones per thread */
-static size_t marker_cuts(struct smark *m, size_t n, struct cut *out)
+/*
+ * Marker steps: step markers of the pid, the innermost of nested ones per
+ * thread. The markers are sorted by start, the outer first at one start,
+ * so a marker is an outer one when a later step marker of its thread ends
+ * within it: one pass from the last, with each thread's least end so far
+ * (a scan forward from each marker took time quadratic in the markers
+ * where many overlap). Their order is kept.
+ */
+static int marker_cuts(struct smark *m, size_t n, struct cut *out, size_t *nout)
 {
-	size_t k = 0;
+	struct pidtab least; /* struct tidt by thread: the least end of its later step markers */
+	size_t k = n;
 
-	for (size_t i = 0; i < n; i++) {
-		bool outer = false;
+	pidtab_init(&least, sizeof(struct tidt));
+	for (size_t i = n; i-- > 0;) {
+		struct tidt *t;
 
 		if (!m[i].step)
 			continue;
-		for (size_t j = i + 1; j < n && m[j].ts <= m[i].end; j++)
-			if (m[j].step && m[j].tid == m[i].tid && m[j].end <= m[i].end) {
-				outer = true;
-				break;
-			}
-		if (outer)
+		t = pidtab_find(&least, m[i].tid);
+		if (t && t->t <= m[i].end)
 			continue;
-		out[k++] =
+		if (!t && !(t = pidtab_add(&least, m[i].tid))) {
+			pidtab_free(&least);
+			return -ENOMEM;
+		}
+		t->t = m[i].end;
+		out[--k] =
 		    (struct cut){m[i].ts, m[i].end, m[i].tid, &m[i], m[i].usdt ? "usdt" : "marker"};
 	}
-	return k;
+	pidtab_free(&least);
+	memmove(out, out + k, (n - k) * sizeof(*out));
+	*nout = n - k;
+	return 0;
 }
 
 /* automatic cycles of the launching thread */
@@ -714,17 +773,35 @@ static size_t anchor_cuts(struct smark *m, size_t nm, uint32_t tid, const struct
 	return k;
 }
 
-/* measure one step from the records launched inside it */
-static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, size_t n,
-		    struct diag_step *s, uint64_t *ivbuf, uint64_t *l2s, int32_t *ids)
+/*
+ * Whether time t is still the step's: until its end (inclusive), or until
+ * the next step of its thread starts (exclusive), if that comes first.
+ */
+static bool in_step(const struct cut *ct, uint64_t next, uint64_t t)
 {
-	size_t niv = 0, nl = 0, nid = 0;
+	return next <= ct->end ? t < next : t <= ct->end;
+}
+
+/*
+ * Measure one step from the records launched inside it, and its thread's
+ * CPU side. next: the start of the next step of its thread (UINT64_MAX:
+ * none). What comes after the next step started is the next step's: an
+ * engine that launches a step's work while the previous step's copy back is
+ * still in flight overlaps them, and each counted that work; steps that
+ * all start at one instant, or end in the far future (a forged recording),
+ * each held every record, and the cut took time quadratic in the steps.
+ */
+static void measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, struct srec *r,
+		    size_t n, struct diag_step *s, uint64_t *ivbuf, uint64_t *l2s, struct ktime *kt)
+{
+	size_t niv = 0, nl = 0, nid = 0, i;
 	uint64_t busy = 0, cs = 0, ce = 0, lo = ct->start, hi = ct->end, last;
+	uint64_t until = next < ct->end ? next : ct->end; /* where its CPU side ends */
 	int64_t comm = 0;
 
 	s->kernels = s->graph_kernels = s->memcpys = 0;
 	/* the pid's records are sorted by launch (cut_all): those launched in the step */
-	for (size_t i = rec_lower(r, n, ct->start); i < n && r[i].launch <= ct->end; i++) {
+	for (i = rec_lower(r, n, ct->start); i < n && in_step(ct, next, r[i].launch); i++) {
 		const struct srec *x = &r[i];
 
 		if (x->kind == CORR_KIND_KERNEL) {
@@ -733,7 +810,7 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 			if (x->comm)
 				comm += (int64_t)(x->end - x->start);
 			if (x->name >= 0)
-				ids[nid++] = (int32_t)i;
+				kt[nid++] = (struct ktime){x->name, x->end - x->start};
 		} else if (x->kind == CORR_KIND_MEMCPY) {
 			s->memcpys++;
 		}
@@ -781,21 +858,18 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 		s->l2s_p90_ns = (int64_t)l2s[nl * 9 / 10];
 		s->l2s_p99_ns = (int64_t)l2s[nl * 99 / 100];
 	}
-	/* top kernels: group by name */
-	for (size_t i = 1; i < nid; i++)
-		for (size_t j = i; j > 0 && r[ids[j - 1]].name > r[ids[j]].name; j--) {
-			int32_t t = ids[j];
-
-			ids[j] = ids[j - 1];
-			ids[j - 1] = t;
-		}
+	/*
+	 * top kernels: grouped by name (sorted: an insertion sort here took a
+	 * step of n kernels n^2 / 4 moves, hours for a forged step of a million)
+	 */
+	qsort(kt, nid, sizeof(*kt), cmp_ktime);
 	s->n_top = 0;
 	for (size_t a = 0, b; a < nid; a = b) {
 		uint64_t tot = 0, cnt = 0;
 		uint32_t pos;
 
-		for (b = a; b < nid && r[ids[b]].name == r[ids[a]].name; b++) {
-			tot += r[ids[b]].end - r[ids[b]].start;
+		for (b = a; b < nid && kt[b].name == kt[a].name; b++) {
+			tot += kt[b].ns;
 			cnt++;
 		}
 		pos = s->n_top;
@@ -810,7 +884,7 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 			s->top[pos] = s->top[pos - 1];
 			pos--;
 		}
-		s->top[pos] = (struct diag_kernel){names_str(sg->names, r[ids[a]].name), cnt, tot};
+		s->top[pos] = (struct diag_kernel){names_str(sg->names, kt[a].name), cnt, tot};
 	}
 	/*
 	 * the launching thread's CPU side (live); network bytes of the whole
@@ -831,8 +905,8 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 	size_t nby = 0;
 
 	/* the process's network windows that began in the step */
-	for (size_t i = cpu_lower(sg, s->pid, 0, 0, ct->start);
-	     i < sg->nc && cpu_in(&sg->c[i].e, s->pid, 0, 0) && sg->c[i].e.ts_ns < ct->end; i++)
+	for (i = cpu_lower(sg, s->pid, 0, 0, ct->start);
+	     i < sg->nc && cpu_in(&sg->c[i].e, s->pid, 0, 0) && sg->c[i].e.ts_ns < until; i++)
 		s->net_bytes += (int64_t)sg->c[i].e.bytes;
 	/*
 	 * the launching thread's off-CPU intervals (class 0) and slow syscalls
@@ -843,14 +917,14 @@ static void measure(struct diag_seg *sg, const struct cut *ct, struct srec *r, s
 	uint64_t grp = (uint64_t)ct->tid + 1;
 
 	for (uint8_t cls = 0; cls < 2; cls++)
-		for (size_t i = cpu_lower(sg, s->pid, grp, cls, ct->start);
+		for (i = cpu_lower(sg, s->pid, grp, cls, ct->start);
 		     i < sg->nc && cpu_in(&sg->c[i].e, s->pid, grp, cls) &&
-		     sg->c[i].e.ts_ns <= ct->end;
+		     in_step(ct, next, sg->c[i].e.ts_ns);
 		     i++) {
 			const struct diag_cpu_event *e = &sg->c[i].e;
 			uint64_t end = cpu_end(e);
 			uint64_t a = e->ts_ns > ct->start ? e->ts_ns : ct->start;
-			uint64_t b = end < ct->end ? end : ct->end;
+			uint64_t b = end < until ? end : until;
 
 			switch (e->kind) {
 			case DIAG_CPU_OFFCPU:
@@ -1012,16 +1086,38 @@ static void prune_exited(struct diag_seg *sg)
 }
 
 /* cut the steps of one pid ending at or before `upto`; returns the last end cut */
+/* for each cut (in start order), the start of the next cut of its thread (UINT64_MAX: none) */
+static int next_starts(const struct cut *c, size_t n, uint64_t *next)
+{
+	struct pidtab later; /* struct tidt by thread: the start of its cut after this one */
+	int err = 0;
+
+	pidtab_init(&later, sizeof(struct tidt));
+	for (size_t i = n; i-- > 0;) {
+		struct tidt *t = pidtab_find(&later, c[i].tid);
+
+		next[i] = t ? t->t : UINT64_MAX;
+		if (!t && !(t = pidtab_add(&later, c[i].tid))) {
+			err = -ENOMEM;
+			break;
+		}
+		t->t = c[i].start;
+	}
+	pidtab_free(&later);
+	return err;
+}
+
 static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, struct smark *m,
 		   size_t nm, uint64_t upto)
 {
 	struct cut *cuts = NULL, *cyc = NULL;
 	struct diag_step *st = NULL;
 	uint64_t *iv = NULL, *l2s = NULL;
-	int32_t *ids = NULL;
+	struct ktime *kt = NULL;
 	size_t nc = 0, ncyc;
 	uint32_t launcher = 0;
 	struct pstate *ps = pstate_get(sg, pid);
+	uint64_t *next = NULL;
 	int err = 0;
 
 	if (!ps)
@@ -1030,12 +1126,14 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 	cyc = calloc(n + 1, sizeof(*cyc));
 	iv = malloc(sizeof(*iv) * 2 * (n + 1));
 	l2s = malloc(sizeof(*l2s) * (n + 1));
-	ids = malloc(sizeof(*ids) * (n + 1));
-	if (!cuts || !cyc || !iv || !l2s || !ids) {
+	kt = malloc(sizeof(*kt) * (n + 1));
+	if (!cuts || !cyc || !iv || !l2s || !kt) {
 		err = -ENOMEM;
 		goto cleanup;
 	}
-	nc = marker_cuts(m, nm, cuts);
+	err = marker_cuts(m, nm, cuts, &nc);
+	if (err)
+		goto cleanup;
 	if (!nc) {
 		ncyc = auto_cuts(r, n, cyc, &launcher);
 		if (!sg->o.no_anchor)
@@ -1046,10 +1144,14 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 		}
 	}
 	st = calloc(nc + 1, sizeof(*st));
-	if (!st) {
+	next = malloc(sizeof(*next) * (nc + 1));
+	if (!st || !next) {
 		err = -ENOMEM;
 		goto cleanup;
 	}
+	err = next_starts(cuts, nc, next);
+	if (err)
+		goto cleanup;
 	size_t ns = 0;
 
 	for (size_t i = 0; i < nc; i++) {
@@ -1075,7 +1177,7 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 			s->rank = cuts[i].m->rank;
 			s->phase = cuts[i].m->phase;
 		}
-		measure(sg, &cuts[i], r, n, s, iv, l2s, ids);
+		measure(sg, &cuts[i], next[i], r, n, s, iv, l2s, kt);
 		ns++;
 	}
 	classify_phases(st, ns);
@@ -1099,12 +1201,13 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 		sg->out[sg->nout++] = st[i];
 	}
 cleanup:
+	free(next);
 	free(st);
 	free(cuts);
 	free(cyc);
 	free(iv);
 	free(l2s);
-	free(ids);
+	free(kt);
 	return err;
 }
 
@@ -1144,6 +1247,7 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 	/* each step then finds its CPU events by binary search (measure()) */
 	if (sg->nc > 1)
 		qsort(sg->c, sg->nc, sizeof(*sg->c), cmp_cpu);
+	cpu_disjoint(sg);
 	while (i < sg->nr || j < sg->nm) {
 		uint32_t pid;
 		size_t ie = i, je = j;

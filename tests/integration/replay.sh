@@ -27,10 +27,16 @@
 #                         killed by the signal), "stopped by a signal",
 #                         replay_status interrupted=true, the records read so
 #                         far written (issue 18 #13). Then SIGINT while the
-#                         steps of a whole recording are cut (12,000 steps of
-#                         one instant, each holding every record: minutes of
-#                         cutting): exit 1 within 3 s, the steps cut so far
-#                         written and judged, diag_status interrupted=true
+#                         steps of a whole recording are cut (gdb holds the
+#                         agent at its 51st step of 200): exit 1, the 51
+#                         steps cut so far written and judged, diag_status
+#                         interrupted=true
+#   replay_overlap:       a forged recording whose 12,000 steps are one
+#                         instant: each record counted in one step, the last
+#                         (each step counted every record, and the cut was
+#                         quadratic),
+#                         a thread's overlapping off-CPU records cut and
+#                         counted (diag_status.cpu_events_overlapping)
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -270,26 +276,47 @@ n=$(jq -r -n -R '[inputs | fromjson? | select(.type == "kernel")] | length' "$OU
 expect "SIGINT mid-replay: $n kernel records written, want some and fewer than 400000" between "$n" 1 399999
 expect "SIGINT mid-replay: replay_status.gpu_records $(status | jq .gpu_records) != $n records" \
 	eq "$(status | jq .gpu_records)" "$n"
-# SIGINT in the one cut at the end: 12,000 automatic steps at one instant
-awk 'BEGIN { for (s = 0; s < 12000; s++) { for (k = 0; k < 4; k++)
-	printf "{\"schema\":1,\"type\":\"%s\",\"pid\":100,\"tid\":100,\"correlation_id\":%d,\"start_ns\":5000,\"end_ns\":6000,\"copy_kind\":%d,\"launch_ts_ns\":4000,\"launch_api\":\"cudaLaunchKernel\"}\n",
-		k == 3 ? "memcpy" : "kernel", 4 * s + k + 1, k == 3 ? 2 : 0 } }' >"$T/instant.jsonl"
+# SIGINT in the one cut at the end: 200 automatic steps; gdb holds the
+# agent as it starts the 51st (diag_step_init) and lets it go with SIGINT
+awk 'BEGIN { for (s = 0; s < 200; s++) for (k = 0; k < 4; k++) {
+	l = 1000000 + s * 100000 + k * 1000
+	printf "{\"schema\":1,\"type\":\"%s\",\"pid\":100,\"tid\":100,\"correlation_id\":%d,\"start_ns\":%d,\"end_ns\":%d,\"copy_kind\":%d,\"launch_ts_ns\":%d,\"launch_api\":\"cudaLaunchKernel\"}\n",
+		k == 3 ? "memcpy" : "kernel", 4 * s + k + 1, l + 100, l + 500, k == 3 ? 2 : 0, l } }' >"$T/cut200.jsonl"
 OUT=$T/out/stop_cut.jsonl ERR=$T/stop_cut.err
-"$AGENT" --replay "$T/instant.jsonl" -o "$OUT" 2>"$ERR" &
-pid=$!
-# until the records are read (the cut follows), bounded
-for ((i = 0; i < 600; i++)); do
-	grep -q 'GPU records, .* joined' "$ERR" && break
-	sleep 0.1
-done
-sleep 0.5
-signalled "$pid" INT "SIGINT while cutting" 3
-expect "SIGINT while cutting: exit $rc, want 1" eq "$rc" 1
-ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OUT")
-n=$(jq -r -n -R '[inputs | fromjson? | select(.type == "step")] | length' "$OUT")
-expect "SIGINT while cutting: diag_status $ds, want interrupted, not ok, $n steps" \
-	jqe --argjson n "$n" '.interrupted and (.ok | not) and .steps == $n' <<<"$ds"
-expect "SIGINT while cutting: $n steps written, want some and fewer than 12000" between "$n" 1 11999
-expect "SIGINT while cutting: no 'stopped by a signal while cutting steps' in $(tail -n 2 "$ERR" | tr '\n' '|')" \
-	grep -q 'stopped by a signal while cutting steps' "$ERR"
+if ! command -v gdb >/dev/null; then
+	fail_because "SIGINT while cutting: gdb is not installed (make deps)"
+else
+	timeout 120 gdb -batch -nx -ex 'handle SIGINT nostop noprint pass' -ex 'break diag_step_init' \
+		-ex 'ignore 1 50' -ex run -ex 'signal SIGINT' -ex delete -ex continue \
+		--args "$AGENT" --replay "$T/cut200.jsonl" -o "$OUT" >"$T/stop_cut.gdb" 2>"$ERR"
+	rc=$(sed -n 's/.*\[Inferior 1 (process [0-9]*) exited with code \([0-9]*\)\].*/\1/p' "$T/stop_cut.gdb")
+	expect "SIGINT while cutting: exit '$rc', want 01: $(tail -c 300 "$T/stop_cut.gdb")" [ "$rc" = 01 ]
+	ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OUT")
+	n=$(jq -r -n -R '[inputs | fromjson? | select(.type == "step")] | length' "$OUT")
+	expect "SIGINT while cutting: diag_status $ds, want interrupted, not ok, $n steps" \
+		jqe --argjson n "$n" '.interrupted and (.ok | not) and .steps == $n' <<<"$ds"
+	expect "SIGINT while cutting: $n steps written, want 51 (the 50 cut and the one it was in)" eq "$n" 51
+	expect "SIGINT while cutting: no 'stopped by a signal while cutting steps' in $(tail -n 2 "$ERR" | tr '\n' '|')" \
+		grep -q 'stopped by a signal while cutting steps' "$ERR"
+fi
 report replay_stop
+
+# a forged recording: 12,000 automatic steps at one instant (every record
+# launched at 4000, every step [4000, 6000]), and 100 off-CPU records of the
+# launching thread on top of each other
+awk 'BEGIN { for (s = 0; s < 12000; s++) for (k = 0; k < 4; k++)
+	printf "{\"schema\":1,\"type\":\"%s\",\"pid\":100,\"tid\":100,\"correlation_id\":%d,\"start_ns\":5000,\"end_ns\":6000,\"copy_kind\":%d,\"launch_ts_ns\":4000,\"launch_api\":\"cudaLaunchKernel\"}\n",
+		k == 3 ? "memcpy" : "kernel", 4 * s + k + 1, k == 3 ? 2 : 0
+	for (i = 0; i < 100; i++)
+		print "{\"schema\":1,\"type\":\"offcpu\",\"pid\":100,\"tid\":100,\"ts_ns\":4500,\"dur_ns\":1000,\"cause\":\"blocked\"}" }' >"$T/instant.jsonl"
+replay replay_overlap "$T/instant.jsonl"
+expect "one-instant recording: exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
+got=$(jq -c -n -R '[inputs | fromjson? | select(.type == "step")]
+	| {steps: length, kernels: (map(.kernels) | add), memcpys: (map(.memcpys) | add),
+	   offcpu: (map(.offcpu_ns // 0) | add), last: .[-1].kernels}' "$OUT")
+expect "one-instant recording: steps $got, want 12000 steps counting 36000 kernels and 12000 copies once, all in the last (each step ends where the next starts), and the off-CPU time once (1000 ns)" \
+	jqe '.steps == 12000 and .kernels == 36000 and .memcpys == 12000 and .last == 36000 and .offcpu == 1000' <<<"$got"
+ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OUT")
+expect "one-instant recording: diag_status $ds, want ok and 99 overlapping CPU events" \
+	jqe '.ok and .steps == 12000 and .cpu_events_overlapping == 99' <<<"$ds"
+report replay_overlap

@@ -577,6 +577,199 @@ static void test_cpu_lookup_matches_scan(void **state)
 	free(g);
 }
 
+/*
+ * Steps that overlap count each GPU record and CPU interval once: what
+ * comes after the next step of the thread started is that step's. Two
+ * cases: an engine that launches a step's work while the previous step's
+ * copy back is in flight, and a forged recording whose steps are all one
+ * instant (each step counted every record before, and the cut took time
+ * quadratic in the steps). A thread's overlapping off-CPU intervals (the
+ * kernel never reports those) are cut to be disjoint and counted.
+ */
+#define OV_STEPS 2000
+#define OV_EV 500
+struct ov_sum {
+	uint64_t steps, kernels, memcpys, last_kernels;
+	int64_t offcpu, syscalls, last_offcpu;
+	struct diag_step s[2];
+};
+
+static void ov_step(void *ctx, const struct diag_step *s)
+{
+	struct ov_sum *o = ctx;
+
+	if (o->steps < 2)
+		o->s[o->steps] = *s;
+	o->steps++;
+	o->kernels += s->kernels;
+	o->memcpys += s->memcpys;
+	o->last_kernels = s->kernels;
+	o->offcpu += s->offcpu_ns > 0 ? s->offcpu_ns : 0;
+	o->last_offcpu = s->offcpu_ns;
+	o->syscalls += s->slow_syscalls > 0 ? s->slow_syscalls : 0;
+}
+
+static void test_overlapping_steps_count_once(void **state)
+{
+	struct ov_sum sum = {0};
+	struct diag_seg_opts o = {.sz = sizeof(o), .step = ov_step, .step_ctx = &sum};
+	struct diag_seg *sg = diag_seg__new(&o);
+	struct diag_cpu_event off = {
+	    .kind = DIAG_CPU_OFFCPU, .pid = 7, .tid = 7, .ts_ns = 1900000, .dur_ns = 200000};
+
+	(void)state;
+	assert_non_null(sg);
+	/*
+	 * step 0 [1 ms, 2.01 ms]: a kernel, the copy back (launched at 1.1 ms,
+	 * done at 2.01 ms); step 1 starts at 1.5 ms, while the copy runs
+	 */
+	add_k(sg, 7, 1000000, 1010000, 400000, "gemm", CORR_KIND_KERNEL, 0);
+	add_k(sg, 7, 1100000, 2000000, 10000, "Memcpy DtoH", CORR_KIND_MEMCPY, 2);
+	add_k(sg, 7, 1500000, 2010000, 300000, "attn", CORR_KIND_KERNEL, 0);
+	add_k(sg, 7, 1600000, 2310000, 300000, "attn", CORR_KIND_KERNEL, 0);
+	add_k(sg, 7, 1700000, 2610000, 10000, "Memcpy DtoH", CORR_KIND_MEMCPY, 2);
+	/* the launcher off the CPU after step 1 started, inside step 0's span */
+	assert_int_equal(diag_seg__add_cpu(sg, &off), 0);
+	assert_int_equal(diag_seg__flush(sg), 0);
+	assert_int_equal(sum.steps, 2);
+	assert_int_equal(sum.s[0].start_ns, 1000000);
+	assert_int_equal(sum.s[0].dur_ns, 1010000);
+	assert_int_equal(sum.s[1].start_ns, 1500000);
+	assert_int_equal(sum.s[0].kernels, 1);
+	assert_int_equal(sum.s[0].memcpys, 1);
+	assert_int_equal(sum.s[1].kernels, 2);
+	assert_int_equal(sum.s[1].memcpys, 1);
+	assert_int_equal(sum.s[0].offcpu_ns, 0); /* traced, and nothing before step 1 started */
+	assert_int_equal(sum.s[1].offcpu_ns, 200000);
+	diag_seg__free(sg);
+
+	/* the forged one: OV_STEPS automatic steps at one instant */
+	memset(&sum, 0, sizeof(sum));
+	sg = diag_seg__new(&o);
+	assert_non_null(sg);
+	for (int st = 0; st < OV_STEPS; st++) {
+		for (int k = 0; k < 3; k++)
+			add_k(sg, 7, 4000, 5000, 1000, "gemm", CORR_KIND_KERNEL, 0);
+		add_k(sg, 7, 4000, 5000, 1000, "Memcpy DtoH", CORR_KIND_MEMCPY, 2);
+	}
+	for (int i = 0; i < OV_EV; i++) {
+		/* off-CPU intervals on top of each other; syscalls of no length */
+		struct diag_cpu_event sc = {
+		    .kind = DIAG_CPU_SYSCALL, .pid = 7, .tid = 7, .ts_ns = 5000};
+
+		off.ts_ns = 4500;
+		off.dur_ns = 1000;
+		assert_int_equal(diag_seg__add_cpu(sg, &off), 0);
+		assert_int_equal(diag_seg__add_cpu(sg, &sc), 0);
+	}
+	assert_int_equal(diag_seg__flush(sg), 0);
+	assert_int_equal(sum.steps, OV_STEPS);
+	assert_int_equal(sum.kernels, 3 * OV_STEPS);
+	assert_int_equal(sum.memcpys, OV_STEPS);
+	/* each step ends where the next starts, at once: all are the last one's */
+	assert_int_equal(sum.last_kernels, 3 * OV_STEPS);
+	/* the first interval [4500, 5500]; the others now start at 5500 and end there */
+	assert_int_equal(sum.offcpu, 1000);
+	assert_int_equal(sum.last_offcpu, 1000);
+	assert_int_equal(diag_seg__counters(sg)->cpu_overlaps, OV_EV - 1);
+	assert_int_equal(sum.syscalls, OV_EV);
+	diag_seg__free(sg);
+}
+
+/*
+ * Marker steps are the innermost step markers of each thread, found in one
+ * pass from the last: against the forward scan from each marker (what
+ * steps.c did before), on random nested, overlapping and repeated spans of
+ * three threads, some not step markers.
+ */
+#define MK_N 400
+struct mk {
+	uint64_t ts, end;
+	uint32_t tid;
+	bool step;
+};
+
+static int cmp_mk(const void *a, const void *b)
+{
+	const struct mk *x = a, *y = b;
+
+	if (x->ts != y->ts)
+		return x->ts < y->ts ? -1 : 1;
+	return x->end > y->end ? -1 : x->end < y->end;
+}
+
+struct mk_got {
+	struct mk s[MK_N];
+	int n;
+};
+
+static void mk_step(void *ctx, const struct diag_step *s)
+{
+	struct mk_got *g = ctx;
+
+	assert_true(g->n < MK_N);
+	g->s[g->n++] = (struct mk){s->start_ns, s->start_ns + s->dur_ns, s->tid, true};
+}
+
+static void test_marker_cuts_innermost(void **state)
+{
+	struct mk *m = calloc(MK_N, sizeof(*m));
+	struct mk_got *g = calloc(1, sizeof(*g));
+	struct mk want[MK_N];
+	int nw = 0;
+	struct diag_seg_opts o = {.sz = sizeof(o), .markers = "step", .step = mk_step};
+	struct diag_seg *sg;
+
+	(void)state;
+	assert_non_null(m);
+	assert_non_null(g);
+	o.step_ctx = g;
+	sg = diag_seg__new(&o);
+	assert_non_null(sg);
+	for (int i = 0; i < MK_N; i++) {
+		m[i].ts = 1000 * lk_rand(200);
+		m[i].end = m[i].ts + (lk_rand(3) ? 1000 * lk_rand(6) : 1000 * lk_rand(60));
+		if (!lk_rand(10) && i)
+			m[i] = m[i - 1]; /* the same span twice */
+		m[i].tid = 7 + (uint32_t)lk_rand(3);
+		m[i].step = lk_rand(5) != 0;
+	}
+	for (int i = 0; i < MK_N; i++) {
+		struct corr_marker cm = {.pid = 7,
+					 .tid = m[i].tid,
+					 .ts_ns = m[i].ts,
+					 .dur_ns = m[i].end - m[i].ts,
+					 .cat = "nvtx",
+					 .name = m[i].step ? "step" : "other"};
+
+		assert_int_equal(diag_seg__add_marker(sg, &cm), 0);
+	}
+	qsort(m, MK_N, sizeof(*m), cmp_mk);
+	for (int i = 0; i < MK_N; i++) {
+		bool outer = false;
+
+		if (!m[i].step)
+			continue;
+		for (int j = i + 1; j < MK_N && m[j].ts <= m[i].end; j++)
+			if (m[j].step && m[j].tid == m[i].tid && m[j].end <= m[i].end)
+				outer = true;
+		if (!outer)
+			want[nw++] = m[i];
+	}
+	assert_int_equal(diag_seg__flush(sg), 0);
+	assert_true(nw > 50 && nw < MK_N / 2);
+	assert_int_equal(g->n, nw);
+	/* steps leave in start order; at one start the order is the markers' */
+	for (int i = 0; i < nw; i++) {
+		assert_int_equal(g->s[i].ts, want[i].ts);
+		assert_int_equal(g->s[i].end, want[i].end);
+		assert_int_equal(g->s[i].tid, want[i].tid);
+	}
+	diag_seg__free(sg);
+	free(m);
+	free(g);
+}
+
 struct count_got {
 	uint64_t steps, bad_seq;
 	uint64_t seq_of_7[8];
@@ -736,6 +929,8 @@ int main(void)
 	    cmocka_unit_test(test_metadata_and_usdt),
 	    cmocka_unit_test(test_auto_cycles_and_breakdown),
 	    cmocka_unit_test(test_cpu_lookup_matches_scan),
+	    cmocka_unit_test(test_overlapping_steps_count_once),
+	    cmocka_unit_test(test_marker_cuts_innermost),
 	    cmocka_unit_test(test_processes_in_time_order),
 	    cmocka_unit_test(test_many_processes_pruned),
 	    cmocka_unit_test(test_cpu_events_without_steps),
