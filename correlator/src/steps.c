@@ -916,7 +916,10 @@ static void measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, st
 	 */
 	uint64_t grp = (uint64_t)ct->tid + 1;
 
-	for (uint8_t cls = 0; cls < 2; cls++)
+	/* none for a step the next one starts with: an interval across it is the next one's */
+	bool nothing = next == ct->start && next <= ct->end;
+
+	for (uint8_t cls = 0; cls < 2 && !nothing; cls++)
 		for (i = cpu_lower(sg, s->pid, grp, cls, ct->start);
 		     i < sg->nc && cpu_in(&sg->c[i].e, s->pid, grp, cls) &&
 		     in_step(ct, next, sg->c[i].e.ts_ns);

@@ -662,6 +662,13 @@ static void test_overlapping_steps_count_once(void **state)
 		assert_int_equal(diag_seg__add_cpu(sg, &off), 0);
 		assert_int_equal(diag_seg__add_cpu(sg, &sc), 0);
 	}
+	{
+		/* a syscall across the instant the steps start: the last step's, once */
+		struct diag_cpu_event across = {
+		    .kind = DIAG_CPU_SYSCALL, .pid = 7, .tid = 7, .ts_ns = 3000, .dur_ns = 1500};
+
+		assert_int_equal(diag_seg__add_cpu(sg, &across), 0);
+	}
 	assert_int_equal(diag_seg__flush(sg), 0);
 	assert_int_equal(sum.steps, OV_STEPS);
 	assert_int_equal(sum.kernels, 3 * OV_STEPS);
@@ -672,7 +679,7 @@ static void test_overlapping_steps_count_once(void **state)
 	assert_int_equal(sum.offcpu, 1000);
 	assert_int_equal(sum.last_offcpu, 1000);
 	assert_int_equal(diag_seg__counters(sg)->cpu_overlaps, OV_EV - 1);
-	assert_int_equal(sum.syscalls, OV_EV);
+	assert_int_equal(sum.syscalls, OV_EV + 1);
 	diag_seg__free(sg);
 }
 
