@@ -498,6 +498,8 @@ void diag_stats(struct diag *d, json_t *r)
 			    json_integer((json_int_t)d->strag_written));
 	json_object_set_new(json_object_get(r, "diag"), "cpu_events_overlapping",
 			    json_integer((json_int_t)sc->cpu_overlaps));
+	json_object_set_new(json_object_get(r, "diag"), "steps_cut_short",
+			    json_integer((json_int_t)sc->cut_short));
 }
 
 int diag_finish(struct diag *d)

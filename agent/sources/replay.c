@@ -351,6 +351,8 @@ static void emit_diag_status(struct replay *r, const char *path, int err)
 	json_object_set_new(o, "records_dropped", json_integer((json_int_t)(sc ? sc->dropped : 0)));
 	json_object_set_new(o, "cpu_events_overlapping",
 			    json_integer((json_int_t)(sc ? sc->cpu_overlaps : 0)));
+	json_object_set_new(o, "steps_cut_short",
+			    json_integer((json_int_t)(sc ? sc->cut_short : 0)));
 	rec_emit(r->a, REC_STATS, o);
 }
 

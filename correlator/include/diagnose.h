@@ -160,6 +160,7 @@ struct diag_seg_counters {
 	uint64_t procs_pruned; /* exited processes whose state was dropped */
 	uint64_t cpu_outside;  /* CPU events of a process holding no step to come: dropped */
 	uint64_t cpu_overlaps; /* a thread's off-CPU or syscall intervals that overlapped: cut */
+	uint64_t cut_short; /* steps ended at another thread's next step (steps.c OVERLAP_DEPTH) */
 };
 
 struct diag_seg *diag_seg__new(const struct diag_seg_opts *opts);

@@ -791,10 +791,11 @@ static bool in_step(const struct cut *ct, uint64_t next, uint64_t t)
  * all start at one instant, or end in the far future (a forged recording),
  * each held every record, and the cut took time quadratic in the steps.
  */
-static void measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, struct srec *r,
-		    size_t n, struct diag_step *s, uint64_t *ivbuf, uint64_t *l2s, struct ktime *kt)
+static size_t measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, struct srec *r,
+		      size_t n, struct diag_step *s, uint64_t *ivbuf, uint64_t *l2s,
+		      struct ktime *kt)
 {
-	size_t niv = 0, nl = 0, nid = 0, i;
+	size_t niv = 0, nl = 0, nid = 0, i, seen;
 	uint64_t busy = 0, cs = 0, ce = 0, lo = ct->start, hi = ct->end, last;
 	uint64_t until = next < ct->end ? next : ct->end; /* where its CPU side ends */
 	int64_t comm = 0;
@@ -823,6 +824,7 @@ static void measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, st
 		}
 	}
 	s->comm_ns = comm;
+	seen = i - rec_lower(r, n, ct->start);
 	qsort(ivbuf, niv, 2 * sizeof(uint64_t), cmp_iv);
 	s->idle_gaps = 0;
 	s->idle_max_ns = 0;
@@ -906,8 +908,10 @@ static void measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, st
 
 	/* the process's network windows that began in the step */
 	for (i = cpu_lower(sg, s->pid, 0, 0, ct->start);
-	     i < sg->nc && cpu_in(&sg->c[i].e, s->pid, 0, 0) && sg->c[i].e.ts_ns < until; i++)
+	     i < sg->nc && cpu_in(&sg->c[i].e, s->pid, 0, 0) && sg->c[i].e.ts_ns < until; i++) {
 		s->net_bytes += (int64_t)sg->c[i].e.bytes;
+		seen++;
+	}
 	/*
 	 * the launching thread's off-CPU intervals (class 0) and slow syscalls
 	 * (1) that overlap the step: from the first that ends in or after it,
@@ -972,6 +976,7 @@ static void measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, st
 		if (s->runq_ns < 0)
 			s->runq_ns = 0;
 	}
+	return seen;
 }
 
 /*
@@ -1089,6 +1094,17 @@ static void prune_exited(struct diag_seg *sg)
 }
 
 /* cut the steps of one pid ending at or before `upto`; returns the last end cut */
+/*
+ * Steps of different threads of one process may overlap (step markers on
+ * several threads), and each counts what they share. Once the steps of a
+ * cut have looked at OVERLAP_DEPTH times the records and network windows
+ * held (never in a genuine recording: steps of one thread look at each
+ * once; a forged one: thousands of threads' step markers over one span), a
+ * step also ends where the next step of any thread starts (counted,
+ * diag_status.steps_cut_short): the cut stays linear.
+ */
+#define OVERLAP_DEPTH 64
+
 /* for each cut (in start order), the start of the next cut of its thread (UINT64_MAX: none) */
 static int next_starts(const struct cut *c, size_t n, uint64_t *next)
 {
@@ -1120,7 +1136,8 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 	size_t nc = 0, ncyc;
 	uint32_t launcher = 0;
 	struct pstate *ps = pstate_get(sg, pid);
-	uint64_t *next = NULL;
+	uint64_t *next = NULL, nx;
+	size_t seen = 0; /* records and network windows the steps measured so far looked at */
 	int err = 0;
 
 	if (!ps)
@@ -1180,7 +1197,13 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 			s->rank = cuts[i].m->rank;
 			s->phase = cuts[i].m->phase;
 		}
-		measure(sg, &cuts[i], next[i], r, n, s, iv, l2s, kt);
+		nx = next[i];
+		if (seen > OVERLAP_DEPTH * (n + sg->nc + 1) && i + 1 < nc &&
+		    cuts[i + 1].start < nx) {
+			nx = cuts[i + 1].start;
+			sg->cnt.cut_short++;
+		}
+		seen += measure(sg, &cuts[i], nx, r, n, s, iv, l2s, kt);
 		ns++;
 	}
 	classify_phases(st, ns);

@@ -317,6 +317,6 @@ got=$(jq -c -n -R '[inputs | fromjson? | select(.type == "step")]
 expect "one-instant recording: steps $got, want 12000 steps counting 36000 kernels and 12000 copies once, all in the last (each step ends where the next starts), and the off-CPU time once (1000 ns)" \
 	jqe '.steps == 12000 and .kernels == 36000 and .memcpys == 12000 and .last == 36000 and .offcpu == 1000' <<<"$got"
 ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OUT")
-expect "one-instant recording: diag_status $ds, want ok and 99 overlapping CPU events" \
-	jqe '.ok and .steps == 12000 and .cpu_events_overlapping == 99' <<<"$ds"
+expect "one-instant recording: diag_status $ds, want ok, 99 overlapping CPU events, no step cut short (one thread's steps bound each other)" \
+	jqe '.ok and .steps == 12000 and .cpu_events_overlapping == 99 and .steps_cut_short == 0' <<<"$ds"
 report replay_overlap

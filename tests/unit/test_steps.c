@@ -684,6 +684,58 @@ static void test_overlapping_steps_count_once(void **state)
 }
 
 /*
+ * Step markers of different threads that overlap each count what they
+ * share (two threads: both count the 300 kernels). Steps of hundreds of
+ * threads over one span (a forged recording) would make the cut quadratic:
+ * once it looked at 64 times the records held, a step also ends where the
+ * next one of any thread starts, counted (steps_cut_short).
+ */
+#define MT_K 300
+static void mt_run(int threads, struct ov_sum *sum, uint64_t *cut_short)
+{
+	struct diag_seg_opts o = {
+	    .sz = sizeof(o), .markers = "step", .step = ov_step, .step_ctx = sum};
+	struct diag_seg *sg = diag_seg__new(&o);
+
+	assert_non_null(sg);
+	memset(sum, 0, sizeof(*sum));
+	for (int t = 0; t < threads; t++) {
+		struct corr_marker m = {.pid = 7,
+					.tid = 100 + (uint32_t)t,
+					.ts_ns = 1000,
+					.dur_ns = 1000000,
+					.cat = "nvtx",
+					.name = "step"};
+
+		assert_int_equal(diag_seg__add_marker(sg, &m), 0);
+	}
+	for (int k = 0; k < MT_K; k++)
+		add_kp(sg, 7, 1, 2000 + 100 * (uint64_t)k, 3000 + 100 * (uint64_t)k, 50, "gemm",
+		       CORR_KIND_KERNEL, 0);
+	assert_int_equal(diag_seg__flush(sg), 0);
+	*cut_short = diag_seg__counters(sg)->cut_short;
+	diag_seg__free(sg);
+}
+
+static void test_many_threads_overlap(void **state)
+{
+	struct ov_sum sum;
+	uint64_t cs;
+
+	(void)state;
+	mt_run(2, &sum, &cs);
+	assert_int_equal(sum.steps, 2);
+	assert_int_equal(sum.kernels, 2 * MT_K);
+	assert_int_equal(cs, 0);
+	mt_run(MT_K, &sum, &cs);
+	assert_int_equal(sum.steps, MT_K);
+	/* the first 65 looked at every kernel (64 x 301 held), then each ends at once */
+	assert_int_equal(cs, MT_K - 66);
+	assert_int_equal(sum.kernels, 66 * MT_K);
+	assert_int_equal(sum.last_kernels, MT_K);
+}
+
+/*
  * Marker steps are the innermost step markers of each thread, found in one
  * pass from the last: against the forward scan from each marker (what
  * steps.c did before), on random nested, overlapping and repeated spans of
@@ -938,6 +990,7 @@ int main(void)
 	    cmocka_unit_test(test_cpu_lookup_matches_scan),
 	    cmocka_unit_test(test_overlapping_steps_count_once),
 	    cmocka_unit_test(test_marker_cuts_innermost),
+	    cmocka_unit_test(test_many_threads_overlap),
 	    cmocka_unit_test(test_processes_in_time_order),
 	    cmocka_unit_test(test_many_processes_pruned),
 	    cmocka_unit_test(test_cpu_events_without_steps),
