@@ -795,14 +795,14 @@ static size_t measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, 
 		      size_t n, struct diag_step *s, uint64_t *ivbuf, uint64_t *l2s,
 		      struct ktime *kt)
 {
-	size_t niv = 0, nl = 0, nid = 0, i, seen;
+	size_t niv = 0, nl = 0, nid = 0, first = rec_lower(r, n, ct->start), i, seen;
 	uint64_t busy = 0, cs = 0, ce = 0, lo = ct->start, hi = ct->end, last;
 	uint64_t until = next < ct->end ? next : ct->end; /* where its CPU side ends */
 	int64_t comm = 0;
 
 	s->kernels = s->graph_kernels = s->memcpys = 0;
 	/* the pid's records are sorted by launch (cut_all): those launched in the step */
-	for (i = rec_lower(r, n, ct->start); i < n && in_step(ct, next, r[i].launch); i++) {
+	for (i = first; i < n && in_step(ct, next, r[i].launch); i++) {
 		const struct srec *x = &r[i];
 
 		if (x->kind == CORR_KIND_KERNEL) {
@@ -824,7 +824,7 @@ static size_t measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, 
 		}
 	}
 	s->comm_ns = comm;
-	seen = i - rec_lower(r, n, ct->start);
+	seen = i - first;
 	qsort(ivbuf, niv, 2 * sizeof(uint64_t), cmp_iv);
 	s->idle_gaps = 0;
 	s->idle_max_ns = 0;
@@ -1093,7 +1093,6 @@ static void prune_exited(struct diag_seg *sg)
 	sg->ngone = k;
 }
 
-/* cut the steps of one pid ending at or before `upto`; returns the last end cut */
 /*
  * Steps of different threads of one process may overlap (step markers on
  * several threads), and each counts what they share. Once the steps of a
@@ -1126,6 +1125,7 @@ static int next_starts(const struct cut *c, size_t n, uint64_t *next)
 	return err;
 }
 
+/* cut the steps of one pid ending at or before `upto`; returns the last end cut */
 static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, struct smark *m,
 		   size_t nm, uint64_t upto)
 {
