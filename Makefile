@@ -407,9 +407,9 @@ $(BUILD)/bench/bench_exit_churn: bench/bench_exit_churn.c $(CORR_LIB)
 # runs the detector's blind protocol (eval/eval_detect.c): the real
 # LatencyPrism stream in three forms, none reading the job name, each with a
 # clean run (natural FPR) and a mixed fault campaign, beside a running median
-# per batch size and a hindsight oracle (the ceiling: each job's own median,
-# which no detector has) computed by the same harness; then the modelled streams,
-# reported apart. EVAL_SEED picks the printed seed; eval/seeds.sh then gives
+# per batch size and a hindsight oracle (the ceiling: the median of the other
+# steps of the job and batch size, which no detector has) computed by the
+# same harness; then the modelled streams, reported apart. EVAL_SEED picks the printed seed; eval/seeds.sh then gives
 # seeds 1-10 (the only seeds used for tuning) and 11-100 (reported, never
 # tuned on) with their mean and worst. bench_detect links the correlator
 # library, like bench_replay: a dedicated rule wins over the bench pattern

@@ -13,7 +13,11 @@
 #   eval_blind_ceiling: the hindsight oracle sees the duration only, so its
 #                       figures are the same in every form; it stays under
 #                       F1 0.99 (the ceiling docs/diagnosis.md reports) and
-#                       over the detector
+#                       over the detector; with --oracle-near 2 (the two
+#                       steps of the job and batch size each side) it flags
+#                       fewer clean steps than the whole job's median, and
+#                       with --oracle-past 4 it judges fewer steps (the
+#                       first of each job and batch size has no reference)
 #   eval_model:         --model cells (the model before the grid, kept as an
 #                       option) gives the nine lines too, its natural false
 #                       positive rate under 0.5% in every form
@@ -23,7 +27,8 @@
 #                       -Wall -Werror and is in docs/diagnosis.md's tables;
 #                       with the data, switching churn off (CHURN) lowers the
 #                       phase-unknown F1 at seed 11 (the switch reaches the build)
-#   eval_args:          a bad --oracle-theta, --oracle-run or --model is
+#   eval_args:          a bad --oracle-theta, --oracle-run, --oracle-near,
+#                       --oracle-past or --model is
 #                       refused with a message naming the option; a data folder that is absent is a
 #                       SKIPPED line and exit 0, not an error
 #
@@ -81,6 +86,20 @@ else
 	v=$(field lp-unknown oracle f1)
 	expect "the oracle's F1 $v is not under 0.99" lt "$v" 0.99
 	expect "the oracle's F1 $v is implausibly low" lt 0.95 "$v"
+	o=$(field lp-unknown oracle fpr0)
+	r=$(field lp-unknown oracle r_gpu)
+	"$EVAL" --data "$DATA" --blind --brief --seed "$SEED" --oracle-near 2 >"$T/brief" 2>"$T/err"
+	rc=$?
+	expect "--oracle-near 2 exited $rc: $(head -c 200 "$T/err")" [ "$rc" -eq 0 ]
+	v=$(field lp-unknown oracle fpr0)
+	expect "--oracle-near 2: natural FPR $v not under the whole job's $o" lt "$v" "$o"
+	v=$(field lp-unknown oracle f1)
+	expect "--oracle-near 2: F1 $v is not under 0.99" lt "$v" 0.99
+	"$EVAL" --data "$DATA" --blind --brief --seed "$SEED" --oracle-past 4 >"$T/brief" 2>"$T/err"
+	rc=$?
+	expect "--oracle-past 4 exited $rc: $(head -c 200 "$T/err")" [ "$rc" -eq 0 ]
+	v=$(field lp-unknown oracle r_gpu)
+	expect "--oracle-past 4: GPU-slowdown recall $v not under the whole job's $r" lt "$v" "$r"
 	report eval_blind_ceiling
 
 	"$EVAL" --data "$DATA" --blind --brief --seed "$SEED" --model cells >"$T/brief" 2>"$T/err"
@@ -135,6 +154,16 @@ rc=$?
 expect "--oracle-run -1 was accepted (exit $rc)" [ "$rc" -ne 0 ]
 expect "no message naming --oracle-run: $(head -c 200 "$T/bad.err")" \
 	grep -q -- "--oracle-run takes a fraction" "$T/bad.err"
+for a in "--oracle-near 0" "--oracle-near 65" "--oracle-past x" "--oracle-past="; do
+	# shellcheck disable=SC2086
+	"$EVAL" --data "$DATA" --blind --brief $a >"$T/bad.out" 2>"$T/bad.err"
+	rc=$?
+	o=${a%% *}
+	o=${o%=}
+	expect "$a was accepted (exit $rc)" [ "$rc" -ne 0 ]
+	expect "no message naming $o: $(head -c 200 "$T/bad.err")" \
+		grep -q -- "$o takes a count of steps, 1 to 64" "$T/bad.err"
+done
 "$EVAL" --data "$DATA" --blind --brief --model line >"$T/bad.out" 2>"$T/bad.err"
 rc=$?
 expect "--model line was accepted (exit $rc)" [ "$rc" -ne 0 ]
