@@ -405,15 +405,16 @@ $(BUILD)/bench/bench_exit_churn: bench/bench_exit_churn.c $(CORR_LIB)
 # ------------------------------------------------- diagnosis: eval, bench --
 # Owner: correlator/src/{steps,baseline,detect}.c (issues 5, 17). `make eval`
 # runs the detector's blind protocol (eval/eval_detect.c): the real
-# LatencyPrism stream in three forms, none reading the job name, each with a
-# clean run (natural FPR) and a mixed fault campaign, beside a running median
-# per batch size and a hindsight oracle (the ceiling: the median of the other
-# steps of the job and batch size, which no detector has) computed by the
-# same harness; then the modelled streams, reported apart. EVAL_SEED picks the printed seed; eval/seeds.sh then gives
-# seeds 1-10 (the only seeds used for tuning) and 11-100 (reported, never
-# tuned on) with their mean and worst. bench_detect links the correlator
-# library, like bench_replay: a dedicated rule wins over the bench pattern
-# rule.
+# LatencyPrism stream in three forms (and two with fields missing, reported
+# apart), none reading the job name, each with a clean run (natural FPR) and
+# a mixed fault campaign, beside a running median per batch size and a
+# hindsight oracle (the ceiling: the median of the other steps of the job
+# and batch size, which no detector has) computed by the same harness; then
+# the modelled streams, reported apart. EVAL_SEED picks the printed seed;
+# eval/seeds.sh then gives seeds 1-10 (the only seeds used for tuning) and
+# 11-100 (reported, never tuned on) with their mean and worst. bench_detect
+# links the correlator library, like bench_replay: a dedicated rule wins
+# over the bench pattern rule.
 EVAL_SEED ?= 7
 $(BUILD)/eval/eval_detect: eval/eval_detect.c $(CORR_LIB)
 	$(call msg,CC,$@)

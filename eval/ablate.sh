@@ -3,7 +3,7 @@
 #
 # ablate.sh RULE [FIRST [LAST]] - eval/seeds.sh at seeds FIRST-LAST (default
 # 11-100) with one rule of the detector switched off, built apart in a
-# temporary folder: the real stream in its three forms and the modelled
+# temporary folder: the real stream in its five forms and the modelled
 # streams (the rules that need a breakdown act only there). RULE is one of
 # the ABL_<RULE> switches in correlator/src/diag_internal.h, or NONE (the
 # detector as it is, built the same way). EVAL_ARGS adds options (--blind:

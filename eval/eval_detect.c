@@ -7,7 +7,8 @@
  * vLLM 0.10 A100 steps of LatencyPrism's Sentinel set, one instance, in file
  * order (190 workload mixes back to back), duration only, in three forms
  * (lp_form(): phase unknown; prefill from batch growth; prefill from an
- * estimated concurrency), none reading the job name. Per form: a clean run
+ * estimated concurrency), none reading the job name, and two with fields
+ * missing, reported apart (no KV tokens; duration only). Per form: a clean run
  * (the natural false positive rate) and a mixed campaign, for the detector,
  * for a running median per batch size (med_step()) and for a hindsight
  * oracle (the ceiling, oracle_prepare(): it reads what no detector may), the
@@ -442,9 +443,14 @@ static int oracle_prepare(void)
  *             flight; the job's client count is not read): a step below it
  *             is mixed with (conc - batch) x mean input tokens.
  * KV tokens are batch x (mean input + mean output so far) in every form.
+ * Two more, with fields missing (issue 17 item 1), are reported apart:
+ *  - nokv:    phase unknown, tokens = batch size, no KV tokens;
+ *  - bare:    duration only (no tokens, batch or KV tokens), as steps cut
+ *             by the agent without a step probe are.
  */
-enum form { FORM_UNKNOWN, FORM_GROWTH, FORM_CONC, FORM_COUNT };
-static const char *const form_name[FORM_COUNT] = {"lp-unknown", "lp-growth", "lp-conc"};
+enum form { FORM_UNKNOWN, FORM_GROWTH, FORM_CONC, FORM_NOKV, FORM_BARE, FORM_COUNT };
+static const char *const form_name[FORM_COUNT] = {"lp-unknown", "lp-growth", "lp-conc", "lp-nokv",
+						  "lp-bare"};
 #define CONC_WIN 32
 
 static int lp_form(enum form fm, struct stream *x)
@@ -462,8 +468,12 @@ static int lp_form(enum form fm, struct stream *x)
 		v.kv = r->bs * (r->ain + r->aout);
 		v.phase = DIAG_PHASE_DECODE;
 		v.t = r->bs;
-		if (fm == FORM_UNKNOWN) {
+		if (fm == FORM_UNKNOWN || fm == FORM_NOKV || fm == FORM_BARE) {
 			v.phase = DIAG_PHASE_UNKNOWN;
+			if (fm != FORM_UNKNOWN)
+				v.kv = DIAG_UNKNOWN;
+			if (fm == FORM_BARE)
+				v.t = v.batch = DIAG_UNKNOWN;
 		} else if (fm == FORM_GROWTH) {
 			if (prev_bs >= 0 && r->bs > prev_bs) {
 				v.phase = DIAG_PHASE_MIXED;
@@ -1276,7 +1286,8 @@ static void blind_one(const struct stream *x, enum judge_kind j, uint64_t seed, 
 static int blind(uint64_t seed, double rate, const struct diag_det_opts *o)
 {
 	if (!brief) {
-		printf("blind protocol, the real LatencyPrism stream (%zu steps) in three forms, "
+		printf("blind protocol, the real LatencyPrism stream (%zu steps) in three forms "
+		       "and two with fields missing (lp-nokv, lp-bare: reported apart), "
 		       "no job name read; clean run, then %.1f%% of steps faulted (mixed)\n",
 		       n_lpr, 100 * rate);
 		printf("  %-11s %-9s %8s %7s %8s %7s %7s %7s %6s %5s %6s\n", "FORM", "JUDGE",
@@ -1319,7 +1330,7 @@ static const struct argp_option options[] = {
      "Print one line of figures per form and judge, and one for the modelled streams: "
      "'seed N STREAM JUDGE key value ...' (eval/seeds.sh reads them)"},
     {"blind", 'B', NULL, 0,
-     "Only the blind protocol (the real stream in its three forms), not the modelled streams"},
+     "Only the blind protocol (the real stream in its five forms), not the modelled streams"},
     {"model", 'M', "NAME", 0,
      "The detector's expected-latency model: grid (the default: the measured cells that "
      "bracket a workload, interpolated) or cells (the nearest cell scaled by the line; "
@@ -1437,7 +1448,7 @@ int main(int argc, char **argv)
 	    "USAGE: eval_detect [--seed N] [--data DIR]\n\nEXAMPLES:\n"
 	    "  eval_detect                # the reporting seed\n"
 	    "  eval_detect --seed 1       # the tuning seed\n"
-	    "  eval_detect --blind        # the real stream only, its three forms\n"
+	    "  eval_detect --blind        # the real stream only, its five forms\n"
 	    "  eval/seeds.sh 11 100       # every figure at seeds 11-100, mean and worst\n",
 	};
 	struct args a = {.seed = 7, .rate = 0.05, .max_steps = 40000};

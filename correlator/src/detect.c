@@ -29,7 +29,8 @@
  *    not count; where a key's churn steps are often far slower than steady
  *    ones, they are judged against a quantile of their own excesses;
  *  - flagged steps never teach the baseline (a run of slow steps must not
- *    become the norm), unless they persist for LEVEL_SHIFT steps: then the
+ *    become the norm), unless they persist for LEVEL_SHIFT steps
+ *    (LEVEL_SHIFT_BARE for steps of duration only): then the
  *    new level is accepted and said so, and only a saved baseline
  *    (--baseline) still sees the regression. The key learns its model
  *    again; while that one bootstraps, the old model scaled by the run's
@@ -51,6 +52,13 @@
 
 #define W_MAX 32
 #define LEVEL_SHIFT 64 /* consecutive flagged steps after which a key relearns */
+/*
+ * the same for a step of duration only (no tokens, batch or KV tokens, no
+ * breakdown), where a new workload and a slowdown look alike
+ * (docs/diagnosis.md, "Fields missing"; chosen on seeds 1-10). Steps the
+ * agent cuts itself have a breakdown and keep LEVEL_SHIFT.
+ */
+#define LEVEL_SHIFT_BARE 16
 #define MAX_RANKS 64
 #define MAX_INST 1024
 #define EW_ALPHA 0.02 /* EWMA weight of the chart's statistics (~50 steps) */
@@ -1088,7 +1096,9 @@ static void churn_add(struct dkey *k, double up, double clip)
  * prefilled in this step, work its record may not describe (no prefill
  * count, phase unknown): class 1. Class 2: KV grew by more than the batch
  * plus one request's context (several joined). 0: steady. Prefill steps are
- * class 0 and start the comparison again.
+ * class 0 and start the comparison again. Without KV tokens (on this step or
+ * the one before) the batch alone tells: shrank, class 1; grew, class 2; a
+ * request replaced at the same batch is not seen.
  */
 #define CHURN_TOL 0.002
 static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
@@ -1107,6 +1117,9 @@ static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
 			c = 1;
 		else if (bs > 0 && kv > exp + tol + kv / bs)
 			c = 2;
+	} else if (!ABL_NOKV && sq->pbs > 0 && bs >= 0) {
+		/* no KV tokens here or before: the batch alone says it */
+		c = bs < sq->pbs ? 1 : bs > sq->pbs ? 2 : 0;
 	}
 	ew_add(&sq->churn, c != 0);
 	sq->pbs = s->batch_size >= 0 ? bs : -1;
@@ -1384,8 +1397,9 @@ static int cmp_float(const void *a, const void *b)
 }
 
 /*
- * LEVEL_SHIFT flagged steps in a row: the new level is accepted and the key
- * learns its model again. Until the new model bootstraps, the old one judges,
+ * LEVEL_SHIFT flagged steps in a row (LEVEL_SHIFT_BARE where the step is
+ * duration only): the new level is accepted and the key learns its model
+ * again. Until the new model bootstraps, the old one judges,
  * its medians times the run's median dur / median: a key learning again is
  * not blind (a 43 ms stall 12 steps after a GPU clock change went unjudged).
  * The gap chart learns again only where the level is in the host's gaps
@@ -1395,12 +1409,13 @@ static int cmp_float(const void *a, const void *b)
 static int relearn(struct dkey *k)
 {
 	float r[LEVEL_SHIFT];
+	uint32_t ls = (uint32_t)k->consec; /* LEVEL_SHIFT, or fewer: LEVEL_SHIFT_BARE */
 	double med;
 
 	memcpy(r, k->run_r, sizeof(r));
-	qsort(r, LEVEL_SHIFT, sizeof(r[0]), cmp_float);
-	med = (r[LEVEL_SHIFT / 2 - 1] + r[LEVEL_SHIFT / 2]) / 2;
-	if (2 * k->run_gap >= LEVEL_SHIFT)
+	qsort(r, ls, sizeof(r[0]), cmp_float);
+	med = (r[(ls - 1) / 2] + r[ls / 2]) / 2;
+	if (2 * k->run_gap >= ls)
 		memset(&k->gap, 0, sizeof(k->gap));
 	k->consec = 0;
 	k->run_gap = 0;
@@ -1424,7 +1439,8 @@ static int relearn(struct dkey *k)
 
 /*
  * A flagged step: its anomaly, kind from the evidence (classify()), reported
- * now or held for the next step; 64 in a row are a new level, learned again.
+ * now or held for the next step; 64 in a row (16 of duration only) are a new
+ * level, learned again.
  */
 static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 		  const struct judge *j, struct diag_verdict *v)
@@ -1468,7 +1484,10 @@ static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 		if (v)
 			v->anomalous = true;
 	}
-	if (k->consec < LEVEL_SHIFT)
+	if (k->consec < (!ABL_BARE && s->tokens < 0 && s->batch_size < 0 && s->kv_tokens < 0 &&
+				 s->gpu_busy_ns < 0
+			     ? LEVEL_SHIFT_BARE
+			     : LEVEL_SHIFT))
 		return 0;
 	dlog(d, CORR_LOG_WARN,
 	     "diag: %s rank %d %s: %llu slow steps in a row, accepting the new level", k->instance,

@@ -69,6 +69,12 @@
 #ifndef ABL_WAIT /* unknown phase: a batch under its recent largest prefills the rest */
 #define ABL_WAIT 0
 #endif
+#ifndef ABL_NOKV /* no KV tokens: churn told from the batch alone */
+#define ABL_NOKV 0
+#endif
+#ifndef ABL_BARE /* duration only (no workload, no breakdown): a new level after 16, not 64 */
+#define ABL_BARE 0
+#endif
 
 /*
  * A workload cell: steps with about the same tokens and KV tokens. The ring

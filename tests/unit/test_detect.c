@@ -1503,6 +1503,80 @@ static void test_churn(void **state)
 }
 
 /*
+ * Fields missing (issue 17 item 1): the churn test's engine (decode steps)
+ * with no KV tokens in its records. The batch alone says who joined: 32 requests, and every
+ * 10th step one joins (33) or leaves and a newcomer is prefilled (back to
+ * 32), at 2-4x a steady step. Those steps are learned as churn (counted,
+ * not flagged once known), and a 12x one is still a stall. Without the
+ * batch either (duration only), a new level is accepted after 16 flagged
+ * steps, not 64: nothing tells a new workload from a slowdown there.
+ */
+static void mk_nokv(struct diag_step *s, uint64_t *ts, int64_t batch, double factor, bool bare)
+{
+	mk_step(s, ts, DIAG_PHASE_DECODE, bare ? DIAG_UNKNOWN : batch, DIAG_UNKNOWN,
+		20e6 * noise(0.01) * factor);
+}
+
+static void test_fields_missing(void **state)
+{
+	FX_LOCALS(state, 1000000000ULL);
+	int64_t batch = 32;
+	int late = 0, flagged = 0;
+
+	rs = 88172645463325252ULL;
+	for (int i = 0; i < 600; i++) {
+		bool churn = i % 10 == 9;
+
+		if (churn)
+			batch = batch == 32 ? 33 : 32;
+		mk_nokv(&s, &ts, batch, churn ? 2 + 2 * noise(1) : 1, false);
+		diag_det__add_step(d, &s, &v);
+		if (i >= 400)
+			late += v.anomalous || v.held;
+	}
+	assert_true(late <= 1);
+	assert_true(diag_det__counters(d)->churn >= 15);
+	for (int i = 0; i < 9; i++) {
+		mk_nokv(&s, &ts, batch, 1, false);
+		diag_det__add_step(d, &s, NULL);
+	}
+	mk_nokv(&s, &ts, batch == 32 ? 33 : 32, 12, false);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	diag_det__free(d);
+
+	/* duration only: 20 ms, then 30 ms from now on */
+	memset(g, 0, sizeof(*g));
+	d = x->d = det(g);
+	for (int i = 0; i < 300; i++) {
+		mk_nokv(&s, &ts, 0, 1, true);
+		diag_det__add_step(d, &s, NULL);
+	}
+	assert_int_equal(g->n, 0);
+	for (int i = 0; i < 100; i++) {
+		mk_nokv(&s, &ts, 0, 1.5, true);
+		diag_det__add_step(d, &s, &v);
+		flagged += v.anomalous || v.held;
+	}
+	assert_int_equal(flagged, 16);
+	/* with a batch it is taken for a slowdown for 64 steps */
+	diag_det__free(d);
+	memset(g, 0, sizeof(*g));
+	d = x->d = det(g);
+	flagged = 0;
+	for (int i = 0; i < 300; i++) {
+		mk_nokv(&s, &ts, 32, 1, false);
+		diag_det__add_step(d, &s, NULL);
+	}
+	for (int i = 0; i < 100; i++) {
+		mk_nokv(&s, &ts, 32, 1.5, false);
+		diag_det__add_step(d, &s, &v);
+		flagged += v.anomalous || v.held;
+	}
+	assert_int_equal(flagged, 64);
+}
+
+/*
  * Requests waiting (issue 17): an engine whose records say neither phase nor
  * prefill count (phase unknown, tokens = batch) keeps 64 requests; every
  * 10th step its batch dips by 2 or by 8, and the step prefills that many
@@ -1678,6 +1752,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_bootstrap_stall, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_level_under_raised_limit, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_relearn_not_blind, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_fields_missing, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_relearn_twice),
 	    cmocka_unit_test_setup_teardown(test_noise, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_noise_no_breakdown, fx_setup, fx_teardown),
