@@ -392,10 +392,12 @@ static double ref_median(const struct opair *p, size_t n, size_t at)
 	size_t m = 0, lo, hi;
 
 	if (!oracle_near) { /* the middle of the n - 1 others, p[at] skipped */
-		size_t h = (n - 1) / 2, l = (n - 2) / 2;
+		size_t h, l;
 
 		if (n < 2)
 			return 0;
+		h = (n - 1) / 2;
+		l = (n - 2) / 2;
 		return 0.5 * (p[l + (l >= at)].dur + p[h + (h >= at)].dur);
 	}
 	lo = at > oracle_near ? at - oracle_near : 0;
@@ -445,8 +447,8 @@ static int oracle_prepare(void)
  * KV tokens are batch x (mean input + mean output so far) in every form.
  * Two more, with fields missing (issue 17 item 1), are reported apart:
  *  - nokv:    phase unknown, tokens = batch size, no KV tokens;
- *  - bare:    duration only (no tokens, batch or KV tokens), as steps cut
- *             by the agent without a step probe are.
+ *  - bare:    duration only (no tokens, batch or KV tokens, no breakdown),
+ *             as a recording of step durations alone is.
  */
 enum form { FORM_UNKNOWN, FORM_GROWTH, FORM_CONC, FORM_NOKV, FORM_BARE, FORM_COUNT };
 static const char *const form_name[FORM_COUNT] = {"lp-unknown", "lp-growth", "lp-conc", "lp-nokv",
