@@ -208,8 +208,6 @@ static void gap_marker(void *ctx, const struct corr_marker *m)
 	diag_seg__add_marker(ctx, m);
 }
 
-static int cmp_dbl(const void *a, const void *b);
-
 static int load_gaps(const char *dir)
 {
 	char path[1024];
@@ -372,13 +370,6 @@ static int cmp_opair(const void *a, const void *b)
 	return (x->dur > y->dur) - (x->dur < y->dur);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 /*
  * The oracle's reference for p[at], one of the n steps p[0..n) of a job and
  * batch size: the median of the others (its own duration is the answer,
@@ -407,7 +398,7 @@ static double ref_median(const struct opair *p, size_t n, size_t at)
 			v[m++] = p[k].dur;
 	if (!m)
 		return 0;
-	qsort(v, m, sizeof(*v), cmp_double);
+	qsort(v, m, sizeof(*v), cmp_dbl);
 	return m & 1 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 

@@ -1437,6 +1437,15 @@ static int relearn(struct dkey *k)
 	return dm_init(&k->m) ? -ENOMEM : 0;
 }
 
+/* flagged steps in a row that make a new level: fewer for a step of duration only */
+static uint64_t level_shift(const struct diag_step *s)
+{
+	bool duration_only =
+	    s->tokens < 0 && s->batch_size < 0 && s->kv_tokens < 0 && s->gpu_busy_ns < 0;
+
+	return !ABL_BARE && duration_only ? LEVEL_SHIFT_BARE : LEVEL_SHIFT;
+}
+
 /*
  * A flagged step: its anomaly, kind from the evidence (classify()), reported
  * now or held for the next step; 64 in a row (16 of duration only) are a new
@@ -1484,10 +1493,7 @@ static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 		if (v)
 			v->anomalous = true;
 	}
-	if (k->consec < (!ABL_BARE && s->tokens < 0 && s->batch_size < 0 && s->kv_tokens < 0 &&
-				 s->gpu_busy_ns < 0
-			     ? LEVEL_SHIFT_BARE
-			     : LEVEL_SHIFT))
+	if (k->consec < level_shift(s))
 		return 0;
 	dlog(d, CORR_LOG_WARN,
 	     "diag: %s rank %d %s: %llu slow steps in a row, accepting the new level", k->instance,
