@@ -460,46 +460,65 @@ void diag_advance(struct diag *d, uint64_t now)
 		strag_flush(d, now - STRAG_DECIDE_NS);
 }
 
+/*
+ * The counters the live stats record's "diag" object and a replay's
+ * diag_status share (docs/events.md): steps written, the detector's
+ * verdicts, and what the step segmenter cut, dropped or mended.
+ */
+void diag_counters(const struct diag *d, json_t *o)
+{
+	const struct diag_det_counters *dc = diag_det__counters(d->det);
+	const struct diag_seg_counters *sc = diag_seg__counters(d->seg);
+	const struct {
+		const char *name;
+		uint64_t v;
+	} c[] = {
+	    {"steps", d->steps},
+	    {"steps_marker", sc->steps_marker + sc->steps_usdt},
+	    {"steps_auto", sc->steps_auto + sc->steps_anchor},
+	    {"records_outside_steps", sc->outside},
+	    {"records_dropped", sc->dropped},
+	    {"cpu_events_outside_steps", sc->cpu_outside},
+	    {"cpu_events_overlapping", sc->cpu_overlaps},
+	    {"steps_cut_short", sc->cut_short},
+	    {"bad_metadata", sc->bad_metadata},
+	    {"judged", dc->judged},
+	    {"anomalies", dc->anomalies},
+	    {"explained", dc->explained},
+	    {"noise", dc->noise},
+	    {"churn", dc->churn},
+	    {"waiting", dc->waiting},
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
+		json_object_set_new(o, c[i].name, json_integer((json_int_t)c[i].v));
+}
+
 /* the "diag" object of the stats record (docs/events.md) */
 void diag_stats(struct diag *d, json_t *r)
 {
 	const struct diag_det_counters *dc;
-	const struct diag_seg_counters *sc;
-	json_t *kinds;
+	json_t *o, *kinds;
 
 	if (!d)
 		return;
 	dc = diag_det__counters(d->det);
-	sc = diag_seg__counters(d->seg);
+	o = json_object();
 	kinds = json_object();
+	diag_counters(d, o);
 	for (int k = 0; k < DIAG_KIND_COUNT; k++)
 		json_object_set_new(kinds, diag_kind_name((enum diag_kind)k),
 				    json_integer((json_int_t)dc->by_kind[k]));
-	json_object_set_new(
-	    r, "diag",
-	    json_pack(
-		"{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
-		"steps", (json_int_t)d->steps, "steps_marker",
-		(json_int_t)(sc->steps_marker + sc->steps_usdt), "steps_auto",
-		(json_int_t)(sc->steps_auto + sc->steps_anchor), "records_outside_steps",
-		(json_int_t)sc->outside, "records_dropped", (json_int_t)sc->dropped,
-		"cpu_events_outside_steps", (json_int_t)sc->cpu_outside, "bad_metadata",
-		(json_int_t)sc->bad_metadata, "judged", (json_int_t)dc->judged, "anomalies",
-		(json_int_t)dc->anomalies, "anomalies_by_kind", kinds, "explained",
-		(json_int_t)dc->explained, "noise", (json_int_t)dc->noise, "churn",
-		(json_int_t)dc->churn, "waiting", (json_int_t)dc->waiting, "refits",
-		(json_int_t)dc->refits, "keys", (json_int_t)dc->keys, "keys_dropped",
-		(json_int_t)dc->keys_dropped, "bad_steps", (json_int_t)dc->bad_steps,
-		"deep_dives_refused", (json_int_t)d->dive_errors));
+	json_object_set_new(o, "anomalies_by_kind", kinds);
+	json_object_set_new(o, "refits", json_integer((json_int_t)dc->refits));
+	json_object_set_new(o, "keys", json_integer((json_int_t)dc->keys));
+	json_object_set_new(o, "keys_dropped", json_integer((json_int_t)dc->keys_dropped));
+	json_object_set_new(o, "bad_steps", json_integer((json_int_t)dc->bad_steps));
+	json_object_set_new(o, "deep_dives_refused", json_integer((json_int_t)d->dive_errors));
 	/* a collective wait's stragglers: the steps named them, or an anomaly of their own */
-	json_object_set_new(json_object_get(r, "diag"), "stragglers_in_steps",
-			    json_integer((json_int_t)d->strag_in_steps));
-	json_object_set_new(json_object_get(r, "diag"), "stragglers_written",
-			    json_integer((json_int_t)d->strag_written));
-	json_object_set_new(json_object_get(r, "diag"), "cpu_events_overlapping",
-			    json_integer((json_int_t)sc->cpu_overlaps));
-	json_object_set_new(json_object_get(r, "diag"), "steps_cut_short",
-			    json_integer((json_int_t)sc->cut_short));
+	json_object_set_new(o, "stragglers_in_steps", json_integer((json_int_t)d->strag_in_steps));
+	json_object_set_new(o, "stragglers_written", json_integer((json_int_t)d->strag_written));
+	json_object_set_new(r, "diag", o);
 }
 
 int diag_finish(struct diag *d)

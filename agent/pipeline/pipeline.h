@@ -87,7 +87,9 @@ void diag_on_wait(struct diag *d, const struct corr_wait *w);
 void diag_add_step(struct diag *d, const struct diag_step *s); /* recorded steps: judge only */
 void diag_advance(struct diag *d, uint64_t now_ns);
 void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object */
-int diag_finish(struct diag *d);	    /* flush, save the baseline */
+/* the counters diag_stats and a replay's diag_status share, into o */
+void diag_counters(const struct diag *d, json_t *o);
+int diag_finish(struct diag *d); /* flush, save the baseline */
 void diag_free(struct diag *d);
 /*
  * A straggler one collective wait shows (nccl_live.c: the worst late

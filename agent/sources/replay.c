@@ -319,7 +319,6 @@ static int replay_steps(struct replay *r, const char *path, const char *buf, siz
 static void emit_diag_status(struct replay *r, const char *path, int err)
 {
 	const struct diag_det_counters *dc = r->dg ? diag_det__counters(r->dg->det) : NULL;
-	const struct diag_seg_counters *sc = r->dg ? diag_seg__counters(r->dg->seg) : NULL;
 	json_t *o;
 
 	if (!dc)
@@ -331,28 +330,11 @@ static void emit_diag_status(struct replay *r, const char *path, int err)
 	json_object_set_new(o, "ok", json_boolean(!err));
 	if (err == -EINTR)
 		json_object_set_new(o, "interrupted", json_true());
-	json_object_set_new(o, "steps", json_integer((json_int_t)r->dg->steps));
-	json_object_set_new(o, "judged", json_integer((json_int_t)dc->judged));
+	diag_counters(r->dg, o);
 	json_object_set_new(o, "bootstrapping", json_integer((json_int_t)dc->bootstrapping));
-	json_object_set_new(o, "anomalies", json_integer((json_int_t)dc->anomalies));
-	json_object_set_new(o, "explained", json_integer((json_int_t)dc->explained));
-	json_object_set_new(o, "noise", json_integer((json_int_t)dc->noise));
-	json_object_set_new(o, "churn", json_integer((json_int_t)dc->churn));
-	json_object_set_new(o, "waiting", json_integer((json_int_t)dc->waiting));
 	json_object_set_new(o, "baseline_keys", json_integer((json_int_t)dc->baseline_keys));
 	json_object_set_new(o, "bad_lines", json_integer((json_int_t)r->bad_lines));
 	json_object_set_new(o, "other_lines", json_integer((json_int_t)r->other_lines));
-	json_object_set_new(o, "steps_marker",
-			    json_integer((json_int_t)(sc ? sc->steps_marker + sc->steps_usdt : 0)));
-	json_object_set_new(o, "steps_auto",
-			    json_integer((json_int_t)(sc ? sc->steps_auto + sc->steps_anchor : 0)));
-	json_object_set_new(o, "records_outside_steps",
-			    json_integer((json_int_t)(sc ? sc->outside : 0)));
-	json_object_set_new(o, "records_dropped", json_integer((json_int_t)(sc ? sc->dropped : 0)));
-	json_object_set_new(o, "cpu_events_overlapping",
-			    json_integer((json_int_t)(sc ? sc->cpu_overlaps : 0)));
-	json_object_set_new(o, "steps_cut_short",
-			    json_integer((json_int_t)(sc ? sc->cut_short : 0)));
 	rec_emit(r->a, REC_STATS, o);
 }
 

@@ -1352,7 +1352,9 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 	for (i = 0; i < keep_c; i++)
 		held(sg, sg->c[i].e.pid);
 	if (upto == UINT64_MAX) {
+		/* the last cut: what no step took is dropped, and counted */
 		sg->cnt.outside += keep_r;
+		sg->cnt.cpu_outside += keep_c;
 		keep_r = keep_m = keep_c = 0;
 		sg->gen++; /* nothing is held any more */
 	}

@@ -36,7 +36,10 @@
 #                         (each step counted every record, and the cut was
 #                         quadratic),
 #                         a thread's overlapping off-CPU records cut and
-#                         counted (diag_status.cpu_events_overlapping)
+#                         counted (diag_status.cpu_events_overlapping), the
+#                         off-CPU records of a process without steps
+#                         counted (cpu_events_outside_steps; they went
+#                         uncounted at the last cut)
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -308,7 +311,9 @@ awk 'BEGIN { for (s = 0; s < 12000; s++) for (k = 0; k < 4; k++)
 	printf "{\"schema\":1,\"type\":\"%s\",\"pid\":100,\"tid\":100,\"correlation_id\":%d,\"start_ns\":5000,\"end_ns\":6000,\"copy_kind\":%d,\"launch_ts_ns\":4000,\"launch_api\":\"cudaLaunchKernel\"}\n",
 		k == 3 ? "memcpy" : "kernel", 4 * s + k + 1, k == 3 ? 2 : 0
 	for (i = 0; i < 100; i++)
-		print "{\"schema\":1,\"type\":\"offcpu\",\"pid\":100,\"tid\":100,\"ts_ns\":4500,\"dur_ns\":1000,\"cause\":\"blocked\"}" }' >"$T/instant.jsonl"
+		print "{\"schema\":1,\"type\":\"offcpu\",\"pid\":100,\"tid\":100,\"ts_ns\":4500,\"dur_ns\":1000,\"cause\":\"blocked\"}"
+	for (i = 0; i < 7; i++)
+		printf "{\"schema\":1,\"type\":\"offcpu\",\"pid\":200,\"tid\":200,\"ts_ns\":%d,\"dur_ns\":100,\"cause\":\"blocked\"}\n", 4100 + i * 200 }' >"$T/instant.jsonl"
 replay replay_overlap "$T/instant.jsonl"
 expect "one-instant recording: exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
 got=$(jq -c -n -R '[inputs | fromjson? | select(.type == "step")]
@@ -317,6 +322,6 @@ got=$(jq -c -n -R '[inputs | fromjson? | select(.type == "step")]
 expect "one-instant recording: steps $got, want 12000 steps counting 36000 kernels and 12000 copies once, all in the last (each step ends where the next starts), and the off-CPU time once (1000 ns)" \
 	jqe '.steps == 12000 and .kernels == 36000 and .memcpys == 12000 and .last == 36000 and .offcpu == 1000' <<<"$got"
 ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OUT")
-expect "one-instant recording: diag_status $ds, want ok, 99 overlapping CPU events, no step cut short (one thread's steps bound each other)" \
-	jqe '.ok and .steps == 12000 and .cpu_events_overlapping == 99 and .steps_cut_short == 0' <<<"$ds"
+expect "one-instant recording: diag_status $ds, want ok, 99 overlapping CPU events, no step cut short (one thread's steps bound each other), the 7 off-CPU records of pid 200 (no step) counted outside steps, no bad metadata" \
+	jqe '.ok and .steps == 12000 and .cpu_events_overlapping == 99 and .steps_cut_short == 0 and .cpu_events_outside_steps == 7 and .bad_metadata == 0' <<<"$ds"
 report replay_overlap

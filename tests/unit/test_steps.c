@@ -919,7 +919,8 @@ static void test_many_processes_pruned(void **state)
 
 struct cpu_got {
 	int n7;
-	int64_t offcpu7; /* the last step of pid 7 */
+	int64_t offcpu7;     /* the last step of pid 7 */
+	int64_t offcpu7_sum; /* all of them */
 };
 
 static void cpu_step(void *ctx, const struct diag_step *s)
@@ -929,6 +930,7 @@ static void cpu_step(void *ctx, const struct diag_step *s)
 	if (s->pid == 7) {
 		c->n7++;
 		c->offcpu7 = s->offcpu_ns;
+		c->offcpu7_sum += s->offcpu_ns;
 	}
 }
 
@@ -978,6 +980,44 @@ static void test_cpu_events_without_steps(void **state)
 	diag_seg__free(sg);
 }
 
+/*
+ * The last cut (diag_seg__flush: the end of a replay, the agent's exit):
+ * CPU events no step took are dropped and counted in cpu_outside, like
+ * those an interval's cut passes (they were dropped uncounted). pid 7: two
+ * steps, an off-CPU event in the first (taken), one after the last (not);
+ * pid 9, with no step, one event: 2 counted.
+ */
+static void test_cpu_events_left_at_flush(void **state)
+{
+	struct diag_seg_opts o = {.sz = sizeof(o), .hold_ns = 1000000};
+	struct cpu_got c = {0};
+	struct diag_seg *sg;
+	struct diag_cpu_event e = {.kind = DIAG_CPU_OFFCPU, .dur_ns = 100000};
+	const uint64_t t = 1000000000ULL;
+
+	(void)state;
+	o.step = cpu_step;
+	o.step_ctx = &c;
+	sg = diag_seg__new(&o);
+	assert_non_null(sg);
+	one_step(sg, 7, t);
+	one_step(sg, 7, t + 1000000);
+	e.pid = e.tid = 7;
+	e.ts_ns = t + 50000;
+	assert_int_equal(diag_seg__add_cpu(sg, &e), 0);
+	e.ts_ns = t + 5000000;
+	assert_int_equal(diag_seg__add_cpu(sg, &e), 0);
+	e.pid = e.tid = 9;
+	e.ts_ns = t + 60000;
+	assert_int_equal(diag_seg__add_cpu(sg, &e), 0);
+	assert_int_equal(diag_seg__flush(sg), 0);
+	assert_int_equal(c.n7, 2);
+	assert_int_equal(c.offcpu7_sum, 100000);
+	assert_int_equal(diag_seg__counters(sg)->cpu_outside, 2);
+	assert_int_equal(diag_seg__counters(sg)->dropped, 0);
+	diag_seg__free(sg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -994,6 +1034,7 @@ int main(void)
 	    cmocka_unit_test(test_processes_in_time_order),
 	    cmocka_unit_test(test_many_processes_pruned),
 	    cmocka_unit_test(test_cpu_events_without_steps),
+	    cmocka_unit_test(test_cpu_events_left_at_flush),
 	};
 
 	if (!test_data_dir())
