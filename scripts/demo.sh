@@ -299,9 +299,13 @@ if [ -f "$TRACE" ] && command -v jq >/dev/null; then
 		"    \(.gpu_records) GPU records (\(.kernels) kernels): \(.joined) joined to their launch, \(.unmatched) unmatched"' "$GOUT"
 	echo "  kernels per launch entry point (graph replays map to their cudaGraphLaunch):"
 	jq -r 'select(.type == "kernel") | .launch_api' "$GOUT" | sort | uniq -c | sort -rn | sed 's/^/    /'
-	echo "  inference steps found in the kernel stream, with their GPU breakdown:"
+	echo "  inference steps, cut at vLLM's execute_model markers in the trace, with their GPU breakdown:"
 	jq -r 'select(.type == "step") |
-		"    step \(.seq): \(.phase) \(.dur_ns / 1e6 | floor) ms, \(.kernels) kernels (\(.graph_kernels) from CUDA graphs), GPU busy \(.gpu_busy_ns / 1e6 | floor) ms"' "$GOUT"
+		if .kernels == 0 and .memcpys == 0 then
+			"    step \(.seq): \(.dur_ns / 1e3 | floor) us, no GPU work"
+		else
+			"    step \(.seq): \(.phase) \(.dur_ns / 1e6 | floor) ms, \(.kernels) kernels (\(.graph_kernels) from CUDA graphs), GPU busy \(.gpu_busy_ns / 1e6 | floor) ms"
+		end' "$GOUT"
 	echo "  one kernel record:"
 	grep -m1 '"type":"kernel"' "$GOUT" | cut -c1-400 | sed 's/^/    /'
 	echo "  (all of it: $GOUT)"
