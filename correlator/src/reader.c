@@ -302,6 +302,15 @@ int corr_replay_detect(const char *path, enum corr_format *out)
 	return 0;
 }
 
+/* nothing but white space (an empty file, or a pipe that closed at once) */
+static bool blank(const char *buf, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (!strchr(" \t\r\n", buf[i]) || !buf[i])
+			return false;
+	return true;
+}
+
 static int run(struct replay_ctx *rc, const char *path, const char *buf, size_t len,
 	       const struct corr_opts *copts)
 {
@@ -315,7 +324,10 @@ static int run(struct replay_ctx *rc, const char *path, const char *buf, size_t 
 		f = CORR_FMT_NSYS;
 	if (f == CORR_FMT_AUTO) {
 		replay_log(rc, CORR_LOG_ERROR,
-			   "%s: unknown format (not gzip, SQLite, a Chrome trace or JSON lines)",
+			   buf && blank(buf, len)
+			       ? "%s: empty: no records to replay"
+			       : "%s: unknown format (not gzip, SQLite, a Chrome trace or "
+				 "JSON lines)",
 			   path ? path : "buffer");
 		return -EINVAL;
 	}

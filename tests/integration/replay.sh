@@ -13,7 +13,8 @@
 #   replay_jsonl:         our own deep-mode output replayed gives the same
 #                         records (pairs, counts)
 #   replay_malformed:     truncated gzip / JSON / JSON lines, a corrupt
-#                         SQLite file, an unknown format: exit non-zero (not a
+#                         SQLite file, an unknown format, an empty or blank
+#                         file ("empty", not "unknown format"): exit non-zero (not a
 #                         signal), an error naming the offset, line or table,
 #                         a replay_status with ok=false where a record can be
 #                         written; also a Kineto trace cut or corrupted after
@@ -169,6 +170,13 @@ else
 	mal sqlite "$T/bad.sqlite" 'sqlite|SQLite|table'
 	printf 'hello, not a trace\n' >"$T/bad.txt"
 	mal unknown "$T/bad.txt" 'unknown format'
+	# nothing to replay: an empty file, blank lines, an empty gzip stream
+	: >"$T/empty.json"
+	mal empty "$T/empty.json" 'empty\.json: empty: no records to replay'
+	printf '\n  \n' >"$T/blank.jsonl"
+	mal blank "$T/blank.jsonl" 'blank\.jsonl: empty: no records to replay'
+	printf '' | gzip >"$T/empty.json.gz"
+	mal empty_gzip "$T/empty.json.gz" 'empty\.json\.gz: empty: no records to replay'
 	mal missing "$T/does-not-exist.json" 'No such file'
 	# issue 18 #14: after traceEvents (the last key of this trace): the closing
 	# brace cut, more keys cut, data after the end
