@@ -488,6 +488,10 @@ void diag_counters(const struct diag *d, json_t *o)
 	    {"noise", dc->noise},
 	    {"churn", dc->churn},
 	    {"waiting", dc->waiting},
+	    {"refits", dc->refits},
+	    {"keys", dc->keys},
+	    {"keys_dropped", dc->keys_dropped},
+	    {"bad_steps", dc->bad_steps},
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
@@ -510,10 +514,6 @@ void diag_stats(struct diag *d, json_t *r)
 		json_object_set_new(kinds, diag_kind_name((enum diag_kind)k),
 				    json_integer((json_int_t)dc->by_kind[k]));
 	json_object_set_new(o, "anomalies_by_kind", kinds);
-	json_object_set_new(o, "refits", json_integer((json_int_t)dc->refits));
-	json_object_set_new(o, "keys", json_integer((json_int_t)dc->keys));
-	json_object_set_new(o, "keys_dropped", json_integer((json_int_t)dc->keys_dropped));
-	json_object_set_new(o, "bad_steps", json_integer((json_int_t)dc->bad_steps));
 	json_object_set_new(o, "deep_dives_refused", json_integer((json_int_t)d->dive_errors));
 	/* a collective wait's stragglers: the steps named them, or an anomaly of their own */
 	json_object_set_new(o, "stragglers_in_steps", json_integer((json_int_t)d->strag_in_steps));

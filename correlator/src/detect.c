@@ -493,7 +493,11 @@ static struct dkey *key_get(struct diag_det *d, const char *inst, int32_t rank, 
 	if (k)
 		return k;
 	if (d->kused >= d->o.max_keys) {
-		d->cnt.keys_dropped++;
+		if (!d->cnt.keys_dropped++)
+			dlog(d, CORR_LOG_WARN,
+			     "diag: %u baselines kept, one per (instance, rank, phase); steps of "
+			     "any other are not judged (counted: keys_dropped)",
+			     d->o.max_keys);
 		return NULL;
 	}
 	k = calloc(1, sizeof(*k));

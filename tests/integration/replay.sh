@@ -41,6 +41,9 @@
 #                         off-CPU records of a process without steps
 #                         counted (cpu_events_outside_steps; they went
 #                         uncounted at the last cut)
+#   replay_step_keys:     a step stream of 4,100 instances: 4,096 baselines
+#                         kept, the 4 others' steps counted in
+#                         diag_status.keys_dropped and warned of once
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -48,7 +51,7 @@ source "$(dirname "$0")/lib.sh"
 DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
 NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 CASES=(replay_kineto_gz replay_kineto_unmatched replay_kineto_plain replay_nsys replay_jsonl
-	replay_malformed replay_streams replay_stop)
+	replay_malformed replay_streams replay_stop replay_overlap replay_step_keys)
 
 if [ ! -x "$AGENT" ] || ! command -v jq >/dev/null; then
 	for n in "${CASES[@]}"; do echo "FAIL $n: $AGENT not built or jq missing"; done
@@ -333,3 +336,16 @@ ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OU
 expect "one-instant recording: diag_status $ds, want ok, 99 overlapping CPU events, no step cut short (one thread's steps bound each other), the 7 off-CPU records of pid 200 (no step) counted outside steps, no bad metadata" \
 	jqe '.ok and .steps == 12000 and .cpu_events_overlapping == 99 and .steps_cut_short == 0 and .cpu_events_outside_steps == 7 and .bad_metadata == 0' <<<"$ds"
 report replay_overlap
+
+# a step stream of 4,100 instances: the detector keeps 4,096 baselines; the
+# steps of the 4 others are not judged, and diag_status and a warning say so
+awk 'BEGIN { for (i = 0; i < 4100; i++)
+	printf "{\"schema\":1,\"type\":\"step\",\"instance\":\"inst-%d\",\"rank\":0,\"pid\":100,\"tid\":100,\"start_ns\":%d,\"dur_ns\":20000000,\"phase\":\"decode\",\"tokens\":8,\"batch_size\":8,\"kv_tokens\":4096}\n", i, 1000000000 + i * 1000 }' >"$T/keys.jsonl"
+replay replay_step_keys "$T/keys.jsonl"
+expect "4,100 instances: exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
+ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OUT")
+expect "4,100 instances: diag_status $ds, want 4100 steps, 4096 keys, 4 steps dropped, none refused" \
+	jqe '.ok and .steps == 4100 and .keys == 4096 and .keys_dropped == 4 and .bad_steps == 0' <<<"$ds"
+expect "4,100 instances: no warning naming keys_dropped: $(tail -n 3 "$ERR" | tr '\n' '|')" \
+	grep -q 'warning: diag: 4096 baselines kept.*keys_dropped' "$ERR"
+report replay_step_keys
