@@ -176,12 +176,14 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 
 	shim_stats(a, o);
 	gpu_stats(a, o);
+	diag_stats(a->diag, o);
 	g = json_object_get(o, "gpu");
 	help(f, "infertrace_drops_total", "counter",
 	     "Records lost, by stage: bpf_ring (ring full), decode (malformed ring record), "
 	     "json (record could not be built), sink (a sink refused), shim_channel (the CUPTI "
 	     "shim could not send), cupti (CUPTI dropped), recorder (evicted from the flight "
-	     "recorder by its memory budget).");
+	     "recorder by its memory budget), steps (GPU records and CPU events the step "
+	     "segmenter could not hold: their steps lack them).");
 	fprintf(f, "infertrace_drops_total{stage=\"bpf_ring\"} %llu\n",
 		(unsigned long long)bpf_drops);
 	fprintf(f, "infertrace_drops_total{stage=\"decode\"} %llu\n",
@@ -198,19 +200,24 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 	x = json_object_get(o, "recorder");
 	fprintf(f, "infertrace_drops_total{stage=\"recorder\"} %llu\n",
 		(unsigned long long)jget(x, "evicted_budget"));
+	x = json_object_get(o, "diag");
+	fprintf(f, "infertrace_drops_total{stage=\"steps\"} %llu\n",
+		(unsigned long long)jget(x, "records_dropped"));
 
 	for (int i = 0; i < a->n_procs; i++)
 		procs += a->procs[i].used && a->procs[i].start_time != PROC_GONE;
 	for (int i = 0; i < MAX_LIBFILES; i++)
 		if (a->libs[i].used)
 			probes += a->libs[i].n_links;
-	diag_stats(a->diag, o);
-	x = json_object_get(o, "diag");
 	if (x) {
 		json_t *kinds = json_object_get(x, "anomalies_by_kind");
 
 		one(f, "infertrace_steps_total", "counter", "Inference steps cut.",
 		    (double)jget(x, "steps"));
+		one(f, "infertrace_steps_unjudged_total", "counter",
+		    "Steps not judged: every baseline slot (one per instance, rank and phase, "
+		    "4096) was taken.",
+		    (double)jget(x, "keys_dropped"));
 		help(f, "infertrace_anomalies_total", "counter",
 		     "Anomalous steps, by kind (host_stall, cpu_contention, gpu_slow, "
 		     "communication, straggler, regression).");
