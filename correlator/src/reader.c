@@ -249,6 +249,14 @@ static bool is_sqlite(const char *b, size_t n)
 	return n >= 16 && !memcmp(b, sqlite_magic, 16);
 }
 
+/* the first byte from p on that is not white space; end if none */
+static const char *skip_space(const char *p, const char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+		p++;
+	return p;
+}
+
 /*
  * JSON lines when the first line is a whole JSON object, unless it holds
  * traceEvents, or is all there is and has no string "type" (a one-line
@@ -261,8 +269,7 @@ static enum corr_format detect_text(const char *buf, size_t len)
 	json_t *o;
 	enum corr_format f = CORR_FMT_KINETO;
 
-	while (p < buf + len && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-		p++;
+	p = skip_space(p, buf + len);
 	if (p >= buf + len || (*p != '{' && *p != '['))
 		return CORR_FMT_AUTO;
 	if (*p == '[')
@@ -270,8 +277,7 @@ static enum corr_format detect_text(const char *buf, size_t len)
 	nl = memchr(p, '\n', (size_t)(buf + len - p));
 	if (!nl || nl - p > (1 << 20))
 		return CORR_FMT_KINETO;
-	for (q = nl; q < buf + len && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'); q++)
-		;
+	q = skip_space(nl, buf + len);
 	o = json_loadb(p, (size_t)(nl - p), 0, NULL);
 	/* one line that is no record of ours: a document, not a stream of records */
 	if (json_is_object(o) && !json_object_get(o, "traceEvents") &&
@@ -302,15 +308,6 @@ int corr_replay_detect(const char *path, enum corr_format *out)
 	return 0;
 }
 
-/* nothing but white space (an empty file, or a pipe that closed at once) */
-static bool blank(const char *buf, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		if (!strchr(" \t\r\n", buf[i]) || !buf[i])
-			return false;
-	return true;
-}
-
 static int run(struct replay_ctx *rc, const char *path, const char *buf, size_t len,
 	       const struct corr_opts *copts)
 {
@@ -324,7 +321,8 @@ static int run(struct replay_ctx *rc, const char *path, const char *buf, size_t 
 		f = CORR_FMT_NSYS;
 	if (f == CORR_FMT_AUTO) {
 		replay_log(rc, CORR_LOG_ERROR,
-			   buf && blank(buf, len)
+			   /* nothing but white space: an empty file, a pipe closed at once */
+			   buf && skip_space(buf, buf + len) == buf + len
 			       ? "%s: empty: no records to replay"
 			       : "%s: unknown format (not gzip, SQLite, a Chrome trace or "
 				 "JSON lines)",
