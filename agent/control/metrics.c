@@ -218,6 +218,10 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 		    "Steps not judged: every baseline slot (one per instance, rank and phase, "
 		    "4096) was taken.",
 		    (double)jget(x, "keys_dropped"));
+		one(f, "infertrace_level_shifts_total", "counter",
+		    "Runs of slow steps accepted as the new normal (64 flagged in a row; "
+		    "a level_shift record each): the anomalies of that run stop there.",
+		    (double)jget(x, "level_shifts"));
 		help(f, "infertrace_anomalies_total", "counter",
 		     "Anomalous steps, by kind (host_stall, cpu_contention, gpu_slow, "
 		     "communication, straggler, regression).");

@@ -132,6 +132,7 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 	json_object_set_new(o, "score", json_real(an->score));
 	json_object_set_new(o, "kind", json_string(diag_kind_name(an->kind)));
 	json_object_set_new(o, "chart", json_string(an->chart));
+	json_object_set_new(o, "run", json_integer(an->run ? an->run : 1));
 	for (uint32_t i = 0; i < an->n_suspects; i++)
 		json_array_append_new(
 		    sus, json_pack("{s:s,s:s,s:f,s:f}", "what", an->suspects[i].what, "evidence",
@@ -154,6 +155,31 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 			pr_warn("anomaly on %s: deep-dive refused: %s", an->instance,
 				strerror(-err));
 	}
+}
+
+/*
+ * A run of flagged steps accepted as the new level: its anomalies stop here,
+ * and the record says why (class anomaly: the anomalies topic, the flight
+ * recorder's window with it).
+ */
+static void emit_level_shift(void *ctx, const struct diag_level_shift *ls)
+{
+	struct diag *d = ctx;
+	json_t *o = rec_new(d->a, "level_shift", 0, 0, ls->step_start_ns);
+
+	if (!o) {
+		d->err = -ENOMEM;
+		return;
+	}
+	json_object_set_new(o, "instance", rec_string(ls->instance));
+	json_object_set_new(o, "rank", ls->rank < 0 ? json_null() : json_integer(ls->rank));
+	json_object_set_new(o, "phase", json_string(diag_phase_name(ls->phase)));
+	json_object_set_new(o, "step_start_ns", json_integer((json_int_t)ls->step_start_ns));
+	json_object_set_new(o, "steps", json_integer(ls->steps));
+	json_object_set_new(o, "ratio", json_real(ls->ratio));
+	json_object_set_new(o, "kind", json_string(diag_kind_name(ls->kind)));
+	if (rec_emit(d->a, REC_ANOMALY, o))
+		d->err = -EIO;
 }
 
 /* ------------------------------------------------ stragglers of a wait -- */
@@ -355,6 +381,8 @@ int diag_new(struct agent *a, struct diag **out)
 	o.sz = sizeof(o);
 	o.anomaly = emit_anomaly;
 	o.anomaly_ctx = d;
+	o.level_shift = emit_level_shift;
+	o.level_shift_ctx = d;
 	o.log = agent_lib_log;
 	d->det = diag_det__new(&o);
 	if (!d->det) {
@@ -488,6 +516,7 @@ void diag_counters(const struct diag *d, json_t *o)
 	    {"noise", dc->noise},
 	    {"churn", dc->churn},
 	    {"waiting", dc->waiting},
+	    {"level_shifts", dc->level_shifts},
 	    {"refits", dc->refits},
 	    {"keys", dc->keys},
 	    {"keys_dropped", dc->keys_dropped},

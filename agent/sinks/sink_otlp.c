@@ -266,14 +266,15 @@ static bool is_common(const char *k)
 	return false;
 }
 
-/* step, anomaly, process: one log record each */
+/* step, anomaly, level_shift, process: one log record each */
 static void log_record(struct otlp_sink *o, json_t *rec, const char *type)
 {
 	struct batch *b = &o->b[REQ_LOGS];
 	char rkey[600], name[128], body[256];
 	json_t *recs = batch_scope(b, REQ_LOGS, rec, rkey, sizeof(rkey));
 	json_t *attrs = json_array(), *v;
-	bool anomaly = !strcmp(type, "anomaly");
+	bool anomaly = !strcmp(type, "anomaly"), shift = !strcmp(type, "level_shift");
+	bool warn = anomaly || shift; /* the detector's findings */
 	const char *k;
 
 	snprintf(name, sizeof(name), "infertrace.%s", type);
@@ -297,6 +298,12 @@ static void log_record(struct otlp_sink *o, json_t *rec, const char *type)
 			 json_string_value(json_object_get(
 			     json_array_get(json_object_get(rec, "suspects"), 0), "evidence"))
 			     ?: "no suspect");
+	else if (shift)
+		snprintf(body, sizeof(body),
+			 "new level accepted: %lld steps in a row at %.2fx the expected, mostly %s",
+			 (long long)json_integer_value(json_object_get(rec, "steps")),
+			 json_number_value(json_object_get(rec, "ratio")),
+			 json_string_value(json_object_get(rec, "kind")) ?: "?");
 	else if (!strcmp(type, "step"))
 		snprintf(body, sizeof(body), "step %lld: %.3f ms, %s",
 			 (long long)json_integer_value(json_object_get(rec, "seq")),
@@ -305,12 +312,12 @@ static void log_record(struct otlp_sink *o, json_t *rec, const char *type)
 	else
 		snprintf(body, sizeof(body), "%s %s", type,
 			 json_string_value(json_object_get(rec, "event")) ?: "");
-	json_array_append_new(
-	    recs, otlp_pack("{s:o,s:o,s:i,s:s,s:{s:s},s:o}", "timeUnixNano",
-			    u64s(wall(o, json_object_get(rec, "ts_ns"))), "observedTimeUnixNano",
-			    u64s(clock_ns(CLOCK_REALTIME)), "severityNumber", anomaly ? 13 : 9,
-			    "severityText", anomaly ? "WARN" : "INFO", "body", "stringValue", body,
-			    "attributes", attrs));
+	json_array_append_new(recs, otlp_pack("{s:o,s:o,s:i,s:s,s:{s:s},s:o}", "timeUnixNano",
+					      u64s(wall(o, json_object_get(rec, "ts_ns"))),
+					      "observedTimeUnixNano",
+					      u64s(clock_ns(CLOCK_REALTIME)), "severityNumber",
+					      warn ? 13 : 9, "severityText", warn ? "WARN" : "INFO",
+					      "body", "stringValue", body, "attributes", attrs));
 	b->items++;
 	b->records++;
 }

@@ -244,11 +244,35 @@ struct diag_anomaly {
 	double score;	      /* (dur - median) / UCL distance: > 1 is beyond the limit */
 	enum diag_kind kind;
 	const char *chart; /* "single", "window", "gap", "cpu", "peers", "baseline" */
+	/*
+	 * steps of its (instance, rank, phase) flagged in a row by the step
+	 * charts (single, window, gap, cpu), this one included: 1 opens an
+	 * episode. 1 for the other charts.
+	 */
+	uint32_t run;
 	uint32_t n_suspects;
 	struct diag_suspect suspects[DIAG_SUSPECTS_MAX]; /* most likely first */
 };
 
 typedef void (*diag_anomaly_fn)(void *ctx, const struct diag_anomaly *an);
+
+/*
+ * A run of flagged steps long enough to be the new normal (64 in a row; 16
+ * for steps of duration only): the detector accepts the level and its key
+ * learns its model again (docs/diagnosis.md, "Level shifts"). Its anomalies
+ * stop there, and this says why.
+ */
+struct diag_level_shift {
+	const char *instance;
+	int32_t rank;
+	enum diag_phase phase;
+	uint64_t step_start_ns; /* the step that completed the run */
+	uint32_t steps;		/* flagged in a row */
+	double ratio;		/* the run's median duration over what was expected */
+	enum diag_kind kind;	/* the kind most of the run's anomalies named */
+};
+
+typedef void (*diag_level_fn)(void *ctx, const struct diag_level_shift *ls);
 
 /*
  * The expected-latency model (docs/diagnosis.md, "The baseline" and "The
@@ -293,7 +317,9 @@ struct diag_det_opts {
 	void *anomaly_ctx;
 	diag_log_fn log; /* may be NULL */
 	void *log_ctx;
-	enum diag_model model; /* 0: DIAG_MODEL_GRID */
+	enum diag_model model;	   /* 0: DIAG_MODEL_GRID */
+	diag_level_fn level_shift; /* may be NULL */
+	void *level_shift_ctx;
 };
 
 /* what the detector concluded about one step */
@@ -328,6 +354,7 @@ struct diag_det_counters {
 	 * was short of, against its recent largest (docs/diagnosis.md)
 	 */
 	uint64_t waiting;
+	uint64_t level_shifts; /* runs of flagged steps accepted as the new level */
 };
 
 struct diag_det *diag_det__new(const struct diag_det_opts *opts);

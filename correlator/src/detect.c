@@ -323,9 +323,13 @@ struct dkey {
 	/* u+ of recent churn steps (step_class), sorted: their own limit */
 	float ch[CH_N], ch_sorted[CH_N];
 	uint32_t ch_pos, ch_cnt;
-	/* the flagged steps in a row (consec): dur / median, and how many the gap chart saw */
+	/*
+	 * the flagged steps in a row (consec): dur / median, how many the gap
+	 * chart saw, and how many each kind named
+	 */
 	float run_r[LEVEL_SHIFT];
 	uint32_t run_gap;
+	uint16_t run_kind[DIAG_KIND_COUNT];
 	/* after a level shift, until the new model bootstraps: the old one and the level's ratio */
 	struct dmodel *prev;
 	double prev_r;
@@ -963,6 +967,7 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 		an.score = worst;
 		an.kind = DIAG_KIND_STRAGGLER;
 		an.chart = "peers";
+		an.run = 1;
 		add_suspect(&an, "rank", v - worst_med, worst_med > 0 ? v / worst_med : 0,
 			    "rank %d %s %.2f ms vs its %u peers' median %.2f ms", an.rank,
 			    metric[worst_m], v / 1e6, n - 1, worst_med / 1e6);
@@ -1018,6 +1023,7 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 	an.score = (mean - 1) / d->o.regression_rel;
 	an.kind = DIAG_KIND_REGRESSION;
 	an.chart = "baseline";
+	an.run = 1;
 	add_suspect(&an, "baseline", mean, mean,
 		    "the last %u steps took %.2fx the saved baseline for their workload", w, mean);
 	/* kernels whose name set or per-call time changed against the reference */
@@ -1408,21 +1414,39 @@ static int cmp_float(const void *a, const void *b)
  * not blind (a 43 ms stall 12 steps after a GPU clock change went unjudged).
  * The gap chart learns again only where the level is in the host's gaps
  * (most of the run crossed it); a level in the GPU's time leaves the usual
- * gaps as they were. Seen modes are forgotten.
+ * gaps as they were. Seen modes are forgotten. The shift is counted, logged
+ * and handed to opts.level_shift: the anomalies stop here, and it says why.
  */
-static int relearn(struct dkey *k)
+static int relearn(struct diag_det *d, struct dkey *k, const struct diag_step *s)
 {
 	float r[LEVEL_SHIFT];
 	uint32_t ls = (uint32_t)k->consec; /* LEVEL_SHIFT, or fewer: LEVEL_SHIFT_BARE */
+	struct diag_level_shift sh = {.instance = k->instance,
+				      .rank = s->rank,
+				      .phase = s->phase,
+				      .step_start_ns = s->start_ns,
+				      .steps = ls};
 	double med;
 
 	memcpy(r, k->run_r, sizeof(r));
 	qsort(r, ls, sizeof(r[0]), cmp_float);
 	med = (r[(ls - 1) / 2] + r[ls / 2]) / 2;
+	for (int i = 1; i < DIAG_KIND_COUNT; i++)
+		if (k->run_kind[i] > k->run_kind[sh.kind])
+			sh.kind = (enum diag_kind)i;
+	sh.ratio = med;
+	d->cnt.level_shifts++;
+	dlog(d, CORR_LOG_WARN,
+	     "diag: %s rank %d %s: %u slow steps in a row, accepting the new level (%.2fx "
+	     "the expected, mostly %s)",
+	     k->instance, s->rank, diag_phase_name(s->phase), ls, med, diag_kind_name(sh.kind));
+	if (d->o.level_shift)
+		d->o.level_shift(d->o.level_shift_ctx, &sh);
 	if (2 * k->run_gap >= ls)
 		memset(&k->gap, 0, sizeof(k->gap));
 	k->consec = 0;
 	k->run_gap = 0;
+	memset(k->run_kind, 0, sizeof(k->run_kind));
 	memset(k->modes, 0, sizeof(k->modes));
 	if (!k->prev && (k->prev = malloc(sizeof(*k->prev)))) {
 		*k->prev = k->m;
@@ -1482,6 +1506,8 @@ static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 		an.chart = j->flag1 ? "single" : "window";
 	}
 	classify(k, s, j->med, j->flagw, j->flagg ? j->gx : 0, j->flagc ? j->cx : 0, &an);
+	an.run = (uint32_t)k->consec;
+	k->run_kind[an.kind]++;
 	if (v)
 		v->score = an.score;
 	if (j->hold) {
@@ -1499,10 +1525,7 @@ static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 	}
 	if (k->consec < level_shift(s))
 		return 0;
-	dlog(d, CORR_LOG_WARN,
-	     "diag: %s rank %d %s: %llu slow steps in a row, accepting the new level", k->instance,
-	     s->rank, diag_phase_name(s->phase), (unsigned long long)k->consec);
-	return relearn(k);
+	return relearn(d, k, s);
 }
 
 /*
@@ -1663,6 +1686,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *rs, struct di
 			ew_add(&k->u1, k->flag_u);
 		k->consec = 0;
 		k->run_gap = 0;
+		memset(k->run_kind, 0, sizeof(k->run_kind));
 		if (j.explained)
 			d->cnt.explained++;
 		else

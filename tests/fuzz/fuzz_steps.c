@@ -13,7 +13,7 @@
  *         straight to the detector.
  *
  * No crash, no undefined behaviour (ASan, UBSan without recovery), every
- * step and anomaly well-formed. Build: make fuzz-replay (clang).
+ * step, anomaly and level shift well-formed. Build: make fuzz-replay (clang).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -33,7 +33,16 @@ struct ctx {
 static void on_anomaly(void *c, const struct diag_anomaly *an)
 {
 	(void)c;
-	if (!an)
+	if (!an || !an->run || an->run > 64)
+		abort();
+}
+
+/* a level is accepted after 64 flagged steps in a row (16 of duration only) */
+static void on_level_shift(void *c, const struct diag_level_shift *ls)
+{
+	(void)c;
+	if (!ls || !ls->instance || (ls->steps != 64 && ls->steps != 16) || !(ls->ratio > 0) ||
+	    ls->kind >= DIAG_KIND_COUNT)
 		abort();
 }
 
@@ -135,8 +144,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
 	struct ctx x = {0};
 	struct diag_seg_opts so = {.sz = sizeof(so), .step = on_step, .step_ctx = &x};
-	struct diag_det_opts dopts = {
-	    .sz = sizeof(dopts), .anomaly = on_anomaly, .bootstrap = 4, .max_keys = 64};
+	struct diag_det_opts dopts = {.sz = sizeof(dopts),
+				      .anomaly = on_anomaly,
+				      .level_shift = on_level_shift,
+				      .bootstrap = 4,
+				      .max_keys = 64};
 	/* small correlator tables: fast runs (fuzz_replay.c does the same) */
 	struct corr_opts co = {.sz = sizeof(co),
 			       .launch_capacity = 256,

@@ -345,3 +345,16 @@ thread_sum() {
 	jqo --argjson tid "$WTID" --argjson pid "$WPID" \
 		"[.[] | select(.type == \"thread\" and .pid == \$pid and .tid == \$tid) | .$1] | add // 0"
 }
+
+# level_shift_steps INSTANCE: a step stream of one decode key, 300 steps of
+# 20 ms then 100 of 30 ms (1% deterministic jitter): the detector flags 64
+# in a row and accepts the new level (replay.sh, otlp.sh)
+level_shift_steps() {
+	awk -v inst="$1" 'BEGIN { t = 1000000000
+	for (i = 0; i < 400; i++) {
+		d = int((i < 300 ? 20e6 : 30e6) * (1 + 0.01 * sin(i * 1.7)))
+		printf "{\"schema\":1,\"type\":\"step\",\"instance\":\"%s\",\"rank\":0,\"pid\":100,\"tid\":100,", inst
+		printf "\"start_ns\":%.0f,\"dur_ns\":%.0f,\"phase\":\"decode\",\"tokens\":8,\"batch_size\":8,", t, d
+		printf "\"kv_tokens\":%d}\n", 4096 + i % 8
+		t += d + 100000 } }'
+}

@@ -15,6 +15,9 @@
 #                         records (metrics)
 #   otlp_replay_anomaly   a step stream with one stall: 200 steps and the
 #                         anomaly as log records
+#   otlp_replay_level_shift  a step stream 1.5x slower for good: its 64
+#                         anomalies and the level_shift record as WARN log
+#                         records, the shift's body a sentence
 #   otlp_live             root: a traced CUDA workload, thread summaries
 #                         (sums and histograms) and process changes
 #   otlp_retry            the receiver answers 503 to its first 3 requests:
@@ -32,7 +35,7 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-NAMES="otlp_replay_kineto otlp_replay_anomaly otlp_live otlp_retry otlp_refused
+NAMES="otlp_replay_kineto otlp_replay_anomaly otlp_replay_level_shift otlp_live otlp_retry otlp_refused
 otlp_collector_down otlp_bad_url otlp_receiver_strict"
 NODE_DIR=$IT_ROOT/tests/node
 if [ ! -x "$AGENT" ]; then
@@ -66,6 +69,15 @@ receiver_stop() {
 	kill -TERM "$RECV_PID" 2>/dev/null
 	wait_exit "$RECV_PID" 5
 }
+# replay_received NAME FILE: FILE replayed to a fresh receiver, the agent's
+# exit and check; 1 when the receiver did not start
+replay_received() {
+	receiver_start "$1" || return 1
+	replay "$1" "$2"
+	receiver_stop
+	expect "agent exit $RC: $(tail -c 300 "$T/$1.err")" eq "$RC" 0
+	check "$1"
+}
 # check NAME: otlp_check.mjs on $T/NAME.jsonl and $T/NAME.req; sets $C
 check() {
 	C=$(node "$NODE_DIR/otlp_check.mjs" "$T/$1.jsonl" "$T/$1.req" 2>&1)
@@ -83,7 +95,7 @@ replay() {
 	RC=$?
 }
 # records of the classes the sink exports
-exported() { jq -n -R '[inputs | fromjson? | select(.type | IN("step", "anomaly", "process",
+exported() { jq -n -R '[inputs | fromjson? | select(.type | IN("step", "anomaly", "level_shift", "process",
 	"thread", "net", "gpu_summary"))] | length' "$1"; }
 
 # --------------------------------------------------------------------------
@@ -91,11 +103,7 @@ name=otlp_replay_kineto
 if [ ! -r "$SMALL" ]; then
 	skip $name "recording not found: $SMALL"
 else
-	receiver_start $name && {
-		replay $name "$SMALL"
-		receiver_stop
-		expect "agent exit $RC: $(tail -c 300 "$T/$name.err")" eq "$RC" 0
-		check $name
+	replay_received $name "$SMALL" && {
 		expect "no step log record: $C" jqe '.log_matched >= 1' <<<"$C"
 		expect "no gpu_summary data points: $C" jqe '.metric_records >= 1 and .points_checked >= 10' <<<"$C"
 		expect "sent $(account 1 "$T/$name.err") of $(exported "$T/$name.jsonl") records" \
@@ -118,15 +126,25 @@ awk 'BEGIN {
 		t += d + 100000
 	}
 }' >"$T/steps.in.jsonl"
-receiver_start $name && {
-	replay $name "$T/steps.in.jsonl"
-	receiver_stop
-	expect "agent exit $RC: $(tail -c 300 "$T/$name.err")" eq "$RC" 0
-	check $name
+replay_received $name "$T/steps.in.jsonl" && {
 	na=$(jq -n -R '[inputs | fromjson? | select(.type == "anomaly")] | length' "$T/$name.jsonl")
 	expect "the replay found $na anomalies, want 1" eq "$na" 1
 	# a step stream's steps are input: the anomaly is the one record out
 	expect "log records: $C, want the anomaly" jqe '.log_records == 1 and .log_matched == 1' <<<"$C"
+}
+report $name
+
+# --------------------------------------------------------------------------
+# a decode key 1.5x slower for good after 300 steps (lib.sh, level_shift_steps)
+name=otlp_replay_level_shift
+level_shift_steps otlpsyn >"$T/shift.in.jsonl"
+replay_received $name "$T/shift.in.jsonl" && {
+	nl=$(jq -n -R '[inputs | fromjson? | select(.type == "level_shift")] | length' "$T/$name.jsonl")
+	expect "the replay wrote $nl level_shift records, want 1" eq "$nl" 1
+	expect "log records: $C, want 64 anomalies and the level shift" \
+		jqe '.log_records == 65 and .log_matched == 65' <<<"$C"
+	expect "no log body 'new level accepted: 64 steps in a row at 1.5...' in the requests" \
+		grep -qE 'new level accepted: 64 steps in a row at 1\.5[0-9]x the expected, mostly [a-z_]+' "$T/$name.req"
 }
 report $name
 

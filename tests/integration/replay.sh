@@ -44,6 +44,11 @@
 #   replay_step_keys:     a step stream of 4,100 instances: 4,096 baselines
 #                         kept, the 4 others' steps counted in
 #                         diag_status.keys_dropped and warned of once
+#   replay_level_shift:   a step stream 1.5x slower for good after 300 steps:
+#                         64 anomalies numbered by their run (1..64), then
+#                         one level_shift record for the 64th step, counted
+#                         in diag_status.level_shifts and logged; the level
+#                         is not flagged after it
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -51,7 +56,7 @@ source "$(dirname "$0")/lib.sh"
 DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
 NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 CASES=(replay_kineto_gz replay_kineto_unmatched replay_kineto_plain replay_nsys replay_jsonl
-	replay_malformed replay_streams replay_stop replay_overlap replay_step_keys)
+	replay_malformed replay_streams replay_stop replay_overlap replay_step_keys replay_level_shift)
 
 if [ ! -x "$AGENT" ] || ! command -v jq >/dev/null; then
 	for n in "${CASES[@]}"; do echo "FAIL $n: $AGENT not built or jq missing"; done
@@ -349,3 +354,24 @@ expect "4,100 instances: diag_status $ds, want 4100 steps, 4096 keys, 4 steps dr
 expect "4,100 instances: no warning naming keys_dropped: $(tail -n 3 "$ERR" | tr '\n' '|')" \
 	grep -q 'warning: diag: 4096 baselines kept.*keys_dropped' "$ERR"
 report replay_step_keys
+
+# a decode key 1.5x slower for good after 300 steps: the 64 flagged in a row
+# are accepted as the new level, and a record says so
+level_shift_steps llm-0 >"$T/shift.jsonl"
+replay replay_level_shift "$T/shift.jsonl"
+expect "level shift: exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
+s364=$(sed -n 364p "$T/shift.jsonl" | jq .start_ns)
+ls=$(jq -c -n -R '[inputs | fromjson? | select(.type == "level_shift")]' "$OUT")
+expect "level shift: $ls, want one of 64 steps at 1.45-1.55x on llm-0 rank 0 decode, at step 364 ($s364)" \
+	jqe --argjson at "$s364" 'length == 1 and (.[0] | .instance == "llm-0" and .rank == 0
+		and .phase == "decode" and .steps == 64 and .ratio > 1.45 and .ratio < 1.55
+		and .step_start_ns == $at and .ts_ns == $at and (.kind | type) == "string")' <<<"$ls"
+runs=$(jq -c -n -R '[inputs | fromjson? | select(.type == "anomaly") | .run]' "$OUT")
+expect "level shift: anomaly runs $runs, want 1..64 in order and none after the shift" \
+	jqe '. == [range(1; 65)]' <<<"$runs"
+ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OUT")
+expect "level shift: diag_status $ds, want level_shifts 1 and 64 anomalies" \
+	jqe '.ok and .level_shifts == 1 and .anomalies == 64 and .steps == 400' <<<"$ds"
+expect "level shift: no warning: $(tail -n 3 "$ERR" | tr '\n' '|')" \
+	grep -q 'warning: diag: llm-0 rank 0 decode: 64 slow steps in a row, accepting the new level (1\.5.x' "$ERR"
+report replay_level_shift

@@ -4,12 +4,13 @@
 // JSON lines (--output) against what the OTLP receiver decoded
 // (otlp_receiver.mjs). Prints a JSON summary; exit 1 with "problems" when:
 //   - a request did not decode (the receiver's "error" lines);
-//   - a step, anomaly or process record is not exactly one log record, with
+//   - a step, anomaly, level_shift or process record is not exactly one log record, with
 //     event.name infertrace.<type>, its resource's host.name and
 //     service.instance.id, process.pid, thread.id, and every other field as
 //     an infertrace.<field> attribute of the right type (int: intValue,
 //     number: doubleValue, string, bool, object: kvlistValue, array:
-//     arrayValue; null: absent), timeUnixNano set, severity INFO or WARN;
+//     arrayValue; null: absent), timeUnixNano set, severity WARN for an
+//     anomaly or level_shift, INFO for the others;
 //   - per resource, the data points of a metric infertrace.<type>.<field>
 //     are not the record's integer fields in record order (delta, monotonic
 //     sums), or a *_hist_us histogram's buckets do not add up to the
@@ -36,7 +37,8 @@ const problem = (p) => { if (problems.length < 20) problems.push(p); };
 
 const COMMON = new Set(["schema", "type", "host", "instance", "pid", "tid", "ts_ns"]);
 const POSITION = new Set(["interval_ns", "interval_start_ns", "interval_end_ns", "ifindex", "netns"]);
-const LOG_TYPES = new Set(["step", "anomaly", "process"]);
+const LOG_TYPES = new Set(["step", "anomaly", "level_shift", "process"]);
+const WARN_TYPES = new Set(["anomaly", "level_shift"]);
 const METRIC_TYPES = new Set(["thread", "net", "gpu_summary"]);
 
 const attrs = (list) => Object.fromEntries((list ?? []).map((kv) => [kv.key, kv.value]));
@@ -84,7 +86,7 @@ for (const r of reqs) {
 	}
 }
 
-// --- logs: one log record per step/anomaly/process record
+// --- logs: one log record per step/anomaly/level_shift/process record
 const byKey = new Map();
 for (const l of logs) {
 	const k = `${l.a["event.name"]?.stringValue}|${l.res["service.instance.id"]?.stringValue}|${l.a["infertrace.ts_ns"]?.intValue}|${l.a["infertrace.seq"]?.intValue ?? ""}|${l.a["infertrace.kind"]?.stringValue ?? ""}`;
@@ -96,7 +98,7 @@ for (const [i, rec] of recs.entries()) {
 	if (!LOG_TYPES.has(rec.type)) continue;
 	const typedRec = recsTyped[i];
 	logRecs++;
-	const k = `infertrace.${rec.type}|${rec.instance}|${rec.ts_ns}|${rec.seq ?? ""}|${rec.type === "anomaly" ? rec.kind : ""}`;
+	const k = `infertrace.${rec.type}|${rec.instance}|${rec.ts_ns}|${rec.seq ?? ""}|${WARN_TYPES.has(rec.type) ? rec.kind : ""}`;
 	const found = byKey.get(k) ?? [];
 	if (found.length !== 1) { problem(`${rec.type} ${rec.instance} ts ${rec.ts_ns}: ${found.length} log records`); continue; }
 	const { res, lr, a } = found.shift();
@@ -113,7 +115,7 @@ for (const [i, rec] of recs.entries()) {
 		!(n.startsWith("infertrace.") && n.slice(11) in rec));
 	if (extra.length) problem(`${rec.type}: attributes not from the record: ${extra}`);
 	if (!/^[1-9][0-9]*$/.test(lr.timeUnixNano ?? "")) problem(`${rec.type}: timeUnixNano ${lr.timeUnixNano}`);
-	if (lr.severityNumber !== (rec.type === "anomaly" ? 13 : 9)) problem(`${rec.type}: severityNumber ${lr.severityNumber}`);
+	if (lr.severityNumber !== (WARN_TYPES.has(rec.type) ? 13 : 9)) problem(`${rec.type}: severityNumber ${lr.severityNumber}`);
 	if (!lr.body?.stringValue) problem(`${rec.type}: no body`);
 	logMatched++;
 }

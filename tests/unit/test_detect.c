@@ -10,7 +10,8 @@
  * a 20 ms stall inside a 2 s prefill is caught by its GPU idle gap, lone
  * GPU-bound spikes in a noisy stretch are held and counted as noise, the
  * grid model judges a workload between two known ones against their
- * interpolation.
+ * interpolation, a slowdown that lasts is one run of anomalies numbered
+ * 1..64 and then one level shift with its ratio and kind.
  *
  * Noise comes from a fixed xorshift seed: same numbers every run.
  */
@@ -44,6 +45,8 @@ struct got {
 	struct diag_anomaly a[MAXA];
 	int n;
 	char ev[MAXA][2][192];
+	struct diag_level_shift ls[4]; /* level shifts accepted (instance not kept) */
+	int nls;
 };
 
 static void on_anomaly(void *ctx, const struct diag_anomaly *an)
@@ -58,10 +61,24 @@ static void on_anomaly(void *ctx, const struct diag_anomaly *an)
 	g->n++;
 }
 
+static void on_level_shift(void *ctx, const struct diag_level_shift *ls)
+{
+	struct got *g = ctx;
+
+	if (g->nls < 4)
+		g->ls[g->nls] = *ls;
+	g->ls[g->nls < 4 ? g->nls : 3].instance = NULL;
+	g->nls++;
+}
+
 static struct diag_det *det_model(struct got *g, enum diag_model model)
 {
-	struct diag_det_opts o = {
-	    .sz = sizeof(o), .anomaly = on_anomaly, .anomaly_ctx = g, .model = model};
+	struct diag_det_opts o = {.sz = sizeof(o),
+				  .anomaly = on_anomaly,
+				  .anomaly_ctx = g,
+				  .model = model,
+				  .level_shift = on_level_shift,
+				  .level_shift_ctx = g};
 	struct diag_det *d = diag_det__new(&o);
 
 	assert_non_null(d);
@@ -1278,6 +1295,23 @@ static void test_relearn_not_blind(void **state)
 		flagged += v.anomalous;
 	}
 	assert_true(flagged >= 60);
+	/*
+	 * each anomaly says its place in the run (1 opens the episode), and the
+	 * 64th step's acceptance is a level shift of its own: counted, handed
+	 * over with the run's ratio and kind, so the anomalies' end is explained
+	 */
+	assert_true(g->n >= 60);
+	assert_int_equal(g->a[g->n - 1].run, 64);
+	for (int i = 1; i < g->n; i++)
+		assert_true(g->a[i].run == 1 || g->a[i].run == g->a[i - 1].run + 1);
+	assert_int_equal(g->nls, 1);
+	assert_int_equal(g->ls[0].steps, 64);
+	assert_int_equal(g->ls[0].phase, DIAG_PHASE_DECODE);
+	assert_int_equal(g->ls[0].kind, DIAG_KIND_GPU_SLOW);
+	assert_true(g->ls[0].ratio > 1.2 && g->ls[0].ratio < 1.35);
+	assert_int_equal(g->ls[0].step_start_ns, g->a[g->n - 1].step_start_ns);
+	assert_int_equal(g->a[0].run, 1);
+	assert_int_equal(diag_det__counters(d)->level_shifts, 1);
 	n = g->n;
 	for (int i = 0; i < 5; i++) {
 		mk_level(&s, &ts, 8 + i % 4, 1.3, 0);
@@ -1559,6 +1593,9 @@ static void test_fields_missing(void **state)
 		flagged += v.anomalous || v.held;
 	}
 	assert_int_equal(flagged, 16);
+	assert_int_equal(g->nls, 1);
+	assert_int_equal(g->ls[0].steps, 16);
+	assert_true(g->ls[0].ratio > 1.4 && g->ls[0].ratio < 1.6);
 	/* with a batch it is taken for a slowdown for 64 steps */
 	diag_det__free(d);
 	memset(g, 0, sizeof(*g));
