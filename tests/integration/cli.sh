@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #
 # cli - what the agent says and does at the edges: bad input gives one clear
-# error line and a non-zero exit; --help lists every option and examples;
+# error line and a non-zero exit; --help lists every option and examples,
+# and its texts (the agent's and agentctl's) fit argp's margin unbroken;
 # SIGTERM and --duration end the agent cleanly (exit 0, final stats record).
 source "$(dirname "$0")/lib.sh"
 it_preflight bad_input_unknown_option bad_input_no_such_pid bad_input_values bad_input_not_root \
@@ -84,6 +85,15 @@ for o in mode interval duration output pid instance offcpu-threshold runq-thresh
 done
 ex=$(sed -n '/EXAMPLES/,/^$/p' <<<"$help" | grep -c '^ *infertrace-agent')
 expect "--help shows $ex examples, want >= 3" ge "$ex" 3
+# argp re-wraps a text line of 79 columns or more at a word, which split
+# an example's last option onto a line of its own: with the margin moved
+# out of the way, every line of the texts (not argp's option column, from
+# column 29) must fit in 78
+for tool in "$AGENT" "$BUILD/agentctl"; do
+	long=$(ARGP_HELP_FMT=rmargin=1000 "$tool" --help 2>&1 | awk '{ match($0, /^ */) }
+		RLENGTH < 29 && !/^  -|^      --|^Mandatory or optional/ && length($0) > 78' | head -n 2)
+	expect "$(basename "$tool") --help: lines argp re-wraps: $long" [ -z "$long" ]
+done
 report help
 
 # --------------------------------------------------------------- shutdown ---
