@@ -378,8 +378,13 @@ static void print_status(const json_t *r)
 		print_counts("emitted", json_object_get(st, "emitted"), false);
 		x = json_object_get(st, "diag");
 		if (x) {
-			printf("%-10s %.0f cut, %.0f judged\n", "steps", num(x, "steps"),
-			       num(x, "judged"));
+			/* a level shift: a run of slow steps taken for the new normal */
+			printf("%-10s %.0f cut, %.0f judged, %.0f new levels accepted", "steps",
+			       num(x, "steps"), num(x, "judged"), num(x, "level_shifts"));
+			if (num(x, "keys_dropped") > 0)
+				printf(", %.0f not judged (every baseline slot taken)",
+				       num(x, "keys_dropped"));
+			printf("\n");
 			print_counts("anomalies", json_object_get(x, "anomalies_by_kind"), false);
 		}
 	}

@@ -76,7 +76,7 @@ if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; th
 		expect "status table lacks $B's rank 3: $(grep -F "$B" <<<"$tbl" | tail -n 1)" \
 			grep -qE "^$PB +[^ ]+ +$B +3 +sentinel" <<<"$tbl"
 		expect "status table lacks the steps line: $(tail -n 12 <<<"$tbl" | tr '\n' '|')" \
-			grep -qE "^steps +[0-9]+ cut, [0-9]+ judged" <<<"$tbl"
+			grep -qE "^steps +[0-9]+ cut, [0-9]+ judged, [0-9]+ new levels accepted$" <<<"$tbl"
 		wait_rec "\"type\":\"flight_recorder\"" ".type == \"flight_recorder\" and .instance == \"$A\" and .trigger == \"deep_dive\"" 5 ||
 			fail_because "no flight_recorder record at the deep-dive's start"
 		out=$(ctl deep-dive --instance "$A" --off 2>&1)
