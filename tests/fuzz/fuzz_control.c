@@ -5,7 +5,10 @@
  * <prefix>.control Kafka message sends. Whatever the input: 0 or -EINVAL,
  * an accepted request is well-formed (known command, bounded printable
  * instance, sane duration), the error text is terminated, nothing leaks
- * (ASan). Build: make fuzz-control (clang); run: build/tests/fuzz/fuzz_control.
+ * (ASan). Seeds: tests/fuzz/seeds/control, one request of each command (a
+ * fuzzer without them seldom builds a JSON object with a known "cmd", and
+ * never reached the commands' own checks). Build: make fuzz-control
+ * (clang); run: build/tests/fuzz/fuzz_control tests/fuzz/seeds/control.
  */
 #include <errno.h>
 #include <math.h>

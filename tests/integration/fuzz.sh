@@ -56,4 +56,4 @@ run fuzz_nsys "$S/nsys"
 run fuzz_detect "$S/kineto" "$S/jsonl" "$S/nsys"
 run fuzz_steps "$S/steps"
 run fuzz_shim_rx "$S/shim_rx"
-run fuzz_control
+run fuzz_control "$S/control"
