@@ -17,7 +17,9 @@
 #                        family the agent can announce is in it with at least
 #                        one sample: each infertrace_* name in agent/control/metrics.c
 #                        (the infertrace_kafka_* ones need --kafka:
-#                        tests/integration/kafka.sh checks those)
+#                        tests/integration/kafka.sh checks those); the alert
+#                        expressions of docs/operations.md pass `promtool
+#                        check rules` and name families the scrape serves
 #   metrics_health:      /healthz and /readyz answer 200, unknown paths 404,
 #                        other methods 405, a silent or oversized client does
 #                        not stop the endpoint from answering others
@@ -105,6 +107,30 @@ else
 	rc=$?
 	expect "promtool check metrics: exit $rc: $(head -n 3 <<<"$lint" | tr '\n' ' ')" \
 		eval '[ "$rc" = 0 ] && [ -z "$lint" ]'
+fi
+# the alert expressions docs/operations.md gives: PromQL that promtool
+# accepts as alerting rules, on families this scrape serves
+exprs=$(awk '/^```/ { inb = !inb; next }
+	inb && /infertrace_[a-z_]+/ && /^(sum|increase|rate|max|avg|histogram_quantile)[ (]/' docs/operations.md)
+expect "no alert expressions found in docs/operations.md (pattern broken?)" [ -n "$exprs" ]
+if command -v promtool >/dev/null && [ -n "$exprs" ]; then
+	{
+		echo "groups:"
+		echo "  - name: docs"
+		echo "    rules:"
+		i=0
+		while IFS= read -r e; do
+			i=$((i + 1))
+			echo "      - alert: Doc$i"
+			printf '        expr: %s\n' "$(jq -Rn --arg e "$e" '$e')"
+		done <<<"$exprs"
+	} >"$T/doc_rules.yml"
+	lint=$(promtool check rules "$T/doc_rules.yml" 2>&1)
+	expect "promtool check rules on the docs' alerts: $(grep -m2 -iE 'error|fail' <<<"$lint" | tr '\n' ' ')" \
+		grep -q 'SUCCESS' <<<"$lint"
+	for m in $(grep -oE 'infertrace_[a-z0-9_]+' <<<"$exprs" | sort -u); do
+		grep -qE "^$m(\{| )" <<<"$b1" || fail_because "the docs alert on $m, which the agent does not serve"
+	done
 fi
 # every family the source can announce, announced and with a sample
 fams=$(grep -oE '"infertrace_[a-z0-9_]+' agent/control/metrics.c | tr -d '"' | grep -v '^infertrace_kafka_' | sort -u)
