@@ -235,7 +235,8 @@ static const struct opt_def opt_table[] = {
     {"max-threads", OPT_MAX_THREADS, "N", OT_U32, FIELD(max_threads), 16, 1 << 22,
      .err = "takes 16 to 4194304", .doc = "Traced threads kept in the kernel (default 16384)"},
     {"summary", OPT_SUMMARY, NULL, OT_FLAG, FIELD(summary),
-     .doc = "Print a readable summary on stderr at exit"},
+     .doc = "Print a readable summary on stderr at exit: CUDA calls, off-CPU time, slow "
+	    "syscalls, network, steps and anomalies"},
     {"no-net", OPT_NO_NET, NULL, OT_FLAG, FIELD(no_net), .doc = "Do not trace network traffic"},
     {"replay", OPT_REPLAY, "FILE", OT_STR, FIELD(replay),
      .doc = "Replay a recording (PyTorch profiler / Kineto trace, Nsight Systems SQLite "
@@ -928,8 +929,10 @@ static int run_live(struct agent *a)
 		aggregate_interval(a, true);
 		stats_emit(a, span, true);
 	}
-	if (a->opts.summary)
+	if (a->opts.summary) {
 		aggregate_print_summary(a, stderr);
+		diag_print_summary(a->diag, stderr);
+	}
 
 cleanup:
 	ops_free(a); /* first: deep-dived shims are told to go back to sentinel */

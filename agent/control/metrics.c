@@ -222,6 +222,10 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 		    "Runs of slow steps accepted as the new normal (64 flagged in a row; "
 		    "a level_shift record each): the anomalies of that run stop there.",
 		    (double)jget(x, "level_shifts"));
+		one(f, "infertrace_anomaly_episodes_total", "counter",
+		    "Anomaly episodes: runs of flagged steps of one instance, rank and phase, "
+		    "counted once (anomaly records with run 1); alert on this to be told once.",
+		    (double)jget(x, "episodes"));
 		help(f, "infertrace_anomalies_total", "counter",
 		     "Anomalous steps, by kind (host_stall, cpu_contention, gpu_slow, "
 		     "communication, straggler, regression).");

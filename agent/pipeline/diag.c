@@ -516,6 +516,7 @@ void diag_counters(const struct diag *d, json_t *o)
 	    {"noise", dc->noise},
 	    {"churn", dc->churn},
 	    {"waiting", dc->waiting},
+	    {"episodes", dc->episodes},
 	    {"level_shifts", dc->level_shifts},
 	    {"refits", dc->refits},
 	    {"keys", dc->keys},
@@ -525,6 +526,35 @@ void diag_counters(const struct diag *d, json_t *o)
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
 		json_object_set_new(o, c[i].name, json_integer((json_int_t)c[i].v));
+}
+
+/*
+ * --summary's section: steps cut and judged, anomalies by kind and in how
+ * many episodes, new levels accepted (the counters of stats.diag).
+ */
+void diag_print_summary(const struct diag *d, FILE *out)
+{
+	const struct diag_det_counters *dc;
+	int n = 0;
+
+	if (!d)
+		return;
+	dc = diag_det__counters(d->det);
+	fprintf(out, "\nSteps and anomalies (docs/diagnosis.md)\n");
+	fprintf(out, "  %-12s %llu, %llu judged (each baseline's first steps teach it)\n", "steps",
+		(unsigned long long)d->steps, (unsigned long long)dc->judged);
+	fprintf(out, "  %-12s %llu in %llu episode(s)", "anomalies",
+		(unsigned long long)dc->anomalies, (unsigned long long)dc->episodes);
+	for (int k = 0; k < DIAG_KIND_COUNT; k++)
+		if (dc->by_kind[k])
+			fprintf(out, "%s %s %llu", n++ ? "," : ":",
+				diag_kind_name((enum diag_kind)k),
+				(unsigned long long)dc->by_kind[k]);
+	fprintf(out, "\n  %-12s %llu accepted (level_shift records: slowdowns that lasted)\n",
+		"new levels", (unsigned long long)dc->level_shifts);
+	if (dc->keys_dropped)
+		fprintf(out, "  %-12s %llu steps: every baseline slot was taken\n", "not judged",
+			(unsigned long long)dc->keys_dropped);
 }
 
 /* the "diag" object of the stats record (docs/events.md) */

@@ -89,6 +89,8 @@ void diag_advance(struct diag *d, uint64_t now_ns);
 void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object */
 /* the counters diag_stats and a replay's diag_status share, into o */
 void diag_counters(const struct diag *d, json_t *o);
+/* steps and anomalies, for --summary's reader (out: stderr at exit) */
+void diag_print_summary(const struct diag *d, FILE *out);
 int diag_finish(struct diag *d); /* flush, save the baseline */
 void diag_free(struct diag *d);
 /*

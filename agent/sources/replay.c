@@ -576,6 +576,8 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 		err = r.dg->err;
 cleanup:
 	corr_input_release(&in);
+	if (a->opts.summary) /* the live summary's other sections need the kernel's view */
+		diag_print_summary(r.dg, stderr);
 	a->diag = NULL;
 	diag_free(r.dg);
 	gpu_destroy(r.gp);

@@ -355,6 +355,7 @@ struct diag_det_counters {
 	 */
 	uint64_t waiting;
 	uint64_t level_shifts; /* runs of flagged steps accepted as the new level */
+	uint64_t episodes;     /* anomalies that opened a run of flagged steps (run 1) */
 };
 
 struct diag_det *diag_det__new(const struct diag_det_opts *opts);

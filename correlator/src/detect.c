@@ -728,6 +728,7 @@ static void emit(struct diag_det *d, const struct diag_anomaly *an)
 {
 	d->cnt.anomalies++;
 	d->cnt.by_kind[an->kind]++;
+	d->cnt.episodes += an->run <= 1;
 	if (d->o.anomaly)
 		d->o.anomaly(d->o.anomaly_ctx, an);
 }

@@ -17,7 +17,9 @@
 #   diag_live_anomaly:      exactly one anomaly for the instance: step 34
 #                           (step_start_ns = its start_ns), rank 1, kind host_stall,
 #                           suspects naming the GPU idle and the launching
-#                           thread's ~40 ms off-CPU; with --anomaly-deep-dive
+#                           thread's ~40 ms off-CPU, run 1 (one episode:
+#                           stats.diag, and --summary's steps and anomalies
+#                           at exit, say the same); with --anomaly-deep-dive
 #                           30, then a deep_dive start for the instance
 #                           (source anomaly, its one process, ~30 s)
 #   recorder_anomaly_window: the anomaly sends the instance's window: a
@@ -166,7 +168,7 @@ run() {
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
 }
 
-RUN_ENV="INFERTRACE_RANK=1 LOCAL_RANK=5" AGENT_ARGS="--anomaly-deep-dive 30" ROUNDS=$STEPS WAIT_WINDOW=1 \
+RUN_ENV="INFERTRACE_RANK=1 LOCAL_RANK=5" AGENT_ARGS="--anomaly-deep-dive 30 --summary" ROUNDS=$STEPS WAIT_WINDOW=1 \
 	run diag -n "$STEPS" -s "$STALL"
 ok=$OK
 WHY=("${_why[@]}")
@@ -197,8 +199,17 @@ if [ -n "$ok" ]; then
 		jqe '.[0].kind == "host_stall"' <<<"$an"
 	expect "rank $(jq -r '.[0].rank' <<<"$an"), want 1" jqe '.[0].rank == 1' <<<"$an"
 	ds=$(jqo '[.[] | select(.type == "stats")][-1].diag')
-	expect "stats.diag $ds: want 40 steps, 1 anomaly, host_stall 1" \
-		jqe '.steps == 40 and .anomalies == 1 and .anomalies_by_kind.host_stall == 1' <<<"$ds"
+	expect "stats.diag $ds: want 40 steps, 1 anomaly in 1 episode, host_stall 1, no new level" \
+		jqe '.steps == 40 and .anomalies == 1 and .episodes == 1 and .level_shifts == 0
+			and .anomalies_by_kind.host_stall == 1' <<<"$ds"
+	expect "the anomaly's run $(jq -c '.[0].run' <<<"$an"), want 1 (its episode's first)" \
+		jqe '.[0].run == 1' <<<"$an"
+	# --summary at exit: the same figures, readable
+	sum=$(sed -n '/^Steps and anomalies/,$p' "$AGENT_ERR")
+	expect "--summary's steps and anomalies, want 40 steps, 1 anomaly in 1 episode (host_stall 1), 0 new levels: $(tr '\n' '|' <<<"$sum")" \
+		eval 'grep -qE "^  steps +40, [0-9]+ judged" <<<"$sum" &&
+			grep -qE "^  anomalies +1 in 1 episode\(s\): host_stall 1$" <<<"$sum" &&
+			grep -qE "^  new levels +0 accepted" <<<"$sum"'
 	# --anomaly-deep-dive 30: the instance goes deep after its anomaly, its process with it
 	dd=$(jq -c -n -R --arg i "$INST" '[inputs | fromjson?] as $r
 		| ($r | map(.type == "anomaly" and .instance == $i) | index(true)) as $a

@@ -78,7 +78,7 @@ expect "$probs" [ -z "$probs" ]
 for m in 'infertrace_bpf_events_total{type="cuda_launch"}' 'infertrace_bpf_drops_total{type="offcpu"}' \
 	'infertrace_drops_total{stage="bpf_ring"}' 'infertrace_drops_total{stage="sink"}' \
 	'infertrace_drops_total{stage="steps"}' 'infertrace_steps_unjudged_total' \
-	'infertrace_level_shifts_total' \
+	'infertrace_level_shifts_total' 'infertrace_anomaly_episodes_total' \
 	'infertrace_records_emitted_total{class="summary"}' 'infertrace_process_cpu_seconds_total' \
 	'infertrace_process_resident_memory_bytes' 'infertrace_traced_processes' \
 	'infertrace_sink_records_total{sink="file"}' 'infertrace_recorder_bytes' \

@@ -48,7 +48,7 @@
 #                         64 anomalies numbered by their run (1..64), then
 #                         one level_shift record for the 64th step, counted
 #                         in diag_status.level_shifts and logged; the level
-#                         is not flagged after it
+#                         is not flagged after it; --summary says the same
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -358,7 +358,7 @@ report replay_step_keys
 # a decode key 1.5x slower for good after 300 steps: the 64 flagged in a row
 # are accepted as the new level, and a record says so
 level_shift_steps llm-0 >"$T/shift.jsonl"
-replay replay_level_shift "$T/shift.jsonl"
+replay replay_level_shift "$T/shift.jsonl" --summary
 expect "level shift: exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
 s364=$(sed -n 364p "$T/shift.jsonl" | jq .start_ns)
 ls=$(jq -c -n -R '[inputs | fromjson? | select(.type == "level_shift")]' "$OUT")
@@ -370,8 +370,13 @@ runs=$(jq -c -n -R '[inputs | fromjson? | select(.type == "anomaly") | .run]' "$
 expect "level shift: anomaly runs $runs, want 1..64 in order and none after the shift" \
 	jqe '. == [range(1; 65)]' <<<"$runs"
 ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OUT")
-expect "level shift: diag_status $ds, want level_shifts 1 and 64 anomalies" \
-	jqe '.ok and .level_shifts == 1 and .anomalies == 64 and .steps == 400' <<<"$ds"
+expect "level shift: diag_status $ds, want level_shifts 1 and 64 anomalies in 1 episode" \
+	jqe '.ok and .level_shifts == 1 and .anomalies == 64 and .episodes == 1 and .steps == 400' <<<"$ds"
+sum=$(sed -n '/^Steps and anomalies/,$p' "$ERR")
+expect "level shift: --summary's section, want 400 steps, 64 anomalies in 1 episode, 1 new level: $(tr '\n' '|' <<<"$sum")" \
+	eval 'grep -qE "^  steps +400, 376 judged" <<<"$sum" &&
+		grep -qE "^  anomalies +64 in 1 episode\(s\): [a-z_]+ 64$" <<<"$sum" &&
+		grep -qE "^  new levels +1 accepted" <<<"$sum"'
 expect "level shift: no warning: $(tail -n 3 "$ERR" | tr '\n' '|')" \
 	grep -q 'warning: diag: llm-0 rank 0 decode: 64 slow steps in a row, accepting the new level (1\.5.x' "$ERR"
 report replay_level_shift

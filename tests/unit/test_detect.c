@@ -1312,6 +1312,7 @@ static void test_relearn_not_blind(void **state)
 	assert_int_equal(g->ls[0].step_start_ns, g->a[g->n - 1].step_start_ns);
 	assert_int_equal(g->a[0].run, 1);
 	assert_int_equal(diag_det__counters(d)->level_shifts, 1);
+	assert_int_equal(diag_det__counters(d)->episodes, 1);
 	n = g->n;
 	for (int i = 0; i < 5; i++) {
 		mk_level(&s, &ts, 8 + i % 4, 1.3, 0);
@@ -1341,6 +1342,13 @@ static void test_relearn_not_blind(void **state)
 	assert_int_equal(g->n, n + 4);
 	for (int i = n + 1; i < g->n; i++)
 		assert_int_equal(g->a[i].kind, DIAG_KIND_GPU_SLOW);
+	/*
+	 * the stall and the 3 slow steps right after it are flagged in a row:
+	 * one more episode, of 4 steps, whatever each one's kind
+	 */
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(g->a[n + i].run, i + 1);
+	assert_int_equal(diag_det__counters(d)->episodes, 2);
 }
 
 /*
