@@ -358,3 +358,17 @@ level_shift_steps() {
 		printf "\"kv_tokens\":%d}\n", 4096 + i % 8
 		t += d + 100000 } }'
 }
+
+# summary_has ERR STEPS ANOMALIES EPISODES LEVELS [KINDS]: the "Steps and
+# anomalies" section --summary writes to ERR counts STEPS steps, ANOMALIES
+# anomalies in EPISODES episodes (then KINDS, a regex, e.g. ': host_stall
+# 1$') and LEVELS new levels accepted
+summary_has() {
+	local sum ok=1
+	sum=$(sed -n '/^Steps and anomalies/,$p' "$1")
+	grep -qE "^  steps +$2, [0-9]+ judged" <<<"$sum" || ok=
+	grep -qE "^  anomalies +$3 in $4 episode\(s\)${6:-}" <<<"$sum" || ok=
+	grep -qE "^  new levels +$5 accepted" <<<"$sum" || ok=
+	expect "--summary's steps and anomalies, want $2 steps, $3 anomalies in $4 episode(s) ${6:-}, $5 new levels: $(tr '\n' '|' <<<"$sum")" \
+		[ -n "$ok" ]
+}
