@@ -201,6 +201,8 @@ cat <<'EOF'
                preempted, and time spent waiting in the run queue
   Syscalls:    syscalls that took at least 1 ms (here the 1 ms sleeps)
   Network:     bytes and packets per device on the whole node (lo here)
+  Steps:       inference steps and anomalies (none here: this workload has
+               no GPU work to cut; the live diagnosis below has)
 EOF
 if [ -s "$SUMMARY" ]; then
 	cat "$SUMMARY"
@@ -250,7 +252,7 @@ if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq
 	for ((i = 0; i < 100; i++)); do [ -s "$LDIR/work" ] && break; sleep 0.05; done
 	LPID=$(head -n 1 "$LDIR/work" | jq -r .pid 2>/dev/null)
 	"$AGENT" -i 0.25 --pid "$LPID" --shim-socket "$LDIR/shim.sock" --anomaly-deep-dive 10 \
-		--control-socket "$LDIR/ctl.sock" -o "$LOUT" 2>"$LDIR/agent.log" &
+		--control-socket "$LDIR/ctl.sock" --summary -o "$LOUT" 2>"$LDIR/agent.log" &
 	LAP=$!
 	for ((i = 0; i < 100; i++)); do
 		grep -q '"type":"shim_status"' "$LOUT" 2>/dev/null && break
@@ -281,6 +283,9 @@ if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq
 		end' "$LOUT"
 	jq -r 'select(.type == "deep_dive" and .action == "start") |
 		"  then the anomaly deep-dived \(.instance) for \(.remaining_ns / 1e9 | floor) s (source \(.source), \(.processes) process): every launch, stack and kernel"' "$LOUT"
+	echo "  the agent's --summary at exit ends with the detector's account (one anomaly is one"
+	echo "  episode; a slowdown that lasts 64 steps becomes the new level, a level_shift record):"
+	sed -n '/^Steps and anomalies/,$p' "$LDIR/agent.log" | sed 1d | grep '^  ' | sed 's/^/  /'
 	echo "  (all of it: $LOUT)"
 fi
 

@@ -541,6 +541,11 @@ void diag_print_summary(const struct diag *d, FILE *out)
 		return;
 	dc = diag_det__counters(d->det);
 	fprintf(out, "\nSteps and anomalies (docs/diagnosis.md)\n");
+	if (!d->steps && !dc->steps) {
+		fprintf(out, "  none (steps come from GPU work via the CUPTI library, step markers "
+			     "or USDT)\n");
+		return;
+	}
 	fprintf(out, "  %-12s %llu, %llu judged (each baseline's first steps teach it)\n", "steps",
 		(unsigned long long)d->steps, (unsigned long long)dc->judged);
 	fprintf(out, "  %-12s %llu in %llu episode(s)", "anomalies",
