@@ -107,6 +107,28 @@ static const struct stats_metric {
      "NCCL calls lost: written over in their CPU's slots before the agent copied them."},
 };
 
+/* the step path's, written only while there is one (not with the detector off) */
+static const struct stats_metric from_diag[] = {
+    {"diag", "steps", "infertrace_steps_total", "counter", "Inference steps cut."},
+    {"diag", "keys_dropped", "infertrace_steps_unjudged_total", "counter",
+     "Steps not judged: every baseline slot (one per instance, rank and phase, 4096) was "
+     "taken."},
+    {"diag", "level_shifts", "infertrace_level_shifts_total", "counter",
+     "Runs of slow steps accepted as the new normal (64 flagged in a row; a level_shift record "
+     "each): the anomalies of that run stop there."},
+    {"diag", "episodes", "infertrace_anomaly_episodes_total", "counter",
+     "Anomaly episodes: runs of flagged steps of one instance, rank and phase, counted once "
+     "(anomaly records with run 1); alert on this to be told once."},
+};
+
+/* one family per row: the stats record o's member obj.key */
+static void table(FILE *f, const json_t *o, const struct stats_metric *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		one(f, t[i].name, t[i].type, t[i].help,
+		    (double)jget(json_object_get(o, t[i].obj), t[i].key));
+}
+
 /* what the shim receiver refused, closed or rejected: the stats "gpu" member and its reason */
 static const struct {
 	const char *key, *reason;
@@ -212,20 +234,7 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 	if (x) {
 		json_t *kinds = json_object_get(x, "anomalies_by_kind");
 
-		one(f, "infertrace_steps_total", "counter", "Inference steps cut.",
-		    (double)jget(x, "steps"));
-		one(f, "infertrace_steps_unjudged_total", "counter",
-		    "Steps not judged: every baseline slot (one per instance, rank and phase, "
-		    "4096) was taken.",
-		    (double)jget(x, "keys_dropped"));
-		one(f, "infertrace_level_shifts_total", "counter",
-		    "Runs of slow steps accepted as the new normal (64 flagged in a row; "
-		    "a level_shift record each): the anomalies of that run stop there.",
-		    (double)jget(x, "level_shifts"));
-		one(f, "infertrace_anomaly_episodes_total", "counter",
-		    "Anomaly episodes: runs of flagged steps of one instance, rank and phase, "
-		    "counted once (anomaly records with run 1); alert on this to be told once.",
-		    (double)jget(x, "episodes"));
+		table(f, o, from_diag, sizeof(from_diag) / sizeof(from_diag[0]));
 		help(f, "infertrace_anomalies_total", "counter",
 		     "Anomalous steps, by kind (host_stall, cpu_contention, gpu_slow, "
 		     "communication, straggler, regression).");
@@ -237,12 +246,7 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 	one(f, "infertrace_attached_probes", "gauge", "CUDA uprobes attached now.", probes);
 	one(f, "infertrace_attach_errors_total", "counter", "Probes that could not be attached.",
 	    (double)a->cnt.attach_errors);
-	for (size_t i = 0; i < sizeof(from_stats) / sizeof(from_stats[0]); i++) {
-		const struct stats_metric *sm = &from_stats[i];
-
-		one(f, sm->name, sm->type, sm->help,
-		    (double)jget(json_object_get(o, sm->obj), sm->key));
-	}
+	table(f, o, from_stats, sizeof(from_stats) / sizeof(from_stats[0]));
 	x = json_object_get(o, "control");
 	help(f, "infertrace_control_errors_total", "counter",
 	     "Control socket requests or peers refused, by reason.");

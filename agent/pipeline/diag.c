@@ -541,7 +541,7 @@ void diag_print_summary(const struct diag *d, FILE *out)
 		return;
 	dc = diag_det__counters(d->det);
 	fprintf(out, "\nSteps and anomalies (docs/diagnosis.md)\n");
-	if (!d->steps && !dc->steps) {
+	if (!d->steps) { /* every step the detector sees is counted there first */
 		fprintf(out, "  none (steps come from GPU work via the CUPTI library, step markers "
 			     "or USDT)\n");
 		return;

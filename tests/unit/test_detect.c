@@ -65,9 +65,10 @@ static void on_level_shift(void *ctx, const struct diag_level_shift *ls)
 {
 	struct got *g = ctx;
 
-	if (g->nls < 4)
+	if (g->nls < 4) {
 		g->ls[g->nls] = *ls;
-	g->ls[g->nls < 4 ? g->nls : 3].instance = NULL;
+		g->ls[g->nls].instance = NULL; /* valid only during the call */
+	}
 	g->nls++;
 }
 
