@@ -395,6 +395,15 @@ $(BUILD)/bench/bench_replay: bench/bench_replay.c $(CORR_LIB)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(CORR_LIB) -ljansson -lsqlite3 -lz -ldl -lpthread
 
+# bench_shim: the CUPTI shim's channel at a GPU's record rate; like test_shim
+# it loads $(SHIM_SO) over the CUPTI double and runs shim_rx (the agent's end).
+$(BUILD)/bench/bench_shim: bench/bench_shim.c $(SHIM_RX_OBJS) $(FAKE_CUPTI) $(SHIM_SO)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -I$(CUPTI_INC) -Itests/fakes -o $@ $< $(SHIM_RX_OBJS) \
+		$(LDFLAGS_SAN) $(LDFLAGS) -L$(dir $(FAKE_CUPTI)) -l:libcupti.so.13 \
+		-Wl,-rpath,'$$ORIGIN/../tests/fakes' -ldl -lpthread
+
 # bench_exit_churn (issue 18): the correlator under short-lived processes;
 # bench/exit_churn.sh builds it against an older library too.
 $(BUILD)/bench/bench_exit_churn: bench/bench_exit_churn.c $(CORR_LIB)

@@ -235,6 +235,10 @@ VLLM_TRAP_NS=$(awk -v b="$BASE" -v bb="$BAREM" 'BEGIN { if (bb != "nan" && bb > 
 # mock cluster, bytes per record, bytes per hour sentinel vs deep; printed
 say ""
 BUILD=$BUILD bench/bench_kafka.sh || say "bench/bench_kafka.sh exited with $?"
+# the CUPTI shim's channel (owner: bench/shim.sh, bench/bench_shim.c): the shim
+# thread's and the agent's CPU at 133 k kernels/s, and what arrived; printed
+say ""
+BUILD=$BUILD bench/shim.sh || say "bench/shim.sh exited with $?"
 # NCCL (issue 21, owner: bench/nccl.sh, bench/bench_nccl.c): per ncclAllReduce, sentinel
 # and deep as a ratio to a bare uprobe; printed
 say ""

@@ -786,8 +786,9 @@ static void read_settings(void)
 	g_shim.flush_ms = env_ulong("INFERTRACE_SHIM_FLUSH_MS", 1000, 10, 3600000);
 	g_shim.retry_ms = env_ulong("INFERTRACE_SHIM_RETRY_MS", 1000, 10, 3600000);
 	g_shim.tick_ms = env_ulong("INFERTRACE_SHIM_TICK_MS", 10, 1, 1000);
+	g_shim.send_wait_ms = env_ulong("INFERTRACE_SHIM_SEND_WAIT_MS", 100, 0, 10000);
 	g_shim.launch_rate = env_ulong("INFERTRACE_SHIM_LAUNCH_RATE", 200, 1, 10000000);
-	g_shim.sndbuf = (int)env_ulong("INFERTRACE_SHIM_SNDBUF", 1 << 20, 4096, 64 << 20);
+	g_shim.sndbuf = (int)env_ulong("INFERTRACE_SHIM_SNDBUF", 1 << 20, SHIM_MSG_MAX, 64 << 20);
 	s = getenv("INFERTRACE_SHIM_MODE");
 	atomic_store(&g_shim.capture, s && !strcmp(s, "deep") ? MODE_DEEP : MODE_SENTINEL);
 }

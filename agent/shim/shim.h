@@ -54,7 +54,8 @@ struct shim {
 	unsigned int flush_ms;
 	unsigned int retry_ms;
 	unsigned int tick_ms;
-	unsigned int launch_rate; /* sentinel: launch records per thread per s */
+	unsigned int send_wait_ms; /* a full socket is waited on this long per batch */
+	unsigned int launch_rate;  /* sentinel: launch records per thread per s */
 	int sndbuf;
 	bool log_stderr;
 	uint32_t pid;

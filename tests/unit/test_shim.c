@@ -210,6 +210,7 @@ static int setup(void **state)
 	setenv("INFERTRACE_SHIM_BUFS", "4", 1);
 	unsetenv("INFERTRACE_SHIM_MODE");
 	unsetenv("INFERTRACE_SHIM_SNDBUF");
+	unsetenv("INFERTRACE_SHIM_SEND_WAIT_MS");
 	unsetenv("INFERTRACE_SHIM_LAUNCH_RATE");
 	*state = t;
 	return 0;
@@ -352,6 +353,25 @@ static CUpti_ActivityKernel10 mk_kernel(uint32_t corr, uint64_t start, const cha
 	k.graphNodeId = 0x100000002ull;
 	k.name = name;
 	return k;
+}
+
+/* the agent's end, then the shim, connected: its hello received */
+static void start(struct t *t)
+{
+	rx_open(t);
+	load(t);
+	wait_n(t, EV_SHIM_STATUS, 1);
+}
+
+/* n kernel records given to CUPTI, all taken; returns n */
+static uint64_t add_kernels(int n, const char *name)
+{
+	for (int i = 0; i < n; i++) {
+		CUpti_ActivityKernel10 k = mk_kernel((uint32_t)i, 1000 + (uint64_t)i, name);
+
+		assert_int_equal(fake_cupti_add_record((CUpti_Activity *)&k), 0);
+	}
+	return (uint64_t)n;
 }
 
 /* -------------------------------------------------------------- tests --- */
@@ -628,9 +648,7 @@ static void test_no_gpu_inert(void **state)
 	const struct shim_status_event *s;
 
 	fake_cupti_set_no_gpu(true);
-	rx_open(t);
-	load(t);
-	wait_n(t, EV_SHIM_STATUS, 1);
+	start(t);
 	s = last_status(t);
 	assert_int_equal(s->clock_mode, SHIM_CLOCK_NONE);
 	assert_int_equal(s->abi_version, INFERTRACE_ABI_VERSION);
@@ -729,18 +747,33 @@ static bool accounted(struct t *t, const void *arg)
 	       s->records_sent + s->records_dropped + s->cupti_dropped >= *(const uint64_t *)arg;
 }
 
+/*
+ * The agent reads again after a stall: every one of the produced records is
+ * accounted for, sent or dropped (some dropped), and what was sent arrived
+ * before the status that counted it.
+ */
+static void caught_up_with_drops(struct t *t, uint64_t produced)
+{
+	const struct shim_status_event *s;
+
+	if (!wait_for(t, accounted, &produced))
+		fail_msg("records not accounted for");
+	s = last_status(t);
+	assert_true(s->records_dropped > 0);
+	assert_int_equal(s->records_sent + s->records_dropped + s->cupti_dropped, produced);
+	assert_int_equal(s->records_sent, t->data_seen);
+	assert_false(t->status_invariant_broken);
+}
+
 static void test_agent_slow(void **state)
 {
 	struct t *t = *state;
-	const struct shim_status_event *s;
 	uint64_t produced = 0;
 	int i, r;
 
 	setenv("INFERTRACE_SHIM_MODE", "deep", 1);
-	setenv("INFERTRACE_SHIM_SNDBUF", "4096", 1);
-	rx_open(t);
-	load(t);
-	wait_n(t, EV_SHIM_STATUS, 1);
+	setenv("INFERTRACE_SHIM_SNDBUF", "16384", 1);
+	start(t);
 
 	/*
 	 * The agent stops reading. The calling (CUDA) thread keeps launching:
@@ -764,13 +797,7 @@ static void test_agent_slow(void **state)
 	usleep(100000);
 
 	/* the agent catches up: every record is accounted for, sent or dropped */
-	if (!wait_for(t, accounted, &produced))
-		fail_msg("records not accounted for");
-	s = last_status(t);
-	assert_true(s->records_dropped > 0);
-	assert_int_equal(s->records_sent + s->records_dropped + s->cupti_dropped, produced);
-	assert_int_equal(s->records_sent, t->data_seen);
-	assert_false(t->status_invariant_broken);
+	caught_up_with_drops(t, produced);
 }
 
 static bool sent_or_dropped(struct t *t, const void *arg)
@@ -790,9 +817,7 @@ static void test_buffer_pool_bounded(void **state)
 	setenv("INFERTRACE_SHIM_BUFS", "2", 1);
 	setenv("INFERTRACE_SHIM_FLUSH_MS", "3600000", 1);
 	fake_cupti_set_flush_returns(false);
-	rx_open(t);
-	load(t);
-	wait_n(t, EV_SHIM_STATUS, 1);
+	start(t);
 
 	for (round = 0; round < 4; round++) {
 		/* 2 x 1 MiB holds ~2 x 4000 kernel records: overflow it */
@@ -825,6 +850,104 @@ static void test_buffer_pool_bounded(void **state)
 		fail_msg("cupti drops not reported");
 	assert_int_equal(last_status(t)->cupti_dropped, refused);
 	assert_false(t->status_invariant_broken);
+}
+
+/*
+ * A burst bigger than the socket while the agent drains: one CUPTI buffer
+ * converts to more records than SO_SNDBUF holds (here 64 KiB, by default
+ * 1 MiB against a 2 MiB buffer), sent in one go. The shim thread waits for
+ * room instead of dropping (with INFERTRACE_SHIM_SEND_WAIT_MS=0, the former
+ * behaviour, most of each burst is dropped). The wait is long here because
+ * this thread drains only between its polls.
+ */
+static void test_burst_waits_for_room(void **state)
+{
+	struct t *t = *state;
+	const struct shim_status_event *s;
+	uint64_t produced = 0;
+	int round;
+
+	setenv("INFERTRACE_SHIM_SNDBUF", "65536", 1);
+	setenv("INFERTRACE_SHIM_SEND_WAIT_MS", "5000", 1);
+	setenv("INFERTRACE_SHIM_FLUSH_MS", "3600000", 1);
+	start(t);
+
+	for (round = 0; round < 3; round++) {
+		/* ~0.9 MB of records, under one 1 MiB buffer of the double */
+		produced += add_kernels(3000, "burst");
+		fake_cupti_complete();
+		if (!wait_for(t, accounted, &produced))
+			fail_msg("round %d not accounted for", round);
+	}
+	s = last_status(t);
+	assert_int_equal(s->records_dropped, 0);
+	assert_int_equal(s->cupti_dropped, 0);
+	assert_int_equal(s->records_sent, produced);
+	assert_int_equal(count_type(t, EV_GPU_KERNEL), produced);
+	assert_false(t->status_invariant_broken);
+}
+
+/*
+ * INFERTRACE_SHIM_SNDBUF under one message (16 KiB) is raised to it: a Unix
+ * datagram larger than the send buffer fails with EMSGSIZE, which made the
+ * shim reconnect on every full batch and deliver none.
+ */
+static void test_sndbuf_floor(void **state)
+{
+	struct t *t = *state;
+	struct shim_rx_stats st;
+	uint64_t produced;
+
+	setenv("INFERTRACE_SHIM_SNDBUF", "4096", 1);
+	start(t);
+	produced = add_kernels(500, "floor");
+	fake_cupti_complete();
+	if (!wait_for(t, accounted, &produced))
+		fail_msg("records not accounted for");
+	assert_int_equal(last_status(t)->records_dropped, 0);
+	assert_int_equal(count_type(t, EV_GPU_KERNEL), produced);
+	shim_rx_get_stats(t->rx, &st);
+	assert_int_equal(st.conns_accepted, 1);
+}
+
+/*
+ * An agent that stops reading costs the shim one wait, not one per batch:
+ * after send_wait_ms the batches are dropped at once and CUPTI's buffers go
+ * back to the pool, so CUPTI keeps recording (a wait per batch would hold a
+ * buffer of ~70 batches for over a minute here, past the deadline).
+ */
+static void test_stalled_agent_one_wait(void **state)
+{
+	struct t *t = *state;
+	uint64_t produced, end;
+	int r;
+
+	setenv("INFERTRACE_SHIM_SNDBUF", "16384", 1);
+	setenv("INFERTRACE_SHIM_SEND_WAIT_MS", "1000", 1);
+	setenv("INFERTRACE_SHIM_BUFS", "2", 1);
+	setenv("INFERTRACE_SHIM_FLUSH_MS", "3600000", 1);
+	fake_cupti_set_flush_returns(false);
+	start(t);
+
+	/* the agent reads nothing from here: one buffer and a half (of 1 MiB), handed back */
+	produced = add_kernels(
+	    (int)(3 * (1u << 20) / 2 / ((sizeof(CUpti_ActivityKernel10) + 7) & ~7u)), "stall");
+	assert_int_equal(fake_cupti_buffers_held(), 2);
+	fake_cupti_complete();
+	/* CUPTI gets a buffer again once the shim has shed both */
+	end = mono_ns() + DEADLINE_MS * 1000000ull;
+	do {
+		CUpti_ActivityKernel10 k = mk_kernel(0, 1, "again");
+
+		usleep(20000);
+		r = fake_cupti_add_record((CUpti_Activity *)&k);
+		produced++; /* accepted, or CUPTI's drop (cupti_dropped) */
+	} while (r && mono_ns() < end);
+	assert_int_equal(r, 0);
+	fake_cupti_complete();
+
+	/* the agent reads again: every record accounted for, the stall's as drops */
+	caught_up_with_drops(t, produced);
 }
 
 static bool status_capture(struct t *t, const void *arg)
@@ -1119,6 +1242,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_process_exit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_agent_slow, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_buffer_pool_bounded, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_burst_waits_for_room, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_sndbuf_floor, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_stalled_agent_one_wait, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_mode_switch, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_rx_forged_and_garbage, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_rx_not_reentrant, setup, teardown),

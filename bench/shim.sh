@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# bench/shim.sh - the CUPTI shim's channel at a GPU's record rate (1,600
+# kernels per 12 ms step, 133 k/s). Prints figures; never asserts.
+#
+# 1. build/bench/bench_shim with its own receiver (shim_rx, the agent's end
+#    without the join), sentinel and deep, BENCH_SHIM_ROUNDS (3) rounds in
+#    turn: delivered, messages/s, the shim thread's CPU and the receiver's.
+#    BENCH_SHIM_OLD (an older libinfertrace_cupti.so) is measured beside it.
+# 2. As root, into a running agent (--shim-socket, sentinel, output to a
+#    file): what arrived and was dropped by the agent's stats records, and
+#    the agent's CPU time per kernel record (from /proc/PID/stat, its idle
+#    cost over the same time subtracted). The stats counters are totals
+#    since the start: the last record has them.
+#
+# Environment: BUILD (build), BENCH_SHIM_ROUNDS (3), BENCH_SHIM_SECONDS (5),
+# BENCH_SHIM_OLD, BENCH_AGENT_OLD (an older agent, measured beside in 2).
+set -u
+
+# bench_setup, cpu_ticks, wait_for, agent_up, probe_down
+source "$(dirname "$0")/lib.sh"
+bench_setup 0
+ROUNDS=${BENCH_SHIM_ROUNDS:-3}
+SECS=${BENCH_SHIM_SECONDS:-5}
+BENCH=$BUILD/bench/bench_shim
+say() { printf '%s\n' "$*"; }
+
+say "== CUPTI shim channel benchmark (bench/shim.sh): 1,600 kernels / 12 ms =="
+[ -x "$BENCH" ] || { say "bench_shim: skipped: $BENCH is missing (run through: make bench)"; exit 0; }
+
+for r in $(seq 1 "$ROUNDS"); do
+	for mode in sentinel deep; do
+		say "round $r new $("$BENCH" -s "$SECS" -m "$mode")"
+		[ -n "${BENCH_SHIM_OLD:-}" ] &&
+			say "round $r old $(INFERTRACE_SHIM_SO=$BENCH_SHIM_OLD "$BENCH" -s "$SECS" -m "$mode")"
+	done
+done
+
+[ "$(id -u)" -eq 0 ] || { say "bench_shim: into the agent: skipped (needs root)"; exit 0; }
+command -v jq >/dev/null || { say "bench_shim: into the agent: skipped (jq missing)"; exit 0; }
+TMP=$(mktemp -d /tmp/infertrace-bench-shim.XXXXXX)
+cleanup() {
+	probe_down
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# into AGENT_BIN LABEL: one run of the workload into that agent
+into() {
+	local bin=$1 label=$2 t0 t1 idle busy line
+	rm -f "$TMP"/out.jsonl "$TMP"/shim.sock
+	AGENT=$bin agent_up "$TMP/err" 'running in' -- --shim-socket "$TMP/shim.sock" \
+		--shim-group root --control-socket "$TMP/ctl.sock" -o "$TMP/out.jsonl" || {
+		say "bench_shim: $label: the agent did not start: $(tail -2 "$TMP/err")"
+		probe_down
+		return
+	}
+	# its idle cost, over as long as the workload will run
+	t0=$(cpu_ticks "$PROBE_PID")
+	sleep "$((SECS + 3))"
+	t1=$(cpu_ticks "$PROBE_PID")
+	idle=$((t1 - t0))
+	line=$("$BENCH" -S "$TMP/shim.sock" -s "$SECS")
+	busy=$(($(cpu_ticks "$PROBE_PID") - t1))
+	probe_down
+	jq -s --arg l "$label" --arg line "$line" --argjson busy "$busy" --argjson idle "$idle" \
+		--argjson hz "$HZ" -r '
+		[.[] | select(.type == "stats") | .gpu] | last as $g
+		| ($line | capture("made (?<m>[0-9]+)").m | tonumber) as $made
+		| "\($l): made \($made) arrived \($g.shim_records) " +
+		  "dropped \($g.shim_dropped) shed \($g.shim_shed_msgs) " +
+		  "agent_cpu \(($busy - $idle) / $hz)s = \((($busy - $idle) / $hz * 1e9 / $made) | floor) ns/kernel " +
+		  "(idle \($idle / $hz)s)"' "$TMP/out.jsonl"
+}
+
+say "into a running agent, sentinel, ${SECS}s:"
+into "$AGENT" new
+[ -n "${BENCH_AGENT_OLD:-}" ] && into "$BENCH_AGENT_OLD" old
+exit 0
