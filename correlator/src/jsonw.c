@@ -91,9 +91,13 @@ const char *jw_utf8_clean(const char *s, char *buf, size_t cap)
 	size_t n = strlen(s), i = 0, o = 0, k;
 	uint64_t bad = 0;
 
-	for (i = 0; i < n; i += k)
-		if (!(k = jw_utf8_seq((const unsigned char *)s + i, n - i)))
+	/* names are nearly all ASCII: a byte under 0x80 needs no call (once ~7% of the agent) */
+	for (i = 0; i < n; i += k) {
+		k = 1;
+		if ((unsigned char)s[i] >= 0x80 &&
+		    !(k = jw_utf8_seq((const unsigned char *)s + i, n - i)))
 			break;
+	}
 	if (i == n)
 		return s;
 	if (!cap)

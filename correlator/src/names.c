@@ -32,15 +32,24 @@ struct names {
 
 #define NAMES_FIRST 1024 /* entries at first: tables grow with use, not with max */
 
-static uint64_t fnv1a(const char *s, size_t len)
+/*
+ * Eight bytes a step, finished by corr_hash64's mix: a kernel name is ~100
+ * bytes and is interned three times per GPU record (correlator, steps,
+ * stats), where FNV-1a's byte a step was 10% of the agent at 133 k kernels/s.
+ */
+static uint64_t name_hash(const char *s, size_t len)
 {
-	uint64_t h = 0xcbf29ce484222325ULL;
+	uint64_t h = 0x9e3779b97f4a7c15ULL ^ len, w;
+	size_t i = 0;
 
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 0x100000001b3ULL;
+	for (; i + 8 <= len; i += 8) {
+		memcpy(&w, s + i, 8);
+		h = (h ^ w) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
 	}
-	return h;
+	w = 0;
+	memcpy(&w, s + i, len - i);
+	return corr_hash64(h ^ w);
 }
 
 /* room for cap entries: the arrays to cap, the slot table to 2 x cap */
@@ -139,7 +148,7 @@ static char *arena_copy(struct names *n, const char *s, size_t len)
 
 int32_t names_intern(struct names *n, const char *s, size_t len)
 {
-	uint64_t h = fnv1a(s, len);
+	uint64_t h = name_hash(s, len);
 	uint32_t i = (uint32_t)h & n->mask;
 	char *copy;
 

@@ -86,8 +86,13 @@ struct diag_seg {
 	char pat[MAX_PATTERNS][64];
 	int n_pat;
 	struct names *names;
+	uint8_t *nf; /* NF_* of each name id, or 0: not looked at yet */
+	size_t cnf;
 	struct srec *r;
 	size_t nr, cr;
+	size_t nr_sorted;  /* r[0, nr_sorted) is in cmp_rec order: what the last cut kept */
+	struct srec *rtmp; /* the records added since, while they are merged in */
+	size_t crtmp;
 	struct smark *m;
 	size_t nm, cm;
 	struct scpu *c;
@@ -158,6 +163,8 @@ void diag_seg__free(struct diag_seg *sg)
 	free(sg->r);
 	free(sg->m);
 	free(sg->c);
+	free(sg->nf);
+	free(sg->rtmp);
 	pidtab_free(&sg->ps);
 	free(sg->gone);
 	free(sg->out);
@@ -176,10 +183,48 @@ static bool is_comm(const char *n)
 		     strstr(n, "cross_device") || strstr(n, "multimem"));
 }
 
+/* what a GPU record's name says, looked at once per distinct name */
+enum { NF_SEEN = 1, NF_COMM = 2, NF_MEMCPY = 4, NF_DTOH = 8 };
+
+static uint8_t name_flags(const char *n)
+{
+	if (!n)
+		return NF_SEEN;
+	/*
+	 * Kineto records often lack the copy kind: the name says "Memcpy DtoH".
+	 * The name also wins over the kind (the Kineto reader files
+	 * gpu_memcpy under memset as of this writing).
+	 */
+	return NF_SEEN | (is_comm(n) ? NF_COMM : 0) | (!strncmp(n, "Memcpy", 6) ? NF_MEMCPY : 0) |
+	       (strstr(n, "DtoH") ? NF_DTOH : 0);
+}
+
+/*
+ * By name id: seven strstr() per kernel were 9% of the agent at 133 k
+ * kernels/s (bench/shim.sh). A name the table could not take is looked at
+ * each time.
+ */
+static uint8_t seg_name_flags(struct diag_seg *sg, int32_t id, const char *n)
+{
+	size_t old = sg->cnf;
+
+	if (id < 0)
+		return name_flags(n);
+	if ((size_t)id >= sg->cnf) {
+		if (grow_array((void **)&sg->nf, &sg->cnf, (size_t)id, 1, 1024))
+			return name_flags(n);
+		memset(sg->nf + old, 0, sg->cnf - old);
+	}
+	if (!sg->nf[id])
+		sg->nf[id] = name_flags(n);
+	return sg->nf[id];
+}
+
 int diag_seg__add_gpu(struct diag_seg *sg, const struct corr_gpu *g, const struct corr_launch *l)
 {
 	struct srec *r;
 	int32_t id = -1;
+	uint8_t nf;
 
 	sg->cnt.gpu_records++;
 	if (sg->nr >= sg->o.capacity) {
@@ -193,6 +238,7 @@ int diag_seg__add_gpu(struct diag_seg *sg, const struct corr_gpu *g, const struc
 		if (id < 0)
 			id = -1;
 	}
+	nf = seg_name_flags(sg, id, g->name);
 	r = &sg->r[sg->nr++];
 	r->launch = l ? l->ts_ns : g->start_ns;
 	r->start = g->start_ns;
@@ -201,18 +247,13 @@ int diag_seg__add_gpu(struct diag_seg *sg, const struct corr_gpu *g, const struc
 	r->tid = l ? l->tid : 0;
 	r->name = id;
 	r->kind = (uint8_t)g->kind;
-	/*
-	 * Kineto records often lack the copy kind: the name says "Memcpy DtoH".
-	 * The name also wins over the kind (the Kineto reader files
-	 * gpu_memcpy under memset as of this writing).
-	 */
-	if (g->name && !strncmp(g->name, "Memcpy", 6))
+	if (nf & NF_MEMCPY)
 		r->kind = CORR_KIND_MEMCPY;
-	r->d2h = r->kind == CORR_KIND_MEMCPY &&
-		 (g->copy_kind == CUDA_MEMCPY_DTOH || (g->name && strstr(g->name, "DtoH")));
+	r->d2h =
+	    r->kind == CORR_KIND_MEMCPY && (g->copy_kind == CUDA_MEMCPY_DTOH || (nf & NF_DTOH));
 	/* graph ids are often not recorded: a kernel of a graph launch is a graph kernel */
 	r->graph = g->graph_id != 0 || (l && l->api && strstr(l->api, "GraphLaunch"));
-	r->comm = g->kind == CORR_KIND_KERNEL && is_comm(g->name);
+	r->comm = g->kind == CORR_KIND_KERNEL && (nf & NF_COMM);
 	return 0;
 }
 
@@ -1260,14 +1301,41 @@ static void send_steps(struct diag_seg *sg)
 	sg->nout = 0;
 }
 
+/*
+ * Into cmp_rec order. What the last cut kept is in order already: sort what
+ * came since and merge it in from the back, ties to the older record, as the
+ * stable sort of the whole did. At 133 k kernels/s two seconds are held, and
+ * sorting all of them each interval was 13% of the agent and held its loop
+ * for tens of ms (bench/shim.sh).
+ */
+static void sort_recs(struct diag_seg *sg)
+{
+	size_t old = sg->nr_sorted <= sg->nr ? sg->nr_sorted : 0, nn = sg->nr - old, i, j, k;
+
+	/* qsort(NULL, 0) is undefined: the arrays are unallocated while empty */
+	if (sg->nr < 2 || !nn)
+		return;
+	if (!old || grow_array((void **)&sg->rtmp, &sg->crtmp, nn - 1, sizeof(*sg->rtmp), 1024)) {
+		qsort(sg->r, sg->nr, sizeof(*sg->r), cmp_rec);
+		return;
+	}
+	memcpy(sg->rtmp, sg->r + old, nn * sizeof(*sg->r));
+	qsort(sg->rtmp, nn, sizeof(*sg->rtmp), cmp_rec);
+	for (i = old, j = nn, k = sg->nr; j;) {
+		if (i && cmp_rec(&sg->r[i - 1], &sg->rtmp[j - 1]) > 0)
+			sg->r[--k] = sg->r[--i];
+		else
+			sg->r[--k] = sg->rtmp[--j];
+	}
+}
+
 static int cut_all(struct diag_seg *sg, uint64_t upto)
 {
 	size_t i = 0, j = 0, keep_r = 0, keep_m = 0, keep_c = 0;
 	int err = 0;
 
-	/* qsort(NULL, 0) is undefined: the arrays are unallocated while empty */
-	if (sg->nr > 1)
-		qsort(sg->r, sg->nr, sizeof(*sg->r), cmp_rec);
+	sort_recs(sg);
+	sg->nr_sorted = sg->nr; /* the cut below keeps what it keeps in order */
 	if (sg->nm > 1)
 		qsort(sg->m, sg->nm, sizeof(*sg->m), cmp_mark);
 	/* each step then finds its CPU events by binary search (measure()) */
@@ -1359,6 +1427,7 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 		sg->gen++; /* nothing is held any more */
 	}
 	sg->nr = keep_r;
+	sg->nr_sorted = keep_r;
 	sg->nm = keep_m;
 	sg->nc = keep_c;
 	prune_exited(sg);

@@ -980,6 +980,120 @@ static void test_cpu_events_without_steps(void **state)
 	diag_seg__free(sg);
 }
 
+/* every step of a run, in the order they left */
+struct all_got {
+	struct diag_step s[512];
+	size_t n;
+};
+
+static void all_step(void *ctx, const struct diag_step *s)
+{
+	struct all_got *g = ctx;
+
+	if (g->n < sizeof(g->s) / sizeof(g->s[0]))
+		g->s[g->n++] = *s;
+}
+
+/*
+ * Live cuts keep what they cannot cut yet in order and merge what comes
+ * after into it (steps.c, sort_recs()). Records that arrive out of order,
+ * within the hold time, across many cuts give the same steps as the same
+ * records all cut at once: two processes, 200 automatic steps each of 6
+ * kernels and the copy back, delivered shuffled in blocks of 7-60 records,
+ * a cut after each block.
+ */
+static void test_live_cuts_match_one_cut(void **state)
+{
+	enum { NP = 2, NS = 200, KPS = 7, N = NP * NS * KPS };
+	struct diag_seg_opts o = {.sz = sizeof(o), .hold_ns = 20000000};
+	static struct all_got live, once;
+	static struct {
+		uint32_t pid;
+		uint64_t launch, start, dur;
+		bool copy;
+	} rec[N];
+	struct diag_seg *a, *b;
+	uint64_t rs = 88172645463325252ULL, t_last = 0;
+	size_t n = 0, i, j;
+
+	(void)state;
+	for (uint32_t p = 0; p < NP; p++)
+		for (size_t st = 0; st < NS; st++) {
+			uint64_t t0 = 1000000000ULL + st * 1000000ULL + p * 300000ULL;
+
+			for (size_t k = 0; k < KPS; k++, n++) {
+				rec[n].pid = 7 + p;
+				rec[n].launch = t0 + k * 20000;
+				rec[n].start = t0 + 15000 + k * 100000;
+				rec[n].dur = k + 1 < KPS ? 90000 + 1000 * (st % 7) : 5000;
+				rec[n].copy = k + 1 == KPS;
+			}
+		}
+	/* launch order (as the correlator emits them, roughly), then shuffled in blocks */
+	for (i = 1; i < N; i++)
+		for (j = i; j && rec[j - 1].launch > rec[j].launch; j--) {
+			__typeof__(rec[0]) t = rec[j];
+
+			rec[j] = rec[j - 1];
+			rec[j - 1] = t;
+		}
+	o.step = all_step;
+	o.step_ctx = &live;
+	a = diag_seg__new(&o);
+	o.step_ctx = &once;
+	b = diag_seg__new(&o);
+	assert_non_null(a);
+	assert_non_null(b);
+	for (i = 0; i < N;) {
+		size_t len;
+
+		rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+		len = 7 + rs % 54;
+		if (len > N - i)
+			len = N - i;
+		for (j = len; j > 1; j--) {
+			size_t k;
+			__typeof__(rec[0]) t;
+
+			rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+			k = rs % j;
+			t = rec[i + j - 1];
+			rec[i + j - 1] = rec[i + k];
+			rec[i + k] = t;
+		}
+		for (j = i; j < i + len; j++) {
+			enum corr_kind kind = rec[j].copy ? CORR_KIND_MEMCPY : CORR_KIND_KERNEL;
+			const char *name = rec[j].copy ? "Memcpy DtoH" : "gemm";
+
+			add_kp(a, rec[j].pid, rec[j].pid, rec[j].launch, rec[j].start, rec[j].dur,
+			       name, kind, rec[j].copy ? 2 : 0);
+			add_kp(b, rec[j].pid, rec[j].pid, rec[j].launch, rec[j].start, rec[j].dur,
+			       name, kind, rec[j].copy ? 2 : 0);
+			if (rec[j].start + rec[j].dur > t_last)
+				t_last = rec[j].start + rec[j].dur;
+		}
+		i += len;
+		/* every record still to come ended within the hold time of this one */
+		assert_int_equal(diag_seg__advance(a, t_last), 0);
+	}
+	assert_int_equal(diag_seg__flush(a), 0);
+	assert_int_equal(diag_seg__flush(b), 0);
+	assert_true(live.n >= NP * (NS - 1));
+	assert_int_equal(live.n, once.n);
+	for (i = 0; i < live.n; i++) {
+		assert_int_equal(live.s[i].pid, once.s[i].pid);
+		assert_int_equal(live.s[i].start_ns, once.s[i].start_ns);
+		assert_int_equal(live.s[i].dur_ns, once.s[i].dur_ns);
+		assert_int_equal(live.s[i].kernels, once.s[i].kernels);
+		assert_int_equal(live.s[i].memcpys, once.s[i].memcpys);
+		assert_int_equal(live.s[i].gpu_busy_ns, once.s[i].gpu_busy_ns);
+		assert_int_equal(live.s[i].idle_max_ns, once.s[i].idle_max_ns);
+	}
+	assert_int_equal(diag_seg__counters(a)->outside, diag_seg__counters(b)->outside);
+	diag_seg__free(a);
+	diag_seg__free(b);
+}
+
 /*
  * The last cut (diag_seg__flush: the end of a replay, the agent's exit):
  * CPU events no step took are dropped and counted in cpu_outside, like
@@ -1035,6 +1149,7 @@ int main(void)
 	    cmocka_unit_test(test_many_processes_pruned),
 	    cmocka_unit_test(test_cpu_events_without_steps),
 	    cmocka_unit_test(test_cpu_events_left_at_flush),
+	    cmocka_unit_test(test_live_cuts_match_one_cut),
 	};
 
 	if (!test_data_dir())
