@@ -125,16 +125,20 @@ static bool full(int err)
  */
 static ssize_t tx_send(void)
 {
-	struct pollfd p = {.fd = s_fd, .events = POLLOUT};
 	ssize_t n = send(s_fd, s_tx, s_tx_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	uint64_t end = shim_mono_ns() + (uint64_t)g_shim.send_wait_ms * 1000000ull, now;
 
-	if (n < 0 && full(errno) && !s_stalled && g_shim.send_wait_ms) {
-		if (poll(&p, 1, (int)g_shim.send_wait_ms) == 1 && (p.revents & POLLOUT)) {
-			n = send(s_fd, s_tx, s_tx_len, MSG_DONTWAIT | MSG_NOSIGNAL);
-		} else {
+	/* POLLOUT comes at a quarter of the buffer in use; a send can still find it full */
+	while (n < 0 && full(errno) && !s_stalled && (now = shim_mono_ns()) < end) {
+		struct pollfd p = {.fd = s_fd, .events = POLLOUT};
+
+		if (poll(&p, 1, (int)((end - now + 999999) / 1000000)) != 1 ||
+		    !(p.revents & POLLOUT)) {
 			n = -1;
 			errno = p.revents & (POLLHUP | POLLERR) ? EPIPE : EAGAIN;
+			break;
 		}
+		n = send(s_fd, s_tx, s_tx_len, MSG_DONTWAIT | MSG_NOSIGNAL);
 	}
 	s_stalled = n < 0 && full(errno);
 	return n;
