@@ -5,8 +5,10 @@
  *
  *   even: the rest is a recording (any format, as `--replay` detects it);
  *         its GPU records and markers go through the step segmenter
- *         (diag_seg), its steps through the detector (diag_det), with the
- *         processes ending at the end as a live agent sees them;
+ *         (diag_seg, cut every 16 GPU records at the latest end seen, as
+ *         a live agent cuts while time passes), its steps through the
+ *         detector (diag_det), with the processes ending at the end as a
+ *         live agent sees them;
  *   odd:  the rest is a sequence of step records field by field (64-bit
  *         values, any bit pattern: what a hostile `step` JSON line can
  *         carry into the detector through --replay's re-detection), fed
@@ -28,6 +30,7 @@ struct ctx {
 	uint64_t steps;
 	uint32_t pids[16]; /* processes seen, to end them */
 	int npids;
+	uint64_t n_gpu, max_end; /* live cuts as the recording's time passes */
 };
 
 static void on_anomaly(void *c, const struct diag_anomaly *an)
@@ -74,6 +77,11 @@ static void on_gpu(void *c, const struct corr_gpu *g, const struct corr_launch *
 	if (i == x->npids && x->npids < 16)
 		x->pids[x->npids++] = pid;
 	diag_seg__add_gpu(x->sg, g, l);
+	/* cut as the agent does while time passes: what is held merges with what comes */
+	if (g->end_ns > x->max_end)
+		x->max_end = g->end_ns;
+	if (++x->n_gpu % 16 == 0)
+		diag_seg__advance(x->sg, x->max_end);
 }
 
 static void on_marker(void *c, const struct corr_marker *m)
