@@ -40,11 +40,15 @@ static void on_anomaly(void *c, const struct diag_anomaly *an)
 		abort();
 }
 
-/* a level is accepted after 64 flagged steps in a row (16 of duration only) */
+/*
+ * A level is accepted after 64 flagged steps in a row, 16 of duration only,
+ * counted by the step at hand: a run of steps with fields that ends on a
+ * duration-only one is accepted there, at 16-63.
+ */
 static void on_level_shift(void *c, const struct diag_level_shift *ls)
 {
 	(void)c;
-	if (!ls || !ls->instance || (ls->steps != 64 && ls->steps != 16) || !(ls->ratio > 0) ||
+	if (!ls || !ls->instance || ls->steps < 16 || ls->steps > 64 || !(ls->ratio > 0) ||
 	    ls->kind >= DIAG_KIND_COUNT)
 		abort();
 }
