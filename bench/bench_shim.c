@@ -193,23 +193,28 @@ static clockid_t thread_clock(pid_t tid)
 	return (clockid_t)((~(unsigned)tid) << 3) | 6;
 }
 
+/* fn of shim_rx_scan_tids: keep the tid whose name is the shim thread's */
+static void is_shim(void *ctx, uint32_t ns_tid, uint32_t host_tid)
+{
+	char path[64], comm[32];
+	FILE *f;
+
+	(void)ns_tid;
+	snprintf(path, sizeof(path), "/proc/self/task/%u/comm", host_tid);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "infertrace-shim", 15))
+		*(pid_t *)ctx = (pid_t)host_tid;
+	fclose(f);
+}
+
 /* the shim thread's tid (pthread_setname_np "infertrace-shim", agent/shim/chan.c), or 0 */
 static pid_t shim_tid(void)
 {
-	char path[64], comm[32];
 	pid_t found = 0;
 
-	for (pid_t tid = getpid(); tid < getpid() + 64 && !found; tid++) {
-		FILE *f;
-
-		snprintf(path, sizeof(path), "/proc/self/task/%d/comm", (int)tid);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "infertrace-shim", 15))
-			found = tid;
-		fclose(f);
-	}
+	shim_rx_scan_tids(NULL, (uint32_t)getpid(), &found, is_shim);
 	return found;
 }
 

@@ -126,10 +126,14 @@ static bool full(int err)
 static ssize_t tx_send(void)
 {
 	ssize_t n = send(s_fd, s_tx, s_tx_len, MSG_DONTWAIT | MSG_NOSIGNAL);
-	uint64_t end = shim_mono_ns() + (uint64_t)g_shim.send_wait_ms * 1000000ull, now;
+	uint64_t end, now;
 
+	if (n >= 0 || !full(errno) || s_stalled)
+		goto out;
+	/* the clock only once the socket is full: most batches never look at it */
+	end = shim_mono_ns() + (uint64_t)g_shim.send_wait_ms * 1000000ull;
 	/* POLLOUT comes at a quarter of the buffer in use; a send can still find it full */
-	while (n < 0 && full(errno) && !s_stalled && (now = shim_mono_ns()) < end) {
+	while (n < 0 && full(errno) && (now = shim_mono_ns()) < end) {
 		struct pollfd p = {.fd = s_fd, .events = POLLOUT};
 
 		if (poll(&p, 1, (int)((end - now + 999999) / 1000000)) != 1 ||
@@ -140,6 +144,7 @@ static ssize_t tx_send(void)
 		}
 		n = send(s_fd, s_tx, s_tx_len, MSG_DONTWAIT | MSG_NOSIGNAL);
 	}
+out:
 	s_stalled = n < 0 && full(errno);
 	return n;
 }

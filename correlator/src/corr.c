@@ -58,7 +58,7 @@ struct pend {
 
 struct pt_slot {
 	uint32_t idx1; /* head pend index + 1; 0: empty */
-	uint32_t tag;  /* (uint32_t)corr_hash64(key): its home and a cheap compare */
+	uint32_t tag;  /* pt_tag(key): its home and a cheap compare */
 };
 
 struct thr_up {
@@ -471,9 +471,15 @@ static void ring_pop(struct corr *c, bool expired)
  * when the GPU outruns the launches (sentinel: most records wait their
  * whole time). bench/shim.sh measured the two at 17% of the agent's CPU.
  */
-static uint32_t pt_find(const struct corr *c, uint64_t key, uint32_t *slot)
+static uint32_t pt_tag(uint64_t key)
 {
-	uint32_t tag = (uint32_t)corr_hash64(key), i = tag & c->pt_mask;
+	return (uint32_t)corr_hash64(key);
+}
+
+/* the chain of key (tag: pt_tag(key)), or NO_IDX; *slot: where it is or would go */
+static uint32_t pt_find_tag(const struct corr *c, uint64_t key, uint32_t tag, uint32_t *slot)
+{
+	uint32_t i = tag & c->pt_mask;
 
 	for (;; i = (i + 1) & c->pt_mask) {
 		const struct pt_slot *v = &c->pt[i];
@@ -487,6 +493,11 @@ static uint32_t pt_find(const struct corr *c, uint64_t key, uint32_t *slot)
 			return v->idx1 - 1;
 		}
 	}
+}
+
+static uint32_t pt_find(const struct corr *c, uint64_t key, uint32_t *slot)
+{
+	return pt_find_tag(c, key, pt_tag(key), slot);
 }
 
 static void pt_delete_slot(struct corr *c, uint32_t i)
@@ -1089,7 +1100,7 @@ int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
 {
 	struct corr_gpu g = *gin;
 	uint64_t key;
-	uint32_t slot, idx, head;
+	uint32_t slot, idx, head, tag;
 	struct pend *p;
 	int32_t nid = -1;
 	char fixed[4096];
@@ -1105,7 +1116,8 @@ int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
 		c->cnt.kinds[g.kind]++;
 	key = mk_key(c, g.pid, g.corr_id);
 	/* where it waits if no launch has come: its slot is a cache miss, taken meanwhile */
-	__builtin_prefetch(&c->pt[(uint32_t)corr_hash64(key) & c->pt_mask], 1);
+	tag = pt_tag(key);
+	__builtin_prefetch(&c->pt[tag & c->pt_mask], 1);
 
 	idx = lt_find(c, key, &slot);
 	if (idx != NO_IDX) {
@@ -1165,10 +1177,10 @@ int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
 		pp->p_tail = idx;
 	}
 	/* append to the key's chain (keeps arrival order for graph kernels) */
-	head = pt_find(c, key, &slot);
+	head = pt_find_tag(c, key, tag, &slot);
 	p->chain = NO_IDX;
 	if (head == NO_IDX) {
-		c->pt[slot] = (struct pt_slot){.idx1 = idx + 1, .tag = (uint32_t)corr_hash64(key)};
+		c->pt[slot] = (struct pt_slot){.idx1 = idx + 1, .tag = tag};
 	} else {
 		while (c->pend[head].chain != NO_IDX)
 			head = c->pend[head].chain;
