@@ -91,8 +91,19 @@ const char *jw_utf8_clean(const char *s, char *buf, size_t cap)
 	size_t n = strlen(s), i = 0, o = 0, k;
 	uint64_t bad = 0;
 
-	/* names are nearly all ASCII: a byte under 0x80 needs no call (once ~7% of the agent) */
-	for (i = 0; i < n; i += k) {
+	/*
+	 * Names are nearly all ASCII: 8 bytes at a time while no byte has its
+	 * top bit, then a byte under 0x80 needs no call. A byte at a time this
+	 * was 9% of the agent at 133 k kernels/s (bench/shim.sh, perf).
+	 */
+	for (; i + 8 <= n; i += 8) {
+		uint64_t w;
+
+		memcpy(&w, s + i, 8);
+		if (w & 0x8080808080808080ULL)
+			break;
+	}
+	for (; i < n; i += k) {
 		k = 1;
 		if ((unsigned char)s[i] >= 0x80 &&
 		    !(k = jw_utf8_seq((const unsigned char *)s + i, n - i)))

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -122,6 +123,56 @@ static void test_clean(void **state)
 	assert_true(jw_utf8_replaced() - before >= 3);
 }
 
+/*
+ * The scan goes 8 bytes at a time while they are ASCII: a non-ASCII byte at
+ * every offset and in every length up to 40 (each side of each word edge)
+ * is found, whether it starts a well-formed sequence or none.
+ */
+static void test_clean_every_offset(void **state)
+{
+	static const struct {
+		const char *seq, *want; /* want NULL: well-formed, the name comes back as it is */
+		bool last;		/* a sequence cut short: only at the end */
+	} cases[] = {
+	    {"\xff", "\xef\xbf\xbd", false},
+	    {"\xc3\xa9", NULL, false},
+	    {"\xf0\x9f\x98\x80", NULL, false},
+	    {"\xe6\x97", "\xef\xbf\xbd\xef\xbf\xbd", true},
+	};
+	char in[64], want[64], buf[64];
+
+	(void)state;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		size_t sl = strlen(cases[c].seq), wl = cases[c].want ? strlen(cases[c].want) : 0;
+
+		for (size_t len = 0; len <= 40; len++) {
+			for (size_t at = 0; at <= len; at++) {
+				size_t tail = cases[c].last ? 0 : len - at;
+				const char *got;
+
+				memset(in, 'k', sizeof(in));
+				memcpy(in + at, cases[c].seq, sl);
+				in[at + sl + tail] = '\0';
+				got = jw_utf8_clean(in, buf, sizeof(buf));
+				if (!cases[c].want) {
+					assert_ptr_equal(got, in);
+					continue;
+				}
+				memset(want, 'k', sizeof(want));
+				memcpy(want + at, cases[c].want, wl);
+				want[at + wl + tail] = '\0';
+				assert_string_equal(got, want);
+			}
+		}
+	}
+	/* ASCII of every length comes back as it is, uncopied */
+	for (size_t len = 0; len <= 40; len++) {
+		memset(in, 'k', len);
+		in[len] = '\0';
+		assert_ptr_equal(jw_utf8_clean(in, buf, sizeof(buf)), in);
+	}
+}
+
 /* a kernel name through the correlator and the deep-mode record writer */
 struct got {
 	char json[4096];
@@ -184,8 +235,11 @@ static void test_rec_string(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_writer),     cmocka_unit_test(test_keys),
-	    cmocka_unit_test(test_clean),      cmocka_unit_test(test_correlator_record),
+	    cmocka_unit_test(test_writer),
+	    cmocka_unit_test(test_keys),
+	    cmocka_unit_test(test_clean),
+	    cmocka_unit_test(test_clean_every_offset),
+	    cmocka_unit_test(test_correlator_record),
 	    cmocka_unit_test(test_rec_string),
 	};
 
