@@ -10,9 +10,11 @@
  * (build/libinfertrace_cupti.so) over the CUPTI test double
  * (tests/fakes/fake_cupti.c, linked as libcupti.so.13), then makes steps of
  * --kernels launches every --step-ms: a launch callback each (what CUPTI
- * calls on the launching thread) and a kernel record each, handed back to
- * the shim a full buffer at a time as CUPTI does. A child process is the
- * agent's end: shim_rx on the socket, draining as the agent's loop does.
+ * calls on the launching thread) and a kernel record each, then a copy
+ * back to the host (an LLM engine's sampled tokens) that ends the step, all
+ * on one stream, handed back to the shim a full buffer at a time as CUPTI
+ * does. A child process is the agent's end: shim_rx on the socket, draining
+ * as the agent's loop does.
  *
  * Measured over the run, after the last record was sent: the shim thread's
  * CPU time (its thread CPU clock), the receiver's (getrusage in the child),
@@ -26,6 +28,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,7 +240,7 @@ static int run(const struct opts *o, const char *sock, uint64_t *launch_ns, uint
 {
 	/* records per CUPTI buffer: CUPTI hands back a buffer when it is full */
 	size_t per_buf = (size_t)2048 * 1024 / ((sizeof(CUpti_ActivityKernel10) + 7) & ~(size_t)7);
-	uint64_t t0, next, end, c0, c1, lsum = 0, corr = 1;
+	uint64_t t0, next, end, c0, c1, lsum = 0, corr = 1, gpu_t = 0;
 	clockid_t ck;
 	size_t in_buf = 0;
 	pid_t tid;
@@ -261,23 +264,43 @@ static int run(const struct opts *o, const char *sock, uint64_t *launch_ns, uint
 	c0 = now_ns(ck);
 	t0 = now_ns(CLOCK_MONOTONIC);
 	end = t0 + o->seconds * 1000000000ull;
+	/*
+	 * GPU time: CUPTI stamps records through the shim's timestamp callback,
+	 * CLOCK_MONOTONIC (the double's own clock, realtime, is for the offset
+	 * fallback; realtime here put every kernel 56 years after its launch, so
+	 * no step ever ended). One stream: a kernel starts 5 us after its launch
+	 * returned or after the kernel before it.
+	 */
 	for (next = t0; next < end; next += o->step_ms * 1000000ull) {
-		uint64_t gpu_t = now_ns(CLOCK_REALTIME); /* the double's clock */
+		for (unsigned long i = 0; i <= o->kernels; i++, corr++) {
+			bool copy = i == o->kernels;
+			union {
+				CUpti_ActivityKernel10 k;
+				CUpti_ActivityMemcpy6 m;
+			} u;
+			uint64_t a = now_ns(CLOCK_MONOTONIC), b;
 
-		for (unsigned long i = 0; i < o->kernels; i++, corr++) {
-			CUpti_ActivityKernel10 k;
-			uint64_t a = now_ns(CLOCK_MONOTONIC);
-
+			/* the step ends as an LLM engine's does: its tokens copied back */
 			fake_cupti_launch(CUPTI_CB_DOMAIN_RUNTIME_API,
-					  CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-					  (uint32_t)corr, kname);
-			lsum += now_ns(CLOCK_MONOTONIC) - a;
-			FAKE_CUPTI_ACTIVITY(k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 0, 1,
-					    gpu_t + i * 5000, 4000, 7, (uint32_t)corr);
-			FAKE_CUPTI_DIMS(k, 132, 1, 1, 128, 1, 1);
-			k.name = kname;
-			fake_cupti_add_record((const CUpti_Activity *)&k);
-			(*made)++;
+					  copy ? CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020
+					       : CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+					  (uint32_t)corr, copy ? NULL : kname);
+			b = now_ns(CLOCK_MONOTONIC);
+			gpu_t = (b > gpu_t ? b : gpu_t) + 5000;
+			if (copy) {
+				FAKE_CUPTI_ACTIVITY(u.m, CUPTI_ACTIVITY_KIND_MEMCPY, 0, 1, gpu_t,
+						    2000, 7, (uint32_t)corr);
+				u.m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
+				u.m.bytes = 8192;
+			} else {
+				lsum += b - a;
+				FAKE_CUPTI_ACTIVITY(u.k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 0,
+						    1, gpu_t, 4000, 7, (uint32_t)corr);
+				FAKE_CUPTI_DIMS(u.k, 132, 1, 1, 128, 1, 1);
+				u.k.name = kname;
+				(*made)++;
+			}
+			fake_cupti_add_record((const CUpti_Activity *)&u);
 			if (++in_buf == per_buf) {
 				fake_cupti_complete();
 				in_buf = 0;
