@@ -635,8 +635,16 @@ struct agent_cfg {
 /*
  * EV_GPU_KERNEL / EV_GPU_MEMCPY / EV_GPU_MEMSET: one GPU activity.
  * hdr.pid = the CUDA process, hdr.tid = 0 (CUPTI activity records carry no
- * thread), hdr.ts_ns = start. Times are CLOCK_MONOTONIC ns.
+ * thread), hdr.ts_ns = start. Times are CLOCK_MONOTONIC ns. hdr.cpu (a
+ * process sends these, not a CPU) holds GPU_F_* flags; 0 from shims before
+ * them, which the agent reads as "a launch may come".
  */
+/*
+ * The shim sampled out this record's launch callback (always-on mode,
+ * INFERTRACE_SHIM_LAUNCH_RATE): no launch will come for it to join, and the
+ * agent does not wait for one.
+ */
+#define GPU_F_NO_LAUNCH (1u << 0)
 struct gpu_activity_event {
 	struct event_hdr hdr;
 	__u64 start_ns;

@@ -438,8 +438,9 @@ void gpu_stats(struct agent *a, json_t *r)
 		json_object_set_new(r, "gpu", o = json_object());
 	/* _new: the packed object is ours to give (json_object_update leaked ~830 B an interval) */
 	json_object_update_new(
-	    o, json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "gpu_records", (json_int_t)c->gpu_records,
-			 "joined", (json_int_t)c->joined, "unmatched", (json_int_t)c->unmatched,
+	    o, json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "gpu_records",
+			 (json_int_t)c->gpu_records, "joined", (json_int_t)c->joined, "unmatched",
+			 (json_int_t)c->unmatched, "no_launch", (json_int_t)c->no_launch,
 			 "launches_evicted", (json_int_t)c->launches_evicted, "gpu_evicted",
 			 (json_int_t)c->gpu_evicted, "refused", (json_int_t)c->refused, "too_long",
 			 (json_int_t)gp->n.too_long));

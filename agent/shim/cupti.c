@@ -272,6 +272,32 @@ static void copy_name(char *dst, const char *src)
 		(e)->graph_node_id_hi = (__u32)((r)->graphNodeId >> 32);                           \
 	} while (0)
 
+/*
+ * Was this correlation id's launch sampled out? Relaxed: a bit seen late
+ * only makes the agent wait for a launch, as it did before the flag; the
+ * launch's callback ran at API exit, long before CUPTI hands its record back.
+ */
+static bool launch_sampled_out(uint32_t corr)
+{
+	uint32_t b = corr % SHIM_SAMPLED_BITS;
+
+	return atomic_load_explicit(&g_shim.sampled[b / 64], memory_order_relaxed) &
+	       (1ull << (b % 64));
+}
+
+/* on the launching thread: remember whether this id's launch record was sent */
+static void launch_mark(uint32_t corr, bool sampled_out)
+{
+	uint32_t b = corr % SHIM_SAMPLED_BITS;
+	_Atomic uint64_t *w = &g_shim.sampled[b / 64];
+	uint64_t bit = 1ull << (b % 64);
+
+	if (sampled_out)
+		atomic_fetch_or_explicit(w, bit, memory_order_relaxed);
+	else if (atomic_load_explicit(w, memory_order_relaxed) & bit)
+		atomic_fetch_and_explicit(w, ~bit, memory_order_relaxed);
+}
+
 static void send_activity(const CUpti_Activity *rec, int64_t off, unsigned int *kernels,
 			  unsigned int *zero_kernels)
 {
@@ -322,6 +348,8 @@ static void send_activity(const CUpti_Activity *rec, int64_t off, unsigned int *
 	default:
 		return; /* a kind we did not ask for */
 	}
+	if (launch_sampled_out(e.correlation_id))
+		e.hdr.cpu = GPU_F_NO_LAUNCH;
 	shim_tx_append(&e, sizeof(e), true);
 	return;
 
@@ -551,8 +579,11 @@ static void CUPTIAPI launch_cb(void *userdata, CUpti_CallbackDomain dom, CUpti_C
 
 	now = shim_mono_ns();
 	if (atomic_load_explicit(&g_shim.capture, memory_order_relaxed) != MODE_DEEP &&
-	    !cbid_is_graph(dom, cbid) && !take_token(now) && !nccl_kernel(cb->symbolName))
+	    !cbid_is_graph(dom, cbid) && !take_token(now) && !nccl_kernel(cb->symbolName)) {
+		launch_mark(cb->correlationId, true);
 		return; /* sampled out by policy, not a loss */
+	}
+	launch_mark(cb->correlationId, false); /* an older id of this bit's */
 
 	if (!t_tid)
 		t_tid = (uint32_t)syscall(SYS_gettid);
@@ -565,8 +596,10 @@ static void CUPTIAPI launch_cb(void *userdata, CUpti_CallbackDomain dom, CUpti_C
 	ev->correlation_id = cb->correlationId;
 	ev->cbid = cbid;
 	ev->domain = dom;
-	if (shim_ring_push(&u))
+	if (shim_ring_push(&u)) {
 		atomic_fetch_add_explicit(&g_shim.dropped, 1, memory_order_relaxed);
+		launch_mark(cb->correlationId, true); /* lost: none will come either */
+	}
 }
 
 /* --------------------------------------------------------------- setup --- */

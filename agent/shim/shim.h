@@ -31,6 +31,13 @@
 
 #define SHIM_MAX_BUFS 8	   /* pool bound; bitmaps below are 32 bits */
 #define SHIM_RING_CAP 4096 /* launch records in flight; power of two */
+/*
+ * Correlation ids whose launch callback the shim sampled out, one bit each
+ * by id modulo this (2^20: 8 s of launches at 133 k/s, while CUPTI hands a
+ * buffer back within INFERTRACE_SHIM_FLUSH_MS, 1 s): set when a launch is
+ * sampled out, cleared when one is sent, read when its GPU record is sent.
+ */
+#define SHIM_SAMPLED_BITS (1u << 20)
 
 /* what CUDA threads hand to the shim thread: launch callbacks, NVTX ranges */
 union shim_ring_ev {
@@ -80,6 +87,9 @@ struct shim {
 	struct shim_ring_cell ring[SHIM_RING_CAP];
 	_Atomic uint64_t ring_head;
 	uint64_t ring_tail;
+
+	/* SHIM_SAMPLED_BITS bits: CUDA threads write, the shim thread reads */
+	_Atomic uint64_t sampled[SHIM_SAMPLED_BITS / 64];
 
 	/* counters (reported in EV_SHIM_STATUS) */
 	_Atomic uint64_t sent;

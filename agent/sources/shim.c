@@ -120,6 +120,8 @@ static void on_shim_record(void *ctx, const struct event_hdr *h, size_t len)
 		g.copy_kind = ga->copy_kind;
 		g.bytes = ga->bytes;
 		g.name = ga->name[0] ? ga->name : NULL;
+		if (h->cpu & GPU_F_NO_LAUNCH)
+			g.flags = CORR_GPU_F_NO_LAUNCH;
 		gpu_on_activity(gp->a, &g);
 		break;
 	case EV_GPU_LAUNCH_CB:

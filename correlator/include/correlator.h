@@ -95,7 +95,15 @@ struct corr_gpu {
 	uint32_t copy_kind; /* memcpy: CUpti_ActivityMemcpyKind */
 	uint64_t bytes;	    /* memcpy/memset */
 	const char *name;   /* mangled as recorded; may be NULL */
+	uint32_t flags;	    /* CORR_GPU_F_* */
 };
+
+/*
+ * No launch was or will be sent for this record (the shim sampled its
+ * launch callback out: GPU_F_NO_LAUNCH): emitted unmatched at once, neither
+ * looked up nor waiting in the queue.
+ */
+#define CORR_GPU_F_NO_LAUNCH (1u << 0)
 
 /*
  * Called once per GPU record, joined (l != NULL) or not (l == NULL: the
@@ -157,6 +165,7 @@ struct corr_counters {
 	uint64_t joined_late;	/* ... after waiting for their launch */
 	uint64_t unmatched;	/* GPU records emitted without a launch */
 	uint64_t gpu_evicted;	/* unmatched because the wait queue was full */
+	uint64_t no_launch;	/* unmatched at once: CORR_GPU_F_NO_LAUNCH */
 	uint64_t refused;	/* a candidate launch refused (time order, pid reuse) */
 	uint64_t names_dropped; /* name table full: record emitted without name */
 	uint64_t kinds[CORR_KIND_COUNT];

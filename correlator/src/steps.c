@@ -43,7 +43,10 @@ struct srec {
 	uint64_t launch, start, end;
 	uint32_t pid, tid; /* tid 0: no launch joined */
 	int32_t name;
-	uint8_t kind, d2h, graph, comm;
+	uint32_t corr; /* correlation id */
+	uint8_t kind;
+	/* nolaunch: its launch record was sampled out (CORR_GPU_F_NO_LAUNCH) */
+	uint8_t d2h : 1, graph : 1, comm : 1, nolaunch : 1;
 };
 
 struct smark {
@@ -254,6 +257,8 @@ int diag_seg__add_gpu(struct diag_seg *sg, const struct corr_gpu *g, const struc
 	/* graph ids are often not recorded: a kernel of a graph launch is a graph kernel */
 	r->graph = g->graph_id != 0 || (l && l->api && strstr(l->api, "GraphLaunch"));
 	r->comm = g->kind == CORR_KIND_KERNEL && (nf & NF_COMM);
+	r->nolaunch = !l && (g->flags & CORR_GPU_F_NO_LAUNCH);
+	r->corr = g->corr_id;
 	return 0;
 }
 
@@ -645,6 +650,18 @@ static int marker_cuts(struct smark *m, size_t n, struct cut *out, size_t *nout)
 	return 0;
 }
 
+/*
+ * A record of the launching thread's cycles: its own, and those whose launch
+ * record the shim sampled out (always-on mode keeps INFERTRACE_SHIM_LAUNCH_RATE
+ * launches per thread per second). Those come with no thread and their GPU
+ * start for a launch time; without them a step was the span of its few
+ * sampled launches (4 of 100 kernels at 5 k kernels/s, bench/shim.sh).
+ */
+static bool of_launcher(const struct srec *x, uint32_t best)
+{
+	return x->tid == best || x->nolaunch;
+}
+
 /* automatic cycles of the launching thread */
 static size_t auto_cuts(struct srec *r, size_t n, struct cut *out, uint32_t *launcher)
 {
@@ -685,10 +702,10 @@ static size_t auto_cuts(struct srec *r, size_t n, struct cut *out, uint32_t *lau
 	if (!best)
 		return 0;
 	for (size_t i = 0; i < n; i++)
-		nd2h += r[i].tid == best && r[i].d2h;
+		nd2h += of_launcher(&r[i], best) && r[i].d2h;
 	if (nd2h) {
 		for (size_t i = 0; i < n; i++) {
-			if (r[i].tid != best)
+			if (!of_launcher(&r[i], best))
 				continue;
 			if (!open) {
 				cur = (struct cut){r[i].launch, r[i].end, best, NULL, "auto"};
@@ -707,13 +724,13 @@ static size_t auto_cuts(struct srec *r, size_t n, struct cut *out, uint32_t *lau
 	}
 	/* no copies back: cut where the launch spacing jumps */
 	{
-		uint64_t *gaps = malloc(sizeof(*gaps) * (bestn + 1)), med, lim;
+		uint64_t *gaps = malloc(sizeof(*gaps) * (n + 1)), med, lim;
 		size_t ng = 0;
 
 		if (!gaps)
 			return 0;
 		for (size_t i = 0; i < n; i++) {
-			if (r[i].tid != best)
+			if (!of_launcher(&r[i], best))
 				continue;
 			if (prev)
 				gaps[ng++] = r[i].launch - prev;
@@ -725,7 +742,7 @@ static size_t auto_cuts(struct srec *r, size_t n, struct cut *out, uint32_t *lau
 		lim = med * 20 > 1000000 ? med * 20 : 1000000;
 		prev = 0;
 		for (size_t i = 0; i < n; i++) {
-			if (r[i].tid != best)
+			if (!of_launcher(&r[i], best))
 				continue;
 			if (open && r[i].launch - prev > lim) {
 				out[k++] = cur;
@@ -1166,6 +1183,76 @@ static int next_starts(const struct cut *c, size_t n, uint64_t *next)
 	return err;
 }
 
+struct jl {
+	uint32_t rel; /* correlation id from the process's reference */
+	uint64_t ts;
+};
+
+static int cmp_jl(const void *a, const void *b)
+{
+	const struct jl *x = a, *y = b;
+
+	return (x->rel > y->rel) - (x->rel < y->rel);
+}
+
+/*
+ * A record whose launch was sampled out (nolaunch) has no launch time: its
+ * GPU start lags the launch by up to a step where the CPU runs ahead of the
+ * GPU, and its step would be the next one. A process numbers its calls in
+ * order, so the launch came after the joined launch of the next lower
+ * correlation id and before that of the next higher one, and not after the
+ * GPU started it: the GPU start, or just before the higher launch where
+ * that is earlier, and just after the lower one at the earliest. Done at
+ * each cut, as joined records arrive. Ids wrap (32 bits): they are taken
+ * from the process's first record minus 2^30, a window no process fills in
+ * the hold time. True when a launch time changed (r is to be sorted again).
+ */
+static bool estimate_launches(struct srec *r, size_t n)
+{
+	uint32_t ref = n ? r[0].corr - (1u << 30) : 0;
+	size_t nj = 0, k = 0;
+	struct jl *j;
+	bool moved = false, any = false;
+
+	for (size_t i = 0; i < n; i++) {
+		nj += r[i].tid != 0;
+		any |= r[i].nolaunch;
+	}
+	if (!any || !nj || !(j = malloc(nj * sizeof(*j))))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (r[i].tid)
+			j[k++] = (struct jl){r[i].corr - ref, r[i].launch};
+	qsort(j, nj, sizeof(*j), cmp_jl);
+	for (size_t i = 0; i < n; i++) {
+		uint32_t rel = r[i].corr - ref;
+		size_t lo = 0, hi = nj;
+		uint64_t est = r[i].start;
+
+		if (!r[i].nolaunch)
+			continue;
+		while (lo < hi) { /* the first joined id above this one */
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (j[mid].rel <= rel)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		/* strictly between: a tie would order it by arrival, after the higher */
+		if (lo < nj && j[lo].ts && j[lo].ts - 1 < est)
+			est = j[lo].ts - 1;
+		if (lo > 0 && j[lo - 1].rel < rel && j[lo - 1].ts + 1 > est)
+			est = j[lo - 1].ts + 1;
+		if (est != r[i].launch) {
+			r[i].launch = est;
+			moved = true;
+		}
+	}
+	free(j);
+	return moved;
+}
+
 /* cut the steps of one pid ending at or before `upto`; returns the last end cut */
 static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, struct smark *m,
 		   size_t nm, uint64_t upto)
@@ -1192,6 +1279,8 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 		err = -ENOMEM;
 		goto cleanup;
 	}
+	if (estimate_launches(r, n))
+		qsort(r, n, sizeof(*r), cmp_rec);
 	err = marker_cuts(m, nm, cuts, &nc);
 	if (err)
 		goto cleanup;

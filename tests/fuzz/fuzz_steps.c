@@ -8,7 +8,9 @@
  *         (diag_seg, cut every 16 GPU records at the latest end seen, as
  *         a live agent cuts while time passes), its steps through the
  *         detector (diag_det), with the processes ending at the end as a
- *         live agent sees them;
+ *         live agent sees them; with bit 1 set, the launch of every record
+ *         of an odd correlation id is dropped and the record marked
+ *         (CORR_GPU_F_NO_LAUNCH), as the shim's always-on sampling sends it;
  *   odd:  the rest is a sequence of step records field by field (64-bit
  *         values, any bit pattern: what a hostile `step` JSON line can
  *         carry into the detector through --replay's re-detection), fed
@@ -31,6 +33,7 @@ struct ctx {
 	uint32_t pids[16]; /* processes seen, to end them */
 	int npids;
 	uint64_t n_gpu, max_end; /* live cuts as the recording's time passes */
+	bool sample_out;	 /* odd correlation ids: launch sampled out */
 };
 
 static void on_anomaly(void *c, const struct diag_anomaly *an)
@@ -74,8 +77,16 @@ static void on_gpu(void *c, const struct corr_gpu *g, const struct corr_launch *
 {
 	struct ctx *x = c;
 	uint32_t pid = l ? l->pid : g->pid;
+	struct corr_gpu y;
 	int i;
 
+	if (x->sample_out && l && (g->corr_id & 1)) {
+		y = *g;
+		y.pid = pid;
+		y.flags |= CORR_GPU_F_NO_LAUNCH;
+		g = &y;
+		l = NULL;
+	}
 	for (i = 0; i < x->npids && x->pids[i] != pid; i++)
 		;
 	if (i == x->npids && x->npids < 16)
@@ -178,6 +189,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	x.det = diag_det__new(&dopts);
 	if (!x.sg || !x.det)
 		abort();
+	x.sample_out = data[0] & 2;
 	if (data[0] & 1) {
 		raw_steps(&x, data + 1, data + size);
 	} else {

@@ -139,6 +139,47 @@ static void test_missing_side(void **state)
 	corr__free(c);
 }
 
+/*
+ * A record whose launch the shim sampled out (CORR_GPU_F_NO_LAUNCH) leaves
+ * at once, unmatched and counted, and takes no place in the wait queue: at
+ * a GPU's kernel rate the queue (65,536) filled in half a second of such
+ * records, and each waited up to the window (10 s) before its step and its
+ * summary could use it. A record without the flag still waits and joins.
+ */
+static void test_no_launch_leaves_at_once(void **state)
+{
+	struct corr_opts opts = {.gpu_capacity = 2};
+	struct got o;
+	struct corr *c = mk(&o, &opts);
+	struct corr_gpu g;
+
+	(void)state;
+	for (uint32_t i = 1; i <= 1000; i++) {
+		g = kern(100, i, 1000 + i);
+		g.flags = CORR_GPU_F_NO_LAUNCH;
+		assert_int_equal(corr__add_gpu(c, &g), 0);
+		assert_int_equal(o.n, (int)i); /* out before the next comes */
+	}
+	assert_false(o.has_l[0]);
+	assert_int_equal(o.g[0].pid, 100);
+	assert_int_equal(o.g[0].corr_id, 1);
+	assert_int_equal(corr__pending(c), 0);
+	assert_int_equal(corr__counters(c)->no_launch, 1000);
+	assert_int_equal(corr__counters(c)->unmatched, 1000);
+	assert_int_equal(corr__counters(c)->gpu_evicted, 0);
+	/* without the flag: it waits for its launch, and joins */
+	memset(&o, 0, sizeof(o));
+	g = kern(100, 5000, 9000);
+	corr__add_gpu(c, &g);
+	assert_int_equal(o.n, 0);
+	assert_int_equal(corr__pending(c), 1);
+	corr__add_launch(c, 100, 101, 8000, 5000, 0, "cudaLaunchKernel");
+	assert_int_equal(o.n, 1);
+	assert_true(o.has_l[0]);
+	assert_int_equal(corr__counters(c)->no_launch, 1000);
+	corr__free(c);
+}
+
 static void test_late_launch_after_window(void **state)
 {
 	struct corr_opts opts = {.window_ns = 1000};
@@ -927,6 +968,7 @@ int main(void)
 	    cmocka_unit_test(test_out_of_order),
 	    cmocka_unit_test(test_missing_side),
 	    cmocka_unit_test(test_late_launch_after_window),
+	    cmocka_unit_test(test_no_launch_leaves_at_once),
 	    cmocka_unit_test(test_pid_reuse),
 	    cmocka_unit_test(test_eviction),
 	    cmocka_unit_test(test_clock_offset),

@@ -1009,6 +1009,110 @@ static void test_mode_switch(void **state)
 	assert_false(t->status_invariant_broken);
 }
 
+/* was a launch callback with this correlation id received? */
+static bool have_cb(struct t *t, uint32_t corr)
+{
+	for (size_t i = 0; i < t->nrecs; i++)
+		if (t->recs[i].h.type == EV_GPU_LAUNCH_CB && t->recs[i].cb.correlation_id == corr)
+			return true;
+	return false;
+}
+
+/* the kernel records with this correlation id: how many, and how many flagged */
+static void kernels_of(struct t *t, uint32_t corr, size_t *n, size_t *flagged)
+{
+	*n = *flagged = 0;
+	for (size_t i = 0; i < t->nrecs; i++) {
+		const struct gpu_activity_event *e = &t->recs[i].act;
+
+		if (e->hdr.type != EV_GPU_KERNEL || e->correlation_id != corr)
+			continue;
+		(*n)++;
+		*flagged += (e->hdr.cpu & GPU_F_NO_LAUNCH) != 0;
+		assert_int_equal(e->hdr.cpu & ~GPU_F_NO_LAUNCH, 0);
+	}
+}
+
+/*
+ * Always-on mode samples kernel launches out: the GPU record of a launch
+ * whose callback was not sent says so (GPU_F_NO_LAUNCH), and the agent does
+ * not wait for a launch that will not come. A record whose launch was sent
+ * is never flagged: graph launches, launches within the budget, and, in deep
+ * mode, a later id that shares a sampled-out id's bit.
+ */
+static void test_sampled_out_flagged(void **state)
+{
+	struct t *t = *state;
+	uint32_t deep = MODE_DEEP, alias;
+	size_t n, flagged, out = 0, sent = 0;
+	int i;
+
+	setenv("INFERTRACE_SHIM_LAUNCH_RATE", "5", 1);
+	start(t);
+	for (i = 0; i < 20; i++)
+		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API,
+				    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 500 + i);
+	for (i = 0; i < 3; i++)
+		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API,
+				    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, 600 + i);
+	for (i = 0; i < 20; i++) {
+		CUpti_ActivityKernel10 k = mk_kernel(500 + i, 1000 + i, "k");
+
+		k.graphId = 0;
+		assert_int_equal(fake_cupti_add_record((CUpti_Activity *)&k), 0);
+	}
+	for (i = 0; i < 6; i++) { /* two kernels per graph launch */
+		CUpti_ActivityKernel10 k = mk_kernel(600 + i / 2, 2000 + i, "g");
+
+		assert_int_equal(fake_cupti_add_record((CUpti_Activity *)&k), 0);
+	}
+	fake_cupti_complete();
+	wait_n(t, EV_GPU_KERNEL, 26);
+	pump(t, 50); /* launch callbacks sent after the buffer arrive too */
+	for (i = 0; i < 20; i++) {
+		kernels_of(t, 500 + i, &n, &flagged);
+		assert_int_equal(n, 1);
+		/* flagged exactly when its callback did not come */
+		assert_int_equal(flagged, !have_cb(t, 500 + i));
+		out += flagged;
+		sent += !flagged;
+	}
+	/* a budget of 5 a second: most of the 20 are sampled out, some are not */
+	assert_true(out >= 10 && sent >= 1);
+	for (i = 0; i < 3; i++) {
+		assert_true(have_cb(t, 600 + i));
+		kernels_of(t, 600 + i, &n, &flagged);
+		assert_int_equal(n, 2);
+		assert_int_equal(flagged, 0);
+	}
+
+	/* deep: every launch sent, and it clears what an older id left in its bit */
+	assert_int_equal(shim_rx_set_mode(t->rx, getpid(), MODE_DEEP), 0);
+	if (!wait_for(t, status_capture, &deep))
+		fail_msg("shim did not switch to deep");
+	for (alias = 500; alias < 520; alias++) {
+		kernels_of(t, alias, &n, &flagged);
+		if (flagged)
+			break;
+	}
+	assert_true(alias < 520);
+	alias += 1u << 20; /* SHIM_SAMPLED_BITS: a sampled-out id's bit */
+	fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+			    alias);
+	{
+		CUpti_ActivityKernel10 k = mk_kernel(alias, 3000, "k");
+
+		assert_int_equal(fake_cupti_add_record((CUpti_Activity *)&k), 0);
+	}
+	fake_cupti_complete();
+	wait_n(t, EV_GPU_KERNEL, 27);
+	assert_true(have_cb(t, alias));
+	kernels_of(t, alias, &n, &flagged);
+	assert_int_equal(n, 1);
+	assert_int_equal(flagged, 0);
+	assert_false(t->status_invariant_broken);
+}
+
 /* --------------------------------------------------- receiver hardening --- */
 
 static int raw_connect(const char *path)
@@ -1246,6 +1350,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_sndbuf_floor, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_stalled_agent_one_wait, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_mode_switch, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_sampled_out_flagged, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_rx_forged_and_garbage, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_rx_not_reentrant, setup, teardown),
 	};

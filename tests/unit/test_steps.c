@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,13 @@ struct got {
 	} ref[MAXS];
 	int nref;
 	bool feed_markers;
+	/*
+	 * sample > 0: the launch of all but one in `sample` non-graph records
+	 * is dropped, as the shim's always-on mode samples launch callbacks
+	 * out; no_launch: and the record says so (CORR_GPU_F_NO_LAUNCH)
+	 */
+	unsigned sample, seen;
+	bool no_launch;
 };
 
 static void on_step(void *ctx, const struct diag_step *s)
@@ -51,8 +59,13 @@ static void on_step(void *ctx, const struct diag_step *s)
 static void on_gpu(void *ctx, const struct corr_gpu *gp, const struct corr_launch *l)
 {
 	struct got *g = ctx;
+	struct corr_gpu x = *gp;
 
-	diag_seg__add_gpu(g->sg, gp, l);
+	if (g->sample && l && !strstr(l->api, "GraphLaunch") && g->seen++ % g->sample) {
+		x.flags = g->no_launch ? CORR_GPU_F_NO_LAUNCH : 0;
+		l = NULL;
+	}
+	diag_seg__add_gpu(g->sg, &x, l);
 }
 
 static void on_marker(void *ctx, const struct corr_marker *m)
@@ -218,6 +231,79 @@ static void test_vllm_launch_stream_only(void **state)
 	free(g);
 }
 
+/*
+ * Always-on mode sends one launch callback in many (200 per thread per
+ * second): the real trace's launch stream with all but one in 7, 50 or 400
+ * non-graph launches sampled out. Marked so (CORR_GPU_F_NO_LAUNCH), those
+ * kernels and copies still belong to the launching thread's steps: the same
+ * 10 steps, kernels and copies as with every launch, both ends within 1%
+ * (the launch times they lack are estimated: estimate_launches() in
+ * steps.c). Unmarked (a shim before the mark), the steps came out wrong: 2,
+ * 1 and 14 of them.
+ */
+static void test_vllm_sampled_launches(void **state)
+{
+	static const unsigned ratios[] = {7, 50, 400};
+	struct diag_seg_opts o = {.sz = sizeof(o), .auto_only = true, .no_anchor = true};
+	struct got *all = calloc(1, sizeof(*all));
+
+	(void)state;
+	if (!test_data_dir()) {
+		free(all);
+		skip();
+	}
+	run_trace(VLLM, all, &o);
+	assert_int_equal(all->n, 10);
+	qsort(all->s, all->n, sizeof(all->s[0]), cmp_start);
+	for (size_t r = 0; r < sizeof(ratios) / sizeof(ratios[0]); r++) {
+		struct got *g = calloc(1, sizeof(*g)), *old = calloc(1, sizeof(*old));
+
+		g->sample = old->sample = ratios[r];
+		g->no_launch = true;
+		run_trace(VLLM, g, &o);
+		run_trace(VLLM, old, &o);
+		assert_true(g->seen > 5000); /* most of the trace's launches were in play */
+		if (g->n != 10)
+			fail_msg("1 launch in %u: %d steps, not 10", ratios[r], g->n);
+		qsort(g->s, g->n, sizeof(g->s[0]), cmp_start);
+		for (int i = 0; i < 10; i++) {
+			const struct diag_step *a = &all->s[i], *b = &g->s[i];
+			double tol = 0.01 * (double)a->dur_ns;
+
+			if (b->kernels != a->kernels || b->memcpys != a->memcpys)
+				fail_msg(
+				    "1 launch in %u, step %d: %lld kernels and %lld copies, not "
+				    "%lld and %lld; [%llu, +%llu] vs [%llu, +%llu]",
+				    ratios[r], i, (long long)b->kernels, (long long)b->memcpys,
+				    (long long)a->kernels, (long long)a->memcpys,
+				    (unsigned long long)b->start_ns, (unsigned long long)b->dur_ns,
+				    (unsigned long long)a->start_ns, (unsigned long long)a->dur_ns);
+			assert_int_equal(b->graph_kernels, a->graph_kernels);
+			assert_int_equal(b->phase, a->phase);
+			if (fabs((double)b->start_ns - (double)a->start_ns) > tol ||
+			    fabs((double)(b->start_ns + b->dur_ns) -
+				 (double)(a->start_ns + a->dur_ns)) > tol)
+				fail_msg("1 launch in %u, step %d: [%llu, +%llu] vs [%llu, +%llu] "
+					 "with every launch",
+					 ratios[r], i, (unsigned long long)b->start_ns,
+					 (unsigned long long)b->dur_ns,
+					 (unsigned long long)a->start_ns,
+					 (unsigned long long)a->dur_ns);
+		}
+		/* why the mark: unmarked, the copies that end the steps are the launcher's no more
+		 */
+		if (old->n == all->n)
+			fail_msg("1 launch in %u, unmarked: %d steps, as many as with every launch",
+				 ratios[r], old->n);
+		diag_seg__free(g->sg);
+		diag_seg__free(old->sg);
+		free(g);
+		free(old);
+	}
+	diag_seg__free(all->sg);
+	free(all);
+}
+
 /* named markers: the innermost execute_model spans, exactly */
 static void test_vllm_markers(void **state)
 {
@@ -273,6 +359,27 @@ static void add_kp(struct diag_seg *sg, uint32_t pid, uint32_t tid, uint64_t lau
 	struct corr_launch l = {.pid = pid, .tid = tid, .ts_ns = launch, .api = "cudaLaunchKernel"};
 
 	assert_int_equal(diag_seg__add_gpu(sg, &g, &l), 0);
+}
+
+/*
+ * A GPU record with its correlation id; out: its launch was sampled out
+ * (no launch, CORR_GPU_F_NO_LAUNCH), as the shim's always-on mode sends it.
+ */
+static void add_kc(struct diag_seg *sg, uint32_t pid, uint64_t launch, uint64_t start, uint64_t dur,
+		   const char *name, enum corr_kind kind, uint32_t copy_kind, uint32_t corr,
+		   bool out)
+{
+	struct corr_gpu g = {.kind = kind,
+			     .pid = pid,
+			     .corr_id = corr,
+			     .start_ns = start,
+			     .end_ns = start + dur,
+			     .name = name,
+			     .copy_kind = copy_kind,
+			     .flags = out ? CORR_GPU_F_NO_LAUNCH : 0};
+	struct corr_launch l = {.pid = pid, .tid = pid, .ts_ns = launch, .api = "cudaLaunchKernel"};
+
+	assert_int_equal(diag_seg__add_gpu(sg, &g, out ? NULL : &l), 0);
 }
 
 /* a GPU record of process 7 */
@@ -1000,7 +1107,8 @@ static void all_step(void *ctx, const struct diag_step *s)
  * within the hold time, across many cuts give the same steps as the same
  * records all cut at once: two processes, 200 automatic steps each of 6
  * kernels and the copy back, delivered shuffled in blocks of 7-60 records,
- * a cut after each block.
+ * a cut after each block. In two steps of three most launches were sampled
+ * out (their launch times estimated at each cut).
  */
 static void test_live_cuts_match_one_cut(void **state)
 {
@@ -1010,7 +1118,8 @@ static void test_live_cuts_match_one_cut(void **state)
 	static struct {
 		uint32_t pid;
 		uint64_t launch, start, dur;
-		bool copy;
+		uint32_t corr;
+		bool copy, out;
 	} rec[N];
 	struct diag_seg *a, *b;
 	uint64_t rs = 88172645463325252ULL, t_last = 0;
@@ -1027,6 +1136,9 @@ static void test_live_cuts_match_one_cut(void **state)
 				rec[n].start = t0 + 15000 + k * 100000;
 				rec[n].dur = k + 1 < KPS ? 90000 + 1000 * (st % 7) : 5000;
 				rec[n].copy = k + 1 == KPS;
+				rec[n].corr = (uint32_t)(st * KPS + k + 1);
+				/* launches sampled out: all but the first, or every other */
+				rec[n].out = (st % 3 == 1 && k) || (st % 3 == 2 && k % 2);
 			}
 		}
 	/* launch order (as the correlator emits them, roughly), then shuffled in blocks */
@@ -1065,10 +1177,10 @@ static void test_live_cuts_match_one_cut(void **state)
 			enum corr_kind kind = rec[j].copy ? CORR_KIND_MEMCPY : CORR_KIND_KERNEL;
 			const char *name = rec[j].copy ? "Memcpy DtoH" : "gemm";
 
-			add_kp(a, rec[j].pid, rec[j].pid, rec[j].launch, rec[j].start, rec[j].dur,
-			       name, kind, rec[j].copy ? 2 : 0);
-			add_kp(b, rec[j].pid, rec[j].pid, rec[j].launch, rec[j].start, rec[j].dur,
-			       name, kind, rec[j].copy ? 2 : 0);
+			add_kc(a, rec[j].pid, rec[j].launch, rec[j].start, rec[j].dur, name, kind,
+			       rec[j].copy ? 2 : 0, rec[j].corr, rec[j].out);
+			add_kc(b, rec[j].pid, rec[j].launch, rec[j].start, rec[j].dur, name, kind,
+			       rec[j].copy ? 2 : 0, rec[j].corr, rec[j].out);
 			if (rec[j].start + rec[j].dur > t_last)
 				t_last = rec[j].start + rec[j].dur;
 		}
@@ -1090,6 +1202,11 @@ static void test_live_cuts_match_one_cut(void **state)
 		assert_int_equal(live.s[i].idle_max_ns, once.s[i].idle_max_ns);
 	}
 	assert_int_equal(diag_seg__counters(a)->outside, diag_seg__counters(b)->outside);
+	/* sampled out or not, each step has its kernels and its copy back */
+	for (i = 0; i < once.n; i++) {
+		assert_int_equal(once.s[i].kernels, KPS - 1);
+		assert_int_equal(once.s[i].memcpys, 1);
+	}
 	diag_seg__free(a);
 	diag_seg__free(b);
 }
@@ -1137,6 +1254,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_vllm_auto),
 	    cmocka_unit_test(test_vllm_launch_stream_only),
+	    cmocka_unit_test(test_vllm_sampled_launches),
 	    cmocka_unit_test(test_vllm_markers),
 	    cmocka_unit_test(test_hta_profiler_steps),
 	    cmocka_unit_test(test_metadata_and_usdt),
