@@ -255,7 +255,7 @@ static void summarise(struct corr_stats *st, struct srec *r, uint32_t n, uint64_
 		/* aggregate per name, then keep the top N by total time */
 		uint32_t w = 0;
 
-		qsort(st->per_name, nn, sizeof(*st->per_name), cmp_name);
+		corr_sort(st->per_name, nn, sizeof(*st->per_name), cmp_name);
 		for (uint32_t i = 0; i < nn;) {
 			int32_t id = st->per_name[i].id;
 			uint64_t tot = 0, cnt = 0;
@@ -312,7 +312,7 @@ int corr_stats__cut(struct corr_stats *st, uint64_t t0_ns, uint64_t t1_ns, corr_
 	st->per_name = p;
 	sel = st->recs;
 	if (n > 1)
-		qsort(sel, n, sizeof(*sel), cmp_rec);
+		corr_sort(sel, n, sizeof(*sel), cmp_rec);
 	for (uint32_t i = 0; i < n;) {
 		uint32_t j = i;
 

@@ -883,7 +883,7 @@ static size_t measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, 
 	}
 	s->comm_ns = comm;
 	seen = i - first;
-	qsort(ivbuf, niv, 2 * sizeof(uint64_t), cmp_iv);
+	corr_sort(ivbuf, niv, 2 * sizeof(uint64_t), cmp_iv);
 	s->idle_gaps = 0;
 	s->idle_max_ns = 0;
 	last = lo; /* end of the previous busy run (or the step start) */
@@ -922,7 +922,7 @@ static size_t measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, 
 	 * top kernels: grouped by name (sorted: an insertion sort here took a
 	 * step of n kernels n^2 / 4 moves, hours for a forged step of a million)
 	 */
-	qsort(kt, nid, sizeof(*kt), cmp_ktime);
+	corr_sort(kt, nid, sizeof(*kt), cmp_ktime);
 	s->n_top = 0;
 	for (size_t a = 0, b; a < nid; a = b) {
 		uint64_t tot = 0, cnt = 0;
@@ -1223,7 +1223,7 @@ static bool estimate_launches(struct srec *r, size_t n)
 	for (size_t i = 0; i < n; i++)
 		if (r[i].tid)
 			j[k++] = (struct jl){r[i].corr - ref, r[i].launch};
-	qsort(j, nj, sizeof(*j), cmp_jl);
+	corr_sort(j, nj, sizeof(*j), cmp_jl);
 	for (size_t i = 0; i < n; i++) {
 		uint32_t rel = r[i].corr - ref;
 		size_t lo = 0, hi = nj;
@@ -1280,7 +1280,7 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 		goto cleanup;
 	}
 	if (estimate_launches(r, n))
-		qsort(r, n, sizeof(*r), cmp_rec);
+		corr_sort(r, n, sizeof(*r), cmp_rec);
 	err = marker_cuts(m, nm, cuts, &nc);
 	if (err)
 		goto cleanup;
@@ -1405,11 +1405,11 @@ static void sort_recs(struct diag_seg *sg)
 	if (sg->nr < 2 || !nn)
 		return;
 	if (!old || grow_array((void **)&sg->rtmp, &sg->crtmp, nn - 1, sizeof(*sg->rtmp), 1024)) {
-		qsort(sg->r, sg->nr, sizeof(*sg->r), cmp_rec);
+		corr_sort(sg->r, sg->nr, sizeof(*sg->r), cmp_rec);
 		return;
 	}
 	memcpy(sg->rtmp, sg->r + old, nn * sizeof(*sg->r));
-	qsort(sg->rtmp, nn, sizeof(*sg->rtmp), cmp_rec);
+	corr_sort(sg->rtmp, nn, sizeof(*sg->rtmp), cmp_rec);
 	for (i = old, j = nn, k = sg->nr; j;) {
 		if (i && cmp_rec(&sg->r[i - 1], &sg->rtmp[j - 1]) > 0)
 			sg->r[--k] = sg->r[--i];
@@ -1426,10 +1426,10 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 	sort_recs(sg);
 	sg->nr_sorted = sg->nr; /* the cut below keeps what it keeps in order */
 	if (sg->nm > 1)
-		qsort(sg->m, sg->nm, sizeof(*sg->m), cmp_mark);
+		corr_sort(sg->m, sg->nm, sizeof(*sg->m), cmp_mark);
 	/* each step then finds its CPU events by binary search (measure()) */
 	if (sg->nc > 1)
-		qsort(sg->c, sg->nc, sizeof(*sg->c), cmp_cpu);
+		corr_sort(sg->c, sg->nc, sizeof(*sg->c), cmp_cpu);
 	cpu_disjoint(sg);
 	while (i < sg->nr || j < sg->nm) {
 		uint32_t pid;
