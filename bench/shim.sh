@@ -9,10 +9,13 @@
 #    turn: delivered, messages/s, the shim thread's CPU and the receiver's.
 #    BENCH_SHIM_OLD (an older libinfertrace_cupti.so) is measured beside it.
 # 2. As root, into a running agent (--shim-socket, sentinel, output to a
-#    file): what arrived and was dropped by the agent's stats records, and
-#    the agent's CPU time per kernel record (from /proc/PID/stat, its idle
-#    cost over the same time subtracted). The stats counters are totals
-#    since the start: the last record has them.
+#    file): what arrived and was dropped by the agent's stats records, the
+#    kernels whose launch the shim sampled out (no_launch), the steps cut
+#    and the anomalies flagged, and the agent's CPU time per kernel record
+#    (from /proc/PID/stat, its idle cost over the same time subtracted).
+#    An anomaly makes the flight recorder write its window (~1 s of
+#    kernels here): compare runs that flagged as many. The stats counters
+#    are totals since the start: the last record has them.
 #
 # Environment: BUILD (build), BENCH_SHIM_ROUNDS (3), BENCH_SHIM_SECONDS (5),
 # BENCH_SHIM_OLD, BENCH_AGENT_OLD (an older agent, measured beside in 2).
@@ -67,10 +70,12 @@ into() {
 	probe_down
 	jq -s --arg l "$label" --arg line "$line" --argjson busy "$busy" --argjson idle "$idle" \
 		--argjson hz "$HZ" -r '
-		[.[] | select(.type == "stats") | .gpu] | last as $g
+		([.[] | select(.type == "stats")] | last) as $st | $st.gpu as $g
 		| ($line | capture("made (?<m>[0-9]+)").m | tonumber) as $made
 		| "\($l): made \($made) arrived \($g.shim_records) " +
 		  "dropped \($g.shim_dropped) shed \($g.shim_shed_msgs) " +
+		  "no_launch \($g.no_launch // "-") evicted \($g.gpu_evicted) " +
+		  "steps \($st.diag.steps) anomalies \($st.diag.anomalies) " +
 		  "agent_cpu \(($busy - $idle) / $hz)s = \((($busy - $idle) / $hz * 1e9 / $made) | floor) ns/kernel " +
 		  "(idle \($idle / $hz)s)"' "$TMP/out.jsonl"
 }
