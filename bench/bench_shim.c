@@ -235,6 +235,9 @@ static const char kname[] =
     "_ZN7cutlass7Kernel2I58cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128_32x4_tn_"
     "align8EEvNT_6ParamsE";
 
+/* device-to-host copies made, one a step: their launches are callbacks too */
+static uint64_t copies_made;
+
 static int run(const struct opts *o, const char *sock, uint64_t *launch_ns, uint64_t *shim_ns,
 	       uint64_t *made, uint64_t *wall_ns)
 {
@@ -292,6 +295,7 @@ static int run(const struct opts *o, const char *sock, uint64_t *launch_ns, uint
 						    2000, 7, (uint32_t)corr);
 				u.m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
 				u.m.bytes = 8192;
+				copies_made++;
 			} else {
 				lsum += b - a;
 				FAKE_CUPTI_ACTIVITY(u.k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 0,
@@ -392,12 +396,14 @@ int main(int argc, char **argv)
 	{
 		double secs = wall / 1e9, recs = (double)(r.kernels + r.launch_cbs);
 
-		printf("mode %s kernels/s %.0f delivered %llu/%llu launch_cbs %llu msgs/s %.0f "
+		printf("mode %s kernels/s %.0f delivered %llu/%llu copies %llu launch_cbs %llu "
+		       "msgs/s %.0f "
 		       "recs/msg %.1f shim_cpu %.2f%% shim_ns/rec %.0f rx_cpu %.2f%% "
 		       "rx_ns/rec %.0f launch_cb_ns %.0f dropped %llu cupti_dropped %llu\n",
 		       o.mode, made / secs, (unsigned long long)r.kernels, (unsigned long long)made,
-		       (unsigned long long)r.launch_cbs, r.msgs / secs, r.msgs ? recs / r.msgs : 0,
-		       100.0 * shim_ns / wall, recs ? shim_ns / recs : 0, 100.0 * r.cpu_ns / wall,
+		       (unsigned long long)copies_made, (unsigned long long)r.launch_cbs,
+		       r.msgs / secs, r.msgs ? recs / r.msgs : 0, 100.0 * shim_ns / wall,
+		       recs ? shim_ns / recs : 0, 100.0 * r.cpu_ns / wall,
 		       recs ? r.cpu_ns / recs : 0, made ? (double)launch_ns / made : 0,
 		       (unsigned long long)r.shim_dropped, (unsigned long long)r.cupti_dropped);
 	}
