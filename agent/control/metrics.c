@@ -79,6 +79,9 @@ static const struct stats_metric {
      "GPU records joined to their launch."},
     {"gpu", "unmatched", "infertrace_gpu_records_unmatched_total", "counter",
      "GPU records emitted without a launch."},
+    {"gpu", "no_launch", "infertrace_gpu_records_no_launch_total", "counter",
+     "Unmatched GPU records whose launch record the shim sampled out (always-on mode): "
+     "expected, not a loss."},
     {"deep_dive", "active", "infertrace_deep_dives_active", "gauge",
      "Instances in a deep-dive now."},
     {"deep_dive", "processes", "infertrace_deep_dive_processes", "gauge",

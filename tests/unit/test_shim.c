@@ -374,6 +374,13 @@ static uint64_t add_kernels(int n, const char *name)
 	return (uint64_t)n;
 }
 
+/* n driver API calls cbid with correlation ids first, first + 1, ... */
+static void driver_calls(CUpti_CallbackId cbid, uint32_t first, int n)
+{
+	for (int i = 0; i < n; i++)
+		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API, cbid, first + (uint32_t)i);
+}
+
 /* -------------------------------------------------------------- tests --- */
 
 static void test_only_export(void **state)
@@ -677,9 +684,7 @@ static void test_agent_absent(void **state)
 	setenv("INFERTRACE_SHIM_MODE", "deep", 1);
 	load(t);
 	/* nobody listens: launches and kernels are dropped and counted */
-	for (i = 0; i < 50; i++)
-		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API,
-				    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 1000 + i);
+	driver_calls(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 1000, 50);
 	for (i = 0; i < 10; i++) {
 		CUpti_ActivityKernel10 k = mk_kernel(1000 + i, 1000000 + i, "k");
 
@@ -971,12 +976,8 @@ static void test_mode_switch(void **state)
 	assert_false(fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_MEMSET));
 
 	/* always-on: kernel launches sampled, graph launches always */
-	for (i = 0; i < 20; i++)
-		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API,
-				    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 500 + i);
-	for (i = 0; i < 3; i++)
-		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API,
-				    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, 600 + i);
+	driver_calls(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 500, 20);
+	driver_calls(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, 600, 3);
 	wait_n(t, EV_GPU_LAUNCH_CB, 8);
 	pump(t, 50);
 	before = count_type(t, EV_GPU_LAUNCH_CB);
@@ -996,9 +997,7 @@ static void test_mode_switch(void **state)
 	if (!wait_for(t, status_capture, &deep))
 		fail_msg("shim did not switch to deep");
 	assert_true(fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_MEMSET));
-	for (i = 0; i < 20; i++)
-		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API,
-				    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 700 + i);
+	driver_calls(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 700, 20);
 	wait_n(t, EV_GPU_LAUNCH_CB, before + 20);
 
 	assert_int_equal(shim_rx_set_mode(t->rx, 0, MODE_SENTINEL), 0);
@@ -1049,12 +1048,8 @@ static void test_sampled_out_flagged(void **state)
 
 	setenv("INFERTRACE_SHIM_LAUNCH_RATE", "5", 1);
 	start(t);
-	for (i = 0; i < 20; i++)
-		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API,
-				    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 500 + i);
-	for (i = 0; i < 3; i++)
-		fake_cupti_api_call(CUPTI_CB_DOMAIN_DRIVER_API,
-				    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, 600 + i);
+	driver_calls(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 500, 20);
+	driver_calls(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, 600, 3);
 	for (i = 0; i < 20; i++) {
 		CUpti_ActivityKernel10 k = mk_kernel(500 + i, 1000 + i, "k");
 
