@@ -53,7 +53,11 @@ int corr_gpu_to_json(char *buf, size_t sz, const struct corr_json_common *cm,
 		jw_null(&w, "launch_cbid");
 		jw_null(&w, "launch_ts_ns");
 		jw_null(&w, "launch_to_start_ns");
-		jw_null(&w, "launch_src");
+		/* why there is none, when known: the reader marks it again */
+		if (g->flags & CORR_GPU_F_NO_LAUNCH)
+			jw_str(&w, "launch_src", "sampled_out");
+		else
+			jw_null(&w, "launch_src");
 	}
 	if (g->kind == CORR_KIND_KERNEL) {
 		jw_dim3(&w, "grid", g->grid);

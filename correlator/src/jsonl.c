@@ -143,6 +143,11 @@ static int one(struct replay_ctx *rc, struct line *ln)
 		u32x3(ln, "grid", g.grid);
 		u32x3(ln, "block", g.block);
 		g.name = json_string_value(json_object_get(o, "name"));
+		/* the shim sampled its launch out: the agent's steps count it (steps.c) */
+		if (!json_is_integer(json_object_get(o, "launch_ts_ns")) &&
+		    json_string_value(json_object_get(o, "launch_src")) &&
+		    !strcmp(json_string_value(json_object_get(o, "launch_src")), "sampled_out"))
+			g.flags = CORR_GPU_F_NO_LAUNCH;
 		if (g.pid && json_is_integer(json_object_get(o, "launch_ts_ns"))) {
 			const char *src = json_string_value(json_object_get(o, "launch_src"));
 			bool cb = src && (!strcmp(src, "cupti") || !strcmp(src, "uprobe+cupti"));

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -302,6 +303,72 @@ static void test_vllm_sampled_launches(void **state)
 	}
 	diag_seg__free(all->sg);
 	free(all);
+}
+
+/*
+ * The agent's own JSON lines say which unmatched records had their launch
+ * sampled out ("launch_src":"sampled_out"), and --replay marks them again:
+ * three steps of 10 kernels and a copy back, only the first launch of each
+ * joined, written by the record writer and read back, give the same steps.
+ */
+static void test_sampled_out_round_trip(void **state)
+{
+	struct diag_seg_opts o = {.sz = sizeof(o), .auto_only = true, .no_anchor = true};
+	struct corr_json_common cm = {.host = "h", .instance = "i"};
+	struct got *g = calloc(1, sizeof(*g));
+	struct corr_opts co = {.sz = sizeof(co), .emit = on_gpu, .emit_ctx = g};
+	struct corr_replay_opts ro = {.sz = sizeof(ro)};
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap);
+	uint32_t corr = 100;
+	int n;
+
+	(void)state;
+	assert_non_null(g);
+	assert_non_null(buf);
+	for (int st = 0; st < 3; st++) {
+		uint64_t t0 = 1000000000ULL + st * 10000000ULL;
+
+		for (int k = 0; k <= 10; k++, corr++) {
+			bool copy = k == 10;
+			struct corr_gpu x = {.kind = copy ? CORR_KIND_MEMCPY : CORR_KIND_KERNEL,
+					     .pid = 7,
+					     .corr_id = corr,
+					     .start_ns = t0 + 100000 + k * 200000ULL,
+					     .end_ns = t0 + 100000 + k * 200000ULL + 150000,
+					     .copy_kind = copy ? 2 : 0,
+					     .name = copy ? NULL : "gemm",
+					     .flags = k ? CORR_GPU_F_NO_LAUNCH : 0};
+			struct corr_launch l = {.pid = 7,
+						.tid = 7,
+						.ts_ns = t0 + k * 10000ULL,
+						.corr_id = corr,
+						.api = "cudaLaunchKernel",
+						.from_callback = true};
+
+			n = corr_gpu_to_json(buf + len, cap - len - 1, &cm, &x, k ? NULL : &l);
+			assert_true(n > 0);
+			if (k)
+				assert_non_null(
+				    strstr(buf + len, "\"launch_src\":\"sampled_out\""));
+			len += (size_t)n;
+			buf[len++] = '\n';
+		}
+	}
+	o.step = on_step;
+	o.step_ctx = g;
+	g->sg = diag_seg__new(&o);
+	assert_non_null(g->sg);
+	assert_int_equal(corr_replay_buf(buf, len, &co, &ro, NULL), 0);
+	assert_int_equal(diag_seg__flush(g->sg), 0);
+	assert_int_equal(g->n, 3);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(g->s[i].kernels, 10);
+		assert_int_equal(g->s[i].memcpys, 1);
+	}
+	diag_seg__free(g->sg);
+	free(buf);
+	free(g);
 }
 
 /* named markers: the innermost execute_model spans, exactly */
@@ -1255,6 +1322,7 @@ int main(void)
 	    cmocka_unit_test(test_vllm_auto),
 	    cmocka_unit_test(test_vllm_launch_stream_only),
 	    cmocka_unit_test(test_vllm_sampled_launches),
+	    cmocka_unit_test(test_sampled_out_round_trip),
 	    cmocka_unit_test(test_vllm_markers),
 	    cmocka_unit_test(test_hta_profiler_steps),
 	    cmocka_unit_test(test_metadata_and_usdt),
