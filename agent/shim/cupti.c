@@ -272,6 +272,15 @@ static void copy_name(char *dst, const char *src)
 		(e)->graph_node_id_hi = (__u32)((r)->graphNodeId >> 32);                           \
 	} while (0)
 
+/* the word of g_shim.sampled that holds this correlation id's bit, and the bit */
+static _Atomic uint64_t *sampled_word(uint32_t corr, uint64_t *bit)
+{
+	uint32_t b = corr % SHIM_SAMPLED_BITS;
+
+	*bit = 1ull << (b % 64);
+	return &g_shim.sampled[b / 64];
+}
+
 /*
  * Was this correlation id's launch sampled out? Relaxed: a bit seen late
  * only makes the agent wait for a launch, as it did before the flag; the
@@ -279,18 +288,16 @@ static void copy_name(char *dst, const char *src)
  */
 static bool launch_sampled_out(uint32_t corr)
 {
-	uint32_t b = corr % SHIM_SAMPLED_BITS;
+	uint64_t bit;
 
-	return atomic_load_explicit(&g_shim.sampled[b / 64], memory_order_relaxed) &
-	       (1ull << (b % 64));
+	return atomic_load_explicit(sampled_word(corr, &bit), memory_order_relaxed) & bit;
 }
 
 /* on the launching thread: remember whether this id's launch record was sent */
 static void launch_mark(uint32_t corr, bool sampled_out)
 {
-	uint32_t b = corr % SHIM_SAMPLED_BITS;
-	_Atomic uint64_t *w = &g_shim.sampled[b / 64];
-	uint64_t bit = 1ull << (b % 64);
+	uint64_t bit;
+	_Atomic uint64_t *w = sampled_word(corr, &bit);
 
 	if (sampled_out)
 		atomic_fetch_or_explicit(w, bit, memory_order_relaxed);

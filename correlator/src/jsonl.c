@@ -125,6 +125,9 @@ static int one(struct replay_ctx *rc, struct line *ln)
 		return 0;
 	}
 	if (!strcmp(type, "kernel") || !strcmp(type, "memcpy") || !strcmp(type, "memset")) {
+		const char *src;
+		bool has_launch;
+
 		memset(&g, 0, sizeof(g));
 		g.kind = type[0] == 'k'	  ? CORR_KIND_KERNEL
 			 : type[3] == 'c' ? CORR_KIND_MEMCPY
@@ -143,13 +146,12 @@ static int one(struct replay_ctx *rc, struct line *ln)
 		u32x3(ln, "grid", g.grid);
 		u32x3(ln, "block", g.block);
 		g.name = json_string_value(json_object_get(o, "name"));
+		src = json_string_value(json_object_get(o, "launch_src"));
+		has_launch = json_is_integer(json_object_get(o, "launch_ts_ns"));
 		/* the shim sampled its launch out: the agent's steps count it (steps.c) */
-		if (!json_is_integer(json_object_get(o, "launch_ts_ns")) &&
-		    json_string_value(json_object_get(o, "launch_src")) &&
-		    !strcmp(json_string_value(json_object_get(o, "launch_src")), "sampled_out"))
+		if (!has_launch && src && !strcmp(src, "sampled_out"))
 			g.flags = CORR_GPU_F_NO_LAUNCH;
-		if (g.pid && json_is_integer(json_object_get(o, "launch_ts_ns"))) {
-			const char *src = json_string_value(json_object_get(o, "launch_src"));
+		if (g.pid && has_launch) {
 			bool cb = src && (!strcmp(src, "cupti") || !strcmp(src, "uprobe+cupti"));
 			bool up = !src || strcmp(src, "cupti");
 			uint32_t tid = ju32(ln, "tid"), cbid = ju32(ln, "launch_cbid");
