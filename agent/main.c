@@ -881,6 +881,9 @@ static int run_live(struct agent *a)
 			uint64_t due = a->last_interval_ns + interval, t = now_ns();
 			int wait_ms = due > t ? (int)((due - t + 999999) / 1000000) : 0;
 
+			if (recorder_sending(a))
+				wait_ms = 0; /* its next slice, after what is ready */
+
 			err = loop_wait(a, wait_ms < 100 ? wait_ms : 100);
 		}
 		/* producers wake us only for batches: drain what is below the mark */

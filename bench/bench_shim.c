@@ -46,6 +46,7 @@ struct opts {
 	unsigned long kernels; /* per step */
 	unsigned long step_ms;
 	unsigned long seconds;
+	unsigned long stall_ms; /* the launching thread sleeps this long once, mid-run */
 	const char *mode;
 	const char *socket; /* a running agent's; NULL: our own receiver */
 };
@@ -55,6 +56,10 @@ static struct argp_option options[] = {
     {"step-ms", 't', "MS", 0, "One step every MS milliseconds (default 12)", 0},
     {"seconds", 's', "S", 0, "How long the workload runs (default 5)", 0},
     {"mode", 'm', "MODE", 0, "The shim's mode: sentinel (default) or deep", 0},
+    {"stall-ms", 'x', "MS", 0,
+     "Once, halfway through the run and halfway through a step, the launching thread sleeps "
+     "MS milliseconds: a host stall an agent flags (and then sends its flight-recorder window)",
+     0},
     {"socket", 'S', "PATH", 0,
      "Send to a running agent's shim socket (its --shim-socket) instead of a receiver of our "
      "own; the agent's stats record then says what arrived",
@@ -91,6 +96,10 @@ static error_t parse_opt(int key, char *arg, struct argp_state *st)
 	case 's':
 		if (num(arg, 1, 3600, &o->seconds))
 			argp_error(st, "--seconds: a number from 1 to 3600, not '%s'", arg);
+		break;
+	case 'x':
+		if (num(arg, 1, 10000, &o->stall_ms))
+			argp_error(st, "--stall-ms: a number from 1 to 10000, not '%s'", arg);
 		break;
 	case 'm':
 		if (strcmp(arg, "sentinel") && strcmp(arg, "deep"))
@@ -275,8 +284,14 @@ static int run(const struct opts *o, const char *sock, uint64_t *launch_ns, uint
 	 * returned or after the kernel before it.
 	 */
 	for (next = t0; next < end; next += o->step_ms * 1000000ull) {
+		bool stall = o->stall_ms && next <= t0 + (end - t0) / 2 &&
+			     next + o->step_ms * 1000000ull > t0 + (end - t0) / 2;
+
 		for (unsigned long i = 0; i <= o->kernels; i++, corr++) {
 			bool copy = i == o->kernels;
+
+			if (stall && i == o->kernels / 2)
+				usleep(o->stall_ms * 1000);
 			union {
 				CUpti_ActivityKernel10 k;
 				CUpti_ActivityMemcpy6 m;
@@ -326,12 +341,16 @@ int main(int argc, char **argv)
 {
 	static const char doc[] =
 	    "bench_shim: the CPU cost of the CUPTI shim's channel at a GPU's record rate.\n\n"
-	    "USAGE: bench_shim [--kernels N] [--step-ms MS] [--seconds S] [--mode M]\n\n"
+	    "USAGE: bench_shim [--kernels N] [--step-ms MS] [--seconds S] [--mode M] [--stall-ms "
+	    "MS]\n\n"
 	    "EXAMPLES:\n"
 	    "  bench_shim                  # 1,600 kernels every 12 ms (133 k/s), sentinel\n"
 	    "  bench_shim --mode deep      # every launch callback sent as well\n"
 	    "  bench_shim -k 160 -t 12     # a tenth of the rate\n"
-	    "  bench_shim -S /run/infertrace/shim.sock   # into a running agent\n\n"
+	    "  bench_shim -S /run/infertrace/shim.sock   # into a running agent\n"
+	    "  bench_shim -S /run/infertrace/shim.sock --stall-ms 50\n"
+	    "                              # one step stalls: the agent flags it and sends\n"
+	    "                              # its flight-recorder window\n\n"
 	    "Prints one line: kernels/s, messages/s, records per message, the shim\n"
 	    "thread's and the receiver's CPU (% of a core, ns per record), the launch\n"
 	    "callback's ns (the test double's dispatch included) and what was lost.";

@@ -13,9 +13,12 @@
 #    kernels whose launch the shim sampled out (no_launch), the steps cut
 #    and the anomalies flagged, and the agent's CPU time per kernel record
 #    (from /proc/PID/stat, its idle cost over the same time subtracted).
-#    An anomaly makes the flight recorder write its window (~1 s of
-#    kernels here): compare runs that flagged as many. The stats counters
-#    are totals since the start: the last record has them.
+#    An anomaly makes the flight recorder send its window (~2 s of
+#    kernels here, its 64 MiB budget): compare runs that flagged as many.
+#    A second run stalls one step 50 ms (bench_shim --stall-ms), so that a
+#    window is sent mid-run: the windows, the records they announced, the
+#    slices they went out in. The stats counters are totals since the
+#    start: the last record has them.
 #
 # Environment: BUILD (build), BENCH_SHIM_ROUNDS (3), BENCH_SHIM_SECONDS (5),
 # BENCH_SHIM_OLD, BENCH_AGENT_OLD (an older agent, measured beside in 2).
@@ -50,9 +53,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# into AGENT_BIN LABEL: one run of the workload into that agent
+# into AGENT_BIN LABEL [BENCH_ARGS]: one run of the workload into that agent
 into() {
 	local bin=$1 label=$2 t0 t1 idle busy line
+	shift 2
 	rm -f "$TMP"/out.jsonl "$TMP"/shim.sock
 	AGENT=$bin agent_up "$TMP/err" 'running in' -- --shim-socket "$TMP/shim.sock" \
 		--shim-group root --control-socket "$TMP/ctl.sock" -o "$TMP/out.jsonl" || {
@@ -65,7 +69,7 @@ into() {
 	sleep "$((SECS + 3))"
 	t1=$(cpu_ticks "$PROBE_PID")
 	idle=$((t1 - t0))
-	line=$("$BENCH" -S "$TMP/shim.sock" -s "$SECS")
+	line=$("$BENCH" -S "$TMP/shim.sock" -s "$SECS" "$@")
 	busy=$(($(cpu_ticks "$PROBE_PID") - t1))
 	probe_down
 	jq -s --arg l "$label" --arg line "$line" --argjson busy "$busy" --argjson idle "$idle" \
@@ -76,6 +80,9 @@ into() {
 		  "dropped \($g.shim_dropped) shed \($g.shim_shed_msgs) " +
 		  "no_launch \($g.no_launch // "-") evicted \($g.gpu_evicted) " +
 		  "steps \($st.diag.steps) anomalies \($st.diag.anomalies) " +
+		  "windows \([.[] | select(.type == "flight_recorder")] | length) " +
+		  "of \([.[] | select(.type == "flight_recorder") | .records] | add // 0) records " +
+		  "(slices \($st.recorder.slices // "-"), sent_early \($st.recorder.sent_early // "-")) " +
 		  "agent_cpu \(($busy - $idle) / $hz)s = \((($busy - $idle) / $hz * 1e9 / $made) | floor) ns/kernel " +
 		  "(idle \($idle / $hz)s)"' "$TMP/out.jsonl"
 }
@@ -83,4 +90,9 @@ into() {
 say "into a running agent, sentinel, ${SECS}s:"
 into "$AGENT" new
 [ -n "${BENCH_AGENT_OLD:-}" ] && into "$BENCH_AGENT_OLD" old
+# one step stalls 50 ms halfway: the agent flags it and sends its window
+# (~200k records) while the shim keeps sending; drops here are the window's
+say "the same with one step stalled 50 ms (a flight-recorder window sent mid-run):"
+into "$AGENT" new --stall-ms 50
+[ -n "${BENCH_AGENT_OLD:-}" ] && into "$BENCH_AGENT_OLD" old --stall-ms 50
 exit 0

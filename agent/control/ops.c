@@ -62,6 +62,7 @@ void ops_free(struct agent *a)
 {
 	if (!a->ops)
 		return;
+	recorder_send_all(a); /* a window being sent: before the formatters go */
 	control_kafka_free(a);
 	metrics_free(a);
 	control_free(a);

@@ -194,11 +194,22 @@ void recorder_keep_fmt(struct agent *a, const char *key, rec_fmt_fn fn, const vo
 /*
  * Send the window of instance key (records not delivered yet) to the
  * sinks, after a "flight_recorder" record. trigger: "anomaly",
- * "deep_dive". Returns the number of records sent.
+ * "deep_dive". Returns the number of records the window announces.
  */
 int recorder_flush(struct agent *a, const char *key, const char *trigger);
 /* inside recorder_flush(): the records being emitted are a window */
 bool recorder_flushing(struct agent *a);
+/*
+ * A window's records follow its flight_recorder record in slices of at most
+ * 5 ms of the loop (the first inside recorder_flush() when no other window
+ * is being sent, the next ones in recorder_tick()), so that a window of 250k records does not hold
+ * the loop (the shims' channel drops after 100 ms). True while one is being sent: the loop then
+ * does not sleep. recorder_send_all() sends what is left (at shutdown, before the sources that
+ * format kept records go). recorder_set_slice(): the slice's length (tests).
+ */
+bool recorder_sending(struct agent *a);
+void recorder_send_all(struct agent *a);
+void recorder_set_slice(struct agent *a, uint64_t slice_ns);
 /*
  * Call fn for each record in the window (instance NULL: every instance),
  * oldest first per instance. Returns 0, or the first non-zero fn result.

@@ -49,6 +49,14 @@
 
 #define REC_CHUNK (256 * 1024)
 #define REC_MAX_INST 64
+/*
+ * A window is sent in slices of this much loop time (recorder_tick() sends
+ * the next one): 250k records of a busy shim take ~0.3 s to format and send,
+ * and a loop held that long makes the shims' channel drop (each waits at most
+ * 100 ms for the agent to read).
+ */
+#define REC_SLICE_NS (5 * 1000000ull)
+#define REC_SLICE_CHECK 64 /* entries between two looks at the clock */
 #define ENT_SENT 1u
 #define ENT_LAUNCH 2u /* the payload is a struct flight_launch, not JSON */
 #define ENT_FMT 4u    /* the payload is a struct fmt_ent: a formatter and its bytes */
@@ -69,6 +77,7 @@ struct ent_hdr {
 
 struct chunk {
 	struct chunk *next;
+	uint64_t seq; /* of the recorder's chunks, in allocation order */
 	size_t cap, used;
 	uint64_t n; /* entries */
 	uint64_t first_ns, last_ns;
@@ -81,6 +90,24 @@ struct rinst {
 	uint64_t records; /* entries held */
 	uint64_t lost;	  /* entries evicted by the budget since the last flush */
 	uint64_t last_use_ns;
+	/*
+	 * A window being sent (announced by its flight_recorder record, sent in
+	 * slices): its unsent entries recorded in [send_since, send_end], from
+	 * the entry at send_off of chunk send_seq (or the first chunk after it,
+	 * when that one has gone) on.
+	 */
+	bool sending;
+	uint64_t send_since, send_end, send_seq;
+	size_t send_off;
+	/*
+	 * Where the last trigger's walk ended (chunk scan_seq, offset scan_off):
+	 * every entry before is sent or announced, so the next trigger counts
+	 * whole chunks there instead of walking them (a burst of anomalies
+	 * walked 230k entries each, 13 ms, and held the loop past the shims'
+	 * 100 ms wait).
+	 */
+	uint64_t scan_seq;
+	size_t scan_off;
 };
 
 struct recorder {
@@ -93,6 +120,10 @@ struct recorder {
 	uint64_t kept, kept_unsent, kept_bytes;
 	uint64_t evicted_age, evicted_budget, too_large, instances_evicted;
 	uint64_t flushes, flushed;
+	uint64_t chunk_seq;
+	uint64_t slice_ns, slices;
+	uint64_t sent_early; /* sent before their slice: the budget took their chunk */
+	struct agent *agent; /* the one it records for */
 	uint64_t fmt_errors; /* kept binary records that could not be made JSON */
 	/* the kernel half: what became of the launches flight.c handed down */
 	uint64_t k_since; /* of the pull under way: older launches are outside the window */
@@ -143,6 +174,8 @@ int recorder_init(struct agent *a)
 		return -ENOMEM;
 	r->window_ns = (uint64_t)(o->recorder_s * 1e9);
 	r->budget = (size_t)o->recorder_mib << 20;
+	r->slice_ns = REC_SLICE_NS;
+	r->agent = a;
 	a->rec = r;
 	return 0; /* the kernel half: flight_start() (agent/sources/flight.c) */
 }
@@ -157,10 +190,87 @@ bool recorder_enabled(struct agent *a)
 	return a->rec;
 }
 
+static const char *ent_json(struct agent *a, const char *key, const struct ent_hdr *h, char *buf,
+			    size_t cap, size_t *len);
+
+/*
+ * Send the entries of chunk c from the cursor of the window ri is sending:
+ * 1 when the window is out (an entry recorded after its trigger), 0 at the
+ * chunk's end, -1 when the slice that began at t0 is spent (*k: entries
+ * looked at in the slice).
+ */
+static int send_chunk(struct recorder *r, struct rinst *ri, struct chunk *c, uint64_t t0,
+		      uint64_t slice_ns, unsigned *k)
+{
+	static char jbuf[FMT_JSON_MAX > DECODE_LAUNCH_MAX ? FMT_JSON_MAX : DECODE_LAUNCH_MAX];
+
+	ri->send_seq = c->seq;
+	while (ri->send_off < c->used) {
+		struct ent_hdr *h = (struct ent_hdr *)(c->data + ri->send_off);
+
+		if (h->t_ns > ri->send_end)
+			return 1; /* recorded after the trigger: the next window's */
+		ri->send_off += ent_size(h->len);
+		if (!(h->flags & ENT_SENT) && h->t_ns >= ri->send_since) {
+			size_t len;
+			const char *json =
+			    ent_json(r->agent, ri->name, h, jbuf, sizeof(jbuf), &len);
+
+			if (json)
+				rec_send(r->agent, REC_EVENT, ri->name, json, len, true);
+			h->flags |= ENT_SENT;
+			r->flushed++;
+		}
+		if (++*k % REC_SLICE_CHECK == 0 && now_ns() - t0 >= slice_ns)
+			return -1;
+	}
+	return 0;
+}
+
+/* send the window ri is sending until it is out (true) or the slice is spent */
+static bool send_window(struct recorder *r, struct rinst *ri, uint64_t t0, uint64_t slice_ns)
+{
+	struct chunk *c = ri->head;
+	unsigned k = 0;
+
+	while (c && c->seq < ri->send_seq)
+		c = c->next;
+	if (c && c->seq != ri->send_seq)
+		ri->send_off = 0;
+	for (; c; c = c->next, ri->send_off = 0) {
+		int st = send_chunk(r, ri, c, t0, slice_ns, &k);
+
+		if (st < 0)
+			return false;
+		if (st > 0)
+			break;
+	}
+	ri->sending = false;
+	return true;
+}
+
 static void chunk_drop(struct recorder *r, struct rinst *ri)
 {
 	struct chunk *c = ri->head;
 
+	if (ri->sending && c->seq >= ri->send_seq) {
+		/* its memory is needed: what the window announced in it goes now */
+		uint64_t before = r->flushed;
+		bool was = r->flushing;
+		unsigned k = 0;
+
+		r->flushing = true;
+		if (c->seq != ri->send_seq)
+			ri->send_off = 0;
+		if (send_chunk(r, ri, c, 0, UINT64_MAX, &k) > 0) {
+			ri->sending = false;
+		} else {
+			ri->send_seq = c->next ? c->next->seq : r->chunk_seq;
+			ri->send_off = 0;
+		}
+		r->flushing = was;
+		r->sent_early += r->flushed - before;
+	}
 	ri->head = c->next;
 	if (!ri->head)
 		ri->tail = NULL;
@@ -256,6 +366,7 @@ static void append_parts(struct recorder *r, const char *key, const void *pre, s
 			return;
 		}
 		c->next = NULL;
+		c->seq = r->chunk_seq++;
 		c->cap = cap;
 		c->used = 0;
 		c->n = 0;
@@ -351,26 +462,6 @@ int recorder_kernel_launch(struct agent *a, const struct flight_launch *f, const
 	return 0;
 }
 
-void recorder_tick(struct agent *a)
-{
-	struct recorder *r = a->rec;
-	uint64_t now = now_ns();
-
-	if (!r)
-		return;
-	pull_kernel(a, r);
-	if (now < r->window_ns)
-		return;
-	for (int i = 0; i < r->n_inst; i++) {
-		struct rinst *ri = &r->inst[i];
-
-		while (ri->head && ri->head->last_ns < now - r->window_ns) {
-			r->evicted_age += ri->head->n;
-			chunk_drop(r, ri);
-		}
-	}
-}
-
 /*
  * The JSON text of an entry of instance key: the payload itself, a binary
  * launch made into the cuda_launch record deep mode would have sent (with
@@ -423,11 +514,50 @@ static struct rinst *inst_find(struct recorder *r, const char *key)
 	return NULL;
 }
 
+/* one slice of the windows being sent (all of them: slice_ns UINT64_MAX) */
+static void send_slice(struct recorder *r, uint64_t slice_ns)
+{
+	uint64_t t0 = now_ns();
+
+	if (r->flushing)
+		return;
+	r->flushing = true; /* what it sends is not recorded again */
+	for (int i = 0; i < r->n_inst; i++)
+		if (r->inst[i].sending) {
+			r->slices++;
+			if (!send_window(r, &r->inst[i], t0, slice_ns))
+				break;
+		}
+	r->flushing = false;
+}
+
+bool recorder_sending(struct agent *a)
+{
+	struct recorder *r = a->rec;
+
+	for (int i = 0; r && i < r->n_inst; i++)
+		if (r->inst[i].sending)
+			return true;
+	return false;
+}
+
+void recorder_send_all(struct agent *a)
+{
+	if (a->rec)
+		send_slice(a->rec, UINT64_MAX);
+}
+
+void recorder_set_slice(struct agent *a, uint64_t slice_ns)
+{
+	if (a->rec)
+		a->rec->slice_ns = slice_ns;
+}
+
 int recorder_flush(struct agent *a, const char *key, const char *trigger)
 {
 	struct recorder *r = a->rec;
-	uint64_t now = now_ns(), since, first = 0, n = 0, bytes = 0, old = 0;
-	static char jbuf[FMT_JSON_MAX > DECODE_LAUNCH_MAX ? FMT_JSON_MAX : DECODE_LAUNCH_MAX];
+	uint64_t now, since, first = 0, n = 0, bytes = 0, old = 0, seq0 = 0;
+	size_t off0 = 0;
 	struct ent_hdr *h = NULL;
 	struct rinst *ri;
 	struct chunk *c;
@@ -437,21 +567,41 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 	if (!r || r->flushing || !key)
 		return 0;
 	pull_kernel(a, r);
+	now = now_ns(); /* after the pull: the launches it kept are in the window */
 	since = now > r->window_ns ? now - r->window_ns : 0;
 	ri = inst_find(r, key);
 	if (!ri)
 		return 0; /* nothing was recorded for it here (a fleet-wide deep-dive) */
 	{
-		for_each_entry(ri, c, off, h, since)
-		{
-			if (!first)
-				first = h->t_ns;
-			if (h->flags & ENT_SENT) {
-				old++;
+		for (c = ri->head; c; c = c->next) {
+			/* walked by an earlier trigger: each sent, or announced by it */
+			if (c->seq < ri->scan_seq && c->first_ns >= since) {
+				if (!first)
+					first = c->first_ns;
+				old += c->n;
 				continue;
 			}
-			n++;
-			bytes += h->len;
+			for (off = 0; off < c->used; off += ent_size(h->len)) {
+				h = (struct ent_hdr *)(c->data + off);
+				if (h->t_ns < since)
+					continue;
+				if (!first)
+					first = h->t_ns;
+				if ((h->flags & ENT_SENT) || c->seq < ri->scan_seq ||
+				    (c->seq == ri->scan_seq && off < ri->scan_off)) {
+					old++;
+					continue;
+				}
+				if (!n++) {
+					seq0 = c->seq; /* where the window's records begin */
+					off0 = off;
+				}
+				bytes += h->len;
+			}
+		}
+		if (ri->tail) { /* the next trigger walks from here */
+			ri->scan_seq = ri->tail->seq;
+			ri->scan_off = ri->tail->used;
 		}
 	}
 	r->flushing = true;
@@ -467,28 +617,53 @@ int recorder_flush(struct agent *a, const char *key, const char *trigger)
 		json_object_set_new(m, "records", json_integer((json_int_t)n));
 		json_object_set_new(m, "bytes", json_integer((json_int_t)bytes));
 		json_object_set_new(m, "already_sent", json_integer((json_int_t)old));
-		json_object_set_new(m, "evicted", json_integer((json_int_t)(ri ? ri->lost : 0)));
+		json_object_set_new(m, "evicted", json_integer((json_int_t)ri->lost));
 	}
 	/* a released window goes to every sink, remote ones included */
 	rec_send_obj(a, REC_EVENT, m);
-	if (ri) {
-		ri->lost = 0;
-		for_each_entry(ri, c, off, h, since)
-		{
-			const char *json;
-			size_t len;
+	r->flushing = false;
+	ri->lost = 0;
+	/*
+	 * Its records follow, in slices: the first now, unless a window is
+	 * being sent already (a burst of anomalies, each flagged in the same
+	 * pass of the step judge, would hold the loop a slice each); a window
+	 * still being sent grows to now.
+	 */
+	if (ri->sending) {
+		ri->send_end = now;
+	} else if (n) {
+		bool first_slice = !recorder_sending(a);
 
-			if (h->flags & ENT_SENT)
-				continue;
-			json = ent_json(a, key, h, jbuf, sizeof(jbuf), &len);
-			if (json)
-				rec_send(a, REC_EVENT, key, json, len, true);
-			h->flags |= ENT_SENT;
-			r->flushed++;
+		ri->sending = true;
+		ri->send_since = since;
+		ri->send_seq = seq0;
+		ri->send_off = off0;
+		ri->send_end = now;
+		if (first_slice)
+			send_slice(r, r->slice_ns);
+	}
+	return (int)n;
+}
+
+void recorder_tick(struct agent *a)
+{
+	struct recorder *r = a->rec;
+	uint64_t now = now_ns();
+
+	if (!r)
+		return;
+	pull_kernel(a, r);
+	send_slice(r, r->slice_ns); /* then age eviction (which sends what a window still owes) */
+	if (now < r->window_ns)
+		return;
+	for (int i = 0; i < r->n_inst; i++) {
+		struct rinst *ri = &r->inst[i];
+
+		while (ri->head && ri->head->last_ns < now - r->window_ns) {
+			r->evicted_age += ri->head->n;
+			chunk_drop(r, ri);
 		}
 	}
-	r->flushing = false;
-	return (int)n;
 }
 
 int recorder_foreach(struct agent *a, const char *instance,
@@ -577,7 +752,7 @@ void recorder_stats(struct agent *a, json_t *obj)
 {
 	struct recorder *r = a->rec;
 	uint64_t held = 0;
-	int inst = 0;
+	int inst = 0, sending = 0;
 
 	if (!r) {
 		json_object_set_new(obj, "recorder", json_null());
@@ -586,6 +761,7 @@ void recorder_stats(struct agent *a, json_t *obj)
 	for (int i = 0; i < r->n_inst; i++) {
 		held += r->inst[i].records;
 		inst += r->inst[i].head != NULL;
+		sending += r->inst[i].sending;
 	}
 	json_object_set_new(
 	    obj, "recorder",
@@ -598,6 +774,10 @@ void recorder_stats(struct agent *a, json_t *obj)
 		      "too_large", (json_int_t)r->too_large, "instances_evicted",
 		      (json_int_t)r->instances_evicted, "flushes", (json_int_t)r->flushes,
 		      "flushed", (json_int_t)r->flushed, "fmt_errors", (json_int_t)r->fmt_errors));
+	json_object_update_new(json_object_get(obj, "recorder"),
+			       json_pack("{s:i,s:I,s:I}", "sending", sending, "slices",
+					 (json_int_t)r->slices, "sent_early",
+					 (json_int_t)r->sent_early));
 	if (a->cap.flight_counts) {
 		struct flight_counts fc = {};
 		json_t *k;

@@ -11,6 +11,12 @@
 # kernels and its copy (the first and last may be cut by the run's ends).
 # Before the mark, each step had the 3-4 kernels whose launch was sent, and
 # the rest reached the step cutter 10 s late.
+#
+# sentinel_window_slices: the same run with one step stalled 60 ms halfway
+# (bench_shim --stall-ms): the agent flags it (host_stall) and sends its
+# flight-recorder window, ~15,000 GPU records the shim delivered, in slices
+# of the loop (agent/pipeline/recorder.c): every record the flight_recorder
+# record announces follows it, each once, none left owed at the end.
 source "$(dirname "$0")/lib.sh"
 N=sentinel_sampled_steps
 B=$BUILD/bench/bench_shim
@@ -44,4 +50,42 @@ steps=$(jqo 'map(select(.type == "step")) | length')
 whole=$(jqo 'map(select(.type == "step" and .kernels == 100 and .memcpys == 1)) | length')
 expect "$steps steps for 150 made" between "${steps:-0}" 145 152
 expect "only $whole of $steps steps had their 100 kernels and copy" ge "${whole:-0}" $((${steps:-0} - 2))
+report "$N"
+
+# ---------------------------------------------------------------- window --
+N=sentinel_window_slices
+WHY=()
+if ! agent_start sentinel_window --shim-socket "$T/shim.sock" --shim-group root \
+	--control-socket "$T/ctl.sock"; then
+	echo "FAIL $N: the agent did not start: $(agent_tail)"
+	exit 0
+fi
+out=$("$B" -S "$T/shim.sock" -s 3 -k 100 -t 20 --stall-ms 60 2>&1)
+sleep 3
+agent_stop || fail_because "the agent did not stop"
+bpid=$(jqo '[.[] | select(.type == "kernel")][0].pid')
+inst=$(jqo '[.[] | select(.type == "kernel")][0].instance')
+an=$(jqo --argjson i "${inst:-null}" '[.[] | select(.type == "anomaly" and .instance == $i)]')
+expect "anomalies of the stalled run: $(jq -c '[.[] | {kind, chart}]' <<<"$an"), want one host_stall" \
+	jqe '[.[] | select(.kind == "host_stall")] | length == 1' <<<"$an"
+res=$(jq -c -n -R --argjson p "${bpid:-0}" --argjson i "${inst:-null}" '
+	[inputs | fromjson?] as $r
+	| ($r | map(.type == "flight_recorder" and .trigger == "anomaly" and .instance == $i) | index(true)) as $f
+	| if $f == null then {f: null} else
+	  ([$r[$f + 1:][] | select(.pid == $p and (.type == "kernel" or .type == "memcpy"))]) as $w
+	  | { f: $f, announced: $r[$f].records,
+	      sent: ($w | length), once: ($w | map(.correlation_id) | unique | length),
+	      rec: ([$r[] | select(.type == "stats")] | last | .recorder) } end' "$AGENT_OUT")
+if [ "$(jq .f <<<"$res")" = null ]; then
+	fail_because "no flight_recorder record with trigger anomaly: $(agent_tail)"
+else
+	a=$(jq .announced <<<"$res") w=$(jq .sent <<<"$res")
+	expect "the window announced $a records, want the run's 15,000 kernels and copies or most" \
+		between "$a" 10000 15150
+	expect "$w GPU records of the workload after the window's record, want the $a announced" eq "$w" "$a"
+	expect "$(jq .once <<<"$res") distinct correlation ids of $w records: a record sent twice" \
+		eq "$(jq .once <<<"$res")" "$w"
+	expect "stats.recorder $(jq -c .rec <<<"$res"): flushed != announced or a window still owed" \
+		jqe --argjson a "$a" '.rec.flushed == $a and .rec.sending == 0 and .rec.slices >= 1' <<<"$res"
+fi
 report "$N"

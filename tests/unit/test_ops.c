@@ -224,6 +224,186 @@ static void test_recorder_budget(void **state)
 	agent_del(a, &c);
 }
 
+/* "n" of the record i of the capture, -1 when it has none */
+static long rec_n(struct cap_sink *c, int i)
+{
+	const char *p = strstr(c->recs[i], "\"n\":");
+
+	return p ? strtol(p + 4, NULL, 10) : -1;
+}
+
+static uint64_t rstat(struct agent *a, const char *name)
+{
+	json_t *st = json_object();
+	uint64_t v;
+
+	recorder_stats(a, st);
+	v = (uint64_t)json_integer_value(json_object_get(json_object_get(st, "recorder"), name));
+	json_decref(st);
+	return v;
+}
+
+/*
+ * A window goes out in slices (here the shortest: 64 entries each), the
+ * first at the trigger, the next at each tick; the records kept meanwhile
+ * belong to the next window; a second trigger while one is being sent
+ * announces only what the first did not; each record is sent once, in
+ * recorded order.
+ */
+static void test_recorder_window_in_slices(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c, 4);
+	char rec[64];
+	int ticks = 0, next = 0, base;
+	json_t *fr;
+
+	(void)state;
+	recorder_set_slice(a, 0);
+	for (int i = 0; i < 1000; i++) {
+		snprintf(rec, sizeof(rec), "{\"type\":\"kernel\",\"n\":%d}", i);
+		keep(a, "i1", rec);
+	}
+	emit(a, REC_ANOMALY, "i1", "{\"type\":\"anomaly\",\"instance\":\"i1\"}");
+	fr = json_loads(c.recs[1], 0, NULL);
+	assert_non_null(fr);
+	assert_json_str(fr, "type", "flight_recorder");
+	assert_json_int(fr, "records", 1000);
+	json_decref(fr);
+	assert_int_equal(c.n, 2 + 64); /* the anomaly, the marker, one slice */
+	assert_true(recorder_sending(a));
+	/* kept after the trigger: not this window's */
+	for (int i = 1000; i < 1010; i++) {
+		snprintf(rec, sizeof(rec), "{\"type\":\"kernel\",\"n\":%d}", i);
+		keep(a, "i1", rec);
+	}
+	while (recorder_sending(a) && ticks < 100) {
+		recorder_tick(a);
+		ticks++;
+	}
+	assert_int_equal(ticks, 15); /* 1001 entries, 64 a slice */
+	assert_int_equal(c.n, 2 + 1000);
+	for (int i = 2; i < c.n; i++)
+		assert_int_equal(rec_n(&c, i), next++);
+	/* the next trigger sends the 10, once */
+	emit(a, REC_ANOMALY, "i1", "{\"type\":\"anomaly\",\"instance\":\"i1\"}");
+	assert_non_null(strstr(c.recs[c.n - 11], "\"records\":10"));
+	for (int i = c.n - 10; i < c.n; i++)
+		assert_int_equal(rec_n(&c, i), next++);
+	assert_false(recorder_sending(a));
+
+	/* a second trigger while the first window is being sent */
+	base = c.n;
+	for (int i = 1010; i < 1500; i++) {
+		snprintf(rec, sizeof(rec), "{\"type\":\"kernel\",\"n\":%d}", i);
+		keep(a, "i1", rec);
+		if (i == 1200)
+			emit(a, REC_ANOMALY, "i1", "{\"type\":\"anomaly\",\"instance\":\"i1\"}");
+	}
+	assert_true(recorder_sending(a));
+	assert_int_equal(recorder_flush(a, "i1", "deep_dive"), 1500 - 1201);
+	while (recorder_sending(a) && ticks < 200) {
+		recorder_tick(a);
+		ticks++;
+	}
+	for (int i = base, w = 0; i < c.n; i++) {
+		if (strstr(c.recs[i], "flight_recorder"))
+			assert_non_null(
+			    strstr(c.recs[i], w++ ? "\"records\":299" : "\"records\":191"));
+		else if (rec_n(&c, i) >= 0)
+			assert_int_equal(rec_n(&c, i), next++);
+	}
+	assert_int_equal(next, 1500);
+	assert_int_equal(rstat(a, "sent_early"), 0);
+	assert_int_equal(rstat(a, "flushed"), 1500);
+	agent_del(a, &c);
+}
+
+/*
+ * A trigger counts what an earlier one walked by whole chunks: over many
+ * chunks, the second window announces only the records kept since, and
+ * counts the others as already sent.
+ */
+static void test_recorder_second_trigger_counts(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c, 16);
+	char rec[1024];
+	json_t *fr;
+
+	(void)state;
+	memset(rec, 'x', sizeof(rec));
+	memcpy(rec, "{\"a\":\"", 6);
+	memcpy(rec + sizeof(rec) - 3, "\"}", 3);
+	for (int i = 0; i < 2000; i++) /* 8 chunks */
+		keep(a, "i1", rec);
+	assert_int_equal(recorder_flush(a, "i1", "anomaly"), 2000);
+	for (int i = 0; i < 10; i++)
+		keep(a, "i1", rec);
+	assert_int_equal(recorder_flush(a, "i1", "anomaly"), 10);
+	fr = json_loads(c.recs[c.n - 11], 0, NULL);
+	assert_non_null(fr);
+	assert_json_str(fr, "type", "flight_recorder");
+	assert_json_int(fr, "records", 10);
+	assert_json_int(fr, "already_sent", 2000);
+	json_decref(fr);
+	assert_int_equal(c.n, 1 + 2000 + 1 + 10);
+	agent_del(a, &c);
+}
+
+/*
+ * The budget evicts chunks of a window being sent: what the window
+ * announced in them is sent first (sent_early), in order, each record once.
+ * A window still being sent at shutdown goes out whole.
+ */
+static void test_recorder_window_evicted_while_sent(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c, 1); /* four chunks of 256 KiB */
+	char rec[1024];
+	uint64_t announced;
+	json_t *fr;
+
+	(void)state;
+	recorder_set_slice(a, 0);
+	memset(rec, 'x', sizeof(rec));
+	for (int i = 0; i < 600; i++) {
+		int k = snprintf(rec, sizeof(rec), "{\"n\":%d,\"pad\":\"", i);
+
+		rec[k] = 'x';
+		memcpy(rec + sizeof(rec) - 3, "\"}", 3);
+		keep(a, "i1", rec);
+	}
+	announced = (uint64_t)recorder_flush(a, "i1", "anomaly");
+	assert_int_equal(announced, 600);
+	fr = json_loads(c.recs[0], 0, NULL);
+	assert_non_null(fr);
+	assert_json_int(fr, "records", 600);
+	json_decref(fr);
+	assert_int_equal(c.n, 1 + 64);
+	/* another instance's records push i1's oldest chunks out */
+	for (int i = 0; i < 800; i++)
+		keep(a, "i2", rec);
+	assert_true(rstat(a, "sent_early") > 0);
+	assert_true(rstat(a, "evicted_budget") > 0);
+	while (recorder_sending(a))
+		recorder_tick(a);
+	assert_int_equal(c.n, 1 + 600);
+	for (int i = 1; i < c.n; i++)
+		assert_int_equal(rec_n(&c, i), i - 1);
+
+	/* at shutdown, what is left of a window is sent */
+	cap_close(&c.s);
+	for (int i = 0; i < 300; i++)
+		keep(a, "i2", rec);
+	announced = (uint64_t)recorder_flush(a, "i2", "deep_dive");
+	assert_true(recorder_sending(a));
+	ops_free(a);
+	assert_int_equal((uint64_t)c.n - 1, announced);
+	cap_close(&c.s);
+	free(a);
+}
+
 /*
  * The kernel half's boundary: the BPF source (here a fake of
  * agent/sources/flight.c) hands launches down when the recorder pulls, the
@@ -379,6 +559,9 @@ int main(void)
 	    cmocka_unit_test(test_parse_bad),
 	    cmocka_unit_test(test_recorder_anomaly_sends_window),
 	    cmocka_unit_test(test_recorder_budget),
+	    cmocka_unit_test(test_recorder_window_in_slices),
+	    cmocka_unit_test(test_recorder_second_trigger_counts),
+	    cmocka_unit_test(test_recorder_window_evicted_while_sent),
 	    cmocka_unit_test(test_recorder_kernel_launches),
 	    cmocka_unit_test(test_perfetto_tracks_and_flows),
 	};
