@@ -14,9 +14,10 @@
 #
 # sentinel_window_slices: the same run with one step stalled 60 ms halfway
 # (bench_shim --stall-ms): the agent flags it (host_stall) and sends its
-# flight-recorder window, ~15,000 GPU records the shim delivered, in slices
-# of the loop (agent/pipeline/recorder.c): every record the flight_recorder
-# record announces follows it, each once, none left owed at the end.
+# flight-recorder window, the GPU records the shim delivered so far, in
+# slices of the loop (agent/pipeline/recorder.c); later anomalies send
+# what came since. Every record the flight_recorder records announce
+# follows the first, each once, none left owed at the end.
 source "$(dirname "$0")/lib.sh"
 N=sentinel_sampled_steps
 B=$BUILD/bench/bench_shim
@@ -66,23 +67,27 @@ agent_stop || fail_because "the agent did not stop"
 bpid=$(jqo '[.[] | select(.type == "kernel")][0].pid')
 inst=$(jqo '[.[] | select(.type == "kernel")][0].instance')
 an=$(jqo --argjson i "${inst:-null}" '[.[] | select(.type == "anomaly" and .instance == $i)]')
-expect "anomalies of the stalled run: $(jq -c '[.[] | {kind, chart}]' <<<"$an"), want one host_stall" \
-	jqe '[.[] | select(.kind == "host_stall")] | length == 1' <<<"$an"
+# the stalled step itself (others may be flagged: the steps that catch up,
+# a stall of the VM's own)
+expect "anomalies of the stalled run: $(jq -c '[.[] | {kind, dur_ns}]' <<<"$an"), want a host_stall of 60 ms or more" \
+	jqe '[.[] | select(.kind == "host_stall" and .dur_ns >= 60000000)] | length == 1' <<<"$an"
 res=$(jq -c -n -R --argjson p "${bpid:-0}" --argjson i "${inst:-null}" '
 	[inputs | fromjson?] as $r
 	| ($r | map(.type == "flight_recorder" and .trigger == "anomaly" and .instance == $i) | index(true)) as $f
 	| if $f == null then {f: null} else
 	  ([$r[$f + 1:][] | select(.pid == $p and (.type == "kernel" or .type == "memcpy"))]) as $w
-	  | { f: $f, announced: $r[$f].records,
+	  | { f: $f,
+	      announced: ([$r[] | select(.type == "flight_recorder" and .instance == $i) | .records] | add),
 	      sent: ($w | length), once: ($w | map(.correlation_id) | unique | length),
 	      rec: ([$r[] | select(.type == "stats")] | last | .recorder) } end' "$AGENT_OUT")
 if [ "$(jq .f <<<"$res")" = null ]; then
 	fail_because "no flight_recorder record with trigger anomaly: $(agent_tail)"
 else
 	a=$(jq .announced <<<"$res") w=$(jq .sent <<<"$res")
-	expect "the window announced $a records, want the run's 15,000 kernels and copies or most" \
-		between "$a" 10000 15150
-	expect "$w GPU records of the workload after the window's record, want the $a announced" eq "$w" "$a"
+	expect "the windows announced $a records, want at least the 7,575 made before the stall" \
+		between "$a" 7500 15150
+	expect "$w GPU records of the workload after the first window's record, want the $a its windows announced" \
+		eq "$w" "$a"
 	expect "$(jq .once <<<"$res") distinct correlation ids of $w records: a record sent twice" \
 		eq "$(jq .once <<<"$res")" "$w"
 	expect "stats.recorder $(jq -c .rec <<<"$res"): flushed != announced or a window still owed" \
