@@ -411,10 +411,11 @@ static void print_status(const json_t *r)
 	x = json_object_get(r, "recorder");
 	if (json_is_object(x))
 		printf("%-10s window %.0f s, %.1f of %.0f MiB, %.0f records held, %.0f flushes, "
-		       "%.0f evicted by the budget\n",
+		       "%.0f evicted by the budget%s\n",
 		       "recorder", num(x, "window_s"), num(x, "used_bytes") / 1048576.0,
 		       num(x, "budget_bytes") / 1048576.0, num(x, "records_held"),
-		       num(x, "flushes"), num(x, "evicted_budget"));
+		       num(x, "flushes"), num(x, "evicted_budget"),
+		       num(x, "sending") > 0 ? ", a window being sent" : "");
 	else
 		printf("%-10s off\n", "recorder");
 	x = json_object_get(r, "control");
