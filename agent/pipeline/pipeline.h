@@ -197,8 +197,6 @@ void recorder_keep_fmt(struct agent *a, const char *key, rec_fmt_fn fn, const vo
  * "deep_dive". Returns the number of records the window announces.
  */
 int recorder_flush(struct agent *a, const char *key, const char *trigger);
-/* inside recorder_flush(): the records being emitted are a window */
-bool recorder_flushing(struct agent *a);
 /*
  * A window's records follow its flight_recorder record in slices of at most
  * 5 ms of the loop (the first inside recorder_flush() when no other window

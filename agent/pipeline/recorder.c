@@ -180,11 +180,6 @@ int recorder_init(struct agent *a)
 	return 0; /* the kernel half: flight_start() (agent/sources/flight.c) */
 }
 
-bool recorder_flushing(struct agent *a)
-{
-	return a->rec && a->rec->flushing;
-}
-
 bool recorder_enabled(struct agent *a)
 {
 	return a->rec;
@@ -253,15 +248,14 @@ static void chunk_drop(struct recorder *r, struct rinst *ri)
 {
 	struct chunk *c = ri->head;
 
-	if (ri->sending && c->seq >= ri->send_seq) {
+	/* the cursor is never before the first chunk: every drop passes here */
+	if (ri->sending && c->seq == ri->send_seq) {
 		/* its memory is needed: what the window announced in it goes now */
 		uint64_t before = r->flushed;
 		bool was = r->flushing;
 		unsigned k = 0;
 
 		r->flushing = true;
-		if (c->seq != ri->send_seq)
-			ri->send_off = 0;
 		if (send_chunk(r, ri, c, 0, UINT64_MAX, &k) > 0) {
 			ri->sending = false;
 		} else {
