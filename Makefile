@@ -435,6 +435,12 @@ $(BUILD)/bench/bench_detect: bench/bench_detect.c $(CORR_LIB)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(CORR_LIB) -lm -ljansson -lsqlite3 -lz -ldl -lpthread
 
+# the live step cut on a made-up stream (bench/cut.sh), on the correlator library
+$(BUILD)/bench/bench_cut: bench/bench_cut.c $(CORR_LIB)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(CORR_LIB) -lm -ljansson -lsqlite3 -lz -ldl -lpthread
+
 .PHONY: eval
 eval: $(BUILD)/eval/eval_detect
 	$(Q)INFERTRACE_DATA=$${INFERTRACE_DATA:-$$(cd .. && pwd)/shared/data} \

@@ -94,8 +94,13 @@ struct diag_seg {
 	struct srec *r;
 	size_t nr, cr;
 	size_t nr_sorted;  /* r[0, nr_sorted) is in cmp_rec order: what the last cut kept */
-	struct srec *rtmp; /* the records added since, while they are merged in */
+	struct srec *rtmp; /* the records out of order, while they are merged in */
 	size_t crtmp;
+	struct jl *jl; /* estimate_launches(): the joined launches by correlation id */
+	size_t cjl;
+	struct kslot *ks; /* measure(): by name id, its group in the step */
+	size_t cks;
+	uint32_t kstamp; /* measure() calls */
 	struct smark *m;
 	size_t nm, cm;
 	struct scpu *c;
@@ -168,6 +173,8 @@ void diag_seg__free(struct diag_seg *sg)
 	free(sg->c);
 	free(sg->nf);
 	free(sg->rtmp);
+	free(sg->jl);
+	free(sg->ks);
 	pidtab_free(&sg->ps);
 	free(sg->gone);
 	free(sg->out);
@@ -446,7 +453,10 @@ static int cmp_rec(const void *a, const void *b)
 
 	if (x->pid != y->pid)
 		return x->pid < y->pid ? -1 : 1;
-	return x->launch < y->launch ? -1 : x->launch > y->launch;
+	if (x->launch != y->launch)
+		return x->launch < y->launch ? -1 : 1;
+	/* launched together (estimates between the same two launches): in call order */
+	return x->corr < y->corr ? -1 : x->corr > y->corr;
 }
 
 /* the first of a pid's n records (sorted by launch) launched at or after t */
@@ -597,7 +607,12 @@ static int cmp_u64(const void *a, const void *b)
 /* a kernel of a step: its name and time (measure(): the top kernels) */
 struct ktime {
 	int32_t name;
-	uint64_t ns;
+	uint64_t ns, cnt; /* the step's kernels of the name: total time, count */
+};
+
+/* a name id's group in a step's struct ktime array, when stamp is the step's */
+struct kslot {
+	uint32_t stamp, idx;
 };
 
 static int cmp_ktime(const void *a, const void *b)
@@ -857,7 +872,12 @@ static size_t measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, 
 	uint64_t busy = 0, cs = 0, ce = 0, lo = ct->start, hi = ct->end, last;
 	uint64_t until = next < ct->end ? next : ct->end; /* where its CPU side ends */
 	int64_t comm = 0;
+	uint32_t stamp = ++sg->kstamp;
 
+	if (!stamp) { /* wrapped: no slot may carry a stamp of an old step */
+		memset(sg->ks, 0, sg->cks * sizeof(*sg->ks));
+		stamp = sg->kstamp = 1;
+	}
 	s->kernels = s->graph_kernels = s->memcpys = 0;
 	/* the pid's records are sorted by launch (cut_all): those launched in the step */
 	for (i = first; i < n && in_step(ct, next, r[i].launch); i++) {
@@ -868,8 +888,16 @@ static size_t measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, 
 			s->graph_kernels += x->graph;
 			if (x->comm)
 				comm += (int64_t)(x->end - x->start);
-			if (x->name >= 0)
-				kt[nid++] = (struct ktime){x->name, x->end - x->start};
+			if (x->name >= 0) {
+				struct kslot *k = &sg->ks[x->name];
+
+				if (k->stamp != stamp) {
+					*k = (struct kslot){stamp, (uint32_t)nid};
+					kt[nid++] = (struct ktime){x->name, 0, 0};
+				}
+				kt[k->idx].ns += x->end - x->start;
+				kt[k->idx].cnt++;
+			}
 		} else if (x->kind == CORR_KIND_MEMCPY) {
 			s->memcpys++;
 		}
@@ -919,19 +947,16 @@ static size_t measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, 
 		s->l2s_p99_ns = (int64_t)l2s[nl * 99 / 100];
 	}
 	/*
-	 * top kernels: grouped by name (sorted: an insertion sort here took a
-	 * step of n kernels n^2 / 4 moves, hours for a forged step of a million)
+	 * top kernels: grouped by name as they come (sg->ks; sorting a step's
+	 * kernels by name was a fifth of a cut at 133 k kernels/s), the groups
+	 * in name order, so that equal totals rank as before
 	 */
 	corr_sort(kt, nid, sizeof(*kt), cmp_ktime);
 	s->n_top = 0;
-	for (size_t a = 0, b; a < nid; a = b) {
-		uint64_t tot = 0, cnt = 0;
+	for (size_t a = 0; a < nid; a++) {
+		uint64_t tot = kt[a].ns, cnt = kt[a].cnt;
 		uint32_t pos;
 
-		for (b = a; b < nid && kt[b].name == kt[a].name; b++) {
-			tot += kt[b].ns;
-			cnt++;
-		}
 		pos = s->n_top;
 		if (pos == DIAG_TOP_MAX) {
 			if (tot <= s->top[DIAG_TOP_MAX - 1].total_ns)
@@ -1195,6 +1220,43 @@ static int cmp_jl(const void *a, const void *b)
 	return (x->rel > y->rel) - (x->rel < y->rel);
 }
 
+/* the first of j[0, nj) (sorted by rel) above rel, searched outward from hint */
+static size_t jl_above(const struct jl *j, size_t nj, uint32_t rel, size_t hint)
+{
+	size_t lo, hi, b = 1;
+
+	/*
+	 * Records come in launch order, which is call order: the answer is at
+	 * or next to the last one. Doubling steps away from it, then halving:
+	 * a plain binary search per record was most of a cut at 133 k
+	 * kernels/s (its branches are not predictable).
+	 */
+	if (hint < nj && j[hint].rel <= rel) {
+		lo = hint + 1;
+		while (lo + b - 1 < nj && j[lo + b - 1].rel <= rel) {
+			lo += b;
+			b *= 2;
+		}
+		hi = lo + b - 1 < nj ? lo + b - 1 : nj;
+	} else {
+		hi = hint < nj ? hint : nj;
+		while (hi >= b && j[hi - b].rel > rel) {
+			hi -= b;
+			b *= 2;
+		}
+		lo = hi >= b ? hi - b + 1 : 0;
+	}
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (j[mid].rel <= rel)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 /*
  * A record whose launch was sampled out (nolaunch) has no launch time: its
  * GPU start lags the launch by up to a step where the CPU runs ahead of the
@@ -1207,39 +1269,33 @@ static int cmp_jl(const void *a, const void *b)
  * from the process's first record minus 2^30, a window no process fills in
  * the hold time. True when a launch time changed (r is to be sorted again).
  */
-static bool estimate_launches(struct srec *r, size_t n)
+static bool estimate_launches(struct diag_seg *sg, struct srec *r, size_t n)
 {
 	uint32_t ref = n ? r[0].corr - (1u << 30) : 0;
-	size_t nj = 0, k = 0;
+	size_t nj = 0, lo = 0;
 	struct jl *j;
 	bool moved = false, any = false;
 
 	for (size_t i = 0; i < n; i++) {
-		nj += r[i].tid != 0;
 		any |= r[i].nolaunch;
+		if (!r[i].tid)
+			continue;
+		if (grow_array((void **)&sg->jl, &sg->cjl, nj, sizeof(*sg->jl), 1024))
+			return false;
+		sg->jl[nj++] = (struct jl){r[i].corr - ref, r[i].launch};
 	}
-	if (!any || !nj || !(j = malloc(nj * sizeof(*j))))
+	if (!any || !nj)
 		return false;
-	for (size_t i = 0; i < n; i++)
-		if (r[i].tid)
-			j[k++] = (struct jl){r[i].corr - ref, r[i].launch};
+	j = sg->jl;
 	corr_sort(j, nj, sizeof(*j), cmp_jl);
 	for (size_t i = 0; i < n; i++) {
 		uint32_t rel = r[i].corr - ref;
-		size_t lo = 0, hi = nj;
 		uint64_t est = r[i].start;
 
 		if (!r[i].nolaunch)
 			continue;
-		while (lo < hi) { /* the first joined id above this one */
-			size_t mid = lo + (hi - lo) / 2;
-
-			if (j[mid].rel <= rel)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-		/* strictly between: a tie would order it by arrival, after the higher */
+		lo = jl_above(j, nj, rel, lo);
+		/* strictly between the two launches */
 		if (lo < nj && j[lo].ts && j[lo].ts - 1 < est)
 			est = j[lo].ts - 1;
 		if (lo > 0 && j[lo - 1].rel < rel && j[lo - 1].ts + 1 > est)
@@ -1249,8 +1305,74 @@ static bool estimate_launches(struct srec *r, size_t n)
 			moved = true;
 		}
 	}
-	free(j);
 	return moved;
+}
+
+/*
+ * r[0, nold) and add[0, nadd) are each in cmp_rec order: merge add in,
+ * into r[0, nold + nadd), from the end; ties to r's record, as a stable
+ * sort of the whole would.
+ */
+static void merge_in(struct srec *r, size_t nold, const struct srec *add, size_t nadd)
+{
+	size_t i = nold, j = nadd, k = nold + nadd;
+
+	while (j) {
+		if (i && cmp_rec(&r[i - 1], &add[j - 1]) > 0)
+			r[--k] = r[--i];
+		else
+			r[--k] = add[--j];
+	}
+}
+
+/*
+ * Into cmp_rec order, where r[0, from) is in order and the rest nearly so:
+ * records arrive about in launch order, but a joined record's launch is
+ * its GPU start less the lag behind the CPU, and estimate_launches() moves
+ * the sampled-out ones back. The records not below the last one kept stay
+ * where they are, in order; the others are taken out, sorted, and merged
+ * back. Two passes and a sort of the few: sorting all that is held at each
+ * cut was most of the cut at 133 k kernels/s (bench/cut.sh).
+ */
+static void sort_near(struct diag_seg *sg, struct srec *r, size_t n, size_t from)
+{
+	size_t k = from, m = 0, last = from;
+
+	for (size_t i = from; i < n; i++) { /* how many are out of order */
+		if (last && cmp_rec(&r[last - 1], &r[i]) > 0)
+			m++;
+		else
+			last = i + 1;
+	}
+	if (!m)
+		return;
+	if (grow_array((void **)&sg->rtmp, &sg->crtmp, m - 1, sizeof(*sg->rtmp), 1024)) {
+		corr_sort(r, n, sizeof(*r), cmp_rec);
+		return;
+	}
+	m = 0;
+	for (size_t i = from; i < n; i++) {
+		if (k && cmp_rec(&r[k - 1], &r[i]) > 0)
+			sg->rtmp[m++] = r[i];
+		else
+			r[k++] = r[i];
+	}
+	corr_sort(sg->rtmp, m, sizeof(*sg->rtmp), cmp_rec);
+	merge_in(r, k, sg->rtmp, m);
+}
+
+/* a group slot for every name id interned so far (measure()) */
+static int ks_room(struct diag_seg *sg)
+{
+	size_t names = names_count(sg->names), had = sg->cks;
+
+	if (!names)
+		return 0;
+	if (grow_array((void **)&sg->ks, &sg->cks, names - 1, sizeof(*sg->ks), 1024))
+		return -ENOMEM;
+	if (sg->cks > had) /* new slots carry no step's stamp */
+		memset(sg->ks + had, 0, (sg->cks - had) * sizeof(*sg->ks));
+	return 0;
 }
 
 /* cut the steps of one pid ending at or before `upto`; returns the last end cut */
@@ -1275,12 +1397,12 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 	iv = malloc(sizeof(*iv) * 2 * (n + 1));
 	l2s = malloc(sizeof(*l2s) * (n + 1));
 	kt = malloc(sizeof(*kt) * (n + 1));
-	if (!cuts || !cyc || !iv || !l2s || !kt) {
+	if (!cuts || !cyc || !iv || !l2s || !kt || ks_room(sg)) {
 		err = -ENOMEM;
 		goto cleanup;
 	}
-	if (estimate_launches(r, n))
-		corr_sort(r, n, sizeof(*r), cmp_rec);
+	if (estimate_launches(sg, r, n))
+		sort_near(sg, r, n, 0);
 	err = marker_cuts(m, nm, cuts, &nc);
 	if (err)
 		goto cleanup;
@@ -1390,37 +1512,42 @@ static void send_steps(struct diag_seg *sg)
 	sg->nout = 0;
 }
 
-/*
- * Into cmp_rec order. What the last cut kept is in order already: sort what
- * came since and merge it in from the back, ties to the older record, as the
- * stable sort of the whole did. At 133 k kernels/s two seconds are held, and
- * sorting all of them each interval was 13% of the agent and held its loop
- * for tens of ms (bench/shim.sh).
- */
+/* the end of pid's records from r[i] on (sorted by pid): doubling, then halving */
+static size_t pid_end(const struct srec *r, size_t n, size_t i, uint32_t pid)
+{
+	size_t lo = i, hi, b = 1;
+
+	while (lo + b - 1 < n && r[lo + b - 1].pid == pid) {
+		lo += b;
+		b *= 2;
+	}
+	hi = lo + b - 1 < n ? lo + b - 1 : n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (r[mid].pid == pid)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* into cmp_rec order: what the last cut kept is in order, what came since nearly */
 static void sort_recs(struct diag_seg *sg)
 {
-	size_t old = sg->nr_sorted <= sg->nr ? sg->nr_sorted : 0, nn = sg->nr - old, i, j, k;
+	size_t old = sg->nr_sorted <= sg->nr ? sg->nr_sorted : 0;
 
-	/* qsort(NULL, 0) is undefined: the arrays are unallocated while empty */
-	if (sg->nr < 2 || !nn)
-		return;
-	if (!old || grow_array((void **)&sg->rtmp, &sg->crtmp, nn - 1, sizeof(*sg->rtmp), 1024)) {
-		corr_sort(sg->r, sg->nr, sizeof(*sg->r), cmp_rec);
-		return;
-	}
-	memcpy(sg->rtmp, sg->r + old, nn * sizeof(*sg->r));
-	corr_sort(sg->rtmp, nn, sizeof(*sg->rtmp), cmp_rec);
-	for (i = old, j = nn, k = sg->nr; j;) {
-		if (i && cmp_rec(&sg->r[i - 1], &sg->rtmp[j - 1]) > 0)
-			sg->r[--k] = sg->r[--i];
-		else
-			sg->r[--k] = sg->rtmp[--j];
-	}
+	/* no pointer arithmetic on an array not allocated yet */
+	if (sg->nr > 1 && old < sg->nr)
+		sort_near(sg, sg->r, sg->nr, old);
 }
 
 static int cut_all(struct diag_seg *sg, uint64_t upto)
 {
 	size_t i = 0, j = 0, keep_r = 0, keep_m = 0, keep_c = 0;
+	uint64_t du_pid = 0;   /* done_until() of the record's pid */
+	bool held_pid = false; /* held() was called for that pid */
 	int err = 0;
 
 	sort_recs(sg);
@@ -1439,8 +1566,7 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 			pid = sg->r[i].pid;
 		else
 			pid = sg->m[j].pid;
-		while (ie < sg->nr && sg->r[ie].pid == pid)
-			ie++;
+		ie = pid_end(sg->r, sg->nr, i, pid);
 		while (je < sg->nm && sg->m[je].pid == pid)
 			je++;
 		if (sg->o.stop && *sg->o.stop) {
@@ -1461,12 +1587,18 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 	/* keep what a later cut may still need */
 	sg->gen++;
 	for (i = 0; i < sg->nr; i++) {
-		uint64_t du = done_until(sg, sg->r[i].pid);
+		uint32_t pid = sg->r[i].pid;
 
-		if (sg->r[i].launch > du) {
-			held(sg, sg->r[i].pid);
+		if (!i || sg->r[i - 1].pid != pid) { /* sorted by pid: look it up once */
+			du_pid = done_until(sg, pid);
+			held_pid = false;
+		}
+		if (sg->r[i].launch > du_pid) {
+			if (!held_pid)
+				held(sg, pid);
+			held_pid = true;
 			sg->r[keep_r++] = sg->r[i];
-		} else if (upto == UINT64_MAX && !du) {
+		} else if (upto == UINT64_MAX && !du_pid) {
 			sg->cnt.outside++;
 		}
 	}

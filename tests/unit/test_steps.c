@@ -1241,8 +1241,9 @@ static void test_live_cuts_match_one_cut(void **state)
 			rec[i + k] = t;
 		}
 		for (j = i; j < i + len; j++) {
+			static const char *const kn[] = {"gemm", "flash_fwd", "rmsnorm"};
 			enum corr_kind kind = rec[j].copy ? CORR_KIND_MEMCPY : CORR_KIND_KERNEL;
-			const char *name = rec[j].copy ? "Memcpy DtoH" : "gemm";
+			const char *name = rec[j].copy ? "Memcpy DtoH" : kn[rec[j].corr % 3];
 
 			add_kc(a, rec[j].pid, rec[j].launch, rec[j].start, rec[j].dur, name, kind,
 			       rec[j].copy ? 2 : 0, rec[j].corr, rec[j].out);
@@ -1267,12 +1268,30 @@ static void test_live_cuts_match_one_cut(void **state)
 		assert_int_equal(live.s[i].memcpys, once.s[i].memcpys);
 		assert_int_equal(live.s[i].gpu_busy_ns, once.s[i].gpu_busy_ns);
 		assert_int_equal(live.s[i].idle_max_ns, once.s[i].idle_max_ns);
+		assert_int_equal(live.s[i].n_top, once.s[i].n_top);
+		for (j = 0; j < live.s[i].n_top; j++) {
+			assert_string_equal(live.s[i].top[j].name, once.s[i].top[j].name);
+			assert_int_equal(live.s[i].top[j].count, once.s[i].top[j].count);
+			assert_int_equal(live.s[i].top[j].total_ns, once.s[i].top[j].total_ns);
+		}
 	}
 	assert_int_equal(diag_seg__counters(a)->outside, diag_seg__counters(b)->outside);
-	/* sampled out or not, each step has its kernels and its copy back */
+	/*
+	 * sampled out or not, each step has its kernels and its copy back; its
+	 * 6 kernels are 2 of each name (steps.c groups them as they come)
+	 */
 	for (i = 0; i < once.n; i++) {
+		uint64_t tot = 0;
+
 		assert_int_equal(once.s[i].kernels, KPS - 1);
 		assert_int_equal(once.s[i].memcpys, 1);
+		assert_int_equal(once.s[i].n_top, 3);
+		for (j = 0; j < 3; j++) {
+			assert_int_equal(once.s[i].top[j].count, 2);
+			tot += once.s[i].top[j].total_ns;
+		}
+		assert_int_equal(tot,
+				 6 * (90000 + 1000 * ((once.s[i].start_ns / 1000000 - 1000) % 7)));
 	}
 	diag_seg__free(a);
 	diag_seg__free(b);
