@@ -96,7 +96,17 @@ struct corr_gpu {
 	uint64_t bytes;	    /* memcpy/memset */
 	const char *name;   /* mangled as recorded; may be NULL */
 	uint32_t flags;	    /* CORR_GPU_F_* */
+	/*
+	 * corr_name_hash() of name, on the records the correlator emits, so
+	 * that their consumers (steps, stats) intern the name without hashing
+	 * it again; 0: not known. Whoever changes name sets it to 0. The
+	 * correlator ignores it on input.
+	 */
+	uint64_t name_hash;
 };
+
+/* the hash the name tables intern by (name_hash above) */
+uint64_t corr_name_hash(const char *s, size_t len);
 
 /*
  * No launch was or will be sent for this record (the shim sampled its

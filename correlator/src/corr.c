@@ -586,6 +586,8 @@ static void emit_unmatched(struct corr *c, const struct corr_gpu *g)
 {
 	struct corr_gpu out = *g;
 
+	if (out.name && !out.name_hash)
+		out.name_hash = corr_name_hash(out.name, strlen(out.name));
 	if (c->o.flags & CORR_F_PID_FROM_LAUNCH)
 		out.pid = 0;
 	c->cnt.unmatched++;
@@ -597,6 +599,7 @@ static void pend_emit_unmatched(struct corr *c, uint32_t idx)
 	struct pend *p = &c->pend[idx];
 
 	p->g.name = names_str(c->names, p->name_id);
+	p->g.name_hash = names_hash_of(c->names, p->name_id);
 	fifo_unlink(c, idx);
 	chain_remove(c, idx);
 	emit_unmatched(c, &p->g);
@@ -648,6 +651,8 @@ static void emit_joined(struct corr *c, const struct launch_ent *e, const struct
 
 	if (!l.api)
 		l.api = "unknown";
+	if (out.name && !out.name_hash)
+		out.name_hash = corr_name_hash(out.name, strlen(out.name));
 	out.pid = e->pid;
 	c->cnt.joined++;
 	c->o.emit(c->o.emit_ctx, &out, &l);
@@ -759,6 +764,7 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 			uint32_t next = p->chain;
 
 			p->g.name = names_str(c->names, p->name_id);
+			p->g.name_hash = names_hash_of(c->names, p->name_id);
 			fifo_unlink(c, head);
 			if (join_ok(c, e, &p->g)) {
 				c->cnt.joined_late++;
@@ -1109,6 +1115,7 @@ int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
 	/* names are bytes from a shim or a trace: well-formed UTF-8 from here on (jsonw.h) */
 	if (g.name)
 		g.name = jw_utf8_clean(g.name, fixed, sizeof(fixed));
+	g.name_hash = 0; /* the emit hashes the name it sends */
 	g.start_ns = adj(c, CORR_SRC_GPU, g.start_ns);
 	g.end_ns = adj(c, CORR_SRC_GPU, g.end_ns);
 	c->cnt.gpu_records++;

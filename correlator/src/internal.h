@@ -73,6 +73,18 @@ struct names *names_new(uint32_t max_names);
 void names_free(struct names *n);
 /* id >= 0, or -ENOSPC / -ENOMEM */
 int32_t names_intern(struct names *n, const char *s, size_t len);
+/* the same, with h = corr_name_hash(s, len) known (corr_gpu.name_hash) */
+int32_t names_intern_h(struct names *n, const char *s, size_t len, uint64_t h);
+/* an interned name's hash (0: no such id) */
+uint64_t names_hash_of(const struct names *n, int32_t id);
+/* a GPU record's name interned, by the hash it came with when it has one */
+static inline int32_t names_intern_gpu(struct names *n, const struct corr_gpu *g)
+{
+	size_t len = strlen(g->name);
+
+	return g->name_hash ? names_intern_h(n, g->name, len, g->name_hash)
+			    : names_intern(n, g->name, len);
+}
 const char *names_str(const struct names *n, int32_t id);
 uint32_t names_count(const struct names *n);
 

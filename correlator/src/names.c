@@ -34,10 +34,13 @@ struct names {
 
 /*
  * Eight bytes a step, finished by corr_hash64's mix: a kernel name is ~100
- * bytes and is interned three times per GPU record (correlator, steps,
- * stats), where FNV-1a's byte a step was 10% of the agent at 133 k kernels/s.
+ * bytes and is interned up to three times per GPU record (correlator,
+ * steps, stats), where FNV-1a's byte a step was 10% of the agent at 133 k
+ * kernels/s. The correlator hashes each record's name once and sends the
+ * hash with it (corr_gpu.name_hash): hashing it again in steps and stats
+ * was another 4% (perf, bench/shim.sh's stream).
  */
-static uint64_t name_hash(const char *s, size_t len)
+uint64_t corr_name_hash(const char *s, size_t len)
 {
 	uint64_t h = 0x9e3779b97f4a7c15ULL ^ len, w;
 	size_t i = 0;
@@ -148,7 +151,11 @@ static char *arena_copy(struct names *n, const char *s, size_t len)
 
 int32_t names_intern(struct names *n, const char *s, size_t len)
 {
-	uint64_t h = name_hash(s, len);
+	return names_intern_h(n, s, len, corr_name_hash(s, len));
+}
+
+int32_t names_intern_h(struct names *n, const char *s, size_t len, uint64_t h)
+{
 	uint32_t i = (uint32_t)h & n->mask;
 	char *copy;
 
@@ -180,6 +187,13 @@ int32_t names_intern(struct names *n, const char *s, size_t len)
 	n->hashes[n->count] = h;
 	n->slots[i] = n->count + 1;
 	return (int32_t)n->count++;
+}
+
+uint64_t names_hash_of(const struct names *n, int32_t id)
+{
+	if (id < 0 || (uint32_t)id >= n->count)
+		return 0;
+	return n->hashes[id];
 }
 
 const char *names_str(const struct names *n, int32_t id)

@@ -118,7 +118,7 @@ int corr_stats__add(struct corr_stats *st, const struct corr_gpu *g, const struc
 	r->bytes = g->bytes;
 	r->name_id = -1;
 	if (g->kind == CORR_KIND_KERNEL && g->name) {
-		int32_t id = names_intern(st->names, g->name, strlen(g->name));
+		int32_t id = names_intern_gpu(st->names, g);
 
 		r->name_id = id < 0 ? -1 : id;
 	}

@@ -244,7 +244,7 @@ int diag_seg__add_gpu(struct diag_seg *sg, const struct corr_gpu *g, const struc
 	if (grow_array((void **)&sg->r, &sg->cr, sg->nr, sizeof(*sg->r), 1024))
 		return -ENOMEM;
 	if (g->name) {
-		id = names_intern(sg->names, g->name, strlen(g->name));
+		id = names_intern_gpu(sg->names, g);
 		if (id < 0)
 			id = -1;
 	}

@@ -180,6 +180,46 @@ static void test_no_launch_leaves_at_once(void **state)
 	corr__free(c);
 }
 
+/*
+ * Every record the correlator emits carries its name's hash (name_hash),
+ * so that the steps and stats tables intern it without hashing it again:
+ * joined at once, unmatched at once (no launch), joined after waiting
+ * (its name kept as an id meanwhile), and unmatched after waiting. A hash
+ * that came with the input is not trusted. No name: 0.
+ */
+static void test_emit_carries_name_hash(void **state)
+{
+	struct got o;
+	struct corr *c = mk(&o, NULL);
+	struct corr_gpu g;
+	uint64_t h = corr_name_hash("_Z6kernelv", strlen("_Z6kernelv"));
+
+	(void)state;
+	assert_int_not_equal(h, 0);
+	corr__add_launch(c, 100, 101, 1000, 5, 0, "cudaLaunchKernel");
+	g = kern(100, 5, 2000);
+	g.name_hash = 12345;  /* forged: ignored */
+	corr__add_gpu(c, &g); /* joined at once */
+	g = kern(100, 6, 2100);
+	g.flags = CORR_GPU_F_NO_LAUNCH;
+	corr__add_gpu(c, &g); /* unmatched at once */
+	g = kern(100, 7, 2200);
+	corr__add_gpu(c, &g); /* waits, then joins */
+	corr__add_launch(c, 100, 101, 1100, 7, 0, "cudaLaunchKernel");
+	g = kern(100, 8, 2300);
+	corr__add_gpu(c, &g); /* waits, then leaves unmatched */
+	g = kern(100, 9, 2400);
+	g.name = NULL;
+	g.name_hash = 777;
+	corr__add_gpu(c, &g);
+	assert_int_equal(corr__flush(c), 0);
+	assert_int_equal(o.n, 5);
+	for (int i = 0; i < o.n; i++)
+		assert_int_equal(o.g[i].name_hash, o.g[i].corr_id == 9 ? 0 : h);
+	assert_int_equal(corr__counters(c)->joined_late, 1);
+	corr__free(c);
+}
+
 static void test_late_launch_after_window(void **state)
 {
 	struct corr_opts opts = {.window_ns = 1000};
@@ -969,6 +1009,7 @@ int main(void)
 	    cmocka_unit_test(test_missing_side),
 	    cmocka_unit_test(test_late_launch_after_window),
 	    cmocka_unit_test(test_no_launch_leaves_at_once),
+	    cmocka_unit_test(test_emit_carries_name_hash),
 	    cmocka_unit_test(test_pid_reuse),
 	    cmocka_unit_test(test_eviction),
 	    cmocka_unit_test(test_clock_offset),
