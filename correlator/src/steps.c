@@ -686,38 +686,43 @@ static size_t auto_cuts(struct srec *r, size_t n, struct cut *out, uint32_t *lau
 	bool open = false;
 	struct cut cur = {0};
 
-	/* the launching thread: most records */
+	/* the launching thread: most records; and the copies back of each (of_launcher) */
 	{
 		struct {
 			uint32_t tid;
-			size_t n;
+			size_t n, nd2h;
 		} t[64];
-		int nt = 0;
+		int nt = 0, bj = 0;
+		size_t nl_d2h = 0; /* of records whose launch was sampled out */
 
 		for (size_t i = 0; i < n; i++) {
 			int j;
 
-			if (!r[i].tid)
+			if (!r[i].tid) {
+				nl_d2h += r[i].nolaunch && r[i].d2h;
 				continue;
+			}
 			for (j = 0; j < nt && t[j].tid != r[i].tid; j++)
 				;
 			if (j == nt) {
 				if (nt == 64)
 					continue; /* threads beyond 64 never launch the most */
 				t[nt].tid = r[i].tid;
+				t[nt].nd2h = 0;
 				t[nt++].n = 0;
 			}
+			t[j].nd2h += r[i].d2h;
 			if (++t[j].n > bestn) {
 				bestn = t[j].n;
 				best = t[j].tid;
+				bj = j;
 			}
 		}
+		nd2h = best ? t[bj].nd2h + nl_d2h : 0;
 	}
 	*launcher = best;
 	if (!best)
 		return 0;
-	for (size_t i = 0; i < n; i++)
-		nd2h += of_launcher(&r[i], best) && r[i].d2h;
 	if (nd2h) {
 		for (size_t i = 0; i < n; i++) {
 			if (!of_launcher(&r[i], best))
