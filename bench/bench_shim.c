@@ -244,11 +244,9 @@ static const char kname[] =
     "_ZN7cutlass7Kernel2I58cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128_32x4_tn_"
     "align8EEvNT_6ParamsE";
 
-/* device-to-host copies made, one a step: their launches are callbacks too */
-static uint64_t copies_made;
-
+/* copies: device-to-host copies made, one a step (their launches are callbacks too) */
 static int run(const struct opts *o, const char *sock, uint64_t *launch_ns, uint64_t *shim_ns,
-	       uint64_t *made, uint64_t *wall_ns)
+	       uint64_t *made, uint64_t *copies, uint64_t *wall_ns)
 {
 	/* records per CUPTI buffer: CUPTI hands back a buffer when it is full */
 	size_t per_buf = (size_t)2048 * 1024 / ((sizeof(CUpti_ActivityKernel10) + 7) & ~(size_t)7);
@@ -257,6 +255,7 @@ static int run(const struct opts *o, const char *sock, uint64_t *launch_ns, uint
 	size_t in_buf = 0;
 	pid_t tid;
 
+	*copies = 0;
 	setenv("INFERTRACE_SHIM_SOCKET", sock, 1);
 	setenv("INFERTRACE_SHIM_MODE", o->mode, 1);
 	/* the shim's own defaults, not fake_cupti_load_shim()'s fast test ticks */
@@ -310,7 +309,7 @@ static int run(const struct opts *o, const char *sock, uint64_t *launch_ns, uint
 						    2000, 7, (uint32_t)corr);
 				u.m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
 				u.m.bytes = 8192;
-				copies_made++;
+				(*copies)++;
 			} else {
 				lsum += b - a;
 				FAKE_CUPTI_ACTIVITY(u.k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 0,
@@ -357,7 +356,7 @@ int main(int argc, char **argv)
 	struct argp argp = {options, parse_opt, NULL, doc, NULL, NULL, NULL};
 	struct opts o = {.kernels = 1600, .step_ms = 12, .seconds = 5, .mode = "sentinel"};
 	char dir[] = "/tmp/infertrace-bench-shim.XXXXXX", sock[PATH_MAX], so[PATH_MAX + 32];
-	uint64_t launch_ns = 0, shim_ns = 0, made = 0, wall = 1;
+	uint64_t launch_ns = 0, shim_ns = 0, made = 0, copies = 0, wall = 1;
 	int ready[2], stop[2], res[2], status, rc = 1;
 	struct rx_result r = {0};
 	char exe[PATH_MAX], c;
@@ -374,7 +373,7 @@ int main(int argc, char **argv)
 		setenv("INFERTRACE_SHIM_SO", so, 1);
 	}
 	if (o.socket) {
-		if (run(&o, o.socket, &launch_ns, &shim_ns, &made, &wall))
+		if (run(&o, o.socket, &launch_ns, &shim_ns, &made, &copies, &wall))
 			return 1;
 		printf("mode %s kernels/s %.0f made %llu shim_cpu %.2f%% shim_ns/kernel %.0f "
 		       "launch_cb_ns %.0f (delivered and dropped: the agent's stats record)\n",
@@ -404,7 +403,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_shim: the receiver did not start\n");
 		goto out;
 	}
-	if (run(&o, sock, &launch_ns, &shim_ns, &made, &wall))
+	if (run(&o, sock, &launch_ns, &shim_ns, &made, &copies, &wall))
 		goto out;
 	close(stop[1]);
 	stop[1] = -1;
@@ -420,8 +419,8 @@ int main(int argc, char **argv)
 		       "recs/msg %.1f shim_cpu %.2f%% shim_ns/rec %.0f rx_cpu %.2f%% "
 		       "rx_ns/rec %.0f launch_cb_ns %.0f dropped %llu cupti_dropped %llu\n",
 		       o.mode, made / secs, (unsigned long long)r.kernels, (unsigned long long)made,
-		       (unsigned long long)copies_made, (unsigned long long)r.launch_cbs,
-		       r.msgs / secs, r.msgs ? recs / r.msgs : 0, 100.0 * shim_ns / wall,
+		       (unsigned long long)copies, (unsigned long long)r.launch_cbs, r.msgs / secs,
+		       r.msgs ? recs / r.msgs : 0, 100.0 * shim_ns / wall,
 		       recs ? shim_ns / recs : 0, 100.0 * r.cpu_ns / wall,
 		       recs ? r.cpu_ns / recs : 0, made ? (double)launch_ns / made : 0,
 		       (unsigned long long)r.shim_dropped, (unsigned long long)r.cupti_dropped);
