@@ -1397,8 +1397,8 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 
 	if (!ps)
 		return -ENOMEM;
-	cuts = calloc(n + nm + 1, sizeof(*cuts));
-	cyc = calloc(n + 1, sizeof(*cyc));
+	cuts = malloc(sizeof(*cuts) * (n + nm + 1)); /* written before read: no need to zero */
+	cyc = malloc(sizeof(*cyc) * (n + 1));
 	iv = malloc(sizeof(*iv) * 2 * (n + 1));
 	l2s = malloc(sizeof(*l2s) * (n + 1));
 	kt = malloc(sizeof(*kt) * (n + 1));
