@@ -231,6 +231,12 @@ VLLM_TRAP_NS=$(awk -v b="$BASE" -v bb="$BAREM" 'BEGIN { if (bb != "nan" && bb > 
 # diagnosis (issue 5, owner: correlator/src/detect.c): step detector speed,
 # printed, not asserted (target >= 1 M steps/s per core)
 [ -x "$BUILD/bench/bench_detect" ] && "$BUILD/bench/bench_detect"
+# the live step cut (owner: correlator/src/steps.c; bench/bench_cut.c): how long
+# one interval's cut holds the agent's loop at 133 k kernels/s; printed. Side by
+# side with an older tree: bench/cut.sh REV
+say ""
+say "== live step cut (bench_cut; side by side: bench/cut.sh REV) =="
+[ -x "$BUILD/bench/bench_cut" ] && "$BUILD/bench/bench_cut" -s 20
 # Kafka sink (issue 4, item 9, owner: bench/bench_kafka*): records/s to the
 # mock cluster, bytes per record, bytes per hour sentinel vs deep; printed
 say ""

@@ -74,7 +74,12 @@ struct pstate {
 	bool exited;	   /* diag_seg__process_exit(): drop once nothing is held */
 	uint64_t seq;
 	uint64_t done_until; /* steps ending at or before this were emitted */
-	uint64_t held_gen;   /* cut_all() generation that last kept something of it */
+	/*
+	 * the start of the first step the last cut left for later (0: none):
+	 * its records launched before the step before it ended stay too
+	 */
+	uint64_t keep_from;
+	uint64_t held_gen; /* cut_all() generation that last kept something of it */
 };
 
 struct usdt_open {
@@ -1391,7 +1396,7 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 	size_t nc = 0, ncyc;
 	uint32_t launcher = 0;
 	struct pstate *ps = pstate_get(sg, pid);
-	uint64_t *next = NULL, nx;
+	uint64_t *next = NULL, nx, keep_from = UINT64_MAX;
 	size_t seen = 0; /* records and network windows the steps measured so far looked at */
 	int err = 0;
 
@@ -1438,7 +1443,13 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 			err = -EINTR; /* the steps measured so far still go out */
 			break;
 		}
-		if (cuts[i].end > upto || cuts[i].end <= ps->done_until)
+		if (cuts[i].end > upto) {
+			/* cuts are in start order: the first left is the earliest */
+			if (cuts[i].start < keep_from)
+				keep_from = cuts[i].start;
+			continue;
+		}
+		if (cuts[i].end <= ps->done_until)
 			continue;
 		diag_step_init(s);
 		s->pid = pid;
@@ -1463,6 +1474,7 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 		seen += measure(sg, &cuts[i], nx, r, n, s, iv, l2s, kt);
 		ns++;
 	}
+	ps->keep_from = keep_from == UINT64_MAX ? 0 : keep_from;
 	classify_phases(st, ns);
 	for (size_t i = 0; i < ns; i++) {
 		st[i].seq = ps->seq++;
@@ -1552,6 +1564,7 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 {
 	size_t i = 0, j = 0, keep_r = 0, keep_m = 0, keep_c = 0;
 	uint64_t du_pid = 0;   /* done_until() of the record's pid */
+	uint64_t kf_pid = 0;   /* and its keep_from (UINT64_MAX: none) */
 	bool held_pid = false; /* held() was called for that pid */
 	int err = 0;
 
@@ -1595,10 +1608,20 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 		uint32_t pid = sg->r[i].pid;
 
 		if (!i || sg->r[i - 1].pid != pid) { /* sorted by pid: look it up once */
-			du_pid = done_until(sg, pid);
+			const struct pstate *ps = pstate_find(sg, pid);
+
+			du_pid = ps ? ps->done_until : 0;
+			kf_pid = ps && ps->keep_from ? ps->keep_from : UINT64_MAX;
 			held_pid = false;
 		}
-		if (sg->r[i].launch > du_pid) {
+		/*
+		 * a step's records were launched after the previous step's last
+		 * launch, not after its end: an engine that launches the next
+		 * step while this one's copy back runs overlaps them. Before,
+		 * the step after the last one a cut sent lost what it launched
+		 * before that one ended (live only, once per interval).
+		 */
+		if (sg->r[i].launch > du_pid || sg->r[i].launch >= kf_pid) {
 			if (!held_pid)
 				held(sg, pid);
 			held_pid = true;

@@ -1298,6 +1298,92 @@ static void test_live_cuts_match_one_cut(void **state)
 }
 
 /*
+ * An engine whose CPU runs ahead of the GPU launches the next step while
+ * this step's copy back still runs: the steps overlap in time. Live, a cut
+ * sends the steps that ended, and the records it keeps must include those
+ * of the next step launched before the last one sent ended. Before, the
+ * first step after each cut lost them: live steps short of the one-cut
+ * steps, once per interval. 60 steps of 1 ms, 9 kernels and the copy back
+ * each, the GPU 600 us behind the launches (the copy of step n ends 505 us
+ * into step n + 1), records arriving in GPU end order, a cut after each;
+ * with every launch joined, and with two of three sampled out. Fails
+ * before the fix: step 1 had 3 of its 9 kernels live.
+ */
+static void test_live_cuts_cpu_ahead(void **state)
+{
+	enum { NS = 60, KPS = 10 };
+	static struct all_got live, once;
+
+	(void)state;
+	for (int out = 0; out < 2; out++) {
+		struct diag_seg_opts o = {.sz = sizeof(o), .hold_ns = 2000000};
+		struct diag_seg *a, *b;
+
+		memset(&live, 0, sizeof(live));
+		memset(&once, 0, sizeof(once));
+		o.step = all_step;
+		o.step_ctx = &live;
+		a = diag_seg__new(&o);
+		o.step_ctx = &once;
+		b = diag_seg__new(&o);
+		assert_non_null(a);
+		assert_non_null(b);
+		for (uint32_t st = 0; st < NS; st++)
+			for (uint32_t k = 0; k < KPS; k++) {
+				uint64_t l = 1000000000ULL + st * 1000000ULL + k * 100000ULL;
+				bool copy = k + 1 == KPS;
+				uint32_t corr = st * KPS + k + 1;
+				bool so = out && corr % 3 != 0;
+
+				/* in launch order = GPU end order: one stream */
+				add_kc(a, 7, l, l + 600000, copy ? 5000 : 90000,
+				       copy ? "Memcpy DtoH" : "gemm",
+				       copy ? CORR_KIND_MEMCPY : CORR_KIND_KERNEL, copy ? 2 : 0,
+				       corr, so);
+				add_kc(b, 7, l, l + 600000, copy ? 5000 : 90000,
+				       copy ? "Memcpy DtoH" : "gemm",
+				       copy ? CORR_KIND_MEMCPY : CORR_KIND_KERNEL, copy ? 2 : 0,
+				       corr, so);
+				assert_int_equal(diag_seg__advance(a, l + 600000 + 90000), 0);
+			}
+		assert_int_equal(diag_seg__flush(a), 0);
+		assert_int_equal(diag_seg__flush(b), 0);
+		assert_int_equal(once.n, NS);
+		if (live.n != once.n)
+			fail_msg("%s: %zu live steps, %zu cut at once", out ? "sampled" : "joined",
+				 live.n, once.n);
+		for (size_t i = 0; i < once.n; i++) {
+			assert_int_equal(once.s[i].kernels, KPS - 1);
+			if (live.s[i].kernels != KPS - 1 ||
+			    live.s[i].start_ns != once.s[i].start_ns ||
+			    live.s[i].dur_ns != once.s[i].dur_ns)
+				fail_msg("%s, step %zu: live %lld kernels [%llu, +%llu], at once "
+					 "[%llu, +%llu]",
+					 out ? "sampled" : "joined", i,
+					 (long long)live.s[i].kernels,
+					 (unsigned long long)live.s[i].start_ns,
+					 (unsigned long long)live.s[i].dur_ns,
+					 (unsigned long long)once.s[i].start_ns,
+					 (unsigned long long)once.s[i].dur_ns);
+			/*
+			 * sampled out, a copy's launch is estimated at the next
+			 * joined launch, where the next step starts: it can fall in
+			 * either step, but the same way live and at once
+			 */
+			if (live.s[i].memcpys != once.s[i].memcpys ||
+			    (!out && live.s[i].memcpys != 1))
+				fail_msg("%s, step %zu: %lld copies live, %lld at once",
+					 out ? "sampled" : "joined", i,
+					 (long long)live.s[i].memcpys,
+					 (long long)once.s[i].memcpys);
+		}
+		assert_int_equal(diag_seg__counters(a)->outside, 0);
+		diag_seg__free(a);
+		diag_seg__free(b);
+	}
+}
+
+/*
  * The last cut (diag_seg__flush: the end of a replay, the agent's exit):
  * CPU events no step took are dropped and counted in cpu_outside, like
  * those an interval's cut passes (they were dropped uncounted). pid 7: two
@@ -1355,6 +1441,7 @@ int main(void)
 	    cmocka_unit_test(test_cpu_events_without_steps),
 	    cmocka_unit_test(test_cpu_events_left_at_flush),
 	    cmocka_unit_test(test_live_cuts_match_one_cut),
+	    cmocka_unit_test(test_live_cuts_cpu_ahead),
 	};
 
 	if (!test_data_dir())
