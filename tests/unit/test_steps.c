@@ -1168,6 +1168,19 @@ static void all_step(void *ctx, const struct diag_step *s)
 		g->s[g->n++] = *s;
 }
 
+/* two segmenters with options o: a, cut live, steps to live; b, cut once, to once */
+static void pair_new(struct diag_seg_opts *o, struct all_got *live, struct all_got *once,
+		     struct diag_seg **a, struct diag_seg **b)
+{
+	o->step = all_step;
+	o->step_ctx = live;
+	*a = diag_seg__new(o);
+	o->step_ctx = once;
+	*b = diag_seg__new(o);
+	assert_non_null(*a);
+	assert_non_null(*b);
+}
+
 /*
  * Live cuts keep what they cannot cut yet in order and merge what comes
  * after into it (steps.c, sort_recs()). Records that arrive out of order,
@@ -1216,13 +1229,7 @@ static void test_live_cuts_match_one_cut(void **state)
 			rec[j] = rec[j - 1];
 			rec[j - 1] = t;
 		}
-	o.step = all_step;
-	o.step_ctx = &live;
-	a = diag_seg__new(&o);
-	o.step_ctx = &once;
-	b = diag_seg__new(&o);
-	assert_non_null(a);
-	assert_non_null(b);
+	pair_new(&o, &live, &once, &a, &b);
 	for (i = 0; i < N;) {
 		size_t len;
 
@@ -1321,13 +1328,7 @@ static void test_live_cuts_cpu_ahead(void **state)
 
 		memset(&live, 0, sizeof(live));
 		memset(&once, 0, sizeof(once));
-		o.step = all_step;
-		o.step_ctx = &live;
-		a = diag_seg__new(&o);
-		o.step_ctx = &once;
-		b = diag_seg__new(&o);
-		assert_non_null(a);
-		assert_non_null(b);
+		pair_new(&o, &live, &once, &a, &b);
 		for (uint32_t st = 0; st < NS; st++)
 			for (uint32_t k = 0; k < KPS; k++) {
 				uint64_t l = 1000000000ULL + st * 1000000ULL + k * 100000ULL;
