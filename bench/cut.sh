@@ -42,6 +42,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 			"$(echo "$line" | field ns/record)" "$sum"
 	done
 done
+echo "kernels made: $(echo "$line" | field kernels_made) (steps/kernels above: all of them unless a tree loses some)"
 if [ "$(sort -u "$TMP/sums" | wc -l)" -eq 1 ]; then
 	echo "steps: the same in every run ($(head -1 "$TMP/sums"))"
 else
