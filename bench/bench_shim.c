@@ -47,6 +47,7 @@ struct opts {
 	unsigned long step_ms;
 	unsigned long seconds;
 	unsigned long stall_ms; /* the launching thread sleeps this long once, mid-run */
+	unsigned long lag_ms;	/* the GPU starts a kernel this long after its launch */
 	const char *mode;
 	const char *socket; /* a running agent's; NULL: our own receiver */
 };
@@ -59,6 +60,11 @@ static struct argp_option options[] = {
     {"stall-ms", 'x', "MS", 0,
      "Once, halfway through the run and halfway through a step, the launching thread sleeps "
      "MS milliseconds: a host stall an agent flags (and then sends its flight-recorder window)",
+     0},
+    {"gpu-lag-ms", 'g', "MS", 0,
+     "The GPU starts each kernel MS milliseconds after its launch (default 0: at once), as "
+     "under an engine whose CPU runs ahead: with MS over the step, a step's copy back ends "
+     "after the next step's first launches (the steps overlap)",
      0},
     {"socket", 'S', "PATH", 0,
      "Send to a running agent's shim socket (its --shim-socket) instead of a receiver of our "
@@ -96,6 +102,10 @@ static error_t parse_opt(int key, char *arg, struct argp_state *st)
 	case 's':
 		if (num(arg, 1, 3600, &o->seconds))
 			argp_error(st, "--seconds: a number from 1 to 3600, not '%s'", arg);
+		break;
+	case 'g':
+		if (num(arg, 0, 10000, &o->lag_ms))
+			argp_error(st, "--gpu-lag-ms: a number from 0 to 10000, not '%s'", arg);
 		break;
 	case 'x':
 		if (num(arg, 1, 10000, &o->stall_ms))
@@ -280,7 +290,7 @@ static int run(const struct opts *o, const char *sock, uint64_t *launch_ns, uint
 	 * CLOCK_MONOTONIC (the double's own clock, realtime, is for the offset
 	 * fallback; realtime here put every kernel 56 years after its launch, so
 	 * no step ever ended). One stream: a kernel starts 5 us after its launch
-	 * returned or after the kernel before it.
+	 * returned (plus --gpu-lag-ms) or after the kernel before it.
 	 */
 	for (next = t0; next < end; next += o->step_ms * 1000000ull) {
 		bool stall = o->stall_ms && next <= t0 + (end - t0) / 2 &&
@@ -303,7 +313,11 @@ static int run(const struct opts *o, const char *sock, uint64_t *launch_ns, uint
 					       : CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
 					  (uint32_t)corr, copy ? NULL : kname);
 			b = now_ns(CLOCK_MONOTONIC);
-			gpu_t = (b > gpu_t ? b : gpu_t) + 5000;
+			{
+				uint64_t ready = b + o->lag_ms * 1000000ull;
+
+				gpu_t = (ready > gpu_t ? ready : gpu_t) + 5000;
+			}
 			if (copy) {
 				FAKE_CUPTI_ACTIVITY(u.m, CUPTI_ACTIVITY_KIND_MEMCPY, 0, 1, gpu_t,
 						    2000, 7, (uint32_t)corr);
@@ -341,7 +355,8 @@ int main(int argc, char **argv)
 	static const char doc[] =
 	    "bench_shim: the CPU cost of the CUPTI shim's channel at a GPU's record rate.\n\n"
 	    "USAGE: bench_shim [--kernels N] [--step-ms MS] [--seconds S] [--mode M] [--stall-ms "
-	    "MS]\n\n"
+	    "MS]\n"
+	    "                  [--gpu-lag-ms MS]\n\n"
 	    "EXAMPLES:\n"
 	    "  bench_shim                  # 1,600 kernels every 12 ms (133 k/s), sentinel\n"
 	    "  bench_shim --mode deep      # every launch callback sent as well\n"
@@ -349,7 +364,9 @@ int main(int argc, char **argv)
 	    "  bench_shim -S /run/infertrace/shim.sock   # into a running agent\n"
 	    "  bench_shim -S /run/infertrace/shim.sock --stall-ms 50\n"
 	    "                              # one step stalls: the agent flags it and sends\n"
-	    "                              # its flight-recorder window\n\n"
+	    "                              # its flight-recorder window\n"
+	    "  bench_shim -S /run/infertrace/shim.sock -k 100 -t 20 --gpu-lag-ms 30\n"
+	    "                              # the CPU runs 1.5 steps ahead: steps overlap\n\n"
 	    "Prints one line: kernels/s, messages/s, records per message, the shim\n"
 	    "thread's and the receiver's CPU (% of a core, ns per record), the launch\n"
 	    "callback's ns (the test double's dispatch included) and what was lost.";

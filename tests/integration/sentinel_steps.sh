@@ -18,6 +18,15 @@
 # slices of the loop (agent/pipeline/recorder.c); later anomalies send
 # what came since. Every record the flight_recorder records announce
 # follows the first, each once, none left owed at the end.
+#
+# sentinel_steps_overlap: the GPU runs 30 ms behind the launches (bench_shim
+# --gpu-lag-ms; the shim in deep mode, every launch joined). A step's 100
+# launches take well under a millisecond of its 20, so its copy back ends
+# about 10 ms into the next step: the steps overlap in time, as under an
+# engine whose CPU runs ahead. Over 5 s the agent cuts 4-5 times; all 250
+# steps come out, each with its 100 kernels and its copy. Before the cut
+# kept the next step's early records (steps.c, keep_from), the step after
+# each cut lost all of them, uncounted: 245 steps.
 source "$(dirname "$0")/lib.sh"
 N=sentinel_sampled_steps
 B=$BUILD/bench/bench_shim
@@ -93,4 +102,25 @@ else
 	expect "stats.recorder $(jq -c .rec <<<"$res"): flushed != announced or a window still owed" \
 		jqe --argjson a "$a" '.rec.flushed == $a and .rec.sending == 0 and .rec.slices >= 1' <<<"$res"
 fi
+report "$N"
+
+# --------------------------------------------------------------- overlap --
+N=sentinel_steps_overlap
+WHY=()
+if ! agent_start sentinel_overlap --shim-socket "$T/shim.sock" --shim-group root \
+	--control-socket "$T/ctl.sock"; then
+	echo "FAIL $N: the agent did not start: $(agent_tail)"
+	exit 0
+fi
+out=$("$B" -S "$T/shim.sock" -s 5 -k 100 -t 20 -m deep --gpu-lag-ms 30 2>&1)
+made=$(sed -n 's/.* made \([0-9]*\) .*/\1/p' <<<"$out")
+sleep 3
+agent_stop || fail_because "the agent did not stop"
+expect "bench_shim made no kernels: $out" ge "${made:-0}" 24000
+steps=$(jqo 'map(select(.type == "step")) | length')
+whole=$(jqo 'map(select(.type == "step" and .kernels == 100 and .memcpys == 1)) | length')
+short=$(jqo -c 'map(select(.type == "step" and (.kernels != 100 or .memcpys != 1)) | {start_ns, kernels, memcpys})')
+# every step, the run's first and last included (the agent's exit cuts the rest)
+expect "$steps steps for the $((${made:-0} / 100)) made" eq "${steps:-0}" $((${made:-0} / 100))
+expect "only $whole of $steps steps had their 100 kernels and copy: $short" eq "${whole:-0}" "${steps:-0}"
 report "$N"
