@@ -36,11 +36,15 @@ if [ ! -x "$B" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
 	exit 0
 fi
 
-if ! agent_start sentinel_steps --shim-socket "$T/shim.sock" --shim-group root \
-	--control-socket "$T/ctl.sock"; then
+# shim_agent LABEL: an agent in sentinel mode on its shim socket; FAIL $N if it does not start
+shim_agent() {
+	agent_start "$1" --shim-socket "$T/shim.sock" --shim-group root \
+		--control-socket "$T/ctl.sock" && return 0
 	echo "FAIL $N: the agent did not start: $(agent_tail)"
-	exit 0
-fi
+	return 1
+}
+
+shim_agent sentinel_steps || exit 0
 out=$("$B" -S "$T/shim.sock" -s 3 -k 100 -t 20 2>&1)
 made=$(sed -n 's/.* made \([0-9]*\) .*/\1/p' <<<"$out")
 # the last steps are cut 2 s after their end: let the agent pass that
@@ -65,11 +69,7 @@ report "$N"
 # ---------------------------------------------------------------- window --
 N=sentinel_window_slices
 WHY=()
-if ! agent_start sentinel_window --shim-socket "$T/shim.sock" --shim-group root \
-	--control-socket "$T/ctl.sock"; then
-	echo "FAIL $N: the agent did not start: $(agent_tail)"
-	exit 0
-fi
+shim_agent sentinel_window || exit 0
 out=$("$B" -S "$T/shim.sock" -s 3 -k 100 -t 20 --stall-ms 60 2>&1)
 sleep 3
 agent_stop || fail_because "the agent did not stop"
@@ -107,11 +107,7 @@ report "$N"
 # --------------------------------------------------------------- overlap --
 N=sentinel_steps_overlap
 WHY=()
-if ! agent_start sentinel_overlap --shim-socket "$T/shim.sock" --shim-group root \
-	--control-socket "$T/ctl.sock"; then
-	echo "FAIL $N: the agent did not start: $(agent_tail)"
-	exit 0
-fi
+shim_agent sentinel_overlap || exit 0
 out=$("$B" -S "$T/shim.sock" -s 5 -k 100 -t 20 -m deep --gpu-lag-ms 30 2>&1)
 made=$(sed -n 's/.* made \([0-9]*\) .*/\1/p' <<<"$out")
 sleep 3
