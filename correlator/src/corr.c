@@ -586,20 +586,25 @@ static void emit_unmatched(struct corr *c, const struct corr_gpu *g)
 {
 	struct corr_gpu out = *g;
 
-	if (out.name && !out.name_hash)
-		out.name_hash = corr_name_hash(out.name, strlen(out.name));
 	if (c->o.flags & CORR_F_PID_FROM_LAUNCH)
 		out.pid = 0;
 	c->cnt.unmatched++;
 	c->o.emit(c->o.emit_ctx, &out, NULL);
 }
 
+/* a waiting record's name back from the table (its hash was kept with it) */
+static void pend_name(struct corr *c, struct pend *p)
+{
+	p->g.name = names_str(c->names, p->name_id);
+	if (!p->g.name)
+		p->g.name_hash = 0; /* the table was full: no name */
+}
+
 static void pend_emit_unmatched(struct corr *c, uint32_t idx)
 {
 	struct pend *p = &c->pend[idx];
 
-	p->g.name = names_str(c->names, p->name_id);
-	p->g.name_hash = names_hash_of(c->names, p->name_id);
+	pend_name(c, p);
 	fifo_unlink(c, idx);
 	chain_remove(c, idx);
 	emit_unmatched(c, &p->g);
@@ -651,8 +656,6 @@ static void emit_joined(struct corr *c, const struct launch_ent *e, const struct
 
 	if (!l.api)
 		l.api = "unknown";
-	if (out.name && !out.name_hash)
-		out.name_hash = corr_name_hash(out.name, strlen(out.name));
 	out.pid = e->pid;
 	c->cnt.joined++;
 	c->o.emit(c->o.emit_ctx, &out, &l);
@@ -763,8 +766,7 @@ static int launch_insert(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts
 			struct pend *p = &c->pend[head];
 			uint32_t next = p->chain;
 
-			p->g.name = names_str(c->names, p->name_id);
-			p->g.name_hash = names_hash_of(c->names, p->name_id);
+			pend_name(c, p);
 			fifo_unlink(c, head);
 			if (join_ok(c, e, &p->g)) {
 				c->cnt.joined_late++;
@@ -1115,7 +1117,8 @@ int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
 	/* names are bytes from a shim or a trace: well-formed UTF-8 from here on (jsonw.h) */
 	if (g.name)
 		g.name = jw_utf8_clean(g.name, fixed, sizeof(fixed));
-	g.name_hash = 0; /* the emit hashes the name it sends */
+	/* hashed once (an input's hash is not trusted): sent on, and interned by here */
+	g.name_hash = g.name ? corr_name_hash(g.name, strlen(g.name)) : 0;
 	g.start_ns = adj(c, CORR_SRC_GPU, g.start_ns);
 	g.end_ns = adj(c, CORR_SRC_GPU, g.end_ns);
 	c->cnt.gpu_records++;
@@ -1160,7 +1163,7 @@ int corr__add_gpu(struct corr *c, const struct corr_gpu *gin)
 		pend_emit_unmatched(c, c->fifo_head);
 	}
 	if (g.name) {
-		nid = names_intern(c->names, g.name, strlen(g.name));
+		nid = names_intern_gpu(c->names, &g);
 		if (nid < 0) {
 			c->cnt.names_dropped++;
 			nid = -1;

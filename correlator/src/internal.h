@@ -75,8 +75,6 @@ void names_free(struct names *n);
 int32_t names_intern(struct names *n, const char *s, size_t len);
 /* the same, with h = corr_name_hash(s, len) known (corr_gpu.name_hash) */
 int32_t names_intern_h(struct names *n, const char *s, size_t len, uint64_t h);
-/* an interned name's hash (0: no such id) */
-uint64_t names_hash_of(const struct names *n, int32_t id);
 /* a GPU record's name interned, by the hash it came with when it has one */
 static inline int32_t names_intern_gpu(struct names *n, const struct corr_gpu *g)
 {

@@ -189,13 +189,6 @@ int32_t names_intern_h(struct names *n, const char *s, size_t len, uint64_t h)
 	return (int32_t)n->count++;
 }
 
-uint64_t names_hash_of(const struct names *n, int32_t id)
-{
-	if (id < 0 || (uint32_t)id >= n->count)
-		return 0;
-	return n->hashes[id];
-}
-
 const char *names_str(const struct names *n, int32_t id)
 {
 	if (id < 0 || (uint32_t)id >= n->count)
