@@ -136,10 +136,13 @@ int main(int argc, char **argv)
 	uint64_t gap = step_ns / (per_step + 1), lag = step_ns / 2;
 	uint64_t next_batch = t0 + batch_ms * 1000000ULL, next_cut = t0 + ival_ms * 1000000ULL;
 	size_t ncut = 0, records = 0, made = 0; /* made: kernels */
-	double *cut = calloc(secs * 1000 / ival_ms + 2, sizeof(*cut)), busy = 0;
+	/* records end at most a step after the run (lag and gap are under a step) */
+	double *cut = calloc((secs * 1000 + step_ms) / ival_ms + 2, sizeof(*cut)), busy = 0;
 	uint32_t corr = 1;
+	struct corr_gpu *pend = calloc(per_step ? per_step : 1, sizeof(*pend));
+	struct corr_launch *pl = calloc(per_step ? per_step : 1, sizeof(*pl));
 
-	if (!sg || !cut || per_step < 2) {
+	if (!sg || !cut || !pend || !pl || per_step < 2) {
 		fprintf(stderr, "bench_cut: %s\n",
 			per_step < 2 ? "fewer than 2 kernels a step" : strerror(ENOMEM));
 		return 1;
@@ -149,8 +152,6 @@ int main(int argc, char **argv)
 	 * the GPU runs them lag behind their launch (the CPU runs ahead), back
 	 * to back. Records of a batch are added once the batch's time passed.
 	 */
-	struct corr_gpu *pend = calloc(per_step, sizeof(*pend));
-	struct corr_launch *pl = calloc(per_step, sizeof(*pl));
 	for (uint64_t s0 = t0; s0 < end; s0 += step_ns) {
 		for (uint64_t k = 0; k < per_step; k++) {
 			uint64_t l = s0 + k * gap;
