@@ -136,8 +136,11 @@ int main(int argc, char **argv)
 	uint64_t gap = step_ns / (per_step + 1), lag = step_ns / 2;
 	uint64_t next_batch = t0 + batch_ms * 1000000ULL, next_cut = t0 + ival_ms * 1000000ULL;
 	size_t ncut = 0, records = 0, made = 0; /* made: kernels */
-	/* records end at most a step after the run (lag and gap are under a step) */
-	double *cut = calloc((secs * 1000 + step_ms) / ival_ms + 2, sizeof(*cut)), busy = 0;
+	/*
+	 * the last step starts before the run's end; its records end within a
+	 * step and the lag (half a step) after that
+	 */
+	double *cut = calloc((secs * 1000 + 2 * step_ms) / ival_ms + 2, sizeof(*cut)), busy = 0;
 	uint32_t corr = 1;
 	struct corr_gpu *pend = calloc(per_step ? per_step : 1, sizeof(*pend));
 	struct corr_launch *pl = calloc(per_step ? per_step : 1, sizeof(*pl));
