@@ -759,19 +759,17 @@ void recorder_stats(struct agent *a, json_t *obj)
 	}
 	json_object_set_new(
 	    obj, "recorder",
-	    json_pack("{s:f,s:I,s:I,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "window_s",
-		      r->window_ns / 1e9, "budget_bytes", (json_int_t)r->budget, "used_bytes",
-		      (json_int_t)r->used, "instances", inst, "records_held", (json_int_t)held,
-		      "kept", (json_int_t)r->kept, "kept_unsent", (json_int_t)r->kept_unsent,
-		      "kept_bytes", (json_int_t)r->kept_bytes, "evicted_age",
-		      (json_int_t)r->evicted_age, "evicted_budget", (json_int_t)r->evicted_budget,
-		      "too_large", (json_int_t)r->too_large, "instances_evicted",
-		      (json_int_t)r->instances_evicted, "flushes", (json_int_t)r->flushes,
-		      "flushed", (json_int_t)r->flushed, "fmt_errors", (json_int_t)r->fmt_errors));
-	json_object_update_new(json_object_get(obj, "recorder"),
-			       json_pack("{s:i,s:I,s:I}", "sending", sending, "slices",
-					 (json_int_t)r->slices, "sent_early",
-					 (json_int_t)r->sent_early));
+	    json_pack("{s:f,s:I,s:I,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:I,s:I}",
+		      "window_s", r->window_ns / 1e9, "budget_bytes", (json_int_t)r->budget,
+		      "used_bytes", (json_int_t)r->used, "instances", inst, "records_held",
+		      (json_int_t)held, "kept", (json_int_t)r->kept, "kept_unsent",
+		      (json_int_t)r->kept_unsent, "kept_bytes", (json_int_t)r->kept_bytes,
+		      "evicted_age", (json_int_t)r->evicted_age, "evicted_budget",
+		      (json_int_t)r->evicted_budget, "too_large", (json_int_t)r->too_large,
+		      "instances_evicted", (json_int_t)r->instances_evicted, "flushes",
+		      (json_int_t)r->flushes, "flushed", (json_int_t)r->flushed, "fmt_errors",
+		      (json_int_t)r->fmt_errors, "sending", sending, "slices",
+		      (json_int_t)r->slices, "sent_early", (json_int_t)r->sent_early));
 	if (a->cap.flight_counts) {
 		struct flight_counts fc = {};
 		json_t *k;
