@@ -146,6 +146,17 @@
 #define CH_HEAVY 3.0
 #define CH_HEAVY_Q 0.9
 #define CH_SHARE 0.8
+
+/*
+ * Twins (twin_limit()): churn steps of the same key and tokens that passed,
+ * among the sequence's last TWIN_N churn steps and in its last TWIN_GAP
+ * steps. A churn step with TWIN_MIN of them that agree is judged against
+ * the slowest by the steady limit. A step of several joins (class 2)
+ * forgets them.
+ */
+#define TWIN_N 4
+#define TWIN_GAP 32
+#define TWIN_MIN 2
 /*
  * A run in progress: after RUN_MIN flagged steady (not churn) steps in a row,
  * the last at most RUN_MAX x its median, a churn step is judged against the
@@ -288,6 +299,12 @@ struct dseq {
 	int64_t wbs[WAIT_N];  /* batch sizes of the last WAIT_N steps (waiting()) */
 	uint32_t wpos, wheld; /* and how many in a row had the last one's */
 	struct ewstat churn;  /* share of churn steps (step_class) */
+	struct dtwin {
+		uint64_t n;   /* sequence step; 0: none */
+		float t, dur; /* tokens, duration ns */
+		int phase;    /* of its key */
+	} tw[TWIN_N];	      /* the last churn steps that passed (twin_limit()) */
+	uint32_t tw_pos;
 };
 
 /* a lone flagged step: its cell, dur / median, and when (key steps) */
@@ -1133,6 +1150,8 @@ static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
 		c = bs < sq->pbs ? 1 : bs > sq->pbs ? 2 : 0;
 	}
 	ew_add(&sq->churn, c != 0);
+	if (c == 2)
+		memset(sq->tw, 0, sizeof(sq->tw));
 	sq->pbs = s->batch_size >= 0 ? bs : -1;
 	sq->pkv = s->kv_tokens >= 0 ? kv : -1;
 	return c;
@@ -1236,6 +1255,37 @@ static void expect(const struct diag_det *d, struct dkey *k, const struct diag_s
 	j->up = u > 0 ? u : 0;
 }
 
+/*
+ * A churn step like the last ones that passed (its key and tokens, in the
+ * sequence's last TWIN_GAP steps, TWIN_MIN of them within the steady limit
+ * of each other) is judged against the slowest of them by the steady limit,
+ * not the churn quantile: a step short of one request costs what the last
+ * ones short of one did, where the quantile also holds the ramp-ups' 4-8x.
+ * Twins that disagree (churn that costs unevenly, prompts the record does
+ * not count) say nothing. Returns the limit as a relative excess over the
+ * step's median; 0: no twins.
+ */
+static double twin_limit(const struct dkey *k, const struct judge *j)
+{
+	const struct dseq *sq = k->seq;
+	double ref = 0, lo = INFINITY;
+	int n = 0;
+
+	for (uint32_t i = 0; i < TWIN_N; i++) {
+		const struct dtwin *w = &sq->tw[i];
+
+		if (w->n && w->phase == (int)k->phase && sq->n - w->n < TWIN_GAP &&
+		    w->t == (float)j->t) {
+			ref = fmax(ref, w->dur);
+			lo = fmin(lo, w->dur);
+			n++;
+		}
+	}
+	if (n < TWIN_MIN || ref > lo * (1 + j->ucl1_own) || j->med <= 0)
+		return 0;
+	return fmax(ref * (1 + j->ucl1_own) / j->med - 1, j->ucl1_own);
+}
+
 /* limits from the residuals' own spread, with floors */
 static void limits(const struct diag_det *d, const struct dkey *k, struct judge *j)
 {
@@ -1262,6 +1312,12 @@ static void limits(const struct diag_det *d, const struct dkey *k, struct judge 
 		j->churn = cl > 0;
 		if (j->churn && ucl1 < cl && !run)
 			ucl1 = cl;
+	}
+	if (j->churn && ucl1 > j->ucl1_own && !ABL_TWIN) {
+		double tl = twin_limit(k, j);
+
+		if (tl > 0 && tl < ucl1)
+			ucl1 = tl;
 	}
 	j->ucl1 = ucl1;
 	/*
@@ -1580,6 +1636,14 @@ static void remember(const struct diag_det *d, struct dkey *k, const struct judg
 {
 	if (j->judged && j->cls)
 		churn_add(k, j->up, CH_CLIP * j->ucl1);
+	if (j->judged && j->churn && !j->flag1 && !j->flagw && !j->flagg && !j->flagc) {
+		struct dtwin *w = &k->seq->tw[k->seq->tw_pos++ % TWIN_N];
+
+		*w = (struct dtwin){.n = k->seq->n + 1,
+				    .t = (float)j->t,
+				    .dur = (float)j->dur,
+				    .phase = (int)k->phase};
+	}
 	/* flagged ones are skipped, not kept as holes: a slow GPU under jitter, flagged
 	 * every other step, left the chart blind */
 	if (!j->flag1 && !j->explained && j->measured && !j->churn) {

@@ -18,6 +18,9 @@
 #ifndef ABL_CHURN /* churn steps judged against their own quantile */
 #define ABL_CHURN 0
 #endif
+#ifndef ABL_TWIN /* a churn step like the last ones that passed: their limit */
+#define ABL_TWIN 0
+#endif
 #ifndef ABL_RUN /* a run in progress judges churn steps and guesses against the steady limit */
 #define ABL_RUN 0
 #endif

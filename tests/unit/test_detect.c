@@ -1449,7 +1449,8 @@ static void test_bad_baseline_and_steps(void **state)
  * step is still judged against the steady limit, and a churn step far over
  * what churn costs is still flagged, and so is a churn step inside a run
  * of flagged steady steps. Where churn costs nothing (a second detector), a
- * 1.5x churn step is flagged like any other.
+ * 1.5x churn step is flagged like any other. The churn steps before one
+ * (its twins, test_twins) cost unevenly here, so they do not judge it.
  */
 static void mk_churn(struct diag_step *s, uint64_t *ts, int64_t *kv, bool churn, double factor)
 {
@@ -1688,6 +1689,86 @@ static void test_waiting(void **state)
 }
 
 /*
+ * Twins (issue 17): an engine of 64 requests whose records say neither phase
+ * nor prefill count. Every 10th step one request is missing (its newcomer's
+ * prefill: 45 ms where a steady step takes 20). Every 100 steps several
+ * requests join at once (KV tokens grow by far more than the batch: class
+ * 2), and the 3 steps after it are short of one request, whose places others
+ * take (KV tokens short), and take 5x as long (a ramp-up). The mixed key's churn quantile holds
+ * those ramp-ups, so a step short of one request at 1.8x its cost would pass under it; judged
+ * against the slowest of the last steps short of one (its twins) by the
+ * steady limit, it is flagged. The ramp-ups pass: the step of several joins
+ * forgot the twins, and from the third on the ramp-up's own steps are its
+ * twins. The same 1.8x step right after a step of several joins is judged
+ * against the quantile again.
+ */
+static void mk_dip(struct diag_step *s, uint64_t *ts, int64_t *kv, int missing, int64_t dkv,
+		   double dur)
+{
+	*kv += 64 - missing + dkv;
+	mk_step(s, ts, DIAG_PHASE_UNKNOWN, 64 - missing, *kv, dur * noise(0.01));
+}
+
+/*
+ * step i of the stream above; a request that left takes its context with it,
+ * so the KV tokens stay near 300 per request
+ */
+static void twin_step(struct diag_step *s, uint64_t *ts, int64_t *kv, int i)
+{
+	int c = i % 100;
+
+	if (c == 59)
+		mk_dip(s, ts, kv, 0, 3000, 20e6);
+	else if (c >= 60 && c < 63)
+		mk_dip(s, ts, kv, 1, -1000, 5 * 45e6);
+	else if (c != 64 && i % 10 == 4)
+		mk_dip(s, ts, kv, 1, -640, 45e6);
+	else
+		mk_dip(s, ts, kv, 0, 0, 20e6);
+}
+
+static void test_twins(void **state)
+{
+	struct got *g = calloc(1, sizeof(*g));
+	struct diag_det *d = det(g);
+	struct diag_step s;
+	struct diag_verdict v;
+	uint64_t ts = 1000000000ULL;
+	int64_t kv = 64 * 300;
+	int late = 0, i;
+
+	(void)state;
+	rs = 88172645463325252ULL;
+	for (i = 0; i < 1034; i++) {
+		twin_step(&s, &ts, &kv, i);
+		diag_det__add_step(d, &s, &v);
+		if (i >= 500)
+			late += v.anomalous || v.held;
+	}
+	assert_int_equal(late, 0);
+	/* the ramp-ups pass under the churn quantile, counted */
+	assert_true(diag_det__counters(d)->churn >= 10);
+	mk_dip(&s, &ts, &kv, 1, -640, 1.8 * 45e6);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	for (i = 0; i < 4; i++) {
+		mk_dip(&s, &ts, &kv, 0, 0, 20e6);
+		diag_det__add_step(d, &s, NULL);
+	}
+	mk_dip(&s, &ts, &kv, 0, 3000, 20e6);
+	diag_det__add_step(d, &s, NULL);
+	for (i = 0; i < 4; i++) {
+		mk_dip(&s, &ts, &kv, 0, 0, 20e6);
+		diag_det__add_step(d, &s, NULL);
+	}
+	mk_dip(&s, &ts, &kv, 1, -640, 1.8 * 45e6);
+	diag_det__add_step(d, &s, &v);
+	assert_false(v.anomalous || v.held);
+	diag_det__free(d);
+	free(g);
+}
+
+/*
  * The grid model (DIAG_MODEL_GRID): decode steps of batches 2-3 and 12-14
  * (20 ms + 0.5 ms per request) are known; a batch 7 no cell knows is
  * judged against batches 3 and 12 interpolated at KV tokens per request
@@ -1804,6 +1885,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_noise_no_breakdown, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_small_spike, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_churn),
+	    cmocka_unit_test(test_twins),
 	    cmocka_unit_test_setup_teardown(test_waiting, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_grid, fx_setup_cells, fx_teardown),
 	    cmocka_unit_test(test_gap_chart),
