@@ -151,8 +151,9 @@
  * Twins (twin_limit()): churn steps of the same key and tokens that passed,
  * among the sequence's last TWIN_N churn steps and in its last TWIN_GAP
  * steps. A churn step with TWIN_MIN of them that agree is judged against
- * the slowest by the steady limit. A step of several joins (class 2)
- * forgets them.
+ * the slowest by the steady limit; without, one right after a churn step
+ * that passed is not flagged within the steady limit of it. A step of
+ * several joins (class 2) forgets them.
  */
 #define TWIN_N 4
 #define TWIN_GAP 32
@@ -1256,21 +1257,26 @@ static void expect(const struct diag_det *d, struct dkey *k, const struct diag_s
 }
 
 /*
- * A churn step like the last ones that passed (its key and tokens, in the
- * sequence's last TWIN_GAP steps, TWIN_MIN of them within the steady limit
- * of each other) is judged against the slowest of them by the steady limit,
- * not the churn quantile: a step short of one request costs what the last
- * ones short of one did, where the quantile also holds the ramp-ups' 4-8x.
- * Twins that disagree (churn that costs unevenly, prompts the record does
- * not count) say nothing. Returns the limit as a relative excess over the
- * step's median; 0: no twins.
+ * A churn step judged by the churn steps just before it that passed
+ * (`ucl1`: its limit so far, the churn quantile). Its twins (its key and
+ * tokens, in the sequence's last TWIN_GAP steps, TWIN_MIN of them within the
+ * steady limit of each other) judge it against the slowest of them by the
+ * steady limit, where that is tighter: a step short of one request costs
+ * what the last ones short of one did, where the quantile also holds the
+ * ramp-ups' 4-8x. Twins that disagree (churn that costs unevenly, prompts
+ * the record does not count) say nothing. Without twins, a churn step right
+ * after one that passed is not flagged within the steady limit of it: a
+ * ramp-up goes on. Returns the limit, a relative excess over the median.
  */
-static double twin_limit(const struct dkey *k, const struct judge *j)
+static double twin_limit(const struct dkey *k, const struct judge *j, double ucl1)
 {
 	const struct dseq *sq = k->seq;
+	const struct dtwin *p = &sq->tw[(sq->tw_pos + TWIN_N - 1) % TWIN_N];
 	double ref = 0, lo = INFINITY;
 	int n = 0;
 
+	if (j->med <= 0)
+		return ucl1;
 	for (uint32_t i = 0; i < TWIN_N; i++) {
 		const struct dtwin *w = &sq->tw[i];
 
@@ -1281,9 +1287,11 @@ static double twin_limit(const struct dkey *k, const struct judge *j)
 			n++;
 		}
 	}
-	if (n < TWIN_MIN || ref > lo * (1 + j->ucl1_own) || j->med <= 0)
-		return 0;
-	return fmax(ref * (1 + j->ucl1_own) / j->med - 1, j->ucl1_own);
+	if (n >= TWIN_MIN && ref <= lo * (1 + j->ucl1_own))
+		return fmin(ucl1, fmax(ref * (1 + j->ucl1_own) / j->med - 1, j->ucl1_own));
+	if (p->n && p->n == sq->n)
+		return fmax(ucl1, p->dur * (1 + j->ucl1_own) / j->med - 1);
+	return ucl1;
 }
 
 /* limits from the residuals' own spread, with floors */
@@ -1313,12 +1321,8 @@ static void limits(const struct diag_det *d, const struct dkey *k, struct judge 
 		if (j->churn && ucl1 < cl && !run)
 			ucl1 = cl;
 	}
-	if (j->churn && ucl1 > j->ucl1_own && !ABL_TWIN) {
-		double tl = twin_limit(k, j);
-
-		if (tl > 0 && tl < ucl1)
-			ucl1 = tl;
-	}
+	if (j->churn && ucl1 > j->ucl1_own && !ABL_TWIN)
+		ucl1 = twin_limit(k, j, ucl1);
 	j->ucl1 = ucl1;
 	/*
 	 * the smoothed chart's own spread once it has some; before, the single

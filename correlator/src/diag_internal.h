@@ -18,7 +18,7 @@
 #ifndef ABL_CHURN /* churn steps judged against their own quantile */
 #define ABL_CHURN 0
 #endif
-#ifndef ABL_TWIN /* a churn step like the last ones that passed: their limit */
+#ifndef ABL_TWIN /* twins: a churn step judged by the churn steps before it that passed */
 #define ABL_TWIN 0
 #endif
 #ifndef ABL_RUN /* a run in progress judges churn steps and guesses against the steady limit */
