@@ -1640,7 +1640,7 @@ static void remember(const struct diag_det *d, struct dkey *k, const struct judg
 {
 	if (j->judged && j->cls)
 		churn_add(k, j->up, CH_CLIP * j->ucl1);
-	if (j->judged && j->churn && !j->flag1 && !j->flagw && !j->flagg && !j->flagc) {
+	if (j->judged && j->churn && !j->flagged) {
 		struct dtwin *w = &k->seq->tw[k->seq->tw_pos++ % TWIN_N];
 
 		*w = (struct dtwin){.n = k->seq->n + 1,
@@ -1724,6 +1724,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *rs, struct di
 	limits(d, k, &j);
 	if (j.med > 0 && (k->steps > d->o.bootstrap || j.m != &k->m))
 		charts(d, k, s, &j);
+	j.flagged = j.flag1 || j.flagw || j.flagg || j.flagc;
 	remember(d, k, &j);
 	if (j.judged)
 		d->cnt.judged++;
@@ -1737,7 +1738,6 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *rs, struct di
 		    j.med > 0 ? corr_d2u64(j.med * (1 + k->u1.mean + 2.33 * sqrt(k->u1.var))) : 0;
 		v->score = j.ucl1 > 0 ? j.up / j.ucl1 : 0;
 	}
-	j.flagged = j.flag1 || j.flagw || j.flagg || j.flagc;
 	if (j.judged && j.churn && !j.flagged && !j.explained && j.up > j.ucl1_own)
 		d->cnt.churn++;
 	sequence(d, k, s, &j);
