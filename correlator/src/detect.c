@@ -299,6 +299,7 @@ struct dseq {
 	double pbs, pkv;      /* batch and KV tokens of the previous step; < 0 unknown */
 	int64_t wbs[WAIT_N];  /* batch sizes of the last WAIT_N steps (waiting()) */
 	uint32_t wpos, wheld; /* and how many in a row had the last one's */
+	bool waits;	      /* this step is judged as requests waiting (waiting()) */
 	struct ewstat churn;  /* share of churn steps (step_class) */
 	struct dtwin {
 		uint64_t n;   /* sequence step; 0: none */
@@ -1126,8 +1127,11 @@ static void churn_add(struct dkey *k, double up, double clip)
  * count, phase unknown): class 1. Class 2: KV grew by more than the batch
  * plus one request's context (several joined). 0: steady. Prefill steps are
  * class 0 and start the comparison again. Without KV tokens (on this step or
- * the one before) the batch alone tells: shrank, class 1; grew, class 2; a
- * request replaced at the same batch is not seen.
+ * the one before) the batch alone tells: shrank, class 1; grew, class 2; at
+ * the same batch, class 1 while requests wait (waiting(): the batch is under
+ * its recent top: a place that frees is taken at once, and the newcomer may
+ * have been prefilled in this step), else 0 (a request replaced in a full
+ * batch is not seen).
  */
 #define CHURN_TOL 0.002
 static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
@@ -1147,8 +1151,11 @@ static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
 		else if (bs > 0 && kv > exp + tol + kv / bs)
 			c = 2;
 	} else if (!ABL_NOKV && sq->pbs > 0 && bs >= 0) {
-		/* no KV tokens here or before: the batch alone says it */
-		c = bs < sq->pbs ? 1 : bs > sq->pbs ? 2 : 0;
+		/*
+		 * no KV tokens here or before: the batch alone says it; at the
+		 * same batch while requests wait, one took a leaver's place
+		 */
+		c = bs < sq->pbs ? 1 : bs > sq->pbs ? 2 : sq->waits ? 1 : 0;
 	}
 	ew_add(&sq->churn, c != 0);
 	if (c == 2)
@@ -1672,6 +1679,7 @@ static const struct diag_step *waiting(struct dseq *sq, const struct diag_step *
 	int64_t top = s->batch_size;
 	uint32_t prev = (sq->wpos + WAIT_N - 1) % WAIT_N;
 
+	sq->waits = false;
 	if (s->batch_size <= 0)
 		return s;
 	sq->wheld = sq->wpos && sq->wbs[prev] == s->batch_size ? sq->wheld + 1 : 1;
@@ -1688,6 +1696,7 @@ static const struct diag_step *waiting(struct dseq *sq, const struct diag_step *
 	if (top == s->batch_size)
 		return s;
 	*w = *s;
+	sq->waits = true;
 	w->phase = DIAG_PHASE_MIXED;
 	w->tokens = top - s->batch_size;
 	return w;

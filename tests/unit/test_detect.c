@@ -1624,6 +1624,63 @@ static void test_fields_missing(void **state)
 }
 
 /*
+ * Fields missing, requests waiting: an engine of 64 whose records say
+ * neither phase nor KV tokens (tokens = batch). Every 10th step 2 requests
+ * leave (batch 62, 1.5x a steady step); for the 2 steps after, the batch
+ * stays at 62 while requests wait: in one (the first or the second) nobody
+ * joins (1x); in the other a newcomer takes a leaver's place and is prefilled
+ * (2-4x, uneven); then the batch is full again. Without KV tokens
+ * the replacement is not seen in the batch; while requests wait it is taken
+ * as churn (class 1), judged against the churn quantile, not against the
+ * plain steps at 62: once the key knows it, at most the quantile's 1% are
+ * flagged, and the replacements are counted as churn. Without the rule
+ * (checked: the same batch while requests wait taken as steady) 4 of the last
+ * 400 steps were flagged, and the rest of the replacements passed only as
+ * second modes of the plain steps' cell (62 explained, 0 churn). A 12x stall
+ * on such a step is flagged.
+ */
+static void mk_nokv_unknown(struct diag_step *s, uint64_t *ts, int64_t batch, double factor)
+{
+	mk_step(s, ts, DIAG_PHASE_UNKNOWN, batch, DIAG_UNKNOWN, 20e6 * noise(0.01) * factor);
+}
+
+static void test_nokv_waiting(void **state)
+{
+	FX_LOCALS(state, 1000000000ULL);
+	int late = 0;
+
+	rs = 88172645463325252ULL;
+	for (int i = 0; i < 1000; i++) {
+		int c = i % 10;
+		bool swap = (i / 10) % 3 == 1;
+		int64_t batch = c >= 7 ? 62 : 64;
+		double f = c == 7 ? 1.5 : 1;
+
+		if ((c == 8 && !swap) || (c == 9 && swap))
+			f = 2 + noise(1); /* 2-4x: the replacement's prefill */
+		mk_nokv_unknown(&s, &ts, batch, f);
+		diag_det__add_step(d, &s, &v);
+		if (i >= 600)
+			late += v.anomalous || v.held;
+	}
+	/* the quantile's own 1% at most (2 of the last 40 replacements) */
+	assert_true(late <= 2);
+	assert_true(diag_det__counters(d)->churn >= 60);
+	assert_true(diag_det__counters(d)->explained <= 5);
+	for (int i = 0; i < 7; i++) {
+		mk_nokv_unknown(&s, &ts, 64, 1);
+		diag_det__add_step(d, &s, NULL);
+	}
+	mk_nokv_unknown(&s, &ts, 62, 1.5);
+	diag_det__add_step(d, &s, NULL);
+	g->n = 0;
+	mk_nokv_unknown(&s, &ts, 62, 12);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
+	assert_int_equal(g->n, 1);
+}
+
+/*
  * Requests waiting (issue 17): an engine whose records say neither phase nor
  * prefill count (phase unknown, tokens = batch) keeps 64 requests; every
  * 10th step its batch dips by 2 or by 8, and the step prefills that many
@@ -1899,6 +1956,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_level_under_raised_limit, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_relearn_not_blind, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_fields_missing, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_nokv_waiting, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_relearn_twice),
 	    cmocka_unit_test_setup_teardown(test_noise, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_noise_no_breakdown, fx_setup, fx_teardown),
