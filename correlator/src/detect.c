@@ -1310,15 +1310,16 @@ static void limits(const struct diag_det *d, const struct dkey *k, struct judge 
 	if (ucl1 < d->o.floor_single)
 		ucl1 = d->o.floor_single;
 	j->ucl1_own = ucl1;
-	/* a roofline guess (no cell near) is only as good as the fit's own spread */
-	if (!ABL_LINE && j->src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50))
-		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
 	/*
-	 * a run in progress: the steady limit, not a guess's nor the churn
-	 * quantile (the step still teaches nothing)
+	 * a run in progress: the steady limit, not a guess's (the floor, or
+	 * the line's spread) nor the churn quantile (the step still teaches
+	 * nothing)
 	 */
 	bool run = !ABL_RUN && k->seq->run >= RUN_MIN && k->seq->run_r <= RUN_MAX;
 
+	/* a roofline guess (no cell near) is only as good as the fit's own spread */
+	if (!ABL_LINE && j->src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50) && !run)
+		ucl1 = 1.5 * (k->m.lin.q99 - k->m.lin.q50);
 	if (!ABL_GUESS && j->novel && ucl1 < guess_floor && !run)
 		ucl1 = guess_floor;
 	if (j->cls) {

@@ -1197,6 +1197,80 @@ static void test_run_into_guess(void **state)
 }
 
 /*
+ * The same where the guess is the line's and its fit is poor: batches 8,
+ * 12, 16 and 32 whose steps take 20, 20, 20 and 80 ms (the bootstrap sees
+ * each in turn, then blocks of 25 steady steps; no line fits them well, so
+ * a workload judged by the line alone gets the line's own wide limit).
+ * After two flagged 1.4x steps of batch 32, a step of batch 64 (no cell
+ * near: the line's guess) at 1.4x that guess is flagged; on a twin detector
+ * fed the same steps without the run, the same step is within the line's
+ * limit. Before (checked: fails at the last step), the line's spread
+ * widened the limit whatever the run, and the real stream's contention runs
+ * passed on their steps of unknown workloads.
+ */
+static void line_step(struct diag_step *s, uint64_t *ts, int batch, int64_t *kv, double ms)
+{
+	*kv += batch; /* one token per request: steady steps, not churn */
+	mk_step(s, ts, DIAG_PHASE_DECODE, batch, *kv, ms * 1e6 * noise(0.01));
+}
+
+static void test_run_into_line_guess(void **state)
+{
+	FX_LOCALS(state, 1000000000ULL);
+	struct got g2 = {0}, g3 = {0};
+	struct diag_det *d2 = det(&g2), *d3 = det(&g3);
+	static const int b[] = {8, 12, 16, 32};
+	static const double ms[] = {20, 20, 20, 80};
+	double guess;
+	int64_t kv = 0, kv64;
+
+	rs = 88172645463325252ULL;
+	/*
+	 * the bootstrap sees each batch in turn; then blocks of 25 steps,
+	 * each block's contexts a little longer
+	 */
+	for (int i = 0; i < 424; i++) {
+		int w = i < 24 ? i % 4 : (i - 24) / 25 % 4;
+
+		if (i < 24 || (i - 24) % 25 == 0)
+			kv = b[w] * (1000 + i);
+		line_step(&s, &ts, b[w], &kv, ms[w]);
+		diag_det__add_step(d, &s, NULL);
+		diag_det__add_step(d2, &s, NULL);
+		diag_det__add_step(d3, &s, NULL);
+	}
+	assert_int_equal(g->n + g2.n + g3.n, 0);
+	/* one twin says what the line guesses for batch 64 */
+	kv64 = 64 * 1000;
+	line_step(&s, &ts, 64, &kv64, 100);
+	diag_det__add_step(d2, &s, &v);
+	assert_int_equal(v.source, 2);
+	guess = (double)v.median_ns;
+	/* the other, no run: a step at 1.4x that guess is within the line's limit */
+	kv64 = 64 * 1000;
+	line_step(&s, &ts, 64, &kv64, 1);
+	s.dur_ns = (uint64_t)(1.4 * guess);
+	diag_det__add_step(d3, &s, &v);
+	assert_int_equal(v.source, 2);
+	assert_false(v.anomalous || v.held);
+	/* the run (the last block, batch 32, goes on), then the same 1.4x step */
+	for (int i = 0; i < 2; i++) {
+		line_step(&s, &ts, 32, &kv, 1.4 * 80);
+		diag_det__add_step(d, &s, &v);
+		assert_true(v.anomalous);
+	}
+	kv64 = 64 * 1000;
+	line_step(&s, &ts, 64, &kv64, 1);
+	s.dur_ns = (uint64_t)(1.4 * guess);
+	diag_det__add_step(d, &s, &v);
+	assert_int_equal(v.source, 2);
+	assert_true(v.anomalous);
+	assert_int_equal(g->n, 3);
+	diag_det__free(d2);
+	diag_det__free(d3);
+}
+
+/*
  * A stall among the bootstrap steps (nothing judges them) teaches the chart
  * no more than the floor: 100 steps later a lone 1.3x step is still flagged.
  * Taught as is, its u+ of 5 made the limit about 1.3 for hundreds of steps.
@@ -1952,6 +2026,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_spikes_and_floors, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_young_cell, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_run_into_guess, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_run_into_line_guess, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_bootstrap_stall, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_level_under_raised_limit, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_relearn_not_blind, fx_setup, fx_teardown),
