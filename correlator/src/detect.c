@@ -160,17 +160,21 @@
 #define TWIN_MIN 2
 /*
  * A run in progress: after RUN_MIN flagged steady (not churn) steps in a row,
- * the last at most RUN_MAX x its median, a churn step is judged against the
- * steady limit, not the churn quantile: a slowed GPU or a contended CPU
- * slows the churn steps of its run too, and most passed under the churn
- * quantile. So is a workload no cell measures (a guess), not against the
- * guess's wide limit: a run that goes on into a new job must not teach the
- * new job's cells its slow level. Flagged steady steps far over RUN_MAX are
- * a new job's ramp-up, not a slowdown, and its churn steps are left to
- * their quantile.
+ * the last at most RUN_MAX x its median and among the sequence's last
+ * RUN_GAP steps, a churn step is judged against the steady limit, not the
+ * churn quantile: a slowed GPU or a contended CPU slows the churn steps of
+ * its run too, and most passed under the churn quantile. So is a workload
+ * no cell measures (a guess), not against the guess's wide limit: a run
+ * that goes on into a new job must not teach the new job's cells its slow
+ * level. Flagged steady steps far over RUN_MAX are a new job's ramp-up, not
+ * a slowdown, and its churn steps are left to their quantile. A run no
+ * steady step has confirmed for RUN_GAP steps is over: only a steady step
+ * that passes ended it, and a ramp-up of churn steps after a run's end
+ * (none of them steady) was flagged to its end.
  */
 #define RUN_MIN 2
 #define RUN_MAX 3.0f
+#define RUN_GAP 4
 /*
  * Requests waiting: a continuously batched engine fills its batch up to the
  * requests it has; a step whose batch is under the largest of its sequence's
@@ -287,8 +291,9 @@ struct dseq {
 	/* noise: GPU-bound spikes after a quiet step (not flagged), before a calm one */
 	uint64_t n; /* steps of the sequence */
 	bool last_quiet, npend;
-	uint32_t run; /* flagged steady (not churn) steps in a row */
-	float run_r;  /* the last one's dur / median */
+	uint32_t run;	/* flagged steady (not churn) steps in a row */
+	float run_r;	/* the last one's dur / median */
+	uint64_t run_n; /* and its sequence step (n after it) */
 	uint64_t nstep;
 	uint64_t noise[NOISE_N]; /* sequence steps of lone GPU-bound spikes */
 	uint32_t noise_pos;
@@ -1315,7 +1320,8 @@ static void limits(const struct diag_det *d, const struct dkey *k, struct judge 
 	 * the line's spread) nor the churn quantile (the step still teaches
 	 * nothing)
 	 */
-	bool run = !ABL_RUN && k->seq->run >= RUN_MIN && k->seq->run_r <= RUN_MAX;
+	bool run = !ABL_RUN && k->seq->run >= RUN_MIN && k->seq->run_r <= RUN_MAX &&
+		   k->seq->n - k->seq->run_n < RUN_GAP;
 
 	/* a roofline guess (no cell near) is only as good as the fit's own spread */
 	if (!ABL_LINE && j->src == 2 && ucl1 < 1.5 * (k->m.lin.q99 - k->m.lin.q50) && !run)
@@ -1465,6 +1471,7 @@ static void sequence(struct diag_det *d, struct dkey *k, const struct diag_step 
 	if (!j->cls && j->med > 0) {
 		sq->run = j->flagged ? sq->run + 1 : 0;
 		sq->run_r = (float)(j->dur / j->med);
+		sq->run_n = sq->n;
 	}
 }
 

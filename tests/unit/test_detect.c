@@ -1522,7 +1522,8 @@ static void test_bad_baseline_and_steps(void **state)
  * quantile of their own excesses, counted in `churn`, not flagged; a steady
  * step is still judged against the steady limit, and a churn step far over
  * what churn costs is still flagged, and so is a churn step inside a run
- * of flagged steady steps. Where churn costs nothing (a second detector), a
+ * of flagged steady steps, until no steady step has confirmed the run for
+ * 4 steps. Where churn costs nothing (a second detector), a
  * 1.5x churn step is flagged like any other. The churn steps before one
  * (its twins, test_twins) cost unevenly here, so they do not judge it.
  */
@@ -1601,6 +1602,20 @@ static void test_churn(void **state)
 	mk_churn(&s, &ts, &kv, true, 3);
 	diag_det__add_step(d, &s, &v);
 	assert_true(v.anomalous);
+	/*
+	 * a run no steady step has confirmed for 4 steps (RUN_GAP) is over: a
+	 * stretch of 3x churn steps after it (none steady, as in a ramp-up) is
+	 * judged against the run's steady limit for 3 more steps, then against
+	 * the churn quantile again. Before, all 8 were flagged: only a steady
+	 * step that passed ended the run.
+	 */
+	late = 0;
+	for (int i = 0; i < 8; i++) {
+		mk_churn(&s, &ts, &kv, true, 3);
+		diag_det__add_step(d, &s, &v);
+		late += v.anomalous || v.held;
+	}
+	assert_int_equal(late, 3);
 	diag_det__free(d);
 
 	/* churn that costs nothing: a 1.5x churn step is flagged like any step */
