@@ -168,9 +168,9 @@
  * that goes on into a new job must not teach the new job's cells its slow
  * level. Flagged steady steps far over RUN_MAX are a new job's ramp-up, not
  * a slowdown, and its churn steps are left to their quantile. A run no
- * steady step has confirmed for RUN_GAP steps is over: only a steady step
- * that passes ended it, and a ramp-up of churn steps after a run's end
- * (none of them steady) was flagged to its end.
+ * steady step has confirmed for RUN_GAP steps is over (when only a steady
+ * step that passed ended it, a ramp-up of churn steps after a run's end,
+ * none of them steady, was flagged to its end).
  */
 #define RUN_MIN 2
 #define RUN_MAX 3.0f
