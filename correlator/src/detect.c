@@ -304,7 +304,6 @@ struct dseq {
 	double pbs, pkv;      /* batch and KV tokens of the previous step; < 0 unknown */
 	int64_t wbs[WAIT_N];  /* batch sizes of the last WAIT_N steps (waiting()) */
 	uint32_t wpos, wheld; /* and how many in a row had the last one's */
-	bool waits;	      /* this step is judged as requests waiting (waiting()) */
 	struct ewstat churn;  /* share of churn steps (step_class) */
 	struct dtwin {
 		uint64_t n;   /* sequence step; 0: none */
@@ -1139,7 +1138,7 @@ static void churn_add(struct dkey *k, double up, double clip)
  * batch is not seen).
  */
 #define CHURN_TOL 0.002
-static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
+static uint32_t step_class(struct dseq *sq, const struct diag_step *s, bool waits)
 {
 	double bs = (double)s->batch_size, kv = (double)s->kv_tokens, exp, tol;
 	uint32_t c = 0;
@@ -1160,7 +1159,7 @@ static uint32_t step_class(struct dseq *sq, const struct diag_step *s)
 		 * no KV tokens here or before: the batch alone says it; at the
 		 * same batch while requests wait, one took a leaver's place
 		 */
-		c = bs < sq->pbs ? 1 : bs > sq->pbs ? 2 : sq->waits ? 1 : 0;
+		c = bs < sq->pbs ? 1 : bs > sq->pbs ? 2 : waits ? 1 : 0;
 	}
 	ew_add(&sq->churn, c != 0);
 	if (c == 2)
@@ -1185,6 +1184,7 @@ struct judge {
 	uint32_t wn, cls;
 	int src;
 	bool novel, measured, churn, judged;
+	bool waits; /* judged as requests waiting (waiting()): s is not the record's step */
 	bool flag1, flagw, flagg, flagc, explained, flagged;
 	bool hostg, hostc; /* the gap or CPU chart sees a stall */
 	bool calm, ok, hold, chain;
@@ -1244,7 +1244,7 @@ static void expect(const struct diag_det *d, struct dkey *k, const struct diag_s
 	j->src = -1;
 	k->m.now = k->steps;
 	k->m.stale = STALE_STEPS;
-	j->cls = step_class(k->seq, s);
+	j->cls = step_class(k->seq, s, j->waits);
 	j->m = &k->m;
 	j->scale = 1;
 	if (k->prev && k->steps <= d->o.bootstrap) {
@@ -1687,7 +1687,6 @@ static const struct diag_step *waiting(struct dseq *sq, const struct diag_step *
 	int64_t top = s->batch_size;
 	uint32_t prev = (sq->wpos + WAIT_N - 1) % WAIT_N;
 
-	sq->waits = false;
 	if (s->batch_size <= 0)
 		return s;
 	sq->wheld = sq->wpos && sq->wbs[prev] == s->batch_size ? sq->wheld + 1 : 1;
@@ -1704,7 +1703,6 @@ static const struct diag_step *waiting(struct dseq *sq, const struct diag_step *
 	if (top == s->batch_size)
 		return s;
 	*w = *s;
-	sq->waits = true;
 	w->phase = DIAG_PHASE_MIXED;
 	w->tokens = top - s->batch_size;
 	return w;
@@ -1729,6 +1727,7 @@ int diag_det__add_step(struct diag_det *d, const struct diag_step *rs, struct di
 	k = key_get(d, inst, s->rank, s->phase);
 	peers(d, inst, s, k ? k->seq : NULL);
 	if (k && (s = waiting(k->seq, rs, &w)) != rs) {
+		j.waits = true;
 		d->cnt.waiting++;
 		k = key_get(d, inst, s->rank, s->phase);
 	}

@@ -1877,15 +1877,10 @@ static void twin_step(struct diag_step *s, uint64_t *ts, int64_t *kv, int i)
 
 static void test_twins(void **state)
 {
-	struct got *g = calloc(1, sizeof(*g));
-	struct diag_det *d = det(g);
-	struct diag_step s;
-	struct diag_verdict v;
-	uint64_t ts = 1000000000ULL;
+	FX_LOCALS(state, 1000000000ULL);
 	int64_t kv = 64 * 300;
 	int late = 0, i;
 
-	(void)state;
 	rs = 88172645463325252ULL;
 	for (i = 0; i < 1034; i++) {
 		twin_step(&s, &ts, &kv, i);
@@ -1929,8 +1924,6 @@ static void test_twins(void **state)
 		late += v.anomalous || v.held;
 	}
 	assert_int_equal(late, 0);
-	diag_det__free(d);
-	free(g);
 }
 
 /*
@@ -2052,7 +2045,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_noise_no_breakdown, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_small_spike, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_churn),
-	    cmocka_unit_test(test_twins),
+	    cmocka_unit_test_setup_teardown(test_twins, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_waiting, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_grid, fx_setup_cells, fx_teardown),
 	    cmocka_unit_test(test_gap_chart),
