@@ -137,7 +137,11 @@
  * limit (a tenth of them far slower than steady steps: no few faults among
  * them can say that), churn costs unrecorded work on this key: a churn step
  * is judged against their CH_Q quantile and teaches neither the cells nor
- * the charts. Otherwise it is judged, and teaches, like any step.
+ * the charts. Otherwise it is judged, and teaches, like any step. Once on,
+ * the rule stays on until that quantile is under CH_LIGHT x the limit: a
+ * stretch of cheap churn between two ramp-ups (its 90th percentile 1.2-3x
+ * the limit, its tail still 1.5x the steady cost) is not judged at the
+ * steady limit.
  */
 #define CH_N 128
 #define CH_MIN 16
@@ -145,6 +149,7 @@
 #define CH_CLIP 6.0
 #define CH_HEAVY 3.0
 #define CH_HEAVY_Q 0.9
+#define CH_LIGHT 0.5
 #define CH_SHARE 0.8
 
 /*
@@ -346,6 +351,7 @@ struct dkey {
 	/* u+ of recent churn steps (step_class), sorted: their own limit */
 	float ch[CH_N], ch_sorted[CH_N];
 	uint32_t ch_pos, ch_cnt;
+	bool ch_heavy; /* churn_limit(): the rule is on for this key */
 	/*
 	 * the flagged steps in a row (consec): dur / median, how many the gap
 	 * chart saw, and how many each kind named
@@ -1086,15 +1092,17 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
  * excesses (at least the steady limit); 0 while too few of them are far over
  * the steady limit (or too few are known, or churn is the rule): churn then
  * costs nothing the record does not describe, and the step is judged, and
- * teaches, like any other.
+ * teaches, like any other. "Far over" is CH_HEAVY x the limit to turn the
+ * rule on for the key, CH_LIGHT x to keep it on (k->ch_heavy).
  */
-static double churn_limit(const struct dkey *k, double ucl1)
+static double churn_limit(struct dkey *k, double ucl1)
 {
-	double q;
+	double q, bar = (k->ch_heavy && !ABL_STAY ? CH_LIGHT : CH_HEAVY) * ucl1;
 
 	if (ABL_CHURN || k->ch_cnt < CH_MIN || k->seq->churn.mean >= CH_SHARE)
 		return 0;
-	if (k->ch_sorted[(uint32_t)(CH_HEAVY_Q * (k->ch_cnt - 1) + 0.5)] <= CH_HEAVY * ucl1)
+	k->ch_heavy = k->ch_sorted[(uint32_t)(CH_HEAVY_Q * (k->ch_cnt - 1) + 0.5)] > bar;
+	if (!k->ch_heavy)
 		return 0;
 	q = k->ch_sorted[(uint32_t)(CH_Q * (k->ch_cnt - 1) + 0.5)];
 	return q > ucl1 ? q : ucl1;
@@ -1306,8 +1314,11 @@ static double twin_limit(const struct dkey *k, const struct judge *j, double ucl
 	return ucl1;
 }
 
-/* limits from the residuals' own spread, with floors */
-static void limits(const struct diag_det *d, const struct dkey *k, struct judge *j)
+/*
+ * limits from the residuals' own spread, with floors (a churn step also
+ * moves the key's churn rule on or off: churn_limit())
+ */
+static void limits(const struct diag_det *d, struct dkey *k, struct judge *j)
 {
 	double ucl1 = k->u1.n >= CHART_WARM ? k->u1.mean + d->o.k_single * sqrt(k->u1.var) : 0;
 	double guess_floor = j->src == 0 || j->recalled ? STALE_FLOOR : NOVEL_FLOOR, uclw;

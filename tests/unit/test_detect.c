@@ -1536,6 +1536,30 @@ static void mk_churn(struct diag_step *s, uint64_t *ts, int64_t *kv, bool churn,
 	mk_step(s, ts, DIAG_PHASE_DECODE, 32, *kv, base * factor);
 }
 
+/*
+ * 600 steps whose every 10th is churn at 2-6x; returns how many of the last
+ * 200 were flagged or held (the first churn steps are flagged until the key
+ * knows them)
+ */
+static int churn_heavy(struct diag_det *d, struct diag_step *s, uint64_t *ts, int64_t *kv)
+{
+	struct diag_verdict v;
+	int late = 0;
+
+	/* its own draws, whatever the tests before it drew */
+	rs = 88172645463325252ULL;
+	for (int i = 0; i < 600; i++) {
+		bool churn = i % 10 == 9;
+
+		/* an uneven cost, as a prefill's is: no recurring second mode */
+		mk_churn(s, ts, kv, churn, churn ? 2 + 2 * noise(1) : 1);
+		diag_det__add_step(d, s, &v);
+		if (i >= 400)
+			late += v.anomalous || v.held;
+	}
+	return late;
+}
+
 static void test_churn(void **state)
 {
 	struct got *g = calloc(1, sizeof(*g));
@@ -1544,21 +1568,9 @@ static void test_churn(void **state)
 	struct diag_verdict v;
 	uint64_t ts = 1000000000ULL;
 	int64_t kv = 32 * 300;
-	int late = 0;
+	int late = churn_heavy(d, &s, &ts, &kv);
 
 	(void)state;
-	/* its own draws, whatever the tests before it drew */
-	rs = 88172645463325252ULL;
-	for (int i = 0; i < 600; i++) {
-		bool churn = i % 10 == 9;
-
-		/* an uneven cost, as a prefill's is: no recurring second mode */
-		mk_churn(&s, &ts, &kv, churn, churn ? 2 + 2 * noise(1) : 1);
-		diag_det__add_step(d, &s, &v);
-		/* the first churn steps are flagged until the key knows them */
-		if (i >= 400)
-			late += v.anomalous || v.held;
-	}
 	/*
 	 * the limit is the 99th percentile of their own excesses: one in a
 	 * hundred is over it
@@ -1633,6 +1645,42 @@ static void test_churn(void **state)
 	assert_int_equal(diag_det__counters(d)->churn, 0);
 	diag_det__free(d);
 	free(g);
+}
+
+/*
+ * The churn rule stays on (CH_LIGHT): once a key's churn is heavy (2-6x,
+ * as in test_churn), a long stretch of cheaper churn after it (1.1-1.45x,
+ * a tenth of the steps, as in a job whose leavers cost a little prefill
+ * between two ramp-ups) is still judged against the churn quantile, not
+ * the steady limit: 1 of its 200 churn steps is flagged (the quantile is
+ * the 99th percentile). Before, the rule went off once under a tenth of
+ * the ring of 128 churn excesses were heavy (their 90th percentile under 3x
+ * the steady limit), and 9 of the 200 were flagged.
+ */
+static void test_churn_stays(void **state)
+{
+	FX_LOCALS(state, 1000000000ULL);
+	int64_t kv = 32 * 300;
+	int late = 0, known = 0;
+
+	churn_heavy(d, &s, &ts, &kv);
+	for (int i = 0; i < 2000; i++) {
+		bool churn = i % 10 == 9;
+
+		mk_churn(&s, &ts, &kv, churn, churn ? 1.275 * noise(0.14) : 1);
+		diag_det__add_step(d, &s, &v);
+		if (churn) {
+			late += v.anomalous || v.held;
+			known++;
+		}
+	}
+	assert_int_equal(known, 200);
+	assert_true(late <= 2);
+	assert_true(diag_det__counters(d)->churn >= 100);
+	/* a steady step at 1.5x is still judged against the steady limit */
+	mk_churn(&s, &ts, &kv, false, 1.5);
+	diag_det__add_step(d, &s, &v);
+	assert_true(v.anomalous);
 }
 
 /*
@@ -2045,6 +2093,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_noise_no_breakdown, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_small_spike, fx_setup, fx_teardown),
 	    cmocka_unit_test(test_churn),
+	    cmocka_unit_test_setup_teardown(test_churn_stays, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_twins, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_waiting, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_grid, fx_setup_cells, fx_teardown),
