@@ -18,7 +18,7 @@
 #ifndef ABL_CHURN /* churn steps judged against their own quantile */
 #define ABL_CHURN 0
 #endif
-#ifndef ABL_STAY /* a key's churn rule, once on, stays on until its churn is cheap by a lower bar */
+#ifndef ABL_STAY /* the churn rule, once on, stays on until churn is cheap by a lower bar */
 #define ABL_STAY 0
 #endif
 #ifndef ABL_TWIN /* twins: a churn step judged by the churn steps before it that passed */
