@@ -7,7 +7,9 @@
  * process, one launching thread, K kernels/s in steps of S ms, each ending
  * with the device-to-host copy of the sampled tokens (the automatic cut);
  * one launch in J joined, the others sampled out (CORR_GPU_F_NO_LAUNCH, as
- * the shim's launch sampling leaves them). Records arrive in CUPTI-like
+ * the shim's launch sampling leaves them). With -g, no copy back: a step's
+ * launches come twice as fast and take the first half of it, and the pause
+ * (half a step) cuts, as the automatic cut does without copies. Records arrive in CUPTI-like
  * batches every B ms, and the segmenter cuts every I ms what ended H ms
  * before, as diag_advance() does each interval.
  *
@@ -17,7 +19,7 @@
  * kernel is lost, kernels = kernels_made. Never asserts on a figure.
  *
  * usage: bench_cut [-k kernels/s] [-s seconds] [-S step_ms] [-j joined_1_in]
- *                  [-b batch_ms] [-i interval_ms] [-H hold_ms]
+ *                  [-b batch_ms] [-i interval_ms] [-H hold_ms] [-g]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -76,7 +78,7 @@ static void usage(FILE *f)
 	fprintf(f, "usage: bench_cut [-k kernels/s (133000)] [-s seconds (30)] [-S step_ms (75)]\n"
 		   "                 [-j joined_1_in (1000)] [-b batch_ms (100)] [-i interval_ms "
 		   "(1000)]\n"
-		   "                 [-H hold_ms (2000)]\n"
+		   "                 [-H hold_ms (2000)] [-g (no copy back: launch gaps cut)]\n"
 		   "Feeds a made-up stream to the step segmenter as the agent's loop does and "
 		   "prints\n"
 		   "how long each cut held the loop, and a checksum of the steps cut.\n");
@@ -87,10 +89,14 @@ int main(int argc, char **argv)
 	unsigned long rate = 133000, secs = 30, step_ms = 75, join = 1000, batch_ms = 100;
 	unsigned long ival_ms = 1000, hold_ms = 2000;
 	struct sum sum = {0};
+	bool gaps = false;
 	int o;
 
-	while ((o = getopt(argc, argv, "k:s:S:j:b:i:H:h")) != -1) {
+	while ((o = getopt(argc, argv, "k:s:S:j:b:i:H:gh")) != -1) {
 		switch (o) {
+		case 'g':
+			gaps = true;
+			break;
 		case 'k':
 			rate = arg(optarg, 'k');
 			break;
@@ -151,14 +157,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/*
-	 * Each step: per_step - 1 kernels launched gap apart, the copy last;
+	 * Each step: per_step - 1 kernels launched gap apart, the copy last
+	 * (with -g: per_step kernels gap / 2 apart, no copy);
 	 * the GPU runs them lag behind their launch (the CPU runs ahead), back
 	 * to back. Records of a batch are added once the batch's time passed.
 	 */
 	for (uint64_t s0 = t0; s0 < end; s0 += step_ns) {
 		for (uint64_t k = 0; k < per_step; k++) {
-			uint64_t l = s0 + k * gap;
-			bool copy = k == per_step - 1;
+			uint64_t l = s0 + k * (gaps ? gap / 2 : gap);
+			bool copy = !gaps && k == per_step - 1;
 
 			pend[k] = (struct corr_gpu){
 			    .kind = copy ? CORR_KIND_MEMCPY : CORR_KIND_KERNEL,

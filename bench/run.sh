@@ -237,6 +237,8 @@ VLLM_TRAP_NS=$(awk -v b="$BASE" -v bb="$BAREM" 'BEGIN { if (bb != "nan" && bb > 
 say ""
 say "== live step cut (bench_cut; side by side: bench/cut.sh REV) =="
 [ -x "$BUILD/bench/bench_cut" ] && "$BUILD/bench/bench_cut" -s 20
+say "   without copies back (steps cut by launch gaps, 1 launch in 7 joined):"
+[ -x "$BUILD/bench/bench_cut" ] && "$BUILD/bench/bench_cut" -s 20 -g -j 7
 # Kafka sink (issue 4, item 9, owner: bench/bench_kafka*): records/s to the
 # mock cluster, bytes per record, bytes per hour sentinel vs deep; printed
 say ""

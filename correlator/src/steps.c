@@ -80,6 +80,31 @@ struct pstate {
 	 */
 	uint64_t keep_from;
 	uint64_t held_gen; /* cut_all() generation that last kept something of it */
+	uint32_t launcher; /* the launching thread of its last automatic cut */
+	bool by_gaps;	   /* that cut was by launch gaps (no copies back) */
+};
+
+/*
+ * Without copies back, a launch gap cuts when it is over GAP_CUT_X times the
+ * median of the launching thread's last GAP_WIN gaps before it, and over
+ * GAP_CUT_MIN_NS (that alone until GAP_WARM gaps are known). The gaps before
+ * are the process's so far, not those of what a cut holds: a live cut holds
+ * the last seconds, a replay's one cut the whole recording, and a limit from
+ * either gave different steps (the HTA AlexNet trace: 15 steps live, 22 at
+ * once). Live, cut_all() keeps the gaps of the records a cut leaves behind
+ * (struct gstate, by pid) for processes cut this way; a replay's one cut
+ * keeps none.
+ */
+#define GAP_WIN 64
+#define GAP_WARM (GAP_WIN / 2)
+#define GAP_CUT_X 20
+#define GAP_CUT_MIN_NS 1000000ULL
+
+struct gstate {
+	struct pid_slot k; /* pidtab.h */
+	uint64_t last;	   /* launch of the last launcher record left behind; 0: none */
+	uint32_t n, head;  /* gaps held; the oldest is g[head] once n == GAP_WIN */
+	uint64_t g[GAP_WIN];
 };
 
 struct usdt_open {
@@ -111,6 +136,7 @@ struct diag_seg {
 	struct scpu *c;
 	size_t nc, cc;
 	struct pidtab ps; /* struct pstate by pid */
+	struct pidtab gs; /* struct gstate by pid: processes cut by launch gaps */
 	uint32_t *gone;	  /* pids that exited, their entries still in ps */
 	size_t ngone, cgone;
 	uint64_t gen; /* cut_all() calls */
@@ -140,6 +166,7 @@ struct diag_seg *diag_seg__new(const struct diag_seg_opts *opts)
 		return NULL;
 	}
 	pidtab_init(&sg->ps, sizeof(struct pstate));
+	pidtab_init(&sg->gs, sizeof(struct gstate));
 	memcpy(&sg->o, opts, opts->sz < sizeof(sg->o) ? opts->sz : sizeof(sg->o));
 	sg->o.sz = sizeof(sg->o);
 	if (!sg->o.hold_ns)
@@ -181,6 +208,7 @@ void diag_seg__free(struct diag_seg *sg)
 	free(sg->jl);
 	free(sg->ks);
 	pidtab_free(&sg->ps);
+	pidtab_free(&sg->gs);
 	free(sg->gone);
 	free(sg->out);
 	free(sg);
@@ -682,8 +710,79 @@ static bool of_launcher(const struct srec *x, uint32_t best)
 	return x->tid == best || x->nolaunch;
 }
 
-/* automatic cycles of the launching thread */
-static size_t auto_cuts(struct srec *r, size_t n, struct cut *out, uint32_t *launcher)
+/* a process's launch gaps so far (struct gstate's ring), and sorted: the median at each gap */
+struct gwin {
+	uint64_t g[GAP_WIN], srt[GAP_WIN];
+	uint32_t n, head;
+};
+
+static void gring_push(uint64_t *g, uint32_t *n, uint32_t *head, uint64_t gap)
+{
+	if (*n < GAP_WIN) {
+		g[(*n)++] = gap;
+	} else {
+		g[*head] = gap;
+		*head = (*head + 1) % GAP_WIN;
+	}
+}
+
+/* the first of n sorted values not below v */
+static size_t u64_lower(const uint64_t *a, size_t n, uint64_t v)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (a[mid] < v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static void gwin_load(struct gwin *w, const struct gstate *g)
+{
+	w->n = g ? g->n : 0;
+	w->head = g ? g->head : 0;
+	if (!w->n)
+		return;
+	memcpy(w->g, g->g, w->n * sizeof(w->g[0]));
+	memcpy(w->srt, g->g, w->n * sizeof(w->g[0]));
+	qsort(w->srt, w->n, sizeof(w->srt[0]), cmp_u64);
+}
+
+static void gwin_push(struct gwin *w, uint64_t gap)
+{
+	size_t i;
+
+	if (w->n == GAP_WIN) { /* the oldest leaves the sorted copy */
+		i = u64_lower(w->srt, w->n, w->g[w->head]);
+		memmove(&w->srt[i], &w->srt[i + 1], (w->n - i - 1) * sizeof(w->srt[0]));
+		i = u64_lower(w->srt, w->n - 1, gap);
+		memmove(&w->srt[i + 1], &w->srt[i], (w->n - 1 - i) * sizeof(w->srt[0]));
+	} else {
+		i = u64_lower(w->srt, w->n, gap);
+		memmove(&w->srt[i + 1], &w->srt[i], (w->n - i) * sizeof(w->srt[0]));
+	}
+	w->srt[i] = gap;
+	gring_push(w->g, &w->n, &w->head, gap);
+}
+
+/* a gap over this cuts: GAP_CUT_X times the median of those before, GAP_CUT_MIN_NS at least */
+static uint64_t gwin_limit(const struct gwin *w)
+{
+	uint64_t med = w->n >= GAP_WARM ? w->srt[w->n / 2] : 0;
+
+	if (med > UINT64_MAX / GAP_CUT_X)
+		return UINT64_MAX;
+	return med * GAP_CUT_X > GAP_CUT_MIN_NS ? med * GAP_CUT_X : GAP_CUT_MIN_NS;
+}
+
+/* automatic cycles of the launching thread; *launcher in: that of the process's last cut */
+static size_t auto_cuts(struct diag_seg *sg, struct pstate *ps, struct srec *r, size_t n,
+			struct cut *out, uint32_t *launcher)
 {
 	uint32_t best = 0;
 	size_t bestn = 0, k = 0, nd2h = 0;
@@ -698,12 +797,13 @@ static size_t auto_cuts(struct srec *r, size_t n, struct cut *out, uint32_t *lau
 			size_t n, nd2h;
 		} t[64];
 		int nt = 0, bj = 0;
-		size_t nl_d2h = 0; /* of records whose launch was sampled out */
+		size_t nl_d2h = 0, nl = 0; /* records whose launch was sampled out, copies back */
 
 		for (size_t i = 0; i < n; i++) {
 			int j;
 
 			if (!r[i].tid) {
+				nl += r[i].nolaunch;
 				nl_d2h += r[i].nolaunch && r[i].d2h;
 				continue;
 			}
@@ -723,9 +823,20 @@ static size_t auto_cuts(struct srec *r, size_t n, struct cut *out, uint32_t *lau
 				bj = j;
 			}
 		}
-		nd2h = best ? t[bj].nd2h + nl_d2h : 0;
+		if (!best && *launcher && nl) {
+			/*
+			 * every launch held was sampled out: the launching
+			 * thread is the one of the cuts before (its records
+			 * without a launch are its own, of_launcher())
+			 */
+			best = *launcher;
+			nd2h = nl_d2h;
+		} else {
+			nd2h = best ? t[bj].nd2h + nl_d2h : 0;
+		}
 	}
 	*launcher = best;
+	ps->by_gaps = best && !nd2h;
 	if (!best)
 		return 0;
 	if (nd2h) {
@@ -747,31 +858,24 @@ static size_t auto_cuts(struct srec *r, size_t n, struct cut *out, uint32_t *lau
 		}
 		return k;
 	}
-	/* no copies back: cut where the launch spacing jumps */
+	/* no copies back: cut where the launch spacing jumps (GAP_CUT_X) */
 	{
-		uint64_t *gaps = malloc(sizeof(*gaps) * (n + 1)), med, lim;
-		size_t ng = 0;
+		const struct gstate *g = pidtab_find(&sg->gs, r[0].pid); /* NULL: none before */
+		struct gwin w;
 
-		if (!gaps)
-			return 0;
+		gwin_load(&w, g);
+		prev = g ? g->last : 0;
 		for (size_t i = 0; i < n; i++) {
 			if (!of_launcher(&r[i], best))
 				continue;
-			if (prev)
-				gaps[ng++] = r[i].launch - prev;
-			prev = r[i].launch;
-		}
-		qsort(gaps, ng, sizeof(*gaps), cmp_u64);
-		med = ng ? gaps[ng / 2] : 0;
-		free(gaps);
-		lim = med * 20 > 1000000 ? med * 20 : 1000000;
-		prev = 0;
-		for (size_t i = 0; i < n; i++) {
-			if (!of_launcher(&r[i], best))
-				continue;
-			if (open && r[i].launch - prev > lim) {
-				out[k++] = cur;
-				open = false;
+			if (prev) {
+				uint64_t gap = r[i].launch > prev ? r[i].launch - prev : 0;
+
+				if (open && gap > gwin_limit(&w)) {
+					out[k++] = cur;
+					open = false;
+				}
+				gwin_push(&w, gap);
 			}
 			if (!open) {
 				cur = (struct cut){r[i].launch, r[i].end, best, NULL, "auto"};
@@ -1180,6 +1284,12 @@ static void prune_exited(struct diag_seg *sg)
 			sg->gone[k++] = sg->gone[i];
 			continue;
 		}
+		{
+			struct gstate *g = pidtab_find(&sg->gs, sg->gone[i]);
+
+			if (g)
+				pidtab_del(&sg->gs, g);
+		}
 		pidtab_del(&sg->ps, ps);
 		sg->cnt.procs_pruned++;
 	}
@@ -1417,7 +1527,10 @@ static int cut_pid(struct diag_seg *sg, uint32_t pid, struct srec *r, size_t n, 
 	if (err)
 		goto cleanup;
 	if (!nc) {
-		ncyc = auto_cuts(r, n, cyc, &launcher);
+		launcher = ps->launcher;
+		ncyc = auto_cuts(sg, ps, r, n, cyc, &launcher);
+		if (launcher)
+			ps->launcher = launcher;
 		if (!sg->o.no_anchor)
 			nc = anchor_cuts(m, nm, launcher, cyc, ncyc, cuts);
 		if (!nc) {
@@ -1563,9 +1676,11 @@ static void sort_recs(struct diag_seg *sg)
 static int cut_all(struct diag_seg *sg, uint64_t upto)
 {
 	size_t i = 0, j = 0, keep_r = 0, keep_m = 0, keep_c = 0;
-	uint64_t du_pid = 0;   /* done_until() of the record's pid */
-	uint64_t kf_pid = 0;   /* and its keep_from (UINT64_MAX: none) */
-	bool held_pid = false; /* held() was called for that pid */
+	uint64_t du_pid = 0;	      /* done_until() of the record's pid */
+	uint64_t kf_pid = 0;	      /* and its keep_from (UINT64_MAX: none) */
+	bool held_pid = false;	      /* held() was called for that pid */
+	uint32_t ln_pid = 0;	      /* its launching thread */
+	struct gstate *gs_pid = NULL; /* its launch gaps, when cut by them */
 	int err = 0;
 
 	sort_recs(sg);
@@ -1612,6 +1727,14 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 
 			du_pid = ps ? ps->done_until : 0;
 			kf_pid = ps && ps->keep_from ? ps->keep_from : UINT64_MAX;
+			ln_pid = ps ? ps->launcher : 0;
+			gs_pid = NULL;
+			if (upto != UINT64_MAX && ps && ps->by_gaps) {
+				gs_pid = pidtab_find(&sg->gs, pid);
+				if (!gs_pid) /* NULL: no memory; its next cut knows no gaps before
+					      */
+					gs_pid = pidtab_add(&sg->gs, pid);
+			}
 			held_pid = false;
 		}
 		/*
@@ -1626,8 +1749,16 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 				held(sg, pid);
 			held_pid = true;
 			sg->r[keep_r++] = sg->r[i];
-		} else if (upto == UINT64_MAX && !du_pid) {
+			continue;
+		}
+		if (upto == UINT64_MAX && !du_pid)
 			sg->cnt.outside++;
+		/* left behind, in launch order: its gap is one of those before the next cut's */
+		if (gs_pid && of_launcher(&sg->r[i], ln_pid) && sg->r[i].launch >= gs_pid->last) {
+			if (gs_pid->last)
+				gring_push(gs_pid->g, &gs_pid->n, &gs_pid->head,
+					   sg->r[i].launch - gs_pid->last);
+			gs_pid->last = sg->r[i].launch;
 		}
 	}
 	for (i = 0; i < sg->nm; i++) {

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <dirent.h>
 
 #include "diagnose.h"
 #include "test_data.h"
@@ -1156,7 +1157,7 @@ static void test_cpu_events_without_steps(void **state)
 
 /* every step of a run, in the order they left */
 struct all_got {
-	struct diag_step s[512];
+	struct diag_step s[1024];
 	size_t n;
 };
 
@@ -1385,6 +1386,264 @@ static void test_live_cuts_cpu_ahead(void **state)
 }
 
 /*
+ * Without copies back, launch gaps cut (steps.c, GAP_CUT_X): the limit comes
+ * from the gaps before, whether the steps are cut live or at once. A process
+ * steps fast (10 kernels 20 us apart, 2 ms between steps), then slow (100 us
+ * apart, 2.5 ms between). Before, the limit was 20x the median gap of what
+ * a cut held: at once the whole run's (100 us, so 2 ms: the fast steps did
+ * not cut), live that of the last 20 ms: 236 steps live, 160 at once, of
+ * 240. Each step is cut at its own spacing now, live and at once alike.
+ */
+static void test_gap_cuts_live_match_one_cut(void **state)
+{
+	enum { NA = 80, NB = 160, KPS = 10 };
+	struct diag_seg_opts o = {.sz = sizeof(o), .hold_ns = 20000000};
+	static struct all_got live, once;
+	struct diag_seg *a, *b;
+	uint64_t t = 1000000000ULL;
+	uint32_t corr = 1;
+
+	(void)state;
+	memset(&live, 0, sizeof(live));
+	memset(&once, 0, sizeof(once));
+	pair_new(&o, &live, &once, &a, &b);
+	for (int st = 0; st < NA + NB; st++) {
+		uint64_t sp = st < NA ? 20000 : 100000;
+
+		for (int k = 0; k < KPS; k++, corr++) {
+			add_kc(a, 7, t, t + 5000, sp / 2, "gemm", CORR_KIND_KERNEL, 0, corr, false);
+			add_kc(b, 7, t, t + 5000, sp / 2, "gemm", CORR_KIND_KERNEL, 0, corr, false);
+			assert_int_equal(diag_seg__advance(a, t + 5000 + sp / 2), 0);
+			t += k + 1 < KPS ? sp : (st < NA ? 2000000 : 2500000);
+		}
+	}
+	assert_int_equal(diag_seg__flush(a), 0);
+	assert_int_equal(diag_seg__flush(b), 0);
+	if (once.n != NA + NB || live.n != NA + NB)
+		fail_msg("%zu steps live, %zu at once, not %d", live.n, once.n, NA + NB);
+	for (size_t i = 0; i < once.n; i++) {
+		assert_int_equal(once.s[i].kernels, KPS);
+		assert_int_equal(live.s[i].kernels, KPS);
+		assert_int_equal(live.s[i].start_ns, once.s[i].start_ns);
+		assert_int_equal(live.s[i].dur_ns, once.s[i].dur_ns);
+	}
+	diag_seg__free(a);
+	diag_seg__free(b);
+}
+
+/*
+ * Live, a cut may hold no joined launch at all: the shim samples launches
+ * out at high rates, and a process whose launches all went before the cut's
+ * window. Its records without a launch are then the launching thread's of
+ * the cuts before. Before, such a cut found no launching thread, cut
+ * nothing, and at the end the records were dropped (counted outside): 1
+ * step of 50 live. One joined launch, then 49 steps of 4 kernels and the
+ * copy back whose launches were all sampled out, a cut after each record.
+ */
+static void test_live_cut_without_joined_launch(void **state)
+{
+	enum { NS = 50, KPS = 5 };
+	struct diag_seg_opts o = {.sz = sizeof(o), .hold_ns = 3000000};
+	static struct all_got live, once;
+	struct diag_seg *a, *b;
+	uint32_t corr = 1;
+
+	(void)state;
+	memset(&live, 0, sizeof(live));
+	memset(&once, 0, sizeof(once));
+	pair_new(&o, &live, &once, &a, &b);
+	for (uint32_t st = 0; st < NS; st++)
+		for (uint32_t k = 0; k < KPS; k++, corr++) {
+			uint64_t l = 1000000000ULL + st * 1000000ULL + k * 150000ULL;
+			bool copy = k + 1 == KPS, out = corr > 1;
+
+			add_kc(a, 7, l, l + 20000, copy ? 5000 : 100000,
+			       copy ? "Memcpy DtoH" : "gemm",
+			       copy ? CORR_KIND_MEMCPY : CORR_KIND_KERNEL, copy ? 2 : 0, corr, out);
+			add_kc(b, 7, l, l + 20000, copy ? 5000 : 100000,
+			       copy ? "Memcpy DtoH" : "gemm",
+			       copy ? CORR_KIND_MEMCPY : CORR_KIND_KERNEL, copy ? 2 : 0, corr, out);
+			assert_int_equal(diag_seg__advance(a, l + 120000), 0);
+		}
+	assert_int_equal(diag_seg__flush(a), 0);
+	assert_int_equal(diag_seg__flush(b), 0);
+	if (once.n != NS || live.n != NS)
+		fail_msg("%zu steps live, %zu at once, not %d", live.n, once.n, NS);
+	for (size_t i = 0; i < NS; i++) {
+		assert_int_equal(live.s[i].kernels, KPS - 1);
+		assert_int_equal(live.s[i].memcpys, 1);
+		assert_int_equal(live.s[i].start_ns, once.s[i].start_ns);
+		assert_int_equal(live.s[i].dur_ns, once.s[i].dur_ns);
+	}
+	assert_int_equal(diag_seg__counters(a)->outside, 0);
+	diag_seg__free(a);
+	diag_seg__free(b);
+}
+
+/* every GPU record of a recording, and its launch, as the correlator emitted them */
+struct emitted {
+	struct corr_gpu *g;
+	struct corr_launch *l;
+	bool *has_l;
+	size_t n, cap;
+};
+
+static void on_emit(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
+{
+	struct emitted *e = ctx;
+
+	if (e->n == e->cap) {
+		e->cap = e->cap ? 2 * e->cap : 1024;
+		e->g = realloc(e->g, e->cap * sizeof(*e->g));
+		e->l = realloc(e->l, e->cap * sizeof(*e->l));
+		e->has_l = realloc(e->has_l, e->cap * sizeof(*e->has_l));
+		assert_non_null(e->g);
+		assert_non_null(e->l);
+		assert_non_null(e->has_l);
+	}
+	e->g[e->n] = *g;
+	e->g[e->n].name = g->name ? strdup(g->name) : NULL;
+	e->g[e->n].name_hash = 0;
+	e->has_l[e->n] = l != NULL;
+	if (l) {
+		e->l[e->n] = *l;
+		e->l[e->n].api = strdup(l->api);
+	}
+	e->n++;
+}
+
+static struct emitted *emit_by_end; /* for the sort's comparison */
+
+static int cmp_emit_end(const void *a, const void *b)
+{
+	uint64_t x = emit_by_end->g[*(const size_t *)a].end_ns;
+	uint64_t y = emit_by_end->g[*(const size_t *)b].end_ns;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Every Kineto and Nsight recording in ../shared/data, its GPU records fed
+ * in GPU end order (as they come live) to a segmenter cut every 300 ms of
+ * the recording's time and to one cut once, with every launch joined and
+ * with all but one in 7 non-graph launches sampled out (marked): the same
+ * automatic steps, and as many kernels in them. Before the launch gaps'
+ * limit came from the gaps before (steps.c, GAP_CUT_X), the HTA AlexNet
+ * trace gave 15 steps live and 22 at once (18 at once with 1 in 7).
+ */
+static void test_recordings_live_match_one_cut(void **state)
+{
+	static const char *const sub[] = {"kineto", "nsys"};
+	static struct all_got live, once;
+	const char *dir = test_data_dir();
+	int files = 0;
+
+	(void)state;
+	if (!dir)
+		skip();
+	for (size_t d = 0; d < 2; d++) {
+		char path[1024];
+		struct dirent *de;
+		DIR *dp;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, sub[d]);
+		dp = opendir(path);
+		assert_non_null(dp);
+		while ((de = readdir(dp))) {
+			struct corr_opts co = {.sz = sizeof(co), .emit = on_emit};
+			struct corr_replay_opts ro = {.sz = sizeof(ro)};
+			struct corr_replay_stats rst;
+			struct emitted e = {0};
+			size_t *ord;
+
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "%s/%s/%s", dir, sub[d], de->d_name);
+			co.emit_ctx = &e;
+			assert_int_equal(corr_replay_file(path, &co, &ro, &rst), 0);
+			files++;
+			ord = malloc((e.n + 1) * sizeof(*ord));
+			assert_non_null(ord);
+			for (size_t i = 0; i < e.n; i++)
+				ord[i] = i;
+			emit_by_end = &e;
+			qsort(ord, e.n, sizeof(*ord), cmp_emit_end);
+			for (unsigned sample = 0; sample <= 7; sample += 7) {
+				struct diag_seg_opts o = {
+				    .sz = sizeof(o), .auto_only = true, .no_anchor = true};
+				struct diag_seg *a, *b;
+				uint64_t next = 0;
+				int64_t ka = 0, kb = 0;
+				unsigned seen = 0;
+
+				memset(&live, 0, sizeof(live));
+				memset(&once, 0, sizeof(once));
+				pair_new(&o, &live, &once, &a, &b);
+				for (size_t j = 0; j < e.n; j++) {
+					struct corr_gpu g = e.g[ord[j]];
+					const struct corr_launch *l =
+					    e.has_l[ord[j]] ? &e.l[ord[j]] : NULL;
+
+					if (sample && l && !strstr(l->api, "GraphLaunch") &&
+					    seen++ % sample) {
+						g.flags = CORR_GPU_F_NO_LAUNCH;
+						l = NULL;
+					}
+					if (!next)
+						next = g.end_ns + 300000000ULL;
+					for (; g.end_ns >= next; next += 300000000ULL)
+						assert_int_equal(diag_seg__advance(a, next), 0);
+					assert_int_equal(diag_seg__add_gpu(a, &g, l), 0);
+					assert_int_equal(diag_seg__add_gpu(b, &g, l), 0);
+				}
+				assert_int_equal(diag_seg__flush(a), 0);
+				assert_int_equal(diag_seg__flush(b), 0);
+				qsort(live.s, live.n, sizeof(live.s[0]), cmp_start);
+				qsort(once.s, once.n, sizeof(once.s[0]), cmp_start);
+				if (live.n != once.n)
+					fail_msg("%s, 1 launch in %u: %zu steps live, %zu at once",
+						 de->d_name, sample ? sample : 1, live.n, once.n);
+				for (size_t i = 0; i < once.n; i++) {
+					if (live.s[i].start_ns != once.s[i].start_ns ||
+					    live.s[i].dur_ns != once.s[i].dur_ns ||
+					    live.s[i].kernels != once.s[i].kernels ||
+					    live.s[i].memcpys != once.s[i].memcpys)
+						fail_msg(
+						    "%s, 1 launch in %u, step %zu: live [%llu, "
+						    "+%llu] %lld kernels, at once [%llu, +%llu] "
+						    "%lld",
+						    de->d_name, sample ? sample : 1, i,
+						    (unsigned long long)live.s[i].start_ns,
+						    (unsigned long long)live.s[i].dur_ns,
+						    (long long)live.s[i].kernels,
+						    (unsigned long long)once.s[i].start_ns,
+						    (unsigned long long)once.s[i].dur_ns,
+						    (long long)once.s[i].kernels);
+					ka += live.s[i].kernels;
+					kb += once.s[i].kernels;
+				}
+				assert_int_equal(ka, kb);
+				assert_int_equal(diag_seg__counters(a)->outside,
+						 diag_seg__counters(b)->outside);
+				diag_seg__free(a);
+				diag_seg__free(b);
+			}
+			for (size_t i = 0; i < e.n; i++) {
+				free((void *)e.g[i].name);
+				if (e.has_l[i])
+					free((void *)e.l[i].api);
+			}
+			free(e.g);
+			free(e.l);
+			free(e.has_l);
+			free(ord);
+		}
+		closedir(dp);
+	}
+	assert_true(files >= 10);
+}
+
+/*
  * The last cut (diag_seg__flush: the end of a replay, the agent's exit):
  * CPU events no step took are dropped and counted in cpu_outside, like
  * those an interval's cut passes (they were dropped uncounted). pid 7: two
@@ -1443,6 +1702,9 @@ int main(void)
 	    cmocka_unit_test(test_cpu_events_left_at_flush),
 	    cmocka_unit_test(test_live_cuts_match_one_cut),
 	    cmocka_unit_test(test_live_cuts_cpu_ahead),
+	    cmocka_unit_test(test_gap_cuts_live_match_one_cut),
+	    cmocka_unit_test(test_live_cut_without_joined_launch),
+	    cmocka_unit_test(test_recordings_live_match_one_cut),
 	};
 
 	if (!test_data_dir())
