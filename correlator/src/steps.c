@@ -100,11 +100,16 @@ struct pstate {
 #define GAP_CUT_X 20
 #define GAP_CUT_MIN_NS 1000000ULL
 
+/* the last GAP_WIN gaps, oldest at g[head] once n == GAP_WIN */
+struct gring {
+	uint64_t g[GAP_WIN];
+	uint32_t n, head;
+};
+
 struct gstate {
 	struct pid_slot k; /* pidtab.h */
 	uint64_t last;	   /* launch of the last launcher record left behind; 0: none */
-	uint32_t n, head;  /* gaps held; the oldest is g[head] once n == GAP_WIN */
-	uint64_t g[GAP_WIN];
+	struct gring ring;
 };
 
 struct usdt_open {
@@ -710,19 +715,19 @@ static bool of_launcher(const struct srec *x, uint32_t best)
 	return x->tid == best || x->nolaunch;
 }
 
-/* a process's launch gaps so far (struct gstate's ring), and sorted: the median at each gap */
+/* a process's launch gaps so far, and sorted: the median at each gap */
 struct gwin {
-	uint64_t g[GAP_WIN], srt[GAP_WIN];
-	uint32_t n, head;
+	struct gring ring;
+	uint64_t srt[GAP_WIN];
 };
 
-static void gring_push(uint64_t *g, uint32_t *n, uint32_t *head, uint64_t gap)
+static void gring_push(struct gring *r, uint64_t gap)
 {
-	if (*n < GAP_WIN) {
-		g[(*n)++] = gap;
+	if (r->n < GAP_WIN) {
+		r->g[r->n++] = gap;
 	} else {
-		g[*head] = gap;
-		*head = (*head + 1) % GAP_WIN;
+		r->g[r->head] = gap;
+		r->head = (r->head + 1) % GAP_WIN;
 	}
 }
 
@@ -744,36 +749,30 @@ static size_t u64_lower(const uint64_t *a, size_t n, uint64_t v)
 
 static void gwin_load(struct gwin *w, const struct gstate *g)
 {
-	w->n = g ? g->n : 0;
-	w->head = g ? g->head : 0;
-	if (!w->n)
-		return;
-	memcpy(w->g, g->g, w->n * sizeof(w->g[0]));
-	memcpy(w->srt, g->g, w->n * sizeof(w->g[0]));
-	qsort(w->srt, w->n, sizeof(w->srt[0]), cmp_u64);
+	w->ring = g ? g->ring : (struct gring){0};
+	memcpy(w->srt, w->ring.g, w->ring.n * sizeof(w->srt[0]));
+	qsort(w->srt, w->ring.n, sizeof(w->srt[0]), cmp_u64);
 }
 
 static void gwin_push(struct gwin *w, uint64_t gap)
 {
-	size_t i;
+	size_t n = w->ring.n, i;
 
-	if (w->n == GAP_WIN) { /* the oldest leaves the sorted copy */
-		i = u64_lower(w->srt, w->n, w->g[w->head]);
-		memmove(&w->srt[i], &w->srt[i + 1], (w->n - i - 1) * sizeof(w->srt[0]));
-		i = u64_lower(w->srt, w->n - 1, gap);
-		memmove(&w->srt[i + 1], &w->srt[i], (w->n - 1 - i) * sizeof(w->srt[0]));
-	} else {
-		i = u64_lower(w->srt, w->n, gap);
-		memmove(&w->srt[i + 1], &w->srt[i], (w->n - i) * sizeof(w->srt[0]));
+	if (n == GAP_WIN) { /* the oldest leaves the sorted copy */
+		i = u64_lower(w->srt, n, w->ring.g[w->ring.head]);
+		n--;
+		memmove(&w->srt[i], &w->srt[i + 1], (n - i) * sizeof(w->srt[0]));
 	}
+	i = u64_lower(w->srt, n, gap);
+	memmove(&w->srt[i + 1], &w->srt[i], (n - i) * sizeof(w->srt[0]));
 	w->srt[i] = gap;
-	gring_push(w->g, &w->n, &w->head, gap);
+	gring_push(&w->ring, gap);
 }
 
 /* a gap over this cuts: GAP_CUT_X times the median of those before, GAP_CUT_MIN_NS at least */
 static uint64_t gwin_limit(const struct gwin *w)
 {
-	uint64_t med = w->n >= GAP_WARM ? w->srt[w->n / 2] : 0;
+	uint64_t med = w->ring.n >= GAP_WARM ? w->srt[w->ring.n / 2] : 0;
 
 	if (med > UINT64_MAX / GAP_CUT_X)
 		return UINT64_MAX;
@@ -1756,8 +1755,7 @@ static int cut_all(struct diag_seg *sg, uint64_t upto)
 		/* left behind, in launch order: its gap is one of those before the next cut's */
 		if (gs_pid && of_launcher(&sg->r[i], ln_pid) && sg->r[i].launch >= gs_pid->last) {
 			if (gs_pid->last)
-				gring_push(gs_pid->g, &gs_pid->n, &gs_pid->head,
-					   sg->r[i].launch - gs_pid->last);
+				gring_push(&gs_pid->ring, sg->r[i].launch - gs_pid->last);
 			gs_pid->last = sg->r[i].launch;
 		}
 	}

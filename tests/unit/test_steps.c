@@ -58,12 +58,21 @@ static void on_step(void *ctx, const struct diag_step *s)
 	g->n++;
 }
 
+/*
+ * sample > 0: is this launch one the shim's always-on sampling leaves out
+ * (all but one in `sample` non-graph launches; seen counts them)?
+ */
+static bool sampled_out(unsigned sample, unsigned *seen, const struct corr_launch *l)
+{
+	return sample && l && !strstr(l->api, "GraphLaunch") && (*seen)++ % sample;
+}
+
 static void on_gpu(void *ctx, const struct corr_gpu *gp, const struct corr_launch *l)
 {
 	struct got *g = ctx;
 	struct corr_gpu x = *gp;
 
-	if (g->sample && l && !strstr(l->api, "GraphLaunch") && g->seen++ % g->sample) {
+	if (sampled_out(g->sample, &g->seen, l)) {
 		x.flags = g->no_launch ? CORR_GPU_F_NO_LAUNCH : 0;
 		l = NULL;
 	}
@@ -1480,46 +1489,44 @@ static void test_live_cut_without_joined_launch(void **state)
 	diag_seg__free(b);
 }
 
-/* every GPU record of a recording, and its launch, as the correlator emitted them */
+/* a GPU record of a recording, and its launch, as the correlator emitted them */
 struct emitted {
-	struct corr_gpu *g;
-	struct corr_launch *l;
-	bool *has_l;
+	struct corr_gpu g;
+	struct corr_launch l;
+	bool has_l;
+};
+
+struct emitted_all {
+	struct emitted *r;
 	size_t n, cap;
 };
 
 static void on_emit(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
 {
-	struct emitted *e = ctx;
+	struct emitted_all *e = ctx;
+	struct emitted *x;
 
 	if (e->n == e->cap) {
 		e->cap = e->cap ? 2 * e->cap : 1024;
-		e->g = realloc(e->g, e->cap * sizeof(*e->g));
-		e->l = realloc(e->l, e->cap * sizeof(*e->l));
-		e->has_l = realloc(e->has_l, e->cap * sizeof(*e->has_l));
-		assert_non_null(e->g);
-		assert_non_null(e->l);
-		assert_non_null(e->has_l);
+		e->r = realloc(e->r, e->cap * sizeof(*e->r));
+		assert_non_null(e->r);
 	}
-	e->g[e->n] = *g;
-	e->g[e->n].name = g->name ? strdup(g->name) : NULL;
-	e->g[e->n].name_hash = 0;
-	e->has_l[e->n] = l != NULL;
+	x = &e->r[e->n++];
+	x->g = *g;
+	x->g.name = g->name ? strdup(g->name) : NULL;
+	x->g.name_hash = 0;
+	x->has_l = l != NULL;
 	if (l) {
-		e->l[e->n] = *l;
-		e->l[e->n].api = strdup(l->api);
+		x->l = *l;
+		x->l.api = strdup(l->api);
 	}
-	e->n++;
 }
 
-static struct emitted *emit_by_end; /* for the sort's comparison */
-
-static int cmp_emit_end(const void *a, const void *b)
+static int cmp_emitted_end(const void *a, const void *b)
 {
-	uint64_t x = emit_by_end->g[*(const size_t *)a].end_ns;
-	uint64_t y = emit_by_end->g[*(const size_t *)b].end_ns;
+	const struct emitted *x = a, *y = b;
 
-	return x < y ? -1 : x > y;
+	return x->g.end_ns < y->g.end_ns ? -1 : x->g.end_ns > y->g.end_ns;
 }
 
 /*
@@ -1553,8 +1560,7 @@ static void test_recordings_live_match_one_cut(void **state)
 			struct corr_opts co = {.sz = sizeof(co), .emit = on_emit};
 			struct corr_replay_opts ro = {.sz = sizeof(ro)};
 			struct corr_replay_stats rst;
-			struct emitted e = {0};
-			size_t *ord;
+			struct emitted_all e = {0};
 
 			if (de->d_name[0] == '.')
 				continue;
@@ -1562,12 +1568,7 @@ static void test_recordings_live_match_one_cut(void **state)
 			co.emit_ctx = &e;
 			assert_int_equal(corr_replay_file(path, &co, &ro, &rst), 0);
 			files++;
-			ord = malloc((e.n + 1) * sizeof(*ord));
-			assert_non_null(ord);
-			for (size_t i = 0; i < e.n; i++)
-				ord[i] = i;
-			emit_by_end = &e;
-			qsort(ord, e.n, sizeof(*ord), cmp_emit_end);
+			qsort(e.r, e.n, sizeof(*e.r), cmp_emitted_end);
 			for (unsigned sample = 0; sample <= 7; sample += 7) {
 				struct diag_seg_opts o = {
 				    .sz = sizeof(o), .auto_only = true, .no_anchor = true};
@@ -1580,12 +1581,11 @@ static void test_recordings_live_match_one_cut(void **state)
 				memset(&once, 0, sizeof(once));
 				pair_new(&o, &live, &once, &a, &b);
 				for (size_t j = 0; j < e.n; j++) {
-					struct corr_gpu g = e.g[ord[j]];
+					struct corr_gpu g = e.r[j].g;
 					const struct corr_launch *l =
-					    e.has_l[ord[j]] ? &e.l[ord[j]] : NULL;
+					    e.r[j].has_l ? &e.r[j].l : NULL;
 
-					if (sample && l && !strstr(l->api, "GraphLaunch") &&
-					    seen++ % sample) {
+					if (sampled_out(sample, &seen, l)) {
 						g.flags = CORR_GPU_F_NO_LAUNCH;
 						l = NULL;
 					}
@@ -1629,14 +1629,11 @@ static void test_recordings_live_match_one_cut(void **state)
 				diag_seg__free(b);
 			}
 			for (size_t i = 0; i < e.n; i++) {
-				free((void *)e.g[i].name);
-				if (e.has_l[i])
-					free((void *)e.l[i].api);
+				free((void *)e.r[i].g.name);
+				if (e.r[i].has_l)
+					free((void *)e.r[i].l.api);
 			}
-			free(e.g);
-			free(e.l);
-			free(e.has_l);
-			free(ord);
+			free(e.r);
 		}
 		closedir(dp);
 	}
