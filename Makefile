@@ -283,7 +283,7 @@ UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRCS))
 ITEST_SRCS := $(sort $(filter-out tests/integration/usdt_lib.c,$(wildcard tests/integration/*.c)))
 ITEST_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(ITEST_SRCS)) \
 	$(BUILD)/tests/integration/libusdt_steps.so
-TEST_BINS := $(UNIT_BINS) $(ITEST_BINS) $(BUILD)/tests/helm-render
+TEST_BINS := $(UNIT_BINS) $(ITEST_BINS) $(BUILD)/tests/helm-render $(BUILD)/tests/fakes/libnvidia-ml.so.1
 
 # tests/helm/render.go (owner: tests/integration/helm.sh): the chart through
 # Go's text/template and sprig, as Helm renders it; GOPATH mode, Debian's Go
@@ -325,6 +325,14 @@ $(BUILD)/tests/integration/libusdt_steps.so: tests/integration/usdt_lib.c
 	$(Q)$(CC) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -shared -o $@ $< $(LDFLAGS_SAN) $(LDFLAGS)
 
 # workloads load libcudart / libcuda with dlopen, as inference engines do
+# tests/fakes/fake_nvml.c (owner: tests/integration/gpu_telemetry.sh): the NVML double,
+# named libnvidia-ml.so.1 as the driver's library; the agent loads it with --nvml-lib.
+FAKE_NVML := $(BUILD)/tests/fakes/libnvidia-ml.so.1
+$(FAKE_NVML): tests/fakes/fake_nvml.c agent/sources/nvml_api.h
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_COMMON) -fPIC -Iagent/sources $(CFLAGS) -shared \
+		-Wl,-soname,libnvidia-ml.so.1 -o $@ $<
 # tests/fakes/fake_nccl.c (owner: the NCCL tests, tests/integration/nccl_calls.c): the NCCL double,
 # named libnccl.so.2 so that discovery takes it for NCCL; nccl_calls dlopens it.
 FAKE_NCCL := $(BUILD)/tests/fakes/nccl/libnccl.so.2

@@ -110,7 +110,10 @@ enum {
 	OPT_OTLP_QUEUE_MAX,
 	OPT_SENTINEL_LAUNCHES, /* issue 20: agent/sources/uprobes.c */
 	OPT_LAUNCH_SAMPLING,
-	OPT_LIB_GRACE, /* issue 18: agent/sources/discovery.c */
+	OPT_LIB_GRACE,	   /* issue 18: agent/sources/discovery.c */
+	OPT_GPU_TELEMETRY, /* agent/sources/gpu_telemetry.c */
+	OPT_NVML_LIB,
+	OPT_GPU_TELEMETRY_PERIOD,
 };
 
 /*
@@ -312,6 +315,22 @@ static const struct opt_def opt_table[] = {
      .doc = "Keep a CUDA library file's uprobes attached for SECS after the last traced "
 	    "process mapping it exits, so that the next process mapping it does not pay the "
 	    "attach (at most 8 such files; 0: detach at once; default 30)"},
+    {"gpu-telemetry", OPT_GPU_TELEMETRY, "auto|on|off", OT_ENUM, FIELD(gpu_telemetry),
+     .choices = CHOICES({"auto", GPU_TELEMETRY_AUTO}, {"on", GPU_TELEMETRY_ON},
+			{"off", GPU_TELEMETRY_OFF}),
+     .err = "must be auto, on or off",
+     .doc = "Read the node's GPUs through NVML (the driver's libnvidia-ml.so.1) every "
+	    "--gpu-telemetry-period: SM and memory clocks, throttle reasons (power cap, "
+	    "thermal, hardware slowdown), power, temperature, utilisation, as gpu_telemetry "
+	    "records and metrics; auto (default) does so where NVML loads, on refuses to "
+	    "start without it, off never loads it"},
+    {"nvml-lib", OPT_NVML_LIB, "PATH", OT_STR, FIELD(nvml_lib), 1, 4095,
+     .err = "takes a library path",
+     .doc = "The NVML library to load for --gpu-telemetry (default libnvidia-ml.so.1, "
+	    "found by the dynamic loader)"},
+    {"gpu-telemetry-period", OPT_GPU_TELEMETRY_PERIOD, "MS", OT_MS, FIELD(gpu_telemetry_period_ns),
+     100, 3600e3, .err = "takes milliseconds from 100 to 3600000",
+     .doc = "How often --gpu-telemetry reads each GPU (default 1000)"},
     {"metrics", OPT_METRICS, "ADDR:PORT", OT_FN, .set = set_metrics,
      .err = "takes ADDR:PORT (e.g. :9464)",
      .doc = "Serve Prometheus metrics (/metrics, /healthz, /readyz) over HTTP on ADDR:PORT, "
@@ -851,6 +870,8 @@ static int run_live(struct agent *a)
 	err = gpu_init(a);
 	if (!err)
 		err = shim_init(a);
+	if (!err)
+		err = telem_start(a);
 	if (err)
 		goto cleanup;
 	err = diag_new(a, &a->diag);
@@ -939,6 +960,7 @@ static int run_live(struct agent *a)
 
 cleanup:
 	ops_free(a); /* first: deep-dived shims are told to go back to sentinel */
+	telem_stop(a);
 	diag_free(a->diag);
 	a->diag = NULL;
 	shim_free(a);
@@ -988,6 +1010,7 @@ int main(int argc, char **argv)
 	    .recorder_launches = 4096,
 	    .nccl_slots = 1024,
 	    .lib_grace_s = 30,
+	    .gpu_telemetry_period_ns = 1000000000ULL,
 	    .flush_timeout_s = FLUSH_TIMEOUT_DEFAULT,
 	};
 	build_argp_options();

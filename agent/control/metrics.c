@@ -108,6 +108,10 @@ static const struct stats_metric {
      "NCCL calls the BPF side wrote into the per-CPU slots (sentinel)."},
     {"nccl", "slots_overwritten", "infertrace_nccl_slots_overwritten_total", "counter",
      "NCCL calls lost: written over in their CPU's slots before the agent copied them."},
+    {"gpu_telemetry", "samples", "infertrace_gpu_telemetry_samples_total", "counter",
+     "GPU samples read through NVML (--gpu-telemetry), one per GPU per period."},
+    {"gpu_telemetry", "read_errors", "infertrace_gpu_telemetry_errors_total", "counter",
+     "NVML queries that failed (a field the GPU does not support is not counted)."},
 };
 
 /* the step path's, written only while there is one (not with the detector off) */
@@ -201,6 +205,7 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 
 	shim_stats(a, o);
 	gpu_stats(a, o);
+	telem_stats(a, o);
 	diag_stats(a->diag, o);
 	g = json_object_get(o, "gpu");
 	help(f, "infertrace_drops_total", "counter",
@@ -250,6 +255,7 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 	one(f, "infertrace_attach_errors_total", "counter", "Probes that could not be attached.",
 	    (double)a->cnt.attach_errors);
 	table(f, o, from_stats, sizeof(from_stats) / sizeof(from_stats[0]));
+	telem_metrics(a, f);
 	x = json_object_get(o, "control");
 	help(f, "infertrace_control_errors_total", "counter",
 	     "Control socket requests or peers refused, by reason.");

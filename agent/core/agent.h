@@ -89,8 +89,12 @@ struct agent_opts {
 		SENTINEL_LAUNCHES_ALL
 	} sentinel_launches;					   /* --sentinel-launches */
 	uint64_t launch_sample_window_ns, launch_sample_period_ns; /* --launch-sampling; 0: off */
-	const char *metrics;  /* ADDR:PORT of the Prometheus endpoint; NULL: off */
-	const char *perfetto; /* --replay ... --perfetto OUT */
+	const char *metrics; /* ADDR:PORT of the Prometheus endpoint; NULL: off */
+	/* the node's GPUs through NVML (agent/sources/gpu_telemetry.c) */
+	enum { GPU_TELEMETRY_AUTO, GPU_TELEMETRY_ON, GPU_TELEMETRY_OFF } gpu_telemetry;
+	const char *nvml_lib;		  /* NULL: libnvidia-ml.so.1 */
+	uint64_t gpu_telemetry_period_ns; /* --gpu-telemetry-period */
+	const char *perfetto;		  /* --replay ... --perfetto OUT */
 	/* steps and anomalies (agent/pipeline/diag.c; --step-markers, --baseline, --detect) */
 	struct agent_diag_opts {
 		const char *markers; /* NULL: the library's defaults */

@@ -170,6 +170,7 @@ struct agent {
 	void *agg;		    /* aggregate.c state */
 	struct gpu *gpu;	    /* pipeline/join.c, live; NULL when GPU-side capture is off */
 	struct shim_src *shim;	    /* sources/shim.c: the shims' socket; NULL: not open */
+	struct telem *telem;	    /* sources/gpu_telemetry.c: NVML; NULL: --gpu-telemetry off */
 	struct diag *diag;	    /* diag.c: steps and anomalies; NULL when off */
 	struct recorder *rec;	    /* pipeline/recorder.c: the flight recorder; NULL: off */
 	struct deepdive *dd;	    /* pipeline/deepdive.c; NULL before ops_init() */

@@ -10,6 +10,8 @@
 #ifndef INFERTRACE_SOURCES_H
 #define INFERTRACE_SOURCES_H
 
+#include <stdio.h>
+
 #include "state.h"
 
 /* sources/shim.c: the CUPTI shims' socket as a source (after gpu_init) */
@@ -20,6 +22,18 @@ void shim_on_exit(struct agent *a, uint32_t pid, uint64_t ts_ns);
 void shim_interval(struct agent *a); /* read what is left, push the deep mode to new shims */
 void shim_stats(struct agent *a, json_t *stats_record);
 void shim_free(struct agent *a);
+
+/*
+ * gpu_telemetry.c: the node's GPUs through NVML (--gpu-telemetry), polled by
+ * a thread of its own; "gpu_telemetry" records from the loop. telem_start:
+ * 0 also when NVML is absent in auto mode (stats say "unavailable");
+ * -ENOENT when --gpu-telemetry on cannot load it.
+ */
+int telem_start(struct agent *a);
+void telem_stats(struct agent *a, json_t *stats_record);
+/* the latest sample's gauges per GPU in the Prometheus text format (metrics.c) */
+void telem_metrics(struct agent *a, FILE *f);
+void telem_stop(struct agent *a);
 
 /*
  * loader.c: open, configure, load, attach the skeleton. The only file that
