@@ -507,7 +507,7 @@ test: deps
 	$(Q)BUILD=$(BUILD) tests/run.sh
 
 demo: deps
-	$(Q)$(MAKE) --no-print-directory all $(ITEST_BINS)
+	$(Q)$(MAKE) --no-print-directory all $(ITEST_BINS) $(FAKE_NVML)
 	$(Q)BUILD=$(BUILD) scripts/demo.sh
 
 bench: deps

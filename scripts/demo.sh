@@ -289,6 +289,41 @@ if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq
 	echo "  (all of it: $LOUT)"
 fi
 
+# Part 2b: the node's GPUs through NVML (--gpu-telemetry). No GPU here, so the
+# NVML double (tests/fakes/fake_nvml.c) plays two H100s from a state file; after
+# a second the first one's clock drops under a power cap and a hardware slowdown.
+NVML=$BUILD/tests/fakes/libnvidia-ml.so.1
+if [ -f "$NVML" ] && command -v jq >/dev/null; then
+	TDIR=$DIR/telemetry
+	TOUT=$DIR/gpu-telemetry.jsonl
+	rm -rf "$TDIR" "$TOUT"
+	mkdir -p "$TDIR"
+	echo
+	bold "The node's GPUs: clocks and what holds them down (simulated NVML)"
+	echo "  the agent reads every GPU each --gpu-telemetry-period (here 250 ms) on a thread of its"
+	echo "  own; the NVML double plays two H100s, and GPU 0 is power-capped and slowed after 1 s."
+	gpus() { # gpus SM0 REASONS0
+		printf '%s\n' "GPU-11111111-2222-3333-4444-555555555555|NVIDIA H100 80GB HBM3|$1|1980|2619|$3|700000|$4|97|40|$2" \
+			"GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee|NVIDIA H100 80GB HBM3|1980|1980|2619|512000|700000|61|96|38|0" \
+			>"$TDIR/state.tmp" && mv "$TDIR/state.tmp" "$TDIR/state"
+	}
+	gpus 1980 0 520000 62
+	FAKE_NVML_STATE=$TDIR/state "$AGENT" -i 0.25 -d 2.5 --summary --nvml-lib "$NVML" \
+		--gpu-telemetry-period 250 --shim-socket none --control-socket none -o "$TOUT" \
+		2>"$TDIR/agent.log" &
+	TAP=$!
+	sleep 1.2
+	gpus 1410 c 700000 79
+	wait "$TAP" 2>/dev/null
+	echo "  gpu_telemetry records of GPU 0 (SM clock MHz, power W, temperature C, throttle):"
+	jq -r 'select(.type == "gpu_telemetry" and .device == 0) |
+		"    \(.sm_clock_mhz) MHz of \(.sm_clock_max_mhz), \(.power_mw / 1000) W of \(.power_limit_mw / 1000), \(.temperature_c) C, throttle \(.throttle)"' \
+		"$TOUT" | uniq -c | sed 's/^ *\([0-9]*\) */    \1 x /'
+	echo "  the agent's --summary at exit:"
+	sed -n "/^The node's GPUs/,/^\$/p" "$TDIR/agent.log" | sed 1d | grep '^  ' | sed 's/^/  /'
+	echo "  (all of it: $TOUT; metrics: infertrace_gpu_sm_clock_mhz, infertrace_gpu_clock_throttled)"
+fi
+
 # Part 3: the GPU side, offline. No GPU here, so the correlator and the step
 # detector run on a real trace recorded on an H100 (vLLM, Llama, TP=4), if the
 # shared data set is next to the repository.

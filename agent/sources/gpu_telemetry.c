@@ -104,6 +104,10 @@ struct telem {
 	enum telem_state logged;
 	uint64_t records;
 	struct telem_sample last[TELEM_MAX_DEV]; /* each GPU's latest, for the metrics */
+	struct telem_acc {			 /* since start, for --summary */
+		uint64_t reads, held[9], held_other;
+		uint32_t sm_min, sm_max, temp_max, power_max;
+	} acc[TELEM_MAX_DEV];
 };
 
 static struct telem *telem_of(struct agent *a)
@@ -347,6 +351,26 @@ static json_t *reasons_json(uint64_t mask)
 	return arr;
 }
 
+static void account(struct telem_acc *c, const struct telem_sample *s)
+{
+	c->reads++;
+	if (s->have & HAVE_SM) {
+		if (!c->sm_min || s->sm_mhz < c->sm_min)
+			c->sm_min = s->sm_mhz;
+		if (s->sm_mhz > c->sm_max)
+			c->sm_max = s->sm_mhz;
+	}
+	if ((s->have & HAVE_TEMP) && s->temp_c > c->temp_max)
+		c->temp_max = s->temp_c;
+	if ((s->have & HAVE_POWER) && s->power_mw > c->power_max)
+		c->power_max = s->power_mw;
+	if (!(s->have & HAVE_REASONS))
+		return;
+	for (size_t i = 0; i < sizeof(reason_names) / sizeof(reason_names[0]); i++)
+		c->held[i] += !!(s->reasons & reason_names[i].bit);
+	c->held_other += !!(s->reasons & ~0x1ffULL);
+}
+
 static void emit_sample(struct telem *t, const struct telem_sample *s, const char *uuid,
 			const char *name)
 {
@@ -383,6 +407,7 @@ static void emit_sample(struct telem *t, const struct telem_sample *s, const cha
 	if (!rec_emit(t->a, REC_SUMMARY, r))
 		t->records++;
 	t->last[s->dev] = *s;
+	account(&t->acc[s->dev], s);
 }
 
 /* the log line of a state, once */
@@ -589,6 +614,56 @@ void telem_metrics(struct agent *a, FILE *f)
 				    "%d\n",
 				    d, reason_names[i].name,
 				    !!(t->last[d].reasons & reason_names[i].bit));
+}
+
+void telem_print_summary(struct agent *a, FILE *out)
+{
+	struct telem *t = telem_of(a);
+
+	if (!t)
+		return;
+	if (t->efd >= 0)
+		telem_on_ready(a, t);
+	fprintf(out, "\nThe node's GPUs (NVML, --gpu-telemetry)\n");
+	if (t->logged != T_RUNNING) {
+		fprintf(out, "  not read: %s\n",
+			t->state == T_STARTING ? "NVML's initialisation has not returned"
+			: t->error[0]	       ? t->error
+					       : state_names[t->state]);
+		return;
+	}
+	for (uint32_t d = 0; d < t->ndev; d++) {
+		const struct telem_acc *c = &t->acc[d];
+		const struct telem_sample *l = &t->last[d];
+		bool any = false;
+
+		fprintf(out, "  GPU %u %s: %llu reads", d, t->uuid[d][0] ? t->uuid[d] : "(no uuid)",
+			(unsigned long long)c->reads);
+		if (c->sm_max)
+			fprintf(out, ", SM clock %u-%u MHz", c->sm_min, c->sm_max);
+		if (l->have & HAVE_SM_MAX)
+			fprintf(out, " (highest %u)", l->sm_max_mhz);
+		if (c->temp_max)
+			fprintf(out, ", up to %u C", c->temp_max);
+		if (c->power_max)
+			fprintf(out, ", up to %.0f W", c->power_max / 1e3);
+		if (l->have & HAVE_POWER_LIMIT)
+			fprintf(out, " of %.0f", l->power_limit_mw / 1e3);
+		fprintf(out, "\n    clocks held down by:");
+		for (size_t i = 0; i < sizeof(reason_names) / sizeof(reason_names[0]); i++)
+			if (c->held[i] && reason_names[i].bit != NVML_THR_GPU_IDLE) {
+				fprintf(out, "%s %s in %llu of %llu reads", any ? "," : "",
+					reason_names[i].name, (unsigned long long)c->held[i],
+					(unsigned long long)c->reads);
+				any = true;
+			}
+		if (c->held_other) {
+			fprintf(out, "%s reasons NVML added since in %llu reads", any ? "," : "",
+				(unsigned long long)c->held_other);
+			any = true;
+		}
+		fprintf(out, "%s\n", any ? "" : " nothing (idle aside)");
+	}
 }
 
 void telem_stop(struct agent *a)

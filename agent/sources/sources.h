@@ -33,6 +33,8 @@ int telem_start(struct agent *a);
 void telem_stats(struct agent *a, json_t *stats_record);
 /* the latest sample's gauges per GPU in the Prometheus text format (metrics.c) */
 void telem_metrics(struct agent *a, FILE *f);
+/* --summary: per GPU, its clock range, temperature, power, what held its clocks down */
+void telem_print_summary(struct agent *a, FILE *out);
 void telem_stop(struct agent *a);
 
 /*

@@ -16,7 +16,8 @@
 #                          hardware slowdown: later records, the metrics
 #                          (infertrace_gpu_*, promtool) and the stats say so;
 #                          a GPU that answers "lost" is counted (gpu_lost);
-#                          NVML is initialised once and shut down at exit
+#                          NVML is initialised once and shut down at exit;
+#                          --summary gives each GPU's clock range and reasons
 #   gpu_telemetry_absent   --gpu-telemetry on without NVML: the agent refuses
 #                          to start and says why; auto (the default) runs
 #                          without it, the stats say "unavailable" and why
@@ -51,7 +52,7 @@ http_metrics() { curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics"; }
 # ------------------------------------------------------------- records ----
 state 1980 0
 : >"$FAKE_NVML_LOG"
-if ! agent_start_metrics tel "${COMMON[@]}" --gpu-telemetry on --gpu-telemetry-period 200; then
+if ! agent_start_metrics tel "${COMMON[@]}" --gpu-telemetry on --gpu-telemetry-period 200 --summary; then
 	fail_because "agent did not start: $(agent_tail)"
 else
 	wait_record '.type=="gpu_telemetry" and .device==1' 10 || fail_because "no record of GPU 1"
@@ -108,6 +109,10 @@ else
 	expect "log: the start line" grep -q 'GPU telemetry: 2 GPUs through NVML' "$AGENT_ERR"
 	agent_stop INT || fail_because "agent did not stop"
 	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
+	sum=$(sed -n "/^The node's GPUs/,/^\$/p" "$AGENT_ERR")
+	expect "--summary, GPU 0: $sum" grep -qE "GPU 0 $U0: [0-9]+ reads, SM clock 1410-1980 MHz \(highest 1980\), up to 45 C, up to 350 W of 700" <<<"$sum"
+	expect "--summary, GPU 0 held: $sum" grep -qE "clocks held down by: sw_power_cap in [0-9]+ of [0-9]+ reads, hw_slowdown in [0-9]+ of [0-9]+ reads$" <<<"$sum"
+	expect "--summary, GPU 1: $sum" grep -qE "GPU 1 $U1: .*SM clock 1755-1755 MHz.*up to 83 C" <<<"$sum"
 	expect "NVML init / shutdown: $(tr '\n' ' ' <"$FAKE_NVML_LOG")" \
 		[ "$(tr '\n' ' ' <"$FAKE_NVML_LOG")" = "init shutdown " ]
 fi
