@@ -55,6 +55,7 @@ enum event_type {
 	EV_GPU_LAUNCH_CB = 19, /* struct gpu_launch_cb_event */
 	EV_SHIM_STATUS = 20,   /* struct shim_status_event */
 	EV_GPU_MARKER = 21,    /* struct gpu_marker_event: an NVTX range call */
+	EV_GPU_DEVICE = 22,    /* struct gpu_device_event: a CUDA device's UUID */
 	EV_TYPE_MAX = 32,      /* size of the per-type counter arrays */
 };
 
@@ -698,6 +699,22 @@ struct gpu_marker_event {
 	char name[MARKER_NAME_LEN]; /* PUSH/START: the message, NUL-terminated, cut */
 };
 _Static_assert(sizeof(struct gpu_marker_event) == 136, "gpu_marker_event ABI");
+
+/*
+ * EV_GPU_DEVICE, 48 bytes: a CUDA device of the process (CUPTI's device
+ * record, CUpti_ActivityDevice5: id and uuid), once per device. The agent
+ * maps the device numbers of the process's GPU records (gpu_activity_event
+ * .device, renumbered by CUDA_VISIBLE_DEVICES) to the GPU's UUID, which NVML
+ * names too (agent/sources/gpu_telemetry.c). hdr.ts_ns: when the shim read it.
+ */
+#define GPU_DEV_F_MIG (1u << 0) /* a MIG instance: uuid is its parent GPU's */
+struct gpu_device_event {
+	struct event_hdr hdr;
+	__u32 device; /* CUPTI's deviceId, as in gpu_activity_event */
+	__u32 flags;  /* GPU_DEV_F_* */
+	__u8 uuid[16];
+};
+_Static_assert(sizeof(struct gpu_device_event) == 48, "gpu_device_event ABI");
 
 #define SHIM_CLOCK_MONOTONIC_CB 0 /* CUPTI converts with our callback */
 #define SHIM_CLOCK_OFFSET 1	  /* CUPTI clock + measured offset (fallback) */

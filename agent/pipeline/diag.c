@@ -108,6 +108,206 @@ static void wait_suspect(const struct diag *d, struct diag_anomaly *an)
 	s->ratio = 0;
 }
 
+/* ------------------------------------------------------------ GPU clocks -- */
+
+/*
+ * The "gpu_clock" suspect: a flagged step of a process whose GPU ran under
+ * its usual SM clock. NVML's readings of each GPU (the last DIAG_GPU_READS,
+ * 128 s at the default 1 s period) are matched with the process's GPUs:
+ * the shim names each CUDA device's UUID (EV_GPU_DEVICE), and the process's
+ * GPU records say which device numbers it used. The reading "of the step"
+ * is the lowest SM clock read from DIAG_GPU_BEFORE_NS before the step's
+ * start to its end (a reading stands for a whole period); "usual" is the
+ * median of the readings before that, once there are DIAG_GPU_USUAL_MIN.
+ * Under 95% of it is a suspect (GPU boost moves the clock by a few percent
+ * on its own).
+ */
+#define DIAG_GPUS 64
+#define DIAG_GPU_READS 128
+#define DIAG_GPU_BEFORE_NS 1500000000ULL
+#define DIAG_GPU_USUAL_MIN 8
+#define DIAG_PDEV_DEVS 8
+/* an exited process's devices stay for its last steps (cut 2 s after their end), then go */
+#define DIAG_PDEV_KEEP_NS 10000000000ULL
+
+struct diag_gpu {
+	char uuid[48];
+	uint32_t n, next; /* readings held, the next slot */
+	struct gpu_read {
+		uint64_t ts;
+		uint32_t sm;
+		char why[84];
+	} r[DIAG_GPU_READS];
+};
+
+struct diag_pdev {
+	uint32_t pid;
+	int32_t rank;
+	uint64_t exited_ns; /* 0: alive */
+	uint64_t seen;	    /* device numbers of its GPU records (bit per device) */
+	char instance[128];
+	uint32_t n;
+	struct {
+		uint32_t device;
+		char uuid[48];
+	} dev[DIAG_PDEV_DEVS];
+};
+
+void diag_on_gpu_reading(struct diag *d, const struct gpu_reading *r)
+{
+	struct diag_gpu *g;
+	struct gpu_read *x;
+
+	if (!d || !r->sm_mhz || !r->uuid || !r->uuid[0] || r->index >= DIAG_GPUS)
+		return;
+	if (!d->gpus && !(d->gpus = calloc(DIAG_GPUS, sizeof(*d->gpus))))
+		return;
+	g = d->gpus[r->index];
+	if (!g) {
+		g = d->gpus[r->index] = calloc(1, sizeof(*g));
+		if (!g)
+			return;
+	}
+	if (strcmp(g->uuid, r->uuid)) { /* a new GPU at this index: start over */
+		memset(g, 0, sizeof(*g));
+		snprintf(g->uuid, sizeof(g->uuid), "%s", r->uuid);
+	}
+	x = &g->r[g->next];
+	x->ts = r->ts_ns;
+	x->sm = r->sm_mhz;
+	snprintf(x->why, sizeof(x->why), "%s", r->why ? r->why : "");
+	g->next = (g->next + 1) % DIAG_GPU_READS;
+	if (g->n < DIAG_GPU_READS)
+		g->n++;
+}
+
+void diag_on_gpu_device(struct diag *d, uint32_t pid, uint32_t device, const uint8_t u[16])
+{
+	struct diag_pdev *p;
+	char uuid[48];
+	uint32_t i;
+
+	if (!d || !pid)
+		return;
+	if (!d->pdev && !(d->pdev = calloc(STEP_PIDS, sizeof(*d->pdev))))
+		return;
+	p = d->pdev[pid % STEP_PIDS];
+	if (!p && !(p = d->pdev[pid % STEP_PIDS] = calloc(1, sizeof(*p))))
+		return;
+	if (p->pid != pid || p->exited_ns) { /* another process, or the pid came back */
+		memset(p, 0, sizeof(*p));
+		p->pid = pid;
+	}
+	/* as NVML and nvidia-smi -L print it */
+	snprintf(uuid, sizeof(uuid),
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+		 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+		 u[14], u[15]);
+	snprintf(p->instance, sizeof(p->instance), "%s", agent_instance_of(d->a, pid));
+	p->rank = agent_rank_of(d->a, pid);
+	for (i = 0; i < p->n && p->dev[i].device != device; i++)
+		;
+	if (i == DIAG_PDEV_DEVS)
+		return;
+	if (i == p->n)
+		p->n++;
+	p->dev[i].device = device;
+	snprintf(p->dev[i].uuid, sizeof(p->dev[i].uuid), "%s", uuid);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* GPU g during [lo, hi]: its lowest reading there and the usual clock before; false: unknown */
+static bool gpu_clock_at(const struct diag_gpu *g, uint64_t lo, uint64_t hi,
+			 const struct gpu_read **low, uint32_t *usual)
+{
+	uint32_t before[DIAG_GPU_READS], nb = 0;
+
+	*low = NULL;
+	for (uint32_t i = 0; i < g->n; i++) {
+		const struct gpu_read *x = &g->r[i];
+
+		if (x->ts < lo)
+			before[nb++] = x->sm;
+		else if (x->ts <= hi && (!*low || x->sm < (*low)->sm))
+			*low = x;
+	}
+	if (!*low || nb < DIAG_GPU_USUAL_MIN)
+		return false;
+	qsort(before, nb, sizeof(before[0]), cmp_u32);
+	*usual = before[nb / 2];
+	return true;
+}
+
+static void clock_suspect(struct diag *d, struct diag_anomaly *an)
+{
+	uint64_t hi = an->step_start_ns + an->dur_ns,
+		 lo = an->step_start_ns > DIAG_GPU_BEFORE_NS
+			  ? an->step_start_ns - DIAG_GPU_BEFORE_NS
+			  : 0;
+	const struct gpu_read *best = NULL;
+	uint32_t best_usual = 0, best_gpu = 0;
+	struct diag_suspect *s;
+
+	if (!d->pdev || !d->gpus || !an->instance)
+		return;
+	for (uint32_t i = 0; i < STEP_PIDS; i++) {
+		const struct diag_pdev *p = d->pdev[i];
+
+		if (!p || strcmp(p->instance, an->instance) ||
+		    (an->rank >= 0 && p->rank != an->rank))
+			continue;
+		for (uint32_t k = 0; k < p->n; k++) {
+			const struct gpu_read *low;
+			uint32_t usual;
+
+			if (p->dev[k].device >= 64 || !(p->seen & 1ULL << p->dev[k].device))
+				continue; /* a device the process has not run work on */
+			for (uint32_t gi = 0; gi < DIAG_GPUS; gi++) {
+				const struct diag_gpu *g = d->gpus[gi];
+
+				if (!g || strcmp(g->uuid, p->dev[k].uuid) ||
+				    !gpu_clock_at(g, lo, hi, &low, &usual))
+					continue;
+				if ((uint64_t)low->sm * 100 < (uint64_t)usual * 95 &&
+				    (!best ||
+				     (double)low->sm / usual < (double)best->sm / best_usual)) {
+					best = low;
+					best_usual = usual;
+					best_gpu = gi;
+				}
+			}
+		}
+	}
+	if (!best)
+		return;
+	if (an->kind == DIAG_KIND_GPU_SLOW) { /* its cause: first */
+		if (an->n_suspects == DIAG_SUSPECTS_MAX)
+			an->n_suspects--;
+		memmove(&an->suspects[1], &an->suspects[0],
+			an->n_suspects * sizeof(an->suspects[0]));
+		s = &an->suspects[0];
+	} else if (an->n_suspects < DIAG_SUSPECTS_MAX) {
+		s = &an->suspects[an->n_suspects];
+	} else {
+		return;
+	}
+	an->n_suspects++;
+	s->what = "gpu_clock";
+	snprintf(s->evidence, sizeof(s->evidence),
+		 "GPU %u (%.40s) ran at %u MHz, %.0f%% under its usual %u MHz%s%.60s", best_gpu,
+		 d->gpus[best_gpu]->uuid, best->sm, 100.0 - 100.0 * best->sm / best_usual,
+		 best_usual, best->why[0] ? "; held by " : "", best->why);
+	s->value = best->sm;
+	s->ratio = (double)best->sm / best_usual;
+	d->clock_suspects++;
+}
+
 /* ------------------------------------------------------------ diagnosis -- */
 
 static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
@@ -121,6 +321,7 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 		return;
 	}
 	wait_suspect(d, an);
+	clock_suspect(d, an);
 	sus = json_array();
 	/* the detector's instance (a step stream names its own) */
 	json_object_set_new(o, "instance", rec_string(an->instance));
@@ -425,8 +626,15 @@ fail:
 
 void diag_on_gpu(struct diag *d, const struct corr_gpu *g, const struct corr_launch *l)
 {
-	if (d)
-		diag_seg__add_gpu(d->seg, g, l);
+	if (!d)
+		return;
+	if (d->pdev && g->device < 64) { /* which of its devices the process runs work on */
+		struct diag_pdev *p = d->pdev[g->pid % STEP_PIDS];
+
+		if (p && p->pid == g->pid)
+			p->seen |= 1ULL << g->device;
+	}
+	diag_seg__add_gpu(d->seg, g, l);
 }
 
 void diag_on_marker(struct diag *d, const struct corr_marker *m)
@@ -444,8 +652,15 @@ void diag_on_cpu(struct diag *d, const struct diag_cpu_event *e)
 /* a traced process ended: the segmenter drops its state once its steps are cut */
 void diag_on_exit(struct diag *d, uint32_t pid)
 {
-	if (d)
-		diag_seg__process_exit(d->seg, pid);
+	struct diag_pdev *p;
+
+	if (!d)
+		return;
+	diag_seg__process_exit(d->seg, pid);
+	/* kept for its last steps' suspects; the next process with this pid starts over */
+	p = d->pdev ? d->pdev[pid % STEP_PIDS] : NULL;
+	if (p && p->pid == pid)
+		p->exited_ns = now_ns();
 }
 
 void diag_on_step_mark(struct diag *d, const struct step_mark_event *e)
@@ -486,6 +701,12 @@ void diag_advance(struct diag *d, uint64_t now)
 		diag_det__flush(d->det, now - HELD_MAX_NS);
 	if (now > STRAG_DECIDE_NS)
 		strag_flush(d, now - STRAG_DECIDE_NS);
+	for (uint32_t i = 0; d->pdev && i < STEP_PIDS; i++)
+		if (d->pdev[i] && d->pdev[i]->exited_ns &&
+		    now > d->pdev[i]->exited_ns + DIAG_PDEV_KEEP_NS) {
+			free(d->pdev[i]);
+			d->pdev[i] = NULL;
+		}
 }
 
 /*
@@ -608,5 +829,11 @@ void diag_free(struct diag *d)
 	free(d->waits);
 	free(d->step_pids);
 	free(d->strag);
+	for (uint32_t i = 0; d->gpus && i < DIAG_GPUS; i++)
+		free(d->gpus[i]);
+	free(d->gpus);
+	for (uint32_t i = 0; d->pdev && i < STEP_PIDS; i++)
+		free(d->pdev[i]);
+	free(d->pdev);
 	free(d);
 }

@@ -69,6 +69,10 @@ struct diag {
 	struct diag_strag *strag; /* stragglers from a wait alone, held (diag_on_straggler) */
 	uint32_t nstrag;
 	uint64_t strag_in_steps, strag_written;
+	/* GPU clocks for the suspects (diag_on_gpu_reading, diag_on_gpu_device); live only */
+	struct diag_gpu **gpus;	 /* by NVML's index, DIAG_GPUS */
+	struct diag_pdev **pdev; /* a process's CUDA devices, direct-mapped by pid */
+	uint64_t clock_suspects;
 };
 /* --step-markers, --baseline, --baseline-save, --detect into ao->diag: 0, -EINVAL, -ENOENT */
 int diag_option(struct agent_opts *ao, const char *name, const char *arg);
@@ -78,6 +82,21 @@ void diag_on_marker(struct diag *d, const struct corr_marker *m);
 void diag_on_cpu(struct diag *d, const struct diag_cpu_event *e);
 void diag_on_step_mark(struct diag *d, const struct step_mark_event *e);
 void diag_on_exit(struct diag *d, uint32_t pid); /* a process ended */
+/*
+ * The node's GPUs (sources/gpu_telemetry.c): one GPU's reading, kept for
+ * the anomalies' "gpu_clock" suspect (a step's GPU ran under its usual SM
+ * clock). uuid and why are copied.
+ */
+struct gpu_reading {
+	uint64_t ts_ns;
+	uint32_t index;	  /* NVML's index of the GPU on the node */
+	uint32_t sm_mhz;  /* 0: not read */
+	const char *uuid; /* "GPU-..." */
+	const char *why;  /* the throttle reasons' names, ", " between; "" */
+};
+void diag_on_gpu_reading(struct diag *d, const struct gpu_reading *r);
+/* a CUDA process's device number and its GPU's UUID (the shim's EV_GPU_DEVICE) */
+void diag_on_gpu_device(struct diag *d, uint32_t pid, uint32_t device, const uint8_t uuid[16]);
 /*
  * a collective's cross-rank wait (collective.h): evidence for the
  * communication and straggler anomalies of the steps it fell in

@@ -92,11 +92,14 @@ static const struct shim_cbid launch_cbids[] = {
 
 /*
  * Activity kinds: CONCURRENT_KERNEL (KERNEL would serialise every kernel),
- * MEMCPY always; MEMSET in deep capture only. No API kinds: tracing every
+ * MEMCPY always; MEMSET in deep capture only; DEVICE, one record per device
+ * with its UUID (the agent matches it with NVML's), when CUPTI takes it: a
+ * refusal is logged and costs nothing else. No API kinds: tracing every
  * runtime/driver call is where profilers lose 10-80%.
  */
 #define KINDS_ALWAYS                                                                               \
-	((1u << CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) | (1u << CUPTI_ACTIVITY_KIND_MEMCPY))
+	((1u << CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) | (1u << CUPTI_ACTIVITY_KIND_MEMCPY) |      \
+	 (1u << CUPTI_ACTIVITY_KIND_DEVICE))
 #define KINDS_DEEP (KINDS_ALWAYS | (1u << CUPTI_ACTIVITY_KIND_MEMSET))
 _Static_assert(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL < 32 && CUPTI_ACTIVITY_KIND_MEMSET < 32,
 	       "kinds fit the kinds_on bitmask");
@@ -305,11 +308,32 @@ static void launch_mark(uint32_t corr, bool sampled_out)
 		atomic_fetch_and_explicit(w, ~bit, memory_order_relaxed);
 }
 
+/* a device of the process and its UUID (CUpti_ActivityDevice5: id, uuid, isMigEnabled) */
+static void send_device(const CUpti_ActivityDevice5 *d)
+{
+	struct gpu_device_event e;
+
+	memset(&e, 0, sizeof(e));
+	e.hdr.type = EV_GPU_DEVICE;
+	e.hdr.size = sizeof(e);
+	e.hdr.pid = g_shim.pid;
+	e.hdr.ts_ns = shim_mono_ns();
+	e.device = d->id;
+	e.flags = d->isMigEnabled ? GPU_DEV_F_MIG : 0;
+	_Static_assert(sizeof(d->uuid) == sizeof(e.uuid), "CUuuid is 16 bytes");
+	memcpy(e.uuid, &d->uuid, sizeof(e.uuid));
+	shim_tx_append(&e, sizeof(e), true);
+}
+
 static void send_activity(const CUpti_Activity *rec, int64_t off, unsigned int *kernels,
 			  unsigned int *zero_kernels)
 {
 	struct gpu_activity_event e;
 
+	if (rec->kind == CUPTI_ACTIVITY_KIND_DEVICE) {
+		send_device((const void *)rec);
+		return;
+	}
 	switch (rec->kind) {
 	case CUPTI_ACTIVITY_KIND_KERNEL:
 	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
@@ -617,6 +641,7 @@ static CUptiResult kinds_apply(uint32_t want)
 	    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 	    CUPTI_ACTIVITY_KIND_MEMCPY,
 	    CUPTI_ACTIVITY_KIND_MEMSET,
+	    CUPTI_ACTIVITY_KIND_DEVICE,
 	};
 	uint32_t on = atomic_load(&g_shim.kinds_on);
 	CUptiResult r, ret = CUPTI_SUCCESS;
@@ -629,6 +654,9 @@ static CUptiResult kinds_apply(uint32_t want)
 			r = cuptiActivityEnable(kinds[i]);
 			if (r == CUPTI_SUCCESS)
 				on |= bit;
+			else if (kinds[i] == CUPTI_ACTIVITY_KIND_DEVICE)
+				shim_log("cuptiActivityEnable(DEVICE): %s: no device UUIDs",
+					 res_str(r));
 			else
 				ret = r;
 		} else if (!(want & bit) && (on & bit)) {

@@ -35,6 +35,7 @@
 
 #include "state.h"
 #include "sources.h"
+#include "pipeline.h"
 #include "nvml_api.h"
 
 #define TELEM_MAX_DEV 64
@@ -371,6 +372,26 @@ static void account(struct telem_acc *c, const struct telem_sample *s)
 	c->held_other += !!(s->reasons & ~0x1ffULL);
 }
 
+/* the reading to the detector, for its gpu_clock suspect (pipeline.h) */
+static void to_diag(struct telem *t, const struct telem_sample *s, const char *uuid)
+{
+	struct gpu_reading r = {.ts_ns = s->ts_ns, .index = s->dev, .uuid = uuid};
+	char why[84] = "";
+	size_t n = 0;
+
+	if (!t->a->diag || !(s->have & HAVE_SM))
+		return;
+	r.sm_mhz = s->sm_mhz;
+	for (size_t i = 0;
+	     (s->have & HAVE_REASONS) && i < sizeof(reason_names) / sizeof(reason_names[0]); i++)
+		if ((s->reasons & reason_names[i].bit) &&
+		    reason_names[i].bit != NVML_THR_GPU_IDLE && n < sizeof(why))
+			n += (size_t)snprintf(why + n, sizeof(why) - n, "%s%s", n ? ", " : "",
+					      reason_names[i].name);
+	r.why = why;
+	diag_on_gpu_reading(t->a->diag, &r);
+}
+
 static void emit_sample(struct telem *t, const struct telem_sample *s, const char *uuid,
 			const char *name)
 {
@@ -408,6 +429,7 @@ static void emit_sample(struct telem *t, const struct telem_sample *s, const cha
 		t->records++;
 	t->last[s->dev] = *s;
 	account(&t->acc[s->dev], s);
+	to_diag(t, s, uuid);
 }
 
 /* the log line of a state, once */

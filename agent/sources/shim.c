@@ -133,6 +133,12 @@ static void on_shim_record(void *ctx, const struct event_hdr *h, size_t len)
 	case EV_GPU_MARKER:
 		gpu_on_marker(gp->a, (const void *)h);
 		break;
+	case EV_GPU_DEVICE: {
+		const struct gpu_device_event *de = (const void *)h;
+
+		diag_on_gpu_device(gp->a->diag, h->pid, de->device, de->uuid);
+		break;
+	}
 	}
 }
 

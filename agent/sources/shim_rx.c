@@ -140,6 +140,8 @@ static size_t shim_rec_size(__u16 type)
 		return sizeof(struct shim_status_event);
 	case EV_GPU_MARKER:
 		return sizeof(struct gpu_marker_event);
+	case EV_GPU_DEVICE:
+		return sizeof(struct gpu_device_event);
 	default:
 		return 0;
 	}
@@ -172,6 +174,12 @@ static bool rec_fields_ok(const struct event_hdr *h)
 		const struct gpu_marker_event *e = (const void *)h;
 
 		return e->kind <= MARKER_END && memchr(e->name, '\0', sizeof(e->name)) != NULL;
+	}
+	case EV_GPU_DEVICE: {
+		const struct gpu_device_event *e = (const void *)h;
+
+		/* a CUDA device number is small; every UUID bit is data */
+		return e->device < SHIM_MAX_DEVICES && !(e->flags & ~GPU_DEV_F_MIG);
 	}
 	default:
 		return false;

@@ -64,6 +64,8 @@ struct shim_rx_opts {
 
 /* a shim's status counters above this are not believed (2^48: centuries of records) */
 #define SHIM_COUNTER_MAX (1ull << 48)
+/* EV_GPU_DEVICE: CUDA device numbers a shim may name, 0 to this - 1 */
+#define SHIM_MAX_DEVICES 64
 
 /* counters; they only grow (the agent reports differences) */
 struct shim_rx_stats {

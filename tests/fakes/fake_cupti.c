@@ -316,6 +316,8 @@ static size_t rec_size(CUpti_ActivityKind kind)
 		return sizeof(CUpti_ActivityMemcpy6);
 	case CUPTI_ACTIVITY_KIND_MEMSET:
 		return sizeof(CUpti_ActivityMemset4);
+	case CUPTI_ACTIVITY_KIND_DEVICE:
+		return sizeof(CUpti_ActivityDevice5);
 	default:
 		return 0;
 	}

@@ -46,6 +46,11 @@
  *       it is in the future; else 100 ms after GO_FILE appeared), so that
  *       several processes given one GO_FILE run their rounds together, as
  *       the tensor-parallel ranks of one model do
+ *   -G  with -s, a GPU slowdown: from round SLOW:FILE on (SLOW from 0), the
+ *       kernels take GPU_SLOW_X times as long (the GPU's clock dropped); FILE
+ *       is created when round SLOW begins, for a test to act on
+ *   -U  CUPTI's device record for device 0 with this UUID (32 hex digits, or
+ *       NVML's form GPU-xxxxxxxx-xxxx-...): the shim sends it to the agent
  *   -L  CUPTI keeps the GPU records until the process ends: the shim's
  *       destructor flushes them, so they are in its last message, sent just
  *       before the exit (after EXIT_FILE)
@@ -61,6 +66,7 @@
  * then {"done":true,"records":R}. tests/integration/gpu_live.sh reads them.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -95,6 +101,7 @@
 #define GPU_DELAY_NS 20000 /* launch -> start on the "GPU" */
 #define KERNEL_NS 3000
 #define STEP_GAP_US 2000
+#define GPU_SLOW_X 3
 #define STEP_KERNEL_NS 1000000 /* -s: kernels of 1 ms, one stream in order */
 #define STALL_MS 40
 
@@ -122,6 +129,8 @@ static struct {
 
 static int rounds = 5;
 static int stall_round = -1;		 /* -s: steps mode */
+static int slow_round = -1;		 /* -G */
+static const char *slow_file;		 /* -G */
 static bool contend;			 /* -C */
 static pid_t hog_pid;			 /* -C: the process that took the CPU */
 static bool nvtx_marks;			 /* -M */
@@ -164,13 +173,13 @@ static void add(const void *rec)
 		records++;
 }
 
-static void add_kernel(uint32_t corr, uint64_t start, uint32_t stream, uint32_t graph_id,
-		       uint64_t node, const char *name)
+static void add_kernel(uint32_t corr, uint64_t start, uint64_t dur, uint32_t stream,
+		       uint32_t graph_id, uint64_t node, const char *name)
 {
 	CUpti_ActivityKernel10 k;
 
-	FAKE_CUPTI_ACTIVITY(k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 0, 1, start,
-			    stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS, stream, corr);
+	FAKE_CUPTI_ACTIVITY(k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 0, 1, start, dur, stream,
+			    corr);
 	FAKE_CUPTI_DIMS(k, 64, 2, 1, 128, 1, 1);
 	k.graphId = graph_id;
 	k.graphNodeId = node;
@@ -300,7 +309,7 @@ static void one_kernel(int idx, const char *api, int dom, int cbid, uint32_t str
 {
 	struct call *c = do_call(idx, api, "kernel", dom, cbid);
 
-	add_kernel(c->corr, gpu_start(idx, c->t2, kdur), stream, 0, 0, name);
+	add_kernel(c->corr, gpu_start(idx, c->t2, kdur), kdur, stream, 0, 0, name);
 	c->n = 1;
 }
 
@@ -309,6 +318,12 @@ static void round_once(int idx, int round)
 	uint32_t stream = 7 + idx;
 	uint64_t kdur = stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS;
 	struct call *c;
+
+	if (slow_round >= 0 && round >= slow_round) {
+		kdur *= GPU_SLOW_X;
+		if (round == slow_round && slow_file)
+			close(open(slow_file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+	}
 
 	one_kernel(idx, "cudaLaunchKernel", CUPTI_CB_DOMAIN_RUNTIME_API,
 		   CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, stream, kdur,
@@ -321,7 +336,7 @@ static void round_once(int idx, int round)
 			   stall_round >= 0
 			       ? gpu_start(idx, c->t2, kdur)
 			       : c->t2 + GPU_DELAY_NS + (uint64_t)k * (KERNEL_NS + 500),
-			   stream, 100 + idx, ((uint64_t)(idx + 1) << 32) | (uint64_t)(k + 1),
+			   kdur, stream, 100 + idx, ((uint64_t)(idx + 1) << 32) | (uint64_t)(k + 1),
 			   "_Z8gl_graphILi1EEvPf");
 	c->n = GRAPH_KERNELS;
 
@@ -408,7 +423,8 @@ static void *worker(void *arg)
 			usleep(STEP_GAP_US);
 	}
 	if (idx == 0) /* GPU work whose launch the agent never sees */
-		add_kernel(ORPHAN_CORR, mono_ns() + GPU_DELAY_NS, 7, 0, 0, "_Z9gl_orphanv");
+		add_kernel(ORPHAN_CORR, mono_ns() + GPU_DELAY_NS,
+			   stall_round >= 0 ? STEP_KERNEL_NS : KERNEL_NS, 7, 0, 0, "_Z9gl_orphanv");
 	return NULL;
 }
 
@@ -419,7 +435,9 @@ int main(int argc, char **argv)
 	int nthreads = 2, opt;
 	void *rt, *drv;
 
-	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:CMLN:P:")) != -1) {
+	const char *uuid = NULL;
+
+	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:CMLN:P:G:U:")) != -1) {
 		if (thread_opt(opt, optarg, &nthreads, &rounds))
 			continue;
 		switch (opt) {
@@ -450,11 +468,19 @@ int main(int argc, char **argv)
 		case 'P':
 			period_ns = (uint64_t)atoi(optarg) * 1000000ull;
 			break;
+		case 'G':
+			slow_round = atoi(optarg);
+			slow_file = strchr(optarg, ':') ? strchr(optarg, ':') + 1 : NULL;
+			break;
+		case 'U':
+			uuid = optarg;
+			break;
 		default:
 			fprintf(
 			    stderr,
 			    "usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
-			    "[-m MODE] [-s STALL_ROUND] [-C] [-M] [-L] [-N BYTES] [-P PERIOD_MS]\n",
+			    "[-m MODE] [-s STALL_ROUND] [-C] [-M] [-L] [-N BYTES] [-P PERIOD_MS] "
+			    "[-G SLOW_ROUND:FILE] [-U UUID]\n",
 			    argv[0]);
 			return 2;
 		}
@@ -481,6 +507,27 @@ int main(int argc, char **argv)
 	/* the shim as the driver would load it, bound to the double */
 	if (fake_cupti_load_shim("gpu_live"))
 		return 1;
+	if (uuid) { /* CUPTI's device record, as it comes once per device */
+		CUpti_ActivityDevice5 d;
+		int n = 0;
+
+		memset(&d, 0, sizeof(d));
+		d.kind = CUPTI_ACTIVITY_KIND_DEVICE;
+		d.id = 0;
+		for (const char *p = uuid; *p && n < 32; p++) {
+			unsigned v;
+
+			if (sscanf(p, "%1x", &v) != 1)
+				continue; /* "GPU-" and the dashes */
+			((unsigned char *)&d.uuid)[n / 2] |= (unsigned char)(n % 2 ? v : v << 4);
+			n++;
+		}
+		if (n != 32) {
+			fprintf(stderr, "gpu_live: -U takes 32 hex digits\n");
+			return 2;
+		}
+		add(&d);
+	}
 
 	start_workers(th, nthreads, worker, &ready, tids);
 	printf("],\"mono_ns\":%llu}\n", (unsigned long long)mono_ns());

@@ -23,16 +23,27 @@
 #                          without it, the stats say "unavailable" and why
 #   gpu_telemetry_failed   nvmlInit_v2 fails (driver not loaded): a warning
 #                          with NVML's words, stats "failed", the agent runs
+#   gpu_telemetry_suspect  a live workload (gpu_live -s: steps through the
+#                          CUPTI double, its device 0 named by UUID) whose
+#                          kernels take 3x as long from round 50 of 70 while
+#                          the double puts its GPU at 1410 MHz under a power
+#                          cap and a hardware slowdown: the gpu_slow
+#                          anomalies name the clock first ("gpu_clock", the
+#                          GPU's index and UUID, 1410 against the usual 1755,
+#                          the reasons); no anomaly before the slowdown; a
+#                          GPU with another UUID is never named
 #   gpu_telemetry_stuck    NVML never returns (a driver holding its lock): the
 #                          event loop goes on (stats records keep coming,
 #                          state "starting"), and SIGINT still stops the
 #                          agent, which leaves the poller behind with a line
 source "$(dirname "$0")/lib.sh"
-it_preflight gpu_telemetry_records gpu_telemetry_absent gpu_telemetry_failed gpu_telemetry_stuck
+it_preflight gpu_telemetry_records gpu_telemetry_absent gpu_telemetry_failed gpu_telemetry_suspect \
+	gpu_telemetry_stuck
 
 NVML=$BUILD/tests/fakes/libnvidia-ml.so.1
 if [ ! -f "$NVML" ]; then
-	for n in gpu_telemetry_records gpu_telemetry_absent gpu_telemetry_failed gpu_telemetry_stuck; do
+	for n in gpu_telemetry_records gpu_telemetry_absent gpu_telemetry_failed gpu_telemetry_suspect \
+		gpu_telemetry_stuck; do
 		echo "FAIL $n: $NVML not built (make tests-build)"
 	done
 	exit 0
@@ -167,6 +178,67 @@ else
 	fail_because "agent did not start: $(agent_tail)"
 fi
 report gpu_telemetry_failed
+
+# ------------------------------------------------------------- suspect ----
+GPU_LIVE=$BUILD/tests/integration/gpu_live
+SROUNDS=70 SLOW=50
+if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
+	fail_because "$GPU_LIVE or $BUILD/libinfertrace_cupti.so not built (make test)"
+else
+	# the workload's device 0 is NVML's GPU 1 (U1 at 1755 MHz, a power cap and a
+	# thermal limit all along: never under its usual, never named); GPU 0 (U0)
+	# belongs to no traced process and drops too: not named either
+	state 1980 0
+	d=$T/sus.d go=$T/sus.go ex=$T/sus.exit slow=$T/sus.slow
+	mkdir -p "$d"
+	inst=it-telsus-$$
+	bg_start "$T/sus.work" env INFERTRACE_INSTANCE="$inst" INFERTRACE_SHIM_SOCKET="$d/shim.sock" \
+		"$GPU_LIVE" -t 1 -n "$SROUNDS" -s 1000 -P 40 -G "$SLOW:$slow" -U "$U1" -w "$go" -e "$ex" \
+		-m sentinel
+	wp=$BG_PID
+	if ! wait_line "$T/sus.work" 10; then
+		fail_because "gpu_live printed nothing: $(head -c 300 "$T/sus.work.err")"
+	else
+		wpid=$(head -n 1 "$T/sus.work" | jq -r .pid)
+		if ! agent_start sus -i 0.25 --pid "$wpid" --shim-socket "$d/shim.sock" \
+			--control-socket none --nvml-lib "$NVML" --gpu-telemetry-period 100; then
+			fail_because "agent did not start: $(agent_tail)"
+		elif ! wait_record ".type == \"shim_status\" and .pid == $wpid" 10; then
+			fail_because "no shim_status for pid $wpid: $(agent_tail)"
+		else
+			sleep 1 # readings of the usual clock first
+			touch "$go"
+			for ((i = 0; i < 1000; i++)); do [ -e "$slow" ] && break; sleep 0.01; done
+			[ -e "$slow" ] || fail_because "the workload never reached round $SLOW"
+			# the workload's GPU (U1) drops with it; GPU 0 too
+			printf '%s\n' "$U0|NVIDIA H100 80GB HBM3|990|1980|2619|350000|700000|45|90|40|c" \
+				"$U1|NVIDIA H100 80GB HBM3|1410|1980|-|690000|700000|83|99|55|c" >"$FAKE_NVML_STATE.tmp"
+			mv "$FAKE_NVML_STATE.tmp" "$FAKE_NVML_STATE"
+			wait_record ".type == \"step\" and .pid == $wpid and .seq >= $((SROUNDS - 1))" 20 ||
+				fail_because "not every step was cut: $(agent_tail)"
+			wait_record ".type == \"anomaly\" and .kind == \"gpu_slow\"" 5
+		fi
+		touch "$ex"
+		wait_exit "$wp" 30 || fail_because "gpu_live did not finish"
+		agent_stop INT || fail_because "agent did not stop"
+		an=$(jqo --arg i "$inst" '[.[] | select(.type == "anomaly" and .instance == $i)]')
+		slow_start=$(jqo --argjson p "$wpid" --argjson s "$SLOW" \
+			'[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns) | .[$s].start_ns')
+		expect "no gpu_slow anomaly: $(jq -c '[.[] | {kind, chart, step_start_ns}]' <<<"$an")" \
+			jqe 'any(.kind == "gpu_slow")' <<<"$an"
+		expect "an anomaly before the slowdown ($slow_start): $(jq -c '[.[] | {kind, step_start_ns}]' <<<"$an")" \
+			jqe --argjson s "${slow_start:-0}" 'all(.step_start_ns >= $s)' <<<"$an"
+		named=$(jq -c '[.[] | select(.suspects[0].what == "gpu_clock")]' <<<"$an")
+		expect "no gpu_slow anomaly names the clock first: $(jq -c '[.[] | {kind, s: [.suspects[].what]}]' <<<"$an")" \
+			jqe 'length > 0 and all(.kind == "gpu_slow")' <<<"$named"
+		expect "gpu_clock suspect: $(jq -c '.[0].suspects[0]' <<<"$named")" \
+			jqe --arg u "$U1" '.[0].suspects[0] | .evidence == "GPU 1 (\($u)) ran at 1410 MHz, 20% under its usual 1755 MHz; held by sw_power_cap, hw_slowdown" and
+				.value == 1410 and (.ratio * 1000 | round) == 803' <<<"$named"
+		expect "GPU 0 (no process of the instance) named: $(jq -c '[.[].suspects[] | select(.what == "gpu_clock") | .evidence]' <<<"$an")" \
+			jqe --arg u "$U0" '[.[].suspects[] | select(.what == "gpu_clock") | .evidence | contains($u)] | any | not' <<<"$an"
+	fi
+fi
+report gpu_telemetry_suspect
 
 # --------------------------------------------------------------- stuck ----
 if FAKE_NVML_SLEEP_MS=600000 agent_start stuck "${COMMON[@]}"; then

@@ -130,6 +130,7 @@ struct rec {
 		struct gpu_activity_event act;
 		struct gpu_launch_cb_event cb;
 		struct shim_status_event st;
+		struct gpu_device_event dev;
 		uint8_t raw[SHIM_MSG_MAX];
 	};
 };
@@ -418,6 +419,46 @@ static void test_init_order_and_kinds(void **state)
 	assert_false(fake_cupti_kind_ever_enabled(CUPTI_ACTIVITY_KIND_DRIVER));
 	/* always-on: memset timing only in deep capture */
 	assert_false(fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_MEMSET));
+	/* one record per device, with its UUID */
+	assert_true(fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_DEVICE));
+}
+
+/* CUPTI's device record (CUpti_ActivityDevice5) reaches the agent as EV_GPU_DEVICE */
+static void test_device_uuid(void **state)
+{
+	static const unsigned char u[16] = {0x5a, 0x0c, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66,
+					    0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xef};
+	struct t *t = *state;
+	CUpti_ActivityDevice5 d;
+	size_t i, seen = 0;
+
+	rx_open(t);
+	load(t);
+	wait_status(t, SHIM_CLOCK_MONOTONIC_CB, MODE_SENTINEL);
+	memset(&d, 0, sizeof(d));
+	d.kind = CUPTI_ACTIVITY_KIND_DEVICE;
+	d.id = 3;
+	d.isMigEnabled = 1;
+	memcpy(&d.uuid, u, sizeof(u));
+	assert_int_equal(fake_cupti_add_record((CUpti_Activity *)&d), 0);
+	fake_cupti_complete();
+	wait_n(t, EV_GPU_DEVICE, 1);
+	for (i = 0; i < t->nrecs; i++) {
+		const struct gpu_device_event *e = &t->recs[i].dev;
+
+		if (e->hdr.type != EV_GPU_DEVICE)
+			continue;
+		assert_int_equal(t->recs[i].len, sizeof(*e));
+		assert_int_equal(e->hdr.pid, getpid());
+		assert_int_equal(e->hdr.tid, 0);
+		assert_true(e->hdr.ts_ns > 0);
+		assert_int_equal(e->device, 3);
+		assert_int_equal(e->flags, GPU_DEV_F_MIG);
+		assert_memory_equal(e->uuid, u, sizeof(u));
+		seen++;
+	}
+	assert_int_equal(seen, 1);
+	assert_false(t->status_invariant_broken);
 }
 
 static void test_exact_callbacks(void **state)
@@ -1219,6 +1260,20 @@ static void test_rx_forged_and_garbage(void **state)
 	memcpy(msg, &act, sizeof(act));
 	memset(msg + sizeof(act), 0xff, 24);
 	assert_int_equal(send(fd, msg, sizeof(act) + 24, 0), sizeof(act) + 24);
+	/* a device past SHIM_MAX_DEVICES, unknown flags: refused; the last device passes */
+	{
+		struct gpu_device_event dv;
+
+		REC_INIT(dv, EV_GPU_DEVICE);
+		dv.device = SHIM_MAX_DEVICES;
+		assert_int_equal(send(fd, &dv, sizeof(dv), 0), sizeof(dv));
+		dv.device = SHIM_MAX_DEVICES - 1;
+		dv.flags = 2;
+		assert_int_equal(send(fd, &dv, sizeof(dv), 0), sizeof(dv));
+		dv.flags = GPU_DEV_F_MIG;
+		memset(dv.uuid, 0xff, sizeof(dv.uuid));
+		assert_int_equal(send(fd, &dv, sizeof(dv), 0), sizeof(dv));
+	}
 	/* a passed descriptor is closed, never kept */
 	{
 		struct iovec iov = {.iov_base = &cb, .iov_len = sizeof(cb)};
@@ -1243,11 +1298,14 @@ static void test_rx_forged_and_garbage(void **state)
 	pump(t, 20);
 	pump(t, 20);
 	shim_rx_get_stats(t->rx, &st);
-	assert_int_equal(st.bad_msgs, 9);
+	assert_int_equal(st.bad_msgs, 11);
 	assert_int_equal(st.truncated, 1);
 	assert_int_equal(st.fds_closed, 1);
-	assert_int_equal(t->nrecs, 4); /* hello, cb, the valid memcpy, the cb with an fd */
+	/* hello, cb, the valid memcpy, the valid device, the cb with an fd */
+	assert_int_equal(t->nrecs, 5);
 	assert_int_equal(t->recs[2].h.type, EV_GPU_MEMCPY);
+	assert_int_equal(t->recs[3].h.type, EV_GPU_DEVICE);
+	assert_int_equal(t->recs[3].dev.device, SHIM_MAX_DEVICES - 1);
 
 	/* another ABI: the connection is refused */
 	fd2 = raw_connect(t->path);
@@ -1279,7 +1337,7 @@ static void test_rx_forged_and_garbage(void **state)
 	for (i = 0; i < (int)t->nrecs; i++) {
 		const struct event_hdr *h = &t->recs[i].h;
 
-		assert_true(h->type >= EV_GPU_KERNEL && h->type <= EV_SHIM_STATUS);
+		assert_true(h->type >= EV_GPU_KERNEL && h->type <= EV_GPU_DEVICE);
 		assert_int_equal(h->size, t->recs[i].len);
 	}
 	close(fd);
@@ -1335,6 +1393,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_exact_callbacks, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_launch_callbacks_end_to_end, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_activity_records_end_to_end, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_device_uuid, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_zero_timestamp_fallback, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_no_gpu_inert, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_agent_absent, setup, teardown),
