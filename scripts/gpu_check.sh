@@ -25,6 +25,9 @@
 #              2,500 steps), the agent's step records and anomalies scored
 #              against them (the step detector on a real stream with a
 #              breakdown; check_real.py diag says what is asserted)
+#   telemetry: (with cuda) the agent's gpu_telemetry records name every GPU
+#              nvidia-smi lists, by UUID, and the workload's gpu_device
+#              record prints its device's UUID as nvidia-smi does
 #   overhead:  ns per cudaLaunchKernel call (real_cuda -b) bare, under the
 #              agent in each mode, with the shim injected; reported
 #
@@ -194,6 +197,43 @@ want() { [ -z "${GPU_CHECK_ONLY:-}" ] || [[ " $GPU_CHECK_ONLY " == *" $1 "* ]]; 
 
 if want cuda; then
 	live cuda deep "$REAL_CUDA" -t 2 -n "$ROUNDS" && check cuda cuda || rc=1
+fi
+
+# telemetry: the agent reads the GPUs through NVML (--gpu-telemetry auto, the
+# default) during the cuda run; its records must name every GPU nvidia-smi
+# lists, by the same UUID, and the shim's gpu_device record of the workload
+# must print its device's UUID as nvidia-smi does (the byte order the agent
+# assumes); the clocks are reported beside nvidia-smi's
+if want cuda && [ -s "$DIR/cuda.jsonl" ]; then
+	nvidia-smi --query-gpu=index,uuid,clocks.sm,clocks.max.sm,power.draw,temperature.gpu \
+		--format=csv,noheader,nounits >"$DIR/nvidia-smi.csv" 2>&1
+	if $PY - "$DIR/cuda.jsonl" "$DIR/nvidia-smi.csv" >"$DIR/telemetry.report.json" <<'PYEOF'; then
+import json, sys
+smi = [l.split(", ") for l in open(sys.argv[2]) if l.strip()]
+uuids = {f[1] for f in smi}
+tel, dev = {}, []
+for ln in open(sys.argv[1], errors="replace"):
+    if '"gpu_telemetry"' in ln or '"gpu_device"' in ln:
+        r = json.loads(ln)
+        if r.get("type") == "gpu_telemetry":
+            tel.setdefault(r.get("uuid"), []).append(r)
+        elif r.get("type") == "gpu_device":
+            dev.append(r)
+rep = {"nvidia_smi": smi, "telemetry_uuids": sorted(u for u in tel if u),
+       "gpu_device": [{k: d.get(k) for k in ("pid", "device", "uuid", "mig")} for d in dev],
+       "last": {u: {k: v[-1].get(k) for k in ("device", "sm_clock_mhz", "sm_clock_max_mhz",
+                "power_mw", "temperature_c", "throttle")} for u, v in tel.items()}}
+rep["ok_telemetry"] = uuids <= set(tel)
+rep["ok_device"] = bool(dev) and all(d.get("uuid") in uuids for d in dev)
+print(json.dumps(rep, indent=1))
+sys.exit(0 if rep["ok_telemetry"] and rep["ok_device"] else 1)
+PYEOF
+		say "PASS telemetry"
+	else
+		say "FAIL telemetry"
+		rc=1
+	fi
+	cat "$DIR/telemetry.report.json"
 fi
 
 if ! $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

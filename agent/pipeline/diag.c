@@ -181,10 +181,9 @@ void diag_on_gpu_reading(struct diag *d, const struct gpu_reading *r)
 		g->n++;
 }
 
-void diag_on_gpu_device(struct diag *d, uint32_t pid, uint32_t device, const uint8_t u[16])
+void diag_on_gpu_device(struct diag *d, uint32_t pid, uint32_t device, const char *uuid)
 {
 	struct diag_pdev *p;
-	char uuid[48];
 	uint32_t i;
 
 	if (!d || !pid)
@@ -198,11 +197,6 @@ void diag_on_gpu_device(struct diag *d, uint32_t pid, uint32_t device, const uin
 		memset(p, 0, sizeof(*p));
 		p->pid = pid;
 	}
-	/* as NVML and nvidia-smi -L print it */
-	snprintf(uuid, sizeof(uuid),
-		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-		 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-		 u[14], u[15]);
 	snprintf(p->instance, sizeof(p->instance), "%s", agent_instance_of(d->a, pid));
 	p->rank = agent_rank_of(d->a, pid);
 	for (i = 0; i < p->n && p->dev[i].device != device; i++)

@@ -96,7 +96,7 @@ struct gpu_reading {
 };
 void diag_on_gpu_reading(struct diag *d, const struct gpu_reading *r);
 /* a CUDA process's device number and its GPU's UUID (the shim's EV_GPU_DEVICE) */
-void diag_on_gpu_device(struct diag *d, uint32_t pid, uint32_t device, const uint8_t uuid[16]);
+void diag_on_gpu_device(struct diag *d, uint32_t pid, uint32_t device, const char *uuid);
 /*
  * a collective's cross-rank wait (collective.h): evidence for the
  * communication and straggler anomalies of the steps it fell in

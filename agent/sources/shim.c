@@ -91,6 +91,32 @@ static void on_status(struct shim_src *gp, const struct shim_status_event *e)
 	rec_emit(gp->a, REC_STATS, r);
 }
 
+/*
+ * A CUDA device of the process and its GPU's UUID: a gpu_device record (which
+ * GPU of the node a process runs on), and to the detector, which matches it
+ * with NVML's readings (pipeline.h).
+ */
+static void on_device(struct shim_src *gp, const struct gpu_device_event *e)
+{
+	const uint8_t *u = e->uuid;
+	char uuid[48];
+	json_t *r;
+
+	/* as NVML and nvidia-smi -L print it: GPU-, 8-4-4-4-12 hex digits of the bytes in order */
+	snprintf(uuid, sizeof(uuid),
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+		 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+		 u[14], u[15]);
+	r = rec_new(gp->a, "gpu_device", e->hdr.pid, 0, e->hdr.ts_ns);
+	if (r) {
+		json_object_set_new(r, "device", json_integer(e->device));
+		json_object_set_new(r, "uuid", json_string(uuid));
+		json_object_set_new(r, "mig", json_boolean(e->flags & GPU_DEV_F_MIG));
+		rec_emit(gp->a, REC_SUMMARY, r);
+	}
+	diag_on_gpu_device(gp->a->diag, e->hdr.pid, e->device, uuid);
+}
+
 static void on_shim_record(void *ctx, const struct event_hdr *h, size_t len)
 {
 	struct shim_src *gp = ctx;
@@ -133,12 +159,9 @@ static void on_shim_record(void *ctx, const struct event_hdr *h, size_t len)
 	case EV_GPU_MARKER:
 		gpu_on_marker(gp->a, (const void *)h);
 		break;
-	case EV_GPU_DEVICE: {
-		const struct gpu_device_event *de = (const void *)h;
-
-		diag_on_gpu_device(gp->a->diag, h->pid, de->device, de->uuid);
+	case EV_GPU_DEVICE:
+		on_device(gp, (const void *)h);
 		break;
-	}
 	}
 }
 

@@ -24,7 +24,8 @@
 #   gpu_telemetry_failed   nvmlInit_v2 fails (driver not loaded): a warning
 #                          with NVML's words, stats "failed", the agent runs
 #   gpu_telemetry_suspect  a live workload (gpu_live -s: steps through the
-#                          CUPTI double, its device 0 named by UUID) whose
+#                          CUPTI double, its device 0 named by UUID: one
+#                          gpu_device record with NVML's form of it) whose
 #                          kernels take 3x as long from round 50 of 70 while
 #                          the double puts its GPU at 1410 MHz under a power
 #                          cap and a hardware slowdown: the gpu_slow
@@ -221,6 +222,9 @@ else
 		touch "$ex"
 		wait_exit "$wp" 30 || fail_because "gpu_live did not finish"
 		agent_stop INT || fail_because "agent did not stop"
+		dv=$(jqo --argjson p "$wpid" '[.[] | select(.type == "gpu_device" and .pid == $p)]')
+		expect "gpu_device records: $dv" jqe --arg u "$U1" 'length == 1 and .[0].device == 0 and
+			.[0].uuid == $u and .[0].mig == false and .[0].ts_ns > 0' <<<"$dv"
 		an=$(jqo --arg i "$inst" '[.[] | select(.type == "anomaly" and .instance == $i)]')
 		slow_start=$(jqo --argjson p "$wpid" --argjson s "$SLOW" \
 			'[.[] | select(.type == "step" and .pid == $p)] | sort_by(.start_ns) | .[$s].start_ns')
