@@ -289,39 +289,68 @@ if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq
 	echo "  (all of it: $LOUT)"
 fi
 
-# Part 2b: the node's GPUs through NVML (--gpu-telemetry). No GPU here, so the
-# NVML double (tests/fakes/fake_nvml.c) plays two H100s from a state file; after
-# a second the first one's clock drops under a power cap and a hardware slowdown.
+# Part 2b: the node's GPUs through NVML (--gpu-telemetry), with the step detector.
+# No GPU here: the NVML double (tests/fakes/fake_nvml.c) plays two H100s from a
+# state file and the CUPTI double plays the workload's GPU (gpu_live -s, device 0
+# named GPU 0's UUID). From round 50 of 70 its kernels take 3x as long, and the
+# script puts GPU 0 at 1410 MHz under a power cap and a hardware slowdown.
 NVML=$BUILD/tests/fakes/libnvidia-ml.so.1
-if [ -f "$NVML" ] && command -v jq >/dev/null; then
+if [ -f "$NVML" ] && [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] &&
+	command -v jq >/dev/null; then
 	TDIR=$DIR/telemetry
 	TOUT=$DIR/gpu-telemetry.jsonl
+	U0=GPU-11111111-2222-3333-4444-555555555555
 	rm -rf "$TDIR" "$TOUT"
 	mkdir -p "$TDIR"
 	echo
-	bold "The node's GPUs: clocks and what holds them down (simulated NVML)"
-	echo "  the agent reads every GPU each --gpu-telemetry-period (here 250 ms) on a thread of its"
-	echo "  own; the NVML double plays two H100s, and GPU 0 is power-capped and slowed after 1 s."
-	gpus() { # gpus SM0 REASONS0
-		printf '%s\n' "GPU-11111111-2222-3333-4444-555555555555|NVIDIA H100 80GB HBM3|$1|1980|2619|$3|700000|$4|97|40|$2" \
+	bold "A slow GPU and why: its clock (NVML, simulated GPUs)"
+	echo "  the agent reads every GPU each --gpu-telemetry-period (here 100 ms) on a thread of its own;"
+	echo "  a workload runs 70 steps on GPU 0, whose kernels take 3x as long from step 50 on while"
+	echo "  NVML reports GPU 0 power-capped and slowed. The agent's options are the defaults."
+	gpus() { # gpus SM0 REASONS0 POWER0 TEMP0
+		printf '%s\n' "$U0|NVIDIA H100 80GB HBM3|$1|1980|2619|$3|700000|$4|97|40|$2" \
 			"GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee|NVIDIA H100 80GB HBM3|1980|1980|2619|512000|700000|61|96|38|0" \
 			>"$TDIR/state.tmp" && mv "$TDIR/state.tmp" "$TDIR/state"
 	}
 	gpus 1980 0 520000 62
-	FAKE_NVML_STATE=$TDIR/state "$AGENT" -i 0.25 -d 2.5 --summary --nvml-lib "$NVML" \
-		--gpu-telemetry-period 250 --shim-socket none --control-socket none -o "$TOUT" \
-		2>"$TDIR/agent.log" &
+	INFERTRACE_INSTANCE=demo/llm-gpu INFERTRACE_SHIM_SOCKET=$TDIR/shim.sock \
+		"$GPU_LIVE" -t 1 -n 70 -s 1000 -P 40 -G "50:$TDIR/slow" -U "$U0" -w "$TDIR/go" \
+		-e "$TDIR/exit" -m sentinel >"$TDIR/work" 2>"$TDIR/work.err" &
+	WP=$!
+	PIDS+=("$WP")
+	for ((i = 0; i < 100; i++)); do [ -s "$TDIR/work" ] && break; sleep 0.05; done
+	TPID=$(head -n 1 "$TDIR/work" | jq -r .pid 2>/dev/null)
+	FAKE_NVML_STATE=$TDIR/state "$AGENT" -i 0.25 --pid "$TPID" --shim-socket "$TDIR/shim.sock" \
+		--control-socket none --nvml-lib "$NVML" --gpu-telemetry-period 100 --summary \
+		-o "$TOUT" 2>"$TDIR/agent.log" &
 	TAP=$!
-	sleep 1.2
+	for ((i = 0; i < 100; i++)); do
+		grep -q '"type":"shim_status"' "$TOUT" 2>/dev/null && break
+		sleep 0.1
+	done
+	sleep 1 # the usual clock first
+	touch "$TDIR/go"
+	for ((i = 0; i < 500; i++)); do [ -e "$TDIR/slow" ] && break; sleep 0.01; done
 	gpus 1410 c 700000 79
+	for ((i = 0; i < 100; i++)); do
+		grep -q '"seq":69' "$TOUT" 2>/dev/null && break
+		sleep 0.1
+	done
+	touch "$TDIR/exit"
+	wait "$WP" 2>/dev/null
+	kill -INT "$TAP" 2>/dev/null
 	wait "$TAP" 2>/dev/null
-	echo "  gpu_telemetry records of GPU 0 (SM clock MHz, power W, temperature C, throttle):"
-	jq -r 'select(.type == "gpu_telemetry" and .device == 0) |
-		"    \(.sm_clock_mhz) MHz of \(.sm_clock_max_mhz), \(.power_mw / 1000) W of \(.power_limit_mw / 1000), \(.temperature_c) C, throttle \(.throttle)"' \
-		"$TOUT" | uniq -c | sed 's/^ *\([0-9]*\) */    \1 x /'
+	jq -r 'select(.type == "gpu_device") |
+		"  the workload (pid \(.pid)) runs its device \(.device) on \(.uuid) (a gpu_device record)"' "$TOUT"
+	echo "  the first anomaly of the slowdown (kind, duration, expected; its suspects):"
+	jq -r -s '[.[] | select(.type == "anomaly")] | first // empty |
+		"    \(.kind): \(.dur_ns / 1e6 * 10 | floor / 10) ms, expected \(.expected_ns / 1e6 * 100 | floor / 100) ms",
+		(.suspects[:3][] | "      - \(.what): \(.evidence)")' "$TOUT"
+	jq -r -s '[.[] | select(.type == "anomaly")] | "    (\(length) anomalies, \([.[] | select(.run == 1)] | length) episode)"' "$TOUT"
 	echo "  the agent's --summary at exit:"
 	sed -n "/^The node's GPUs/,/^\$/p" "$TDIR/agent.log" | sed 1d | grep '^  ' | sed 's/^/  /'
-	echo "  (all of it: $TOUT; metrics: infertrace_gpu_sm_clock_mhz, infertrace_gpu_clock_throttled)"
+	echo "  (all of it: $TOUT: gpu_telemetry records; metrics infertrace_gpu_sm_clock_mhz,"
+	echo "   infertrace_gpu_clock_throttled)"
 fi
 
 # Part 3: the GPU side, offline. No GPU here, so the correlator and the step

@@ -189,10 +189,7 @@ static void send_status(void)
 	struct shim_status_event st;
 
 	memset(&st, 0, sizeof(st));
-	st.hdr.type = EV_SHIM_STATUS;
-	st.hdr.size = sizeof(st);
-	st.hdr.pid = g_shim.pid;
-	st.hdr.ts_ns = shim_mono_ns();
+	shim_hdr(&st.hdr, EV_SHIM_STATUS, sizeof(st), 0, shim_mono_ns());
 	st.abi_version = INFERTRACE_ABI_VERSION;
 	st.clock_mode = atomic_load(&g_shim.clock_mode);
 	st.clock_offset_ns = atomic_load(&g_shim.clock_offset_ns);

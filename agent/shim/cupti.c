@@ -241,12 +241,9 @@ static void fill_hdr(struct gpu_activity_event *e, __u16 type, uint64_t start, u
 		     int64_t off)
 {
 	memset(e, 0, sizeof(*e));
-	e->hdr.type = type;
-	e->hdr.size = sizeof(*e);
-	e->hdr.pid = g_shim.pid;
 	e->start_ns = start + (uint64_t)off;
 	e->end_ns = end + (uint64_t)off;
-	e->hdr.ts_ns = e->start_ns;
+	shim_hdr(&e->hdr, type, sizeof(*e), 0, e->start_ns);
 }
 
 static void copy_name(char *dst, const char *src)
@@ -314,10 +311,7 @@ static void send_device(const CUpti_ActivityDevice5 *d)
 	struct gpu_device_event e;
 
 	memset(&e, 0, sizeof(e));
-	e.hdr.type = EV_GPU_DEVICE;
-	e.hdr.size = sizeof(e);
-	e.hdr.pid = g_shim.pid;
-	e.hdr.ts_ns = shim_mono_ns();
+	shim_hdr(&e.hdr, EV_GPU_DEVICE, sizeof(e), 0, shim_mono_ns());
 	e.device = d->id;
 	e.flags = d->isMigEnabled ? GPU_DEV_F_MIG : 0;
 	_Static_assert(sizeof(d->uuid) == sizeof(e.uuid), "CUuuid is 16 bytes");
@@ -565,11 +559,7 @@ static void nvtx_cb(CUpti_CallbackId cbid, const void *data)
 		strncpy(mk->name, msg, sizeof(mk->name) - 1);
 	if (!t_tid)
 		t_tid = (uint32_t)syscall(SYS_gettid);
-	mk->hdr.type = EV_GPU_MARKER;
-	mk->hdr.size = sizeof(*mk);
-	mk->hdr.pid = g_shim.pid;
-	mk->hdr.tid = t_tid;
-	mk->hdr.ts_ns = shim_mono_ns();
+	shim_hdr(&mk->hdr, EV_GPU_MARKER, sizeof(*mk), t_tid, shim_mono_ns());
 	if (shim_ring_push(&u))
 		atomic_fetch_add_explicit(&g_shim.dropped, 1, memory_order_relaxed);
 }
@@ -619,11 +609,7 @@ static void CUPTIAPI launch_cb(void *userdata, CUpti_CallbackDomain dom, CUpti_C
 	if (!t_tid)
 		t_tid = (uint32_t)syscall(SYS_gettid);
 	memset(ev, 0, sizeof(*ev));
-	ev->hdr.type = EV_GPU_LAUNCH_CB;
-	ev->hdr.size = sizeof(*ev);
-	ev->hdr.pid = g_shim.pid;
-	ev->hdr.tid = t_tid;
-	ev->hdr.ts_ns = now;
+	shim_hdr(&ev->hdr, EV_GPU_LAUNCH_CB, sizeof(*ev), t_tid, now);
 	ev->correlation_id = cb->correlationId;
 	ev->cbid = cbid;
 	ev->domain = dom;

@@ -111,6 +111,16 @@ extern struct shim g_shim;
 void shim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t shim_mono_ns(void);
 
+/* a record's common header (bpf/events.h): this process, thread tid (0: none), at ts */
+static inline void shim_hdr(struct event_hdr *h, __u16 type, size_t size, __u32 tid, __u64 ts)
+{
+	h->type = type;
+	h->size = (__u16)size;
+	h->pid = g_shim.pid;
+	h->tid = tid;
+	h->ts_ns = ts;
+}
+
 /* cupti.c */
 int shim_cupti_setup(bool ts_callback);
 void shim_cupti_teardown(void);
