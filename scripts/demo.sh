@@ -342,11 +342,12 @@ if [ -f "$NVML" ] && [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" 
 	wait "$TAP" 2>/dev/null
 	jq -r 'select(.type == "gpu_device") |
 		"  the workload (pid \(.pid)) runs its device \(.device) on \(.uuid) (a gpu_device record)"' "$TOUT"
-	echo "  the first anomaly of the slowdown (kind, duration, expected; its suspects):"
-	jq -r -s '[.[] | select(.type == "anomaly")] | first // empty |
+	jq -r -s '[.[] | select(.type == "anomaly")] |
+		"  the slowdown: \(length) anomalies in \([.[] | select(.run == 1)] | length) episode; \([.[] | select(any(.suspects[]; .what == "gpu_clock"))] | length) name the GPU clock (a step that ended before NVML read the GPU again names none)"' "$TOUT"
+	echo "  the first that does (kind, duration, expected; its first suspects):"
+	jq -r -s '[.[] | select(.type == "anomaly" and any(.suspects[]; .what == "gpu_clock"))] | first // empty |
 		"    \(.kind): \(.dur_ns / 1e6 * 10 | floor / 10) ms, expected \(.expected_ns / 1e6 * 100 | floor / 100) ms",
 		(.suspects[:3][] | "      - \(.what): \(.evidence)")' "$TOUT"
-	jq -r -s '[.[] | select(.type == "anomaly")] | "    (\(length) anomalies, \([.[] | select(.run == 1)] | length) episode)"' "$TOUT"
 	echo "  the agent's --summary at exit:"
 	sed -n "/^The node's GPUs/,/^\$/p" "$TDIR/agent.log" | sed 1d | grep '^  ' | sed 's/^/  /'
 	echo "  (all of it: $TOUT: gpu_telemetry records; metrics infertrace_gpu_sm_clock_mhz,"
