@@ -306,7 +306,7 @@ if [ -f "$NVML" ] && [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" 
 	bold "A slow GPU and why: its clock (NVML, simulated GPUs)"
 	echo "  the agent reads every GPU each --gpu-telemetry-period (here 100 ms) on a thread of its own;"
 	echo "  a workload runs 70 steps on GPU 0, whose kernels take 3x as long from step 50 on while"
-	echo "  NVML reports GPU 0 power-capped and slowed. The agent's options are the defaults."
+	echo "  NVML reports GPU 0 power-capped and slowed. The detector runs with its defaults."
 	gpus() { # gpus SM0 REASONS0 POWER0 TEMP0
 		printf '%s\n' "$U0|NVIDIA H100 80GB HBM3|$1|1980|2619|$3|700000|$4|97|40|$2" \
 			"GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee|NVIDIA H100 80GB HBM3|1980|1980|2619|512000|700000|61|96|38|0" \
