@@ -260,7 +260,10 @@ static void *poller(void *arg)
 			goto shutdown;
 		}
 	}
-	pthread_mutex_lock(&t->mu);
+	/*
+	 * No lock around NVML: the loop reads the names only once the state is
+	 * running (set under the lock below), and it must never wait for NVML
+	 */
 	for (unsigned int i = 0; i < count; i++) {
 		unsigned int v;
 
@@ -277,6 +280,7 @@ static void *poller(void *arg)
 	if (!f->driver_version || f->driver_version(t->driver, sizeof(t->driver)) != NVML_OK)
 		t->driver[0] = 0;
 	t->driver[sizeof(t->driver) - 1] = 0;
+	pthread_mutex_lock(&t->mu);
 	t->ndev = count;
 	t->state = T_RUNNING;
 	pthread_mutex_unlock(&t->mu);
@@ -580,7 +584,7 @@ void telem_stats(struct agent *a, json_t *stats_record)
 	if (!t)
 		return;
 	pthread_mutex_lock(&t->mu);
-	o = json_pack("{s:s,s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "state", state_names[t->state],
+	o = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "state", state_names[t->state],
 		      "devices", (json_int_t)t->ndev, "samples", (json_int_t)t->samples, "records",
 		      (json_int_t)t->records, "dropped", (json_int_t)t->dropped, "read_errors",
 		      (json_int_t)t->read_errors, "gpu_lost", (json_int_t)t->lost, "slow_polls",

@@ -5,7 +5,8 @@
  * connection; every record handed to the callback must be a shim record of
  * its exact size, with the kernel's pid, and its strings terminated. The
  * types a shim may send are listed here, not taken as a range: a new type
- * (EV_GPU_MARKER came after EV_SHIM_STATUS) is a valid record, not a crash.
+ * (EV_GPU_MARKER came after EV_SHIM_STATUS, EV_GPU_DEVICE after it) is a valid
+ * record, not a crash.
  * Build: make fuzz-shim-rx (clang).
  */
 #include <stdlib.h>
@@ -31,6 +32,8 @@ static size_t shim_size(unsigned type)
 		return sizeof(struct shim_status_event);
 	case EV_GPU_MARKER:
 		return sizeof(struct gpu_marker_event);
+	case EV_GPU_DEVICE:
+		return sizeof(struct gpu_device_event);
 	default:
 		return 0;
 	}
@@ -47,6 +50,10 @@ static void on_record(void *ctx, const struct event_hdr *h, size_t len)
 		abort();
 	if (h->type == EV_GPU_MARKER &&
 	    !memchr(((const struct gpu_marker_event *)h)->name, '\0', MARKER_NAME_LEN))
+		abort();
+	if (h->type == EV_GPU_DEVICE &&
+	    (((const struct gpu_device_event *)h)->device >= SHIM_MAX_DEVICES ||
+	     ((const struct gpu_device_event *)h)->flags & ~GPU_DEV_F_MIG))
 		abort();
 }
 
