@@ -36,7 +36,9 @@
 #   gpu_telemetry_stuck    NVML never returns (a driver holding its lock): the
 #                          event loop goes on (stats records keep coming,
 #                          state "starting"), and SIGINT still stops the
-#                          agent, which leaves the poller behind with a line
+#                          agent, which leaves the poller behind with a line;
+#                          NVML slower than the period: the reads go on, each
+#                          one that outlasts the period counted (slow_polls)
 source "$(dirname "$0")/lib.sh"
 it_preflight gpu_telemetry_records gpu_telemetry_absent gpu_telemetry_failed gpu_telemetry_suspect \
 	gpu_telemetry_stuck
@@ -258,6 +260,18 @@ if FAKE_NVML_SLEEP_MS=600000 agent_start stuck "${COMMON[@]}"; then
 	[ "${AGENT_RC:-}" = 0 ] || fail_because "exit ${AGENT_RC:-?}: $(agent_tail)"
 	expect "no line about the poller left behind: $(agent_tail)" \
 		grep -q 'GPU telemetry: NVML did not return in 2 s; exiting without it' "$AGENT_ERR"
+else
+	fail_because "agent did not start: $(agent_tail)"
+fi
+# slow, not stuck: each NVML query takes 50 ms, a read of both GPUs about 0.7 s,
+# longer than the 100 ms period: counted, and the reads go on
+state 1980 0
+if FAKE_NVML_SLEEP_MS=50 agent_start slow "${COMMON[@]}" --gpu-telemetry-period 100; then
+	wait_record '.type=="stats" and .gpu_telemetry.slow_polls > 0 and .gpu_telemetry.samples >= 4' 30 ||
+		fail_because "slow reads not counted: $(stats_tel)"
+	expect "slow: $(stats_tel)" jqe '.state == "running" and .dropped == 0 and .read_errors == 0' <<<"$(stats_tel)"
+	agent_stop INT || fail_because "agent did not stop"
+	[ "${AGENT_RC:-}" = 0 ] || fail_because "exit ${AGENT_RC:-?}: $(agent_tail)"
 else
 	fail_because "agent did not start: $(agent_tail)"
 fi
