@@ -238,23 +238,24 @@ static bool gpu_clock_at(const struct diag_gpu *g, uint64_t lo, uint64_t hi,
 	return true;
 }
 
-static void clock_suspect(struct diag *d, struct diag_anomaly *an)
+/*
+ * The GPU of instance (rank, where >= 0) furthest under its usual clock
+ * between start and end, as one sentence into out: false when none is under
+ * 95% of it (or nothing is known). value: its clock, ratio: to the usual.
+ */
+static bool clock_evidence(const struct diag *d, const char *instance, int32_t rank, uint64_t start,
+			   uint64_t end, struct diag_suspect *out)
 {
-	uint64_t hi = an->step_start_ns + an->dur_ns,
-		 lo = an->step_start_ns > DIAG_GPU_BEFORE_NS
-			  ? an->step_start_ns - DIAG_GPU_BEFORE_NS
-			  : 0;
+	uint64_t lo = start > DIAG_GPU_BEFORE_NS ? start - DIAG_GPU_BEFORE_NS : 0;
 	const struct gpu_read *best = NULL;
 	uint32_t best_usual = 0, best_gpu = 0;
-	struct diag_suspect *s;
 
-	if (!d->pdev || !d->gpus || !an->instance)
-		return;
+	if (!d->pdev || !d->gpus || !instance)
+		return false;
 	for (uint32_t i = 0; i < STEP_PIDS; i++) {
 		const struct diag_pdev *p = d->pdev[i];
 
-		if (!p || strcmp(p->instance, an->instance) ||
-		    (an->rank >= 0 && p->rank != an->rank))
+		if (!p || strcmp(p->instance, instance) || (rank >= 0 && p->rank != rank))
 			continue;
 		for (uint32_t k = 0; k < p->n; k++) {
 			const struct gpu_read *low;
@@ -266,7 +267,7 @@ static void clock_suspect(struct diag *d, struct diag_anomaly *an)
 				const struct diag_gpu *g = d->gpus[gi];
 
 				if (!g || strcmp(g->uuid, p->dev[k].uuid) ||
-				    !gpu_clock_at(g, lo, hi, &low, &usual))
+				    !gpu_clock_at(g, lo, end, &low, &usual))
 					continue;
 				if ((uint64_t)low->sm * 100 < (uint64_t)usual * 95 &&
 				    (!best ||
@@ -279,26 +280,37 @@ static void clock_suspect(struct diag *d, struct diag_anomaly *an)
 		}
 	}
 	if (!best)
+		return false;
+	out->what = "gpu_clock";
+	snprintf(out->evidence, sizeof(out->evidence),
+		 "GPU %u (%.40s) ran at %u MHz, %.0f%% under its usual %u MHz%s%.60s", best_gpu,
+		 d->gpus[best_gpu]->uuid, best->sm, 100.0 - 100.0 * best->sm / best_usual,
+		 best_usual, best->why[0] ? "; held by " : "", best->why);
+	out->value = best->sm;
+	out->ratio = (double)best->sm / best_usual;
+	return true;
+}
+
+/* the anomaly's gpu_clock suspect: first on a gpu_slow one, last (where there is room) else */
+static void clock_suspect(struct diag *d, struct diag_anomaly *an)
+{
+	struct diag_suspect s;
+
+	if (!clock_evidence(d, an->instance, an->rank, an->step_start_ns,
+			    an->step_start_ns + an->dur_ns, &s))
 		return;
 	if (an->kind == DIAG_KIND_GPU_SLOW) { /* its cause: first */
 		if (an->n_suspects == DIAG_SUSPECTS_MAX)
 			an->n_suspects--;
 		memmove(&an->suspects[1], &an->suspects[0],
 			an->n_suspects * sizeof(an->suspects[0]));
-		s = &an->suspects[0];
+		an->suspects[0] = s;
 	} else if (an->n_suspects < DIAG_SUSPECTS_MAX) {
-		s = &an->suspects[an->n_suspects];
+		an->suspects[an->n_suspects] = s;
 	} else {
 		return;
 	}
 	an->n_suspects++;
-	s->what = "gpu_clock";
-	snprintf(s->evidence, sizeof(s->evidence),
-		 "GPU %u (%.40s) ran at %u MHz, %.0f%% under its usual %u MHz%s%.60s", best_gpu,
-		 d->gpus[best_gpu]->uuid, best->sm, 100.0 - 100.0 * best->sm / best_usual,
-		 best_usual, best->why[0] ? "; held by " : "", best->why);
-	s->value = best->sm;
-	s->ratio = (double)best->sm / best_usual;
 	d->clock_suspects++;
 }
 
@@ -373,6 +385,13 @@ static void emit_level_shift(void *ctx, const struct diag_level_shift *ls)
 	json_object_set_new(o, "steps", json_integer(ls->steps));
 	json_object_set_new(o, "ratio", json_real(ls->ratio));
 	json_object_set_new(o, "kind", json_string(diag_kind_name(ls->kind)));
+	{
+		struct diag_suspect s; /* a clock that moved for good: the new level's why */
+
+		if (clock_evidence(d, ls->instance, ls->rank, ls->step_start_ns, ls->step_start_ns,
+				   &s))
+			json_object_set_new(o, "gpu_clock", json_string(s.evidence));
+	}
 	if (rec_emit(d->a, REC_ANOMALY, o))
 		d->err = -EIO;
 }
@@ -797,6 +816,8 @@ void diag_stats(struct diag *d, json_t *r)
 	/* a collective wait's stragglers: the steps named them, or an anomaly of their own */
 	json_object_set_new(o, "stragglers_in_steps", json_integer((json_int_t)d->strag_in_steps));
 	json_object_set_new(o, "stragglers_written", json_integer((json_int_t)d->strag_written));
+	/* anomalies whose GPU ran under its usual clock (--gpu-telemetry) */
+	json_object_set_new(o, "gpu_clock_suspects", json_integer((json_int_t)d->clock_suspects));
 	json_object_set_new(r, "diag", o);
 }
 

@@ -93,7 +93,7 @@
 #define CUDA_LIB "/usr/local/cuda/lib64/libcudart.so"
 #define CUDA_DRV "/usr/local/cuda/lib64/stubs/libcuda.so"
 #define MAX_THREADS 8
-#define MAX_ROUNDS 100
+#define MAX_ROUNDS 200
 #define CALLS_PER_ROUND 5
 #define GRAPH_KERNELS 3
 #define FIRST_CORR 1000

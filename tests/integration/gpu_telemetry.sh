@@ -26,13 +26,14 @@
 #   gpu_telemetry_suspect  a live workload (gpu_live -s: steps through the
 #                          CUPTI double, its device 0 named by UUID: one
 #                          gpu_device record with NVML's form of it) whose
-#                          kernels take 3x as long from round 50 of 70 while
+#                          kernels take 3x as long from round 50 of 140 while
 #                          the double puts its GPU at 1410 MHz under a power
 #                          cap and a hardware slowdown: the gpu_slow
 #                          anomalies name the clock first ("gpu_clock", the
 #                          GPU's index and UUID, 1410 against the usual 1755,
 #                          the reasons); no anomaly before the slowdown; a
-#                          GPU with another UUID is never named
+#                          GPU with another UUID is never named; after 64
+#                          slow steps the level_shift record names the clock
 #   gpu_telemetry_stuck    NVML never returns (a driver holding its lock): the
 #                          event loop goes on (stats records keep coming,
 #                          state "starting"), and SIGINT still stops the
@@ -184,7 +185,7 @@ report gpu_telemetry_failed
 
 # ------------------------------------------------------------- suspect ----
 GPU_LIVE=$BUILD/tests/integration/gpu_live
-SROUNDS=70 SLOW=50
+SROUNDS=140 SLOW=50
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
 	fail_because "$GPU_LIVE or $BUILD/libinfertrace_cupti.so not built (make test)"
 else
@@ -240,6 +241,12 @@ else
 		expect "gpu_clock suspect: $(jq -c '.[0].suspects[0]' <<<"$named")" \
 			jqe --arg u "$U1" '.[0].suspects[0] | .evidence == "GPU 1 (\($u)) ran at 1410 MHz, 20% under its usual 1755 MHz; held by sw_power_cap, hw_slowdown" and
 				.value == 1410 and (.ratio * 1000 | round) == 803' <<<"$named"
+		# 90 slow steps: after 64 in a row the level shift, which names the clock too
+		ls=$(jqo --arg i "$inst" '[.[] | select(.type == "level_shift" and .instance == $i)]')
+		expect "level_shift: $ls" jqe --arg u "$U1" 'length == 1 and .[0].kind == "gpu_slow" and
+			.[0].gpu_clock == "GPU 1 (\($u)) ran at 1410 MHz, 20% under its usual 1755 MHz; held by sw_power_cap, hw_slowdown"' <<<"$ls"
+		expect "stats diag.gpu_clock_suspects: $(jqo '[.[] | select(.type == "stats")] | last | .diag.gpu_clock_suspects')" \
+			[ "$(jqo '[.[] | select(.type == "stats")] | last | .diag.gpu_clock_suspects')" = "$(jq length <<<"$named")" ]
 		expect "GPU 0 (no process of the instance) named: $(jq -c '[.[].suspects[] | select(.what == "gpu_clock") | .evidence]' <<<"$an")" \
 			jqe --arg u "$U0" '[.[].suspects[] | select(.what == "gpu_clock") | .evidence | contains($u)] | any | not' <<<"$an"
 	fi
