@@ -40,6 +40,7 @@
 
 #define TELEM_MAX_DEV 64
 #define TELEM_RING 512 /* samples the loop has not taken yet; older ones are dropped */
+#define TELEM_BATCH 64 /* readings the loop takes per lock */
 #define TELEM_JOIN_NS 2000000000ULL
 #define TELEM_LIB_DEFAULT "libnvidia-ml.so.1"
 
@@ -78,8 +79,29 @@ struct nvml_fns {
 	nvml_util_fn util;		 /* optional */
 };
 
-enum telem_state { T_OFF, T_UNAVAILABLE, T_STARTING, T_RUNNING, T_FAILED };
-static const char *const state_names[] = {"off", "unavailable", "starting", "running", "failed"};
+/* NVML's throttle reasons by name (nvml_api.h); the records, metrics and summary use these */
+static const struct {
+	uint64_t bit;
+	const char *name;
+} reason_names[] = {
+    {NVML_THR_GPU_IDLE, "gpu_idle"},
+    {NVML_THR_APP_CLOCKS, "applications_clocks"},
+    {NVML_THR_SW_POWER_CAP, "sw_power_cap"},
+    {NVML_THR_HW_SLOWDOWN, "hw_slowdown"},
+    {NVML_THR_SYNC_BOOST, "sync_boost"},
+    {NVML_THR_SW_THERMAL, "sw_thermal"},
+    {NVML_THR_HW_THERMAL, "hw_thermal"},
+    {NVML_THR_HW_POWER_BRAKE, "hw_power_brake"},
+    {NVML_THR_DISPLAY_CLOCKS, "display_clocks"},
+};
+#define NREASONS (sizeof(reason_names) / sizeof(reason_names[0]))
+#define NAMED_REASONS 0x1ffULL /* the bits above, each from bit 0 in turn */
+_Static_assert(NAMED_REASONS == (1ULL << NREASONS) - 1 &&
+		   NVML_THR_DISPLAY_CLOCKS << 1 == NAMED_REASONS + 1,
+	       "reason_names holds bits 0 to 8, in order");
+
+enum telem_state { T_UNAVAILABLE, T_STARTING, T_RUNNING, T_FAILED };
+static const char *const state_names[] = {"unavailable", "starting", "running", "failed"};
 
 struct telem {
 	struct agent *a;
@@ -106,15 +128,10 @@ struct telem {
 	uint64_t records;
 	struct telem_sample last[TELEM_MAX_DEV]; /* each GPU's latest, for the metrics */
 	struct telem_acc {			 /* since start, for --summary */
-		uint64_t reads, held[9], held_other;
+		uint64_t reads, held[NREASONS], held_other;
 		uint32_t sm_min, sm_max, temp_max, power_max;
 	} acc[TELEM_MAX_DEV];
 };
-
-static struct telem *telem_of(struct agent *a)
-{
-	return a->telem;
-}
 
 static const char *nvml_err(const struct telem *t, nvml_return_t r)
 {
@@ -188,11 +205,19 @@ static void read_one(struct telem *t, nvml_device_t h, uint32_t dev, uint32_t sm
 	s->ts_ns = now_ns();
 }
 
-static void publish(struct telem *t, const struct telem_sample *s, uint32_t n, uint64_t errors,
-		    uint64_t lost, bool slow)
+/* the loop's eventfd: readings or a state to take */
+static void wake(struct telem *t)
 {
 	uint64_t one = 1;
 
+	if (write(t->efd, &one, sizeof(one)) < 0) {
+		/* the counter is full only if the loop never reads: nothing to add */
+	}
+}
+
+static void publish(struct telem *t, const struct telem_sample *s, uint32_t n, uint64_t errors,
+		    uint64_t lost, bool slow)
+{
 	pthread_mutex_lock(&t->mu);
 	for (uint32_t i = 0; i < n; i++) {
 		if (t->n == TELEM_RING) { /* the loop is behind: the oldest goes */
@@ -207,9 +232,7 @@ static void publish(struct telem *t, const struct telem_sample *s, uint32_t n, u
 	t->lost += lost;
 	t->slow_polls += slow;
 	pthread_mutex_unlock(&t->mu);
-	if (write(t->efd, &one, sizeof(one)) < 0) {
-		/* the counter is full only if the loop never reads: nothing to add */
-	}
+	wake(t);
 }
 
 /* wait until `until` (CLOCK_MONOTONIC) or stop; true when stopping */
@@ -294,8 +317,8 @@ static void *poller(void *arg)
 		took = now_ns() - next;
 		publish(t, s, count, errors, lost, took > t->period_ns);
 		next += t->period_ns;
-		if (next <
-		    now_ns()) /* a poll that took longer than the period: no catch-up burst */
+		/* a poll that took longer than the period: no catch-up burst */
+		if (next < now_ns())
 			next = now_ns();
 		if (wait_until(t, next))
 			break;
@@ -306,32 +329,11 @@ out:
 	pthread_mutex_lock(&t->mu);
 	t->done = true;
 	pthread_mutex_unlock(&t->mu);
-	{
-		uint64_t one = 1;
-
-		if (write(t->efd, &one, sizeof(one)) < 0) {
-			/* see publish() */
-		}
-	}
+	wake(t);
 	return NULL;
 }
 
 /* ------------------------------------------------------- loop side -- */
-
-static const struct {
-	uint64_t bit;
-	const char *name;
-} reason_names[] = {
-    {NVML_THR_GPU_IDLE, "gpu_idle"},
-    {NVML_THR_APP_CLOCKS, "applications_clocks"},
-    {NVML_THR_SW_POWER_CAP, "sw_power_cap"},
-    {NVML_THR_HW_SLOWDOWN, "hw_slowdown"},
-    {NVML_THR_SYNC_BOOST, "sync_boost"},
-    {NVML_THR_SW_THERMAL, "sw_thermal"},
-    {NVML_THR_HW_THERMAL, "hw_thermal"},
-    {NVML_THR_HW_POWER_BRAKE, "hw_power_brake"},
-    {NVML_THR_DISPLAY_CLOCKS, "display_clocks"},
-};
 
 /* the names of the throttle bits set in mask; a bit NVML added since is "bit_N" */
 static json_t *reasons_json(uint64_t mask)
@@ -344,7 +346,7 @@ static json_t *reasons_json(uint64_t mask)
 
 		if (!(mask & (1ULL << b)))
 			continue;
-		for (size_t i = 0; i < sizeof(reason_names) / sizeof(reason_names[0]); i++)
+		for (size_t i = 0; i < NREASONS; i++)
 			if (reason_names[i].bit == 1ULL << b)
 				name = reason_names[i].name;
 		if (!name) {
@@ -371,9 +373,9 @@ static void account(struct telem_acc *c, const struct telem_sample *s)
 		c->power_max = s->power_mw;
 	if (!(s->have & HAVE_REASONS))
 		return;
-	for (size_t i = 0; i < sizeof(reason_names) / sizeof(reason_names[0]); i++)
+	for (size_t i = 0; i < NREASONS; i++)
 		c->held[i] += !!(s->reasons & reason_names[i].bit);
-	c->held_other += !!(s->reasons & ~0x1ffULL);
+	c->held_other += !!(s->reasons & ~NAMED_REASONS);
 }
 
 /* the reading to the detector, for its gpu_clock suspect (pipeline.h) */
@@ -386,8 +388,7 @@ static void to_diag(struct telem *t, const struct telem_sample *s, const char *u
 	if (!t->a->diag || !(s->have & HAVE_SM))
 		return;
 	r.sm_mhz = s->sm_mhz;
-	for (size_t i = 0;
-	     (s->have & HAVE_REASONS) && i < sizeof(reason_names) / sizeof(reason_names[0]); i++)
+	for (size_t i = 0; (s->have & HAVE_REASONS) && i < NREASONS; i++)
 		if ((s->reasons & reason_names[i].bit) &&
 		    reason_names[i].bit != NVML_THR_GPU_IDLE && n < sizeof(why))
 			n += (size_t)snprintf(why + n, sizeof(why) - n, "%s%s", n ? ", " : "",
@@ -455,7 +456,7 @@ static void log_state(struct telem *t)
 static void telem_on_ready(struct agent *a, void *ctx)
 {
 	struct telem *t = ctx;
-	struct telem_sample batch[64];
+	struct telem_sample batch[TELEM_BATCH];
 	uint64_t v;
 	uint32_t n;
 
@@ -464,7 +465,7 @@ static void telem_on_ready(struct agent *a, void *ctx)
 		return;
 	do {
 		pthread_mutex_lock(&t->mu);
-		n = t->n < 64 ? t->n : 64;
+		n = t->n < TELEM_BATCH ? t->n : TELEM_BATCH;
 		for (uint32_t i = 0; i < n; i++)
 			batch[i] = t->ring[(t->head + i) % TELEM_RING];
 		t->head = (t->head + n) % TELEM_RING;
@@ -474,7 +475,7 @@ static void telem_on_ready(struct agent *a, void *ctx)
 		/* uuid and name are written once, before the state went to running */
 		for (uint32_t i = 0; i < n; i++)
 			emit_sample(t, &batch[i], t->uuid[batch[i].dev], t->name[batch[i].dev]);
-	} while (n == 64);
+	} while (n == TELEM_BATCH);
 }
 
 /* ------------------------------------------------------------- api -- */
@@ -578,7 +579,7 @@ unavailable:
 
 void telem_stats(struct agent *a, json_t *stats_record)
 {
-	struct telem *t = telem_of(a);
+	struct telem *t = a->telem;
 	json_t *o;
 
 	if (!t)
@@ -611,7 +612,7 @@ static void gauge(FILE *f, const struct telem *t, const char *name, const char *
 
 void telem_metrics(struct agent *a, FILE *f)
 {
-	struct telem *t = telem_of(a);
+	struct telem *t = a->telem;
 
 	if (!t || t->logged != T_RUNNING)
 		return; /* ndev and the names are the loop's to read once it logged "running" */
@@ -633,7 +634,7 @@ void telem_metrics(struct agent *a, FILE *f)
 		   "# TYPE infertrace_gpu_clock_throttled gauge\n");
 	for (uint32_t d = 0; d < t->ndev; d++)
 		if (t->last[d].have & HAVE_REASONS)
-			for (size_t i = 0; i < sizeof(reason_names) / sizeof(reason_names[0]); i++)
+			for (size_t i = 0; i < NREASONS; i++)
 				fprintf(
 				    f,
 				    "infertrace_gpu_clock_throttled{device=\"%u\",reason=\"%s\"} "
@@ -644,7 +645,7 @@ void telem_metrics(struct agent *a, FILE *f)
 
 void telem_print_summary(struct agent *a, FILE *out)
 {
-	struct telem *t = telem_of(a);
+	struct telem *t = a->telem;
 
 	if (!t)
 		return;
@@ -676,7 +677,7 @@ void telem_print_summary(struct agent *a, FILE *out)
 		if (l->have & HAVE_POWER_LIMIT)
 			fprintf(out, " of %.0f", l->power_limit_mw / 1e3);
 		fprintf(out, "\n    clocks held down by:");
-		for (size_t i = 0; i < sizeof(reason_names) / sizeof(reason_names[0]); i++)
+		for (size_t i = 0; i < NREASONS; i++)
 			if (c->held[i] && reason_names[i].bit != NVML_THR_GPU_IDLE) {
 				fprintf(out, "%s %s in %llu of %llu reads", any ? "," : "",
 					reason_names[i].name, (unsigned long long)c->held[i],
@@ -694,7 +695,7 @@ void telem_print_summary(struct agent *a, FILE *out)
 
 void telem_stop(struct agent *a)
 {
-	struct telem *t = telem_of(a);
+	struct telem *t = a->telem;
 	bool joined = true;
 
 	if (!t)

@@ -57,8 +57,11 @@ static void note(const char *what)
 	}
 }
 
+/* the state file's GPUs, read again at every query; one caller thread (the agent's poller) */
+static struct dev d[MAXDEV];
+
 /* the state file's GPUs into d (at most MAXDEV); how many */
-static unsigned int load(struct dev *d)
+static unsigned int load(void)
 {
 	const char *p = getenv("FAKE_NVML_STATE");
 	FILE *f = p ? fopen(p, "r") : NULL;
@@ -92,12 +95,11 @@ static unsigned int index_of(nvml_device_t h)
 /* field k of GPU h as an unsigned number, or the error its text asks for */
 static nvml_return_t field(nvml_device_t h, int k, unsigned long long *v, int base)
 {
-	static struct dev d[MAXDEV];
 	unsigned int n, i = index_of(h);
 	const char *s;
 
 	nap();
-	n = load(d);
+	n = load();
 	if (i >= n)
 		return 2; /* NVML_ERROR_INVALID_ARGUMENT */
 	s = d[i].f[k];
@@ -123,8 +125,7 @@ static nvml_return_t ufield(nvml_device_t h, int k, unsigned int *out)
 
 static nvml_return_t sfield(nvml_device_t h, int k, char *buf, unsigned int len)
 {
-	static struct dev d[MAXDEV];
-	unsigned int n = load(d), i = index_of(h);
+	unsigned int n = load(), i = index_of(h);
 
 	if (i >= n || !buf || !len)
 		return 2;
@@ -173,9 +174,7 @@ EXPORT nvml_return_t nvmlSystemGetDriverVersion(char *ver, unsigned int len)
 
 EXPORT nvml_return_t nvmlDeviceGetCount_v2(unsigned int *count)
 {
-	static struct dev d[MAXDEV];
-
-	*count = load(d);
+	*count = load();
 	return NVML_OK;
 }
 
