@@ -29,7 +29,7 @@ DEB_PKGS := clang llvm make gcc pkg-config libbpf-dev bpftool libelf-dev zlib1g-
 	libjansson-dev librdkafka-dev libcmocka-dev libsqlite3-dev systemtap-sdt-dev kcat \
 	iproute2 jq procps util-linux gdb yamllint python3-yaml universal-ctags \
 	golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev \
-	golang-gopkg-yaml.v3-dev prometheus libcurl4-openssl-dev clang-format
+	golang-gopkg-yaml.v3-dev prometheus libcurl4-openssl-dev clang-format python3-dev
 # npm packages the tests run (tests/node/package.json, pinned by its lock):
 # kubernetes-models (chart schemas), kafkajs (a second Kafka client),
 # @opentelemetry/otlp-transformer (the OTLP protocol definitions). Installed
@@ -279,10 +279,14 @@ fuzz-shim-rx: $(BUILD)/tests/fuzz/fuzz_shim_rx
 # tests/integration/*.c: workloads the integration scripts run (no cmocka).
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRCS))
-# tests/integration/usdt_lib.c is a library, not a workload (rule below).
-ITEST_SRCS := $(sort $(filter-out tests/integration/usdt_lib.c,$(wildcard tests/integration/*.c)))
+# tests/integration/usdt_lib.c is a library, not a workload, py_forged.c is
+# built as python3-forged (rules below); python_layout.c is compiled by
+# tests/integration/python.sh against each CPython's headers it finds.
+ITEST_SPECIAL := tests/integration/usdt_lib.c tests/integration/py_forged.c \
+	tests/integration/python_layout.c
+ITEST_SRCS := $(sort $(filter-out $(ITEST_SPECIAL),$(wildcard tests/integration/*.c)))
 ITEST_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(ITEST_SRCS)) \
-	$(BUILD)/tests/integration/libusdt_steps.so
+	$(BUILD)/tests/integration/libusdt_steps.so $(BUILD)/tests/integration/python3-forged
 TEST_BINS := $(UNIT_BINS) $(ITEST_BINS) $(BUILD)/tests/helm-render $(BUILD)/tests/fakes/libnvidia-ml.so.1
 
 # tests/helm/render.go (owner: tests/integration/helm.sh): the chart through
@@ -323,6 +327,16 @@ $(BUILD)/tests/integration/libusdt_steps.so: tests/integration/usdt_lib.c
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -shared -o $@ $< $(LDFLAGS_SAN) $(LDFLAGS)
+
+# tests/integration/python3-forged (owner: tests/integration/python.sh): a
+# process that claims to be CPython 3.11 (the name says python; -rdynamic
+# puts _PyRuntime, Py_Version and PyCode_Type in .dynsym) and lies in every
+# structure the frame walk reads.
+$(BUILD)/tests/integration/python3-forged: tests/integration/py_forged.c \
+		agent/sources/python_layout.h
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -rdynamic -o $@ $< $(LDFLAGS_SAN) $(LDFLAGS) -ldl -lpthread
 
 # workloads load libcudart / libcuda with dlopen, as inference engines do
 # tests/fakes/fake_nvml.c (owner: tests/integration/gpu_telemetry.sh): the NVML double,

@@ -114,6 +114,8 @@ enum {
 	OPT_GPU_TELEMETRY, /* agent/sources/gpu_telemetry.c */
 	OPT_NVML_LIB,
 	OPT_GPU_TELEMETRY_PERIOD,
+	OPT_PYTHON_STACKS, /* agent/sources/python.c */
+	OPT_PYTHON_HZ,
 };
 
 /*
@@ -331,6 +333,20 @@ static const struct opt_def opt_table[] = {
     {"gpu-telemetry-period", OPT_GPU_TELEMETRY_PERIOD, "MS", OT_MS, FIELD(gpu_telemetry_period_ns),
      100, 3600e3, .err = "takes milliseconds from 100 to 3600000",
      .doc = "How often --gpu-telemetry reads each GPU (default 1000)"},
+    {"python-stacks", OPT_PYTHON_STACKS, "auto|on|off", OT_ENUM, FIELD(python_stacks),
+     .choices = CHOICES({"auto", PYTHON_STACKS_AUTO}, {"on", PYTHON_STACKS_ON},
+			{"off", PYTHON_STACKS_OFF}),
+     .err = "must be auto, on or off",
+     .doc = "Sample the Python frames of traced processes that run CPython 3.11-3.13, "
+	    "--python-hz times a second per CPU, in the kernel (no restart, no change to "
+	    "the workload): python_profile records per thread and stack every --interval, "
+	    "and a python suspect on anomalies naming the function a step spent its time in; "
+	    "auto (default) goes on without it where the kernel refuses the CPU clock "
+	    "event, on refuses to start, off loads nothing"},
+    {"python-hz", OPT_PYTHON_HZ, "HZ", OT_U32, FIELD(python_hz), 1, 1000,
+     .err = "takes samples per second from 1 to 1000",
+     .doc = "How often --python-stacks samples each CPU (default 49: a 75 ms step gets "
+	    "3-4 samples of the thread that ran it)"},
     {"metrics", OPT_METRICS, "ADDR:PORT", OT_FN, .set = set_metrics,
      .err = "takes ADDR:PORT (e.g. :9464)",
      .doc = "Serve Prometheus metrics (/metrics, /healthz, /readyz) over HTTP on ADDR:PORT, "
@@ -872,6 +888,8 @@ static int run_live(struct agent *a)
 		err = shim_init(a);
 	if (!err)
 		err = telem_start(a);
+	if (!err)
+		err = python_start(a);
 	if (err)
 		goto cleanup;
 	err = diag_new(a, &a->diag);
@@ -932,6 +950,7 @@ static int run_live(struct agent *a)
 			shim_interval(a);
 			gpu_interval(a, false);
 			nccl_interval(a, false);
+			python_interval(a, now);
 			diag_advance(a->diag, now);
 			aggregate_interval(a, false);
 			stats_emit(a, span, false);
@@ -949,6 +968,7 @@ static int run_live(struct agent *a)
 		shim_interval(a);
 		gpu_interval(a, true);
 		nccl_interval(a, true);
+		python_interval(a, now_ns());
 		diag_finish(a->diag);
 		aggregate_interval(a, true);
 		stats_emit(a, span, true);
@@ -980,6 +1000,7 @@ cleanup:
 	sinks_finish(a);
 	pr_info("records delivered; detaching the probes (each link waits for the kernel)");
 	discovery_stop(a);
+	python_stop(a);	       /* after discovery: its processes' entries go first */
 	uprobes_reaper_stop(); /* links go before the programs they hold */
 	aggregate_free(a);
 	loader_stop(a);
@@ -1012,6 +1033,7 @@ int main(int argc, char **argv)
 	    .nccl_slots = 1024,
 	    .lib_grace_s = 30,
 	    .gpu_telemetry_period_ns = 1000000000ULL,
+	    .python_hz = 49,
 	    .flush_timeout_s = FLUSH_TIMEOUT_DEFAULT,
 	};
 	build_argp_options();

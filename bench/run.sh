@@ -251,4 +251,8 @@ BUILD=$BUILD bench/shim.sh || say "bench/shim.sh exited with $?"
 # and deep as a ratio to a bare uprobe; printed
 say ""
 BUILD=$BUILD bench/nccl.sh || say "bench/nccl.sh exited with $?"
+# Python frames (owner: bench/python.sh, bench/py_work.py): a Python loop's wall
+# time with the sampler off, at 49 Hz and at 999 Hz, side by side; printed
+say ""
+BUILD=$BUILD bench/python.sh || say "bench/python.sh exited with $?"
 exit 0

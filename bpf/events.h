@@ -47,7 +47,7 @@ enum event_type {
 	EV_NCCL_COMM = 13, /* struct nccl_comm_event: a communicator's init, split, end */
 	/* struct event_hdr alone: a CPU's NCCL call slots filled half of their slice */
 	EV_NCCL_WAKE = 14,
-	/* 15 reserved for further BPF families */
+	EV_PY_STACK = 15, /* struct py_stack_event: a traced Python thread's frames (sampled) */
 	/* GPU side, written by the CUPTI shim (agent/shim) */
 	EV_GPU_KERNEL = 16,    /* struct gpu_activity_event */
 	EV_GPU_MEMCPY = 17,    /* struct gpu_activity_event */
@@ -430,6 +430,47 @@ struct net_io_event {
 	__u64 rx_bytes;
 };
 _Static_assert(sizeof(struct net_io_event) == 48, "net_io_event ABI");
+
+/*
+ * A traced Python process, as bpf/python.bpf.c walks it (map py_procs, tgid
+ * -> struct py_proc, written by agent/sources/python.c). The agent knows the
+ * interpreter's version and fills in where its structures keep what the
+ * walk reads (agent/sources/python_layout.h); the program itself knows no
+ * Python version. PY_OFF_NONE: the version has no such field.
+ */
+#define PY_OFF_NONE 0xffff
+struct py_proc {
+	__u64 interp_head;    /* address of _PyRuntime.interpreters.head in the process */
+	__u16 interp_threads; /* PyInterpreterState.threads.head */
+	__u16 tstate_next;    /* PyThreadState.next */
+	__u16 tstate_tid;     /* PyThreadState.native_thread_id */
+	__u16 tstate_frame;   /* PyThreadState.cframe (3.11, 3.12) or .current_frame (3.13) */
+	__u16 cframe_frame;   /* _PyCFrame.current_frame; PY_OFF_NONE (3.13) */
+	__u16 frame_code;     /* _PyInterpreterFrame.f_code (.f_executable in 3.13) */
+	__u16 frame_previous; /* _PyInterpreterFrame.previous */
+	__u16 frame_owner;    /* _PyInterpreterFrame.owner (a char) */
+	__u8 owner_cstack;    /* FRAME_OWNED_BY_CSTACK (3.12+), skipped; 0xff: none */
+	__u8 pad[7];
+};
+_Static_assert(sizeof(struct py_proc) == 32, "py_proc ABI");
+
+/*
+ * EV_PY_STACK, 32 + 8 x n bytes (hdr.size): a traced Python thread's frames
+ * when the sampling timer (--python-hz) found it on a CPU, innermost first:
+ * the code object of each frame (PyCodeObject *; 0 for the entry frame a
+ * C call leaves, 3.12+), which the agent reads (name, file, first line)
+ * from the process. On rb_misc.
+ */
+#define PY_STACK_DEPTH 32
+#define PY_F_TRUNCATED 1 /* more than PY_STACK_DEPTH frames: the outermost are missing */
+struct py_stack_event {
+	struct event_hdr hdr;
+	__u16 n; /* frames in code[] */
+	__u16 flags;
+	__u32 pad;
+	__u64 code[PY_STACK_DEPTH];
+};
+_Static_assert(sizeof(struct py_stack_event) == 288, "py_stack_event ABI");
 
 /*
  * NCCL entry points probed by bpf/nccl.bpf.c (signatures: NCCL 2.28's nccl.h,

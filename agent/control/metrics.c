@@ -112,6 +112,10 @@ static const struct stats_metric {
      "GPU samples read through NVML (--gpu-telemetry), one per GPU per period."},
     {"gpu_telemetry", "read_errors", "infertrace_gpu_telemetry_errors_total", "counter",
      "NVML queries that failed (a field the GPU does not support is not counted)."},
+    {"python", "samples", "infertrace_python_samples_total", "counter",
+     "Python stacks sampled from traced threads (--python-stacks)."},
+    {"python", "unnamed", "infertrace_python_frames_unnamed_total", "counter",
+     "Python frames whose code object could not be read from the process (named \"?\")."},
 };
 
 /* the step path's, written only while there is one (not with the detector off) */
@@ -206,6 +210,7 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 	shim_stats(a, o);
 	gpu_stats(a, o);
 	telem_stats(a, o);
+	python_stats(a, o);
 	diag_stats(a->diag, o);
 	g = json_object_get(o, "gpu");
 	help(f, "infertrace_drops_total", "counter",

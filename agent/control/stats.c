@@ -164,6 +164,7 @@ void stats_emit(struct agent *a, uint64_t interval_ns, bool final)
 	shim_stats(a, r);
 	gpu_stats(a, r);
 	telem_stats(a, r);
+	python_stats(a, r);
 	diag_stats(a->diag, r);
 	/* sinks with counters of their own (the Kafka sink: "kafka"); before
 	 * ops_stats, which keeps the record for /metrics (infertrace_kafka_*) */

@@ -94,7 +94,10 @@ struct agent_opts {
 	enum { GPU_TELEMETRY_AUTO, GPU_TELEMETRY_ON, GPU_TELEMETRY_OFF } gpu_telemetry;
 	const char *nvml_lib;		  /* NULL: libnvidia-ml.so.1 */
 	uint64_t gpu_telemetry_period_ns; /* --gpu-telemetry-period */
-	const char *perfetto;		  /* --replay ... --perfetto OUT */
+	/* the Python frames of traced processes (agent/sources/python.c) */
+	enum { PYTHON_STACKS_AUTO, PYTHON_STACKS_ON, PYTHON_STACKS_OFF } python_stacks;
+	uint32_t python_hz;   /* --python-hz */
+	const char *perfetto; /* --replay ... --perfetto OUT */
 	/* steps and anomalies (agent/pipeline/diag.c; --step-markers, --baseline, --detect) */
 	struct agent_diag_opts {
 		const char *markers; /* NULL: the library's defaults */

@@ -55,7 +55,7 @@ static const char *const type_names[EV_TYPE_MAX] = {
     [EV_NCCL_COMM] = "nccl_comm",     [EV_NCCL_WAKE] = "nccl_wake",
     [EV_GPU_KERNEL] = "gpu_kernel",   [EV_GPU_MEMCPY] = "gpu_memcpy",
     [EV_GPU_MEMSET] = "gpu_memset",   [EV_GPU_LAUNCH_CB] = "gpu_launch_cb",
-    [EV_SHIM_STATUS] = "shim_status",
+    [EV_SHIM_STATUS] = "shim_status", [EV_PY_STACK] = "py_stack",
 };
 
 const char *event_type_name(int t)

@@ -40,6 +40,8 @@ struct proc {
 	struct usdt_link *usdt; /* files with step probes it maps (usdt.c) */
 	int n_usdt;
 	bool usdt_counted;  /* counted in usdt_procs (once per process) */
+	struct pyproc *py;  /* sources/python.c: its Python's frames are sampled; NULL: not */
+	bool py_refused;    /* a Python the walk does not know: said once */
 	int gone_intervals; /* intervals since it exited: its slot goes after 2 */
 };
 
@@ -171,6 +173,7 @@ struct agent {
 	struct gpu *gpu;	    /* pipeline/join.c, live; NULL when GPU-side capture is off */
 	struct shim_src *shim;	    /* sources/shim.c: the shims' socket; NULL: not open */
 	struct telem *telem;	    /* sources/gpu_telemetry.c: NVML; NULL: --gpu-telemetry off */
+	struct pysrc *python;	    /* sources/python.c: Python frames; NULL: --python-stacks off */
 	struct diag *diag;	    /* diag.c: steps and anomalies; NULL when off */
 	struct recorder *rec;	    /* pipeline/recorder.c: the flight recorder; NULL: off */
 	struct deepdive *dd;	    /* pipeline/deepdive.c; NULL before ops_init() */

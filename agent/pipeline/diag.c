@@ -140,6 +140,18 @@ struct diag_gpu {
 	} r[DIAG_GPU_READS];
 };
 
+/* a process's Python samples (diag_on_py_sample): the last DIAG_PY_SAMPLES, a ring */
+#define DIAG_PY_SAMPLES 1024
+struct diag_py {
+	uint32_t n, next;
+	struct py_sample {
+		uint64_t ts;
+		uint32_t tid;
+		char where[116];
+	} s[DIAG_PY_SAMPLES];
+};
+
+/* what a process's anomalies may name beside its steps: its GPUs, its Python */
 struct diag_pdev {
 	uint32_t pid;
 	int32_t rank;
@@ -151,6 +163,7 @@ struct diag_pdev {
 		uint32_t device;
 		char uuid[48];
 	} dev[DIAG_PDEV_DEVS];
+	struct diag_py *py; /* NULL: no samples */
 };
 
 void diag_on_gpu_reading(struct diag *d, const struct gpu_reading *r)
@@ -181,22 +194,40 @@ void diag_on_gpu_reading(struct diag *d, const struct gpu_reading *r)
 		g->n++;
 }
 
+static void pdev_free(struct diag_pdev *p)
+{
+	if (p)
+		free(p->py);
+	free(p);
+}
+
+/* the live process pid's entry, made or started over; NULL without memory */
+static struct diag_pdev *pdev_get(struct diag *d, uint32_t pid)
+{
+	struct diag_pdev *p;
+
+	if (!d->pdev && !(d->pdev = calloc(STEP_PIDS, sizeof(*d->pdev))))
+		return NULL;
+	p = d->pdev[pid % STEP_PIDS];
+	if (!p && !(p = d->pdev[pid % STEP_PIDS] = calloc(1, sizeof(*p))))
+		return NULL;
+	if (p->pid != pid || p->exited_ns) { /* another process, or the pid came back */
+		free(p->py);
+		memset(p, 0, sizeof(*p));
+		p->pid = pid;
+		snprintf(p->instance, sizeof(p->instance), "%s", agent_instance_of(d->a, pid));
+		p->rank = agent_rank_of(d->a, pid);
+	}
+	return p;
+}
+
 void diag_on_gpu_device(struct diag *d, uint32_t pid, uint32_t device, const char *uuid)
 {
 	struct diag_pdev *p;
 	uint32_t i;
 
-	if (!d || !pid)
+	if (!d || !pid || !(p = pdev_get(d, pid)))
 		return;
-	if (!d->pdev && !(d->pdev = calloc(STEP_PIDS, sizeof(*d->pdev))))
-		return;
-	p = d->pdev[pid % STEP_PIDS];
-	if (!p && !(p = d->pdev[pid % STEP_PIDS] = calloc(1, sizeof(*p))))
-		return;
-	if (p->pid != pid || p->exited_ns) { /* another process, or the pid came back */
-		memset(p, 0, sizeof(*p));
-		p->pid = pid;
-	}
 	snprintf(p->instance, sizeof(p->instance), "%s", agent_instance_of(d->a, pid));
 	p->rank = agent_rank_of(d->a, pid);
 	for (i = 0; i < p->n && p->dev[i].device != device; i++)
@@ -314,6 +345,99 @@ static void clock_suspect(struct diag *d, struct diag_anomaly *an)
 	d->clock_suspects++;
 }
 
+/* --------------------------------------------------------------- Python -- */
+
+void diag_on_py_sample(struct diag *d, uint32_t pid, uint32_t tid, uint64_t ts, const char *where)
+{
+	struct diag_pdev *p;
+	struct py_sample *x;
+
+	if (!d || !pid || !(p = pdev_get(d, pid)))
+		return;
+	if (!p->py && !(p->py = calloc(1, sizeof(*p->py))))
+		return;
+	x = &p->py->s[p->py->next];
+	x->ts = ts;
+	x->tid = tid;
+	snprintf(x->where, sizeof(x->where), "%s", where);
+	p->py->next = (p->py->next + 1) % DIAG_PY_SAMPLES;
+	if (p->py->n < DIAG_PY_SAMPLES)
+		p->py->n++;
+}
+
+/*
+ * The "python" suspect: what the processes of instance (rank, where >= 0)
+ * ran in Python during [start, end]: the thread and innermost frames found
+ * most often, with how many of that thread's samples found them there.
+ * Two samples at least (one is 20 ms of evidence at 49 Hz).
+ */
+static bool python_evidence(const struct diag *d, const char *instance, int32_t rank,
+			    uint64_t start, uint64_t end, struct diag_suspect *out)
+{
+	const struct py_sample *best = NULL;
+	uint32_t best_n = 0, best_of = 0;
+
+	if (!d->pdev || !instance)
+		return false;
+	for (uint32_t i = 0; i < STEP_PIDS; i++) {
+		const struct diag_pdev *p = d->pdev[i];
+
+		if (!p || !p->py || strcmp(p->instance, instance) || (rank >= 0 && p->rank != rank))
+			continue;
+		for (uint32_t k = 0; k < p->py->n; k++) {
+			const struct py_sample *x = &p->py->s[k];
+			uint32_t same = 0, of = 0;
+
+			if (x->ts < start || x->ts > end)
+				continue;
+			for (uint32_t j = 0; j < p->py->n; j++) {
+				const struct py_sample *y = &p->py->s[j];
+
+				if (y->ts < start || y->ts > end || y->tid != x->tid)
+					continue;
+				of++;
+				same += !strcmp(y->where, x->where);
+			}
+			if (same > best_n) {
+				best = x;
+				best_n = same;
+				best_of = of;
+			}
+		}
+	}
+	if (!best || best_n < 2)
+		return false;
+	out->what = "python";
+	snprintf(out->evidence, sizeof(out->evidence), "thread %u ran %.116s in %u of %u samples",
+		 best->tid, best->where, best_n, best_of);
+	out->value = best_n;
+	out->ratio = (double)best_n / best_of;
+	return true;
+}
+
+/*
+ * the anomaly's python suspect: second on a host stall (the GPU waited, and
+ * this is what the host ran meanwhile), last (where there is room) else
+ */
+static void python_suspect(struct diag *d, struct diag_anomaly *an)
+{
+	uint32_t at = an->kind == DIAG_KIND_HOST_STALL && an->n_suspects ? 1 : an->n_suspects;
+	struct diag_suspect s;
+
+	if (!python_evidence(d, an->instance, an->rank, an->step_start_ns,
+			     an->step_start_ns + an->dur_ns, &s))
+		return;
+	if (at == DIAG_SUSPECTS_MAX)
+		return;
+	if (an->n_suspects == DIAG_SUSPECTS_MAX)
+		an->n_suspects--;
+	memmove(&an->suspects[at + 1], &an->suspects[at],
+		(an->n_suspects - at) * sizeof(an->suspects[0]));
+	an->suspects[at] = s;
+	an->n_suspects++;
+	d->python_suspects++;
+}
+
 /* ------------------------------------------------------------ diagnosis -- */
 
 static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
@@ -328,6 +452,7 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 	}
 	wait_suspect(d, an);
 	clock_suspect(d, an);
+	python_suspect(d, an);
 	sus = json_array();
 	/* the detector's instance (a step stream names its own) */
 	json_object_set_new(o, "instance", rec_string(an->instance));
@@ -717,7 +842,7 @@ void diag_advance(struct diag *d, uint64_t now)
 	for (uint32_t i = 0; d->pdev && i < STEP_PIDS; i++)
 		if (d->pdev[i] && d->pdev[i]->exited_ns &&
 		    now > d->pdev[i]->exited_ns + DIAG_PDEV_KEEP_NS) {
-			free(d->pdev[i]);
+			pdev_free(d->pdev[i]);
 			d->pdev[i] = NULL;
 		}
 }
@@ -818,6 +943,8 @@ void diag_stats(struct diag *d, json_t *r)
 	json_object_set_new(o, "stragglers_written", json_integer((json_int_t)d->strag_written));
 	/* anomalies whose GPU ran under its usual clock (--gpu-telemetry) */
 	json_object_set_new(o, "gpu_clock_suspects", json_integer((json_int_t)d->clock_suspects));
+	/* anomalies that name what their process ran in Python (--python-stacks) */
+	json_object_set_new(o, "python_suspects", json_integer((json_int_t)d->python_suspects));
 	json_object_set_new(r, "diag", o);
 }
 
@@ -848,7 +975,7 @@ void diag_free(struct diag *d)
 		free(d->gpus[i]);
 	free(d->gpus);
 	for (uint32_t i = 0; d->pdev && i < STEP_PIDS; i++)
-		free(d->pdev[i]);
+		pdev_free(d->pdev[i]);
 	free(d->pdev);
 	free(d);
 }

@@ -73,6 +73,7 @@ struct diag {
 	struct diag_gpu **gpus;	 /* by NVML's index, DIAG_GPUS */
 	struct diag_pdev **pdev; /* a process's CUDA devices, direct-mapped by pid */
 	uint64_t clock_suspects;
+	uint64_t python_suspects;
 };
 /* --step-markers, --baseline, --baseline-save, --detect into ao->diag: 0, -EINVAL, -ENOENT */
 int diag_option(struct agent_opts *ao, const char *name, const char *arg);
@@ -97,6 +98,11 @@ struct gpu_reading {
 void diag_on_gpu_reading(struct diag *d, const struct gpu_reading *r);
 /* a CUDA process's device number and its GPU's UUID (the shim's EV_GPU_DEVICE) */
 void diag_on_gpu_device(struct diag *d, uint32_t pid, uint32_t device, const char *uuid);
+/*
+ * A Python sample of pid's thread tid (sources/python.c): where is its
+ * innermost frames as text, copied; kept for the anomalies' "python" suspect
+ */
+void diag_on_py_sample(struct diag *d, uint32_t pid, uint32_t tid, uint64_t ts, const char *where);
 /*
  * a collective's cross-rank wait (collective.h): evidence for the
  * communication and straggler anomalies of the steps it fell in

@@ -35,6 +35,7 @@ static const struct {
     {EV_NCCL_CALL, sizeof(struct nccl_call_event)},
     {EV_NCCL_COMM, sizeof(struct nccl_comm_event)},
     {EV_NCCL_WAKE, sizeof(struct event_hdr)},
+    {EV_PY_STACK, offsetof(struct py_stack_event, code)},
 };
 
 static json_t *hex(uint64_t v)
@@ -348,6 +349,17 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		return 0;
 	case EV_NCCL_WAKE:
 		return 0; /* the consume that decodes it drains the slots (slots.c) */
+	case EV_PY_STACK: {
+		const struct py_stack_event *e = data;
+
+		if (e->n > PY_STACK_DEPTH ||
+		    size < offsetof(struct py_stack_event, code) + e->n * sizeof(e->code[0])) {
+			a->cnt.bad_records++;
+			return 0;
+		}
+		python_on_stack(a, e);
+		return 0;
+	}
 	}
 	return 0;
 }

@@ -448,8 +448,10 @@ static int proc_scan_libs(struct agent *a, struct proc *p)
 		    !ino)
 			continue;
 		n_exec++;
-		if (lpath[0] == '/')
+		if (lpath[0] == '/') {
 			usdt_on_mapping(a, p, makedev(maj, min), ino, lpath);
+			python_on_mapping(a, p, makedev(maj, min), ino, lpath);
+		}
 		kind = cuda_lib_kind(lpath);
 		if (!kind)
 			continue;
@@ -581,6 +583,7 @@ static void proc_release(struct agent *a, struct proc *p, const char *why)
 
 	loader_proc_remove(a, pid);
 	usdt_detach(p);
+	python_detach(a, p);
 	emit_proc_record(a, p, why);
 	for (int i = 0; i < p->n_libs; i++)
 		lib_put(a, p->libs[i], p->pid);
@@ -653,6 +656,7 @@ void discovery_on_exec(struct agent *a, uint32_t pid)
 		lib_put(a, p->libs[i], p->pid);
 	p->n_libs = 0;
 	usdt_detach(p);
+	python_detach(a, p);
 	p->n_exec_maps = 0;
 	read_comm(pid, p->comm, sizeof(p->comm));
 	read_instance(a, p);
@@ -744,6 +748,7 @@ void discovery_stop(struct agent *a)
 		if (!p->used || p->start_time == PROC_GONE)
 			continue;
 		usdt_detach(p);
+		python_detach(a, p);
 		p->n_libs = 0; /* every file is detached below */
 	}
 	for (int i = 0; i < MAX_LIBFILES; i++)

@@ -22,6 +22,8 @@
 #include <sys/utsname.h>
 #include <linux/capability.h>
 #include <sys/syscall.h>
+#include <stdlib.h>
+#include <linux/perf_event.h>
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
@@ -364,6 +366,67 @@ struct bpf_program *loader_step_program(struct agent *a, bool end)
 	return end ? a->skel->progs.infertrace_step_end : a->skel->progs.infertrace_step_begin;
 }
 
+/*
+ * The Python sampler (bpf/python.bpf.c): a CPU clock event at hz on every
+ * CPU, py_sample attached to each. CPUs that are offline are skipped.
+ */
+static struct bpf_link **py_links;
+static int n_py_links;
+
+int loader_python_sampler(struct agent *a, uint32_t hz)
+{
+	int ncpu = libbpf_num_possible_cpus(), err = -ENODEV;
+
+	if (!a->skel)
+		return -ENODEV;
+	if (!bpf_program__autoload(a->skel->progs.py_sample))
+		return -ENOEXEC; /* it did not load (loader_start said why) */
+	if (ncpu <= 0)
+		return ncpu ? ncpu : -ENODEV;
+	py_links = calloc((size_t)ncpu, sizeof(*py_links));
+	if (!py_links)
+		return -ENOMEM;
+	for (int cpu = 0; cpu < ncpu; cpu++) {
+		struct perf_event_attr pa = {
+		    .type = PERF_TYPE_SOFTWARE,
+		    .size = sizeof(pa),
+		    .config = PERF_COUNT_SW_CPU_CLOCK,
+		    .freq = 1,
+		    .sample_freq = hz,
+		};
+		int fd = (int)syscall(__NR_perf_event_open, &pa, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+		struct bpf_link *l;
+
+		if (fd < 0) {
+			if (errno != ENODEV) /* an offline CPU */
+				err = -errno;
+			continue;
+		}
+		l = bpf_program__attach_perf_event(a->skel->progs.py_sample, fd);
+		if (!l) {
+			err = -errno;
+			close(fd);
+			continue;
+		}
+		py_links[n_py_links++] = l; /* the link closes the event's fd */
+	}
+	return n_py_links ? n_py_links : err;
+}
+
+int loader_python_proc(struct agent *a, uint32_t pid, const struct py_proc *pp)
+{
+	if (!a->skel)
+		return -ENODEV;
+	if (!pp) {
+		bpf_map__delete_elem(a->skel->maps.py_procs, &pid, sizeof(pid), 0);
+		return 0;
+	}
+	if (bpf_map__update_elem(a->skel->maps.py_procs, &pid, sizeof(pid), pp, sizeof(*pp),
+				 BPF_ANY))
+		return -errno;
+	return 0;
+}
+
 int loader_open_rings(struct agent *a, ring_fn cuda_fn, ring_fn other_fn, void *ctx)
 {
 	const struct bpf_map *rings[2];
@@ -392,36 +455,21 @@ int loader_open_rings(struct agent *a, ring_fn cuda_fn, ring_fn other_fn, void *
 	return 0;
 }
 
-int loader_start(struct agent *a)
+/*
+ * Open the skeleton into a->skel, size its maps, choose its programs and
+ * load it; python: with the Python sampler. -errno, a->skel left for the
+ * caller to destroy.
+ */
+static int open_load(struct agent *a, bool python)
 {
-	struct infertrace_bpf *skel = NULL;
+	struct infertrace_bpf *skel;
 	int err;
-
-	libbpf_set_print(libbpf_print);
-	err = check_privileges();
-	if (err)
-		return err;
-	if (access("/sys/kernel/btf/vmlinux", R_OK)) {
-		struct utsname u;
-
-		uname(&u);
-		pr_err("kernel %s has no BTF (/sys/kernel/btf/vmlinux missing): infertrace needs a "
-		       "kernel >= 5.8 built with CONFIG_DEBUG_INFO_BTF=y",
-		       u.release);
-		return -ENOTSUP;
-	}
-	vmlinux_btf = btf__load_vmlinux_btf();
-	if (!vmlinux_btf) {
-		err = -errno;
-		pr_err("cannot read kernel BTF: %s", strerror(-err));
-		return err;
-	}
 
 	skel = infertrace_bpf__open();
 	if (!skel) {
 		err = -errno;
 		pr_err("open BPF object: %s", strerror(-err));
-		goto cleanup;
+		return err;
 	}
 	a->skel = skel;
 
@@ -459,15 +507,60 @@ int loader_start(struct agent *a)
 	}
 	err = choose_programs(a);
 	if (err < 0)
-		goto cleanup;
+		return err;
+	/* the Python sampler (agent/sources/python.c) */
+	bpf_program__set_autoload(skel->progs.py_sample, python);
+	if (python && getenv("INFERTRACE_BREAK_PY_SAMPLER")) /* tests: a kernel that refuses it */
+		bpf_program__set_type(skel->progs.py_sample, BPF_PROG_TYPE_TRACING);
+	return infertrace_bpf__load(skel);
+}
 
-	err = infertrace_bpf__load(skel);
+int loader_start(struct agent *a)
+{
+	bool python = a->opts.python_stacks != PYTHON_STACKS_OFF && !a->opts.replay;
+	struct infertrace_bpf *skel;
+	int err;
+
+	libbpf_set_print(libbpf_print);
+	err = check_privileges();
+	if (err)
+		return err;
+	if (access("/sys/kernel/btf/vmlinux", R_OK)) {
+		struct utsname u;
+
+		uname(&u);
+		pr_err("kernel %s has no BTF (/sys/kernel/btf/vmlinux missing): infertrace needs a "
+		       "kernel >= 5.8 built with CONFIG_DEBUG_INFO_BTF=y",
+		       u.release);
+		return -ENOTSUP;
+	}
+	vmlinux_btf = btf__load_vmlinux_btf();
+	if (!vmlinux_btf) {
+		err = -errno;
+		pr_err("cannot read kernel BTF: %s", strerror(-err));
+		return err;
+	}
+
+	err = open_load(a, python);
+	if (err && python && a->opts.python_stacks == PYTHON_STACKS_AUTO) {
+		/* a kernel whose verifier refuses the sampler keeps the rest */
+		pr_warn("the Python sampler's BPF program did not load (%s): loading the others "
+			"without it (--python-stacks on would refuse to start)",
+			strerror(-err));
+		infertrace_bpf__destroy(a->skel);
+		a->skel = NULL;
+		err = open_load(a, false);
+	}
 	if (err) {
 		pr_err("load BPF programs: %s (run with INFERTRACE_LIBBPF_DEBUG=1 for the "
-		       "verifier log)",
-		       strerror(-err));
+		       "verifier log)%s",
+		       strerror(-err),
+		       python ? "; the Python sampler was among them (--python-stacks on): "
+				"--python-stacks auto loads the others without it"
+			      : "");
 		goto cleanup;
 	}
+	skel = a->skel;
 	err = loader_update_runtime_cfg(a);
 	if (err)
 		goto cleanup;
@@ -508,6 +601,11 @@ cleanup:
 
 void loader_stop(struct agent *a)
 {
+	for (int i = 0; i < n_py_links; i++)
+		bpf_link__destroy(py_links[i]);
+	free(py_links);
+	py_links = NULL;
+	n_py_links = 0;
 	for (size_t i = 0; i < N_PROGS; i++) {
 		bpf_link__destroy(links[i]);
 		links[i] = NULL;

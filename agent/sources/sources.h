@@ -189,7 +189,30 @@ int decode_record(struct agent *a, const void *data, size_t size);
 /* an executable mapping of path (dev, ino as in /proc/PID/maps): attach if it has the probes */
 int usdt_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const char *path);
 void usdt_detach(struct proc *p); /* every file of the process */
-void usdt_free(struct agent *a);  /* the file cache, at shutdown */
+
+/*
+ * python.c: the Python frames of traced processes (--python-stacks),
+ * sampled by bpf/python.bpf.c. python_on_mapping: a file the process maps
+ * executable (discovery.c, with usdt_on_mapping); python_detach: at its
+ * exit or exec; python_on_stack: an EV_PY_STACK (decode.c);
+ * python_interval: the python_profile records.
+ */
+int python_start(struct agent *a);
+void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const char *path);
+void python_detach(struct agent *a, struct proc *p);
+struct py_stack_event;
+void python_on_stack(struct agent *a, const struct py_stack_event *e);
+void python_interval(struct agent *a, uint64_t now);
+void python_stats(struct agent *a, json_t *stats_record);
+void python_stop(struct agent *a);
+/*
+ * loader.c: the sampler on every CPU at hz (the number of CPUs, or -errno);
+ * a process's struct py_proc in py_procs (NULL: removed)
+ */
+int loader_python_sampler(struct agent *a, uint32_t hz);
+struct py_proc;
+int loader_python_proc(struct agent *a, uint32_t pid, const struct py_proc *pp);
+void usdt_free(struct agent *a); /* the file cache, at shutdown */
 /* a cuda_launch record's JSON (deep mode, and the flight recorder's kernel half) */
 long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size_t size, char *buf,
 			size_t cap); /* length, or -errno (counted) */

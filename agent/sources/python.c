@@ -1,0 +1,630 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * python.c - the Python frames of traced processes (--python-stacks): which
+ * Python function each thread of an inference engine was running, sampled
+ * --python-hz times a second on every CPU by bpf/python.bpf.c.
+ *
+ * Finding the interpreter: discovery.c hands over every file a traced
+ * process maps executable (python_on_mapping, beside usdt.c). A file whose
+ * name says python (python3.11, libpython3.12.so.1.0) is read once (cached
+ * by device and inode): its symbols _PyRuntime, Py_Version (3.11+) and
+ * PyCode_Type. The process's Py_Version, read from its memory, picks the
+ * layout (python_layout.h); the BPF side gets the address of
+ * _PyRuntime.interpreters.head and the offsets in py_procs.
+ *
+ * Naming frames: a sample carries code object addresses. Each is read once
+ * per process with process_vm_readv(): its type must be PyCode_Type, then
+ * co_qualname, co_filename and co_firstlineno, the strings bounded. A
+ * process's memory is the workload's to forge: every read is bounded, a
+ * failed or odd read names the frame "?" and is counted, never followed
+ * further.
+ *
+ * What comes out:
+ *   - "python_profile" records every --interval: per thread and stack, the
+ *     samples that found it there (class event: local sinks; remote sinks in
+ *     deep mode, a deep-dive or a released flight-recorder window);
+ *   - each sample's innermost two frames to diag.c (diag_on_py_sample), where
+ *     an anomaly's "python" suspect says what the process ran in that step;
+ *   - stats.python.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <jansson.h>
+
+#include "state.h"
+#include "pipeline.h"
+#include "sources.h"
+#include "elfscan.h"
+#include "python_layout.h"
+#include "util.h"
+
+#define PY_SYMS_MAX 8192  /* code objects named per process */
+#define PY_STACKS_MAX 256 /* distinct (thread, stack) per process and interval */
+#define PY_FILES_MAX 64	  /* python files read (a cache for the agent's lifetime) */
+#define PY_NAME_MAX 128	  /* characters of a qualified name or file kept */
+
+/* a file whose name says python: what its symbols are */
+struct py_file {
+	dev_t dev;
+	ino_t ino;
+	bool runtime; /* defines _PyRuntime */
+	uint64_t sym_runtime, sym_version, sym_code_type;
+	uint64_t vaddr0;    /* the lowest PT_LOAD's p_vaddr, page-aligned */
+	uint64_t file_off0; /* and its p_offset, page-aligned */
+};
+
+struct py_sym {
+	uint64_t code;
+	int32_t line;
+	char func[PY_NAME_MAX];
+	char file[PY_NAME_MAX * 2];
+};
+
+struct py_stack {
+	uint32_t tid;
+	uint32_t count;
+	uint16_t n, flags;
+	uint32_t hash;
+	int32_t sym[PY_STACK_DEPTH]; /* -1: not named */
+};
+
+/* a traced process that runs a Python the walk knows */
+struct pyproc {
+	const struct py_layout *l;
+	uint32_t version; /* PY_VERSION_HEX */
+	uint64_t code_type;
+	struct py_sym *syms;
+	size_t n_syms, cap_syms;
+	int32_t *index; /* open addressing by code address: sym + 1, 0 empty */
+	size_t index_cap;
+	struct py_stack stacks[PY_STACKS_MAX];
+	uint32_t n_stacks;
+};
+
+struct pysrc {
+	enum { PY_OFF, PY_UNAVAILABLE, PY_RUNNING } state;
+	char error[160];
+	int cpus; /* CPUs the sampler runs on */
+	struct py_file files[PY_FILES_MAX];
+	int n_files;
+	uint64_t procs, unsupported, samples, frames, symbols, unnamed, unknown_proc,
+	    stacks_dropped, profiles;
+};
+
+static const char *const state_names[] = {"off", "unavailable", "running"};
+
+int python_start(struct agent *a)
+{
+	struct pysrc *s;
+	int n;
+
+	if (a->opts.python_stacks == PYTHON_STACKS_OFF)
+		return 0;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	a->python = s;
+	n = loader_python_sampler(a, a->opts.python_hz);
+	if (n <= 0) {
+		int err = n ? n : -ENODEV;
+
+		if (err == -ENOEXEC)
+			snprintf(s->error, sizeof(s->error),
+				 "the sampler's BPF program did not load on this kernel");
+		else
+			snprintf(s->error, sizeof(s->error),
+				 "cannot sample the CPUs (perf_event_open): %s", strerror(-err));
+		if (a->opts.python_stacks == PYTHON_STACKS_ON) {
+			pr_err("--python-stacks on: %s", s->error);
+			return err;
+		}
+		pr_warn("Python frames off: %s", s->error);
+		s->state = PY_UNAVAILABLE;
+		return 0;
+	}
+	s->cpus = n;
+	s->state = PY_RUNNING;
+	pr_info("Python frames: sampling %d CPUs at %u Hz", n, a->opts.python_hz);
+	return 0;
+}
+
+void python_stop(struct agent *a)
+{
+	free(a->python);
+	a->python = NULL;
+}
+
+/* ------------------------------------------------------ the interpreter -- */
+
+struct sym_scan {
+	struct py_file *f;
+	int found;
+};
+
+static int sym_section(void *ctx, Elf *e, const GElf_Shdr *sh, const char *name, Elf_Data *d)
+{
+	struct sym_scan *ss = ctx;
+	size_t n = sh->sh_entsize ? sh->sh_size / sh->sh_entsize : 0, phn;
+
+	(void)name;
+	for (size_t i = 0; i < n; i++) {
+		GElf_Sym sym;
+		const char *sn;
+
+		if (!gelf_getsym(d, (int)i, &sym) || sym.st_shndx == SHN_UNDEF || !sym.st_value)
+			continue;
+		sn = elf_strptr(e, sh->sh_link, sym.st_name);
+		if (!sn || (sn[0] != '_' && sn[0] != 'P'))
+			continue;
+		if (!strcmp(sn, "_PyRuntime"))
+			ss->f->sym_runtime = sym.st_value;
+		else if (!strcmp(sn, "Py_Version"))
+			ss->f->sym_version = sym.st_value;
+		else if (!strcmp(sn, "PyCode_Type"))
+			ss->f->sym_code_type = sym.st_value;
+	}
+	if (!ss->found && !elf_getphdrnum(e, &phn)) {
+		for (size_t i = 0; i < phn; i++) {
+			GElf_Phdr ph;
+
+			if (gelf_getphdr(e, (int)i, &ph) && ph.p_type == PT_LOAD) {
+				ss->f->vaddr0 = ph.p_vaddr & ~0xfffULL;
+				ss->f->file_off0 = ph.p_offset & ~0xfffULL;
+				ss->found = 1;
+				break;
+			}
+		}
+	}
+	return 0;
+}
+
+static bool name_says_python(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	return strstr(base ? base + 1 : path, "python") != NULL;
+}
+
+static struct py_file *file_get(struct pysrc *s, uint32_t pid, dev_t dev, ino_t ino,
+				const char *path)
+{
+	struct sym_scan ss;
+	char full[600];
+	struct py_file *f;
+	int err;
+
+	for (int i = 0; i < s->n_files; i++)
+		if (s->files[i].dev == dev && s->files[i].ino == ino)
+			return &s->files[i];
+	if (s->n_files == PY_FILES_MAX)
+		return NULL;
+	f = &s->files[s->n_files];
+	memset(f, 0, sizeof(*f));
+	f->dev = dev;
+	f->ino = ino;
+	ss = (struct sym_scan){.f = f};
+	snprintf(full, sizeof(full), "/proc/%u/root%s", pid, path);
+	err = elf_scan_sections(full, ELF_SECTIONS(SHT_DYNSYM) | ELF_SECTIONS(SHT_SYMTAB),
+				sym_section, &ss);
+	if (err < 0 && err != -ENOEXEC) {
+		pr_debug("pid %u: cannot read %s for Python symbols: %s", pid, full,
+			 strerror(-err));
+		return NULL; /* not cached: read again at the next scan */
+	}
+	f->runtime = f->sym_runtime && ss.found;
+	s->n_files++;
+	return f;
+}
+
+/* where the file's first PT_LOAD landed in the process, minus its p_vaddr: the load bias */
+static bool load_bias(uint32_t pid, const struct py_file *f, uint64_t *bias)
+{
+	char path[64], line[1024];
+	bool ok = false;
+	FILE *m;
+
+	snprintf(path, sizeof(path), "/proc/%u/maps", pid);
+	m = fopen(path, "re");
+	if (!m)
+		return false;
+	while (!ok && fgets(line, sizeof(line), m)) {
+		unsigned long long start, end, off, ino;
+		unsigned maj, min;
+
+		if (sscanf(line, "%llx-%llx %*s %llx %x:%x %llu", &start, &end, &off, &maj, &min,
+			   &ino) == 6 &&
+		    ino == f->ino && makedev(maj, min) == f->dev && off == f->file_off0) {
+			*bias = start - f->vaddr0;
+			ok = true;
+		}
+	}
+	fclose(m);
+	return ok;
+}
+
+static bool read_mem(uint32_t pid, uint64_t addr, void *buf, size_t len)
+{
+	struct iovec local = {.iov_base = buf, .iov_len = len};
+	struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};
+
+	return process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0) == (ssize_t)len;
+}
+
+void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const char *path)
+{
+	struct pysrc *s = a->python;
+	const struct py_layout *l;
+	struct py_proc pp;
+	struct py_file *f;
+	uint64_t bias, version = 0;
+	unsigned major, minor;
+	int err;
+
+	if (!s || s->state != PY_RUNNING || p->py || p->py_refused || !name_says_python(path))
+		return;
+	f = file_get(s, p->pid, dev, ino, path);
+	if (!f || !f->runtime || !load_bias(p->pid, f, &bias))
+		return;
+	if (!f->sym_version ||
+	    !read_mem(p->pid, bias + f->sym_version, &version, sizeof(version))) {
+		/* Py_Version came with 3.11: an older interpreter */
+		p->py_refused = true;
+		s->unsupported++;
+		pr_warn("pid %u: %s is a Python before 3.11 (no Py_Version): its frames are not "
+			"sampled (3.11-3.13 are)",
+			p->pid, path);
+		return;
+	}
+	major = (unsigned)(version >> 24) & 0xff;
+	minor = (unsigned)(version >> 16) & 0xff;
+	l = py_layout_of(major, minor);
+	if (!l || !f->sym_code_type) {
+		p->py_refused = true;
+		s->unsupported++;
+		pr_warn("pid %u: Python %u.%u (%s): its frames are not sampled (3.11-3.13 are)",
+			p->pid, major, minor, path);
+		return;
+	}
+	p->py = calloc(1, sizeof(*p->py));
+	if (!p->py)
+		return;
+	p->py->l = l;
+	p->py->version = (uint32_t)version;
+	p->py->code_type = bias + f->sym_code_type;
+	pp = (struct py_proc){
+	    .interp_head = bias + f->sym_runtime + l->runtime_interp_head,
+	    .interp_threads = l->interp_threads_head,
+	    .tstate_next = l->tstate_next,
+	    .tstate_tid = l->tstate_native_tid,
+	    .tstate_frame = l->tstate_frame,
+	    .cframe_frame = l->cframe_frame,
+	    .frame_code = l->frame_code,
+	    .frame_previous = l->frame_previous,
+	    .frame_owner = l->frame_owner,
+	    .owner_cstack = l->owner_cstack,
+	};
+	err = loader_python_proc(a, p->pid, &pp);
+	if (err) {
+		pr_warn("pid %u: cannot add to py_procs: %s", p->pid, strerror(-err));
+		free(p->py);
+		p->py = NULL;
+		return;
+	}
+	s->procs++;
+	pr_info("pid %u: Python %u.%u.%u frames sampled (%s)", p->pid, major, minor,
+		(unsigned)(version >> 8) & 0xff, path);
+}
+
+static void proc_syms_free(struct pyproc *py)
+{
+	free(py->syms);
+	free(py->index);
+}
+
+static int emit_profile(struct agent *a, struct proc *p, const struct py_stack *st, uint64_t now);
+
+/* the process's profile so far, then its entry: at its exit or exec */
+void python_detach(struct agent *a, struct proc *p)
+{
+	if (p->py) {
+		for (uint32_t k = 0; a->python && k < p->py->n_stacks; k++)
+			if (!emit_profile(a, p, &p->py->stacks[k], now_ns()))
+				a->python->profiles++;
+		loader_python_proc(a, p->pid, NULL);
+		proc_syms_free(p->py);
+		free(p->py);
+		p->py = NULL;
+	}
+	p->py_refused = false;
+}
+
+/* -------------------------------------------------------- naming frames -- */
+
+/*
+ * A str object of the process as UTF-8 into out (at most out_sz - 1 bytes):
+ * compact strings only (every identifier and file name), any kind.
+ */
+static bool read_str(uint32_t pid, const struct py_layout *l, uint64_t addr, char *out,
+		     size_t out_sz)
+{
+	unsigned char hdr[80], raw[PY_NAME_MAX * 2 * 4];
+	uint64_t len;
+	uint32_t state, kind;
+	size_t o = 0, n;
+
+	out[0] = 0;
+	if (!addr || l->str_compact_size > sizeof(hdr) ||
+	    !read_mem(pid, addr, hdr, l->str_ascii_size))
+		return false;
+	memcpy(&len, hdr + l->str_length, sizeof(len));
+	memcpy(&state, hdr + l->str_state, sizeof(state));
+	kind = PY_STR_KIND(state);
+	if (!PY_STR_COMPACT(state) || (kind != 1 && kind != 2 && kind != 4) || len > 1u << 20)
+		return false;
+	n = len < (out_sz - 1) / 4 ? len : (out_sz - 1) / 4; /* characters that surely fit */
+	if (n * kind > sizeof(raw))
+		n = sizeof(raw) / kind;
+	if (n &&
+	    !read_mem(pid, addr + (PY_STR_ASCII(state) ? l->str_ascii_size : l->str_compact_size),
+		      raw, n * kind))
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t c = kind == 1	 ? raw[i]
+			     : kind == 2 ? (uint32_t)raw[2 * i] | (uint32_t)raw[2 * i + 1] << 8
+					 : (uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 |
+					       (uint32_t)raw[4 * i + 2] << 16 |
+					       (uint32_t)raw[4 * i + 3] << 24;
+
+		if (c < 0x20 || c == 0x7f || (c >= 0xd800 && c < 0xe000) || c > 0x10ffff)
+			c = '?'; /* no control characters or lone surrogates in a record */
+		if (c < 0x80) {
+			out[o++] = (char)c;
+		} else if (c < 0x800) {
+			out[o++] = (char)(0xc0 | c >> 6);
+			out[o++] = (char)(0x80 | (c & 0x3f));
+		} else if (c < 0x10000) {
+			out[o++] = (char)(0xe0 | c >> 12);
+			out[o++] = (char)(0x80 | (c >> 6 & 0x3f));
+			out[o++] = (char)(0x80 | (c & 0x3f));
+		} else {
+			out[o++] = (char)(0xf0 | c >> 18);
+			out[o++] = (char)(0x80 | (c >> 12 & 0x3f));
+			out[o++] = (char)(0x80 | (c >> 6 & 0x3f));
+			out[o++] = (char)(0x80 | (c & 0x3f));
+		}
+	}
+	out[o] = 0;
+	return true;
+}
+
+/* the code object at addr, read from the process: false when it is not one */
+static bool read_code(uint32_t pid, const struct pyproc *py, uint64_t addr, struct py_sym *out)
+{
+	const struct py_layout *l = py->l;
+	unsigned char c[256];
+	uint64_t type, qual, file;
+	int32_t line;
+	size_t need = l->code_qualname + 8;
+
+	if (need > sizeof(c) || !read_mem(pid, addr, c, need))
+		return false;
+	memcpy(&type, c + 8, sizeof(type)); /* PyObject.ob_type */
+	if (type != py->code_type)
+		return false;
+	memcpy(&qual, c + l->code_qualname, sizeof(qual));
+	memcpy(&file, c + l->code_filename, sizeof(file));
+	memcpy(&line, c + l->code_firstlineno, sizeof(line));
+	out->code = addr;
+	out->line = line;
+	if (!read_str(pid, l, qual, out->func, sizeof(out->func)) || !out->func[0])
+		return false;
+	if (!read_str(pid, l, file, out->file, sizeof(out->file)))
+		snprintf(out->file, sizeof(out->file), "?");
+	return true;
+}
+
+static size_t code_hash(uint64_t code, size_t cap)
+{
+	return (size_t)((code >> 4) * 0x9e3779b97f4a7c15ULL >> 17) & (cap - 1);
+}
+
+static bool index_put(struct pyproc *py, uint64_t code, int32_t sym)
+{
+	if (2 * (py->n_syms + 1) > py->index_cap) {
+		size_t cap = py->index_cap ? 2 * py->index_cap : 256;
+		int32_t *ix = calloc(cap, sizeof(*ix));
+
+		if (!ix)
+			return false;
+		for (size_t i = 0; i < py->index_cap; i++)
+			if (py->index[i]) {
+				size_t h = code_hash(py->syms[py->index[i] - 1].code, cap);
+
+				while (ix[h])
+					h = (h + 1) & (cap - 1);
+				ix[h] = py->index[i];
+			}
+		free(py->index);
+		py->index = ix;
+		py->index_cap = cap;
+	}
+	for (size_t h = code_hash(code, py->index_cap);; h = (h + 1) & (py->index_cap - 1))
+		if (!py->index[h]) {
+			py->index[h] = sym + 1;
+			return true;
+		}
+}
+
+/* the symbol of a frame's code object: its index, or -1 when it cannot be named */
+static int32_t sym_of(struct pysrc *s, uint32_t pid, struct pyproc *py, uint64_t code)
+{
+	struct py_sym sym;
+
+	if (py->index_cap)
+		for (size_t h = code_hash(code, py->index_cap); py->index[h];
+		     h = (h + 1) & (py->index_cap - 1))
+			if (py->syms[py->index[h] - 1].code == code)
+				return py->index[h] - 1;
+	if (py->n_syms >= PY_SYMS_MAX) {
+		s->unnamed++;
+		return -1;
+	}
+	/* one that cannot be read is remembered as such: not read at every sample */
+	if (!read_code(pid, py, code, &sym)) {
+		s->unnamed++;
+		sym = (struct py_sym){.code = code, .line = -1};
+	}
+	if (grow_array((void **)&py->syms, &py->cap_syms, py->n_syms, sizeof(*py->syms), 64) ||
+	    !index_put(py, code, (int32_t)py->n_syms))
+		return -1;
+	py->syms[py->n_syms] = sym;
+	s->symbols += sym.func[0] != 0;
+	return (int32_t)py->n_syms++;
+}
+
+static const char *basename_of(const char *path)
+{
+	const char *b = strrchr(path, '/');
+
+	return b ? b + 1 : path;
+}
+
+static int frame_text(const struct pyproc *py, int32_t sym, char *out, size_t sz)
+{
+	if (sym < 0 || !py->syms[sym].func[0])
+		return snprintf(out, sz, "?");
+	return snprintf(out, sz, "%s (%s:%d)", py->syms[sym].func, basename_of(py->syms[sym].file),
+			py->syms[sym].line);
+}
+
+static void stack_count(struct pysrc *s, struct pyproc *py, uint32_t tid, const int32_t *sym,
+			uint16_t n, uint16_t flags)
+{
+	uint32_t h = tid * 2654435761u ^ n;
+	struct py_stack *st;
+
+	for (uint16_t i = 0; i < n; i++)
+		h = (h ^ (uint32_t)sym[i]) * 16777619u;
+	for (uint32_t i = 0; i < py->n_stacks; i++) {
+		st = &py->stacks[i];
+		if (st->hash == h && st->tid == tid && st->n == n && st->flags == flags &&
+		    !memcmp(st->sym, sym, n * sizeof(*sym))) {
+			st->count++;
+			return;
+		}
+	}
+	if (py->n_stacks == PY_STACKS_MAX) {
+		s->stacks_dropped++;
+		return;
+	}
+	st = &py->stacks[py->n_stacks++];
+	*st = (struct py_stack){.tid = tid, .count = 1, .n = n, .flags = flags, .hash = h};
+	memcpy(st->sym, sym, n * sizeof(*sym));
+}
+
+void python_on_stack(struct agent *a, const struct py_stack_event *e)
+{
+	struct pysrc *s = a->python;
+	struct proc *p = proc_find_live(a, e->hdr.pid);
+	int32_t sym[PY_STACK_DEPTH];
+	char where[192];
+	uint16_t n = 0;
+	int o;
+
+	if (!s)
+		return;
+	if (!p || !p->py) {
+		s->unknown_proc++; /* it exited, or exec'd, since the sample */
+		return;
+	}
+	for (uint16_t i = 0; i < e->n; i++)
+		if (e->code[i]) /* 0: a C call's entry frame (3.12+), no function */
+			sym[n++] = sym_of(s, p->pid, p->py, e->code[i]);
+	if (!n)
+		return;
+	s->samples++;
+	s->frames += n;
+	stack_count(s, p->py, e->hdr.tid, sym, n, e->flags);
+	/* diagnosis gets the innermost two: what ran, and what called it */
+	o = frame_text(p->py, sym[0], where, sizeof(where));
+	if (n > 1 && o > 0 && (size_t)o < sizeof(where)) {
+		char caller[160];
+
+		frame_text(p->py, sym[1], caller, sizeof(caller));
+		snprintf(where + o, sizeof(where) - (size_t)o, " <- %s", caller);
+	}
+	diag_on_py_sample(a->diag, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, where);
+}
+
+/* ---------------------------------------------------------- the profile -- */
+
+static int emit_profile(struct agent *a, struct proc *p, const struct py_stack *st, uint64_t now)
+{
+	const struct pyproc *py = p->py;
+	json_t *o = rec_new(a, "python_profile", p->pid, st->tid, now), *frames;
+
+	if (!o)
+		return -ENOMEM;
+	frames = json_array();
+	for (uint16_t i = 0; i < st->n; i++) {
+		const struct py_sym *sym = st->sym[i] >= 0 ? &py->syms[st->sym[i]] : NULL;
+
+		if (sym && !sym->func[0])
+			sym = NULL; /* its code object could not be read */
+
+		json_array_append_new(
+		    frames, sym ? json_pack("{s:o,s:o,s:i}", "function", rec_string(sym->func),
+					    "file", rec_string(sym->file), "line", sym->line)
+				: json_pack("{s:s}", "function", "?"));
+	}
+	json_object_set_new(o, "samples", json_integer(st->count));
+	json_object_set_new(o, "hz", json_integer(a->opts.python_hz));
+	json_object_set_new(o, "python",
+			    json_sprintf("%u.%u.%u", py->version >> 24 & 0xff,
+					 py->version >> 16 & 0xff, py->version >> 8 & 0xff));
+	json_object_set_new(o, "truncated", json_boolean(st->flags & PY_F_TRUNCATED));
+	json_object_set_new(o, "stack", frames);
+	return rec_emit(a, REC_EVENT, o);
+}
+
+void python_interval(struct agent *a, uint64_t now)
+{
+	struct pysrc *s = a->python;
+
+	if (!s)
+		return;
+	for (int i = 0; i < a->n_procs; i++) {
+		struct proc *p = &a->procs[i];
+
+		if (!p->used || !p->py)
+			continue;
+		for (uint32_t k = 0; k < p->py->n_stacks; k++)
+			if (!emit_profile(a, p, &p->py->stacks[k], now))
+				s->profiles++;
+		p->py->n_stacks = 0;
+	}
+}
+
+void python_stats(struct agent *a, json_t *r)
+{
+	struct pysrc *s = a->python;
+	json_t *o;
+
+	if (!s)
+		return;
+	o = json_pack("{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "state",
+		      state_names[s->state], "hz", (int)a->opts.python_hz, "cpus", s->cpus,
+		      "processes", (json_int_t)s->procs, "unsupported", (json_int_t)s->unsupported,
+		      "samples", (json_int_t)s->samples, "frames", (json_int_t)s->frames, "symbols",
+		      (json_int_t)s->symbols, "unnamed", (json_int_t)s->unnamed, "unknown_process",
+		      (json_int_t)s->unknown_proc, "stacks_dropped", (json_int_t)s->stacks_dropped,
+		      "profiles", (json_int_t)s->profiles);
+	if (o && s->error[0])
+		json_object_set_new(o, "error", rec_string(s->error));
+	if (o)
+		json_object_set_new(r, "python", o);
+}

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * python_layout.h - where CPython keeps what the frame walk reads, per
+ * version (agent/sources/python.c fills struct py_proc from it for
+ * bpf/python.bpf.c, and reads code objects and strings with it).
+ *
+ * The numbers are offsetof()/sizeof() of CPython's own structures for
+ * x86_64, from its headers (Include/internal/pycore_runtime.h,
+ * pycore_interp.h, pycore_frame.h, cpython/pystate.h, cpython/code.h,
+ * cpython/unicodeobject.h of each release): _PyRuntimeState.interpreters.head,
+ * PyInterpreterState.threads.head, PyThreadState.next / .native_thread_id /
+ * .cframe (3.11, 3.12) or .current_frame (3.13), _PyCFrame.current_frame,
+ * _PyInterpreterFrame.f_code (.f_executable in 3.13) / .previous / .owner,
+ * PyCodeObject.co_filename / co_name / co_qualname / co_firstlineno,
+ * PyASCIIObject.length / .state, sizeof(PyASCIIObject) and
+ * sizeof(PyCompactUnicodeObject) (where a compact string's characters
+ * start). tests/integration/python_layout.c compiles against every CPython
+ * whose headers it finds (Debian's 3.11; pyenv's 3.11, 3.12, 3.13 where
+ * present) and fails on any difference (tests/integration/python.sh).
+ * Versions before 3.11 (no _PyInterpreterFrame, no Py_Version) and after
+ * 3.13 are not walked: the agent says so once per process and counts it.
+ */
+#ifndef INFERTRACE_PYTHON_LAYOUT_H
+#define INFERTRACE_PYTHON_LAYOUT_H
+
+#include <stdint.h>
+
+#define PY_LAYOUT_NONE 0xffff
+
+struct py_layout {
+	uint32_t version; /* (major << 8) | minor: 0x30b is 3.11 */
+	uint16_t runtime_interp_head, interp_threads_head;
+	uint16_t tstate_next, tstate_native_tid, tstate_frame, cframe_frame;
+	uint16_t frame_code, frame_previous, frame_owner;
+	uint8_t owner_cstack; /* 0xff: none (3.11) */
+	uint16_t code_filename, code_name, code_qualname, code_firstlineno;
+	uint16_t str_length, str_state, str_ascii_size, str_compact_size;
+};
+
+/*
+ * PyASCIIObject.state's bits (the same in 3.11-3.13): kind (1, 2 or 4
+ * bytes a character) in bits 2-4, compact bit 5, ascii bit 6
+ */
+#define PY_STR_KIND(state) (((state) >> 2) & 7)
+#define PY_STR_COMPACT(state) (((state) >> 5) & 1)
+#define PY_STR_ASCII(state) (((state) >> 6) & 1)
+
+static const struct py_layout py_layouts[] = {
+    /* 3.11: checked against 3.11.2 (Debian 12) and 3.11.7 */
+    {.version = 0x30b,
+     .runtime_interp_head = 40,
+     .interp_threads_head = 16,
+     .tstate_next = 8,
+     .tstate_native_tid = 160,
+     .tstate_frame = 56,
+     .cframe_frame = 8,
+     .frame_code = 32,
+     .frame_previous = 48,
+     .frame_owner = 69,
+     .owner_cstack = 0xff,
+     .code_filename = 112,
+     .code_name = 120,
+     .code_qualname = 128,
+     .code_firstlineno = 72,
+     .str_length = 16,
+     .str_state = 32,
+     .str_ascii_size = 48,
+     .str_compact_size = 72},
+    /* 3.12: checked against 3.12.1 */
+    {.version = 0x30c,
+     .runtime_interp_head = 40,
+     .interp_threads_head = 72,
+     .tstate_next = 8,
+     .tstate_native_tid = 144,
+     .tstate_frame = 56,
+     .cframe_frame = 0,
+     .frame_code = 0,
+     .frame_previous = 8,
+     .frame_owner = 70,
+     .owner_cstack = 3,
+     .code_filename = 112,
+     .code_name = 120,
+     .code_qualname = 128,
+     .code_firstlineno = 68,
+     .str_length = 16,
+     .str_state = 32,
+     .str_ascii_size = 40,
+     .str_compact_size = 56},
+    /* 3.13: checked against 3.13.0 */
+    {.version = 0x30d,
+     .runtime_interp_head = 632,
+     .interp_threads_head = 7344,
+     .tstate_next = 8,
+     .tstate_native_tid = 160,
+     .tstate_frame = 72,
+     .cframe_frame = PY_LAYOUT_NONE,
+     .frame_code = 0,
+     .frame_previous = 8,
+     .frame_owner = 70,
+     .owner_cstack = 3,
+     .code_filename = 112,
+     .code_name = 120,
+     .code_qualname = 128,
+     .code_firstlineno = 68,
+     .str_length = 16,
+     .str_state = 32,
+     .str_ascii_size = 40,
+     .str_compact_size = 56},
+};
+
+static inline const struct py_layout *py_layout_of(uint32_t major, uint32_t minor)
+{
+	for (unsigned i = 0; i < sizeof(py_layouts) / sizeof(py_layouts[0]); i++)
+		if (py_layouts[i].version == (major << 8 | minor))
+			return &py_layouts[i];
+	return 0;
+}
+
+#endif /* INFERTRACE_PYTHON_LAYOUT_H */

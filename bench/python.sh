@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# bench/python.sh - what --python-stacks costs a Python engine (owner:
+# agent/sources/python.c, bpf/python.bpf.c). Prints figures, never asserts.
+#
+# The system python3 runs a fixed amount of pure-Python work 12 frames deep
+# (bench/py_work.py: it maps libcudart, so the agent traces it), pinned to
+# one CPU, under the agent in three configurations, in turn each round so
+# that drift touches all alike:
+#   off     --python-stacks off (the agent otherwise the same)
+#   49hz    the default
+#   999hz   --python-hz 999 (20x the samples: the per-sample cost shows)
+# For each: the work's wall time (median of ROUNDS), its ratio to off, the
+# agent's CPU seconds, and the sampler's own time per sample from the
+# kernel's BPF statistics (kernel.bpf_stats_enabled, restored after).
+#
+# Environment: BUILD (build), BENCH_ROUNDS (5), BENCH_PY_ITERS (1000000).
+set -u
+source "$(dirname "$0")/lib.sh"
+bench_setup 0
+ITERS=${BENCH_PY_ITERS:-1000000}
+PY=/usr/bin/python3
+WORK=bench/py_work.py
+CUDART=/usr/local/cuda/lib64/libcudart.so
+say() { printf '%s\n' "$*"; }
+
+say "== Python frames (--python-stacks): a Python loop's wall time, side by side =="
+if [ "$(id -u)" -ne 0 ] || [ ! -x "$AGENT" ] || [ ! -x "$PY" ] || [ ! -e "$CUDART" ]; then
+	say "bench/python.sh: skipped (needs root, $AGENT, $PY and $CUDART)"
+	exit 0
+fi
+TMP=$(mktemp -d /tmp/infertrace-bench-py.XXXXXX)
+old_stats=$(cat /proc/sys/kernel/bpf_stats_enabled 2>/dev/null || echo 0)
+cleanup() {
+	echo "$old_stats" >/proc/sys/kernel/bpf_stats_enabled 2>/dev/null
+	[ -n "${APID:-}" ] && kill "$APID" 2>/dev/null
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+echo 1 >/proc/sys/kernel/bpf_stats_enabled 2>/dev/null || say "(no BPF statistics: kernel.bpf_stats_enabled not writable)"
+
+run_one() { # run_one CONFIG: one timed run; appends "config wall_s agent_cpu_s ns_per_sample samples"
+	local cfg=$1 args=() t0 t1 c0 c1 id rt0=0 rc0=0 rt1=0 rc1=0
+	case $cfg in
+	off) args=(--python-stacks off) ;;
+	49hz) args=() ;;
+	999hz) args=(--python-hz 999) ;;
+	esac
+	taskset -c "$AGENT_CPU" "$AGENT" -o /dev/null -i 1 "${args[@]}" 2>"$TMP/agent.err" &
+	APID=$!
+	wait_for "$TMP/agent.err" 'running in' "$APID" || { say "agent did not start: $(tail -n 2 "$TMP/agent.err")"; return 1; }
+	id=$(bpftool prog show name py_sample -j 2>/dev/null | jq -r '.id // empty' 2>/dev/null | head -n 1)
+	if [ -n "$id" ]; then
+		rt0=$(bpftool prog show id "$id" -j | jq -r '.run_time_ns // 0')
+		rc0=$(bpftool prog show id "$id" -j | jq -r '.run_cnt // 0')
+	fi
+	c0=$(cpu_ticks "$APID")
+	t0=$(date +%s.%N)
+	taskset -c "$LOOP_CPU" "$PY" "$WORK" "$CUDART" "$ITERS" >/dev/null || say "py_work.py failed"
+	t1=$(date +%s.%N)
+	c1=$(cpu_ticks "$APID")
+	if [ -n "$id" ]; then
+		rt1=$(bpftool prog show id "$id" -j | jq -r '.run_time_ns // 0')
+		rc1=$(bpftool prog show id "$id" -j | jq -r '.run_cnt // 0')
+	fi
+	kill -INT "$APID"
+	wait "$APID" 2>/dev/null
+	APID=
+	awk -v c="$cfg" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v hz="$HZ" \
+		-v rt="$((rt1 - rt0))" -v rc="$((rc1 - rc0))" \
+		'BEGIN { printf "%s %.4f %.3f %s %d\n", c, t1 - t0, (c1 - c0) / hz, rc ? sprintf("%.0f", rt / rc) : "-", rc }' \
+		>>"$TMP/res"
+}
+
+for ((r = 0; r < ROUNDS; r++)); do
+	for cfg in off 49hz 999hz; do run_one "$cfg" || exit 0; done
+done
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+base=$(awk '$1=="off"{print $2}' "$TMP/res" | median)
+say "python3 $("$PY" -c 'import platform; print(platform.python_version())'), $ITERS loops of 12 calls, loop on CPU $LOOP_CPU, agent on CPU $AGENT_CPU, median of $ROUNDS"
+printf '%-7s %9s %9s %11s %13s %12s\n' config wall_s ratio agent_cpu_s ns_per_sample samples_run
+for cfg in off 49hz 999hz; do
+	w=$(awk -v c="$cfg" '$1==c{print $2}' "$TMP/res" | median)
+	a=$(awk -v c="$cfg" '$1==c{print $3}' "$TMP/res" | median)
+	n=$(awk -v c="$cfg" '$1==c{print $4}' "$TMP/res" | median)
+	s=$(awk -v c="$cfg" '$1==c{print $5}' "$TMP/res" | median)
+	printf '%-7s %9s %9s %11s %13s %12s\n' "$cfg" "$w" "$(awk -v w="$w" -v b="$base" 'BEGIN { printf "%.4f", w / b }')" "$a" "$n" "$s"
+done
+say "(ns_per_sample: the sampler's run time per CPU clock event, every CPU's, Python or not; samples_run: its runs)"

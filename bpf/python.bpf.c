@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * python.bpf.c - the Python frames of traced threads, sampled (issue "Python
+ * frames"; docs/architecture.md). A CPU clock event on every CPU
+ * (--python-hz, agent/sources/loader.c) runs py_sample; when the thread on
+ * the CPU belongs to a process in py_procs (a traced process that runs
+ * CPython 3.11-3.13, found by agent/sources/python.c), it walks the
+ * interpreter's own structures, as the agent described them in the
+ * process's struct py_proc:
+ *
+ *   _PyRuntime.interpreters.head -> PyInterpreterState.threads.head
+ *     -> PyThreadState (.next ...) whose native_thread_id is this thread
+ *     -> current frame (3.11, 3.12: through tstate->cframe)
+ *     -> _PyInterpreterFrame.f_code, .previous ... (innermost first)
+ *
+ * and sends the code object pointers (EV_PY_STACK on rb_misc); the agent
+ * names them. Every read is bpf_probe_read_user(): a process that lies
+ * about its structures gets wrong or no frames, never more than
+ * PY_THREADS + PY_STACK_DEPTH reads. The thread's PyThreadState is cached
+ * by tid (py_tstate) and checked again at every use.
+ */
+#include "lib/common.bpf.h"
+
+#define PY_THREADS 64 /* thread states walked to find this thread's */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_tstate SEC(".maps");
+
+static __always_inline __u64 read_ptr(__u64 addr)
+{
+	__u64 v = 0;
+
+	if (bpf_probe_read_user(&v, sizeof(v), (const void *)addr))
+		return 0;
+	return v;
+}
+
+/* this thread's PyThreadState, or 0 when the interpreter has none for it */
+static __always_inline __u64 find_tstate(const struct py_proc *pp, __u32 tid)
+{
+	__u64 *cached = bpf_map_lookup_elem(&py_tstate, &tid);
+	__u64 interp, ts;
+
+	if (cached && *cached && read_ptr(*cached + pp->tstate_tid) == tid)
+		return *cached;
+	interp = read_ptr(pp->interp_head);
+	if (!interp)
+		return 0;
+	ts = read_ptr(interp + pp->interp_threads);
+	for (int i = 0; i < PY_THREADS && ts; i++) {
+		if (read_ptr(ts + pp->tstate_tid) == tid) {
+			bpf_map_update_elem(&py_tstate, &tid, &ts, BPF_ANY);
+			return ts;
+		}
+		ts = read_ptr(ts + pp->tstate_next);
+	}
+	return 0;
+}
+
+SEC("perf_event")
+int py_sample(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid(), ts_ns = bpf_ktime_get_ns(), tstate, frame;
+	__u32 pid = id >> 32, tid = (__u32)id;
+	struct py_stack_event *e;
+	struct py_proc *pp;
+	__u16 n;
+	int i;
+
+	(void)ctx;
+	if (!pid)
+		return 0;
+	pp = bpf_map_lookup_elem(&py_procs, &pid);
+	if (!pp)
+		return 0;
+	tstate = find_tstate(pp, tid);
+	if (!tstate)
+		return 0;
+	frame = read_ptr(tstate + pp->tstate_frame);
+	if (frame && pp->cframe_frame != PY_OFF_NONE)
+		frame = read_ptr(frame + pp->cframe_frame);
+	if (!frame)
+		return 0; /* a Python thread outside any Python code */
+	e = reserve(&rb_misc, sizeof(*e), EV_PY_STACK);
+	if (!e)
+		return 0;
+	e->flags = 0;
+	e->pad = 0;
+	/*
+	 * One slot per frame walked, the loop's own index: a count that
+	 * branches per frame would make the verifier walk every combination.
+	 * The entry frame of a C call (3.12+) leaves its slot 0.
+	 */
+	for (i = 0; i < PY_STACK_DEPTH && frame; i++) {
+		__u64 code = read_ptr(frame + pp->frame_code);
+		__u8 owner = 0;
+
+		bpf_probe_read_user(&owner, 1, (const void *)(frame + pp->frame_owner));
+		e->code[i] = owner == pp->owner_cstack ? 0 : code;
+		frame = read_ptr(frame + pp->frame_previous);
+	}
+	if (frame)
+		e->flags |= PY_F_TRUNCATED;
+	n = i;
+	e->n = n;
+	fill_hdr(&e->hdr, EV_PY_STACK, sizeof(*e) - (PY_STACK_DEPTH - n) * sizeof(e->code[0]), pid,
+		 tid, ts_ns);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}

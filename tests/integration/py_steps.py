@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+"""py_steps - a Python "engine" for tests/integration/python.sh.
+
+Loads the real libcudart (so that the agent traces it) and libusdt_steps.so
+(steps marked with include/infertrace/step.h, as an engine's extension
+marks them), prints {"pid", "tid"}, waits for the go file, then runs STEPS
+steps through usdt_lib_steps(): each step calls back into Python, which
+runs decode_step(i): sample_tokens() for about 1 ms, and on step SLOW
+pad_batch() for SLOW_MS first. Lingers 3 s, then ends with {"done": 1}.
+
+usage: py_steps.py CUDART USDT_LIB GO_FILE STEPS SLOW SLOW_MS
+"""
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+
+cudart_path, lib_path, go, steps, slow, slow_ms = sys.argv[1:7]
+steps, slow, slow_ms = int(steps), int(slow), float(slow_ms)
+ctypes.CDLL(cudart_path)
+lib = ctypes.CDLL(lib_path)
+print(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id()}), flush=True)
+while not os.path.exists(go):
+    time.sleep(0.01)
+
+
+def spin(ms):
+    end = time.monotonic() + ms / 1000
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    return n
+
+
+def pad_batch(ms):
+    return spin(ms)
+
+
+def sample_tokens():
+    return spin(1)
+
+
+step = [0]
+
+
+def decode_step(arg):
+    if step[0] == slow:
+        pad_batch(slow_ms)
+    sample_tokens()
+    step[0] += 1
+
+
+WORK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+lib.usdt_lib_steps.argtypes = [ctypes.c_int, WORK, ctypes.c_void_p]
+lib.usdt_lib_steps(steps, WORK(decode_step), None)
+time.sleep(3)  # an engine lives on after its steps: they are cut 2 s after their end
+print(json.dumps({"done": 1}), flush=True)

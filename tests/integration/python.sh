@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# python - the Python frames of traced processes (--python-stacks,
+# bpf/python.bpf.c, agent/sources/python.c), sampled from real
+# interpreters: the system's python3 (Debian's 3.11) and, where pyenv has
+# them, 3.10, 3.12 and 3.13.
+#
+#   python_layout:   agent/sources/python_layout.h against CPython's own
+#                    headers (tests/integration/python_layout.c compiled
+#                    with -DPy_BUILD_CORE): the system's 3.11 (python3-dev)
+#                    and every pyenv 3.11-3.13 with headers; every offset
+#                    the walk and the reads use is the compiler's
+#   python_profile:  tests/integration/py_steps.py on the system python3:
+#                    80 steps marked through libusdt_steps.so, each a
+#                    Python callback; step 60 spends 200 ms in pad_batch()
+#                    -> spin(). python_profile records for the engine's
+#                    thread name spin, pad_batch, decode_step with the
+#                    script's path and each function's def line (read from
+#                    the file), the interpreter's version and --python-hz;
+#                    their samples add up to stats.python.samples exactly;
+#                    the step's anomaly (host_stall) has a python suspect,
+#                    second after the GPU idle, naming the thread and
+#                    "spin (py_steps.py:L) <- pad_batch (py_steps.py:L)" in
+#                    most of its samples; stats.diag.python_suspects counts
+#                    it; the Prometheus counter says the same samples
+#   python_versions: the same script on pyenv's 3.12 and 3.13 (shared
+#                    libpython builds): profiles naming pad_batch with the
+#                    version; 3.10 (no Py_Version) is refused with one
+#                    warning, counted in stats.python.unsupported, never
+#                    sampled. SKIP where pyenv has none of them
+#   python_forged:   tests/integration/python3-forged claims to be 3.11 and
+#                    lies: a thread list with a cycle, frames in a cycle,
+#                    code objects that are not, names of 2^40 characters,
+#                    pointers to unmapped memory, control characters,
+#                    Latin-1 and UCS-4 names with a surrogate and a code
+#                    point past U+10FFFF. The agent runs on: 32 frames,
+#                    truncated; the named frames clean (valid UTF-8, "?"
+#                    for what a record must not hold), the rest "?" and
+#                    counted once each (stats.python.unnamed 3, symbols
+#                    2); the thread that no state matches has no samples;
+#                    the agent exits 0
+#   python_unloadable: a kernel whose verifier refuses the sampler
+#                    (INFERTRACE_BREAK_PY_SAMPLER makes it unloadable): auto
+#                    says so in one warning and loads the rest (the steps
+#                    of a Python process still cut, no python_profile,
+#                    stats.python unavailable with the reason); on refuses
+#                    to start (exit 1) and says how to go on without it
+#   python_off:      --python-stacks off: no sampler, no python_profile
+#                    record, no stats.python, the steps still cut; a bad
+#                    --python-hz or --python-stacks is refused with a line
+#                    naming the option (exit 64)
+source "$(dirname "$0")/lib.sh"
+NAMES=(python_layout python_profile python_versions python_forged python_unloadable python_off)
+it_preflight "${NAMES[@]}"
+
+PY_STEPS=$IT_ROOT/tests/integration/py_steps.py
+USDT_LIB=$BUILD/tests/integration/libusdt_steps.so
+FORGED=$BUILD/tests/integration/python3-forged
+SYS_PY=/usr/bin/python3
+CUDART=/usr/local/cuda/lib64/libcudart.so
+for f in "$USDT_LIB" "$FORGED"; do
+	if [ ! -f "$f" ]; then
+		for n in "${NAMES[@]}"; do echo "FAIL $n: $f not built (make tests-build)"; done
+		exit 0
+	fi
+done
+if [ ! -x "$SYS_PY" ]; then
+	for n in "${NAMES[@]}"; do echo "FAIL $n: $SYS_PY missing (make deps)"; done
+	exit 0
+fi
+PYENV=${PYENV_ROOT:-/root/.pyenv}/versions
+pyenv_of() { # pyenv_of 3.12: the newest pyenv 3.12.x's python3, or nothing
+	local d
+	d=$(ls -d "$PYENV/$1".* 2>/dev/null | sort -V | tail -n 1)
+	[ -n "$d" ] && [ -x "$d/bin/python3" ] && echo "$d/bin/python3"
+}
+eqs() { [ "$1" = "$2" ]; }
+nes() { [ "$1" != "$2" ]; }
+defline() { grep -n "^def $1(" "$PY_STEPS" | cut -d: -f1; } # the def line of a function
+
+# py_run NAME PYTHON STEPS SLOW SLOW_MS: py_steps.py under the running agent,
+# released once the agent traces it; sets PYPID, PYTID
+py_run() {
+	local name=$1 py=$2 out=$T/$1.work go=$T/$1.go
+	PYPID= PYTID=
+	bg_start "$out" "$py" "$PY_STEPS" "$CUDART" "$USDT_LIB" "$go" "$3" "$4" "$5"
+	local wp=$BG_PID
+	wait_line "$out" 20 || { fail_because "$name printed nothing: $(head -c 300 "$out.err")"; return 1; }
+	PYPID=$(head -n 1 "$out" | jq -r .pid)
+	PYTID=$(head -n 1 "$out" | jq -r .tid)
+	wait_record ".type==\"process\" and .pid==$PYPID" 10 || fail_because "$name (pid $PYPID) not traced"
+	touch "$go"
+	wait_exit "$wp" 60 || { fail_because "$name did not finish"; return 1; }
+	[ "$WAIT_RC" = 0 ] || fail_because "$name exit $WAIT_RC: $(head -c 300 "$out.err")"
+}
+
+# ---------------------------------------------------------- python_layout --
+layout_dirs=()
+for d in /usr/include/python3.1[1-3] "$PYENV"/3.1[1-3].*/include/python3.1[1-3]; do
+	[ -f "$d/internal/pycore_frame.h" ] && layout_dirs+=("$d")
+done
+if [ ! -f /usr/include/python3.11/internal/pycore_frame.h ]; then
+	fail_because "the system's CPython headers are missing (python3-dev: make deps)"
+fi
+checked=()
+for d in "${layout_dirs[@]}"; do
+	bin=$T/layout.$(echo "$d" | tr -c 'a-z0-9\n' _)
+	if ! cc -I"$d" -I"$d/internal" -o "$bin" "$IT_ROOT/tests/integration/python_layout.c" 2>"$bin.err"; then
+		fail_because "python_layout.c does not compile against $d: $(head -c 200 "$bin.err")"
+		continue
+	fi
+	res=$("$bin")
+	case "$res" in
+	ok\ *) checked+=("${res#ok } ($d)") ;;
+	*) fail_because "$d: $(echo "$res" | tr '\n' ';')" ;;
+	esac
+done
+[ "${#checked[@]}" -ge 1 ] || fail_because "no CPython headers checked"
+echo "# python_layout: checked ${checked[*]}"
+report python_layout
+
+# --------------------------------------------------------- python_profile --
+agent_start_metrics python_profile -i 0.25 || fail_because "agent did not start: $(agent_tail)"
+py_run sys "$SYS_PY" 80 60 200
+if num "$PYPID"; then
+	sleep 3 # the last steps are cut 2 s after their end
+	metric=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '$1=="infertrace_python_samples_total"{print $2}')
+fi
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+if num "$PYPID"; then
+	pyver=$("$SYS_PY" -c 'import platform; print(platform.python_version())')
+	l_spin=$(defline spin) l_pad=$(defline pad_batch) l_dec=$(defline decode_step)
+	stats=$(jqo '[.[] | select(.type=="stats")] | last | .python')
+	expect "stats.python running: $stats" \
+		eqs "$(echo "$stats" | jq -r .state)" running
+	expect "one Python process: $stats" \
+		eqs "$(echo "$stats" | jq -r .processes)" 1
+	samples=$(echo "$stats" | jq -r .samples)
+	expect "samples >= 8: $samples" \
+		eqs "$(ge "$samples" 8 && echo y)" y
+	total=$(jqo '[.[] | select(.type=="python_profile") | .samples] | add')
+	expect "profile samples ($total) = stats.python.samples ($samples)" \
+		eqs "$total" "$samples"
+	expect "metric infertrace_python_samples_total ($metric) <= stats ($samples) and > 0" \
+		eqs "$(num "${metric%.*}" && [ "${metric%.*}" -gt 0 ] && [ "${metric%.*}" -le "$samples" ] && echo y)" y
+	pad=$(jqo --argjson pid "$PYPID" --argjson tid "$PYTID" --arg f "$PY_STEPS" \
+		--argjson ls "$l_spin" --argjson lp "$l_pad" --argjson ld "$l_dec" --arg v "$pyver" '
+		[.[] | select(.type=="python_profile" and .pid==$pid and .tid==$tid and .python==$v
+			and .hz==49 and .truncated==false
+			and (.stack[:3] == [{function:"spin",file:$f,line:$ls},
+				{function:"pad_batch",file:$f,line:$lp},
+				{function:"decode_step",file:$f,line:$ld}]))
+		| .samples] | add // 0')
+	expect "spin <- pad_batch <- decode_step sampled (>= 4 samples): $pad" \
+		eqs "$(ge "$pad" 4 && echo y)" y
+	an=$(jqo '[.[] | select(.type=="anomaly" and .dur_ns >= 200000000)]')
+	anl=$(echo "$an" | jq -c '[.[] | [.dur_ns,.kind]]')
+	expect "one anomaly for the 200 ms step: $anl" \
+		eqs "$(echo "$an" | jq length)" 1
+	sus=$(echo "$an" | jq -c '.[0].suspects // [] | map(.what)')
+	expect "suspects gpu_idle then python: $sus" \
+		eqs "$(echo "$an" | jq -r '.[0].suspects[:2] | map(.what) | join(",")')" "gpu_idle,python"
+	ev=$(echo "$an" | jq -r '[.[0].suspects[] | select(.what=="python")][0].evidence // ""')
+	want="thread $PYTID ran spin (py_steps.py:$l_spin) <- pad_batch (py_steps.py:$l_pad) in "
+	expect "python evidence '$ev' starts '$want'" \
+		nes "${ev#"$want"}" "$ev"
+	ratio=$(echo "$an" | jq -r '[.[0].suspects[] | select(.what=="python")][0].ratio // 0')
+	expect "most of the thread's samples in pad_batch: $ratio" \
+		eqs "$(jq -n "$ratio >= 0.6")" true
+	expect "stats.diag.python_suspects >= 1" \
+		eqs "$(jqo '[.[] | select(.type=="stats")] | last | .diag.python_suspects >= 1')" true
+fi
+report python_profile
+
+# -------------------------------------------------------- python_versions --
+vers=()
+for v in 3.12 3.13 3.10; do
+	p=$(pyenv_of "$v") && vers+=("$v:$p")
+done
+if [ "${#vers[@]}" = 0 ]; then
+	skip python_versions "no pyenv CPython 3.10, 3.12 or 3.13 under $PYENV"
+else
+	agent_start python_versions -i 0.25 || fail_because "agent did not start: $(agent_tail)"
+	declare -A vpid
+	for vp in "${vers[@]}"; do
+		v=${vp%%:*} p=${vp#*:}
+		py_run "v$v" "$p" 12 5 150
+		vpid[$v]=$PYPID
+	done
+	sleep 0.6
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+	seen=()
+	for vp in "${vers[@]}"; do
+		v=${vp%%:*} pid=${vpid[$v]:-}
+		num "$pid" || continue
+		n=$(jqo --argjson pid "$pid" --arg v "$v" '[.[] | select(.type=="python_profile"
+			and .pid==$pid and (.python | startswith($v + ".")))
+			| select(.stack[:2] | map(.function) == ["spin","pad_batch"]) | .samples] | add // 0')
+		if [ "$v" = 3.10 ]; then
+			expect "3.10 never sampled: $n" \
+		eqs "$n" 0
+			expect "3.10 refused with a warning" \
+		eqs "$(grep -c "pid $pid: .*is a Python before 3.11" "$AGENT_ERR")" 1
+			expect "3.10 counted unsupported" \
+		eqs "$(jqo '[.[] | select(.type=="stats")] | last | .python.unsupported')" 1
+		else
+			expect "$v: spin <- pad_batch sampled: $n" \
+		eqs "$(ge "$n" 2 && echo y)" y
+		fi
+		seen+=("$v")
+	done
+	echo "# python_versions: ${seen[*]}"
+	report python_versions
+fi
+
+# ---------------------------------------------------------- python_forged --
+agent_start python_forged -i 0.25 || fail_because "agent did not start: $(agent_tail)"
+bg_start "$T/forged.out" "$FORGED" 3
+fp=$BG_PID
+wait_exit "$fp" 30 || fail_because "python3-forged did not finish"
+[ "${WAIT_RC:-}" = 0 ] || fail_because "python3-forged exit ${WAIT_RC:-}: $(head -c 200 "$T/forged.out.err")"
+sleep 0.6
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+FPID=$(head -n 1 "$T/forged.out" | jq -r .pid)
+FTID=$(head -n 1 "$T/forged.out" | jq -r .tid)
+if num "$FPID"; then
+	recs=$(jqo --argjson pid "$FPID" '[.[] | select(.type=="python_profile" and .pid==$pid)]')
+	expect "profiles of the forged process" \
+		eqs "$(echo "$recs" | jq 'length > 0')" true
+	tids=$(echo "$recs" | jq -c '[.[].tid] | unique')
+	expect "only the thread its state names: $tids" \
+		eqs "$tids" "[$FTID]"
+	expect "32 frames, truncated" \
+		eqs "$(echo "$recs" | jq 'all(.[]; (.stack | length) == 32 and .truncated)')" true
+	first=$(echo "$recs" | jq -c '.[0].stack[:5]')
+	want='[{"function":"a?b?\"c","file":"/tmp/café.py","line":10},{"function":"?"},{"function":"?"},{"function":"?"},{"function":"x??","file":"/tmp/café.py","line":14}]'
+	expect "frames cleaned: $first" \
+		eqs "$first" "$want"
+	st=$(jqo -r '[.[] | select(.type=="stats")] | last | .python | [.unnamed, .symbols] | map(tostring) | join(",")')
+	expect "unnamed 3, symbols 2: $st" \
+		eqs "$st" "3,2"
+fi
+report python_forged
+
+# ------------------------------------------------------ python_unloadable --
+export INFERTRACE_BREAK_PY_SAMPLER=1
+agent_start python_unloadable -i 0.25 || fail_because "agent did not start: $(agent_tail)"
+py_run unl "$SYS_PY" 20 -1 0
+sleep 2.5
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+expect "one warning that the sampler did not load" \
+	eqs "$(grep -c "Python sampler's BPF program did not load" "$AGENT_ERR")" 1
+st=$(jqo -c '[.[] | select(.type=="stats")] | last | .python | {state, error}')
+expect "stats.python unavailable with the reason: $st" \
+	eqs "$st" '{"state":"unavailable","error":"the sampler'"'"'s BPF program did not load on this kernel"}'
+expect "no python_profile record" eqs "$(jqo '[.[] | select(.type=="python_profile")] | length')" 0
+num "$PYPID" && expect "the steps still cut" \
+	eqs "$(jqo --argjson pid "$PYPID" '[.[] | select(.type=="step" and .pid==$pid)] | length')" 20
+"$AGENT" --python-stacks on -o "$T/unl-on.jsonl" -d 2 >"$T/unl-on.err" 2>&1
+rc=$?
+expect "--python-stacks on refuses to start: $rc" eqs "$rc" 1
+expect "and says how to go on: $(grep 'load BPF programs' "$T/unl-on.err" | head -c 300)" \
+	eqs "$(grep -c 'Python sampler was among them (--python-stacks on): --python-stacks auto loads the others' "$T/unl-on.err")" 1
+unset INFERTRACE_BREAK_PY_SAMPLER
+report python_unloadable
+
+# ------------------------------------------------------------- python_off --
+agent_start python_off -i 0.25 --python-stacks off || fail_because "agent did not start: $(agent_tail)"
+py_run off "$SYS_PY" 20 -1 0
+sleep 2.5
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+expect "no python_profile record" \
+		eqs "$(jqo '[.[] | select(.type=="python_profile")] | length')" 0
+expect "no stats.python" \
+		eqs "$(jqo '[.[] | select(.type=="stats" and has("python"))] | length')" 0
+expect "no sampler" \
+		eqs "$(grep -c 'Python frames' "$AGENT_ERR")" 0
+num "$PYPID" && expect "the steps still cut" \
+		eqs "$(jqo --argjson pid "$PYPID" '[.[] | select(.type=="step" and .pid==$pid)] | length')" 20
+for bad in "--python-hz 0" "--python-hz 1001" "--python-stacks sometimes"; do
+	# shellcheck disable=SC2086 # two words
+	"$AGENT" $bad >"$T/bad.out" 2>&1
+	rc=$?
+	expect "'$bad' refused with 64: $rc" \
+		eqs "$rc" 64
+	expect "'$bad' names the option: $(head -n 1 "$T/bad.out")" \
+		eqs "$(head -n 1 "$T/bad.out" | grep -c -- "${bad%% *}")" 1
+done
+report python_off
