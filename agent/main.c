@@ -337,7 +337,7 @@ static const struct opt_def opt_table[] = {
      .choices = CHOICES({"auto", PYTHON_STACKS_AUTO}, {"on", PYTHON_STACKS_ON},
 			{"off", PYTHON_STACKS_OFF}),
      .err = "must be auto, on or off",
-     .doc = "Sample the Python frames of traced processes that run CPython 3.11-3.13, "
+     .doc = "Sample the Python frames of traced processes that run CPython 3.10-3.13, "
 	    "--python-hz times a second per CPU, in the kernel (no restart, no change to "
 	    "the workload): python_profile records per thread and stack every --interval, "
 	    "and a python suspect on anomalies naming the function a step spent its time in; "

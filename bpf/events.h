@@ -444,13 +444,19 @@ struct py_proc {
 	__u16 interp_threads; /* PyInterpreterState.threads.head */
 	__u16 tstate_next;    /* PyThreadState.next */
 	__u16 tstate_tid;     /* PyThreadState.native_thread_id */
-	__u16 tstate_frame;   /* PyThreadState.cframe (3.11, 3.12) or .current_frame (3.13) */
+	__u16 tstate_frame;   /* PyThreadState.cframe (3.11, 3.12), .current_frame (3.13), .frame
+				 (3.10) */
 	__u16 cframe_frame;   /* _PyCFrame.current_frame; PY_OFF_NONE (3.13) */
 	__u16 frame_code;     /* _PyInterpreterFrame.f_code (.f_executable in 3.13) */
 	__u16 frame_previous; /* _PyInterpreterFrame.previous */
 	__u16 frame_owner;    /* _PyInterpreterFrame.owner (a char) */
-	__u8 owner_cstack;    /* FRAME_OWNED_BY_CSTACK (3.12+), skipped; 0xff: none */
-	__u8 pad[7];
+	__u8 owner_cstack;    /* FRAME_OWNED_BY_CSTACK (3.12+), skipped; 0xff: none, not read */
+	/*
+	 * 1: tstate_tid holds pthread_self() (3.10's thread_id, no native id),
+	 * matched with the task's fs base (x86-64 glibc: pthread_self() is it)
+	 */
+	__u8 tid_is_pthread;
+	__u8 pad[6];
 };
 _Static_assert(sizeof(struct py_proc) == 32, "py_proc ABI");
 

@@ -4,14 +4,16 @@
  * frames"; docs/architecture.md). A CPU clock event on every CPU
  * (--python-hz, agent/sources/loader.c) runs py_sample; when the thread on
  * the CPU belongs to a process in py_procs (a traced process that runs
- * CPython 3.11-3.13, found by agent/sources/python.c), it walks the
+ * CPython 3.10-3.13, found by agent/sources/python.c), it walks the
  * interpreter's own structures, as the agent described them in the
  * process's struct py_proc:
  *
  *   _PyRuntime.interpreters.head -> PyInterpreterState.threads.head
  *     -> PyThreadState (.next ...) whose native_thread_id is this thread
+ *        (3.10: whose thread_id is its pthread_self())
  *     -> current frame (3.11, 3.12: through tstate->cframe)
- *     -> _PyInterpreterFrame.f_code, .previous ... (innermost first)
+ *     -> _PyInterpreterFrame.f_code, .previous ... (innermost first;
+ *        3.10: PyFrameObject.f_code, .f_back)
  *
  * and sends the code object pointers (EV_PY_STACK on rb_misc); the agent
  * names them. Every read is bpf_probe_read_user(): a process that lies
@@ -20,6 +22,7 @@
  * by tid (py_tstate) and checked again at every use.
  */
 #include "lib/common.bpf.h"
+#include <bpf/bpf_core_read.h>
 
 #define PY_THREADS 64 /* thread states walked to find this thread's */
 
@@ -46,20 +49,38 @@ static __always_inline __u64 read_ptr(__u64 addr)
 	return v;
 }
 
+/*
+ * what the thread's PyThreadState holds to name it: its tid (3.11+,
+ * native_thread_id), or pthread_self() (3.10, thread_id), which is the
+ * thread's fs base on x86-64 (glibc's TCB); 0 elsewhere: nothing matches
+ */
+static __always_inline __u64 thread_key(const struct py_proc *pp, __u32 tid)
+{
+	if (!pp->tid_is_pthread)
+		return tid;
+#if defined(__TARGET_ARCH_x86)
+	return BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), thread.fsbase);
+#else
+	return 0;
+#endif
+}
+
 /* this thread's PyThreadState, or 0 when the interpreter has none for it */
 static __always_inline __u64 find_tstate(const struct py_proc *pp, __u32 tid)
 {
 	__u64 *cached = bpf_map_lookup_elem(&py_tstate, &tid);
-	__u64 interp, ts;
+	__u64 interp, ts, key = thread_key(pp, tid);
 
-	if (cached && *cached && read_ptr(*cached + pp->tstate_tid) == tid)
+	if (!key)
+		return 0;
+	if (cached && *cached && read_ptr(*cached + pp->tstate_tid) == key)
 		return *cached;
 	interp = read_ptr(pp->interp_head);
 	if (!interp)
 		return 0;
 	ts = read_ptr(interp + pp->interp_threads);
 	for (int i = 0; i < PY_THREADS && ts; i++) {
-		if (read_ptr(ts + pp->tstate_tid) == tid) {
+		if (read_ptr(ts + pp->tstate_tid) == key) {
 			bpf_map_update_elem(&py_tstate, &tid, &ts, BPF_ANY);
 			return ts;
 		}
@@ -106,7 +127,8 @@ int py_sample(void *ctx)
 		__u64 code = read_ptr(frame + pp->frame_code);
 		__u8 owner = 0;
 
-		bpf_probe_read_user(&owner, 1, (const void *)(frame + pp->frame_owner));
+		if (pp->owner_cstack != 0xff)
+			bpf_probe_read_user(&owner, 1, (const void *)(frame + pp->frame_owner));
 		e->code[i] = owner == pp->owner_cstack ? 0 : code;
 		frame = read_ptr(frame + pp->frame_previous);
 	}

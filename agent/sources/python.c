@@ -8,8 +8,8 @@
  * process maps executable (python_on_mapping, beside usdt.c). A file whose
  * name says python (python3.11, libpython3.12.so.1.0) is read once (cached
  * by device and inode): its symbols _PyRuntime, Py_Version (3.11+) and
- * PyCode_Type. The process's Py_Version, read from its memory, picks the
- * layout (python_layout.h); the BPF side gets the address of
+ * PyCode_Type. The process's Py_Version, read from its memory (3.10: the
+ * file's name, python3.10), picks the layout (python_layout.h); the BPF side gets the address of
  * _PyRuntime.interpreters.head and the offsets in py_procs.
  *
  * Naming frames: a sample carries code object addresses. Each is read once
@@ -75,7 +75,7 @@ struct py_stack {
 /* a traced process that runs a Python the walk knows */
 struct pyproc {
 	const struct py_layout *l;
-	uint32_t version; /* PY_VERSION_HEX */
+	char version[24]; /* "3.11.2"; "3.10" (no Py_Version: from the file's name) */
 	uint64_t code_type;
 	struct py_sym *syms;
 	size_t n_syms, cap_syms;
@@ -246,6 +246,14 @@ static bool load_bias(uint32_t pid, const struct py_file *f, uint64_t *bias)
 	return ok;
 }
 
+/* "python3.10" in the file's name: its version; false when it has none */
+static bool version_of_name(const char *path, unsigned *major, unsigned *minor)
+{
+	const char *base = strrchr(path, '/'), *py = strstr(base ? base + 1 : path, "python");
+
+	return py && sscanf(py + 6, "%u.%u", major, minor) == 2;
+}
+
 static bool read_mem(uint32_t pid, uint64_t addr, void *buf, size_t len)
 {
 	struct iovec local = {.iov_base = buf, .iov_len = len};
@@ -262,6 +270,7 @@ void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, co
 	struct py_file *f;
 	uint64_t bias, version = 0;
 	unsigned major, minor;
+	char ver[24];
 	int err;
 
 	if (!s || s->state != PY_RUNNING || p->py || p->py_refused || !name_says_python(path))
@@ -269,31 +278,38 @@ void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, co
 	f = file_get(s, p->pid, dev, ino, path);
 	if (!f || !f->runtime || !load_bias(p->pid, f, &bias))
 		return;
-	if (!f->sym_version ||
-	    !read_mem(p->pid, bias + f->sym_version, &version, sizeof(version))) {
-		/* Py_Version came with 3.11: an older interpreter */
-		p->py_refused = true;
-		s->unsupported++;
-		pr_warn("pid %u: %s is a Python before 3.11 (no Py_Version): its frames are not "
-			"sampled (3.11-3.13 are)",
-			p->pid, path);
-		return;
+	if (f->sym_version && read_mem(p->pid, bias + f->sym_version, &version, sizeof(version))) {
+		major = (unsigned)(version >> 24) & 0xff;
+		minor = (unsigned)(version >> 16) & 0xff;
+		l = py_layout_of(major, minor);
+		snprintf(ver, sizeof(ver), "%u.%u.%u", major, minor,
+			 (unsigned)(version >> 8) & 0xff);
+	} else if (version_of_name(path, &major, &minor)) {
+		/* Py_Version came with 3.11: before it, the file's name is all there is */
+		l = py_layout_of(major, minor);
+		if (l && l->version >= 0x30b)
+			l = NULL; /* a 3.11+ without Py_Version is not what it says */
+		snprintf(ver, sizeof(ver), "%u.%u", major, minor);
+	} else {
+		l = NULL;
+		snprintf(ver, sizeof(ver), "of unknown version");
 	}
-	major = (unsigned)(version >> 24) & 0xff;
-	minor = (unsigned)(version >> 16) & 0xff;
-	l = py_layout_of(major, minor);
+#if !defined(__x86_64__)
+	if (l && l->tid_is_pthread)
+		l = NULL; /* its threads are matched by the x86-64 fs base */
+#endif
 	if (!l || !f->sym_code_type) {
 		p->py_refused = true;
 		s->unsupported++;
-		pr_warn("pid %u: Python %u.%u (%s): its frames are not sampled (3.11-3.13 are)",
-			p->pid, major, minor, path);
+		pr_warn("pid %u: Python %s (%s): its frames are not sampled (3.10-3.13 are)",
+			p->pid, ver, path);
 		return;
 	}
 	p->py = calloc(1, sizeof(*p->py));
 	if (!p->py)
 		return;
 	p->py->l = l;
-	p->py->version = (uint32_t)version;
+	snprintf(p->py->version, sizeof(p->py->version), "%s", ver);
 	p->py->code_type = bias + f->sym_code_type;
 	pp = (struct py_proc){
 	    .interp_head = bias + f->sym_runtime + l->runtime_interp_head,
@@ -306,6 +322,7 @@ void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, co
 	    .frame_previous = l->frame_previous,
 	    .frame_owner = l->frame_owner,
 	    .owner_cstack = l->owner_cstack,
+	    .tid_is_pthread = l->tid_is_pthread,
 	};
 	err = loader_python_proc(a, p->pid, &pp);
 	if (err) {
@@ -315,8 +332,7 @@ void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, co
 		return;
 	}
 	s->procs++;
-	pr_info("pid %u: Python %u.%u.%u frames sampled (%s)", p->pid, major, minor,
-		(unsigned)(version >> 8) & 0xff, path);
+	pr_info("pid %u: Python %s frames sampled (%s)", p->pid, ver, path);
 }
 
 static void proc_syms_free(struct pyproc *py)
@@ -583,9 +599,7 @@ static int emit_profile(struct agent *a, struct proc *p, const struct py_stack *
 	}
 	json_object_set_new(o, "samples", json_integer(st->count));
 	json_object_set_new(o, "hz", json_integer(a->opts.python_hz));
-	json_object_set_new(o, "python",
-			    json_sprintf("%u.%u.%u", py->version >> 24 & 0xff,
-					 py->version >> 16 & 0xff, py->version >> 8 & 0xff));
+	json_object_set_new(o, "python", json_string(py->version));
 	json_object_set_new(o, "truncated", json_boolean(st->flags & PY_F_TRUNCATED));
 	json_object_set_new(o, "stack", frames);
 	return rec_emit(a, REC_EVENT, o);

@@ -14,11 +14,15 @@
  * PyCodeObject.co_filename / co_name / co_qualname / co_firstlineno,
  * PyASCIIObject.length / .state, sizeof(PyASCIIObject) and
  * sizeof(PyCompactUnicodeObject) (where a compact string's characters
- * start). tests/integration/python_layout.c compiles against every CPython
- * whose headers it finds (Debian's 3.11; pyenv's 3.11, 3.12, 3.13 where
- * present) and fails on any difference (tests/integration/python.sh).
- * Versions before 3.11 (no _PyInterpreterFrame, no Py_Version) and after
- * 3.13 are not walked: the agent says so once per process and counts it.
+ * start). 3.10 has none of the frame structures of 3.11: its threads are
+ * PyInterpreterState.tstate_head, named by PyThreadState.thread_id
+ * (pthread_self(), no native id), its frames PyFrameObject (.f_code,
+ * .f_back) from PyThreadState.frame, its code objects no co_qualname
+ * (co_name stands in). tests/integration/python_layout.c compiles against
+ * every CPython whose headers it finds (Debian's 3.11; pyenv's 3.10-3.13
+ * where present) and fails on any difference (tests/integration/python.sh).
+ * Versions before 3.10 and after 3.13 are not walked: the agent says so
+ * once per process and counts it.
  */
 #ifndef INFERTRACE_PYTHON_LAYOUT_H
 #define INFERTRACE_PYTHON_LAYOUT_H
@@ -32,7 +36,8 @@ struct py_layout {
 	uint16_t runtime_interp_head, interp_threads_head;
 	uint16_t tstate_next, tstate_native_tid, tstate_frame, cframe_frame;
 	uint16_t frame_code, frame_previous, frame_owner;
-	uint8_t owner_cstack; /* 0xff: none (3.11) */
+	uint8_t owner_cstack;	/* 0xff: none (3.10, 3.11) */
+	uint8_t tid_is_pthread; /* 3.10: tstate_native_tid is thread_id, pthread_self() */
 	uint16_t code_filename, code_name, code_qualname, code_firstlineno;
 	uint16_t str_length, str_state, str_ascii_size, str_compact_size;
 };
@@ -46,6 +51,27 @@ struct py_layout {
 #define PY_STR_ASCII(state) (((state) >> 6) & 1)
 
 static const struct py_layout py_layouts[] = {
+    /* 3.10: checked against 3.10.13; frames are PyFrameObject, no owner, no qualname */
+    {.version = 0x30a,
+     .runtime_interp_head = 32,
+     .interp_threads_head = 8,
+     .tstate_next = 8,
+     .tstate_native_tid = 176,
+     .tid_is_pthread = 1,
+     .tstate_frame = 24,
+     .cframe_frame = PY_LAYOUT_NONE,
+     .frame_code = 32,
+     .frame_previous = 24,
+     .frame_owner = PY_LAYOUT_NONE,
+     .owner_cstack = 0xff,
+     .code_filename = 104,
+     .code_name = 112,
+     .code_qualname = 112,
+     .code_firstlineno = 40,
+     .str_length = 16,
+     .str_state = 32,
+     .str_ascii_size = 48,
+     .str_compact_size = 72},
     /* 3.11: checked against 3.11.2 (Debian 12) and 3.11.7 */
     {.version = 0x30b,
      .runtime_interp_head = 40,

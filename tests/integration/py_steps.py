@@ -7,8 +7,10 @@ marks them), prints {"pid", "tid"}, waits for the go file, then runs STEPS
 steps through usdt_lib_steps(): each step calls back into Python, which
 runs decode_step(i): sample_tokens() for about 1 ms, and on step SLOW
 pad_batch() for SLOW_MS first. Lingers 3 s, then ends with {"done": 1}.
+With HELPER 1, a second thread runs background_tokenize() on the CPU until
+the steps end (its native id in the first line's "helper").
 
-usage: py_steps.py CUDART USDT_LIB GO_FILE STEPS SLOW SLOW_MS
+usage: py_steps.py CUDART USDT_LIB GO_FILE STEPS SLOW SLOW_MS [HELPER]
 """
 import ctypes
 import json
@@ -19,9 +21,28 @@ import time
 
 cudart_path, lib_path, go, steps, slow, slow_ms = sys.argv[1:7]
 steps, slow, slow_ms = int(steps), int(slow), float(slow_ms)
+helper = len(sys.argv) > 7 and sys.argv[7] == "1"
 ctypes.CDLL(cudart_path)
 lib = ctypes.CDLL(lib_path)
-print(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id()}), flush=True)
+done = threading.Event()
+helper_tid = [0]
+started = threading.Event()
+
+
+def background_tokenize():
+    helper_tid[0] = threading.get_native_id()
+    started.set()
+    n = 0
+    while not done.is_set():
+        n += 1
+    return n
+
+
+if helper:
+    threading.Thread(target=background_tokenize, daemon=True).start()
+    started.wait()
+print(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id(),
+                  "helper": helper_tid[0]}), flush=True)
 while not os.path.exists(go):
     time.sleep(0.01)
 
@@ -55,5 +76,6 @@ def decode_step(arg):
 WORK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 lib.usdt_lib_steps.argtypes = [ctypes.c_int, WORK, ctypes.c_void_p]
 lib.usdt_lib_steps(steps, WORK(decode_step), None)
+done.set()
 time.sleep(3)  # an engine lives on after its steps: they are cut 2 s after their end
 print(json.dumps({"done": 1}), flush=True)

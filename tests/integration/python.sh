@@ -4,12 +4,12 @@
 # python - the Python frames of traced processes (--python-stacks,
 # bpf/python.bpf.c, agent/sources/python.c), sampled from real
 # interpreters: the system's python3 (Debian's 3.11) and, where pyenv has
-# them, 3.10, 3.12 and 3.13.
+# them, 3.9, 3.10, 3.12 and 3.13.
 #
 #   python_layout:   agent/sources/python_layout.h against CPython's own
 #                    headers (tests/integration/python_layout.c compiled
 #                    with -DPy_BUILD_CORE): the system's 3.11 (python3-dev)
-#                    and every pyenv 3.11-3.13 with headers; every offset
+#                    and every pyenv 3.10-3.13 with headers; every offset
 #                    the walk and the reads use is the compiler's
 #   python_profile:  tests/integration/py_steps.py on the system python3:
 #                    80 steps marked through libusdt_steps.so, each a
@@ -23,12 +23,16 @@
 #                    second after the GPU idle, naming the thread and
 #                    "spin (py_steps.py:L) <- pad_batch (py_steps.py:L)" in
 #                    most of its samples; stats.diag.python_suspects counts
-#                    it; the Prometheus counter says the same samples
-#   python_versions: the same script on pyenv's 3.12 and 3.13 (shared
-#                    libpython builds): profiles naming pad_batch with the
-#                    version; 3.10 (no Py_Version) is refused with one
-#                    warning, counted in stats.python.unsupported, never
-#                    sampled. SKIP where pyenv has none of them
+#                    it; the Prometheus counter counts them
+#   python_versions: the same script with a second thread spinning in
+#                    background_tokenize() on pyenv's 3.10 (no Py_Version:
+#                    its version from the library's name; threads matched
+#                    by pthread_self(), the fs base), 3.12 and 3.13 (shared
+#                    libpython builds): each thread's profiles name its own
+#                    function and never the other's, with the version; 3.9
+#                    is refused with one warning, counted in
+#                    stats.python.unsupported, never sampled. SKIP where
+#                    pyenv has none of them
 #   python_forged:   tests/integration/python3-forged claims to be 3.11 and
 #                    lies: a thread list with a cycle, frames in a cycle,
 #                    code objects that are not, names of 2^40 characters,
@@ -79,16 +83,17 @@ eqs() { [ "$1" = "$2" ]; }
 nes() { [ "$1" != "$2" ]; }
 defline() { grep -n "^def $1(" "$PY_STEPS" | cut -d: -f1; } # the def line of a function
 
-# py_run NAME PYTHON STEPS SLOW SLOW_MS: py_steps.py under the running agent,
-# released once the agent traces it; sets PYPID, PYTID
+# py_run NAME PYTHON STEPS SLOW SLOW_MS [HELPER]: py_steps.py under the running
+# agent, released once the agent traces it; sets PYPID, PYTID, PYHELPER
 py_run() {
 	local name=$1 py=$2 out=$T/$1.work go=$T/$1.go
-	PYPID= PYTID=
-	bg_start "$out" "$py" "$PY_STEPS" "$CUDART" "$USDT_LIB" "$go" "$3" "$4" "$5"
+	PYPID= PYTID= PYHELPER=
+	bg_start "$out" "$py" "$PY_STEPS" "$CUDART" "$USDT_LIB" "$go" "$3" "$4" "$5" "${6:-0}"
 	local wp=$BG_PID
 	wait_line "$out" 20 || { fail_because "$name printed nothing: $(head -c 300 "$out.err")"; return 1; }
 	PYPID=$(head -n 1 "$out" | jq -r .pid)
 	PYTID=$(head -n 1 "$out" | jq -r .tid)
+	PYHELPER=$(head -n 1 "$out" | jq -r .helper)
 	wait_record ".type==\"process\" and .pid==$PYPID" 10 || fail_because "$name (pid $PYPID) not traced"
 	touch "$go"
 	wait_exit "$wp" 60 || { fail_because "$name did not finish"; return 1; }
@@ -97,8 +102,8 @@ py_run() {
 
 # ---------------------------------------------------------- python_layout --
 layout_dirs=()
-for d in /usr/include/python3.1[1-3] "$PYENV"/3.1[1-3].*/include/python3.1[1-3]; do
-	[ -f "$d/internal/pycore_frame.h" ] && layout_dirs+=("$d")
+for d in /usr/include/python3.1[0-3] "$PYENV"/3.1[0-3].*/include/python3.1[0-3]; do
+	[ -f "$d/internal/pycore_runtime.h" ] && layout_dirs+=("$d")
 done
 if [ ! -f /usr/include/python3.11/internal/pycore_frame.h ]; then
 	fail_because "the system's CPython headers are missing (python3-dev: make deps)"
@@ -176,39 +181,50 @@ report python_profile
 
 # -------------------------------------------------------- python_versions --
 vers=()
-for v in 3.12 3.13 3.10; do
+for v in 3.10 3.12 3.13 3.9; do
 	p=$(pyenv_of "$v") && vers+=("$v:$p")
 done
 if [ "${#vers[@]}" = 0 ]; then
-	skip python_versions "no pyenv CPython 3.10, 3.12 or 3.13 under $PYENV"
+	skip python_versions "no pyenv CPython 3.9, 3.10, 3.12 or 3.13 under $PYENV"
 else
 	agent_start python_versions -i 0.25 || fail_because "agent did not start: $(agent_tail)"
-	declare -A vpid
+	declare -A vpid vtid vhelp
 	for vp in "${vers[@]}"; do
 		v=${vp%%:*} p=${vp#*:}
-		py_run "v$v" "$p" 12 5 150
-		vpid[$v]=$PYPID
+		py_run "v$v" "$p" 12 5 150 1
+		vpid[$v]=$PYPID vtid[$v]=$PYTID vhelp[$v]=$PYHELPER
 	done
 	sleep 0.6
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
 	[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
 	seen=()
 	for vp in "${vers[@]}"; do
-		v=${vp%%:*} pid=${vpid[$v]:-}
-		num "$pid" || continue
-		n=$(jqo --argjson pid "$pid" --arg v "$v" '[.[] | select(.type=="python_profile"
-			and .pid==$pid and (.python | startswith($v + ".")))
-			| select(.stack[:2] | map(.function) == ["spin","pad_batch"]) | .samples] | add // 0')
-		if [ "$v" = 3.10 ]; then
-			expect "3.10 never sampled: $n" \
-		eqs "$n" 0
-			expect "3.10 refused with a warning" \
-		eqs "$(grep -c "pid $pid: .*is a Python before 3.11" "$AGENT_ERR")" 1
-			expect "3.10 counted unsupported" \
-		eqs "$(jqo '[.[] | select(.type=="stats")] | last | .python.unsupported')" 1
+		v=${vp%%:*} pid=${vpid[$v]:-} tid=${vtid[$v]:-} help=${vhelp[$v]:-}
+		num "$pid" && num "$tid" && num "$help" || continue
+		# per thread: samples in pad_batch, in background_tokenize, and in all
+		counts=$(jqo -r --argjson pid "$pid" --arg v "$v" --argjson t "$tid" --argjson h "$help" '
+			[.[] | select(.type=="python_profile" and .pid==$pid)] as $r
+			| def n(tid; f): [$r[] | select(.tid==tid and (.stack | map(.function) | index(f)))
+				| .samples] | add // 0;
+			def all(tid): [$r[] | select(.tid==tid) | .samples] | add // 0;
+			[n($t; "pad_batch"), n($t; "background_tokenize"), n($h; "background_tokenize"),
+			 n($h; "pad_batch"), all($t) + all($h), ([$r[].python] | unique | join(","))]
+			| map(tostring) | join(" ")')
+		read -r main_pad main_bg help_bg help_pad total pyv <<<"$counts"
+		if [ "$v" = 3.9 ]; then
+			expect "3.9 never sampled: $total" eqs "$total" 0
+			expect "3.9 refused with a warning" \
+				eqs "$(grep -c "pid $pid: Python 3.9 (.*): its frames are not sampled" "$AGENT_ERR")" 1
+			expect "3.9 counted unsupported" \
+				eqs "$(jqo '[.[] | select(.type=="stats")] | last | .python.unsupported')" 1
 		else
-			expect "$v: spin <- pad_batch sampled: $n" \
-		eqs "$(ge "$n" 2 && echo y)" y
+			expect "$v: the main thread in pad_batch ($main_pad samples)" eqs "$(ge "$main_pad" 2 && echo y)" y
+			expect "$v: the helper thread in background_tokenize ($help_bg samples)" \
+				eqs "$(ge "$help_bg" 2 && echo y)" y
+			expect "$v: neither thread given the other's frames ($main_bg, $help_pad)" \
+				eqs "$main_bg$help_pad" 00
+			expect "$v: the version ($pyv)" \
+				eqs "$([ "$pyv" = "$v" ] || [ "${pyv#"$v".}" != "$pyv" ] && echo y)" y
 		fi
 		seen+=("$v")
 	done

@@ -13,8 +13,12 @@
 #include <string.h>
 #include "internal/pycore_runtime.h"
 #include "internal/pycore_interp.h"
+#if PY_VERSION_HEX >= 0x030b0000
 #include "internal/pycore_frame.h"
 #include "internal/pycore_code.h"
+#else
+#include "frameobject.h"
+#endif
 
 #include "../../agent/sources/python_layout.h"
 
@@ -51,29 +55,47 @@ int main(void)
 	}
 	check("runtime_interp_head", l->runtime_interp_head,
 	      offsetof(_PyRuntimeState, interpreters.head));
+	check("tstate_next", l->tstate_next, offsetof(PyThreadState, next));
+#if PY_VERSION_HEX < 0x030b0000
+	check("interp_threads_head", l->interp_threads_head,
+	      offsetof(PyInterpreterState, tstate_head));
+	check("tstate_native_tid (thread_id)", l->tstate_native_tid,
+	      offsetof(PyThreadState, thread_id));
+	check("tid_is_pthread", l->tid_is_pthread, 1);
+	check("tstate_frame", l->tstate_frame, offsetof(PyThreadState, frame));
+	check("cframe_frame", l->cframe_frame, PY_LAYOUT_NONE);
+	check("frame_code", l->frame_code, offsetof(PyFrameObject, f_code));
+	check("frame_previous", l->frame_previous, offsetof(PyFrameObject, f_back));
+	check("frame_owner", l->frame_owner, PY_LAYOUT_NONE);
+	check("owner_cstack", l->owner_cstack, 0xff);
+	check("code_qualname (co_name)", l->code_qualname, offsetof(PyCodeObject, co_name));
+#else
 	check("interp_threads_head", l->interp_threads_head,
 	      offsetof(PyInterpreterState, threads.head));
-	check("tstate_next", l->tstate_next, offsetof(PyThreadState, next));
 	check("tstate_native_tid", l->tstate_native_tid, offsetof(PyThreadState, native_thread_id));
+	check("tid_is_pthread", l->tid_is_pthread, 0);
+	check("code_qualname", l->code_qualname, offsetof(PyCodeObject, co_qualname));
+#endif
 #if PY_VERSION_HEX >= 0x030d0000
 	check("tstate_frame", l->tstate_frame, offsetof(PyThreadState, current_frame));
 	check("cframe_frame", l->cframe_frame, PY_LAYOUT_NONE);
 	check("frame_code", l->frame_code, offsetof(_PyInterpreterFrame, f_executable));
-#else
+#elif PY_VERSION_HEX >= 0x030b0000
 	check("tstate_frame", l->tstate_frame, offsetof(PyThreadState, cframe));
 	check("cframe_frame", l->cframe_frame, offsetof(_PyCFrame, current_frame));
 	check("frame_code", l->frame_code, offsetof(_PyInterpreterFrame, f_code));
 #endif
+#if PY_VERSION_HEX >= 0x030b0000
 	check("frame_previous", l->frame_previous, offsetof(_PyInterpreterFrame, previous));
 	check("frame_owner", l->frame_owner, offsetof(_PyInterpreterFrame, owner));
+#endif
 #if PY_VERSION_HEX >= 0x030c0000
 	check("owner_cstack", l->owner_cstack, FRAME_OWNED_BY_CSTACK);
-#else
+#elif PY_VERSION_HEX >= 0x030b0000
 	check("owner_cstack", l->owner_cstack, 0xff);
 #endif
 	check("code_filename", l->code_filename, offsetof(PyCodeObject, co_filename));
 	check("code_name", l->code_name, offsetof(PyCodeObject, co_name));
-	check("code_qualname", l->code_qualname, offsetof(PyCodeObject, co_qualname));
 	check("code_firstlineno", l->code_firstlineno, offsetof(PyCodeObject, co_firstlineno));
 	check("str_length", l->str_length, offsetof(PyASCIIObject, length));
 	check("str_state", l->str_state, offsetof(PyASCIIObject, state));
