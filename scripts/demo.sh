@@ -4,7 +4,9 @@
 # scripts/demo.sh - `make demo`: the agent at work on this machine, with no
 # GPU and no broker (issue 2, item 7).
 #
-# Starts the agent in sentinel mode, then a small CUDA workload
+# First, the newest views: a Python engine's slow step and the Python
+# function it spent its time in (--python-stacks), then a slow NCCL rank.
+# Then it starts the agent in sentinel mode, then a small CUDA workload
 # (build/tests/integration/cuda_calls -s: two threads calling all 22 probed
 # CUDA entry points through the real libcudart and the stub libcuda, about
 # once a millisecond, sleeping in between) and some loopback UDP traffic; after
@@ -74,7 +76,54 @@ cat <<EOF
 
 EOF
 
-# 0. the newest view first: which rank everyone waited for. Four processes
+# 0. the newest view first: what the host ran while the GPU waited. A Python
+#    "engine" on the system python3 (tests/integration/py_steps.py) runs 80
+#    steps marked with include/infertrace/step.h (libusdt_steps.so), each a
+#    Python callback; step 60 spends 200 ms in pad_batch(). The agent samples
+#    the engine's Python frames in the kernel (--python-stacks, on by
+#    default), flags the step and names the function.
+PY_STEPS=tests/integration/py_steps.py
+USDT_LIB=$BUILD/tests/integration/libusdt_steps.so
+if [ -x /usr/bin/python3 ] && [ -f "$USDT_LIB" ] && [ -f "$PY_STEPS" ] && command -v jq >/dev/null; then
+	PDIR=$DIR/python
+	POUT=$DIR/python.jsonl
+	rm -rf "$PDIR" "$POUT"
+	mkdir -p "$PDIR"
+	bold "What the host ran while the GPU waited: a Python engine's frames, sampled in the kernel"
+	"$AGENT" -i 0.25 -o "$POUT" 2>"$PDIR/agent.log" &
+	PAP=$!
+	PIDS+=("$PAP")
+	for ((i = 0; i < 200; i++)); do
+		grep -q 'running in' "$PDIR/agent.log" 2>/dev/null && break
+		sleep 0.05
+	done
+	/usr/bin/python3 "$PY_STEPS" /usr/local/cuda/lib64/libcudart.so "$USDT_LIB" "$PDIR/go" 80 60 200 \
+		>"$PDIR/engine.out" 2>"$PDIR/engine.err" &
+	PYP=$!
+	PIDS+=("$PYP")
+	for ((i = 0; i < 100; i++)); do # go once the agent traces it
+		PYPID=$(head -n 1 "$PDIR/engine.out" 2>/dev/null | jq -r '.pid // empty' 2>/dev/null)
+		[ -n "$PYPID" ] && grep -q "pid $PYPID: Python" "$PDIR/agent.log" && break
+		sleep 0.1
+	done
+	touch "$PDIR/go"
+	wait "$PYP" 2>/dev/null
+	kill -INT "$PAP" 2>/dev/null
+	wait "$PAP" 2>/dev/null
+	echo "  $(grep -o "Python [0-9.]* frames sampled.*" "$PDIR/agent.log" | head -n 1)"
+	echo "  the slow step's anomaly and its suspects:"
+	jq -r 'select(.type == "anomaly" and .dur_ns >= 150000000) |
+		"    \(.kind), \(.dur_ns / 1e6 | floor) ms (expected \(.expected_ns / 1e6 * 10 | floor / 10) ms):",
+		(.suspects[] | "      \(.what): \(.evidence)")' "$POUT" | head -n 5
+	echo "  the engine thread's Python profile over the run (python_profile records, innermost first):"
+	jq -s -r '[.[] | select(.type == "python_profile")] | group_by(.stack | map(.function)) |
+		map({s: (map(.samples) | add), f: (.[0].stack | map("\(.function):\(.line)") | join(" <- "))}) |
+		sort_by(-.s) | .[:4][] | "    \(.s) samples  \(.f)"' "$POUT"
+	echo "  (all of it: $POUT; docs/operations.md, \"Python frames\")"
+	echo
+fi
+
+# 0b. which rank everyone waited for. Four processes
 #    are the four ranks of one NCCL communicator (the NCCL double of
 #    tests/fakes, same ABI as libnccl.so.2, whose all-reduce waits for every
 #    rank: no GPU needed); rank 3 comes 300 ms late to all-reduce #4. The
