@@ -40,11 +40,12 @@
 #include "sources.h"
 #include "elfscan.h"
 #include "python_layout.h"
+#include "utf8.h"
 #include "util.h"
 
 #define PY_SYMS_MAX 8192  /* code objects named per process */
 #define PY_STACKS_MAX 256 /* distinct (thread, stack) per process and interval */
-#define PY_FILES_MAX 64	  /* python files read (a cache for the agent's lifetime) */
+#define PY_FILES_MAX 4096 /* python files remembered; past it, the oldest is read again */
 #define PY_NAME_MAX 128	  /* characters of a qualified name or file kept */
 
 /* a file whose name says python: what its symbols are */
@@ -88,9 +89,9 @@ struct pyproc {
 struct pysrc {
 	enum { PY_OFF, PY_UNAVAILABLE, PY_RUNNING } state;
 	char error[160];
-	int cpus; /* CPUs the sampler runs on */
-	struct py_file files[PY_FILES_MAX];
-	int n_files;
+	int cpus;	       /* CPUs the sampler runs on */
+	struct py_file *files; /* a cache by (dev, ino), for the agent's lifetime */
+	size_t n_files, cap_files, next_out;
 	uint64_t procs, unsupported, samples, frames, symbols, unnamed, unknown_proc,
 	    stacks_dropped, profiles;
 };
@@ -134,6 +135,8 @@ int python_start(struct agent *a)
 
 void python_stop(struct agent *a)
 {
+	if (a->python)
+		free(a->python->files);
 	free(a->python);
 	a->python = NULL;
 }
@@ -197,12 +200,17 @@ static struct py_file *file_get(struct pysrc *s, uint32_t pid, dev_t dev, ino_t 
 	struct py_file *f;
 	int err;
 
-	for (int i = 0; i < s->n_files; i++)
+	for (size_t i = 0; i < s->n_files; i++)
 		if (s->files[i].dev == dev && s->files[i].ino == ino)
 			return &s->files[i];
-	if (s->n_files == PY_FILES_MAX)
-		return NULL;
-	f = &s->files[s->n_files];
+	if (s->n_files == PY_FILES_MAX) {
+		f = &s->files[s->next_out++ % PY_FILES_MAX]; /* the oldest goes */
+	} else {
+		if (grow_array((void **)&s->files, &s->cap_files, s->n_files, sizeof(*s->files),
+			       16))
+			return NULL;
+		f = &s->files[s->n_files];
+	}
 	memset(f, 0, sizeof(*f));
 	f->dev = dev;
 	f->ino = ino;
@@ -213,10 +221,12 @@ static struct py_file *file_get(struct pysrc *s, uint32_t pid, dev_t dev, ino_t 
 	if (err < 0 && err != -ENOEXEC) {
 		pr_debug("pid %u: cannot read %s for Python symbols: %s", pid, full,
 			 strerror(-err));
-		return NULL; /* not cached: read again at the next scan */
+		f->ino = 0; /* not cached (no mapping has inode 0): read again at the next scan */
+		return NULL;
 	}
 	f->runtime = f->sym_runtime && ss.found;
-	s->n_files++;
+	if (s->n_files < PY_FILES_MAX)
+		s->n_files++;
 	return f;
 }
 
@@ -381,7 +391,7 @@ static bool read_str(uint32_t pid, const struct py_layout *l, uint64_t addr, cha
 	kind = PY_STR_KIND(state);
 	if (!PY_STR_COMPACT(state) || (kind != 1 && kind != 2 && kind != 4) || len > 1u << 20)
 		return false;
-	n = len < (out_sz - 1) / 4 ? len : (out_sz - 1) / 4; /* characters that surely fit */
+	n = len < out_sz - 1 ? len : out_sz - 1; /* each character is a byte at least */
 	if (n * kind > sizeof(raw))
 		n = sizeof(raw) / kind;
 	if (n &&
@@ -394,24 +404,16 @@ static bool read_str(uint32_t pid, const struct py_layout *l, uint64_t addr, cha
 					 : (uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 |
 					       (uint32_t)raw[4 * i + 2] << 16 |
 					       (uint32_t)raw[4 * i + 3] << 24;
+		char u[4];
+		int k;
 
 		if (c < 0x20 || c == 0x7f || (c >= 0xd800 && c < 0xe000) || c > 0x10ffff)
 			c = '?'; /* no control characters or lone surrogates in a record */
-		if (c < 0x80) {
-			out[o++] = (char)c;
-		} else if (c < 0x800) {
-			out[o++] = (char)(0xc0 | c >> 6);
-			out[o++] = (char)(0x80 | (c & 0x3f));
-		} else if (c < 0x10000) {
-			out[o++] = (char)(0xe0 | c >> 12);
-			out[o++] = (char)(0x80 | (c >> 6 & 0x3f));
-			out[o++] = (char)(0x80 | (c & 0x3f));
-		} else {
-			out[o++] = (char)(0xf0 | c >> 18);
-			out[o++] = (char)(0x80 | (c >> 12 & 0x3f));
-			out[o++] = (char)(0x80 | (c >> 6 & 0x3f));
-			out[o++] = (char)(0x80 | (c & 0x3f));
-		}
+		k = utf8_put(c, u);
+		if (o + (size_t)k > out_sz - 1)
+			break; /* cut at a character, never inside one */
+		memcpy(out + o, u, (size_t)k);
+		o += (size_t)k;
 	}
 	out[o] = 0;
 	return true;

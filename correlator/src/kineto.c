@@ -18,6 +18,7 @@
 
 #include "collective.h"
 #include "internal.h"
+#include "utf8.h"
 
 #define MAX_DEPTH 256
 #define NAME_MAX_LEN 4096
@@ -141,16 +142,7 @@ static void unescape(const struct span *in, char *dst, size_t dsz)
 								   : h - '0');
 			}
 			/* BMP to UTF-8; surrogate halves pass through as-is */
-			if (v < 0x80) {
-				dst[o++] = (char)v;
-			} else if (v < 0x800) {
-				dst[o++] = (char)(0xc0 | v >> 6);
-				dst[o++] = (char)(0x80 | (v & 0x3f));
-			} else {
-				dst[o++] = (char)(0xe0 | v >> 12);
-				dst[o++] = (char)(0x80 | ((v >> 6) & 0x3f));
-				dst[o++] = (char)(0x80 | (v & 0x3f));
-			}
+			o += (size_t)utf8_put(v, dst + o);
 			break;
 		}
 		default:

@@ -10,13 +10,15 @@
  *   - the thread list: the main thread's state, then a state that is its
  *     own next (a cycle no thread matches: the second thread's walk ends
  *     after its bound, and it has no samples);
- *   - the frames: five frames in a cycle (the walk stops at its depth,
+ *   - the frames: six frames in a cycle (the walk stops at its depth,
  *     truncated), whose code objects are: a name with control characters
  *     and quotes and a Latin-1 file name (named, cleaned: "a?b?\"c" in
  *     "/tmp/caf\u00e9.py"); one whose type is not PyCode_Type; one whose name
  *     claims 2^40 characters; one whose name points at unmapped memory;
  *     one whose name is UCS-4 with a surrogate and a code point past
- *     U+10FFFF (named "x??"). The last four have no name ("?").
+ *     U+10FFFF (named "x??"); one whose name is 300 Latin-1 "\u00e9" (cut at
+ *     a character: 63 of them, 126 bytes). The second to fourth have no
+ *     name ("?").
  *
  * Offsets: agent/sources/python_layout.h's 3.11 entry.
  */
@@ -38,8 +40,9 @@ EXPORT unsigned long Py_Version = 0x030b02f0UL;
 EXPORT unsigned char _PyRuntime[4096];
 EXPORT unsigned char PyCode_Type[256];
 
-static unsigned char interp[256], tstate[2][512], cframe[64], frames[5][128], codes[5][256];
-static unsigned char strs[5][256];
+#define NF 6
+static unsigned char interp[256], tstate[2][512], cframe[64], frames[NF][128], codes[NF][256];
+static unsigned char strs[NF][512];
 
 static void put64(unsigned char *base, unsigned off, uint64_t v)
 {
@@ -74,6 +77,7 @@ int main(int argc, char **argv)
 {
 	const struct py_layout *l = py_layout_of(3, 11);
 	static const uint32_t ucs4[3] = {'x', 0xd800, 0x110000};
+	unsigned char latin[300];
 	double secs = argc > 1 ? atof(argv[1]) : 3;
 	struct timespec t0, t;
 	volatile uint64_t n = 0;
@@ -90,9 +94,9 @@ int main(int argc, char **argv)
 	put64(tstate[1], l->tstate_next, (uintptr_t)tstate[1]);
 	put64(tstate[0], l->tstate_frame, (uintptr_t)cframe);
 	put64(cframe, l->cframe_frame, (uintptr_t)frames[0]);
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < NF; i++) {
 		put64(frames[i], l->frame_code, (uintptr_t)codes[i]);
-		put64(frames[i], l->frame_previous, (uintptr_t)frames[(i + 1) % 5]);
+		put64(frames[i], l->frame_previous, (uintptr_t)frames[(i + 1) % NF]);
 		put64(codes[i], 8, (uintptr_t)PyCode_Type);
 		put64(codes[i], l->code_qualname, (uintptr_t)strs[i]);
 		put64(codes[i], l->code_filename, (uintptr_t)strs[1]);
@@ -105,6 +109,8 @@ int main(int argc, char **argv)
 	make_str(l, strs[2], 1, 1, 1ULL << 40, "huge", 4);
 	put64(codes[3], l->code_qualname, 16); /* unmapped */
 	make_str(l, strs[4], 4, 0, 3, ucs4, sizeof(ucs4));
+	memset(latin, 0xe9, sizeof(latin));
+	make_str(l, strs[5], 1, 0, sizeof(latin), latin, sizeof(latin));
 
 	if (pthread_create(&th, NULL, spin2, &tid2))
 		return 1;

@@ -38,12 +38,13 @@
 #                    code objects that are not, names of 2^40 characters,
 #                    pointers to unmapped memory, control characters,
 #                    Latin-1 and UCS-4 names with a surrogate and a code
-#                    point past U+10FFFF. The agent runs on: 32 frames,
-#                    truncated; the named frames clean (valid UTF-8, "?"
-#                    for what a record must not hold), the rest "?" and
-#                    counted once each (stats.python.unnamed 3, symbols
-#                    2); the thread that no state matches has no samples;
-#                    the agent exits 0
+#                    point past U+10FFFF, a name of 300 characters. The
+#                    agent runs on: 32 frames, truncated; the named frames
+#                    clean (valid UTF-8, "?" for what a record must not
+#                    hold, the long name cut at a character: 63 of 2 bytes),
+#                    the rest "?" and counted once each
+#                    (stats.python.unnamed 3, symbols 3); the thread that
+#                    no state matches has no samples; the agent exits 0
 #   python_unloadable: a kernel whose verifier refuses the sampler
 #                    (INFERTRACE_BREAK_PY_SAMPLER makes it unloadable): auto
 #                    says so in one warning and loads the rest (the steps
@@ -191,7 +192,7 @@ else
 	declare -A vpid vtid vhelp
 	for vp in "${vers[@]}"; do
 		v=${vp%%:*} p=${vp#*:}
-		py_run "v$v" "$p" 12 5 150 1
+		py_run "v$v" "$p" 12 5 400 1
 		vpid[$v]=$PYPID vtid[$v]=$PYTID vhelp[$v]=$PYHELPER
 	done
 	sleep 0.6
@@ -256,9 +257,12 @@ if num "$FPID"; then
 	want='[{"function":"a?b?\"c","file":"/tmp/café.py","line":10},{"function":"?"},{"function":"?"},{"function":"?"},{"function":"x??","file":"/tmp/café.py","line":14}]'
 	expect "frames cleaned: $first" \
 		eqs "$first" "$want"
+	long=$(echo "$recs" | jq -r '.[0].stack[5].function')
+	expect "a long name cut at a character: ${#long} characters, $(printf %s "$long" | wc -c) bytes" \
+		eqs "${#long}:$(printf %s "$long" | wc -c):${long//é/}" "63:126:"
 	st=$(jqo -r '[.[] | select(.type=="stats")] | last | .python | [.unnamed, .symbols] | map(tostring) | join(",")')
-	expect "unnamed 3, symbols 2: $st" \
-		eqs "$st" "3,2"
+	expect "unnamed 3, symbols 3: $st" \
+		eqs "$st" "3,3"
 fi
 report python_forged
 
