@@ -52,6 +52,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# agent_bg LOG OUT [options]: an agent of a part of its own, writing OUT, its
+# log in LOG; returns once it runs (or after 10 s); its pid in BGA
+agent_bg() {
+	local log=$1 out=$2 i
+	shift 2
+	"$AGENT" -o "$out" "$@" 2>"$log" &
+	BGA=$!
+	PIDS+=("$BGA")
+	for ((i = 0; i < 200; i++)); do
+		grep -q 'running in' "$log" 2>/dev/null && break
+		sleep 0.05
+	done
+}
+
 cat <<EOF
 
   infertrace demo
@@ -90,13 +104,8 @@ if [ -x /usr/bin/python3 ] && [ -f "$USDT_LIB" ] && [ -f "$PY_STEPS" ] && comman
 	rm -rf "$PDIR" "$POUT"
 	mkdir -p "$PDIR"
 	bold "What the host ran while the GPU waited: a Python engine's frames, sampled in the kernel"
-	"$AGENT" -i 0.25 -o "$POUT" 2>"$PDIR/agent.log" &
-	PAP=$!
-	PIDS+=("$PAP")
-	for ((i = 0; i < 200; i++)); do
-		grep -q 'running in' "$PDIR/agent.log" 2>/dev/null && break
-		sleep 0.05
-	done
+	agent_bg "$PDIR/agent.log" "$POUT" -i 0.25
+	PAP=$BGA
 	/usr/bin/python3 "$PY_STEPS" /usr/local/cuda/lib64/libcudart.so "$USDT_LIB" "$PDIR/go" 80 60 200 \
 		>"$PDIR/engine.out" 2>"$PDIR/engine.err" &
 	PYP=$!
@@ -136,13 +145,8 @@ if [ -x "$NCCL_CALLS" ] && [ -f "$FAKE_NCCL" ] && command -v jq >/dev/null; then
 	rm -rf "$NDIR" "$NOUT"
 	mkdir -p "$NDIR"
 	bold "A slow rank: 4 ranks of one NCCL communicator, rank 3 late to all-reduce #4"
-	"$AGENT" -i 0.25 -o "$NOUT" 2>"$NDIR/agent.log" &
-	NAP=$!
-	PIDS+=("$NAP")
-	for ((i = 0; i < 200; i++)); do
-		grep -q 'running in' "$NDIR/agent.log" 2>/dev/null && break
-		sleep 0.05
-	done
+	agent_bg "$NDIR/agent.log" "$NOUT" -i 0.25
+	NAP=$BGA
 	ID=$((0x20 + RANDOM % 0x50))
 	RANKS=()
 	for r in 0 1 2 3; do
