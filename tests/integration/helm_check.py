@@ -343,6 +343,15 @@ def check_rendered(label, docs, values, table, table_src):
         want = get(*path)
         if want and seen.get(k) != str(want):
             problems.append(f"{k} = {seen.get(k)!r}, values say {want!r}")
+    # auto|on|off values: an unquoted YAML on/off (a boolean) is the word it was
+    for k, path in (("gpu-telemetry", ("agent", "gpuTelemetry", "mode")),
+                    ("python-stacks", ("agent", "pythonStacks", "mode"))):
+        v = get(*path)
+        want = {True: "on", False: "off"}.get(v, str(v)) if isinstance(v, bool) else str(v)
+        if seen.get(k) != want:
+            problems.append(f"{k} = {seen.get(k)!r}, values say {v!r}")
+    if seen.get("python-hz") != str(get("agent", "pythonStacks", "hz")):
+        problems.append(f"python-hz = {seen.get('python-hz')!r}")
     # workloads mount <runHostPath>/shim at /run/infertrace (NOTES.txt) and
     # the shim looks for /run/infertrace/shim.sock by default
     shim = seen.get("shim-socket", "/run/infertrace/shim.sock")

@@ -78,10 +78,11 @@ agent.sock under /run/infertrace (agent/main.c, agent/control/control_proto.h).
 {{- define "infertrace.shimImagePath" -}}/usr/lib/infertrace/libinfertrace_cupti.so{{- end }}
 
 {{/*
---gpu-telemetry from agent.gpuTelemetry.mode: YAML reads an unquoted off as
-false (and on as true), so those are taken as the words they were written as.
+An auto|on|off value (agent.gpuTelemetry.mode, agent.pythonStacks.mode): YAML
+reads an unquoted off as false (and on as true), so those are taken as the
+words they were written as.
 */}}
-{{- define "infertrace.gpuTelemetry" -}}
-{{- $m := toString .Values.agent.gpuTelemetry.mode -}}
+{{- define "infertrace.autoOnOff" -}}
+{{- $m := toString . -}}
 {{- if eq $m "false" }}off{{ else if eq $m "true" }}on{{ else }}{{ $m }}{{ end -}}
 {{- end }}
