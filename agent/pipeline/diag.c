@@ -366,50 +366,89 @@ void diag_on_py_sample(struct diag *d, uint32_t pid, uint32_t tid, uint64_t ts, 
 }
 
 /*
- * The "python" suspect: what the processes of instance (rank, where >= 0)
- * ran in Python during [start, end]: the thread and innermost frames found
- * most often, with how many of that thread's samples found them there.
- * Two samples at least (one is 20 ms of evidence at 49 Hz).
+ * The (thread, innermost frames) that samples of p found most often during
+ * [start, end], only of thread tid where tid is not 0: false when none.
+ * *n: how often, *of: that thread's samples in the window.
  */
-static bool python_evidence(const struct diag *d, const char *instance, int32_t rank,
-			    uint64_t start, uint64_t end, struct diag_suspect *out)
+static const struct py_sample *py_top(const struct diag_py *py, uint64_t start, uint64_t end,
+				      uint32_t tid, uint32_t *n, uint32_t *of)
 {
+	const struct py_sample *best = NULL;
+
+	*n = *of = 0;
+	for (uint32_t k = 0; k < py->n; k++) {
+		const struct py_sample *x = &py->s[k];
+		uint32_t same = 0, all = 0;
+
+		if (x->ts < start || x->ts > end || (tid && x->tid != tid))
+			continue;
+		for (uint32_t j = 0; j < py->n; j++) {
+			const struct py_sample *y = &py->s[j];
+
+			if (y->ts < start || y->ts > end || y->tid != x->tid)
+				continue;
+			all++;
+			same += !strcmp(y->where, x->where);
+		}
+		if (same > *n) {
+			best = x;
+			*n = same;
+			*of = all;
+		}
+	}
+	return best;
+}
+
+/*
+ * The "python" suspect: what the flagged step's process ran in Python
+ * during the step. Its own thread first: the frames found most often in
+ * its samples. A thread with fewer than two there was off the CPU or
+ * outside Python (waiting for the GIL, for one): then the thread of the
+ * process whose frames were found most, named as another. An anomaly of no one step (peers)
+ * looks at every process of its instance (and rank). Two samples at least
+ * (one is 20 ms of evidence at 49 Hz).
+ */
+static bool python_evidence(const struct diag *d, const struct diag_anomaly *an,
+			    struct diag_suspect *out)
+{
+	uint64_t start = an->step_start_ns, end = an->step_start_ns + an->dur_ns;
 	const struct py_sample *best = NULL;
 	uint32_t best_n = 0, best_of = 0;
 
-	if (!d->pdev || !instance)
+	if (!d->pdev)
 		return false;
 	for (uint32_t i = 0; i < STEP_PIDS; i++) {
 		const struct diag_pdev *p = d->pdev[i];
+		const struct py_sample *x;
+		uint32_t n, of;
 
-		if (!p || !p->py || strcmp(p->instance, instance) || (rank >= 0 && p->rank != rank))
+		if (!p || !p->py)
 			continue;
-		for (uint32_t k = 0; k < p->py->n; k++) {
-			const struct py_sample *x = &p->py->s[k];
-			uint32_t same = 0, of = 0;
-
-			if (x->ts < start || x->ts > end)
-				continue;
-			for (uint32_t j = 0; j < p->py->n; j++) {
-				const struct py_sample *y = &p->py->s[j];
-
-				if (y->ts < start || y->ts > end || y->tid != x->tid)
-					continue;
-				of++;
-				same += !strcmp(y->where, x->where);
-			}
-			if (same > best_n) {
-				best = x;
-				best_n = same;
-				best_of = of;
-			}
+		if (an->pid ? p->pid != an->pid
+			    : !an->instance || strcmp(p->instance, an->instance) ||
+				  (an->rank >= 0 && p->rank != an->rank))
+			continue;
+		x = an->tid ? py_top(p->py, start, end, an->tid, &n, &of) : NULL;
+		if (!x || n < 2)
+			x = py_top(p->py, start, end, 0, &n, &of);
+		if (x && n > best_n) {
+			best = x;
+			best_n = n;
+			best_of = of;
 		}
 	}
 	if (!best || best_n < 2)
 		return false;
 	out->what = "python";
-	snprintf(out->evidence, sizeof(out->evidence), "thread %u ran %.116s in %u of %u samples",
-		 best->tid, best->where, best_n, best_of);
+	if (!an->tid || best->tid == an->tid)
+		snprintf(out->evidence, sizeof(out->evidence),
+			 "thread %u ran %.116s in %u of %u samples", best->tid, best->where, best_n,
+			 best_of);
+	else
+		snprintf(out->evidence, sizeof(out->evidence),
+			 "thread %u ran %.72s in %u of %u samples; the step's own thread %u was "
+			 "seldom in Python on a CPU",
+			 best->tid, best->where, best_n, best_of, an->tid);
 	out->value = best_n;
 	out->ratio = (double)best_n / best_of;
 	return true;
@@ -424,8 +463,7 @@ static void python_suspect(struct diag *d, struct diag_anomaly *an)
 	uint32_t at = an->kind == DIAG_KIND_HOST_STALL && an->n_suspects ? 1 : an->n_suspects;
 	struct diag_suspect s;
 
-	if (!python_evidence(d, an->instance, an->rank, an->step_start_ns,
-			     an->step_start_ns + an->dur_ns, &s))
+	if (!python_evidence(d, an, &s))
 		return;
 	if (at == DIAG_SUSPECTS_MAX)
 		return;

@@ -237,6 +237,7 @@ struct diag_suspect {
 struct diag_anomaly {
 	const char *instance;
 	int32_t rank;
+	uint32_t pid, tid; /* the flagged step's process and thread; 0: not one step's */
 	enum diag_phase phase;
 	uint64_t step_start_ns; /* == the flagged step's start_ns */
 	uint64_t dur_ns;

@@ -1046,6 +1046,8 @@ static void regression(struct diag_det *d, struct dkey *k, const struct diag_ste
 	memset(&an, 0, sizeof(an));
 	an.instance = k->instance;
 	an.rank = k->rank;
+	an.pid = s->pid;
+	an.tid = s->tid;
 	an.phase = k->phase;
 	an.step_start_ns = s->start_ns;
 	an.dur_ns = s->dur_ns;
@@ -1578,6 +1580,8 @@ static int report(struct diag_det *d, struct dkey *k, const struct diag_step *s,
 	k->flag_u = j->jitter ? j->ucl1 : -1;
 	an.instance = k->instance;
 	an.rank = s->rank;
+	an.pid = s->pid;
+	an.tid = s->tid;
 	an.phase = s->phase;
 	an.step_start_ns = s->start_ns;
 	an.dur_ns = s->dur_ns;

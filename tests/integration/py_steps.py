@@ -8,9 +8,11 @@ steps through usdt_lib_steps(): each step calls back into Python, which
 runs decode_step(i): sample_tokens() for about 1 ms, and on step SLOW
 pad_batch() for SLOW_MS first. Lingers 3 s, then ends with {"done": 1}.
 With HELPER 1, a second thread runs background_tokenize() on the CPU until
-the steps end (its native id in the first line's "helper").
+the steps end (its native id in the first line's "helper"). With SLOW_KIND
+sleep, step SLOW sleeps SLOW_MS in wait_for_batch() (off the CPU, the GIL
+released) instead of running pad_batch().
 
-usage: py_steps.py CUDART USDT_LIB GO_FILE STEPS SLOW SLOW_MS [HELPER]
+usage: py_steps.py CUDART USDT_LIB GO_FILE STEPS SLOW SLOW_MS [HELPER [SLOW_KIND]]
 """
 import ctypes
 import json
@@ -22,6 +24,7 @@ import time
 cudart_path, lib_path, go, steps, slow, slow_ms = sys.argv[1:7]
 steps, slow, slow_ms = int(steps), int(slow), float(slow_ms)
 helper = len(sys.argv) > 7 and sys.argv[7] == "1"
+slow_sleep = len(sys.argv) > 8 and sys.argv[8] == "sleep"
 ctypes.CDLL(cudart_path)
 lib = ctypes.CDLL(lib_path)
 done = threading.Event()
@@ -63,11 +66,17 @@ def sample_tokens():
     return spin(1)
 
 
+def wait_for_batch(ms):
+    time.sleep(ms / 1000)
+
+
 step = [0]
 
 
 def decode_step(arg):
-    if step[0] == slow:
+    if step[0] == slow and slow_sleep:
+        wait_for_batch(slow_ms)
+    elif step[0] == slow:
         pad_batch(slow_ms)
     sample_tokens()
     step[0] += 1

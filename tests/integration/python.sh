@@ -24,6 +24,12 @@
 #                    "spin (py_steps.py:L) <- pad_batch (py_steps.py:L)" in
 #                    most of its samples; stats.diag.python_suspects counts
 #                    it; the Prometheus counter counts them
+#   python_other_thread: the same script with a second thread spinning in
+#                    background_tokenize() all along, and step 60 sleeping
+#                    300 ms in wait_for_batch() (the GIL released, off the
+#                    CPU): that step's anomaly names the other thread, its
+#                    frames, and that the step's own thread was seldom in
+#                    Python on a CPU
 #   python_versions: the same script with a second thread spinning in
 #                    background_tokenize() on pyenv's 3.10 (no Py_Version:
 #                    its version from the library's name; threads matched
@@ -56,7 +62,8 @@
 #                    --python-hz or --python-stacks is refused with a line
 #                    naming the option (exit 64)
 source "$(dirname "$0")/lib.sh"
-NAMES=(python_layout python_profile python_versions python_forged python_unloadable python_off)
+NAMES=(python_layout python_profile python_other_thread python_versions python_forged python_unloadable
+	python_off)
 it_preflight "${NAMES[@]}"
 
 PY_STEPS=$IT_ROOT/tests/integration/py_steps.py
@@ -84,12 +91,13 @@ eqs() { [ "$1" = "$2" ]; }
 nes() { [ "$1" != "$2" ]; }
 defline() { grep -n "^def $1(" "$PY_STEPS" | cut -d: -f1; } # the def line of a function
 
-# py_run NAME PYTHON STEPS SLOW SLOW_MS [HELPER]: py_steps.py under the running
-# agent, released once the agent traces it; sets PYPID, PYTID, PYHELPER
+# py_run NAME PYTHON STEPS SLOW SLOW_MS [HELPER [SLOW_KIND]]: py_steps.py under
+# the running agent, released once the agent traces it; sets PYPID, PYTID,
+# PYHELPER
 py_run() {
 	local name=$1 py=$2 out=$T/$1.work go=$T/$1.go
 	PYPID= PYTID= PYHELPER=
-	bg_start "$out" "$py" "$PY_STEPS" "$CUDART" "$USDT_LIB" "$go" "$3" "$4" "$5" "${6:-0}"
+	bg_start "$out" "$py" "$PY_STEPS" "$CUDART" "$USDT_LIB" "$go" "$3" "$4" "$5" "${6:-0}" "${7:-pad}"
 	local wp=$BG_PID
 	wait_line "$out" 20 || { fail_because "$name printed nothing: $(head -c 300 "$out.err")"; return 1; }
 	PYPID=$(head -n 1 "$out" | jq -r .pid)
@@ -179,6 +187,25 @@ if num "$PYPID"; then
 		eqs "$(jqo '[.[] | select(.type=="stats")] | last | .diag.python_suspects >= 1')" true
 fi
 report python_profile
+
+# ---------------------------------------------------- python_other_thread --
+agent_start python_other_thread -i 0.25 || fail_because "agent did not start: $(agent_tail)"
+py_run other "$SYS_PY" 80 60 300 1 sleep
+num "$PYPID" && sleep 3 # the last steps are cut 2 s after their end
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+if num "$PYPID" && num "$PYHELPER"; then
+	l_bg=$(defline background_tokenize)
+	an=$(jqo --argjson pid "$PYPID" '[.[] | select(.type=="anomaly" and .dur_ns >= 300000000)]')
+	expect "one anomaly for the 300 ms step: $(echo "$an" | jq -c '[.[] | [.dur_ns,.kind]]')" \
+		eqs "$(echo "$an" | jq length)" 1
+	ev=$(echo "$an" | jq -r '[.[0].suspects[]? | select(.what=="python")][0].evidence // ""')
+	want="thread $PYHELPER ran background_tokenize (py_steps.py:$l_bg) <- "
+	tail_want="; the step's own thread $PYTID was seldom in Python on a CPU"
+	expect "python evidence '$ev' names the helper thread ($want...$tail_want)" \
+		eqs "$([ "${ev#"$want"}" != "$ev" ] && [ "${ev%"$tail_want"}" != "$ev" ] && echo y)" y
+fi
+report python_other_thread
 
 # -------------------------------------------------------- python_versions --
 vers=()
