@@ -976,6 +976,7 @@ static int run_live(struct agent *a)
 	if (a->opts.summary) {
 		aggregate_print_summary(a, stderr);
 		telem_print_summary(a, stderr);
+		python_print_summary(a, stderr);
 		diag_print_summary(a->diag, stderr);
 	}
 

@@ -456,27 +456,38 @@ struct py_proc {
 	 * matched with the task's fs base (x86-64 glibc: pthread_self() is it)
 	 */
 	__u8 tid_is_pthread;
-	__u8 pad[6];
+	__u8 pad;
+	/*
+	 * where the frame says which instruction it runs: _PyInterpreterFrame
+	 * .prev_instr (3.11, 3.12), .instr_ptr (3.13), PyFrameObject.f_lasti
+	 * (3.10, an int); 8 bytes read, the agent makes the line of it
+	 */
+	__u16 frame_instr;
+	__u8 pad2[2];
 };
 _Static_assert(sizeof(struct py_proc) == 32, "py_proc ABI");
 
 /*
- * EV_PY_STACK, 32 + 8 x n bytes (hdr.size): a traced Python thread's frames
+ * EV_PY_STACK, 32 + 16 x n bytes (hdr.size): a traced Python thread's frames
  * when the sampling timer (--python-hz) found it on a CPU, innermost first:
  * the code object of each frame (PyCodeObject *; 0 for the entry frame a
- * C call leaves, 3.12+), which the agent reads (name, file, first line)
- * from the process. On rb_misc.
+ * C call leaves, 3.12+), which the agent reads (name, file, first line,
+ * line table) from the process, and the 8 bytes at py_proc.frame_instr
+ * (the instruction it runs: its line). On rb_misc.
  */
 #define PY_STACK_DEPTH 32
 #define PY_F_TRUNCATED 1 /* more than PY_STACK_DEPTH frames: the outermost are missing */
 struct py_stack_event {
 	struct event_hdr hdr;
-	__u16 n; /* frames in code[] */
+	__u16 n; /* frames in f[] */
 	__u16 flags;
 	__u32 pad;
-	__u64 code[PY_STACK_DEPTH];
+	struct py_frame {
+		__u64 code;
+		__u64 instr;
+	} f[PY_STACK_DEPTH];
 };
-_Static_assert(sizeof(struct py_stack_event) == 288, "py_stack_event ABI");
+_Static_assert(sizeof(struct py_stack_event) == 544, "py_stack_event ABI");
 
 /*
  * NCCL entry points probed by bpf/nccl.bpf.c (signatures: NCCL 2.28's nccl.h,

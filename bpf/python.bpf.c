@@ -129,14 +129,15 @@ int py_sample(void *ctx)
 
 		if (pp->owner_cstack != 0xff)
 			bpf_probe_read_user(&owner, 1, (const void *)(frame + pp->frame_owner));
-		e->code[i] = owner == pp->owner_cstack ? 0 : code;
+		e->f[i].code = owner == pp->owner_cstack ? 0 : code;
+		e->f[i].instr = read_ptr(frame + pp->frame_instr);
 		frame = read_ptr(frame + pp->frame_previous);
 	}
 	if (frame)
 		e->flags |= PY_F_TRUNCATED;
 	n = i;
 	e->n = n;
-	fill_hdr(&e->hdr, EV_PY_STACK, sizeof(*e) - (PY_STACK_DEPTH - n) * sizeof(e->code[0]), pid,
+	fill_hdr(&e->hdr, EV_PY_STACK, sizeof(*e) - (PY_STACK_DEPTH - n) * sizeof(e->f[0]), pid,
 		 tid, ts_ns);
 	bpf_ringbuf_submit(e, 0);
 	return 0;

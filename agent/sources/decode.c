@@ -35,7 +35,7 @@ static const struct {
     {EV_NCCL_CALL, sizeof(struct nccl_call_event)},
     {EV_NCCL_COMM, sizeof(struct nccl_comm_event)},
     {EV_NCCL_WAKE, sizeof(struct event_hdr)},
-    {EV_PY_STACK, offsetof(struct py_stack_event, code)},
+    {EV_PY_STACK, offsetof(struct py_stack_event, f)},
 };
 
 static json_t *hex(uint64_t v)
@@ -353,7 +353,7 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		const struct py_stack_event *e = data;
 
 		if (e->n > PY_STACK_DEPTH ||
-		    size < offsetof(struct py_stack_event, code) + e->n * sizeof(e->code[0])) {
+		    size < offsetof(struct py_stack_event, f) + e->n * sizeof(e->f[0])) {
 			a->cnt.bad_records++;
 			return 0;
 		}

@@ -12,9 +12,11 @@
  * file's name, python3.10), picks the layout (python_layout.h); the BPF side gets the address of
  * _PyRuntime.interpreters.head and the offsets in py_procs.
  *
- * Naming frames: a sample carries code object addresses. Each is read once
- * per process with process_vm_readv(): its type must be PyCode_Type, then
- * co_qualname, co_filename and co_firstlineno, the strings bounded. A
+ * Naming frames: a sample carries code object addresses and each frame's
+ * instruction. Each code object is read once per process with
+ * process_vm_readv(): its type must be PyCode_Type, then co_qualname,
+ * co_filename and co_firstlineno, the strings bounded; its line table
+ * (co_linetable) once, when a frame of it needs a line, bounded too. A
  * process's memory is the workload's to forge: every read is bounded, a
  * failed or odd read names the frame "?" and is counted, never followed
  * further.
@@ -43,10 +45,14 @@
 #include "utf8.h"
 #include "util.h"
 
-#define PY_SYMS_MAX 8192  /* code objects named per process */
-#define PY_STACKS_MAX 256 /* distinct (thread, stack) per process and interval */
-#define PY_FILES_MAX 4096 /* python files remembered; past it, the oldest is read again */
-#define PY_NAME_MAX 128	  /* characters of a qualified name or file kept */
+#define PY_SYMS_MAX 8192       /* code objects named per process */
+#define PY_STACKS_MAX 256      /* distinct (thread, stack) per process and interval */
+#define PY_FILES_MAX 4096      /* python files remembered; past it, the oldest is read again */
+#define PY_NAME_MAX 128	       /* characters of a qualified name or file kept */
+#define PY_GONE_MAX 16	       /* ended processes --summary remembers */
+#define PY_LT_MAX 8192	       /* bytes of a line table read (lines past them: unknown) */
+#define PY_LT_BUDGET (1 << 20) /* bytes of line tables held per process */
+#define PY_TOP 5	       /* --summary's functions per process */
 
 /* a file whose name says python: what its symbols are */
 struct py_file {
@@ -60,7 +66,10 @@ struct py_file {
 
 struct py_sym {
 	uint64_t code;
-	int32_t line;
+	int32_t first_line; /* co_firstlineno */
+	bool lt_read;	    /* its line table was asked for (lt: NULL when it has none) */
+	uint8_t *lt;
+	uint32_t lt_len;
 	char func[PY_NAME_MAX];
 	char file[PY_NAME_MAX * 2];
 };
@@ -70,7 +79,8 @@ struct py_stack {
 	uint32_t count;
 	uint16_t n, flags;
 	uint32_t hash;
-	int32_t sym[PY_STACK_DEPTH]; /* -1: not named */
+	int32_t sym[PY_STACK_DEPTH];  /* -1: not named */
+	int32_t line[PY_STACK_DEPTH]; /* the line each frame ran; -1: unknown */
 };
 
 /* a traced process that runs a Python the walk knows */
@@ -82,8 +92,13 @@ struct pyproc {
 	size_t n_syms, cap_syms;
 	int32_t *index; /* open addressing by code address: sym + 1, 0 empty */
 	size_t index_cap;
+	size_t lt_bytes; /* line tables held (PY_LT_BUDGET) */
 	struct py_stack stacks[PY_STACKS_MAX];
 	uint32_t n_stacks;
+	/* for --summary: samples, and per symbol those it was the innermost frame of */
+	uint64_t samples;
+	uint32_t *leaf;
+	size_t cap_leaf;
 };
 
 struct pysrc {
@@ -93,7 +108,9 @@ struct pysrc {
 	struct py_file *files; /* a cache by (dev, ino), for the agent's lifetime */
 	size_t n_files, cap_files, next_out;
 	uint64_t procs, unsupported, samples, frames, symbols, unnamed, unknown_proc,
-	    stacks_dropped, profiles;
+	    stacks_dropped, profiles, lines_unknown;
+	char *gone[PY_GONE_MAX]; /* --summary's lines of the last processes that ended */
+	uint64_t n_gone;
 };
 
 static const char *const state_names[] = {"off", "unavailable", "running"};
@@ -135,8 +152,11 @@ int python_start(struct agent *a)
 
 void python_stop(struct agent *a)
 {
-	if (a->python)
+	if (a->python) {
 		free(a->python->files);
+		for (int i = 0; i < PY_GONE_MAX; i++)
+			free(a->python->gone[i]);
+	}
 	free(a->python);
 	a->python = NULL;
 }
@@ -333,6 +353,7 @@ void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, co
 	    .frame_owner = l->frame_owner,
 	    .owner_cstack = l->owner_cstack,
 	    .tid_is_pthread = l->tid_is_pthread,
+	    .frame_instr = l->frame_instr,
 	};
 	err = loader_python_proc(a, p->pid, &pp);
 	if (err) {
@@ -347,9 +368,14 @@ void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, co
 
 static void proc_syms_free(struct pyproc *py)
 {
+	for (size_t i = 0; i < py->n_syms; i++)
+		free(py->syms[i].lt);
 	free(py->syms);
 	free(py->index);
+	free(py->leaf);
 }
+
+static char *proc_summary(const struct proc *p);
 
 static int emit_profile(struct agent *a, struct proc *p, const struct py_stack *st, uint64_t now);
 
@@ -357,9 +383,15 @@ static int emit_profile(struct agent *a, struct proc *p, const struct py_stack *
 void python_detach(struct agent *a, struct proc *p)
 {
 	if (p->py) {
-		for (uint32_t k = 0; a->python && k < p->py->n_stacks; k++)
+		struct pysrc *s = a->python;
+
+		for (uint32_t k = 0; s && k < p->py->n_stacks; k++)
 			if (!emit_profile(a, p, &p->py->stacks[k], now_ns()))
-				a->python->profiles++;
+				s->profiles++;
+		if (s && p->py->samples) { /* --summary remembers the last few */
+			free(s->gone[s->n_gone % PY_GONE_MAX]);
+			s->gone[s->n_gone++ % PY_GONE_MAX] = proc_summary(p);
+		}
 		loader_python_proc(a, p->pid, NULL);
 		proc_syms_free(p->py);
 		free(p->py);
@@ -425,7 +457,7 @@ static bool read_code(uint32_t pid, const struct pyproc *py, uint64_t addr, stru
 	const struct py_layout *l = py->l;
 	unsigned char c[256];
 	uint64_t type, qual, file;
-	int32_t line;
+	int32_t first;
 	size_t need = l->code_qualname + 8;
 
 	if (need > sizeof(c) || !read_mem(pid, addr, c, need))
@@ -435,9 +467,8 @@ static bool read_code(uint32_t pid, const struct pyproc *py, uint64_t addr, stru
 		return false;
 	memcpy(&qual, c + l->code_qualname, sizeof(qual));
 	memcpy(&file, c + l->code_filename, sizeof(file));
-	memcpy(&line, c + l->code_firstlineno, sizeof(line));
-	out->code = addr;
-	out->line = line;
+	memcpy(&first, c + l->code_firstlineno, sizeof(first));
+	*out = (struct py_sym){.code = addr, .first_line = first};
 	if (!read_str(pid, l, qual, out->func, sizeof(out->func)) || !out->func[0])
 		return false;
 	if (!read_str(pid, l, file, out->file, sizeof(out->file)))
@@ -494,7 +525,7 @@ static int32_t sym_of(struct pysrc *s, uint32_t pid, struct pyproc *py, uint64_t
 	/* one that cannot be read is remembered as such: not read at every sample */
 	if (!read_code(pid, py, code, &sym)) {
 		s->unnamed++;
-		sym = (struct py_sym){.code = code, .line = -1};
+		sym = (struct py_sym){.code = code, .first_line = -1};
 	}
 	if (grow_array((void **)&py->syms, &py->cap_syms, py->n_syms, sizeof(*py->syms), 64) ||
 	    !index_put(py, code, (int32_t)py->n_syms))
@@ -511,26 +542,169 @@ static const char *basename_of(const char *path)
 	return b ? b + 1 : path;
 }
 
-static int frame_text(const struct pyproc *py, int32_t sym, char *out, size_t sz)
+/* "func (file:line)": line, or the function's first line where line < 0 */
+static int frame_text(const struct pyproc *py, int32_t sym, int32_t line, char *out, size_t sz)
 {
 	if (sym < 0 || !py->syms[sym].func[0])
 		return snprintf(out, sz, "?");
 	return snprintf(out, sz, "%s (%s:%d)", py->syms[sym].func, basename_of(py->syms[sym].file),
-			py->syms[sym].line);
+			line >= 0 ? line : py->syms[sym].first_line);
+}
+
+/* -------------------------------------------------------------- lines -- */
+
+/* the code object's line table, read once (bounded): false when it has none */
+static bool linetable(uint32_t pid, struct pyproc *py, struct py_sym *sym)
+{
+	const struct py_layout *l = py->l;
+	uint64_t tab = 0, size = 0;
+
+	if (sym->lt_read)
+		return sym->lt != NULL;
+	sym->lt_read = true;
+	if (py->lt_bytes >= PY_LT_BUDGET ||
+	    !read_mem(pid, sym->code + l->code_linetable, &tab, sizeof(tab)) || !tab ||
+	    !read_mem(pid, tab + l->bytes_size, &size, sizeof(size)) || !size)
+		return false;
+	if (size > PY_LT_MAX)
+		size = PY_LT_MAX; /* the lines of what lies past it are unknown */
+	sym->lt = malloc(size);
+	if (sym->lt && !read_mem(pid, tab + l->bytes_data, sym->lt, size)) {
+		free(sym->lt);
+		sym->lt = NULL;
+	}
+	if (!sym->lt)
+		return false;
+	sym->lt_len = (uint32_t)size;
+	py->lt_bytes += size;
+	return true;
+}
+
+/*
+ * 3.10 (PEP 626, Objects/lnotab_notes.txt): (byte delta, line delta) pairs
+ * from the first line at address 0; a line delta of -128: no line. The
+ * line of the instruction at byte offset addr; -1: none
+ */
+static int32_t line_626(const uint8_t *t, uint32_t len, int32_t line, uint64_t addr)
+{
+	uint64_t end = 0;
+
+	for (uint32_t i = 0; i + 1 < len; i += 2) {
+		uint64_t start = end;
+		int8_t ld = (int8_t)t[i + 1];
+		int32_t at = ld == -128 ? -1 : (line += ld);
+
+		end += t[i];
+		if (addr >= start && addr < end)
+			return at;
+	}
+	return -1;
+}
+
+/* the location table's varints: 6 bits a byte, low first, bit 6 says more */
+static uint32_t varint(const uint8_t *t, uint32_t len, uint32_t *i)
+{
+	uint32_t v = 0, shift = 0;
+	uint8_t b;
+
+	do {
+		if (*i >= len)
+			return v;
+		b = t[(*i)++];
+		v |= (uint32_t)(b & 63) << shift;
+		shift += 6;
+	} while ((b & 64) && shift < 30);
+	return v;
+}
+
+static int32_t svarint(const uint8_t *t, uint32_t len, uint32_t *i)
+{
+	uint32_t u = varint(t, len, i);
+
+	return u & 1 ? -(int32_t)(u >> 1) : (int32_t)(u >> 1);
+}
+
+/*
+ * 3.11+ (PEP 657, CPython's Objects/locations.md): entries of a first byte
+ * 1CCCCLLL (code C, L + 1 code units) and what the code says follows: 15 no
+ * location; 14 line delta (svarint) and three varints; 13 line delta; 10-12
+ * line delta C - 10 and two bytes; 0-9 one byte, same line. The line of
+ * code unit unit; -1: none, or a table that does not read as one
+ */
+static int32_t line_657(const uint8_t *t, uint32_t len, int32_t line, uint64_t unit)
+{
+	uint64_t at = 0;
+	uint32_t i = 0;
+
+	while (i < len) {
+		uint8_t b = t[i++];
+		uint32_t code = b >> 3 & 15, n = (b & 7) + 1;
+		int32_t here = line;
+
+		if (!(b & 0x80))
+			return -1;
+		if (code == 15) {
+			here = -1;
+		} else if (code == 14) {
+			here = line += svarint(t, len, &i);
+			for (int k = 0; k < 3; k++)
+				varint(t, len, &i);
+		} else if (code == 13) {
+			here = line += svarint(t, len, &i);
+		} else if (code >= 10) {
+			here = line += (int32_t)code - 10;
+			i += 2;
+		} else {
+			i += 1;
+		}
+		if (unit >= at && unit < at + n)
+			return here;
+		at += n;
+	}
+	return -1;
+}
+
+/* the line a frame of sym runs, from its instruction (py_proc.frame_instr); -1: unknown */
+static int32_t line_of(struct pysrc *s, uint32_t pid, struct pyproc *py, int32_t si, uint64_t instr)
+{
+	const struct py_layout *l = py->l;
+	struct py_sym *sym;
+	int32_t line = -1;
+
+	if (si < 0 || !py->syms[si].func[0])
+		return -1;
+	sym = &py->syms[si];
+	if (linetable(pid, py, sym)) {
+		if (l->lines == PY_LINES_626) {
+			int32_t lasti = (int32_t)(uint32_t)instr; /* f_lasti: code units; -1 */
+
+			if (lasti >= 0)
+				line = line_626(sym->lt, sym->lt_len, sym->first_line,
+						(uint64_t)lasti * 2);
+		} else if (instr >= sym->code + l->code_code &&
+			   instr - (sym->code + l->code_code) < 2ULL << 24) {
+			line = line_657(sym->lt, sym->lt_len, sym->first_line,
+					(instr - (sym->code + l->code_code)) / 2);
+		}
+	}
+	if (line < 0)
+		s->lines_unknown++;
+	return line;
 }
 
 static void stack_count(struct pysrc *s, struct pyproc *py, uint32_t tid, const int32_t *sym,
-			uint16_t n, uint16_t flags)
+			const int32_t *line, uint16_t n, uint16_t flags)
 {
 	uint32_t h = tid * 2654435761u ^ n;
 	struct py_stack *st;
 
 	for (uint16_t i = 0; i < n; i++)
-		h = (h ^ (uint32_t)sym[i]) * 16777619u;
+		h = ((h ^ (uint32_t)sym[i]) * 16777619u ^ (uint32_t)line[i]) * 16777619u;
 	for (uint32_t i = 0; i < py->n_stacks; i++) {
 		st = &py->stacks[i];
 		if (st->hash == h && st->tid == tid && st->n == n && st->flags == flags &&
-		    !memcmp(st->sym, sym, n * sizeof(*sym))) {
+		    !memcmp(st->sym, sym, n * sizeof(*sym)) &&
+		    !memcmp(st->line, line, n * sizeof(*line))) {
 			st->count++;
 			return;
 		}
@@ -542,13 +716,33 @@ static void stack_count(struct pysrc *s, struct pyproc *py, uint32_t tid, const 
 	st = &py->stacks[py->n_stacks++];
 	*st = (struct py_stack){.tid = tid, .count = 1, .n = n, .flags = flags, .hash = h};
 	memcpy(st->sym, sym, n * sizeof(*sym));
+	memcpy(st->line, line, n * sizeof(*line));
+}
+
+/* room in py->leaf for symbol i, new slots zeroed: false without memory */
+static bool leaf_room(struct pyproc *py, size_t i)
+{
+	size_t cap = py->cap_leaf;
+	uint32_t *l;
+
+	if (i < cap)
+		return true;
+	while (cap <= i)
+		cap = cap ? 2 * cap : 64;
+	l = realloc(py->leaf, cap * sizeof(*l));
+	if (!l)
+		return false;
+	memset(l + py->cap_leaf, 0, (cap - py->cap_leaf) * sizeof(*l));
+	py->leaf = l;
+	py->cap_leaf = cap;
+	return true;
 }
 
 void python_on_stack(struct agent *a, const struct py_stack_event *e)
 {
 	struct pysrc *s = a->python;
 	struct proc *p = proc_find_live(a, e->hdr.pid);
-	int32_t sym[PY_STACK_DEPTH];
+	int32_t sym[PY_STACK_DEPTH], line[PY_STACK_DEPTH];
 	char where[192];
 	uint16_t n = 0;
 	int o;
@@ -559,20 +753,31 @@ void python_on_stack(struct agent *a, const struct py_stack_event *e)
 		s->unknown_proc++; /* it exited, or exec'd, since the sample */
 		return;
 	}
-	for (uint16_t i = 0; i < e->n; i++)
-		if (e->code[i]) /* 0: a C call's entry frame (3.12+), no function */
-			sym[n++] = sym_of(s, p->pid, p->py, e->code[i]);
+	for (uint16_t i = 0; i < e->n; i++) {
+		if (!e->f[i].code)
+			continue; /* a C call's entry frame (3.12+), no function */
+		sym[n] = sym_of(s, p->pid, p->py, e->f[i].code);
+		line[n] = line_of(s, p->pid, p->py, sym[n], e->f[i].instr);
+		n++;
+	}
 	if (!n)
 		return;
 	s->samples++;
 	s->frames += n;
-	stack_count(s, p->py, e->hdr.tid, sym, n, e->flags);
-	/* diagnosis gets the innermost two: what ran, and what called it */
-	o = frame_text(p->py, sym[0], where, sizeof(where));
+	p->py->samples++;
+	if (sym[0] >= 0 && leaf_room(p->py, (size_t)sym[0]))
+		p->py->leaf[sym[0]]++;
+	stack_count(s, p->py, e->hdr.tid, sym, line, n, e->flags);
+	/*
+	 * diagnosis gets the innermost two: what ran (by its first line, so
+	 * that the samples of one function count together), and the line
+	 * that called it
+	 */
+	o = frame_text(p->py, sym[0], -1, where, sizeof(where));
 	if (n > 1 && o > 0 && (size_t)o < sizeof(where)) {
 		char caller[160];
 
-		frame_text(p->py, sym[1], caller, sizeof(caller));
+		frame_text(p->py, sym[1], line[1], caller, sizeof(caller));
 		snprintf(where + o, sizeof(where) - (size_t)o, " <- %s", caller);
 	}
 	diag_on_py_sample(a->diag, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, where);
@@ -594,10 +799,16 @@ static int emit_profile(struct agent *a, struct proc *p, const struct py_stack *
 		if (sym && !sym->func[0])
 			sym = NULL; /* its code object could not be read */
 
+		if (!sym) {
+			json_array_append_new(frames, json_pack("{s:s}", "function", "?"));
+			continue;
+		}
 		json_array_append_new(
-		    frames, sym ? json_pack("{s:o,s:o,s:i}", "function", rec_string(sym->func),
-					    "file", rec_string(sym->file), "line", sym->line)
-				: json_pack("{s:s}", "function", "?"));
+		    frames, json_pack("{s:o,s:o,s:i}", "function", rec_string(sym->func), "file",
+				      rec_string(sym->file), "first_line", sym->first_line));
+		if (st->line[i] >= 0)
+			json_object_set_new(json_array_get(frames, json_array_size(frames) - 1),
+					    "line", json_integer(st->line[i]));
 	}
 	json_object_set_new(o, "samples", json_integer(st->count));
 	json_object_set_new(o, "hz", json_integer(a->opts.python_hz));
@@ -632,15 +843,86 @@ void python_stats(struct agent *a, json_t *r)
 
 	if (!s)
 		return;
-	o = json_pack("{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "state",
+	o = json_pack("{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "state",
 		      state_names[s->state], "hz", (int)a->opts.python_hz, "cpus", s->cpus,
 		      "processes", (json_int_t)s->procs, "unsupported", (json_int_t)s->unsupported,
 		      "samples", (json_int_t)s->samples, "frames", (json_int_t)s->frames, "symbols",
 		      (json_int_t)s->symbols, "unnamed", (json_int_t)s->unnamed, "unknown_process",
 		      (json_int_t)s->unknown_proc, "stacks_dropped", (json_int_t)s->stacks_dropped,
-		      "profiles", (json_int_t)s->profiles);
+		      "profiles", (json_int_t)s->profiles, "lines_unknown",
+		      (json_int_t)s->lines_unknown);
 	if (o && s->error[0])
 		json_object_set_new(o, "error", rec_string(s->error));
 	if (o)
 		json_object_set_new(r, "python", o);
+}
+
+/* ------------------------------------------------------------ --summary -- */
+
+/* the process's line and its PY_TOP innermost functions, malloc'd */
+static char *proc_summary(const struct proc *p)
+{
+	const struct pyproc *py = p->py;
+	uint32_t top[PY_TOP] = {0};
+	int32_t topi[PY_TOP];
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return NULL;
+	for (int k = 0; k < PY_TOP; k++)
+		topi[k] = -1;
+	for (size_t i = 0; i < py->cap_leaf && i < py->n_syms; i++)
+		for (int k = 0; k < PY_TOP; k++)
+			if (py->leaf[i] > top[k]) {
+				memmove(&top[k + 1], &top[k], (PY_TOP - 1 - k) * sizeof(top[0]));
+				memmove(&topi[k + 1], &topi[k], (PY_TOP - 1 - k) * sizeof(topi[0]));
+				top[k] = py->leaf[i];
+				topi[k] = (int32_t)i;
+				break;
+			}
+	fprintf(f, "  pid %u (%s, Python %s): %llu samples; innermost frames found most:\n", p->pid,
+		p->comm, py->version, (unsigned long long)py->samples);
+	for (int k = 0; k < PY_TOP && topi[k] >= 0; k++) {
+		char where[PY_NAME_MAX * 3];
+
+		frame_text(py, topi[k], -1, where, sizeof(where));
+		fprintf(f, "    %6u  %3.0f%%  %s\n", top[k], 100.0 * top[k] / py->samples, where);
+	}
+	fclose(f);
+	return buf;
+}
+
+void python_print_summary(struct agent *a, FILE *out)
+{
+	struct pysrc *s = a->python;
+
+	if (!s)
+		return;
+	fprintf(out, "\nPython frames (--python-stacks, %u Hz)\n", a->opts.python_hz);
+	if (s->state != PY_RUNNING) {
+		fprintf(out, "  not sampled: %s\n", s->error);
+		return;
+	}
+	fprintf(out, "  %llu samples of %llu processes", (unsigned long long)s->samples,
+		(unsigned long long)s->procs);
+	if (s->unsupported)
+		fprintf(out, "; %llu with a Python not walked", (unsigned long long)s->unsupported);
+	fprintf(out, "\n");
+	if (s->n_gone > PY_GONE_MAX)
+		fprintf(out, "  (%llu ended earlier, not shown; the last %d:)\n",
+			(unsigned long long)(s->n_gone - PY_GONE_MAX), PY_GONE_MAX);
+	for (uint64_t i = s->n_gone > PY_GONE_MAX ? s->n_gone - PY_GONE_MAX : 0; i < s->n_gone; i++)
+		if (s->gone[i % PY_GONE_MAX])
+			fputs(s->gone[i % PY_GONE_MAX], out);
+	for (int i = 0; i < a->n_procs; i++) {
+		const struct proc *p = &a->procs[i];
+		char *text;
+
+		if (!p->used || !p->py || !p->py->samples || !(text = proc_summary(p)))
+			continue;
+		fputs(text, out);
+		free(text);
+	}
 }

@@ -18,7 +18,11 @@
  * PyInterpreterState.tstate_head, named by PyThreadState.thread_id
  * (pthread_self(), no native id), its frames PyFrameObject (.f_code,
  * .f_back) from PyThreadState.frame, its code objects no co_qualname
- * (co_name stands in). tests/integration/python_layout.c compiles against
+ * (co_name stands in). Lines: the frame's instruction (_PyInterpreterFrame
+ * .prev_instr, .instr_ptr in 3.13, PyFrameObject.f_lasti in 3.10), where
+ * the instructions start (PyCodeObject.co_code_adaptive, 3.11+), the line
+ * table (co_linetable, a PyBytesObject: ob_size, ob_sval).
+ * tests/integration/python_layout.c compiles against
  * every CPython whose headers it finds (Debian's 3.11; pyenv's 3.10-3.13
  * where present) and fails on any difference (tests/integration/python.sh).
  * Versions before 3.10 and after 3.13 are not walked: the agent says so
@@ -40,6 +44,20 @@ struct py_layout {
 	uint8_t tid_is_pthread; /* 3.10: tstate_native_tid is thread_id, pthread_self() */
 	uint16_t code_filename, code_name, code_qualname, code_firstlineno;
 	uint16_t str_length, str_state, str_ascii_size, str_compact_size;
+	/*
+	 * lines: the frame's instruction (frame_instr: prev_instr, instr_ptr, or
+	 * 3.10's f_lasti), where the code's instructions start
+	 * (co_code_adaptive, 3.11+) and its line table (co_linetable, a bytes
+	 * object: its size at bytes_size, its data at bytes_data), in
+	 * PEP 626's form (3.10) or PEP 657's location table (3.11+)
+	 */
+	uint16_t frame_instr, code_code, code_linetable, bytes_size, bytes_data;
+	uint8_t lines; /* PY_LINES_* */
+};
+
+enum {
+	PY_LINES_626 = 1, /* 3.10: (byte delta, line delta) pairs; f_lasti in code units */
+	PY_LINES_657 = 2, /* 3.11+: the location table; an instruction pointer */
 };
 
 /*
@@ -71,7 +89,13 @@ static const struct py_layout py_layouts[] = {
      .str_length = 16,
      .str_state = 32,
      .str_ascii_size = 48,
-     .str_compact_size = 72},
+     .str_compact_size = 72,
+     .frame_instr = 96,
+     .code_code = 0,
+     .code_linetable = 120,
+     .bytes_size = 16,
+     .bytes_data = 32,
+     .lines = PY_LINES_626},
     /* 3.11: checked against 3.11.2 (Debian 12) and 3.11.7 */
     {.version = 0x30b,
      .runtime_interp_head = 40,
@@ -91,7 +115,13 @@ static const struct py_layout py_layouts[] = {
      .str_length = 16,
      .str_state = 32,
      .str_ascii_size = 48,
-     .str_compact_size = 72},
+     .str_compact_size = 72,
+     .frame_instr = 56,
+     .code_code = 184,
+     .code_linetable = 136,
+     .bytes_size = 16,
+     .bytes_data = 32,
+     .lines = PY_LINES_657},
     /* 3.12: checked against 3.12.1 */
     {.version = 0x30c,
      .runtime_interp_head = 40,
@@ -111,7 +141,13 @@ static const struct py_layout py_layouts[] = {
      .str_length = 16,
      .str_state = 32,
      .str_ascii_size = 40,
-     .str_compact_size = 56},
+     .str_compact_size = 56,
+     .frame_instr = 56,
+     .code_code = 192,
+     .code_linetable = 136,
+     .bytes_size = 16,
+     .bytes_data = 32,
+     .lines = PY_LINES_657},
     /* 3.13: checked against 3.13.0 */
     {.version = 0x30d,
      .runtime_interp_head = 632,
@@ -131,7 +167,13 @@ static const struct py_layout py_layouts[] = {
      .str_length = 16,
      .str_state = 32,
      .str_ascii_size = 40,
-     .str_compact_size = 56},
+     .str_compact_size = 56,
+     .frame_instr = 56,
+     .code_code = 200,
+     .code_linetable = 136,
+     .bytes_size = 16,
+     .bytes_data = 32,
+     .lines = PY_LINES_657},
 };
 
 static inline const struct py_layout *py_layout_of(uint32_t major, uint32_t minor)

@@ -204,6 +204,7 @@ struct py_stack_event;
 void python_on_stack(struct agent *a, const struct py_stack_event *e);
 void python_interval(struct agent *a, uint64_t now);
 void python_stats(struct agent *a, json_t *stats_record);
+void python_print_summary(struct agent *a, FILE *out); /* --summary's section */
 void python_stop(struct agent *a);
 /*
  * loader.c: the sampler on every CPU at hz (the number of CPUs, or -errno);

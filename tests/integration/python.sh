@@ -23,7 +23,9 @@
 #                    second after the GPU idle, naming the thread and
 #                    "spin (py_steps.py:L) <- pad_batch (py_steps.py:L)" in
 #                    most of its samples; stats.diag.python_suspects counts
-#                    it; the Prometheus counter counts them
+#                    it; the Prometheus counter counts them; --summary's
+#                    Python section names the process, its samples and
+#                    spin first among its innermost frames
 #   python_other_thread: the same script with a second thread spinning in
 #                    background_tokenize() all along, and step 60 sleeping
 #                    300 ms in wait_for_batch() (the GIL released, off the
@@ -90,6 +92,7 @@ pyenv_of() { # pyenv_of 3.12: the newest pyenv 3.12.x's python3, or nothing
 eqs() { [ "$1" = "$2" ]; }
 nes() { [ "$1" != "$2" ]; }
 defline() { grep -n "^def $1(" "$PY_STEPS" | cut -d: -f1; } # the def line of a function
+lineof() { grep -nF -- "$1" "$PY_STEPS" | head -n 1 | cut -d: -f1; } # the first line holding $1
 
 # py_run NAME PYTHON STEPS SLOW SLOW_MS [HELPER [SLOW_KIND]]: py_steps.py under
 # the running agent, released once the agent traces it; sets PYPID, PYTID,
@@ -135,7 +138,7 @@ echo "# python_layout: checked ${checked[*]}"
 report python_layout
 
 # --------------------------------------------------------- python_profile --
-agent_start_metrics python_profile -i 0.25 || fail_because "agent did not start: $(agent_tail)"
+agent_start_metrics python_profile -i 0.25 --summary || fail_because "agent did not start: $(agent_tail)"
 py_run sys "$SYS_PY" 80 60 200
 if num "$PYPID"; then
 	sleep 3 # the last steps are cut 2 s after their end
@@ -146,6 +149,9 @@ agent_stop INT || fail_because "agent did not exit on SIGINT"
 if num "$PYPID"; then
 	pyver=$("$SYS_PY" -c 'import platform; print(platform.python_version())')
 	l_spin=$(defline spin) l_pad=$(defline pad_batch) l_dec=$(defline decode_step)
+	# the lines they run: the loop of spin(), the calls in pad_batch() and decode_step()
+	r_while=$(lineof "while time.monotonic() < end:") r_inc=$((r_while + 1))
+	r_pad=$(lineof "    return spin(ms)") r_dec=$(lineof "        pad_batch(slow_ms)")
 	stats=$(jqo '[.[] | select(.type=="stats")] | last | .python')
 	expect "stats.python running: $stats" \
 		eqs "$(echo "$stats" | jq -r .state)" running
@@ -160,15 +166,21 @@ if num "$PYPID"; then
 	expect "metric infertrace_python_samples_total ($metric) <= stats ($samples) and > 0" \
 		eqs "$(num "${metric%.*}" && [ "${metric%.*}" -gt 0 ] && [ "${metric%.*}" -le "$samples" ] && echo y)" y
 	pad=$(jqo --argjson pid "$PYPID" --argjson tid "$PYTID" --arg f "$PY_STEPS" \
-		--argjson ls "$l_spin" --argjson lp "$l_pad" --argjson ld "$l_dec" --arg v "$pyver" '
+		--argjson ls "$l_spin" --argjson lp "$l_pad" --argjson ld "$l_dec" --arg v "$pyver" \
+		--argjson rw "$r_while" --argjson ri "$r_inc" --argjson rp "$r_pad" --argjson rd "$r_dec" '
 		[.[] | select(.type=="python_profile" and .pid==$pid and .tid==$tid and .python==$v
 			and .hz==49 and .truncated==false
-			and (.stack[:3] == [{function:"spin",file:$f,line:$ls},
-				{function:"pad_batch",file:$f,line:$lp},
-				{function:"decode_step",file:$f,line:$ld}]))
+			and (.stack[:3] | map(del(.line)) == [{function:"spin",file:$f,first_line:$ls},
+				{function:"pad_batch",file:$f,first_line:$lp},
+				{function:"decode_step",file:$f,first_line:$ld}])
+			and (.stack[:3] | map(.line)) as [$a, $b, $c]
+			| ($a == $rw or $a == $ri) and $b == $rp and $c == $rd)
 		| .samples] | add // 0')
-	expect "spin <- pad_batch <- decode_step sampled (>= 4 samples): $pad" \
+	expect "spin (its loop) <- pad_batch (its call) <- decode_step (its call) sampled (>= 4 samples): $pad" \
 		eqs "$(ge "$pad" 4 && echo y)" y
+	unk=$(echo "$stats" | jq -r .lines_unknown) frames=$(echo "$stats" | jq -r .frames)
+	expect "lines known for 95% of the frames at least (lines_unknown $unk of $frames)" \
+		eqs "$(num "$unk" && num "$frames" && [ $((unk * 20)) -le "$frames" ] && echo y)" y
 	an=$(jqo '[.[] | select(.type=="anomaly" and .dur_ns >= 200000000)]')
 	anl=$(echo "$an" | jq -c '[.[] | [.dur_ns,.kind]]')
 	expect "one anomaly for the 200 ms step: $anl" \
@@ -177,12 +189,18 @@ if num "$PYPID"; then
 	expect "suspects gpu_idle then python: $sus" \
 		eqs "$(echo "$an" | jq -r '.[0].suspects[:2] | map(.what) | join(",")')" "gpu_idle,python"
 	ev=$(echo "$an" | jq -r '[.[0].suspects[] | select(.what=="python")][0].evidence // ""')
-	want="thread $PYTID ran spin (py_steps.py:$l_spin) <- pad_batch (py_steps.py:$l_pad) in "
+	want="thread $PYTID ran spin (py_steps.py:$l_spin) <- pad_batch (py_steps.py:$r_pad) in "
 	expect "python evidence '$ev' starts '$want'" \
 		nes "${ev#"$want"}" "$ev"
 	ratio=$(echo "$an" | jq -r '[.[0].suspects[] | select(.what=="python")][0].ratio // 0')
 	expect "most of the thread's samples in pad_batch: $ratio" \
 		eqs "$(jq -n "$ratio >= 0.6")" true
+	sum=$(sed -n '/^Python frames (--python-stacks, 49 Hz)$/,/^$/p' "$AGENT_ERR")
+	expect "--summary names the process with its samples: $(echo "$sum" | head -n 3 | tr '\n' '|')" \
+		eqs "$(grep -cE "^  pid $PYPID \(python3, Python $pyver\): $samples samples;" <<<"$sum")" 1
+	first=$(grep -A1 "^  pid $PYPID " <<<"$sum" | sed -n 2p)
+	expect "--summary's first function is spin: $first" \
+		eqs "$(grep -cE "^ +[0-9]+ +[0-9]+%  spin \(py_steps.py:$l_spin\)$" <<<"$first")" 1
 	expect "stats.diag.python_suspects >= 1" \
 		eqs "$(jqo '[.[] | select(.type=="stats")] | last | .diag.python_suspects >= 1')" true
 fi
@@ -200,7 +218,7 @@ if num "$PYPID" && num "$PYHELPER"; then
 	expect "one anomaly for the 300 ms step: $(echo "$an" | jq -c '[.[] | [.dur_ns,.kind]]')" \
 		eqs "$(echo "$an" | jq length)" 1
 	ev=$(echo "$an" | jq -r '[.[0].suspects[]? | select(.what=="python")][0].evidence // ""')
-	want="thread $PYHELPER ran background_tokenize (py_steps.py:$l_bg) <- "
+	want="thread $PYHELPER ran background_tokenize (py_steps.py:$l_bg) <- Thread.run (threading.py:"
 	tail_want="; the step's own thread $PYTID was seldom in Python on a CPU"
 	expect "python evidence '$ev' names the helper thread ($want...$tail_want)" \
 		eqs "$([ "${ev#"$want"}" != "$ev" ] && [ "${ev%"$tail_want"}" != "$ev" ] && echo y)" y
@@ -230,15 +248,19 @@ else
 		v=${vp%%:*} pid=${vpid[$v]:-} tid=${vtid[$v]:-} help=${vhelp[$v]:-}
 		num "$pid" && num "$tid" && num "$help" || continue
 		# per thread: samples in pad_batch, in background_tokenize, and in all
-		counts=$(jqo -r --argjson pid "$pid" --arg v "$v" --argjson t "$tid" --argjson h "$help" '
+		counts=$(jqo -r --argjson pid "$pid" --arg v "$v" --argjson t "$tid" --argjson h "$help" \
+			--argjson rp "$(lineof "    return spin(ms)")" '
 			[.[] | select(.type=="python_profile" and .pid==$pid)] as $r
 			| def n(tid; f): [$r[] | select(.tid==tid and (.stack | map(.function) | index(f)))
 				| .samples] | add // 0;
 			def all(tid): [$r[] | select(.tid==tid) | .samples] | add // 0;
+			def atline(tid): [$r[] | select(.tid==tid and any(.stack[];
+				.function == "pad_batch" and .line == $rp)) | .samples] | add // 0;
 			[n($t; "pad_batch"), n($t; "background_tokenize"), n($h; "background_tokenize"),
-			 n($h; "pad_batch"), all($t) + all($h), ([$r[].python] | unique | join(","))]
+			 n($h; "pad_batch"), all($t) + all($h), atline($t),
+			 ([$r[].python] | unique | join(","))]
 			| map(tostring) | join(" ")')
-		read -r main_pad main_bg help_bg help_pad total pyv <<<"$counts"
+		read -r main_pad main_bg help_bg help_pad total pad_line pyv <<<"$counts"
 		if [ "$v" = 3.9 ]; then
 			expect "3.9 never sampled: $total" eqs "$total" 0
 			expect "3.9 refused with a warning" \
@@ -249,6 +271,8 @@ else
 			expect "$v: the main thread in pad_batch ($main_pad samples)" eqs "$(ge "$main_pad" 2 && echo y)" y
 			expect "$v: the helper thread in background_tokenize ($help_bg samples)" \
 				eqs "$(ge "$help_bg" 2 && echo y)" y
+			expect "$v: pad_batch at its call of spin in every sample ($pad_line of $main_pad)" \
+				eqs "$pad_line" "$main_pad"
 			expect "$v: neither thread given the other's frames ($main_bg, $help_pad)" \
 				eqs "$main_bg$help_pad" 00
 			expect "$v: the version ($pyv)" \
@@ -281,7 +305,7 @@ if num "$FPID"; then
 	expect "32 frames, truncated" \
 		eqs "$(echo "$recs" | jq 'all(.[]; (.stack | length) == 32 and .truncated)')" true
 	first=$(echo "$recs" | jq -c '.[0].stack[:5]')
-	want='[{"function":"a?b?\"c","file":"/tmp/café.py","line":10},{"function":"?"},{"function":"?"},{"function":"?"},{"function":"x??","file":"/tmp/café.py","line":14}]'
+	want='[{"function":"a?b?\"c","file":"/tmp/café.py","first_line":10},{"function":"?"},{"function":"?"},{"function":"?"},{"function":"x??","file":"/tmp/café.py","first_line":14}]'
 	expect "frames cleaned: $first" \
 		eqs "$first" "$want"
 	long=$(echo "$recs" | jq -r '.[0].stack[5].function')

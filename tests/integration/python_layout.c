@@ -94,6 +94,23 @@ int main(void)
 #elif PY_VERSION_HEX >= 0x030b0000
 	check("owner_cstack", l->owner_cstack, 0xff);
 #endif
+#if PY_VERSION_HEX >= 0x030d0000
+	check("frame_instr", l->frame_instr, offsetof(_PyInterpreterFrame, instr_ptr));
+#elif PY_VERSION_HEX >= 0x030b0000
+	check("frame_instr", l->frame_instr, offsetof(_PyInterpreterFrame, prev_instr));
+#else
+	check("frame_instr (f_lasti)", l->frame_instr, offsetof(PyFrameObject, f_lasti));
+#endif
+#if PY_VERSION_HEX >= 0x030b0000
+	check("code_code", l->code_code, offsetof(PyCodeObject, co_code_adaptive));
+	check("lines", l->lines, PY_LINES_657);
+#else
+	check("code_code", l->code_code, 0);
+	check("lines", l->lines, PY_LINES_626);
+#endif
+	check("code_linetable", l->code_linetable, offsetof(PyCodeObject, co_linetable));
+	check("bytes_size", l->bytes_size, offsetof(PyVarObject, ob_size));
+	check("bytes_data", l->bytes_data, offsetof(PyBytesObject, ob_sval));
 	check("code_filename", l->code_filename, offsetof(PyCodeObject, co_filename));
 	check("code_name", l->code_name, offsetof(PyCodeObject, co_name));
 	check("code_firstlineno", l->code_firstlineno, offsetof(PyCodeObject, co_firstlineno));
