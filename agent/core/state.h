@@ -42,7 +42,8 @@ struct proc {
 	bool usdt_counted;  /* counted in usdt_procs (once per process) */
 	struct pyproc *py;  /* sources/python.c: its Python's frames are sampled; NULL: not */
 	bool py_refused;    /* a Python the walk does not know: said once */
-	int gone_intervals; /* intervals since it exited: its slot goes after 2 */
+	int gone_intervals; /* intervals since it exited: its slot goes after 2 ... */
+	uint64_t gone_ns;   /* ... and PROC_GONE_KEEP_NS after its exit (discovery.c) */
 };
 
 /* a library file with probes attached, shared by every process mapping it */

@@ -595,6 +595,7 @@ static void proc_release(struct agent *a, struct proc *p, const char *why)
 	 */
 	p->maps_pending = false;
 	p->start_time = PROC_GONE; /* marks "gone" */
+	p->gone_ns = now_ns();
 }
 
 int discovery_start(struct agent *a)
@@ -728,11 +729,23 @@ void discovery_tick(struct agent *a)
  * one interval after it first finds it gone, so the slot (and the instance
  * name those last records carry) stays for two intervals.
  */
+/*
+ * An exited process's slot (its instance, rank, name) outlives it: the
+ * steps it ran last are cut 2 s after their end (diagnose.h, hold_ns), and
+ * their records and anomalies name its instance from here; before this,
+ * a process that exited within 2 intervals of its last step had those
+ * steps written under the host's name.
+ */
+#define PROC_GONE_KEEP_NS 3000000000ULL
+
 void discovery_reap(struct agent *a)
 {
+	uint64_t now = now_ns();
+
 	for (int i = 0; i < a->n_procs; i++)
 		if (a->procs[i].used && a->procs[i].start_time == PROC_GONE &&
-		    ++a->procs[i].gone_intervals >= 2) {
+		    ++a->procs[i].gone_intervals >= 2 &&
+		    now - a->procs[i].gone_ns >= PROC_GONE_KEEP_NS) {
 			proc_index_del(a, &a->procs[i]);
 			a->procs[i].used = false;
 		}

@@ -6,9 +6,10 @@ Loads the real libcudart (so that the agent traces it) and libusdt_steps.so
 marks them), prints {"pid", "tid"}, waits for the go file, then runs STEPS
 steps through usdt_lib_steps(): each step calls back into Python, which
 runs decode_step(i): sample_tokens() for about 1 ms, and on step SLOW
-pad_batch() for SLOW_MS first. Lingers 3 s, then ends with {"done": 1}.
+pad_batch() for SLOW_MS first. Lingers, then ends with {"done": 1}.
 With HELPER 1, a second thread runs background_tokenize() on the CPU until
-the steps end (its native id in the first line's "helper"). With SLOW_KIND
+the steps end (its native id in the first line's "helper"). It lingers
+PY_STEPS_LINGER seconds (environment, default 3) after its steps. With SLOW_KIND
 sleep, step SLOW sleeps SLOW_MS in wait_for_batch() (off the CPU, the GIL
 released) instead of running pad_batch().
 
@@ -86,5 +87,5 @@ WORK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 lib.usdt_lib_steps.argtypes = [ctypes.c_int, WORK, ctypes.c_void_p]
 lib.usdt_lib_steps(steps, WORK(decode_step), None)
 done.set()
-time.sleep(3)  # an engine lives on after its steps: they are cut 2 s after their end
+time.sleep(float(os.environ.get("PY_STEPS_LINGER", "3")))  # an engine lives on
 print(json.dumps({"done": 1}), flush=True)

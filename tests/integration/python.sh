@@ -10,18 +10,21 @@
 #                    headers (tests/integration/python_layout.c compiled
 #                    with -DPy_BUILD_CORE): the system's 3.11 (python3-dev)
 #                    and every pyenv 3.10-3.13 with headers; every offset
-#                    the walk and the reads use is the compiler's
+#                    the walk, the names and the lines use is the compiler's
 #   python_profile:  tests/integration/py_steps.py on the system python3:
 #                    80 steps marked through libusdt_steps.so, each a
 #                    Python callback; step 60 spends 200 ms in pad_batch()
 #                    -> spin(). python_profile records for the engine's
 #                    thread name spin, pad_batch, decode_step with the
-#                    script's path and each function's def line (read from
-#                    the file), the interpreter's version and --python-hz;
+#                    script's path, each function's def line and the line
+#                    it ran (spin's loop, the calls in pad_batch and
+#                    decode_step; read from the file), the interpreter's
+#                    version and --python-hz; lines unknown for under 5% of
+#                    the frames;
 #                    their samples add up to stats.python.samples exactly;
 #                    the step's anomaly (host_stall) has a python suspect,
 #                    second after the GPU idle, naming the thread and
-#                    "spin (py_steps.py:L) <- pad_batch (py_steps.py:L)" in
+#                    "spin (py_steps.py:DEF) <- pad_batch (py_steps.py:CALL)" in
 #                    most of its samples; stats.diag.python_suspects counts
 #                    it; the Prometheus counter counts them; --summary's
 #                    Python section names the process, its samples and
@@ -37,7 +40,8 @@
 #                    its version from the library's name; threads matched
 #                    by pthread_self(), the fs base), 3.12 and 3.13 (shared
 #                    libpython builds): each thread's profiles name its own
-#                    function and never the other's, with the version; 3.9
+#                    function and never the other's, with the version, and
+#                    pad_batch at the line of its call in every sample; 3.9
 #                    is refused with one warning, counted in
 #                    stats.python.unsupported, never sampled. SKIP where
 #                    pyenv has none of them
@@ -60,7 +64,11 @@
 #                    stats.python unavailable with the reason); on refuses
 #                    to start (exit 1) and says how to go on without it
 #   python_off:      --python-stacks off: no sampler, no python_profile
-#                    record, no stats.python, the steps still cut; a bad
+#                    record, no stats.python, the steps still cut: the
+#                    engine exits right after its last step, and its 20
+#                    step records still name its instance (an exited
+#                    process's slot outlives the 2 s before its last steps
+#                    are cut; at -i 0.25 it went after 0.5 s); a bad
 #                    --python-hz or --python-stacks is refused with a line
 #                    naming the option (exit 64)
 source "$(dirname "$0")/lib.sh"
@@ -342,7 +350,9 @@ report python_unloadable
 
 # ------------------------------------------------------------- python_off --
 agent_start python_off -i 0.25 --python-stacks off || fail_because "agent did not start: $(agent_tail)"
+export PY_STEPS_LINGER=0 # it exits right after its last step
 py_run off "$SYS_PY" 20 -1 0
+unset PY_STEPS_LINGER
 sleep 2.5
 agent_stop INT || fail_because "agent did not exit on SIGINT"
 [ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
@@ -352,8 +362,13 @@ expect "no stats.python" \
 		eqs "$(jqo '[.[] | select(.type=="stats" and has("python"))] | length')" 0
 expect "no sampler" \
 		eqs "$(grep -c 'Python frames' "$AGENT_ERR")" 0
-num "$PYPID" && expect "the steps still cut" \
-		eqs "$(jqo --argjson pid "$PYPID" '[.[] | select(.type=="step" and .pid==$pid)] | length')" 20
+if num "$PYPID"; then
+	inst=$(jqo -r --argjson pid "$PYPID" '[.[] | select(.type=="process" and .pid==$pid)][0].instance')
+	got=$(jqo -c --argjson pid "$PYPID" '[.[] | select(.type=="step" and .pid==$pid) | .instance] |
+		group_by(.) | map([.[0], length])')
+	expect "the steps still cut, all 20 under the process's instance ($inst), not the host's: $got" \
+		eqs "$got" "[[\"$inst\",20]]"
+fi
 for bad in "--python-hz 0" "--python-hz 1001" "--python-stacks sometimes"; do
 	# shellcheck disable=SC2086 # two words
 	"$AGENT" $bad >"$T/bad.out" 2>&1
