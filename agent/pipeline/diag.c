@@ -79,10 +79,28 @@ static bool steps_known(const struct diag *d, uint32_t pid)
  * collective within the step that kept the others waiting longest goes first
  * among the suspects ("collective").
  */
+/*
+ * s into an's suspects at position at (0: the most likely), those from at
+ * on moving down, the last dropped when they are full; false (nothing
+ * changed) when at is past the room there is
+ */
+static bool suspect_put(struct diag_anomaly *an, uint32_t at, const struct diag_suspect *s)
+{
+	if (at >= DIAG_SUSPECTS_MAX || at > an->n_suspects)
+		return false;
+	if (an->n_suspects == DIAG_SUSPECTS_MAX)
+		an->n_suspects--;
+	memmove(&an->suspects[at + 1], &an->suspects[at],
+		(an->n_suspects - at) * sizeof(an->suspects[0]));
+	an->suspects[at] = *s;
+	an->n_suspects++;
+	return true;
+}
+
 static void wait_suspect(const struct diag *d, struct diag_anomaly *an)
 {
 	const struct diag_wait *best = NULL;
-	struct diag_suspect *s;
+	struct diag_suspect s = {.what = "collective"};
 
 	if ((an->kind != DIAG_KIND_COMMUNICATION && an->kind != DIAG_KIND_STRAGGLER) ||
 	    (an->chart && !strcmp(an->chart, "collective")))
@@ -97,15 +115,9 @@ static void wait_suspect(const struct diag *d, struct diag_anomaly *an)
 	}
 	if (!best)
 		return;
-	if (an->n_suspects == DIAG_SUSPECTS_MAX)
-		an->n_suspects--;
-	memmove(&an->suspects[1], &an->suspects[0], an->n_suspects * sizeof(an->suspects[0]));
-	an->n_suspects++;
-	s = &an->suspects[0];
-	s->what = "collective";
-	snprintf(s->evidence, sizeof(s->evidence), "%s", best->evidence);
-	s->value = (double)best->late_ns;
-	s->ratio = 0;
+	snprintf(s.evidence, sizeof(s.evidence), "%s", best->evidence);
+	s.value = (double)best->late_ns;
+	suspect_put(an, 0, &s); /* its cause: first */
 }
 
 /* ------------------------------------------------------------ GPU clocks -- */
@@ -327,22 +339,10 @@ static void clock_suspect(struct diag *d, struct diag_anomaly *an)
 {
 	struct diag_suspect s;
 
-	if (!clock_evidence(d, an->instance, an->rank, an->step_start_ns,
-			    an->step_start_ns + an->dur_ns, &s))
-		return;
-	if (an->kind == DIAG_KIND_GPU_SLOW) { /* its cause: first */
-		if (an->n_suspects == DIAG_SUSPECTS_MAX)
-			an->n_suspects--;
-		memmove(&an->suspects[1], &an->suspects[0],
-			an->n_suspects * sizeof(an->suspects[0]));
-		an->suspects[0] = s;
-	} else if (an->n_suspects < DIAG_SUSPECTS_MAX) {
-		an->suspects[an->n_suspects] = s;
-	} else {
-		return;
-	}
-	an->n_suspects++;
-	d->clock_suspects++;
+	if (clock_evidence(d, an->instance, an->rank, an->step_start_ns,
+			   an->step_start_ns + an->dur_ns, &s) &&
+	    suspect_put(an, an->kind == DIAG_KIND_GPU_SLOW ? 0 : an->n_suspects, &s))
+		d->clock_suspects++;
 }
 
 /* --------------------------------------------------------------- Python -- */
@@ -463,17 +463,8 @@ static void python_suspect(struct diag *d, struct diag_anomaly *an)
 	uint32_t at = an->kind == DIAG_KIND_HOST_STALL && an->n_suspects ? 1 : an->n_suspects;
 	struct diag_suspect s;
 
-	if (!python_evidence(d, an, &s))
-		return;
-	if (at == DIAG_SUSPECTS_MAX)
-		return;
-	if (an->n_suspects == DIAG_SUSPECTS_MAX)
-		an->n_suspects--;
-	memmove(&an->suspects[at + 1], &an->suspects[at],
-		(an->n_suspects - at) * sizeof(an->suspects[0]));
-	an->suspects[at] = s;
-	an->n_suspects++;
-	d->python_suspects++;
+	if (python_evidence(d, an, &s) && suspect_put(an, at, &s))
+		d->python_suspects++;
 }
 
 /* ------------------------------------------------------------ diagnosis -- */

@@ -725,16 +725,13 @@ void discovery_tick(struct agent *a)
 
 /*
  * Free the slots of processes that are gone, once their threads have been
- * reported for the last time: aggregate.c deletes a gone thread's entries
- * one interval after it first finds it gone, so the slot (and the instance
- * name those last records carry) stays for two intervals.
- */
-/*
- * An exited process's slot (its instance, rank, name) outlives it: the
- * steps it ran last are cut 2 s after their end (diagnose.h, hold_ns), and
- * their records and anomalies name its instance from here; before this,
- * a process that exited within 2 intervals of its last step had those
- * steps written under the host's name.
+ * reported for the last time and their last steps cut: aggregate.c deletes
+ * a gone thread's entries one interval after it first finds it gone, and
+ * the step segmenter cuts a step 2 s after its end (diagnose.h, hold_ns);
+ * the slot (the instance, rank and name those last records carry) stays
+ * for two intervals and PROC_GONE_KEEP_NS. Without the second, a process
+ * that exited within 2 intervals of its last step had those steps written
+ * under the host's name.
  */
 #define PROC_GONE_KEEP_NS 3000000000ULL
 

@@ -544,8 +544,8 @@ int loader_start(struct agent *a)
 	err = open_load(a, python);
 	if (err && python && a->opts.python_stacks == PYTHON_STACKS_AUTO) {
 		/* a kernel whose verifier refuses the sampler keeps the rest */
-		pr_warn("the Python sampler's BPF program did not load (%s): loading the others "
-			"without it (--python-stacks on would refuse to start)",
+		pr_warn("the BPF programs with the Python sampler did not load (%s): loading "
+			"the others without it (--python-stacks on would refuse to start)",
 			strerror(-err));
 		infertrace_bpf__destroy(a->skel);
 		a->skel = NULL;
@@ -555,9 +555,10 @@ int loader_start(struct agent *a)
 		pr_err("load BPF programs: %s (run with INFERTRACE_LIBBPF_DEBUG=1 for the "
 		       "verifier log)%s",
 		       strerror(-err),
-		       python ? "; the Python sampler was among them (--python-stacks on): "
-				"--python-stacks auto loads the others without it"
-			      : "");
+		       python && a->opts.python_stacks == PYTHON_STACKS_ON
+			   ? "; the Python sampler was among them (--python-stacks on): "
+			     "--python-stacks auto loads the others without it"
+			   : "");
 		goto cleanup;
 	}
 	skel = a->skel;

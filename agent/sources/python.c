@@ -102,7 +102,7 @@ struct pyproc {
 };
 
 struct pysrc {
-	enum { PY_OFF, PY_UNAVAILABLE, PY_RUNNING } state;
+	enum { PY_UNAVAILABLE, PY_RUNNING } state; /* off: no struct pysrc at all */
 	char error[160];
 	int cpus;	       /* CPUs the sampler runs on */
 	struct py_file *files; /* a cache by (dev, ino), for the agent's lifetime */
@@ -113,7 +113,7 @@ struct pysrc {
 	uint64_t n_gone;
 };
 
-static const char *const state_names[] = {"off", "unavailable", "running"};
+static const char *const state_names[] = {"unavailable", "running"};
 
 int python_start(struct agent *a)
 {
@@ -205,11 +205,16 @@ static int sym_section(void *ctx, Elf *e, const GElf_Shdr *sh, const char *name,
 	return 0;
 }
 
+static const char *basename_of(const char *path)
+{
+	const char *b = strrchr(path, '/');
+
+	return b ? b + 1 : path;
+}
+
 static bool name_says_python(const char *path)
 {
-	const char *base = strrchr(path, '/');
-
-	return strstr(base ? base + 1 : path, "python") != NULL;
+	return strstr(basename_of(path), "python") != NULL;
 }
 
 static struct py_file *file_get(struct pysrc *s, uint32_t pid, dev_t dev, ino_t ino,
@@ -279,7 +284,7 @@ static bool load_bias(uint32_t pid, const struct py_file *f, uint64_t *bias)
 /* "python3.10" in the file's name: its version; false when it has none */
 static bool version_of_name(const char *path, unsigned *major, unsigned *minor)
 {
-	const char *base = strrchr(path, '/'), *py = strstr(base ? base + 1 : path, "python");
+	const char *py = strstr(basename_of(path), "python");
 
 	return py && sscanf(py + 6, "%u.%u", major, minor) == 2;
 }
@@ -377,7 +382,7 @@ static void proc_syms_free(struct pyproc *py)
 
 static char *proc_summary(const struct proc *p);
 
-static int emit_profile(struct agent *a, struct proc *p, const struct py_stack *st, uint64_t now);
+static void profile_flush(struct agent *a, struct proc *p, uint64_t now);
 
 /* the process's profile so far, then its entry: at its exit or exec */
 void python_detach(struct agent *a, struct proc *p)
@@ -385,9 +390,8 @@ void python_detach(struct agent *a, struct proc *p)
 	if (p->py) {
 		struct pysrc *s = a->python;
 
-		for (uint32_t k = 0; s && k < p->py->n_stacks; k++)
-			if (!emit_profile(a, p, &p->py->stacks[k], now_ns()))
-				s->profiles++;
+		if (s)
+			profile_flush(a, p, now_ns());
 		if (s && p->py->samples) { /* --summary remembers the last few */
 			free(s->gone[s->n_gone % PY_GONE_MAX]);
 			s->gone[s->n_gone++ % PY_GONE_MAX] = proc_summary(p);
@@ -533,13 +537,6 @@ static int32_t sym_of(struct pysrc *s, uint32_t pid, struct pyproc *py, uint64_t
 	py->syms[py->n_syms] = sym;
 	s->symbols += sym.func[0] != 0;
 	return (int32_t)py->n_syms++;
-}
-
-static const char *basename_of(const char *path)
-{
-	const char *b = strrchr(path, '/');
-
-	return b ? b + 1 : path;
 }
 
 /* "func (file:line)": line, or the function's first line where line < 0 */
@@ -818,6 +815,15 @@ static int emit_profile(struct agent *a, struct proc *p, const struct py_stack *
 	return rec_emit(a, REC_EVENT, o);
 }
 
+/* the process's stacks of the interval as python_profile records, then none */
+static void profile_flush(struct agent *a, struct proc *p, uint64_t now)
+{
+	for (uint32_t k = 0; k < p->py->n_stacks; k++)
+		if (!emit_profile(a, p, &p->py->stacks[k], now))
+			a->python->profiles++;
+	p->py->n_stacks = 0;
+}
+
 void python_interval(struct agent *a, uint64_t now)
 {
 	struct pysrc *s = a->python;
@@ -827,12 +833,8 @@ void python_interval(struct agent *a, uint64_t now)
 	for (int i = 0; i < a->n_procs; i++) {
 		struct proc *p = &a->procs[i];
 
-		if (!p->used || !p->py)
-			continue;
-		for (uint32_t k = 0; k < p->py->n_stacks; k++)
-			if (!emit_profile(a, p, &p->py->stacks[k], now))
-				s->profiles++;
-		p->py->n_stacks = 0;
+		if (p->used && p->py)
+			profile_flush(a, p, now);
 	}
 }
 

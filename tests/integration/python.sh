@@ -333,7 +333,7 @@ sleep 2.5
 agent_stop INT || fail_because "agent did not exit on SIGINT"
 [ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
 expect "one warning that the sampler did not load" \
-	eqs "$(grep -c "Python sampler's BPF program did not load" "$AGENT_ERR")" 1
+	eqs "$(grep -c 'the BPF programs with the Python sampler did not load' "$AGENT_ERR")" 1
 st=$(jqo -c '[.[] | select(.type=="stats")] | last | .python | {state, error}')
 expect "stats.python unavailable with the reason: $st" \
 	eqs "$st" '{"state":"unavailable","error":"the sampler'"'"'s BPF program did not load on this kernel"}'
