@@ -15,7 +15,8 @@
 # agent's CPU seconds, and the sampler's own time per sample from the
 # kernel's BPF statistics (kernel.bpf_stats_enabled, restored after).
 #
-# Environment: BUILD (build), BENCH_ROUNDS (5), BENCH_PY_ITERS (1000000).
+# Environment: BUILD (build), BENCH_ROUNDS (5), BENCH_PY_ITERS (1000000),
+# BENCH_PY_LAUNCHES (200000), BENCH_OLD_AGENT (none).
 set -u
 source "$(dirname "$0")/lib.sh"
 bench_setup 0
@@ -88,3 +89,70 @@ for cfg in off 49hz 999hz; do
 	printf '%-7s %9s %9s %11s %13s %12s\n' "$cfg" "$w" "$(awk -v w="$w" -v b="$base" 'BEGIN { printf "%.4f", w / b }')" "$a" "$n" "$s"
 done
 say "(ns_per_sample: the sampler's run time per CPU clock event, every CPU's, Python or not; samples_run: its runs)"
+
+# The launch probes' Python frames (deep mode, every launch with its user
+# stack: --stack-rate 1000000): a Python loop of LAUNCHES cudaLaunchKernel
+# calls 12 frames deep (bench/py_launch_work.py), under
+#   stack   --python-stacks off: the user stack only
+#   python  the default: the stack and the Python frames (py_launch)
+#   none    no agent: the calls alone
+#   old     with BENCH_OLD_AGENT=PATH (an older build's infertrace-agent):
+#           that agent as "stack", to compare the launch path side by side
+# wall time per launch, the agent's CPU, and the launch program's own time
+# per call (BPF statistics; a tail call's time counts to its caller, so
+# python's includes py_launch).
+LAUNCHES=${BENCH_PY_LAUNCHES:-200000}
+LWORK=bench/py_launch_work.py
+say ""
+say "== Python frames at each launch (deep mode): a Python launch loop's wall time, side by side =="
+prog_ns() { # prog_ns NAME: "run_time_ns run_cnt" of the loaded program NAME (0 0: none)
+	bpftool prog show name "$1" -j 2>/dev/null | jq -r 'if type=="array" then .[0] else . end
+		| "\(.run_time_ns // 0) \(.run_cnt // 0)"' 2>/dev/null | head -n 1 | grep . || echo "0 0"
+}
+run_launch() { # run_launch CONFIG: appends "config wall_s agent_cpu_s probe_ns py_ns"
+	local cfg=$1 args=() t0 t1 c0=0 c1=0 k0 k1 agent=$AGENT
+	case $cfg in
+	stack) args=(--python-stacks off) ;;
+	python) args=() ;;
+	old) args=(--python-stacks off) agent=$BENCH_OLD_AGENT ;;
+	esac
+	if [ "$cfg" != none ]; then
+		taskset -c "$AGENT_CPU" "$agent" -o /dev/null -i 1 --mode deep --stack-rate 1000000 \
+			"${args[@]}" 2>"$TMP/agent.err" &
+		APID=$!
+		wait_for "$TMP/agent.err" 'running in' "$APID" || { say "agent did not start: $(tail -n 2 "$TMP/agent.err")"; return 1; }
+		c0=$(cpu_ticks "$APID")
+	fi
+	k0=$(prog_ns cudaLaunchKernel)
+	t0=$(date +%s.%N)
+	taskset -c "$LOOP_CPU" "$PY" "$LWORK" "$CUDART" "$LAUNCHES" >/dev/null 2>&1 || say "py_launch_work.py failed"
+	t1=$(date +%s.%N)
+	k1=$(prog_ns cudaLaunchKernel)
+	if [ "$cfg" != none ]; then
+		sleep 0.5 # the agent drains the ring
+		c1=$(cpu_ticks "$APID")
+		kill -INT "$APID"
+		wait "$APID" 2>/dev/null
+		APID=
+	fi
+	awk -v c="$cfg" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v hz="$HZ" -v n="$LAUNCHES" \
+		-v k="${k0% *} ${k1% *} ${k0#* } ${k1#* }" '
+		function per(s,   f) { split(s, f, " "); return f[4] > f[3] ? sprintf("%.0f", (f[2] - f[1]) / (f[4] - f[3])) : "-" }
+		BEGIN { printf "%s %.4f %.3f %s %.2f\n", c, t1 - t0, (c1 - c0) / hz, per(k), (t1 - t0) / n * 1e6 }' \
+		>>"$TMP/lres"
+}
+LCFGS=(none stack python)
+[ -n "${BENCH_OLD_AGENT:-}" ] && [ -x "$BENCH_OLD_AGENT" ] && LCFGS+=(old)
+for ((r = 0; r < ROUNDS; r++)); do
+	for cfg in "${LCFGS[@]}"; do run_launch "$cfg" || exit 0; done
+done
+lbase=$(awk '$1=="stack"{print $2}' "$TMP/lres" | median)
+say "$LAUNCHES launches 12 frames deep, loop on CPU $LOOP_CPU, agent on CPU $AGENT_CPU, median of $ROUNDS"
+printf '%-7s %9s %9s %10s %11s %11s\n' config wall_s vs_stack us_per_call agent_cpu_s probe_ns
+for cfg in "${LCFGS[@]}"; do
+	col() { awk -v c="$cfg" -v i="$1" '$1==c{print $i}' "$TMP/lres" | median; }
+	w=$(col 2)
+	printf '%-7s %9s %9s %10s %11s %11s\n' "$cfg" "$w" "$(awk -v w="$w" -v b="$lbase" 'BEGIN { printf "%.4f", w / b }')" \
+		"$(col 5)" "$(col 3)" "$(col 4)"
+done
+say "(probe_ns: cudaLaunchKernel's program per call: the record with its user stack, and in python the tail-called py_launch with the Python frames; the rest of us_per_call over none is the uprobe's trap)"

@@ -15,7 +15,7 @@
  * flight recorder on (the default), also the call's register arguments
  * written into this CPU's ring of the flight map, which the agent copies
  * through mmap. Deep mode: one ring record per call, with a rate-limited
- * user stack.
+ * user stack and, in a Python process, the Python frames that made it.
  *
  * Argument positions follow the x86-64 SysV ABI: a dim3 (12 bytes) passed by
  * value takes two registers; arguments past the sixth register live on the
@@ -221,7 +221,72 @@ static __always_inline int flight_push(struct pt_regs *ctx, __u32 api, struct la
 	return 0;
 }
 
-/* deep path: one record, with a user stack when allowed */
+/*
+ * A launch with its user stack, in deep mode: the launch (fill_launch) is
+ * written into this CPU's launch_tmpl, then the program tail-calls
+ * py_launch (when the agent runs the Python sampler: py_tail), which sends
+ * the Python frames that made it (bpf/python.bpf.c, py_stack_send: an
+ * EV_PY_STACK with PY_F_LAUNCH just before the launch's record on the same
+ * ring, with its tid and time, which is how the agent pairs them;
+ * docs/events.md, cuda_launch.python_stack) and then the record. Without
+ * Python the tail call does nothing and the record follows here. The walk
+ * sits in one program, verified once, not in each launch probe (where it
+ * made the agent's start 1.3 s longer). The per-CPU template is safe: a
+ * probe that fires on this CPU while this one runs is not run
+ * (bpf_prog_active), the same rule the flight rings rely on.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cuda_launch_event);
+} launch_tmpl SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} py_tail SEC(".maps"); /* [0]: py_launch, set by agent/sources/loader.c */
+
+extern int py_stack_send(__u64 id, __u64 ts_ns, __u32 flags);
+
+/* the launch t, with this call's user stack */
+static __always_inline int send_with_stack(struct pt_regs *ctx, const struct cuda_launch_event *t)
+{
+	struct cuda_launch_stack_event *se;
+	long n;
+
+	se = reserve(&rb_cuda, sizeof(*se), EV_CUDA_LAUNCH);
+	if (!se)
+		return 0;
+	n = bpf_get_stack(ctx, se->ips, sizeof(se->ips), BPF_F_USER_STACK);
+	if (n < 0)
+		n = 0;
+	/* zero the frames past the stack so no stale ring bytes leak */
+	for (int i = 0; i < MAX_STACK_DEPTH; i++)
+		if (i * 8 >= n)
+			se->ips[i] = 0;
+	__builtin_memcpy(&se->ev, t, sizeof(*t));
+	se->ev.stack_sz = (__u32)n;
+	if (n)
+		se->ev.flags |= LAUNCH_F_STACK;
+	bpf_ringbuf_submit(se, submit_flags(sizeof(*se)));
+	return 0;
+}
+
+SEC("uprobe")
+int py_launch(struct pt_regs *ctx)
+{
+	struct cuda_launch_event *t = bpf_map_lookup_elem(&launch_tmpl, &(__u32){0});
+
+	if (!t)
+		return 0;
+	py_stack_send((__u64)t->hdr.pid << 32 | t->hdr.tid, t->hdr.ts_ns, PY_F_LAUNCH);
+	return send_with_stack(ctx, t);
+}
+
+/* deep path: one record, with a user stack (and Python frames) when allowed */
 static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct launch_args *a,
 				       struct thread_stats *ts, struct runtime_cfg *rc,
 				       enum launch_dest dest)
@@ -232,22 +297,13 @@ static __always_inline int emit_launch(struct pt_regs *ctx, __u32 api, struct la
 	if (dest == DEST_FLIGHT)
 		return flight_push(ctx, api, a, ts, rc, id, now);
 	if (rc->deep_stacks && stack_allowed(ts, rc, now)) {
-		struct cuda_launch_stack_event *se;
-		long n;
+		struct cuda_launch_event *t = bpf_map_lookup_elem(&launch_tmpl, &(__u32){0});
 
-		se = reserve(&rb_cuda, sizeof(*se), EV_CUDA_LAUNCH);
-		if (!se)
+		if (!t)
 			return 0;
-		n = bpf_get_stack(ctx, se->ips, sizeof(se->ips), BPF_F_USER_STACK);
-		if (n < 0)
-			n = 0;
-		/* zero the frames past the stack so no stale ring bytes leak */
-		for (int i = 0; i < MAX_STACK_DEPTH; i++)
-			if (i * 8 >= n)
-				se->ips[i] = 0;
-		fill_launch(&se->ev, a, api, id, now, sizeof(*se), (__u32)n);
-		bpf_ringbuf_submit(se, submit_flags(sizeof(*se)));
-		return 0;
+		fill_launch(t, a, api, id, now, sizeof(struct cuda_launch_stack_event), 0);
+		bpf_tail_call(ctx, &py_tail, 0);
+		return send_with_stack(ctx, t); /* no Python sampler: no tail call */
 	}
 
 	struct cuda_launch_event *e = reserve(&rb_cuda, sizeof(*e), EV_CUDA_LAUNCH);

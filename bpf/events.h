@@ -474,9 +474,14 @@ _Static_assert(sizeof(struct py_proc) == 32, "py_proc ABI");
  * C call leaves, 3.12+), which the agent reads (name, file, first line,
  * line table) from the process, and the 8 bytes at py_proc.frame_instr
  * (the instruction it runs: its line). On rb_misc.
+ *
+ * With PY_F_LAUNCH, the frames that made a CUDA launch (deep mode, with the
+ * launch's user stack: --stack-rate): on rb_cuda, just before that launch's
+ * EV_CUDA_LAUNCH, with its tid and ts_ns (bpf/cuda.bpf.c); not a sample.
  */
 #define PY_STACK_DEPTH 32
 #define PY_F_TRUNCATED 1 /* more than PY_STACK_DEPTH frames: the outermost are missing */
+#define PY_F_LAUNCH 2	 /* the frames of the launch that follows, not a sample */
 struct py_stack_event {
 	struct event_hdr hdr;
 	__u16 n; /* frames in f[] */

@@ -140,7 +140,10 @@ struct capture_hooks {
 	void (*nccl_counts)(struct agent *a, struct nccl_slot_counts *out);
 };
 
-#define DECODE_LAUNCH_MAX (1024 + MAX_STACK_DEPTH * 24)
+/* a Python frame as JSON at most (agent/sources/python.c checks it), and a stack's */
+#define PY_FRAME_JSON_MAX 900
+#define PY_STACK_JSON_MAX (PY_STACK_DEPTH * PY_FRAME_JSON_MAX)
+#define DECODE_LAUNCH_MAX (1024 + MAX_STACK_DEPTH * 24 + PY_STACK_JSON_MAX)
 
 #define IN_RB_CUDA 1u
 #define IN_RB 2u

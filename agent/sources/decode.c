@@ -124,6 +124,7 @@ long decode_launch_json(struct agent *a, const struct cuda_launch_event *e, size
 			jw_raw(&w, b, (size_t)k);
 		}
 		jw_raw(&w, "]", 1);
+		python_launch_json(a, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, &w);
 	}
 	len = jw_end(&w);
 	if (len < 0) {

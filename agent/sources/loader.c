@@ -508,11 +508,30 @@ static int open_load(struct agent *a, bool python)
 	err = choose_programs(a);
 	if (err < 0)
 		return err;
-	/* the Python sampler (agent/sources/python.c) */
+	/*
+	 * the Python sampler (agent/sources/python.c) and the launch probes'
+	 * Python frames (py_launch, bpf/cuda.bpf.c): the same walk, both or
+	 * neither
+	 */
 	bpf_program__set_autoload(skel->progs.py_sample, python);
-	if (python && getenv("INFERTRACE_BREAK_PY_SAMPLER")) /* tests: a kernel that refuses it */
+	bpf_program__set_autoload(skel->progs.py_launch, python);
+	if (python && getenv("INFERTRACE_BREAK_PY_SAMPLER")) { /* tests: a kernel that refuses it */
 		bpf_program__set_type(skel->progs.py_sample, BPF_PROG_TYPE_TRACING);
-	return infertrace_bpf__load(skel);
+		bpf_program__set_type(skel->progs.py_launch, BPF_PROG_TYPE_TRACING);
+	}
+	err = infertrace_bpf__load(skel);
+	if (err || !python)
+		return err;
+	/* the deep launch probes' tail call to py_launch; without it, launches have no Python
+	 * frames */
+	int fd = bpf_program__fd(skel->progs.py_launch);
+
+	if (bpf_map__update_elem(skel->maps.py_tail, &(__u32){0}, sizeof(__u32), &fd, sizeof(fd),
+				 BPF_ANY))
+		pr_warn("launches get no Python frames: the launch probes cannot call py_launch "
+			"(%s)",
+			strerror(errno));
+	return 0;
 }
 
 int loader_start(struct agent *a)

@@ -27,6 +27,10 @@
  *     deep mode, a deep-dive or a released flight-recorder window);
  *   - each sample's innermost two frames to diag.c (diag_on_py_sample), where
  *     an anomaly's "python" suspect says what the process ran in that step;
+ *   - the frames that made a CUDA launch (deep mode, with the launch's user
+ *     stack): bpf/cuda.bpf.c sends them (PY_F_LAUNCH) just before the
+ *     launch's record on rb_cuda; python_launch_json() writes them into that
+ *     cuda_launch record as "python_stack";
  *   - stats.python.
  */
 #include <errno.h>
@@ -42,6 +46,7 @@
 #include "sources.h"
 #include "elfscan.h"
 #include "python_layout.h"
+#include "jsonw.h"
 #include "utf8.h"
 #include "util.h"
 
@@ -53,6 +58,13 @@
 #define PY_LT_MAX 8192	       /* bytes of a line table read (lines past them: unknown) */
 #define PY_LT_BUDGET (1 << 20) /* bytes of line tables held per process */
 #define PY_TOP 5	       /* --summary's functions per process */
+#define PY_LAUNCH_SLOTS 256    /* launch frames waiting for their launch, by tid */
+/*
+ * A frame's JSON at most: the names escaped (a quote or backslash doubles;
+ * read_str() leaves no control character), two integers, the keys.
+ */
+_Static_assert(2 * (PY_NAME_MAX + PY_NAME_MAX * 2) + 96 <= PY_FRAME_JSON_MAX,
+	       "PY_FRAME_JSON_MAX (state.h) holds a frame");
 
 /* a file whose name says python: what its symbols are */
 struct py_file {
@@ -101,6 +113,14 @@ struct pyproc {
 	size_t cap_leaf;
 };
 
+/* a launch's frames (PY_F_LAUNCH) until its cuda_launch record comes */
+struct py_launch {
+	uint32_t pid, tid;
+	uint64_t ts;
+	uint16_t n, flags;
+	struct py_frame f[PY_STACK_DEPTH];
+};
+
 struct pysrc {
 	enum { PY_UNAVAILABLE, PY_RUNNING } state; /* off: no struct pysrc at all */
 	char error[160];
@@ -108,8 +128,9 @@ struct pysrc {
 	struct py_file *files; /* a cache by (dev, ino), for the agent's lifetime */
 	size_t n_files, cap_files, next_out;
 	uint64_t procs, unsupported, samples, frames, symbols, unnamed, unknown_proc,
-	    stacks_dropped, profiles, lines_unknown;
-	char *gone[PY_GONE_MAX]; /* --summary's lines of the last processes that ended */
+	    stacks_dropped, profiles, lines_unknown, launch_stacks, launch_unpaired;
+	struct py_launch *launch; /* PY_LAUNCH_SLOTS, at the first launch's frames */
+	char *gone[PY_GONE_MAX];  /* --summary's lines of the last processes that ended */
 	uint64_t n_gone;
 };
 
@@ -154,6 +175,7 @@ void python_stop(struct agent *a)
 {
 	if (a->python) {
 		free(a->python->files);
+		free(a->python->launch);
 		for (int i = 0; i < PY_GONE_MAX; i++)
 			free(a->python->gone[i]);
 	}
@@ -735,6 +757,8 @@ static bool leaf_room(struct pyproc *py, size_t i)
 	return true;
 }
 
+static void launch_hold(struct pysrc *s, const struct py_stack_event *e);
+
 void python_on_stack(struct agent *a, const struct py_stack_event *e)
 {
 	struct pysrc *s = a->python;
@@ -746,6 +770,10 @@ void python_on_stack(struct agent *a, const struct py_stack_event *e)
 
 	if (!s)
 		return;
+	if (e->flags & PY_F_LAUNCH) {
+		launch_hold(s, e);
+		return;
+	}
 	if (!p || !p->py) {
 		s->unknown_proc++; /* it exited, or exec'd, since the sample */
 		return;
@@ -780,39 +808,110 @@ void python_on_stack(struct agent *a, const struct py_stack_event *e)
 	diag_on_py_sample(a->diag, e->hdr.pid, e->hdr.tid, e->hdr.ts_ns, where);
 }
 
+/* ------------------------------------------------- the launch's frames -- */
+
+/* a launch's frames, held by tid until its record (the next on rb_cuda of that thread) */
+static void launch_hold(struct pysrc *s, const struct py_stack_event *e)
+{
+	struct py_launch *l;
+
+	if (!s->launch && !(s->launch = calloc(PY_LAUNCH_SLOTS, sizeof(*s->launch))))
+		return;
+	l = &s->launch[e->hdr.tid % PY_LAUNCH_SLOTS];
+	/*
+	 * still held: its launch record was lost (the ring was full), or a
+	 * thread whose tid shares the slot sent frames in between
+	 */
+	if (l->n)
+		s->launch_unpaired++;
+	l->pid = e->hdr.pid;
+	l->tid = e->hdr.tid;
+	l->ts = e->hdr.ts_ns;
+	l->n = e->n;
+	l->flags = e->flags;
+	memcpy(l->f, e->f, e->n * sizeof(e->f[0]));
+}
+
+/* one frame as "stack" holds it in python_profile and python_stack in cuda_launch */
+static void frame_json(struct jsonw *w, const struct pyproc *py, int32_t si, int32_t line)
+{
+	const struct py_sym *sym = si >= 0 && py->syms[si].func[0] ? &py->syms[si] : NULL;
+
+	jw_next(w);
+	jw_open(w, '{');
+	jw_str(w, "function", sym ? sym->func : "?");
+	if (sym) {
+		jw_str(w, "file", sym->file);
+		jw_int(w, "first_line", sym->first_line);
+		if (line >= 0)
+			jw_int(w, "line", line);
+	}
+	jw_close(w, '}');
+}
+
+void python_launch_json(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts, struct jsonw *w)
+{
+	struct pysrc *s = a->python;
+	struct py_launch *l;
+	struct proc *p;
+	uint16_t n;
+
+	if (!s || !s->launch)
+		return;
+	l = &s->launch[tid % PY_LAUNCH_SLOTS];
+	if (!l->n || l->tid != tid || l->pid != pid || l->ts != ts)
+		return;
+	n = l->n;
+	l->n = 0; /* taken */
+	p = proc_find_live(a, pid);
+	if (!p || !p->py) {
+		s->unknown_proc++;
+		return;
+	}
+	jw_key(w, "python_stack");
+	jw_open(w, '[');
+	for (uint16_t i = 0; i < n; i++) {
+		int32_t si;
+
+		if (!l->f[i].code)
+			continue; /* a C call's entry frame (3.12+) */
+		si = sym_of(s, pid, p->py, l->f[i].code);
+		frame_json(w, p->py, si, line_of(s, pid, p->py, si, l->f[i].instr));
+	}
+	jw_close(w, ']');
+	if (l->flags & PY_F_TRUNCATED)
+		jw_bool(w, "python_truncated", 1);
+	s->launch_stacks++;
+}
+
 /* ---------------------------------------------------------- the profile -- */
 
 static int emit_profile(struct agent *a, struct proc *p, const struct py_stack *st, uint64_t now)
 {
+	static char buf[PY_STACK_JSON_MAX + 1024];
 	const struct pyproc *py = p->py;
-	json_t *o = rec_new(a, "python_profile", p->pid, st->tid, now), *frames;
+	const char *inst = agent_instance_of(a, p->pid);
+	struct jsonw w;
+	long len;
 
-	if (!o)
-		return -ENOMEM;
-	frames = json_array();
-	for (uint16_t i = 0; i < st->n; i++) {
-		const struct py_sym *sym = st->sym[i] >= 0 ? &py->syms[st->sym[i]] : NULL;
-
-		if (sym && !sym->func[0])
-			sym = NULL; /* its code object could not be read */
-
-		if (!sym) {
-			json_array_append_new(frames, json_pack("{s:s}", "function", "?"));
-			continue;
-		}
-		json_array_append_new(
-		    frames, json_pack("{s:o,s:o,s:i}", "function", rec_string(sym->func), "file",
-				      rec_string(sym->file), "first_line", sym->first_line));
-		if (st->line[i] >= 0)
-			json_object_set_new(json_array_get(frames, json_array_size(frames) - 1),
-					    "line", json_integer(st->line[i]));
+	jw_init(&w, buf, sizeof(buf));
+	jw_common(&w, "python_profile", a->host, inst, p->pid, st->tid ? (int64_t)st->tid : JW_OMIT,
+		  now);
+	jw_uint(&w, "samples", st->count);
+	jw_uint(&w, "hz", a->opts.python_hz);
+	jw_str(&w, "python", py->version);
+	jw_bool(&w, "truncated", st->flags & PY_F_TRUNCATED);
+	jw_key(&w, "stack");
+	jw_open(&w, '[');
+	for (uint16_t i = 0; i < st->n; i++)
+		frame_json(&w, py, st->sym[i], st->line[i]);
+	jw_close(&w, ']');
+	len = jw_end(&w);
+	if (len < 0) {
+		a->cnt.json_errors++;
+		return -ENOSPC;
 	}
-	json_object_set_new(o, "samples", json_integer(st->count));
-	json_object_set_new(o, "hz", json_integer(a->opts.python_hz));
-	json_object_set_new(o, "python", json_string(py->version));
-	json_object_set_new(o, "truncated", json_boolean(st->flags & PY_F_TRUNCATED));
-	json_object_set_new(o, "stack", frames);
-	return rec_emit(a, REC_EVENT, o);
+	return rec_emit_raw(a, REC_EVENT, inst, buf, (size_t)len);
 }
 
 /* the process's stacks of the interval as python_profile records, then none */
@@ -853,6 +952,11 @@ void python_stats(struct agent *a, json_t *r)
 		      (json_int_t)s->unknown_proc, "stacks_dropped", (json_int_t)s->stacks_dropped,
 		      "profiles", (json_int_t)s->profiles, "lines_unknown",
 		      (json_int_t)s->lines_unknown);
+	if (o) {
+		json_object_set_new(o, "launch_stacks", json_integer((json_int_t)s->launch_stacks));
+		json_object_set_new(o, "launch_unpaired",
+				    json_integer((json_int_t)s->launch_unpaired));
+	}
 	if (o && s->error[0])
 		json_object_set_new(o, "error", rec_string(s->error));
 	if (o)

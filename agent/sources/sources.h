@@ -202,6 +202,12 @@ void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, co
 void python_detach(struct agent *a, struct proc *p);
 struct py_stack_event;
 void python_on_stack(struct agent *a, const struct py_stack_event *e);
+/*
+ * the launch (pid, tid, ts) of a cuda_launch record being written: its
+ * Python frames, when they came (PY_F_LAUNCH), as "python_stack"
+ */
+struct jsonw;
+void python_launch_json(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts, struct jsonw *w);
 void python_interval(struct agent *a, uint64_t now);
 void python_stats(struct agent *a, json_t *stats_record);
 void python_print_summary(struct agent *a, FILE *out); /* --summary's section */

@@ -33,6 +33,14 @@ void jw_hex(struct jsonw *w, const char *key, uint64_t v); /* "0x..." string */
 void jw_dim3(struct jsonw *w, const char *key, const uint32_t d[3]);
 void jw_key(struct jsonw *w, const char *key); /* for a raw value that follows */
 void jw_raw(struct jsonw *w, const char *s, size_t n);
+/*
+ * Nesting: jw_open() writes '{' or '[' as a value (after jw_key(), or
+ * after jw_next() in an array), jw_close() its '}' or ']'; jw_next() puts
+ * the comma before an array's next element. A key inside starts without one.
+ */
+void jw_open(struct jsonw *w, char c);
+void jw_close(struct jsonw *w, char c);
+void jw_next(struct jsonw *w);
 /* closes the object; returns its length, or -1 on overflow */
 long jw_end(struct jsonw *w);
 

@@ -248,6 +248,25 @@ void jw_raw(struct jsonw *w, const char *s, size_t n)
 	put(w, s, n);
 }
 
+void jw_open(struct jsonw *w, char c)
+{
+	putc_(w, c);
+	w->first = 1;
+}
+
+void jw_close(struct jsonw *w, char c)
+{
+	putc_(w, c);
+	w->first = 0;
+}
+
+void jw_next(struct jsonw *w)
+{
+	if (!w->first)
+		putc_(w, ',');
+	w->first = 0;
+}
+
 void jw_strn(struct jsonw *w, const char *key, const char *s, size_t n)
 {
 	jw_key(w, key);

@@ -35,6 +35,21 @@
 #                    CPU): that step's anomaly names the other thread, its
 #                    frames, and that the step's own thread was seldom in
 #                    Python on a CPU
+#   python_launch:   the Python frames that made each CUDA launch (deep
+#                    mode): tests/integration/py_launch.py on the system
+#                    python3 and pyenv's 3.10, 3.12 and 3.13 where they
+#                    exist, under one agent (--mode deep). Its main thread's
+#                    cudaLaunchKernel comes from Attention.forward <-
+#                    Model.forward <- run, its host-to-device copy from
+#                    prepare_inputs <- run, and a second thread's copies
+#                    from Sampler.forward <- sampler_loop, at the same time.
+#                    Every cuda_launch record of the process has its user
+#                    stack and a python_stack naming exactly those frames,
+#                    with the script, the def lines and the lines of the
+#                    calls (3.10 has no qualified names: "forward"); none
+#                    is given the other thread's; stats.python.launch_stacks
+#                    counts the records, launch_unpaired is 0. With
+#                    --no-stacks, no record has Python frames either
 #   python_versions: the same script with a second thread spinning in
 #                    background_tokenize() on pyenv's 3.10 (no Py_Version:
 #                    its version from the library's name; threads matched
@@ -72,8 +87,8 @@
 #                    --python-hz or --python-stacks is refused with a line
 #                    naming the option (exit 64)
 source "$(dirname "$0")/lib.sh"
-NAMES=(python_layout python_profile python_other_thread python_versions python_forged python_unloadable
-	python_off)
+NAMES=(python_layout python_profile python_other_thread python_launch python_versions python_forged
+	python_unloadable python_off)
 it_preflight "${NAMES[@]}"
 
 PY_STEPS=$IT_ROOT/tests/integration/py_steps.py
@@ -102,13 +117,16 @@ nes() { [ "$1" != "$2" ]; }
 defline() { grep -n "^def $1(" "$PY_STEPS" | cut -d: -f1; } # the def line of a function
 lineof() { grep -nF -- "$1" "$PY_STEPS" | head -n 1 | cut -d: -f1; } # the first line holding $1
 
-# py_run NAME PYTHON STEPS SLOW SLOW_MS [HELPER [SLOW_KIND]]: py_steps.py under
-# the running agent, released once the agent traces it; sets PYPID, PYTID,
-# PYHELPER
-py_run() {
-	local name=$1 py=$2 out=$T/$1.work go=$T/$1.go
+# py_go NAME PYTHON SCRIPT ARGS...: SCRIPT under the running agent, given
+# ARGS with "{go}" replaced by its go file, which is created once the agent
+# traces it; the script prints {"pid", "tid", "helper"} first. Sets PYPID,
+# PYTID, PYHELPER
+py_go() {
+	local name=$1 py=$2 out=$T/$1.work go=$T/$1.go args=() a
+	shift 2
+	for a in "$@"; do args+=("${a/\{go\}/$go}"); done
 	PYPID= PYTID= PYHELPER=
-	bg_start "$out" "$py" "$PY_STEPS" "$CUDART" "$USDT_LIB" "$go" "$3" "$4" "$5" "${6:-0}" "${7:-pad}"
+	bg_start "$out" "$py" "${args[@]}"
 	local wp=$BG_PID
 	wait_line "$out" 20 || { fail_because "$name printed nothing: $(head -c 300 "$out.err")"; return 1; }
 	PYPID=$(head -n 1 "$out" | jq -r .pid)
@@ -118,6 +136,10 @@ py_run() {
 	touch "$go"
 	wait_exit "$wp" 60 || { fail_because "$name did not finish"; return 1; }
 	[ "$WAIT_RC" = 0 ] || fail_because "$name exit $WAIT_RC: $(head -c 300 "$out.err")"
+}
+# py_run NAME PYTHON STEPS SLOW SLOW_MS [HELPER [SLOW_KIND]]: py_steps.py
+py_run() {
+	py_go "$1" "$2" "$PY_STEPS" "$CUDART" "$USDT_LIB" "{go}" "$3" "$4" "$5" "${6:-0}" "${7:-pad}"
 }
 
 # ---------------------------------------------------------- python_layout --
@@ -232,6 +254,94 @@ if num "$PYPID" && num "$PYHELPER"; then
 		eqs "$([ "${ev#"$want"}" != "$ev" ] && [ "${ev%"$tail_want"}" != "$ev" ] && echo y)" y
 fi
 report python_other_thread
+
+# ---------------------------------------------------------- python_launch --
+PY_LAUNCH=$IT_ROOT/tests/integration/py_launch.py
+pl_line() { grep -nF -- "$1" "$PY_LAUNCH" | head -n 1 | cut -d: -f1; } # the first line holding $1
+pl_def() { # pl_def CLASS METHOD: the def line of a method
+	awk -v c="class $1" -v m="    def $2(" 'index($0, c) == 1 {in_c = 1; next}
+		in_c && index($0, m) == 1 {print NR; exit}' "$PY_LAUNCH"
+}
+LAUNCH_ROUNDS=30
+# launch_run NAME PYTHON: py_launch.py
+launch_run() { py_go "$1" "$2" "$PY_LAUNCH" "$CUDART" "{go}" "$LAUNCH_ROUNDS"; }
+lvers=("$(basename "$SYS_PY"):$SYS_PY")
+for v in 3.10 3.12 3.13; do
+	p=$(pyenv_of "$v") && lvers+=("$v:$p")
+done
+agent_start python_launch -i 0.25 --mode deep --stack-rate 100000 ||
+	fail_because "agent did not start: $(agent_tail)"
+declare -A lpid ltid lhelp
+for vp in "${lvers[@]}"; do
+	v=${vp%%:*}
+	launch_run "l$v" "${vp#*:}"
+	lpid[$v]=$PYPID ltid[$v]=$PYTID lhelp[$v]=$PYHELPER
+done
+sleep 0.6
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+# the frames each launch must name: [function, first line, line]
+d_attn=$(pl_def Attention forward) d_model=$(pl_def Model forward) d_samp=$(pl_def Sampler forward)
+d_run=$(pl_line "def run(model):") d_prep=$(pl_line "def prepare_inputs():")
+d_loop=$(pl_line "def sampler_loop(")
+c_kern=$(pl_line "errors.add(cudart.cudaLaunchKernel(") c_attn=$(pl_line "self.attn.forward()")
+c_model=$(pl_line "    model.forward()") c_prep=$(pl_line "    prepare_inputs()")
+c_h2d=$(pl_line "errors.add(cudart.cudaMemcpyAsync(0x2000") c_d2h=$(pl_line "0x3000, 64, 2, None))")
+c_samp=$(pl_line "        s.forward()")
+seen=() total=0
+for vp in "${lvers[@]}"; do
+	v=${vp%%:*} pid=${lpid[$v]:-} tid=${ltid[$v]:-} help=${lhelp[$v]:-}
+	num "$pid" && num "$tid" && num "$help" || continue
+	q() { [ "$v" = 3.10 ] && echo "${1##*.}" || echo "$1"; } # 3.10: co_name, no co_qualname
+	want=$(jq -n -c --arg f "$PY_LAUNCH" --arg attn "$(q Attention.forward)" \
+		--arg model "$(q Model.forward)" --arg samp "$(q Sampler.forward)" \
+		--argjson da "$d_attn" --argjson dm "$d_model" --argjson ds "$d_samp" \
+		--argjson dr "$d_run" --argjson dp "$d_prep" --argjson dl "$d_loop" \
+		--argjson ck "$c_kern" --argjson ca "$c_attn" --argjson cm "$c_model" \
+		--argjson cp "$c_prep" --argjson ch "$c_h2d" --argjson cd "$c_d2h" --argjson cs "$c_samp" '
+		def fr(n; d; l): {function: n, file: $f, first_line: d, line: l};
+		{kernel: [fr($attn; $da; $ck), fr($model; $dm; $ca), fr("run"; $dr; $cm)],
+		 h2d: [fr("prepare_inputs"; $dp; $ch), fr("run"; $dr; $cp)],
+		 d2h: [fr($samp; $ds; $cd), fr("sampler_loop"; $dl; $cs)]}')
+	got=$(jqo -c --argjson pid "$pid" --argjson t "$tid" --argjson h "$help" --argjson w "$want" '
+		[.[] | select(.type=="cuda_launch" and .pid==$pid)] as $r
+		| def kind: if .api=="cudaLaunchKernel" and .tid==$t then "kernel"
+			elif .api=="cudaMemcpyAsync" and .tid==$t and .copy_kind==1 then "h2d"
+			elif .api=="cudaMemcpyAsync" and .tid==$h and .copy_kind==2 then "d2h"
+			else "other" end;
+		{n: ($r | length),
+		 stacked: [$r[] | select(has("stack") and has("python_stack"))] | length,
+		 kinds: ($r | group_by(kind) | map({key: (.[0] | kind), value: length}) | from_entries),
+		 right: [$r[] | kind as $k | select($k != "other" and .python_stack[:($w[$k] | length)] == $w[$k])]
+			| length,
+		 bad: [$r[] | kind as $k | select($k == "other" or .python_stack[:($w[$k] | length)] != $w[$k])][:1]}')
+	n=$(echo "$got" | jq .n)
+	total=$((total + ${n:-0}))
+	expect "$v: 3 launches a round ($((3 * LAUNCH_ROUNDS))) recorded: $(echo "$got" | jq -c .kinds)" \
+		eqs "$(echo "$got" | jq -c .kinds)" "{\"d2h\":$LAUNCH_ROUNDS,\"h2d\":$LAUNCH_ROUNDS,\"kernel\":$LAUNCH_ROUNDS}"
+	expect "$v: every launch with its user stack and Python frames ($(echo "$got" | jq .stacked) of $n)" \
+		eqs "$(echo "$got" | jq .stacked)" "$n"
+	expect "$v: every launch names its own thread's frames and lines ($(echo "$got" | jq .right) of $n; first wrong: $(echo "$got" | jq -c '.bad[0].python_stack[:3]' | head -c 400))" \
+		eqs "$(echo "$got" | jq .right)" "$n"
+	seen+=("$v")
+done
+st=$(jqo -c '[.[] | select(.type=="stats")] | last | .python | {launch_stacks, launch_unpaired}')
+expect "stats.python.launch_stacks = the records with Python frames ($total), none unpaired: $st" \
+	eqs "$st" "{\"launch_stacks\":$total,\"launch_unpaired\":0}"
+echo "# python_launch: ${seen[*]}"
+# --no-stacks: no user stack, no Python frames
+agent_start python_launch_nostacks -i 0.25 --mode deep --no-stacks ||
+	fail_because "agent did not start: $(agent_tail)"
+launch_run lnostack "$SYS_PY"
+sleep 0.6
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+if num "$PYPID"; then
+	got=$(jqo -c --argjson pid "$PYPID" '[.[] | select(.type=="cuda_launch" and .pid==$pid)]
+		| [length, ([.[] | select(has("python_stack") or has("stack"))] | length)]')
+	expect "--no-stacks: $((3 * LAUNCH_ROUNDS)) launches, none with frames: $got" \
+		eqs "$got" "[$((3 * LAUNCH_ROUNDS)),0]"
+fi
+report python_launch
 
 # -------------------------------------------------------- python_versions --
 vers=()

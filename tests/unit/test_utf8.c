@@ -104,6 +104,42 @@ static void test_keys(void **state)
 	}
 }
 
+/* nesting (jw_open/jw_next/jw_close): arrays of objects and empty ones, then a key after */
+static void test_nested(void **state)
+{
+	char buf[256];
+	const char *want = "{\"a\":1,\"s\":[{\"f\":\"x\",\"l\":2},{\"f\":\"?\"}],\"e\":[],"
+			   "\"o\":{},\"b\":true}";
+	struct jsonw w;
+	long len;
+
+	(void)state;
+	jw_init(&w, buf, sizeof(buf));
+	jw_uint(&w, "a", 1);
+	jw_key(&w, "s");
+	jw_open(&w, '[');
+	jw_next(&w);
+	jw_open(&w, '{');
+	jw_str(&w, "f", "x");
+	jw_int(&w, "l", 2);
+	jw_close(&w, '}');
+	jw_next(&w);
+	jw_open(&w, '{');
+	jw_str(&w, "f", "?");
+	jw_close(&w, '}');
+	jw_close(&w, ']');
+	jw_key(&w, "e");
+	jw_open(&w, '[');
+	jw_close(&w, ']');
+	jw_key(&w, "o");
+	jw_open(&w, '{');
+	jw_close(&w, '}');
+	jw_bool(&w, "b", 1);
+	len = jw_end(&w);
+	assert_int_equal(len, (long)strlen(want));
+	assert_memory_equal(buf, want, (size_t)len);
+}
+
 static void test_clean(void **state)
 {
 	char buf[8];
@@ -237,6 +273,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_writer),
 	    cmocka_unit_test(test_keys),
+	    cmocka_unit_test(test_nested),
 	    cmocka_unit_test(test_clean),
 	    cmocka_unit_test(test_clean_every_offset),
 	    cmocka_unit_test(test_correlator_record),

@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+"""py_launch - a Python "engine" that launches CUDA work, for
+tests/integration/python.sh (python_launch).
+
+Loads the real libcudart with ctypes, prints {"pid", "tid", "helper"}, waits
+for the go file, then runs ROUNDS rounds on two threads: the main thread's
+Model.forward() -> Attention.forward() calls cudaLaunchKernel, and its
+prepare_inputs() cudaMemcpyAsync (a host-to-device copy); a second thread's
+Sampler.forward() calls cudaMemcpyAsync (device to host). Without a GPU the
+calls fail, but the agent's uprobes fire in them, with these Python frames
+on the thread. Ends with {"done": 1, "errors": [...]} (the calls' return
+codes seen).
+
+usage: py_launch.py CUDART GO_FILE ROUNDS
+"""
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+
+cudart_path, go, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cudart = ctypes.CDLL(cudart_path)
+
+
+class Dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+# cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
+#                  cudaStream_t stream); cudaMemcpyAsync(dst, src, count, kind, stream)
+cudart.cudaLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p,
+                                    ctypes.c_size_t, ctypes.c_void_p]
+cudart.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                   ctypes.c_int, ctypes.c_void_p]
+errors = set()
+buf = ctypes.create_string_buffer(4096)
+
+
+class Attention:
+    def forward(self):
+        errors.add(cudart.cudaLaunchKernel(0x1000, Dim3(8, 1, 1), Dim3(128, 1, 1), None, 0, None))
+
+
+class Model:
+    def __init__(self):
+        self.attn = Attention()
+
+    def forward(self):
+        self.attn.forward()
+
+
+def prepare_inputs():
+    errors.add(cudart.cudaMemcpyAsync(0x2000, ctypes.addressof(buf), 4096, 1, None))
+
+
+class Sampler:
+    def forward(self):
+        errors.add(cudart.cudaMemcpyAsync(ctypes.addressof(buf), 0x3000, 64, 2, None))
+
+
+def run(model):
+    prepare_inputs()
+    model.forward()
+
+
+def sampler_loop(n, ready, gate):
+    ready.append(threading.get_native_id())
+    gate.wait()
+    s = Sampler()
+    for _ in range(n):
+        s.forward()
+        time.sleep(0.002)
+
+
+ready, gate = [], threading.Event()
+helper = threading.Thread(target=sampler_loop, args=(rounds, ready, gate))
+helper.start()
+while not ready:
+    time.sleep(0.01)
+print(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id(),
+                  "helper": ready[0]}), flush=True)
+while not os.path.exists(go):
+    time.sleep(0.01)
+gate.set()
+model = Model()
+for _ in range(rounds):
+    run(model)
+    time.sleep(0.002)
+helper.join()
+time.sleep(0.5)  # the agent reads the last records while the process lives
+print(json.dumps({"done": 1, "errors": sorted(errors)}), flush=True)
