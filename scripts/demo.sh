@@ -5,7 +5,8 @@
 # GPU and no broker (issue 2, item 7).
 #
 # First, the newest views: a Python engine's slow step and the Python
-# function it spent its time in (--python-stacks), then a slow NCCL rank.
+# function it spent its time in (--python-stacks), the Python line behind
+# each CUDA launch (deep mode), then a slow NCCL rank.
 # Then it starts the agent in sentinel mode, then a small CUDA workload
 # (build/tests/integration/cuda_calls -s: two threads calling all 22 probed
 # CUDA entry points through the real libcudart and the stub libcuda, about
@@ -129,6 +130,34 @@ if [ -x /usr/bin/python3 ] && [ -f "$USDT_LIB" ] && [ -f "$PY_STEPS" ] && comman
 		map({s: (map(.samples) | add), f: (.[0].stack | map("\(.function):\(.line)") | join(" <- "))}) |
 		sort_by(-.s) | .[:4][] | "    \(.s) samples  \(.f)"' "$POUT"
 	echo "  (all of it: $POUT; docs/operations.md, \"Python frames\")"
+	echo
+	# 0a. the Python line behind each launch: in deep mode a launch that
+	#    takes its user stack carries the Python frames that made it
+	#    (tests/integration/py_launch.py: a kernel launch and two copies,
+	#    from two threads, through the real libcudart)
+	LOUT=$DIR/python_launch.jsonl
+	rm -f "$LOUT" "$PDIR/lgo"
+	bold "Which Python line launched it: cuda_launch records in deep mode"
+	agent_bg "$PDIR/agent-launch.log" "$LOUT" -i 0.25 --mode deep
+	PAP=$BGA
+	/usr/bin/python3 tests/integration/py_launch.py /usr/local/cuda/lib64/libcudart.so "$PDIR/lgo" 10 \
+		>"$PDIR/launch.out" 2>"$PDIR/launch.err" &
+	PYP=$!
+	PIDS+=("$PYP")
+	for ((i = 0; i < 100; i++)); do
+		PYPID=$(head -n 1 "$PDIR/launch.out" 2>/dev/null | jq -r '.pid // empty' 2>/dev/null)
+		[ -n "$PYPID" ] && grep -q "pid $PYPID: Python" "$PDIR/agent-launch.log" && break
+		sleep 0.1
+	done
+	touch "$PDIR/lgo"
+	wait "$PYP" 2>/dev/null
+	kill -INT "$PAP" 2>/dev/null
+	wait "$PAP" 2>/dev/null
+	jq -s -r '[.[] | select(.type == "cuda_launch" and has("python_stack"))] |
+		group_by([.api, .copy_kind, (.python_stack | map(.function))]) |
+		.[] | "    \(length) x \(.[0].api)\(if .[0].copy_kind then " (copy kind \(.[0].copy_kind))" else "" end) <- " +
+		(.[0].python_stack[:3] | map("\(.function) (\(.file | split("/") | last):\(.line))") | join(" <- "))' "$LOUT"
+	echo "  (cuda_launch.python_stack; its native stack alone is the interpreter's loop)"
 	echo
 fi
 
