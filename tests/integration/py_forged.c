@@ -20,6 +20,9 @@
  *     a character: 63 of them, 126 bytes). The second to fourth have no
  *     name ("?").
  *
+ * The main thread also calls cudaLaunchKernel once a millisecond or so: in
+ * deep mode those launches carry the same forged frames (python_stack).
+ *
  * Offsets: agent/sources/python_layout.h's 3.11 entry.
  */
 #include <pthread.h>
@@ -84,7 +87,10 @@ int main(int argc, char **argv)
 	pthread_t th;
 	long tid2 = 0;
 
-	if (!l || !cudart_launch("py_forged"))
+	launch_fn launch = cudart_launch("py_forged");
+	uint64_t launches = 0;
+
+	if (!l || !launch)
 		return 1;
 	put64(_PyRuntime, l->runtime_interp_head, (uintptr_t)interp);
 	put64(interp, l->interp_threads_head, (uintptr_t)tstate[0]);
@@ -120,10 +126,13 @@ int main(int argc, char **argv)
 	do {
 		for (int i = 0; i < 1000000; i++)
 			n++;
+		launch((const void *)0x1000, (struct dim3){1, 1, 1}, (struct dim3){32, 1, 1}, NULL,
+		       0, NULL); /* fails without a GPU; the uprobe fires */
+		launches++;
 		clock_gettime(CLOCK_MONOTONIC, &t);
 	} while ((double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 < secs);
 	stop = 1;
 	pthread_join(th, NULL);
-	printf("{\"done\":1}\n");
+	printf("{\"done\":1,\"launches\":%llu}\n", (unsigned long long)launches);
 	return 0;
 }

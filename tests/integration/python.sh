@@ -71,7 +71,9 @@
 #                    hold, the long name cut at a character: 63 of 2 bytes),
 #                    the rest "?" and counted once each
 #                    (stats.python.unnamed 3, symbols 3); the thread that
-#                    no state matches has no samples; the agent exits 0
+#                    no state matches has no samples; its launches (deep
+#                    mode) carry the same frames, 32, python_truncated; the
+#                    agent exits 0
 #   python_unloadable: a kernel whose verifier refuses the sampler
 #                    (INFERTRACE_BREAK_PY_SAMPLER makes it unloadable): auto
 #                    says so in one warning and loads the rest (the steps
@@ -403,7 +405,7 @@ else
 fi
 
 # ---------------------------------------------------------- python_forged --
-agent_start python_forged -i 0.25 || fail_because "agent did not start: $(agent_tail)"
+agent_start python_forged -i 0.25 --mode deep || fail_because "agent did not start: $(agent_tail)"
 bg_start "$T/forged.out" "$FORGED" 3
 fp=$BG_PID
 wait_exit "$fp" 30 || fail_because "python3-forged did not finish"
@@ -432,6 +434,13 @@ if num "$FPID"; then
 	st=$(jqo -r '[.[] | select(.type=="stats")] | last | .python | [.unnamed, .symbols] | map(tostring) | join(",")')
 	expect "unnamed 3, symbols 3: $st" \
 		eqs "$st" "3,3"
+	# its launches (deep mode): the same forged frames, truncated
+	lr=$(jqo -c --argjson pid "$FPID" --argjson tid "$FTID" --argjson w "$want" '
+		[.[] | select(.type=="cuda_launch" and .pid==$pid and has("stack"))]
+		| {n: length, ok: [.[] | select(.tid==$tid and (.python_stack | length) == 32
+			and .python_truncated == true and .python_stack[:5] == $w)] | length}')
+	expect "its launches with their stack carry the forged frames, 32, truncated: $lr" \
+		eqs "$(echo "$lr" | jq '.n > 0 and .n == .ok')" true
 fi
 report python_forged
 
