@@ -91,6 +91,33 @@ cat <<EOF
 
 EOF
 
+# py_engine LOG OUT BASE [agent options] -- SCRIPT ARGS...: an agent of its
+# own (agent_bg LOG OUT), then the system python3 running SCRIPT (ARGS with
+# "{go}" for its go file, BASE.go; its output in BASE.out and BASE.err),
+# released once the agent traces it; returns when both have ended
+py_engine() {
+	local log=$1 out=$2 base=$3 opts=() args=() a i pp ap
+	shift 3
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
+	shift
+	for a in "$@"; do args+=("${a/\{go\}/$base.go}"); done
+	rm -f "$base.go"
+	agent_bg "$log" "$out" "${opts[@]}"
+	ap=$BGA
+	/usr/bin/python3 "${args[@]}" >"$base.out" 2>"$base.err" &
+	pp=$!
+	PIDS+=("$pp")
+	for ((i = 0; i < 100; i++)); do # go once the agent traces it
+		PYPID=$(head -n 1 "$base.out" 2>/dev/null | jq -r '.pid // empty' 2>/dev/null)
+		[ -n "$PYPID" ] && grep -q "pid $PYPID: Python" "$log" && break
+		sleep 0.1
+	done
+	touch "$base.go"
+	wait "$pp" 2>/dev/null
+	kill -INT "$ap" 2>/dev/null
+	wait "$ap" 2>/dev/null
+}
+
 # 0. the newest view first: what the host ran while the GPU waited. A Python
 #    "engine" on the system python3 (tests/integration/py_steps.py) runs 80
 #    steps marked with include/infertrace/step.h (libusdt_steps.so), each a
@@ -105,21 +132,8 @@ if [ -x /usr/bin/python3 ] && [ -f "$USDT_LIB" ] && [ -f "$PY_STEPS" ] && comman
 	rm -rf "$PDIR" "$POUT"
 	mkdir -p "$PDIR"
 	bold "What the host ran while the GPU waited: a Python engine's frames, sampled in the kernel"
-	agent_bg "$PDIR/agent.log" "$POUT" -i 0.25
-	PAP=$BGA
-	/usr/bin/python3 "$PY_STEPS" /usr/local/cuda/lib64/libcudart.so "$USDT_LIB" "$PDIR/go" 80 60 200 \
-		>"$PDIR/engine.out" 2>"$PDIR/engine.err" &
-	PYP=$!
-	PIDS+=("$PYP")
-	for ((i = 0; i < 100; i++)); do # go once the agent traces it
-		PYPID=$(head -n 1 "$PDIR/engine.out" 2>/dev/null | jq -r '.pid // empty' 2>/dev/null)
-		[ -n "$PYPID" ] && grep -q "pid $PYPID: Python" "$PDIR/agent.log" && break
-		sleep 0.1
-	done
-	touch "$PDIR/go"
-	wait "$PYP" 2>/dev/null
-	kill -INT "$PAP" 2>/dev/null
-	wait "$PAP" 2>/dev/null
+	py_engine "$PDIR/agent.log" "$POUT" "$PDIR/engine" -i 0.25 -- \
+		"$PY_STEPS" /usr/local/cuda/lib64/libcudart.so "$USDT_LIB" "{go}" 80 60 200
 	echo "  $(grep -o "Python [0-9.]* frames sampled.*" "$PDIR/agent.log" | head -n 1)"
 	echo "  the slow step's anomaly and its suspects:"
 	jq -r 'select(.type == "anomaly" and .dur_ns >= 150000000) |
@@ -136,23 +150,10 @@ if [ -x /usr/bin/python3 ] && [ -f "$USDT_LIB" ] && [ -f "$PY_STEPS" ] && comman
 	#    (tests/integration/py_launch.py: a kernel launch and two copies,
 	#    from two threads, through the real libcudart)
 	LOUT=$DIR/python_launch.jsonl
-	rm -f "$LOUT" "$PDIR/lgo"
+	rm -f "$LOUT"
 	bold "Which Python line launched it: cuda_launch records in deep mode"
-	agent_bg "$PDIR/agent-launch.log" "$LOUT" -i 0.25 --mode deep
-	PAP=$BGA
-	/usr/bin/python3 tests/integration/py_launch.py /usr/local/cuda/lib64/libcudart.so "$PDIR/lgo" 10 \
-		>"$PDIR/launch.out" 2>"$PDIR/launch.err" &
-	PYP=$!
-	PIDS+=("$PYP")
-	for ((i = 0; i < 100; i++)); do
-		PYPID=$(head -n 1 "$PDIR/launch.out" 2>/dev/null | jq -r '.pid // empty' 2>/dev/null)
-		[ -n "$PYPID" ] && grep -q "pid $PYPID: Python" "$PDIR/agent-launch.log" && break
-		sleep 0.1
-	done
-	touch "$PDIR/lgo"
-	wait "$PYP" 2>/dev/null
-	kill -INT "$PAP" 2>/dev/null
-	wait "$PAP" 2>/dev/null
+	py_engine "$PDIR/agent-launch.log" "$LOUT" "$PDIR/launch" -i 0.25 --mode deep -- \
+		tests/integration/py_launch.py /usr/local/cuda/lib64/libcudart.so "{go}" 10
 	jq -s -r '[.[] | select(.type == "cuda_launch" and has("python_stack"))] |
 		group_by([.api, .copy_kind, (.python_stack | map(.function))]) |
 		.[] | "    \(length) x \(.[0].api)\(if .[0].copy_kind then " (copy kind \(.[0].copy_kind))" else "" end) <- " +
