@@ -16,11 +16,12 @@
  *        3.10: PyFrameObject.f_code, .f_back)
  *
  * and sends the code object pointers (EV_PY_STACK on rb_misc); the agent
- * names them. The launch probes (bpf/cuda.bpf.c) send the same walk of the
- * launching thread, in deep mode (py_stack_send). Every read is bpf_probe_read_user(): a process
- * that lies about its structures gets wrong or no frames, never more than PY_THREADS +
- * PY_STACK_DEPTH reads. The thread's PyThreadState is cached by tid (py_tstate) and checked again
- * at every use.
+ * names them. The launch probes (bpf/cuda.bpf.c, py_launch) send the same
+ * walk of the launching thread in deep mode (py_stack_send). Every read is
+ * bpf_probe_read_user(): a process that lies about its structures gets
+ * wrong or no frames, never more than PY_THREADS + PY_STACK_DEPTH reads.
+ * The thread's PyThreadState is cached by tid (py_tstate) and checked
+ * again at every use.
  */
 #include "lib/common.bpf.h"
 #include <bpf/bpf_core_read.h>
@@ -94,10 +95,9 @@ static __always_inline __u64 find_tstate(const struct py_proc *pp, __u32 tid)
  * The thread's frames as an EV_PY_STACK stamped ts_ns: on rb_misc (a
  * sample), or with PY_F_LAUNCH on rb_cuda (the frames of the launch whose
  * record follows, bpf/cuda.bpf.c). Nothing when its process runs no Python
- * the agent described, or the thread is outside Python code. A global
- * function: the verifier checks it once per program on its own, rather
- * than again within every state of each launch probe that calls it (that
- * made the agent's start 1.3 s longer).
+ * the agent described, or the thread is outside Python code. One global
+ * function serves py_sample and py_launch (which the launch probes
+ * tail-call, so that the walk is not verified again in each of them).
  */
 __noinline int py_stack_send(__u64 id, __u64 ts_ns, __u32 flags)
 {

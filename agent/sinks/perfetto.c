@@ -6,7 +6,8 @@
  *
  *   CPU side   pid = the process, tid = the thread (real ids); one track per
  *              thread: launches (cuda_launch, 1 us: the uprobe sees the API
- *              entry only), synchronisations, off-CPU intervals, run-queue
+ *              entry only; args.python: the Python frames that made it),
+ *              synchronisations, off-CPU intervals, run-queue
  *              waits, slow syscalls (complete events "X"), markers and
  *              anomalies (instant events "i", or "X" when they carry dur_ns).
  *   GPU side   one process per device (pid GPU_PID_BASE + device, named
@@ -353,6 +354,39 @@ static const char *str_of(const json_t *rec, const char *key)
 	return json_string_value(json_object_get(rec, key));
 }
 
+/*
+ * A launch's Python frames (cuda_launch.python_stack) as one line for its
+ * slice's args, innermost first: "Attention.forward (model.py:43) <-
+ * Model.forward (model.py:51)"; NULL without them
+ */
+static json_t *python_line(const json_t *rec)
+{
+	const json_t *st = json_object_get(rec, "python_stack"), *f;
+	char buf[2048];
+	size_t o = 0, i;
+
+	if (!json_is_array(st) || !json_array_size(st))
+		return NULL;
+	json_array_foreach(st, i, f)
+	{
+		const char *fn = str_of(f, "function"), *file = str_of(f, "file");
+		json_int_t line = json_integer_value(json_object_get(f, "line"));
+		const char *base = file ? strrchr(file, '/') : NULL;
+		int n;
+
+		base = base ? base + 1 : file;
+		n = base && line > 0
+			? snprintf(buf + o, sizeof(buf) - o, "%s%s (%s:%lld)", i ? " <- " : "",
+				   fn ? fn : "?", base, (long long)line)
+			: snprintf(buf + o, sizeof(buf) - o, "%s%s", i ? " <- " : "",
+				   fn ? fn : "?");
+		if (n < 0 || (size_t)n >= sizeof(buf) - o)
+			break; /* what fits: the innermost frames */
+		o += (size_t)n;
+	}
+	return o ? json_stringn(buf, o) : NULL;
+}
+
 /* the launch's slice on its thread, made on first sight */
 static int launch_slice(struct perfetto *p, const json_t *rec, uint32_t pid, uint32_t tid,
 			uint64_t ts, const char *api, const json_t *args)
@@ -514,11 +548,11 @@ int perfetto_add(struct perfetto *p, const json_t *rec)
 	comm = str_of(rec, "comm");
 
 	if (!strcmp(type, "cuda_launch") && pid && has_tid) {
-		args = json_pack("{s:O*,s:O*,s:O*,s:O*,s:O*}", "stream",
+		args = json_pack("{s:O*,s:O*,s:O*,s:O*,s:O*,s:o*}", "stream",
 				 json_object_get(rec, "stream"), "func",
 				 json_object_get(rec, "func"), "grid", json_object_get(rec, "grid"),
 				 "block", json_object_get(rec, "block"), "graph_exec",
-				 json_object_get(rec, "graph_exec"));
+				 json_object_get(rec, "graph_exec"), "python", python_line(rec));
 		launch_slice(p, rec, pid, tid, ts, str_of(rec, "api"), args);
 		json_decref(args);
 		return p->err;

@@ -522,8 +522,7 @@ static int open_load(struct agent *a, bool python)
 	err = infertrace_bpf__load(skel);
 	if (err || !python)
 		return err;
-	/* the deep launch probes' tail call to py_launch; without it, launches have no Python
-	 * frames */
+	/* the deep launch probes' tail call; without it launches have no Python frames */
 	int fd = bpf_program__fd(skel->progs.py_launch);
 
 	if (bpf_map__update_elem(skel->maps.py_tail, &(__u32){0}, sizeof(__u32), &fd, sizeof(fd),

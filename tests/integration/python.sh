@@ -48,8 +48,10 @@
 #                    with the script, the def lines and the lines of the
 #                    calls (3.10 has no qualified names: "forward"); none
 #                    is given the other thread's; stats.python.launch_stacks
-#                    counts the records, launch_unpaired is 0. With
-#                    --no-stacks, no record has Python frames either
+#                    counts the records, launch_unpaired is 0; the
+#                    Perfetto export (agentctl export) gives each launch's slice
+#                    the same frames in args.python. With --no-stacks, no
+#                    record has Python frames either
 #   python_versions: the same script with a second thread spinning in
 #                    background_tokenize() on pyenv's 3.10 (no Py_Version:
 #                    its version from the library's name; threads matched
@@ -271,14 +273,17 @@ lvers=("$(basename "$SYS_PY"):$SYS_PY")
 for v in 3.10 3.12 3.13; do
 	p=$(pyenv_of "$v") && lvers+=("$v:$p")
 done
-agent_start python_launch -i 0.25 --mode deep --stack-rate 100000 ||
-	fail_because "agent did not start: $(agent_tail)"
+agent_start python_launch -i 0.25 --mode deep --stack-rate 100000 --recorder-seconds 60 \
+	--control-socket "$T/launch.sock" || fail_because "agent did not start: $(agent_tail)"
 declare -A lpid ltid lhelp
 for vp in "${lvers[@]}"; do
 	v=${vp%%:*}
 	launch_run "l$v" "${vp#*:}"
 	lpid[$v]=$PYPID ltid[$v]=$PYTID lhelp[$v]=$PYHELPER
 done
+# the Perfetto export of the flight recorder's window (deep mode keeps every record in it)
+out=$("$BUILD/agentctl" --socket "$T/launch.sock" export --perfetto "$T/launch.trace.json" 2>&1)
+expect "agentctl export --perfetto: $out" grep -q "trace events" <<<"$out"
 sleep 0.6
 agent_stop INT || fail_because "agent did not exit on SIGINT"
 [ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
@@ -325,6 +330,17 @@ for vp in "${lvers[@]}"; do
 		eqs "$(echo "$got" | jq .stacked)" "$n"
 	expect "$v: every launch names its own thread's frames and lines ($(echo "$got" | jq .right) of $n; first wrong: $(echo "$got" | jq -c '.bad[0].python_stack[:3]' | head -c 400))" \
 		eqs "$(echo "$got" | jq .right)" "$n"
+	# the Perfetto export: each launch's slice says the same in args.python
+	pf=$(jq -c --argjson pid "$pid" --argjson t "$tid" --argjson h "$help" --argjson w "$want" '
+		def line(fs): fs | map("\(.function) (\(.file | split("/") | last):\(.line))") | join(" <- ");
+		[.traceEvents[] | select(.ph == "X" and .cat == "launch" and .pid == $pid)]
+		| {n: length, right: [.[] | select(
+			(.name == "cudaLaunchKernel" and .tid == $t and (.args.python | startswith(line($w.kernel))))
+			or (.name == "cudaMemcpyAsync" and .tid == $t and (.args.python | startswith(line($w.h2d))))
+			or (.name == "cudaMemcpyAsync" and .tid == $h and (.args.python | startswith(line($w.d2h)))))]
+			| length}' "$T/launch.trace.json" 2>&1)
+	expect "$v: the Perfetto export's launch slices name the same frames in args.python: $pf" \
+		eqs "$pf" "{\"n\":$n,\"right\":$n}"
 	seen+=("$v")
 done
 st=$(jqo -c '[.[] | select(.type=="stats")] | last | .python | {launch_stacks, launch_unpaired}')
