@@ -138,6 +138,14 @@ struct capture_hooks {
 	 */
 	void (*nccl_flush)(struct agent *a);
 	void (*nccl_counts)(struct agent *a, struct nccl_slot_counts *out);
+	/*
+	 * A GPU record's JSON (buf, len bytes, cap in all) joined to the
+	 * uprobe launch (pid, tid, ts): the Python frames of that launch added
+	 * as "launch_python" when they were kept; the new length (len: none);
+	 * agent/sources/python.c
+	 */
+	long (*launch_python)(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts, char *buf,
+			      size_t cap, size_t len);
 };
 
 /* a Python frame as JSON at most (agent/sources/python.c checks it), and a stack's */

@@ -303,9 +303,13 @@ int decode_record(struct agent *a, const void *data, size_t size)
 		to_diag(a, data);
 
 	switch (h->type) {
-	case EV_CUDA_LAUNCH:
+	case EV_CUDA_LAUNCH: {
+		/* the record first: its Python frames are then kept for its GPU records */
+		int err = decode_launch(a, data, size);
+
 		gpu_on_launch(a, data);
-		return decode_launch(a, data, size);
+		return err;
+	}
 	case EV_CUDA_SYNC:
 		return decode_sync(a, data);
 	case EV_OFFCPU:

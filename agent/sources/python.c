@@ -30,7 +30,9 @@
  *   - the frames that made a CUDA launch (deep mode, with the launch's user
  *     stack): bpf/cuda.bpf.c sends them (PY_F_LAUNCH) just before the
  *     launch's record on rb_cuda; python_launch_json() writes them into that
- *     cuda_launch record as "python_stack";
+ *     cuda_launch record as "python_stack", and keeps them named for the
+ *     GPU records joined to that launch (capture_hooks.launch_python, from
+ *     agent/pipeline/join.c: their "launch_python");
  *   - stats.python.
  */
 #include <errno.h>
@@ -59,6 +61,8 @@
 #define PY_LT_BUDGET (1 << 20) /* bytes of line tables held per process */
 #define PY_TOP 5	       /* --summary's functions per process */
 #define PY_LAUNCH_SLOTS 256    /* launch frames waiting for their launch, by tid */
+#define PY_KEPT 4096	       /* the last launches' named frames, kept for their GPU records */
+#define PY_KEPT_BUCKETS 8192   /* their index by (tid, time) */
 /*
  * A frame's JSON at most: the names escaped (a quote or backslash doubles;
  * read_str() leaves no control character), two integers, the keys.
@@ -121,6 +125,27 @@ struct py_launch {
 	struct py_frame f[PY_STACK_DEPTH];
 };
 
+/*
+ * A launch's named frames, for the GPU records joined to it later (a
+ * kernel comes when the shim flushes, up to a second after its launch):
+ * the last PY_KEPT launches with frames, in a ring, looked up through
+ * chains by (tid, time).
+ */
+struct py_kept {
+	uint32_t pid, tid;
+	uint64_t ts;
+	uint16_t n, flags; /* n 0: its process went (the entry stays chained) */
+	bool linked;	   /* in its chain */
+	int32_t next;	   /* the chain's next entry; -1: none */
+	int32_t sym[PY_STACK_DEPTH], line[PY_STACK_DEPTH];
+};
+
+struct py_kept_ring {
+	struct py_kept e[PY_KEPT];
+	int32_t bucket[PY_KEPT_BUCKETS]; /* first entry of each chain; -1: none */
+	uint32_t next;			 /* the entry written next: the oldest */
+};
+
 struct pysrc {
 	enum { PY_UNAVAILABLE, PY_RUNNING } state; /* off: no struct pysrc at all */
 	char error[160];
@@ -128,13 +153,17 @@ struct pysrc {
 	struct py_file *files; /* a cache by (dev, ino), for the agent's lifetime */
 	size_t n_files, cap_files, next_out;
 	uint64_t procs, unsupported, samples, frames, symbols, unnamed, unknown_proc,
-	    stacks_dropped, profiles, lines_unknown, launch_stacks, launch_unpaired;
-	struct py_launch *launch; /* PY_LAUNCH_SLOTS, at the first launch's frames */
-	char *gone[PY_GONE_MAX];  /* --summary's lines of the last processes that ended */
+	    stacks_dropped, profiles, lines_unknown, launch_stacks, launch_unpaired, gpu_records;
+	struct py_launch *launch;  /* PY_LAUNCH_SLOTS, at the first launch's frames */
+	struct py_kept_ring *kept; /* at the first launch's frames */
+	char *gone[PY_GONE_MAX];   /* --summary's lines of the last processes that ended */
 	uint64_t n_gone;
 };
 
 static const char *const state_names[] = {"unavailable", "running"};
+
+static long python_gpu_append(struct agent *a, uint32_t pid, uint32_t tid, uint64_t launch_ts,
+			      char *buf, size_t cap, size_t len);
 
 int python_start(struct agent *a)
 {
@@ -167,15 +196,18 @@ int python_start(struct agent *a)
 	}
 	s->cpus = n;
 	s->state = PY_RUNNING;
+	a->cap.launch_python = python_gpu_append;
 	pr_info("Python frames: sampling %d CPUs at %u Hz", n, a->opts.python_hz);
 	return 0;
 }
 
 void python_stop(struct agent *a)
 {
+	a->cap.launch_python = NULL;
 	if (a->python) {
 		free(a->python->files);
 		free(a->python->launch);
+		free(a->python->kept);
 		for (int i = 0; i < PY_GONE_MAX; i++)
 			free(a->python->gone[i]);
 	}
@@ -419,6 +451,10 @@ void python_detach(struct agent *a, struct proc *p)
 			s->gone[s->n_gone++ % PY_GONE_MAX] = proc_summary(p);
 		}
 		loader_python_proc(a, p->pid, NULL);
+		/* its kept launch frames name its symbols, which go now */
+		for (size_t i = 0; s && s->kept && i < PY_KEPT; i++)
+			if (s->kept->e[i].pid == p->pid)
+				s->kept->e[i].n = 0;
 		proc_syms_free(p->py);
 		free(p->py);
 		p->py = NULL;
@@ -849,10 +885,72 @@ static void frame_json(struct jsonw *w, const struct pyproc *py, int32_t si, int
 	jw_close(w, '}');
 }
 
+static size_t kept_bucket(uint32_t tid, uint64_t ts)
+{
+	return (size_t)((ts ^ (uint64_t)tid * 0x9e3779b97f4a7c15ULL) * 0xff51afd7ed558ccdULL >>
+			40) %
+	       PY_KEPT_BUCKETS;
+}
+
+static struct py_kept_ring *kept_ring(struct pysrc *s)
+{
+	if (!s->kept && (s->kept = malloc(sizeof(*s->kept)))) {
+		memset(s->kept->e, 0, sizeof(s->kept->e));
+		memset(s->kept->bucket, 0xff, sizeof(s->kept->bucket)); /* -1 */
+		s->kept->next = 0;
+	}
+	return s->kept;
+}
+
+/* the ring's oldest entry, out of its chain, for a new launch (pid, tid, ts) */
+static struct py_kept *kept_new(struct py_kept_ring *r, uint32_t pid, uint32_t tid, uint64_t ts)
+{
+	int32_t i = (int32_t)(r->next++ % PY_KEPT), *pp;
+	struct py_kept *k = &r->e[i];
+	size_t b;
+
+	if (k->linked) {
+		for (pp = &r->bucket[kept_bucket(k->tid, k->ts)]; *pp >= 0; pp = &r->e[*pp].next)
+			if (*pp == i) {
+				*pp = k->next;
+				break;
+			}
+	}
+	b = kept_bucket(tid, ts);
+	*k = (struct py_kept){
+	    .pid = pid, .tid = tid, .ts = ts, .linked = true, .next = r->bucket[b]};
+	r->bucket[b] = i;
+	return k;
+}
+
+static const struct py_kept *kept_find(const struct py_kept_ring *r, uint32_t pid, uint32_t tid,
+				       uint64_t ts)
+{
+	for (int32_t i = r->bucket[kept_bucket(tid, ts)]; i >= 0; i = r->e[i].next) {
+		const struct py_kept *k = &r->e[i];
+
+		if (k->ts == ts && k->tid == tid && k->pid == pid)
+			return k->n ? k : NULL;
+	}
+	return NULL;
+}
+
+/* the frames as a JSON array under key */
+static void frames_json(struct jsonw *w, const char *key, const struct pyproc *py,
+			const struct py_kept *k)
+{
+	jw_key(w, key);
+	jw_open(w, '[');
+	for (uint16_t i = 0; i < k->n; i++)
+		frame_json(w, py, k->sym[i], k->line[i]);
+	jw_close(w, ']');
+}
+
 void python_launch_json(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts, struct jsonw *w)
 {
 	struct pysrc *s = a->python;
 	struct py_launch *l;
+	struct py_kept *k;
 	struct proc *p;
 	uint16_t n;
 
@@ -868,20 +966,52 @@ void python_launch_json(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts
 		s->unknown_proc++;
 		return;
 	}
-	jw_key(w, "python_stack");
-	jw_open(w, '[');
+	if (!kept_ring(s))
+		return;
+	/* named once, kept for the launch's GPU records (python_gpu_append) */
+	k = kept_new(s->kept, pid, tid, ts);
+	k->flags = l->flags;
 	for (uint16_t i = 0; i < n; i++) {
-		int32_t si;
-
 		if (!l->f[i].code)
 			continue; /* a C call's entry frame (3.12+) */
-		si = sym_of(s, pid, p->py, l->f[i].code);
-		frame_json(w, p->py, si, line_of(s, pid, p->py, si, l->f[i].instr));
+		k->sym[k->n] = sym_of(s, pid, p->py, l->f[i].code);
+		k->line[k->n] = line_of(s, pid, p->py, k->sym[k->n], l->f[i].instr);
+		k->n++;
 	}
-	jw_close(w, ']');
-	if (l->flags & PY_F_TRUNCATED)
+	frames_json(w, "python_stack", p->py, k);
+	if (k->flags & PY_F_TRUNCATED)
 		jw_bool(w, "python_truncated", 1);
 	s->launch_stacks++;
+}
+
+/* capture_hooks.launch_python: a GPU record joined to a launch whose frames were kept */
+static long python_gpu_append(struct agent *a, uint32_t pid, uint32_t tid, uint64_t launch_ts,
+			      char *buf, size_t cap, size_t len)
+{
+	struct pysrc *s = a->python;
+	const struct py_kept *k;
+	struct jsonw w;
+	struct proc *p;
+	long n;
+
+	if (!s || !s->kept || len < 2 || buf[len - 1] != '}')
+		return (long)len;
+	k = kept_find(s->kept, pid, tid, launch_ts);
+	if (!k)
+		return (long)len;
+	p = proc_find_live(a, pid);
+	if (!p || !p->py)
+		return (long)len;
+	/* the record's last '}' becomes the field's comma */
+	w = (struct jsonw){.buf = buf, .cap = cap, .len = len - 1, .first = 0};
+	frames_json(&w, "launch_python", p->py, k);
+	n = jw_end(&w);
+	if (n < 0) {
+		buf[len - 1] = '}'; /* it did not fit: the record as it was */
+		return (long)len;
+	}
+	s->gpu_records++;
+	return n;
 }
 
 /* ---------------------------------------------------------- the profile -- */
@@ -956,6 +1086,7 @@ void python_stats(struct agent *a, json_t *r)
 		json_object_set_new(o, "launch_stacks", json_integer((json_int_t)s->launch_stacks));
 		json_object_set_new(o, "launch_unpaired",
 				    json_integer((json_int_t)s->launch_unpaired));
+		json_object_set_new(o, "gpu_records", json_integer((json_int_t)s->gpu_records));
 	}
 	if (o && s->error[0])
 		json_object_set_new(o, "error", rec_string(s->error));

@@ -208,6 +208,7 @@ void python_on_stack(struct agent *a, const struct py_stack_event *e);
  */
 struct jsonw;
 void python_launch_json(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts, struct jsonw *w);
+
 void python_interval(struct agent *a, uint64_t now);
 void python_stats(struct agent *a, json_t *stats_record);
 void python_print_summary(struct agent *a, FILE *out); /* --summary's section */

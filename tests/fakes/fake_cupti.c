@@ -389,6 +389,18 @@ out:
 	return ret;
 }
 
+int fake_cupti_add_kernel(uint32_t corr, uint64_t start, uint64_t dur, uint32_t stream,
+			  const char *name)
+{
+	CUpti_ActivityKernel10 k;
+
+	FAKE_CUPTI_ACTIVITY(k, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 0, 1, start, dur, stream,
+			    corr);
+	FAKE_CUPTI_DIMS(k, 64, 1, 1, 128, 1, 1);
+	k.name = name;
+	return fake_cupti_add_record((const CUpti_Activity *)&k);
+}
+
 static void complete_all(void)
 {
 	size_t i, n;

@@ -89,6 +89,14 @@ int fake_cupti_api_nested(CUpti_CallbackId rt_cbid, CUpti_CallbackId drv_cbid, u
  * dropped (counted for cuptiActivityGetNumDroppedRecords).
  */
 int fake_cupti_add_record(const CUpti_Activity *rec);
+/*
+ * A kernel record (CUpti_ActivityKernel10, device 0, context 1, grid 64,
+ * block 128) through fake_cupti_add_record(), for callers that cannot build
+ * the struct (tests/integration/py_gpu.py, with ctypes). name is not
+ * copied: it must outlive the record's delivery.
+ */
+int fake_cupti_add_kernel(uint32_t corr, uint64_t start, uint64_t dur, uint32_t stream,
+			  const char *name);
 /* hand every filled or partly filled buffer back to the shim */
 void fake_cupti_complete(void);
 /* when false, buffers go back only on fake_cupti_complete() (default true:

@@ -20,20 +20,10 @@ import sys
 import threading
 import time
 
+from py_cuda import Dim3, load_cudart
+
 cudart_path, go, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-cudart = ctypes.CDLL(cudart_path)
-
-
-class Dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-
-# cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
-#                  cudaStream_t stream); cudaMemcpyAsync(dst, src, count, kind, stream)
-cudart.cudaLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p,
-                                    ctypes.c_size_t, ctypes.c_void_p]
-cudart.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
-                                   ctypes.c_int, ctypes.c_void_p]
+cudart = load_cudart(cudart_path)
 errors = set()
 buf = ctypes.create_string_buffer(4096)
 

@@ -52,6 +52,17 @@
 #                    Perfetto export (agentctl export) gives each launch's slice
 #                    the same frames in args.python. With --no-stacks, no
 #                    record has Python frames either
+#   python_launch_gpu: the kernels of those launches, live: tests/integration/
+#                    py_gpu.py on the system python3 loads the real CUPTI
+#                    shim bound to the CUPTI test double and plays the GPU:
+#                    each cudaLaunchKernel (from Attention.forward <-
+#                    Model.forward, or from Sampler.forward, through one
+#                    gpu_launch()) gets its launch callback and a kernel
+#                    record. Deep mode: every kernel record is joined to its
+#                    uprobe launch (uprobe+cupti) and carries launch_python,
+#                    the frames of that launch exactly (its cuda_launch's
+#                    python_stack, the lines of the calls);
+#                    stats.python.gpu_records counts them
 #   python_versions: the same script with a second thread spinning in
 #                    background_tokenize() on pyenv's 3.10 (no Py_Version:
 #                    its version from the library's name; threads matched
@@ -91,8 +102,8 @@
 #                    --python-hz or --python-stacks is refused with a line
 #                    naming the option (exit 64)
 source "$(dirname "$0")/lib.sh"
-NAMES=(python_layout python_profile python_other_thread python_launch python_versions python_forged
-	python_unloadable python_off)
+NAMES=(python_layout python_profile python_other_thread python_launch python_launch_gpu python_versions
+	python_forged python_unloadable python_off)
 it_preflight "${NAMES[@]}"
 
 PY_STEPS=$IT_ROOT/tests/integration/py_steps.py
@@ -360,6 +371,61 @@ if num "$PYPID"; then
 		eqs "$got" "[$((3 * LAUNCH_ROUNDS)),0]"
 fi
 report python_launch
+
+# ------------------------------------------------------ python_launch_gpu --
+PY_GPU=$IT_ROOT/tests/integration/py_gpu.py
+FAKE_SO=$BUILD/tests/fakes/libcupti.so.13
+SHIM_SO=$BUILD/libinfertrace_cupti.so
+CBID=$(grep -oE 'CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000 *= *[0-9]+' \
+	/usr/local/cuda/include/cupti_runtime_cbid.h 2>/dev/null | grep -oE '[0-9]+$')
+if [ ! -f "$FAKE_SO" ] || [ ! -f "$SHIM_SO" ] || ! num "$CBID"; then
+	fail_because "$FAKE_SO, $SHIM_SO or cupti_runtime_cbid.h missing (make test)"
+else
+	gsock=$T/gpu.shim.sock
+	agent_start python_launch_gpu -i 0.25 --mode deep --stack-rate 100000 --shim-socket "$gsock" ||
+		fail_because "agent did not start: $(agent_tail)"
+	py_go gpu env INFERTRACE_SHIM_SOCKET="$gsock" "$SYS_PY" "$PY_GPU" "$CUDART" "$FAKE_SO" "$SHIM_SO" \
+		"{go}" "$LAUNCH_ROUNDS" "$CBID"
+	sleep 0.6
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+fi
+if num "$PYPID"; then
+	g_line() { grep -nF -- "$1" "$PY_GPU" | head -n 1 | cut -d: -f1; }
+	g_def() { awk -v c="class $1" -v m="    def $2(" 'index($0, c) == 1 {in_c = 1; next}
+		in_c && index($0, m) == 1 {print NR; exit}' "$PY_GPU"; }
+	want=$(jq -n -c --arg f "$PY_GPU" --argjson dg "$(g_line "def gpu_launch(name):")" \
+		--argjson cg "$(g_line "cudart.cudaLaunchKernel(0x1000")" \
+		--argjson da "$(g_def Attention forward)" --argjson ca "$(g_line 'gpu_launch("attn")')" \
+		--argjson dm "$(g_def Model forward)" --argjson cm "$(g_line "self.attn.forward()")" \
+		--argjson ds "$(g_def Sampler forward)" --argjson cs "$(g_line 'gpu_launch("sample")')" '
+		def fr(n; d; l): {function: n, file: $f, first_line: d, line: l};
+		{attn_kernel: [fr("gpu_launch"; $dg; $cg), fr("Attention.forward"; $da; $ca),
+			fr("Model.forward"; $dm; $cm)],
+		 sample_kernel: [fr("gpu_launch"; $dg; $cg), fr("Sampler.forward"; $ds; $cs)]}')
+	got=$(jqo -c --argjson pid "$PYPID" --argjson w "$want" '
+		([.[] | select(.type=="cuda_launch" and .pid==$pid) | {key: "\(.tid)/\(.ts_ns)", value: .python_stack}]
+			| from_entries) as $launch
+		| [.[] | select(.type=="kernel" and .pid==$pid)] as $k
+		| {n: ($k | length),
+		   names: ($k | group_by(.name) | map({key: .[0].name, value: length}) | from_entries),
+		   joined: [$k[] | select(.launch_src=="uprobe+cupti")] | length,
+		   right: [$k[] | select(.launch_python[:($w[.name] | length)] == $w[.name])] | length,
+		   same: [$k[] | select(.launch_python == $launch["\(.tid)/\(.launch_ts_ns)"])] | length,
+		   bad: [$k[] | select(.launch_python[:($w[.name] | length)] != $w[.name]) | .launch_python][:1]}')
+	n=$(echo "$got" | jq .n)
+	expect "kernel records: $LAUNCH_ROUNDS of each: $(echo "$got" | jq -c .names)" \
+		eqs "$(echo "$got" | jq -c .names)" "{\"attn_kernel\":$LAUNCH_ROUNDS,\"sample_kernel\":$LAUNCH_ROUNDS}"
+	expect "every kernel joined to its uprobe launch ($(echo "$got" | jq .joined) of $n)" \
+		eqs "$(echo "$got" | jq .joined)" "$n"
+	expect "every kernel's launch_python names its launch's frames and lines ($(echo "$got" | jq .right) of $n; first wrong: $(echo "$got" | jq -c '.bad[0][:3]' | head -c 300))" \
+		eqs "$(echo "$got" | jq .right)" "$n"
+	expect "every kernel's launch_python is its cuda_launch's python_stack ($(echo "$got" | jq .same) of $n)" \
+		eqs "$(echo "$got" | jq .same)" "$n"
+	gr=$(jqo '[.[] | select(.type=="stats")] | last | .python.gpu_records')
+	expect "stats.python.gpu_records = the kernel records with launch_python ($gr, $n)" eqs "$gr" "$n"
+fi
+report python_launch_gpu
 
 # -------------------------------------------------------- python_versions --
 vers=()
