@@ -41,8 +41,12 @@ cleanup() {
 trap cleanup EXIT
 echo 1 >/proc/sys/kernel/bpf_stats_enabled 2>/dev/null || say "(no BPF statistics: kernel.bpf_stats_enabled not writable)"
 
+prog_ns() { # prog_ns NAME: "run_time_ns run_cnt" of the loaded program NAME (0 0: none)
+	bpftool prog show name "$1" -j 2>/dev/null | jq -r 'if type=="array" then .[0] else . end
+		| "\(.run_time_ns // 0) \(.run_cnt // 0)"' 2>/dev/null | head -n 1 | grep . || echo "0 0"
+}
 run_one() { # run_one CONFIG: one timed run; appends "config wall_s agent_cpu_s ns_per_sample samples"
-	local cfg=$1 args=() t0 t1 c0 c1 id rt0=0 rc0=0 rt1=0 rc1=0
+	local cfg=$1 args=() t0 t1 c0 c1 rt0 rc0 rt1 rc1
 	case $cfg in
 	off) args=(--python-stacks off) ;;
 	49hz) args=() ;;
@@ -51,20 +55,13 @@ run_one() { # run_one CONFIG: one timed run; appends "config wall_s agent_cpu_s 
 	taskset -c "$AGENT_CPU" "$AGENT" -o /dev/null -i 1 "${args[@]}" 2>"$TMP/agent.err" &
 	APID=$!
 	wait_for "$TMP/agent.err" 'running in' "$APID" || { say "agent did not start: $(tail -n 2 "$TMP/agent.err")"; return 1; }
-	id=$(bpftool prog show name py_sample -j 2>/dev/null | jq -r '.id // empty' 2>/dev/null | head -n 1)
-	if [ -n "$id" ]; then
-		rt0=$(bpftool prog show id "$id" -j | jq -r '.run_time_ns // 0')
-		rc0=$(bpftool prog show id "$id" -j | jq -r '.run_cnt // 0')
-	fi
+	read -r rt0 rc0 <<<"$(prog_ns py_sample)"
 	c0=$(cpu_ticks "$APID")
 	t0=$(date +%s.%N)
 	taskset -c "$LOOP_CPU" "$PY" "$WORK" "$CUDART" "$ITERS" >/dev/null || say "py_work.py failed"
 	t1=$(date +%s.%N)
 	c1=$(cpu_ticks "$APID")
-	if [ -n "$id" ]; then
-		rt1=$(bpftool prog show id "$id" -j | jq -r '.run_time_ns // 0')
-		rc1=$(bpftool prog show id "$id" -j | jq -r '.run_cnt // 0')
-	fi
+	read -r rt1 rc1 <<<"$(prog_ns py_sample)"
 	kill -INT "$APID"
 	wait "$APID" 2>/dev/null
 	APID=
@@ -105,11 +102,7 @@ LAUNCHES=${BENCH_PY_LAUNCHES:-200000}
 LWORK=bench/py_launch_work.py
 say ""
 say "== Python frames at each launch (deep mode): a Python launch loop's wall time, side by side =="
-prog_ns() { # prog_ns NAME: "run_time_ns run_cnt" of the loaded program NAME (0 0: none)
-	bpftool prog show name "$1" -j 2>/dev/null | jq -r 'if type=="array" then .[0] else . end
-		| "\(.run_time_ns // 0) \(.run_cnt // 0)"' 2>/dev/null | head -n 1 | grep . || echo "0 0"
-}
-run_launch() { # run_launch CONFIG: appends "config wall_s agent_cpu_s probe_ns py_ns"
+run_launch() { # run_launch CONFIG: appends "config wall_s agent_cpu_s probe_ns us_per_call"
 	local cfg=$1 args=() t0 t1 c0=0 c1=0 k0 k1 agent=$AGENT
 	case $cfg in
 	stack) args=(--python-stacks off) ;;

@@ -793,6 +793,25 @@ static bool leaf_room(struct pyproc *py, size_t i)
 	return true;
 }
 
+/*
+ * n walked frames named into sym[] and line[], the entry frames of C calls
+ * (3.12+: code 0, no function) left out; returns how many are named
+ */
+static uint16_t frames_name(struct pysrc *s, uint32_t pid, struct pyproc *py,
+			    const struct py_frame *f, uint16_t n, int32_t *sym, int32_t *line)
+{
+	uint16_t k = 0;
+
+	for (uint16_t i = 0; i < n; i++) {
+		if (!f[i].code)
+			continue;
+		sym[k] = sym_of(s, pid, py, f[i].code);
+		line[k] = line_of(s, pid, py, sym[k], f[i].instr);
+		k++;
+	}
+	return k;
+}
+
 static void launch_hold(struct pysrc *s, const struct py_stack_event *e);
 
 void python_on_stack(struct agent *a, const struct py_stack_event *e)
@@ -801,7 +820,7 @@ void python_on_stack(struct agent *a, const struct py_stack_event *e)
 	struct proc *p = proc_find_live(a, e->hdr.pid);
 	int32_t sym[PY_STACK_DEPTH], line[PY_STACK_DEPTH];
 	char where[192];
-	uint16_t n = 0;
+	uint16_t n;
 	int o;
 
 	if (!s)
@@ -814,13 +833,7 @@ void python_on_stack(struct agent *a, const struct py_stack_event *e)
 		s->unknown_proc++; /* it exited, or exec'd, since the sample */
 		return;
 	}
-	for (uint16_t i = 0; i < e->n; i++) {
-		if (!e->f[i].code)
-			continue; /* a C call's entry frame (3.12+), no function */
-		sym[n] = sym_of(s, p->pid, p->py, e->f[i].code);
-		line[n] = line_of(s, p->pid, p->py, sym[n], e->f[i].instr);
-		n++;
-	}
+	n = frames_name(s, p->pid, p->py, e->f, e->n, sym, line);
 	if (!n)
 		return;
 	s->samples++;
@@ -935,14 +948,14 @@ static const struct py_kept *kept_find(const struct py_kept_ring *r, uint32_t pi
 	return NULL;
 }
 
-/* the frames as a JSON array under key */
+/* n named frames as a JSON array under key */
 static void frames_json(struct jsonw *w, const char *key, const struct pyproc *py,
-			const struct py_kept *k)
+			const int32_t *sym, const int32_t *line, uint16_t n)
 {
 	jw_key(w, key);
 	jw_open(w, '[');
-	for (uint16_t i = 0; i < k->n; i++)
-		frame_json(w, py, k->sym[i], k->line[i]);
+	for (uint16_t i = 0; i < n; i++)
+		frame_json(w, py, sym[i], line[i]);
 	jw_close(w, ']');
 }
 
@@ -971,14 +984,8 @@ void python_launch_json(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts
 	/* named once, kept for the launch's GPU records (python_gpu_append) */
 	k = kept_new(s->kept, pid, tid, ts);
 	k->flags = l->flags;
-	for (uint16_t i = 0; i < n; i++) {
-		if (!l->f[i].code)
-			continue; /* a C call's entry frame (3.12+) */
-		k->sym[k->n] = sym_of(s, pid, p->py, l->f[i].code);
-		k->line[k->n] = line_of(s, pid, p->py, k->sym[k->n], l->f[i].instr);
-		k->n++;
-	}
-	frames_json(w, "python_stack", p->py, k);
+	k->n = frames_name(s, pid, p->py, l->f, n, k->sym, k->line);
+	frames_json(w, "python_stack", p->py, k->sym, k->line, k->n);
 	if (k->flags & PY_F_TRUNCATED)
 		jw_bool(w, "python_truncated", 1);
 	s->launch_stacks++;
@@ -1004,7 +1011,7 @@ static long python_gpu_append(struct agent *a, uint32_t pid, uint32_t tid, uint6
 		return (long)len;
 	/* the record's last '}' becomes the field's comma */
 	w = (struct jsonw){.buf = buf, .cap = cap, .len = len - 1, .first = 0};
-	frames_json(&w, "launch_python", p->py, k);
+	frames_json(&w, "launch_python", p->py, k->sym, k->line, k->n);
 	n = jw_end(&w);
 	if (n < 0) {
 		buf[len - 1] = '}'; /* it did not fit: the record as it was */
@@ -1031,11 +1038,7 @@ static int emit_profile(struct agent *a, struct proc *p, const struct py_stack *
 	jw_uint(&w, "hz", a->opts.python_hz);
 	jw_str(&w, "python", py->version);
 	jw_bool(&w, "truncated", st->flags & PY_F_TRUNCATED);
-	jw_key(&w, "stack");
-	jw_open(&w, '[');
-	for (uint16_t i = 0; i < st->n; i++)
-		frame_json(&w, py, st->sym[i], st->line[i]);
-	jw_close(&w, ']');
+	frames_json(&w, "stack", py, st->sym, st->line, st->n);
 	len = jw_end(&w);
 	if (len < 0) {
 		a->cnt.json_errors++;
