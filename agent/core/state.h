@@ -142,12 +142,14 @@ struct capture_hooks {
 	 * A GPU record's JSON (buf, len bytes, cap in all) joined to the
 	 * uprobe launch (pid, tid, ts): the Python frames of that launch added
 	 * as "launch_python" when they were kept; the new length (len: none);
-	 * agent/sources/python.c
+	 * agent/sources/python.c live, agent/sources/replay.c from a recording
 	 */
 	long (*launch_python)(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts, char *buf,
 			      size_t cap, size_t len);
 };
 
+/* bytes of a Python qualified name or file kept, with its NUL (agent/sources/python.c) */
+#define PY_NAME_MAX 128
 /* a Python frame as JSON at most (agent/sources/python.c checks it), and a stack's */
 #define PY_FRAME_JSON_MAX 900
 #define PY_STACK_JSON_MAX (PY_STACK_DEPTH * PY_FRAME_JSON_MAX)
@@ -186,6 +188,7 @@ struct agent {
 	struct shim_src *shim;	    /* sources/shim.c: the shims' socket; NULL: not open */
 	struct telem *telem;	    /* sources/gpu_telemetry.c: NVML; NULL: --gpu-telemetry off */
 	struct pysrc *python;	    /* sources/python.c: Python frames; NULL: --python-stacks off */
+	struct replay *replay;	    /* sources/replay.c: --replay's state; NULL: live */
 	struct diag *diag;	    /* diag.c: steps and anomalies; NULL when off */
 	struct recorder *rec;	    /* pipeline/recorder.c: the flight recorder; NULL: off */
 	struct deepdive *dd;	    /* pipeline/deepdive.c; NULL before ops_init() */

@@ -6,8 +6,9 @@
  *
  *   CPU side   pid = the process, tid = the thread (real ids); one track per
  *              thread: launches (cuda_launch, 1 us: the uprobe sees the API
- *              entry only; args.python: the Python frames that made it),
- *              synchronisations, off-CPU intervals, run-queue
+ *              entry only; args.python: the Python frames that made it,
+ *              from python_stack, or from a GPU record's launch_python
+ *              when the slice comes from that), synchronisations, off-CPU intervals, run-queue
  *              waits, slow syscalls (complete events "X"), markers and
  *              anomalies (instant events "i", or "X" when they carry dur_ns).
  *   GPU side   one process per device (pid GPU_PID_BASE + device, named
@@ -355,13 +356,14 @@ static const char *str_of(const json_t *rec, const char *key)
 }
 
 /*
- * A launch's Python frames (cuda_launch.python_stack) as one line for its
- * slice's args, innermost first: "Attention.forward (model.py:43) <-
- * Model.forward (model.py:51)"; NULL without them
+ * A launch's Python frames (cuda_launch.python_stack, or a GPU record's
+ * launch_python: key) as one line for its slice's args, innermost first:
+ * "Attention.forward (model.py:43) <- Model.forward (model.py:51)"; NULL
+ * without them
  */
-static json_t *python_line(const json_t *rec)
+static json_t *python_line(const json_t *rec, const char *key)
 {
-	const json_t *st = json_object_get(rec, "python_stack"), *f;
+	const json_t *st = json_object_get(rec, key), *f;
 	char buf[2048];
 	size_t o = 0, i;
 
@@ -462,7 +464,8 @@ static int add_gpu(struct perfetto *p, const json_t *rec, const char *type)
 	lts = u64_of(rec, "launch_ts_ns", &ok);
 	if (!ok || !json_is_true(json_object_get(rec, "matched")) || !pid || !tid)
 		return 0;
-	args = json_pack("{s:O*}", "correlation_id", json_object_get(rec, "correlation_id"));
+	args = json_pack("{s:O*,s:o*}", "correlation_id", json_object_get(rec, "correlation_id"),
+			 "python", python_line(rec, "launch_python"));
 	ls = launch_slice(p, rec, pid, tid, lts, str_of(rec, "launch_api"), args);
 	json_decref(args);
 	if (ls < 0)
@@ -548,11 +551,11 @@ int perfetto_add(struct perfetto *p, const json_t *rec)
 	comm = str_of(rec, "comm");
 
 	if (!strcmp(type, "cuda_launch") && pid && has_tid) {
-		args = json_pack("{s:O*,s:O*,s:O*,s:O*,s:O*,s:o*}", "stream",
-				 json_object_get(rec, "stream"), "func",
-				 json_object_get(rec, "func"), "grid", json_object_get(rec, "grid"),
-				 "block", json_object_get(rec, "block"), "graph_exec",
-				 json_object_get(rec, "graph_exec"), "python", python_line(rec));
+		args = json_pack(
+		    "{s:O*,s:O*,s:O*,s:O*,s:O*,s:o*}", "stream", json_object_get(rec, "stream"),
+		    "func", json_object_get(rec, "func"), "grid", json_object_get(rec, "grid"),
+		    "block", json_object_get(rec, "block"), "graph_exec",
+		    json_object_get(rec, "graph_exec"), "python", python_line(rec, "python_stack"));
 		launch_slice(p, rec, pid, tid, ts, str_of(rec, "api"), args);
 		json_decref(args);
 		return p->err;

@@ -55,7 +55,6 @@
 #define PY_SYMS_MAX 8192       /* code objects named per process */
 #define PY_STACKS_MAX 256      /* distinct (thread, stack) per process and interval */
 #define PY_FILES_MAX 4096      /* python files remembered; past it, the oldest is read again */
-#define PY_NAME_MAX 128	       /* characters of a qualified name or file kept */
 #define PY_GONE_MAX 16	       /* ended processes --summary remembers */
 #define PY_LT_MAX 8192	       /* bytes of a line table read (lines past them: unknown) */
 #define PY_LT_BUDGET (1 << 20) /* bytes of line tables held per process */
@@ -881,21 +880,63 @@ static void launch_hold(struct pysrc *s, const struct py_stack_event *e)
 	memcpy(l->f, e->f, e->n * sizeof(e->f[0]));
 }
 
-/* one frame as "stack" holds it in python_profile and python_stack in cuda_launch */
+/*
+ * One frame as "stack" holds it in python_profile, python_stack in
+ * cuda_launch and launch_python in GPU records: file NULL, first_line or
+ * line < 0 leave that field out
+ */
+void python_frame_json(struct jsonw *w, const char *func, const char *file, int64_t first_line,
+		       int64_t line)
+{
+	jw_next(w);
+	jw_open(w, '{');
+	jw_str(w, "function", func && *func ? func : "?");
+	if (file)
+		jw_str(w, "file", file);
+	if (first_line >= 0)
+		jw_int(w, "first_line", first_line);
+	if (line >= 0)
+		jw_int(w, "line", line);
+	jw_close(w, '}');
+}
+
+/*
+ * A name from elsewhere (a recording) as read_str() makes one from a
+ * process: UTF-8 in, at most out_sz - 1 bytes cut at a character, control
+ * characters as '?'; NULL stays NULL
+ */
+const char *python_name_clean(const char *in, char *out, size_t out_sz)
+{
+	size_t o = 0, n, k;
+
+	if (!in)
+		return NULL;
+	n = strlen(in);
+	for (size_t i = 0; i < n; i += k) {
+		k = jw_utf8_seq((const unsigned char *)in + i, n - i);
+		if (!k)
+			k = 1; /* not UTF-8: the reader let none through; one byte, replaced */
+		if (o + k > out_sz - 1)
+			break;
+		if (k == 1 && ((unsigned char)in[i] < 0x20 || in[i] == 0x7f || (in[i] & 0x80)))
+			out[o++] = '?';
+		else {
+			memcpy(out + o, in + i, k);
+			o += k;
+		}
+	}
+	out[o] = 0;
+	return out;
+}
+
 static void frame_json(struct jsonw *w, const struct pyproc *py, int32_t si, int32_t line)
 {
 	const struct py_sym *sym = si >= 0 && py->syms[si].func[0] ? &py->syms[si] : NULL;
 
-	jw_next(w);
-	jw_open(w, '{');
-	jw_str(w, "function", sym ? sym->func : "?");
-	if (sym) {
-		jw_str(w, "file", sym->file);
-		jw_int(w, "first_line", sym->first_line);
-		if (line >= 0)
-			jw_int(w, "line", line);
-	}
-	jw_close(w, '}');
+	if (sym)
+		python_frame_json(w, sym->func, sym->file, sym->first_line, line);
+	else
+		python_frame_json(w, "?", NULL, -1, -1);
 }
 
 static size_t kept_bucket(uint32_t tid, uint64_t ts)

@@ -67,7 +67,67 @@ struct replay {
 	uint64_t coll_written, waits_written, coll_too_long;
 	int rank_err; /* a rank given twice */
 	char *buf;
+	/*
+	 * The Python frames of the GPU record being joined again (its
+	 * launch_python, corr_replay_opts.frames), for the record written
+	 * next (replay_python_append)
+	 */
+	struct {
+		uint32_t pid, tid;
+		uint64_t ts;
+		size_t len;	  /* bytes of json; 0: none */
+		char *json;	  /* PY_STACK_JSON_MAX: the frames as a JSON array */
+		uint64_t written; /* records given them */
+	} py;
 };
+
+/* a JSON-lines GPU record's launch_python, cleaned as live names are, for its replayed record */
+static void on_frames(void *ctx, uint32_t pid, uint32_t tid, uint64_t ts,
+		      const struct corr_py_frame *f, size_t n)
+{
+	struct replay *r = ctx;
+	struct jsonw w = {.buf = r->py.json, .cap = PY_STACK_JSON_MAX};
+	char func[PY_NAME_MAX], file[PY_NAME_MAX];
+
+	r->py.len = 0;
+	if (!n || !r->py.json)
+		return;
+	jw_open(&w, '[');
+	for (size_t i = 0; i < n; i++)
+		python_frame_json(&w, python_name_clean(f[i].function, func, sizeof(func)),
+				  python_name_clean(f[i].file, file, sizeof(file)), f[i].first_line,
+				  f[i].line);
+	jw_close(&w, ']');
+	if (w.overflow)
+		return; /* cannot be: cleaned frames fit (python.c's PY_FRAME_JSON_MAX check) */
+	r->py.pid = pid;
+	r->py.tid = tid;
+	r->py.ts = ts;
+	r->py.len = w.len;
+}
+
+/* capture_hooks.launch_python in a replay: the frames on_frames() was just given */
+static long replay_python_append(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts,
+				 char *buf, size_t cap, size_t len)
+{
+	struct replay *r = a->replay;
+	struct jsonw w = {.buf = buf, .cap = cap, .len = len - 1};
+	long n;
+
+	if (!r || !r->py.len || r->py.pid != pid || r->py.tid != tid || r->py.ts != ts || len < 2 ||
+	    buf[len - 1] != '}')
+		return (long)len;
+	/* the record's last '}' becomes the field's comma */
+	jw_key(&w, "launch_python");
+	jw_raw(&w, r->py.json, r->py.len);
+	n = jw_end(&w);
+	if (n < 0) {
+		buf[len - 1] = '}'; /* it did not fit: the record as it was */
+		return (long)len;
+	}
+	r->py.written++;
+	return n;
+}
 
 /* the correlator's joined GPU records: NCCL kernels to the collectives, all to the join */
 static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
@@ -371,6 +431,8 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 	json_object_set_new(o, "summaries", json_integer((json_int_t)n->summaries));
 	json_object_set_new(o, "stats_dropped", json_integer((json_int_t)n->stats_dropped));
 	json_object_set_new(o, "utf8_replaced", json_integer((json_int_t)jw_utf8_replaced()));
+	json_object_set_new(o, "launch_python", json_integer((json_int_t)r->py.written));
+	json_object_set_new(o, "launch_python_bad", json_integer((json_int_t)st->python_bad));
 	rec_emit(r->a, REC_STATS, o);
 }
 
@@ -492,6 +554,8 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 	    .cpu_ctx = &r,
 	    .stop = stop,
 	    .comm = corr_collr_op,
+	    .frames = on_frames,
+	    .frames_ctx = &r,
 	};
 	struct corr_collr_opts cro = {
 	    .sz = sizeof(cro),
@@ -518,6 +582,17 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 
 	r.buf = malloc(COLL_BUF);
 	r.cr = corr_collr__new(&cro);
+	/* a deep recording's launch_python, written again (--python-stacks off: not) */
+	if (opts->python_stacks != PYTHON_STACKS_OFF) {
+		r.py.json = malloc(PY_STACK_JSON_MAX);
+		if (!r.py.json) {
+			err = -ENOMEM;
+			pr_err("replay: Python frames: %s", strerror(-err));
+			goto cleanup;
+		}
+		a->replay = &r;
+		a->cap.launch_python = replay_python_append;
+	}
 	if (opts->mode != MODE_DEEP)
 		r.bin_ns = opts->interval_s > 0 ? (uint64_t)(opts->interval_s * 1e9) : 1000000000;
 	if (!r.buf || !r.cr) {
@@ -579,6 +654,11 @@ cleanup:
 	if (a->opts.summary) /* the live summary's other sections need the kernel's view */
 		diag_print_summary(r.dg, stderr);
 	a->diag = NULL;
+	if (a->replay == &r) {
+		a->cap.launch_python = NULL;
+		a->replay = NULL;
+	}
+	free(r.py.json);
 	diag_free(r.dg);
 	gpu_destroy(r.gp);
 	corr_collr__free(r.cr);

@@ -209,6 +209,14 @@ void python_on_stack(struct agent *a, const struct py_stack_event *e);
 struct jsonw;
 void python_launch_json(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts, struct jsonw *w);
 
+/*
+ * One Python frame's JSON (python_stack, launch_python, python_profile's
+ * stack), and a name from a recording cleaned as one read from a process
+ * (at most PY_NAME_MAX bytes): agent/sources/replay.c writes recorded frames
+ */
+void python_frame_json(struct jsonw *w, const char *func, const char *file, int64_t first_line,
+		       int64_t line);
+const char *python_name_clean(const char *in, char *out, size_t out_sz);
 void python_interval(struct agent *a, uint64_t now);
 void python_stats(struct agent *a, json_t *stats_record);
 void python_print_summary(struct agent *a, FILE *out); /* --summary's section */

@@ -320,6 +320,26 @@ typedef void (*corr_comm_fn)(void *ctx, const struct corr_comm_op *op);
 /* a launching thread's CPU side in the agent's own JSON lines (offcpu, syscall): diagnose.h */
 struct diag_cpu_event;
 typedef void (*corr_cpu_fn)(void *ctx, const struct diag_cpu_event *e);
+/*
+ * A launch's Python frames as the agent's JSON lines hold them (a kernel,
+ * memcpy or memset record's launch_python, docs/events.md), innermost
+ * first. Strings are valid UTF-8 (the reader's JSON parser refuses
+ * others); a field the record lacks or holds as another type (or a
+ * negative line) is NULL or -1.
+ */
+struct corr_py_frame {
+	const char *function, *file;
+	int64_t first_line, line;
+};
+#define CORR_PY_FRAMES_MAX 32 /* as many as the agent writes (PY_STACK_DEPTH) */
+/*
+ * The frames of the launch (pid, tid, launch_ts) a GPU record of the
+ * agent's JSON lines is about to be joined to again, n of them; n 0: the
+ * record has none (or had them in a shape not the agent's, counted in
+ * corr_replay_stats.python_bad)
+ */
+typedef void (*corr_frames_fn)(void *ctx, uint32_t pid, uint32_t tid, uint64_t launch_ts,
+			       const struct corr_py_frame *f, size_t n);
 
 struct corr_replay_opts {
 	size_t sz;
@@ -350,6 +370,14 @@ struct corr_replay_opts {
 	 */
 	corr_cpu_fn cpu;
 	void *cpu_ctx;
+	/*
+	 * May be NULL: the Python frames of the launches in the agent's own
+	 * JSON lines, called on the caller's thread before each GPU record
+	 * with a launch is joined again (its emit follows at once), so the
+	 * replayed record can carry them as the recorded one did
+	 */
+	corr_frames_fn frames;
+	void *frames_ctx;
 };
 
 struct corr_replay_stats {
@@ -361,9 +389,11 @@ struct corr_replay_stats {
 	uint64_t markers;
 	uint64_t skipped; /* events of no interest */
 	struct corr_counters corr;
-	uint64_t comm_ops;   /* communication ops handed to corr_replay_opts.comm */
-	uint64_t cpu_events; /* CPU events handed to corr_replay_opts.cpu */
-	bool dist_known;     /* Kineto's distributedInfo gave the rank and world size */
+	uint64_t comm_ops;	/* communication ops handed to corr_replay_opts.comm */
+	uint64_t cpu_events;	/* CPU events handed to corr_replay_opts.cpu */
+	uint64_t python_frames; /* GPU records whose frames went to corr_replay_opts.frames */
+	uint64_t python_bad;	/* launch_python not an array of at most 32 objects: dropped */
+	bool dist_known;	/* Kineto's distributedInfo gave the rank and world size */
 	uint32_t dist_rank, dist_world;
 };
 

@@ -8,7 +8,9 @@
  *     a joined record re-creates its launch from pid, tid, launch_ts_ns,
  *     launch_api, launch_cbid, launch_src, correlation_id, then the GPU
  *     record itself joins it again: a deep-mode recording re-analysed
- *     offline gives the same joins (tests/integration/gpu_live.sh);
+ *     offline gives the same joins (tests/integration/gpu_live.sh); its
+ *     launch_python (the launch's Python frames) goes to
+ *     corr_replay_opts.frames just before, so the replayed record has them;
  *   cuda_launch {pid, tid, ts_ns, api} (agent/sources/decode.c): a uprobe launch
  *     (api by name). Alone it joins nothing: a recording holds no callbacks;
  *   gpu_launch_cb {pid, tid, ts_ns, correlation_id, domain, cbid}: a shim
@@ -112,6 +114,47 @@ static int cpu_event(struct replay_ctx *rc, struct line *ln, bool offcpu)
 	return 0;
 }
 
+/*
+ * A GPU record's launch_python to corr_replay_opts.frames: an array of at
+ * most CORR_PY_FRAMES_MAX objects, as the agent writes it; another shape is
+ * a forged or foreign record: dropped whole and counted, the record kept
+ */
+static void py_frames(struct replay_ctx *rc, struct line *ln, uint32_t pid, uint32_t tid,
+		      uint64_t lts)
+{
+	json_t *a = json_object_get(ln->o, "launch_python"), *v;
+	struct corr_py_frame f[CORR_PY_FRAMES_MAX];
+	size_t n = 0, i;
+
+	if (a && (!json_is_array(a) || json_array_size(a) > CORR_PY_FRAMES_MAX)) {
+		rc->st->python_bad++;
+		a = NULL;
+	}
+	json_array_foreach(a, i, v)
+	{
+		json_t *def = json_object_get(v, "first_line"), *call = json_object_get(v, "line");
+
+		if (!json_is_object(v)) {
+			rc->st->python_bad++;
+			n = 0;
+			break;
+		}
+		f[n++] = (struct corr_py_frame){
+		    .function = json_string_value(json_object_get(v, "function")),
+		    .file = json_string_value(json_object_get(v, "file")),
+		    .first_line = json_is_integer(def) && json_integer_value(def) >= 0
+				      ? json_integer_value(def)
+				      : -1,
+		    .line = json_is_integer(call) && json_integer_value(call) >= 0
+				? json_integer_value(call)
+				: -1,
+		};
+	}
+	if (n)
+		rc->st->python_frames++;
+	rc->ro->frames(rc->ro->frames_ctx, pid, tid, lts, f, n);
+}
+
 static int one(struct replay_ctx *rc, struct line *ln)
 {
 	json_t *o = ln->o;
@@ -159,6 +202,8 @@ static int one(struct replay_ctx *rc, struct line *ln)
 
 			if (ln->bad)
 				return -ERANGE;
+			if (rc->ro && rc->ro->frames)
+				py_frames(rc, ln, g.pid, tid, lts);
 			rc->st->launches++;
 			err = corr_add_launch_src(
 			    rc->c, g.pid, tid, lts, g.corr_id, cbid,

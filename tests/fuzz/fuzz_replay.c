@@ -23,7 +23,7 @@
 #endif
 
 struct seen {
-	uint64_t gpu, joined, markers, cpu;
+	uint64_t gpu, joined, markers, cpu, frames;
 	struct corr_collr *cr; /* the NCCL collectives of the input (coll_replay.c) */
 	uint64_t colls, waits;
 };
@@ -88,10 +88,30 @@ static void on_cpu(void *ctx, const struct diag_cpu_event *e)
 		abort();
 }
 
+static size_t size_max_seen; /* keeps the reads */
+
+/* a launch's Python frames of JSON lines: at most 32; strlen() reads each string (ASan) */
+static void on_frames(void *ctx, uint32_t pid, uint32_t tid, uint64_t ts,
+		      const struct corr_py_frame *f, size_t n)
+{
+	struct seen *s = ctx;
+	size_t len = 0;
+
+	(void)pid, (void)tid, (void)ts;
+	if (n > CORR_PY_FRAMES_MAX)
+		abort();
+	for (size_t i = 0; i < n; i++)
+		len += (f[i].function ? strlen(f[i].function) : 0) +
+		       (f[i].file ? strlen(f[i].file) : 0);
+	if (len > size_max_seen)
+		size_max_seen = len;
+	s->frames += n ? 1 : 0;
+}
+
 static void counted(const struct corr_replay_stats *st, const struct seen *s)
 {
 	if (st->corr.joined + st->corr.unmatched != s->gpu || st->corr.joined != s->joined ||
-	    st->markers != s->markers || st->cpu_events != s->cpu)
+	    st->markers != s->markers || st->cpu_events != s->cpu || st->python_frames != s->frames)
 		abort();
 }
 
@@ -110,7 +130,9 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 				      .marker = on_marker,
 				      .marker_ctx = &s,
 				      .cpu = on_cpu,
-				      .cpu_ctx = &s};
+				      .cpu_ctx = &s,
+				      .frames = on_frames,
+				      .frames_ctx = &s};
 	struct corr_collr_opts cro = {.sz = sizeof(cro),
 				      .capacity = 512,
 				      .emit = on_coll,

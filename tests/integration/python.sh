@@ -62,7 +62,11 @@
 #                    uprobe launch (uprobe+cupti) and carries launch_python,
 #                    the frames of that launch exactly (its cuda_launch's
 #                    python_stack, the lines of the calls);
-#                    stats.python.gpu_records counts them
+#                    stats.python.gpu_records counts them. The agent's
+#                    output replayed (--replay --mode deep --perfetto):
+#                    every kernel again with its live launch_python
+#                    (replay_status.launch_python), and each launch slice of
+#                    the Perfetto trace names its Python line (args.python)
 #   python_versions: the same script with a second thread spinning in
 #                    background_tokenize() on pyenv's 3.10 (no Py_Version:
 #                    its version from the library's name; threads matched
@@ -424,6 +428,25 @@ if num "$PYPID"; then
 		eqs "$(echo "$got" | jq .same)" "$n"
 	gr=$(jqo '[.[] | select(.type=="stats")] | last | .python.gpu_records')
 	expect "stats.python.gpu_records = the kernel records with launch_python ($gr, $n)" eqs "$gr" "$n"
+	# the recording replayed: each kernel again with its frames, and in Perfetto
+	rout=$T/gpu.replay.jsonl rpf=$T/gpu.replay.perfetto.json
+	"$AGENT" --replay "$AGENT_OUT" --mode deep -o "$rout" --perfetto "$rpf" 2>"$T/gpu.replay.err"
+	rrc=$?
+	same=$(jq -c -n -R --argjson pid "$PYPID" --slurpfile live <(jqo -c --argjson pid "$PYPID" \
+		'[.[] | select(.type=="kernel" and .pid==$pid) | {key: "\(.correlation_id)", value: .launch_python}] | from_entries') '
+		[inputs | fromjson? | select(.type=="kernel" and .pid==$pid)] as $k
+		| {n: ($k | length), same: [$k[] | select(.launch_python != null and .launch_python == $live[0]["\(.correlation_id)"])] | length}' "$rout")
+	rs=$(jq -c -n -R '[inputs | fromjson? | select(.type=="replay_status")][0] | {launch_python, launch_python_bad}' "$rout")
+	expect "replayed: exit $rrc, kernels with their live launch_python $same of $n, replay_status $rs" \
+		eqs "$rrc:$same:$rs" "0:{\"n\":$n,\"same\":$n}:{\"launch_python\":$n,\"launch_python_bad\":0}"
+	lines=$(jq -c --arg f "$(basename "$PY_GPU")" --argjson cg "$(g_line "cudart.cudaLaunchKernel(0x1000")" \
+		--argjson ca "$(g_line 'gpu_launch("attn")')" --argjson cm "$(g_line "self.attn.forward()")" \
+		--argjson cs "$(g_line 'gpu_launch("sample")')" '
+		[.traceEvents[] | select(.cat=="launch" and .ph=="X" and .pid=='"$PYPID"') | .args.python]
+		| {n: length, attn: [.[] | select(. == "gpu_launch (\($f):\($cg)) <- Attention.forward (\($f):\($ca)) <- Model.forward (\($f):\($cm))" or (startswith("gpu_launch (\($f):\($cg)) <- Attention.forward (\($f):\($ca)) <- Model.forward (\($f):\($cm)) <- ")))] | length,
+		   sample: [.[] | select(. == "gpu_launch (\($f):\($cg)) <- Sampler.forward (\($f):\($cs))" or startswith("gpu_launch (\($f):\($cg)) <- Sampler.forward (\($f):\($cs)) <- "))] | length}' "$rpf")
+	expect "replayed as Perfetto: $n launch slices, each naming its Python line ($lines)" \
+		eqs "$lines" "{\"n\":$n,\"attn\":$LAUNCH_ROUNDS,\"sample\":$LAUNCH_ROUNDS}"
 fi
 report python_launch_gpu
 

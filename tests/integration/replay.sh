@@ -49,6 +49,18 @@
 #                         one level_shift record for the 64th step, counted
 #                         in diag_status.level_shifts and logged; the level
 #                         is not flagged after it; --summary says the same
+#   replay_launch_python: a deep recording's launch_python (the launch's
+#                         Python frames) written again on the replayed
+#                         kernel, and drawn in the Perfetto output's launch
+#                         slice (args.python); frames in a shape the agent
+#                         never writes (a string, 33 frames, an element that
+#                         is not an object) dropped and counted
+#                         (replay_status.launch_python_bad), the kernel kept;
+#                         odd fields cleaned as live names are (a number as
+#                         function: "?", a control character: "?", a line
+#                         that is not a number left out, a name of 300
+#                         2-byte characters cut at a character: 63); with
+#                         --python-stacks off, none written
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -56,7 +68,8 @@ source "$(dirname "$0")/lib.sh"
 DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
 NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 CASES=(replay_kineto_gz replay_kineto_unmatched replay_kineto_plain replay_nsys replay_jsonl
-	replay_malformed replay_streams replay_stop replay_overlap replay_step_keys replay_level_shift)
+	replay_malformed replay_streams replay_stop replay_overlap replay_step_keys replay_level_shift
+	replay_launch_python)
 
 if [ ! -x "$AGENT" ] || ! command -v jq >/dev/null; then
 	for n in "${CASES[@]}"; do echo "FAIL $n: $AGENT not built or jq missing"; done
@@ -376,3 +389,50 @@ summary_has "$ERR" 400 64 1 1
 expect "level shift: no warning: $(tail -n 3 "$ERR" | tr '\n' '|')" \
 	grep -q 'warning: diag: llm-0 rank 0 decode: 64 slow steps in a row, accepting the new level (1\.5.x' "$ERR"
 report replay_level_shift
+
+# --------------------------------------------------- replay_launch_python --
+python3 - "$T/pyrec.jsonl" <<'PY'
+import json, sys
+fr = lambda f, fl, l, fn="/m/model.py": {"function": f, "file": fn, "first_line": fl, "line": l}
+good = [fr("Attention.forward", 40, 43), fr("Model.forward", 50, 51)]
+odd = [{"function": 5, "file": "a\u0001b", "first_line": -3, "line": "x"},
+       {"function": "\u00e9" * 300, "file": "/x.py", "first_line": 1, "line": 2}]
+lp = {"k1": good, "k2": "Attention.forward", "k3": [fr("f%d" % i, 1, 2) for i in range(33)],
+      "k4": [good[0], 7], "k5": odd}
+with open(sys.argv[1], "w") as out:
+    for i, name in enumerate(["k1", "k2", "k3", "k4", "k5", "k6"]):
+        r = {"schema": 1, "type": "kernel", "pid": 100, "tid": 101, "correlation_id": 5 + i,
+             "device": 0, "context": 1, "stream": 7, "start_ns": 2000 * (i + 1),
+             "end_ns": 2000 * (i + 1) + 900, "name": name, "launch_ts_ns": 2000 * (i + 1) - 500,
+             "launch_api": "cudaLaunchKernel", "launch_cbid": 211, "launch_src": "uprobe+cupti",
+             "matched": True}
+        if name in lp:
+            r["launch_python"] = lp[name]
+        out.write(json.dumps(r) + "\n")
+    # no launch: nothing to join, its frames are nobody's
+    out.write(json.dumps({"schema": 1, "type": "kernel", "pid": 100, "correlation_id": 99,
+        "device": 0, "context": 1, "stream": 7, "start_ns": 20000, "end_ns": 20900,
+        "name": "k7", "matched": False, "launch_python": good}) + "\n")
+PY
+replay replay_launch_python "$T/pyrec.jsonl" --mode deep --perfetto "$T/out/pyrec.perfetto.json"
+expect "launch_python: exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
+got=$(jq -c -n -R '[inputs | fromjson? | select(.type == "kernel") | {key: .name, value: .launch_python}] | from_entries' "$OUT")
+want=$(jq -c -n '
+	def fr(f; fl; l): {function: f, file: "/m/model.py", first_line: fl, line: l};
+	{k1: [fr("Attention.forward"; 40; 43), fr("Model.forward"; 50; 51)], k2: null, k3: null, k4: null,
+	 k5: [{function: "?", file: "a?b"}, {function: ("\u00e9" * 63), file: "/x.py", first_line: 1, line: 2}],
+	 k6: null, k7: null}')
+expect "launch_python: the replayed kernels' frames $(echo "$got" | head -c 400), want $(echo "$want" | head -c 400)" \
+	[ "$got" = "$want" ]
+rs=$(jq -c -n -R '[inputs | fromjson? | select(.type == "replay_status")][0] | {ok, joined, launch_python, launch_python_bad}' "$OUT")
+expect "launch_python: replay_status $rs, want 6 joined, 2 written with frames, 3 dropped" \
+	[ "$rs" = '{"ok":true,"joined":6,"launch_python":2,"launch_python_bad":3}' ]
+pf=$(jq -c '[.traceEvents[] | select(.cat == "launch" and .ph == "X") | {key: (.args.correlation_id | tostring), value: .args.python}] | from_entries' "$T/out/pyrec.perfetto.json")
+expect "launch_python: Perfetto launch slices $pf, want 6 launch slices, the line of k1's frames on 5 and of k5's on 9, no other" \
+	jqe '.["5"] == "Attention.forward (model.py:43) <- Model.forward (model.py:51)" and .["9"] == "? <- \("\u00e9" * 63) (x.py:2)" and ([.[] | select(. != null)] | length) == 2 and length == 6' <<<"$pf"
+replay replay_launch_python "$T/pyrec.jsonl" --mode deep --python-stacks off
+n=$(jq -n -R '[inputs | fromjson? | select(.type == "kernel" and has("launch_python"))] | length' "$OUT")
+rs=$(jq -c -n -R '[inputs | fromjson? | select(.type == "replay_status")][0] | {ok, joined, launch_python}' "$OUT")
+expect "launch_python, --python-stacks off: exit $RC, $n kernels with frames, $rs" \
+	[ "$RC:$n:$rs" = '0:0:{"ok":true,"joined":6,"launch_python":0}' ]
+report replay_launch_python

@@ -554,6 +554,121 @@ static void test_jsonl_roundtrip(void **state)
 	assert_non_null(strstr(logbuf, "line 3"));
 }
 
+/* corr_replay_opts.frames: what each GPU record's launch_python gave, and when */
+struct frames_got {
+	struct tiny_got *t;
+	int calls;
+	size_t n[8];
+	int emitted_before[8]; /* GPU records emitted when the frames came */
+	uint64_t ts[8];
+	char first[8][64], file[8][64];
+	int64_t first_line[8], line[8];
+};
+
+static void frames_cb(void *ctx, uint32_t pid, uint32_t tid, uint64_t ts,
+		      const struct corr_py_frame *f, size_t n)
+{
+	struct frames_got *fg = ctx;
+	int i = fg->calls++;
+
+	assert_int_equal(pid, 9);
+	assert_int_equal(tid, 10);
+	assert_true(n <= CORR_PY_FRAMES_MAX);
+	if (i >= 8)
+		return;
+	fg->n[i] = n;
+	fg->ts[i] = ts;
+	fg->emitted_before[i] = fg->t->n;
+	if (n) {
+		snprintf(fg->first[i], sizeof(fg->first[0]), "%s",
+			 f[0].function ? f[0].function : "(null)");
+		snprintf(fg->file[i], sizeof(fg->file[0]), "%s", f[0].file ? f[0].file : "(null)");
+		fg->first_line[i] = f[0].first_line;
+		fg->line[i] = f[0].line;
+	}
+}
+
+/*
+ * A deep recording's launch_python goes to corr_replay_opts.frames just
+ * before its record joins again; a shape the agent never writes is
+ * dropped whole and counted, its record kept; a record without a launch
+ * hands nothing
+ */
+static void test_jsonl_frames(void **state)
+{
+#define K(corr, ts, extra)                                                                         \
+	"{\"type\":\"kernel\",\"pid\":9,\"tid\":10,\"correlation_id\":" #corr ",\"start_ns\":" #ts \
+	"000,\"end_ns\":" #ts "500,\"name\":\"k\",\"launch_ts_ns\":" #ts                           \
+	",\"launch_src\":\"uprobe+cupti\",\"launch_api\":\"cudaLaunchKernel\"" extra "}\n"
+	static const char text[] =
+	    K(1, 1,
+	      ",\"launch_python\":[{\"function\":\"Model.forward\",\"file\":\"m.py\","
+	      "\"first_line\":50,\"line\":51},{\"function\":\"run\"}]")
+		K(2, 2, ",\"launch_python\":\"Model.forward\"")
+		    K(3, 3, ",\"launch_python\":[{\"function\":\"f\"},7]") K(4, 4, "")
+			K(5, 5,
+			  ",\"launch_python\":[{\"function\":3,\"line\":\"x\"}"
+			  "]") "{\"type\":\"kernel\",\"pid\":9,\"correlation_"
+			       "id\":6,\"start_ns\":"
+			       "7000,\"end_ns\":7100,\"launch_python\":[{"
+			       "\"function\":\"f\"}]}\n";
+#undef K
+	char big[16384];
+	size_t o;
+	struct tiny_got t;
+	struct frames_got fg = {.t = &t};
+	struct corr_opts co = {.sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t};
+	struct corr_replay_opts ro = {
+	    .sz = sizeof(ro), .log = cap_log, .frames = frames_cb, .frames_ctx = &fg};
+	struct corr_replay_stats st;
+
+	(void)state;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(corr_replay_buf(text, sizeof(text) - 1, &co, &ro, &st), 0);
+	assert_int_equal(t.n, 4); /* tiny_got keeps 4 of the 6 */
+	assert_int_equal(fg.calls, 5);
+	/* 1: both frames, before its record was emitted */
+	assert_int_equal(fg.n[0], 2);
+	assert_int_equal(fg.emitted_before[0], 0);
+	assert_int_equal(fg.ts[0], 1);
+	assert_string_equal(fg.first[0], "Model.forward");
+	assert_string_equal(fg.file[0], "m.py");
+	assert_int_equal(fg.first_line[0], 50);
+	assert_int_equal(fg.line[0], 51);
+	/* 2 (a string) and 3 (an element not an object): none, counted */
+	assert_int_equal(fg.n[1], 0);
+	assert_int_equal(fg.emitted_before[1], 1);
+	assert_int_equal(fg.n[2], 0);
+	/* 4: no launch_python */
+	assert_int_equal(fg.n[3], 0);
+	/* 5: fields of other types are absent, not refused */
+	assert_int_equal(fg.n[4], 1);
+	assert_string_equal(fg.first[4], "(null)");
+	assert_string_equal(fg.file[4], "(null)");
+	assert_int_equal(fg.first_line[4], -1);
+	assert_int_equal(fg.line[4], -1);
+	assert_int_equal(st.python_frames, 2);
+	assert_int_equal(st.python_bad, 2);
+
+	/* 33 frames: more than the agent writes, dropped */
+	o = (size_t)snprintf(big, sizeof(big),
+			     "{\"type\":\"kernel\",\"pid\":9,\"tid\":10,\"correlation_id\":1,"
+			     "\"start_ns\":2000,\"end_ns\":2100,\"launch_ts_ns\":1000,"
+			     "\"launch_src\":\"uprobe+cupti\",\"launch_python\":[");
+	for (int i = 0; i <= CORR_PY_FRAMES_MAX; i++)
+		o += (size_t)snprintf(big + o, sizeof(big) - o, "%s{\"function\":\"f%d\"}",
+				      i ? "," : "", i);
+	o += (size_t)snprintf(big + o, sizeof(big) - o, "]}\n");
+	memset(&t, 0, sizeof(t));
+	memset(&fg, 0, sizeof(fg));
+	fg.t = &t;
+	assert_int_equal(corr_replay_buf(big, o, &co, &ro, &st), 0);
+	assert_int_equal(fg.calls, 1);
+	assert_int_equal(fg.n[0], 0);
+	assert_int_equal(st.python_bad, 1);
+	assert_int_equal(t.n, 1);
+}
+
 /* ------------------------------------------- hostile input (issue 18) -- */
 
 /* correlator/src/internal.h: not installed, exported by the library */
@@ -925,6 +1040,7 @@ int main(void)
 	    cmocka_unit_test(test_detect_messages),
 	    cmocka_unit_test(test_gzip_bomb),
 	    cmocka_unit_test(test_pipe_fifo_stop),
+	    cmocka_unit_test(test_jsonl_frames),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
