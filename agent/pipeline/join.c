@@ -227,7 +227,7 @@ void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l
 		gp->n.too_long++; /* a name beyond 64 KiB */
 		return;
 	}
-	if (l && l->from_uprobe && a->cap.launch_python) /* its launch's Python frames */
+	if (l && a->cap.launch_python) /* its launch's Python frames (live: uprobe launches) */
 		len = (int)a->cap.launch_python(a, l->pid, l->tid, l->ts_ns, gp->buf, JSON_BUF,
 						(size_t)len);
 	err = gp->st ? route_detail(a, pid, inst, gp->buf, (size_t)len)

@@ -373,6 +373,9 @@ static json_t *python_line(const json_t *rec, const char *key)
 	{
 		const char *fn = str_of(f, "function"), *file = str_of(f, "file");
 		json_int_t line = json_integer_value(json_object_get(f, "line"));
+
+		if (line <= 0) /* a recording without call lines (Kineto): where it starts */
+			line = json_integer_value(json_object_get(f, "first_line"));
 		const char *base = file ? strrchr(file, '/') : NULL;
 		int n;
 

@@ -79,13 +79,13 @@ struct replay {
 		char *json;	  /* PY_STACK_JSON_MAX: the frames as a JSON array */
 		uint64_t written; /* records given them */
 	} py;
+	struct corr_pyspans *ps; /* a Kineto recording's Python calls; NULL: frames off */
 };
 
-/* a JSON-lines GPU record's launch_python, cleaned as live names are, for its replayed record */
-static void on_frames(void *ctx, uint32_t pid, uint32_t tid, uint64_t ts,
-		      const struct corr_py_frame *f, size_t n)
+/* frames as the JSON array a record's launch_python holds, names cleaned as live ones */
+static void frames_keep(struct replay *r, uint32_t pid, uint32_t tid, uint64_t ts,
+			const struct corr_py_frame *f, size_t n)
 {
-	struct replay *r = ctx;
 	struct jsonw w = {.buf = r->py.json, .cap = PY_STACK_JSON_MAX};
 	char func[PY_NAME_MAX], file[PY_NAME_MAX];
 
@@ -106,17 +106,37 @@ static void on_frames(void *ctx, uint32_t pid, uint32_t tid, uint64_t ts,
 	r->py.len = w.len;
 }
 
-/* capture_hooks.launch_python in a replay: the frames on_frames() was just given */
+/* corr_replay_opts.frames: a JSON-lines GPU record's launch_python, for its replayed record */
+static void on_frames(void *ctx, uint32_t pid, uint32_t tid, uint64_t ts,
+		      const struct corr_py_frame *f, size_t n)
+{
+	frames_keep(ctx, pid, tid, ts, f, n);
+}
+
+/*
+ * capture_hooks.launch_python in a replay: the frames on_frames() was just
+ * given, else those of the recording's Python spans (Kineto) open at the
+ * launch on its thread; the last launch's are kept (a graph launch has
+ * many kernels)
+ */
 static long replay_python_append(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts,
 				 char *buf, size_t cap, size_t len)
 {
 	struct replay *r = a->replay;
 	struct jsonw w = {.buf = buf, .cap = cap, .len = len - 1};
+	struct corr_py_frame f[PY_STACK_DEPTH];
 	long n;
 
-	if (!r || !r->py.len || r->py.pid != pid || r->py.tid != tid || r->py.ts != ts || len < 2 ||
-	    buf[len - 1] != '}')
+	if (!r || len < 2 || buf[len - 1] != '}')
 		return (long)len;
+	if (!r->py.len || r->py.pid != pid || r->py.tid != tid || r->py.ts != ts) {
+		if (!r->ps)
+			return (long)len;
+		frames_keep(r, pid, tid, ts, f,
+			    corr_pyspans__stack(r->ps, pid, tid, ts, f, PY_STACK_DEPTH));
+		if (!r->py.len)
+			return (long)len;
+	}
 	/* the record's last '}' becomes the field's comma */
 	jw_key(&w, "launch_python");
 	jw_raw(&w, r->py.json, r->py.len);
@@ -433,6 +453,12 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 	json_object_set_new(o, "utf8_replaced", json_integer((json_int_t)jw_utf8_replaced()));
 	json_object_set_new(o, "launch_python", json_integer((json_int_t)r->py.written));
 	json_object_set_new(o, "launch_python_bad", json_integer((json_int_t)st->python_bad));
+	if (r->ps) {
+		struct corr_pyspans_counts pc;
+
+		corr_pyspans__counts(r->ps, &pc);
+		json_object_set_new(o, "python_spans", json_integer((json_int_t)pc.spans));
+	}
 	rec_emit(r->a, REC_STATS, o);
 }
 
@@ -585,7 +611,9 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 	/* a deep recording's launch_python, written again (--python-stacks off: not) */
 	if (opts->python_stacks != PYTHON_STACKS_OFF) {
 		r.py.json = malloc(PY_STACK_JSON_MAX);
-		if (!r.py.json) {
+		r.ps = corr_pyspans__new();
+		ro.pyspans = r.ps;
+		if (!r.py.json || !r.ps) {
 			err = -ENOMEM;
 			pr_err("replay: Python frames: %s", strerror(-err));
 			goto cleanup;
@@ -659,6 +687,7 @@ cleanup:
 		a->replay = NULL;
 	}
 	free(r.py.json);
+	corr_pyspans__free(r.ps);
 	diag_free(r.dg);
 	gpu_destroy(r.gp);
 	corr_collr__free(r.cr);

@@ -341,6 +341,31 @@ struct corr_py_frame {
 typedef void (*corr_frames_fn)(void *ctx, uint32_t pid, uint32_t tid, uint64_t launch_ts,
 			       const struct corr_py_frame *f, size_t n);
 
+/*
+ * A recording's Python function spans (Kineto's python_function events,
+ * "path/file.py(LINE): name", per thread; pyspans.c): asked for the frames
+ * that enclosed a launch's time on its thread, innermost first, as
+ * corr_py_frame (function, file, first_line = LINE; line -1: Kineto records
+ * no call line). The strings stay valid until corr_pyspans__free().
+ */
+struct corr_pyspans;
+struct corr_pyspans_counts {
+	uint64_t spans;	     /* Python calls kept */
+	uint64_t not_python; /* events of another name (built-ins): no frame */
+	uint64_t dropped;    /* no memory */
+	uint64_t sorts;	     /* threads whose spans came out of order, sorted once each time */
+	uint64_t truncated;  /* stacks deeper than asked for: the outermost left out */
+};
+struct corr_pyspans *corr_pyspans__new(void);
+void corr_pyspans__free(struct corr_pyspans *ps);
+/* a span [start, start + dur) of thread (pid, tid) named name (len bytes, not NUL-ended) */
+int corr_pyspans__add(struct corr_pyspans *ps, uint32_t pid, uint32_t tid, uint64_t start,
+		      uint64_t dur, const char *name, size_t len);
+/* the frames open at ts on (pid, tid) into out (at most max); how many */
+size_t corr_pyspans__stack(struct corr_pyspans *ps, uint32_t pid, uint32_t tid, uint64_t ts,
+			   struct corr_py_frame *out, size_t max);
+void corr_pyspans__counts(const struct corr_pyspans *ps, struct corr_pyspans_counts *out);
+
 struct corr_replay_opts {
 	size_t sz;
 	enum corr_format format; /* CORR_FMT_AUTO: detect from the content */
@@ -378,6 +403,12 @@ struct corr_replay_opts {
 	 */
 	corr_frames_fn frames;
 	void *frames_ctx;
+	/*
+	 * May be NULL: Kineto's python_function events are added to it as
+	 * they are read, for the caller to ask which Python calls enclosed a
+	 * launch (PyTorch writes them before the launches)
+	 */
+	struct corr_pyspans *pyspans;
 };
 
 struct corr_replay_stats {

@@ -10,7 +10,9 @@
  *
  * Events used (ph "X"): cat cuda_runtime / cuda_driver = launches,
  * kernel / gpu_memcpy / gpu_memset = GPU records (pid = device there),
- * python_function / user_annotation = markers. Everything else is skipped.
+ * python_function / user_annotation = markers, python_function also spans
+ * for the launches' Python frames (corr_replay_opts.pyspans, pyspans.c).
+ * Everything else is skipped.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -739,6 +741,12 @@ static int dispatch(struct replay_ctx *rc, const struct kev *e, char *namebuf)
 		if (e->name.n > 5 && !memcmp(e->name.s, "nccl:", 5))
 			comm_op(rc, e, 0, namebuf);
 		rc->st->markers++;
+		if (rc->ro && rc->ro->pyspans && IS(&e->cat, "python_function")) {
+			const char *nm = ev_name(e, namebuf, NAME_MAX_LEN);
+
+			corr_pyspans__add(rc->ro->pyspans, (uint32_t)e->pid, (uint32_t)e->tid,
+					  e->ts, e->dur, nm, strlen(nm));
+		}
 		if (rc->ro && rc->ro->marker) {
 			char cat[32];
 			struct corr_marker m = {

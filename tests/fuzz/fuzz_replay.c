@@ -25,6 +25,7 @@
 struct seen {
 	uint64_t gpu, joined, markers, cpu, frames;
 	struct corr_collr *cr; /* the NCCL collectives of the input (coll_replay.c) */
+	struct corr_pyspans *ps; /* its Python calls (Kineto), asked at every join */
 	uint64_t colls, waits;
 };
 
@@ -61,9 +62,17 @@ static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch
 	if (g->name)
 		(void)strlen(g->name); /* terminated (ASan reads it) */
 	if (l) {
+		struct corr_py_frame f[CORR_PY_FRAMES_MAX];
+		size_t n = corr_pyspans__stack(s->ps, l->pid, l->tid, l->ts_ns, f, CORR_PY_FRAMES_MAX);
+
 		s->joined++;
-		if (l->corr_id != g->corr_id || (l->api && !memchr(l->api, '\0', 1 << 16)))
+		if (l->corr_id != g->corr_id || (l->api && !memchr(l->api, '\0', 1 << 16)) ||
+		    n > CORR_PY_FRAMES_MAX)
 			abort();
+		for (size_t i = 0; i < n; i++)
+			if (!f[i].function || !f[i].file || !*f[i].function || f[i].first_line < 0 ||
+			    strlen(f[i].function) + strlen(f[i].file) >= 1 << 16)
+				abort();
 	}
 }
 
@@ -147,6 +156,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	if (!buf)
 		return 0;
 	s.cr = corr_collr__new(&cro);
+	s.ps = corr_pyspans__new();
+	ro.pyspans = s.ps;
 	ro.comm = corr_collr_op;
 	ro.comm_ctx = s.cr;
 	memcpy(buf, data, size);
@@ -158,10 +169,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	if (!err) {
 		struct seen s2 = s;
 
-		s2.gpu = s2.joined = s2.markers = s2.cpu = 0;
+		s2.gpu = s2.joined = s2.markers = s2.cpu = s2.frames = 0;
 		co.emit_ctx = &s2;
 		ro.marker_ctx = &s2;
 		ro.cpu_ctx = &s2;
+		ro.frames_ctx = &s2;
 		/*
 		 * each pass against its own counts: SQLite does not read a damaged
 		 * file the same way every time in one process (the same bytes were
@@ -174,6 +186,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	}
 	corr_collr__finish(s.cr);
 	corr_collr__free(s.cr);
+	corr_pyspans__free(s.ps);
 	free(buf);
 	if (err > 0 || err < -4095)
 		abort();

@@ -61,6 +61,15 @@
 #                         that is not a number left out, a name of 300
 #                         2-byte characters cut at a character: 63); with
 #                         --python-stacks off, none written
+#   replay_kineto_python: the three real traces recorded with Python stacks
+#                         (vLLM Llama TP4 on H100, vLLM TP8 eager on B200, HF
+#                         Qwen on H100): every joined GPU record carries the
+#                         Python calls open at its launch on the launching
+#                         thread (launch_python: function, file, first_line),
+#                         exactly those that tests/integration/kineto_frames.py
+#                         works out on its own from the trace (13,818, 929 and
+#                         1,198 records); the vLLM trace's Perfetto output
+#                         has args.python on every launch slice
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -69,7 +78,7 @@ DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
 NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 CASES=(replay_kineto_gz replay_kineto_unmatched replay_kineto_plain replay_nsys replay_jsonl
 	replay_malformed replay_streams replay_stop replay_overlap replay_step_keys replay_level_shift
-	replay_launch_python)
+	replay_launch_python replay_kineto_python)
 
 if [ ! -x "$AGENT" ] || ! command -v jq >/dev/null; then
 	for n in "${CASES[@]}"; do echo "FAIL $n: $AGENT not built or jq missing"; done
@@ -436,3 +445,30 @@ rs=$(jq -c -n -R '[inputs | fromjson? | select(.type == "replay_status")][0] | {
 expect "launch_python, --python-stacks off: exit $RC, $n kernels with frames, $rs" \
 	[ "$RC:$n:$rs" = '0:0:{"ok":true,"joined":6,"launch_python":0}' ]
 report replay_launch_python
+
+# --------------------------------------------------- replay_kineto_python --
+# PyTorch's python_function spans of real traces: each joined GPU record's
+# launch_python, checked against an independent reading of the trace
+kpy_absent=0
+for kt in tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz:13818 \
+	tracelens_vllm_tp8_b200_rank0_eager.json.gz:929 tracelens_hf_qwen1.5-0.5b_h100.json.gz:1198; do
+	kf=${kt%%:*} kn=${kt##*:}
+	if [ ! -r "$DATA/kineto/$kf" ]; then
+		kpy_absent=-1
+		break
+	fi
+	replay replay_kineto_python "$DATA/kineto/$kf" --mode deep --perfetto "$T/out/$kf.perfetto.json"
+	expect "$kf: exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
+	got=$(python3 "$IT_ROOT/tests/integration/kineto_frames.py" "$DATA/kineto/$kf" "$OUT" 2>&1)
+	expect "$kf: $(echo "$got" | head -c 600), want $kn records, each with the frames worked out from the trace" \
+		jqe --argjson n "$kn" '.records == $n and .with_frames == $n and .equal == $n and .functions > 1' <<<"$got"
+	lp=$(status | jq .launch_python)
+	expect "$kf: replay_status.launch_python $lp, want $kn" eq "$lp" "$kn"
+	pf=$(jq -c '[.traceEvents[] | select(.cat == "launch" and .ph == "X")] | {n: length, python: map(select(.args.python | type == "string")) | length}' "$T/out/$kf.perfetto.json")
+	expect "$kf: Perfetto launch slices $pf, want each with args.python" jqe '.n > 0 and .n == .python' <<<"$pf"
+done
+if [ "$kpy_absent" = -1 ]; then
+	skip replay_kineto_python "$DATA/kineto absent (set INFERTRACE_DATA)"
+else
+	report replay_kineto_python
+fi

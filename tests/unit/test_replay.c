@@ -669,6 +669,96 @@ static void test_jsonl_frames(void **state)
 	assert_int_equal(t.n, 1);
 }
 
+static void add(struct corr_pyspans *ps, uint32_t tid, uint64_t start, uint64_t dur,
+		const char *name)
+{
+	assert_int_equal(corr_pyspans__add(ps, 1, tid, start, dur, name, strlen(name)), 0);
+}
+
+/* the frames open at ts on thread tid as "func@file:line" joined by " < " */
+static const char *stack_at(struct corr_pyspans *ps, uint32_t tid, uint64_t ts, size_t max)
+{
+	static char out[512];
+	struct corr_py_frame f[CORR_PY_FRAMES_MAX];
+	size_t n = corr_pyspans__stack(ps, 1, tid, ts, f, max), o = 0;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(f[i].line, -1);
+		o += (size_t)snprintf(out + o, sizeof(out) - o, "%s%s@%s:%lld", i ? " < " : "",
+				      f[i].function, f[i].file, (long long)f[i].first_line);
+	}
+	return out;
+}
+
+/*
+ * Kineto's python_function spans (pyspans.c): the calls open at a launch,
+ * innermost first, whether the spans came in order or not; built-ins and
+ * names of another shape are no frames; a parent and its child starting
+ * together; a stack deeper than asked for
+ */
+static void test_pyspans(void **state)
+{
+	struct corr_pyspans *ps = corr_pyspans__new(), *ps2;
+	struct corr_pyspans_counts c;
+
+	(void)state;
+	assert_non_null(ps);
+	/* in order, as PyTorch writes them: run > Model.forward > Attention.forward */
+	add(ps, 10, 100, 1000, "engine.py(12): run");
+	add(ps, 10, 100, 400, "model.py(50): Model.forward");
+	add(ps, 10, 150, 100, "model.py(40): Attention.forward");
+	add(ps, 10, 160, 10, "<built-in method empty of type object at 0x7f>");
+	add(ps, 10, 600, 100, "sampler.py(7): sample");
+	/* not frames: no file, no name, a number too long, no parentheses */
+	add(ps, 10, 100, 900, "(12): f");
+	add(ps, 10, 100, 900, "x.py(12): ");
+	add(ps, 10, 100, 900, "x.py(1234567890): f");
+	add(ps, 10, 100, 900, "nccl:all_reduce");
+	assert_string_equal(
+	    stack_at(ps, 10, 160, 32),
+	    "Attention.forward@model.py:40 < Model.forward@model.py:50 < run@engine.py:12");
+	assert_string_equal(stack_at(ps, 10, 250, 32),
+			    "Model.forward@model.py:50 < run@engine.py:12");
+	assert_string_equal(stack_at(ps, 10, 100, 32),
+			    "Model.forward@model.py:50 < run@engine.py:12");
+	assert_string_equal(stack_at(ps, 10, 650, 32), "sample@sampler.py:7 < run@engine.py:12");
+	assert_string_equal(stack_at(ps, 10, 1100, 32), ""); /* after run: nothing open */
+	assert_string_equal(stack_at(ps, 10, 99, 32), "");
+	assert_string_equal(stack_at(ps, 11, 160, 32), ""); /* another thread */
+	assert_string_equal(stack_at(ps, 10, 160, 2),
+			    "Attention.forward@model.py:40 < Model.forward@model.py:50");
+	corr_pyspans__counts(ps, &c);
+	assert_int_equal(c.spans, 4);
+	assert_int_equal(c.not_python, 5);
+	assert_int_equal(c.sorts, 0);
+	assert_int_equal(c.truncated, 1);
+
+	/* the same spans backwards, a child before its parent at the same start: one sort */
+	ps2 = corr_pyspans__new();
+	add(ps2, 10, 600, 100, "sampler.py(7): sample");
+	add(ps2, 10, 150, 100, "model.py(40): Attention.forward");
+	add(ps2, 10, 100, 400, "model.py(50): Model.forward");
+	add(ps2, 10, 100, 1000, "engine.py(12): run");
+	assert_string_equal(
+	    stack_at(ps2, 10, 160, 32),
+	    "Attention.forward@model.py:40 < Model.forward@model.py:50 < run@engine.py:12");
+	assert_string_equal(stack_at(ps2, 10, 650, 32), "sample@sampler.py:7 < run@engine.py:12");
+	/* added after a question: sorted again at the next */
+	add(ps2, 10, 160, 5, "model.py(30): rope");
+	assert_string_equal(
+	    stack_at(ps2, 10, 162, 32),
+	    "rope@model.py:30 < Attention.forward@model.py:40 < Model.forward@model.py:50 "
+	    "< run@engine.py:12");
+	corr_pyspans__counts(ps2, &c);
+	assert_int_equal(c.sorts, 2);
+	/* spans that overlap without nesting (forged): an answer, no crash */
+	add(ps2, 10, 120, 400, "x.py(1): overlap");
+	(void)stack_at(ps2, 10, 300, 32);
+	corr_pyspans__free(ps2);
+	corr_pyspans__free(ps);
+}
+
 /* ------------------------------------------- hostile input (issue 18) -- */
 
 /* correlator/src/internal.h: not installed, exported by the library */
@@ -1041,6 +1131,7 @@ int main(void)
 	    cmocka_unit_test(test_gzip_bomb),
 	    cmocka_unit_test(test_pipe_fifo_stop),
 	    cmocka_unit_test(test_jsonl_frames),
+	    cmocka_unit_test(test_pyspans),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * pyspans.c - a recording's Python function spans, asked for the Python
+ * stack that enclosed a launch (correlator.h, corr_pyspans__*).
+ *
+ * PyTorch's profiler (with_stack=True) writes each Python call it saw as a
+ * Kineto event of cat "python_function", named "path/file.py(LINE): name"
+ * (LINE: where the function starts), on the thread that ran it, with a
+ * start and a duration; C functions appear as "<built-in ...>". The
+ * launches of that thread (cuda_runtime events) lie inside the spans of
+ * the Python calls that made them. So the frames of a launch are the
+ * Python spans of its (pid, tid) that enclose its time, innermost first.
+ *
+ * Per thread the spans are kept sorted by start (parents before their
+ * children at the same start) with each span's parent: the nearest earlier
+ * span that still encloses it. PyTorch writes them in that order, so a span
+ * is added in O(1) amortised; one added out of order marks the thread for
+ * one sort at the next question. A question is a binary search and a walk
+ * up the parents. Memory: 24 bytes a span and each distinct name once,
+ * bounded by the recording's own size.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "correlator.h"
+#include "grow.h"
+
+#define PS_NAME_BUCKETS_MIN 1024
+
+struct ps_name {
+	char *raw; /* the event's name, then file, then func: one allocation */
+	const char *file, *func;
+	size_t len; /* of raw */
+	int64_t line;
+	uint64_t hash;
+};
+
+struct ps_span {
+	uint64_t start, end;
+	uint32_t name;
+	int32_t parent; /* index in the thread's spans; -1: none */
+};
+
+struct ps_thread {
+	uint32_t pid, tid;
+	struct ps_span *s;
+	size_t n, cap;
+	bool unsorted; /* a span came out of order: sort and link at the next question */
+};
+
+struct corr_pyspans {
+	struct ps_thread *t;
+	size_t nt, ct, last; /* last: the thread asked or added last */
+	struct ps_name *names;
+	size_t nn, cn;
+	uint32_t *bucket; /* names by hash, open addressing; UINT32_MAX: empty */
+	size_t nb;
+	struct corr_pyspans_counts cnt;
+};
+
+struct corr_pyspans *corr_pyspans__new(void)
+{
+	return calloc(1, sizeof(struct corr_pyspans));
+}
+
+void corr_pyspans__free(struct corr_pyspans *ps)
+{
+	if (!ps)
+		return;
+	for (size_t i = 0; i < ps->nt; i++)
+		free(ps->t[i].s);
+	for (size_t i = 0; i < ps->nn; i++)
+		free(ps->names[i].raw);
+	free(ps->t);
+	free(ps->names);
+	free(ps->bucket);
+	free(ps);
+}
+
+static uint64_t hash_of(const char *s, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
+	return h;
+}
+
+/*
+ * "path/file.py(123): name" into its parts: the first "(digits): " with a
+ * file before it and a name after it; false for anything else (a built-in,
+ * an annotation): not a Python frame
+ */
+static bool parse(const char *s, size_t n, size_t *file_len, int64_t *line, size_t *func_at)
+{
+	for (const char *p = s; p + 3 < s + n; p++) {
+		const char *open = p - 1;
+		int64_t v = 0;
+
+		if (p[0] != ')' || p[1] != ':' || p[2] != ' ')
+			continue;
+		while (open > s && *open >= '0' && *open <= '9')
+			open--;
+		if (open == s || *open != '(' || open == p - 1 || p - open > 10)
+			continue;
+		for (const char *d = open + 1; d < p; d++)
+			v = v * 10 + (*d - '0');
+		*file_len = (size_t)(open - s);
+		*line = v;
+		*func_at = (size_t)(p + 3 - s);
+		return true;
+	}
+	return false;
+}
+
+static int names_rehash(struct corr_pyspans *ps, size_t nb)
+{
+	uint32_t *b = malloc(nb * sizeof(*b));
+
+	if (!b)
+		return -ENOMEM;
+	memset(b, 0xff, nb * sizeof(*b));
+	for (size_t i = 0; i < ps->nn; i++) {
+		size_t k = ps->names[i].hash & (nb - 1);
+
+		while (b[k] != UINT32_MAX)
+			k = (k + 1) & (nb - 1);
+		b[k] = (uint32_t)i;
+	}
+	free(ps->bucket);
+	ps->bucket = b;
+	ps->nb = nb;
+	return 0;
+}
+
+/* the name's index, interned; -ENOMEM, or -EINVAL when it is no Python frame */
+static long name_of(struct corr_pyspans *ps, const char *s, size_t n)
+{
+	uint64_t h = hash_of(s, n);
+	size_t file_len, func_at, k;
+	struct ps_name *nm;
+	int64_t line;
+	char *raw;
+
+	for (k = h & (ps->nb - 1); ps->nb && ps->bucket[k] != UINT32_MAX;
+	     k = (k + 1) & (ps->nb - 1)) {
+		nm = &ps->names[ps->bucket[k]];
+		if (nm->hash == h && nm->len == n && !memcmp(nm->raw, s, n))
+			return ps->bucket[k];
+	}
+	if (!parse(s, n, &file_len, &line, &func_at))
+		return -EINVAL;
+	if (ps->nn >= UINT32_MAX - 1 ||
+	    (2 * (ps->nn + 1) > ps->nb &&
+	     names_rehash(ps, ps->nb ? 2 * ps->nb : PS_NAME_BUCKETS_MIN)) ||
+	    grow_array((void **)&ps->names, &ps->cn, ps->nn, sizeof(*ps->names), 256))
+		return -ENOMEM;
+	raw = malloc(2 * n + 3);
+	if (!raw)
+		return -ENOMEM;
+	nm = &ps->names[ps->nn];
+	memcpy(raw, s, n);
+	raw[n] = '\0';
+	memcpy(raw + n + 1, s, file_len);
+	raw[n + 1 + file_len] = '\0';
+	memcpy(raw + n + 2 + file_len, s + func_at, n - func_at);
+	raw[n + 2 + file_len + n - func_at] = '\0';
+	*nm = (struct ps_name){.raw = raw,
+			       .file = raw + n + 1,
+			       .func = raw + n + 2 + file_len,
+			       .len = n,
+			       .line = line,
+			       .hash = h};
+	for (k = h & (ps->nb - 1); ps->bucket[k] != UINT32_MAX; k = (k + 1) & (ps->nb - 1))
+		;
+	ps->bucket[k] = (uint32_t)ps->nn;
+	return (long)ps->nn++;
+}
+
+static struct ps_thread *thread_of(struct corr_pyspans *ps, uint32_t pid, uint32_t tid, bool add)
+{
+	struct ps_thread *t;
+
+	if (ps->last < ps->nt && ps->t[ps->last].pid == pid && ps->t[ps->last].tid == tid)
+		return &ps->t[ps->last];
+	for (size_t i = 0; i < ps->nt; i++)
+		if (ps->t[i].pid == pid && ps->t[i].tid == tid) {
+			ps->last = i;
+			return &ps->t[i];
+		}
+	if (!add || grow_array((void **)&ps->t, &ps->ct, ps->nt, sizeof(*ps->t), 8))
+		return NULL;
+	t = &ps->t[ps->nt];
+	*t = (struct ps_thread){.pid = pid, .tid = tid};
+	ps->last = ps->nt++;
+	return t;
+}
+
+/* span i's parent: the nearest earlier span that still encloses its start */
+static void span_link(struct ps_thread *t, size_t i)
+{
+	int32_t p = (int32_t)i - 1;
+
+	while (p >= 0 && t->s[p].end <= t->s[i].start)
+		p = t->s[p].parent;
+	t->s[i].parent = p;
+}
+
+static int by_start(const void *a, const void *b)
+{
+	const struct ps_span *x = a, *y = b;
+
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	return x->end > y->end ? -1 : x->end < y->end; /* the enclosing one first */
+}
+
+int corr_pyspans__add(struct corr_pyspans *ps, uint32_t pid, uint32_t tid, uint64_t start,
+		      uint64_t dur, const char *name, size_t len)
+{
+	struct ps_thread *t;
+	struct ps_span *last;
+	long nm;
+
+	if (!ps)
+		return -EINVAL;
+	nm = name_of(ps, name, len);
+	if (nm == -EINVAL) {
+		ps->cnt.not_python++; /* a built-in or an annotation: a C call, no frame */
+		return 0;
+	}
+	if (nm < 0 || !(t = thread_of(ps, pid, tid, true)) || t->n >= INT32_MAX ||
+	    grow_array((void **)&t->s, &t->cap, t->n, sizeof(*t->s), 1024)) {
+		ps->cnt.dropped++;
+		return -ENOMEM;
+	}
+	last = t->n ? &t->s[t->n - 1] : NULL;
+	t->s[t->n] = (struct ps_span){.start = start,
+				      .end = start + dur > start ? start + dur : start,
+				      .name = (uint32_t)nm};
+	/* in order (what PyTorch writes): linked now; else at the next question */
+	if (last && (start < last->start || (start == last->start && t->s[t->n].end > last->end)))
+		t->unsorted = true;
+	else if (!t->unsorted)
+		span_link(t, t->n);
+	t->n++;
+	ps->cnt.spans++;
+	return 0;
+}
+
+size_t corr_pyspans__stack(struct corr_pyspans *ps, uint32_t pid, uint32_t tid, uint64_t ts,
+			   struct corr_py_frame *out, size_t max)
+{
+	struct ps_thread *t = ps ? thread_of(ps, pid, tid, false) : NULL;
+	size_t lo = 0, hi, n = 0;
+	int32_t i;
+
+	if (!t || !t->n)
+		return 0;
+	if (t->unsorted) {
+		qsort(t->s, t->n, sizeof(*t->s), by_start);
+		for (size_t k = 0; k < t->n; k++)
+			span_link(t, k);
+		t->unsorted = false;
+		ps->cnt.sorts++;
+	}
+	/* the last span that starts at or before ts */
+	hi = t->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (t->s[mid].start <= ts)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	/* up its parents: those still open at ts enclose it, innermost first */
+	for (i = (int32_t)lo - 1; i >= 0 && n < max; i = t->s[i].parent) {
+		const struct ps_name *nm = &ps->names[t->s[i].name];
+
+		if (t->s[i].end <= ts)
+			continue;
+		out[n++] = (struct corr_py_frame){
+		    .function = nm->func, .file = nm->file, .first_line = nm->line, .line = -1};
+	}
+	if (i >= 0 && n == max)
+		ps->cnt.truncated++;
+	return n;
+}
+
+void corr_pyspans__counts(const struct corr_pyspans *ps, struct corr_pyspans_counts *out)
+{
+	*out = ps->cnt;
+}
