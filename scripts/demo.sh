@@ -452,6 +452,13 @@ if [ -f "$TRACE" ] && command -v jq >/dev/null; then
 		"    \(.gpu_records) GPU records (\(.kernels) kernels): \(.joined) joined to their launch, \(.unmatched) unmatched"' "$GOUT"
 	echo "  kernels per launch entry point (graph replays map to their cudaGraphLaunch):"
 	jq -r 'select(.type == "kernel") | .launch_api' "$GOUT" | sort | uniq -c | sort -rn | sed 's/^/    /'
+	echo "  GPU time per vLLM function that launched it (launch_python: the trace's Python calls"
+	echo "  open at each launch; the innermost whose file is under vllm/):"
+	jq -r 'select(.type == "kernel" and .launch_python)
+		| [first(.launch_python[] | select(.file | startswith("vllm/")))][0] as $f
+		| "\($f.function // "?") (\(($f.file // "?") | split("/") | last):\($f.first_line)) \(.dur_ns)"' "$GOUT" |
+		awk '{ t[$1 " " $2] += $3; n[$1 " " $2]++ }
+			END { for (k in t) printf "    %7.1f ms %6d kernels  %s\n", t[k] / 1e6, n[k], k }' | sort -rn | head -n 5
 	echo "  inference steps, cut at vLLM's execute_model markers in the trace, with their GPU breakdown:"
 	jq -r 'select(.type == "step") |
 		if .kernels == 0 and .memcpys == 0 then
