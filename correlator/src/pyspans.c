@@ -236,9 +236,8 @@ int corr_pyspans__add(struct corr_pyspans *ps, uint32_t pid, uint32_t tid, uint6
 		return -ENOMEM;
 	}
 	last = t->n ? &t->s[t->n - 1] : NULL;
-	t->s[t->n] = (struct ps_span){.start = start,
-				      .end = start + dur > start ? start + dur : start,
-				      .name = (uint32_t)nm};
+	t->s[t->n] = (struct ps_span){
+	    .start = start, .end = start + dur > start ? start + dur : start, .name = (uint32_t)nm};
 	/* in order (what PyTorch writes): linked now; else at the next question */
 	if (last && (start < last->start || (start == last->start && t->s[t->n].end > last->end)))
 		t->unsorted = true;

@@ -24,7 +24,7 @@
 
 struct seen {
 	uint64_t gpu, joined, markers, cpu, frames;
-	struct corr_collr *cr; /* the NCCL collectives of the input (coll_replay.c) */
+	struct corr_collr *cr;	 /* the NCCL collectives of the input (coll_replay.c) */
 	struct corr_pyspans *ps; /* its Python calls (Kineto), asked at every join */
 	uint64_t colls, waits;
 };
@@ -63,14 +63,16 @@ static void on_gpu(void *ctx, const struct corr_gpu *g, const struct corr_launch
 		(void)strlen(g->name); /* terminated (ASan reads it) */
 	if (l) {
 		struct corr_py_frame f[CORR_PY_FRAMES_MAX];
-		size_t n = corr_pyspans__stack(s->ps, l->pid, l->tid, l->ts_ns, f, CORR_PY_FRAMES_MAX);
+		size_t n =
+		    corr_pyspans__stack(s->ps, l->pid, l->tid, l->ts_ns, f, CORR_PY_FRAMES_MAX);
 
 		s->joined++;
 		if (l->corr_id != g->corr_id || (l->api && !memchr(l->api, '\0', 1 << 16)) ||
 		    n > CORR_PY_FRAMES_MAX)
 			abort();
 		for (size_t i = 0; i < n; i++)
-			if (!f[i].function || !f[i].file || !*f[i].function || f[i].first_line < 0 ||
+			if (!f[i].function || !f[i].file || !*f[i].function ||
+			    f[i].first_line < 0 ||
 			    strlen(f[i].function) + strlen(f[i].file) >= 1 << 16)
 				abort();
 	}
