@@ -68,9 +68,11 @@ struct replay {
 	int rank_err; /* a rank given twice */
 	char *buf;
 	/*
-	 * The Python frames of the GPU record being joined again (its
-	 * launch_python, corr_replay_opts.frames), for the record written
-	 * next (replay_python_append)
+	 * The Python frames of the launch last asked for (replay_python_append):
+	 * a JSON-lines GPU record's launch_python (corr_replay_opts.frames),
+	 * given just before its record is written, or the calls of a Kineto
+	 * trace open at the launch, kept for its next kernels (a graph launch
+	 * has many). Per file.
 	 */
 	struct {
 		uint32_t pid, tid;
@@ -458,6 +460,10 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 
 		corr_pyspans__counts(r->ps, &pc);
 		json_object_set_new(o, "python_spans", json_integer((json_int_t)pc.spans));
+		if (pc.dropped)
+			pr_warn("replay: %s: %llu Python calls not kept (no memory): some kernels "
+				"lack their launch_python",
+				path, (unsigned long long)pc.dropped);
 	}
 	rec_emit(r->a, REC_STATS, o);
 }
@@ -641,6 +647,18 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 		 * read once (a FIFO or a pipe is read as a stream); our own step
 		 * records: re-run the detector on them, nothing else
 		 */
+		/* each file's own Python calls: another rank's process may have the same pid */
+		if (r.ps) {
+			corr_pyspans__free(r.ps);
+			ro.pyspans = r.ps = corr_pyspans__new();
+			r.py.len = 0;
+			r.py.written = 0;
+			if (!r.ps) {
+				err = -ENOMEM;
+				pr_err("replay: Python frames: %s", strerror(-err));
+				goto cleanup;
+			}
+		}
 		err = corr_replay_load(files[i], &ro, &in);
 		if (!err && in.buf && (in.len < 16 || memcmp(in.buf, "SQLite format 3", 16)) &&
 		    is_step_stream(in.buf, in.len)) {

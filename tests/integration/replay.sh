@@ -60,7 +60,9 @@
 #                         function: "?", a control character: "?", a line
 #                         that is not a number left out, a name of 300
 #                         2-byte characters cut at a character: 63); with
-#                         --python-stacks off, none written
+#                         --python-stacks off, none written; two ranks' Kineto
+#                         traces with the same pid and tid: each kernel gets
+#                         its own file's Python calls only
 #   replay_kineto_python: the three real traces recorded with Python stacks
 #                         (vLLM Llama TP4 on H100, vLLM TP8 eager on B200, HF
 #                         Qwen on H100): every joined GPU record carries the
@@ -444,6 +446,20 @@ n=$(jq -n -R '[inputs | fromjson? | select(.type == "kernel" and has("launch_pyt
 rs=$(jq -c -n -R '[inputs | fromjson? | select(.type == "replay_status")][0] | {ok, joined, launch_python}' "$OUT")
 expect "launch_python, --python-stacks off: exit $RC, $n kernels with frames, $rs" \
 	[ "$RC:$n:$rs" = '0:0:{"ok":true,"joined":6,"launch_python":0}' ]
+# two ranks' traces, the same pid and tid (containers): each file's own Python calls
+for rk in 0 1; do
+	{
+		echo '{"traceEvents": ['
+		[ "$rk" = 0 ] && echo '{"ph": "X", "cat": "python_function", "name": "model.py(40): forward", "pid": 42, "tid": 43, "ts": 10, "dur": 100},'
+		echo '{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 42, "tid": 43, "ts": 20, "dur": 2, "args": {"correlation": 7, "cbid": 211}},'
+		echo '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 30, "dur": 3, "args": {"correlation": 7, "device": 0, "stream": 7}}'
+		echo ']}'
+	} >"$T/pyrank$rk.json"
+done
+replay replay_launch_python "$T/pyrank0.json" --mode deep --replay-rank "$T/pyrank1.json"
+got=$(jq -c -n -R '[inputs | fromjson? | select(.type == "kernel") | {key: .instance, value: (.launch_python // [] | map(.function))}] | from_entries' "$OUT")
+expect "two ranks, one pid: exit $RC, frames per file $got, want forward on pyrank0's kernel only" \
+	[ "$RC:$got" = '0:{"pyrank0":["forward"],"pyrank1":[]}' ]
 report replay_launch_python
 
 # --------------------------------------------------- replay_kineto_python --
