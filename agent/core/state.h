@@ -107,6 +107,7 @@ struct nccl_slot_counts {
 	uint64_t overwritten; /* of which lost before they were copied */
 };
 
+struct jsonw;
 /*
  * How the pipeline's capture decisions (deep-dives) reach the sources: each
  * source registers its half when it starts; NULL while that source is off.
@@ -139,13 +140,14 @@ struct capture_hooks {
 	void (*nccl_flush)(struct agent *a);
 	void (*nccl_counts)(struct agent *a, struct nccl_slot_counts *out);
 	/*
-	 * A GPU record's JSON (buf, len bytes, cap in all) joined to the
-	 * uprobe launch (pid, tid, ts): the Python frames of that launch added
-	 * as "launch_python" when they were kept; the new length (len: none);
+	 * The Python frames of the launch (pid, tid, ts) a GPU record was
+	 * joined to, written into w as its "launch_python" field (key and
+	 * array); false: none known. agent/pipeline/join.c appends the field
+	 * to the record and counts it (gpu_counts.launch_python);
 	 * agent/sources/python.c live, agent/sources/replay.c from a recording
 	 */
-	long (*launch_python)(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts, char *buf,
-			      size_t cap, size_t len);
+	bool (*launch_python)(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts,
+			      struct jsonw *w);
 };
 
 /* bytes of a Python qualified name or file kept, with its NUL (agent/sources/python.c) */

@@ -23,6 +23,7 @@
 #include "pipeline.h"
 #include "correlator.h"
 #include "nccl_live.h"
+#include "jsonw.h"
 
 #define JSON_BUF (64 * 1024)
 /* a recording, sentinel: cut finished intervals once this many records are held */
@@ -188,6 +189,28 @@ static bool keep_gpu(struct agent *a, uint32_t pid, const char *inst, const stru
 	return true;
 }
 
+/*
+ * The record in gp->buf (len bytes) with its launch's "launch_python"
+ * (capture_hooks.launch_python): the last '}' becomes the field's comma;
+ * when the field does not fit, the record stays as it was. The new length.
+ */
+static int python_field(struct agent *a, struct gpu *gp, const struct corr_launch *l, int len)
+{
+	struct jsonw w = {.buf = gp->buf, .cap = JSON_BUF, .len = (size_t)len - 1};
+	long n;
+
+	if (len < 2 || gp->buf[len - 1] != '}' ||
+	    !a->cap.launch_python(a, l->pid, l->tid, l->ts_ns, &w))
+		return len;
+	n = jw_end(&w);
+	if (n < 0) {
+		gp->buf[len - 1] = '}';
+		return len;
+	}
+	gp->n.launch_python++;
+	return (int)n;
+}
+
 void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
 {
 	struct gpu *gp = ctx;
@@ -228,8 +251,7 @@ void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l
 		return;
 	}
 	if (l && a->cap.launch_python) /* its launch's Python frames (live: uprobe launches) */
-		len = (int)a->cap.launch_python(a, l->pid, l->tid, l->ts_ns, gp->buf, JSON_BUF,
-						(size_t)len);
+		len = python_field(a, gp, l, len);
 	err = gp->st ? route_detail(a, pid, inst, gp->buf, (size_t)len)
 		     : rec_emit_raw(a, REC_EVENT, inst, gp->buf, (size_t)len);
 	if (err && !gp->n.err)

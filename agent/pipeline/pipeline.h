@@ -28,6 +28,7 @@ struct gpu_counts {
 	uint64_t too_long;	/* records over 64 KiB, not written */
 	uint64_t summaries;	/* gpu_summary records */
 	uint64_t stats_dropped; /* records the interval statistics could not hold */
+	uint64_t launch_python; /* records given their launch's Python frames */
 	int err;		/* the first sink error (-EIO) */
 };
 struct gpu *gpu_new(struct agent *a, bool recording); /* NULL + errno */

@@ -152,7 +152,7 @@ struct pysrc {
 	struct py_file *files; /* a cache by (dev, ino), for the agent's lifetime */
 	size_t n_files, cap_files, next_out;
 	uint64_t procs, unsupported, samples, frames, symbols, unnamed, unknown_proc,
-	    stacks_dropped, profiles, lines_unknown, launch_stacks, launch_unpaired, gpu_records;
+	    stacks_dropped, profiles, lines_unknown, launch_stacks, launch_unpaired;
 	struct py_launch *launch;  /* PY_LAUNCH_SLOTS, at the first launch's frames */
 	struct py_kept_ring *kept; /* at the first launch's frames */
 	char *gone[PY_GONE_MAX];   /* --summary's lines of the last processes that ended */
@@ -161,8 +161,8 @@ struct pysrc {
 
 static const char *const state_names[] = {"unavailable", "running"};
 
-static long python_gpu_append(struct agent *a, uint32_t pid, uint32_t tid, uint64_t launch_ts,
-			      char *buf, size_t cap, size_t len);
+static bool python_gpu_frames(struct agent *a, uint32_t pid, uint32_t tid, uint64_t launch_ts,
+			      struct jsonw *w);
 
 int python_start(struct agent *a)
 {
@@ -195,7 +195,7 @@ int python_start(struct agent *a)
 	}
 	s->cpus = n;
 	s->state = PY_RUNNING;
-	a->cap.launch_python = python_gpu_append;
+	a->cap.launch_python = python_gpu_frames;
 	pr_info("Python frames: sampling %d CPUs at %u Hz", n, a->opts.python_hz);
 	return 0;
 }
@@ -1022,7 +1022,7 @@ void python_launch_json(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts
 	}
 	if (!kept_ring(s))
 		return;
-	/* named once, kept for the launch's GPU records (python_gpu_append) */
+	/* named once, kept for the launch's GPU records (python_gpu_frames) */
 	k = kept_new(s->kept, pid, tid, ts);
 	k->flags = l->flags;
 	k->n = frames_name(s, pid, p->py, l->f, n, k->sym, k->line);
@@ -1033,33 +1033,20 @@ void python_launch_json(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts
 }
 
 /* capture_hooks.launch_python: a GPU record joined to a launch whose frames were kept */
-static long python_gpu_append(struct agent *a, uint32_t pid, uint32_t tid, uint64_t launch_ts,
-			      char *buf, size_t cap, size_t len)
+static bool python_gpu_frames(struct agent *a, uint32_t pid, uint32_t tid, uint64_t launch_ts,
+			      struct jsonw *w)
 {
 	struct pysrc *s = a->python;
 	const struct py_kept *k;
-	struct jsonw w;
 	struct proc *p;
-	long n;
 
-	if (!s || !s->kept || len < 2 || buf[len - 1] != '}')
-		return (long)len;
-	k = kept_find(s->kept, pid, tid, launch_ts);
-	if (!k)
-		return (long)len;
+	if (!s || !s->kept || !(k = kept_find(s->kept, pid, tid, launch_ts)))
+		return false;
 	p = proc_find_live(a, pid);
 	if (!p || !p->py)
-		return (long)len;
-	/* the record's last '}' becomes the field's comma */
-	w = (struct jsonw){.buf = buf, .cap = cap, .len = len - 1, .first = 0};
-	frames_json(&w, "launch_python", p->py, k->sym, k->line, k->n);
-	n = jw_end(&w);
-	if (n < 0) {
-		buf[len - 1] = '}'; /* it did not fit: the record as it was */
-		return (long)len;
-	}
-	s->gpu_records++;
-	return n;
+		return false;
+	frames_json(w, "launch_python", p->py, k->sym, k->line, k->n);
+	return true;
 }
 
 /* ---------------------------------------------------------- the profile -- */
@@ -1114,10 +1101,13 @@ void python_interval(struct agent *a, uint64_t now)
 void python_stats(struct agent *a, json_t *r)
 {
 	struct pysrc *s = a->python;
+	struct gpu_counts n = {0};
 	json_t *o;
 
 	if (!s)
 		return;
+	if (a->gpu) /* the join appends launch_python and counts it */
+		gpu_counts(a->gpu, &n);
 	o = json_pack("{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "state",
 		      state_names[s->state], "hz", (int)a->opts.python_hz, "cpus", s->cpus,
 		      "processes", (json_int_t)s->procs, "unsupported", (json_int_t)s->unsupported,
@@ -1130,7 +1120,7 @@ void python_stats(struct agent *a, json_t *r)
 		json_object_set_new(o, "launch_stacks", json_integer((json_int_t)s->launch_stacks));
 		json_object_set_new(o, "launch_unpaired",
 				    json_integer((json_int_t)s->launch_unpaired));
-		json_object_set_new(o, "gpu_records", json_integer((json_int_t)s->gpu_records));
+		json_object_set_new(o, "gpu_records", json_integer((json_int_t)n.launch_python));
 	}
 	if (o && s->error[0])
 		json_object_set_new(o, "error", rec_string(s->error));

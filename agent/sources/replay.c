@@ -68,7 +68,7 @@ struct replay {
 	int rank_err; /* a rank given twice */
 	char *buf;
 	/*
-	 * The Python frames of the launch last asked for (replay_python_append):
+	 * The Python frames of the launch last asked for (replay_python_frames):
 	 * a JSON-lines GPU record's launch_python (corr_replay_opts.frames),
 	 * given just before its record is written, or the calls of a Kineto
 	 * trace open at the launch, kept for its next kernels (a graph launch
@@ -77,9 +77,8 @@ struct replay {
 	struct {
 		uint32_t pid, tid;
 		uint64_t ts;
-		size_t len;	  /* bytes of json; 0: none */
-		char *json;	  /* PY_STACK_JSON_MAX: the frames as a JSON array */
-		uint64_t written; /* records given them */
+		size_t len; /* bytes of json; 0: none */
+		char *json; /* PY_STACK_JSON_MAX: the frames as a JSON array */
 	} py;
 	struct corr_pyspans *ps; /* a Kineto recording's Python calls; NULL: frames off */
 };
@@ -121,34 +120,25 @@ static void on_frames(void *ctx, uint32_t pid, uint32_t tid, uint64_t ts,
  * launch on its thread; the last launch's are kept (a graph launch has
  * many kernels)
  */
-static long replay_python_append(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts,
-				 char *buf, size_t cap, size_t len)
+static bool replay_python_frames(struct agent *a, uint32_t pid, uint32_t tid, uint64_t ts,
+				 struct jsonw *w)
 {
 	struct replay *r = a->replay;
-	struct jsonw w = {.buf = buf, .cap = cap, .len = len - 1};
 	struct corr_py_frame f[PY_STACK_DEPTH];
-	long n;
 
-	if (!r || len < 2 || buf[len - 1] != '}')
-		return (long)len;
+	if (!r)
+		return false;
 	if (!r->py.len || r->py.pid != pid || r->py.tid != tid || r->py.ts != ts) {
 		if (!r->ps)
-			return (long)len;
+			return false;
 		frames_keep(r, pid, tid, ts, f,
 			    corr_pyspans__stack(r->ps, pid, tid, ts, f, PY_STACK_DEPTH));
 		if (!r->py.len)
-			return (long)len;
+			return false;
 	}
-	/* the record's last '}' becomes the field's comma */
-	jw_key(&w, "launch_python");
-	jw_raw(&w, r->py.json, r->py.len);
-	n = jw_end(&w);
-	if (n < 0) {
-		buf[len - 1] = '}'; /* it did not fit: the record as it was */
-		return (long)len;
-	}
-	r->py.written++;
-	return n;
+	jw_key(w, "launch_python");
+	jw_raw(w, r->py.json, r->py.len);
+	return true;
 }
 
 /* the correlator's joined GPU records: NCCL kernels to the collectives, all to the join */
@@ -453,7 +443,7 @@ static void emit_status(struct replay *r, const char *path, const struct corr_re
 	json_object_set_new(o, "summaries", json_integer((json_int_t)n->summaries));
 	json_object_set_new(o, "stats_dropped", json_integer((json_int_t)n->stats_dropped));
 	json_object_set_new(o, "utf8_replaced", json_integer((json_int_t)jw_utf8_replaced()));
-	json_object_set_new(o, "launch_python", json_integer((json_int_t)r->py.written));
+	json_object_set_new(o, "launch_python", json_integer((json_int_t)n->launch_python));
 	json_object_set_new(o, "launch_python_bad", json_integer((json_int_t)st->python_bad));
 	if (r->ps) {
 		struct corr_pyspans_counts pc;
@@ -617,15 +607,13 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 	/* a deep recording's launch_python, written again (--python-stacks off: not) */
 	if (opts->python_stacks != PYTHON_STACKS_OFF) {
 		r.py.json = malloc(PY_STACK_JSON_MAX);
-		r.ps = corr_pyspans__new();
-		ro.pyspans = r.ps;
-		if (!r.py.json || !r.ps) {
+		if (!r.py.json) {
 			err = -ENOMEM;
 			pr_err("replay: Python frames: %s", strerror(-err));
 			goto cleanup;
 		}
 		a->replay = &r;
-		a->cap.launch_python = replay_python_append;
+		a->cap.launch_python = replay_python_frames;
 	}
 	if (opts->mode != MODE_DEEP)
 		r.bin_ns = opts->interval_s > 0 ? (uint64_t)(opts->interval_s * 1e9) : 1000000000;
@@ -648,11 +636,10 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 		 * records: re-run the detector on them, nothing else
 		 */
 		/* each file's own Python calls: another rank's process may have the same pid */
-		if (r.ps) {
+		if (r.py.json) {
 			corr_pyspans__free(r.ps);
 			ro.pyspans = r.ps = corr_pyspans__new();
 			r.py.len = 0;
-			r.py.written = 0;
 			if (!r.ps) {
 				err = -ENOMEM;
 				pr_err("replay: Python frames: %s", strerror(-err));
