@@ -8,9 +8,10 @@
  *              thread: launches (cuda_launch, 1 us: the uprobe sees the API
  *              entry only; args.python: the Python frames that made it,
  *              from python_stack, or from a GPU record's launch_python
- *              when the slice comes from that), synchronisations, off-CPU intervals, run-queue
- *              waits, slow syscalls (complete events "X"), markers and
- *              anomalies (instant events "i", or "X" when they carry dur_ns).
+ *              when the slice comes from that), synchronisations, off-CPU
+ *              intervals, run-queue waits, slow syscalls (complete events
+ *              "X"), markers and anomalies (instant events "i", or "X" when
+ *              they carry dur_ns).
  *   GPU side   one process per device (pid GPU_PID_BASE + device, named
  *              "GPU N"), one thread per (context, stream) (tid GPU_TID_BASE +
  *              n, named "stream S"): kernels, copies, memsets.
@@ -372,13 +373,12 @@ static json_t *python_line(const json_t *rec, const char *key)
 	json_array_foreach(st, i, f)
 	{
 		const char *fn = str_of(f, "function"), *file = str_of(f, "file");
+		const char *base = file ? strrchr(file, '/') : NULL;
 		json_int_t line = json_integer_value(json_object_get(f, "line"));
+		int n;
 
 		if (line <= 0) /* a recording without call lines (Kineto): where it starts */
 			line = json_integer_value(json_object_get(f, "first_line"));
-		const char *base = file ? strrchr(file, '/') : NULL;
-		int n;
-
 		base = base ? base + 1 : file;
 		n = base && line > 0
 			? snprintf(buf + o, sizeof(buf) - o, "%s%s (%s:%lld)", i ? " <- " : "",

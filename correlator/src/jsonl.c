@@ -132,13 +132,15 @@ static void py_frames(struct replay_ctx *rc, struct line *ln, uint32_t pid, uint
 	}
 	json_array_foreach(a, i, v)
 	{
-		json_t *def = json_object_get(v, "first_line"), *call = json_object_get(v, "line");
+		json_t *def, *call;
 
 		if (!json_is_object(v)) {
 			rc->st->python_bad++;
 			n = 0;
 			break;
 		}
+		def = json_object_get(v, "first_line");
+		call = json_object_get(v, "line");
 		f[n++] = (struct corr_py_frame){
 		    .function = json_string_value(json_object_get(v, "function")),
 		    .file = json_string_value(json_object_get(v, "file")),

@@ -78,15 +78,6 @@ void corr_pyspans__free(struct corr_pyspans *ps)
 	free(ps);
 }
 
-static uint64_t hash_of(const char *s, size_t n)
-{
-	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
-
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
-	return h;
-}
-
 /*
  * "path/file.py(123): name" into its parts: the first "(digits): " with a
  * file before it and a name after it; false for anything else (a built-in,
@@ -94,7 +85,8 @@ static uint64_t hash_of(const char *s, size_t n)
  */
 static bool parse(const char *s, size_t n, size_t *file_len, int64_t *line, size_t *func_at)
 {
-	for (const char *p = s; p + 3 < s + n; p++) {
+	/* ")" has a file, "(" and a digit before it at least: no read before s */
+	for (const char *p = s + 3; p + 3 < s + n; p++) {
 		const char *open = p - 1;
 		int64_t v = 0;
 
@@ -137,7 +129,7 @@ static int names_rehash(struct corr_pyspans *ps, size_t nb)
 /* the name's index, interned; -ENOMEM, or -EINVAL when it is no Python frame */
 static long name_of(struct corr_pyspans *ps, const char *s, size_t n)
 {
-	uint64_t h = hash_of(s, n);
+	uint64_t h = corr_name_hash(s, n);
 	size_t file_len, func_at, k;
 	struct ps_name *nm;
 	int64_t line;

@@ -710,8 +710,9 @@ static void test_pyspans(void **state)
 	add(ps, 10, 150, 100, "model.py(40): Attention.forward");
 	add(ps, 10, 160, 10, "<built-in method empty of type object at 0x7f>");
 	add(ps, 10, 600, 100, "sampler.py(7): sample");
-	/* not frames: no file, no name, a number too long, no parentheses */
+	/* not frames: no file, no name, a number too long, no parentheses, nothing before */
 	add(ps, 10, 100, 900, "(12): f");
+	add(ps, 10, 100, 900, "): f");
 	add(ps, 10, 100, 900, "x.py(12): ");
 	add(ps, 10, 100, 900, "x.py(1234567890): f");
 	add(ps, 10, 100, 900, "nccl:all_reduce");
@@ -730,7 +731,7 @@ static void test_pyspans(void **state)
 			    "Attention.forward@model.py:40 < Model.forward@model.py:50");
 	corr_pyspans__counts(ps, &c);
 	assert_int_equal(c.spans, 4);
-	assert_int_equal(c.not_python, 5);
+	assert_int_equal(c.not_python, 6);
 	assert_int_equal(c.sorts, 0);
 	assert_int_equal(c.truncated, 1);
 
