@@ -446,19 +446,16 @@ if [ -f "$TRACE" ] && command -v jq >/dev/null; then
 	GOUT=$DIR/gpu-replay.jsonl
 	echo
 	bold "GPU side: a real vLLM H100 trace through the same correlator (--replay)"
-	"$AGENT" --replay "$TRACE" --mode deep -o "$GOUT" 2>"$DIR/gpu-replay.log"
+	"$AGENT" --replay "$TRACE" --mode deep -o "$GOUT" --summary 2>"$DIR/gpu-replay.log"
 	echo "  every kernel and copy joined to the CPU launch that caused it:"
 	jq -r 'select(.type == "replay_status") |
 		"    \(.gpu_records) GPU records (\(.kernels) kernels): \(.joined) joined to their launch, \(.unmatched) unmatched"' "$GOUT"
 	echo "  kernels per launch entry point (graph replays map to their cudaGraphLaunch):"
 	jq -r 'select(.type == "kernel") | .launch_api' "$GOUT" | sort | uniq -c | sort -rn | sed 's/^/    /'
-	echo "  GPU time per vLLM function that launched it (launch_python: the trace's Python calls"
-	echo "  open at each launch; the innermost whose file is under vllm/):"
-	jq -r 'select(.type == "kernel" and .launch_python)
-		| [first(.launch_python[] | select(.file | startswith("vllm/")))][0] as $f
-		| "\($f.function // "?") (\(($f.file // "?") | split("/") | last):\($f.first_line)) \(.dur_ns)"' "$GOUT" |
-		awk '{ t[$1 " " $2] += $3; n[$1 " " $2]++ }
-			END { for (k in t) printf "    %7.1f ms %6d kernels  %s\n", t[k] / 1e6, n[k], k }' | sort -rn | head -n 5
+	echo "  GPU time by the Python calls that launched it (--summary; each kernel's launch_python:"
+	echo "  the trace's Python calls open at its launch). The piecewise CUDA-graph replays under"
+	echo "  vLLM's backends.py take 58%, the Inductor-compiled code 35%, NCCL all-reduce 7%:"
+	sed -n '/^GPU time by the Python calls/,/^$/p' "$DIR/gpu-replay.log" | sed '1d;/^$/d;s/^/  /'
 	echo "  inference steps, cut at vLLM's execute_model markers in the trace, with their GPU breakdown:"
 	jq -r 'select(.type == "step") |
 		if .kernels == 0 and .memcpys == 0 then

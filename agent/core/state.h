@@ -191,6 +191,7 @@ struct agent {
 	struct telem *telem;	    /* sources/gpu_telemetry.c: NVML; NULL: --gpu-telemetry off */
 	struct pysrc *python;	    /* sources/python.c: Python frames; NULL: --python-stacks off */
 	struct replay *replay;	    /* sources/replay.c: --replay's state; NULL: live */
+	struct pyprof *pyprof;	    /* pipeline/pyprof.c: --summary's GPU time by Python call */
 	struct diag *diag;	    /* diag.c: steps and anomalies; NULL when off */
 	struct recorder *rec;	    /* pipeline/recorder.c: the flight recorder; NULL: off */
 	struct deepdive *dd;	    /* pipeline/deepdive.c; NULL before ops_init() */

@@ -190,11 +190,26 @@ static bool keep_gpu(struct agent *a, uint32_t pid, const char *inst, const stru
 }
 
 /*
+ * --summary's GPU time by Python call (pyprof.c): the frames the hook wrote
+ * between from and to (",\"launch_python\":[...]": the array follows the
+ * key, which has no '[') and the record's GPU time
+ */
+static void prof_add(struct agent *a, const struct corr_gpu *g, const char *from, const char *to)
+{
+	const char *arr = a->pyprof ? memchr(from, '[', (size_t)(to - from)) : NULL;
+
+	if (arr)
+		pyprof_add(a->pyprof, arr, (size_t)(to - arr),
+			   g->end_ns > g->start_ns ? g->end_ns - g->start_ns : 0);
+}
+
+/*
  * The record in gp->buf (len bytes) with its launch's "launch_python"
  * (capture_hooks.launch_python): the last '}' becomes the field's comma;
  * when the field does not fit, the record stays as it was. The new length.
  */
-static int python_field(struct agent *a, struct gpu *gp, const struct corr_launch *l, int len)
+static int python_field(struct agent *a, struct gpu *gp, const struct corr_gpu *g,
+			const struct corr_launch *l, int len)
 {
 	struct jsonw w = {.buf = gp->buf, .cap = JSON_BUF, .len = (size_t)len - 1};
 	long n;
@@ -208,7 +223,22 @@ static int python_field(struct agent *a, struct gpu *gp, const struct corr_launc
 		return len;
 	}
 	gp->n.launch_python++;
+	prof_add(a, g, gp->buf + len - 1, gp->buf + n - 1);
 	return (int)n;
+}
+
+/*
+ * --summary without the record written (sentinel: summaries only): its
+ * frames, as the hook writes them, for the GPU time by Python call alone
+ */
+static void prof_only(struct agent *a, struct gpu *gp, const struct corr_gpu *g,
+		      const struct corr_launch *l)
+{
+	struct jsonw w = {.buf = gp->buf, .cap = JSON_BUF, .first = 1};
+
+	if (a->pyprof && a->cap.launch_python &&
+	    a->cap.launch_python(a, l->pid, l->tid, l->ts_ns, &w) && !w.overflow)
+		prof_add(a, g, gp->buf, gp->buf + w.len);
 }
 
 void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l)
@@ -234,11 +264,16 @@ void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l
 				cut(gp, gp->max_start - 2 * gp->interval_ns, false);
 		}
 		/* sentinel: deep-dived processes send, the flight recorder keeps (route.c) */
-		if (!route_wants_detail(a, pid))
+		if (!route_wants_detail(a, pid)) {
+			if (l)
+				prof_only(a, gp, g, l);
 			return;
+		}
 	}
 	inst = agent_instance_of(a, pid);
 	if (gp->st && keep_gpu(a, pid, inst, g, l, &err)) {
+		if (l) /* formatted later (route.c), without launch_python */
+			prof_only(a, gp, g, l);
 		if (err && !gp->n.err)
 			gp->n.err = -EIO;
 		return;
@@ -251,7 +286,7 @@ void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l
 		return;
 	}
 	if (l && a->cap.launch_python) /* its launch's Python frames (live: uprobe launches) */
-		len = python_field(a, gp, l, len);
+		len = python_field(a, gp, g, l, len);
 	err = gp->st ? route_detail(a, pid, inst, gp->buf, (size_t)len)
 		     : rec_emit_raw(a, REC_EVENT, inst, gp->buf, (size_t)len);
 	if (err && !gp->n.err)

@@ -49,6 +49,17 @@ void gpu_on_process_exit(struct agent *a, uint32_t pid, uint64_t ts_ns);
 void gpu_interval(struct agent *a, bool final);
 void gpu_stats(struct agent *a, json_t *stats_record);
 void gpu_free(struct agent *a);
+/*
+ * pyprof.c: --summary's GPU time by the Python calls that launched it
+ * (a->pyprof, made by main.c with --summary). join.c adds each record it
+ * gives launch_python: that JSON array (innermost frame first) and the
+ * record's GPU time; the tree is printed at exit, live and in a replay.
+ */
+struct pyprof;
+struct pyprof *pyprof_new(void); /* NULL + errno */
+void pyprof_add(struct pyprof *pp, const char *frames_json, size_t len, uint64_t gpu_ns);
+void pyprof_print(const struct pyprof *pp, FILE *out); /* nothing when no record came */
+void pyprof_free(struct pyprof *pp);
 /* diag.c: steps and anomalies, live and in replay */
 struct diag_seg;
 struct diag_det;

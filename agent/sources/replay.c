@@ -684,8 +684,10 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 		err = r.dg->err;
 cleanup:
 	corr_input_release(&in);
-	if (a->opts.summary) /* the live summary's other sections need the kernel's view */
+	if (a->opts.summary) { /* the live summary's other sections need the kernel's view */
+		pyprof_print(a->pyprof, stderr);
 		diag_print_summary(r.dg, stderr);
+	}
 	a->diag = NULL;
 	if (a->replay == &r) {
 		a->cap.launch_python = NULL;

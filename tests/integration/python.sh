@@ -66,7 +66,10 @@
 #                    output replayed (--replay --mode deep --perfetto):
 #                    every kernel again with its live launch_python
 #                    (replay_status.launch_python), and each launch slice of
-#                    the Perfetto trace names its Python line (args.python)
+#                    the Perfetto trace names its Python line (args.python).
+#                    --summary's GPU time by Python call, live and in that
+#                    replay (the same tree): each line as pyprof_check.py
+#                    works it out from the kernel records
 #   python_versions: the same script with a second thread spinning in
 #                    background_tokenize() on pyenv's 3.10 (no Py_Version:
 #                    its version from the library's name; threads matched
@@ -386,7 +389,7 @@ if [ ! -f "$FAKE_SO" ] || [ ! -f "$SHIM_SO" ] || ! num "$CBID"; then
 	fail_because "$FAKE_SO, $SHIM_SO or cupti_runtime_cbid.h missing (make test)"
 else
 	gsock=$T/gpu.shim.sock
-	agent_start python_launch_gpu -i 0.25 --mode deep --stack-rate 100000 --shim-socket "$gsock" ||
+	agent_start python_launch_gpu -i 0.25 --mode deep --stack-rate 100000 --shim-socket "$gsock" --summary ||
 		fail_because "agent did not start: $(agent_tail)"
 	py_go gpu env INFERTRACE_SHIM_SOCKET="$gsock" "$SYS_PY" "$PY_GPU" "$CUDART" "$FAKE_SO" "$SHIM_SO" \
 		"{go}" "$LAUNCH_ROUNDS" "$CBID"
@@ -430,8 +433,15 @@ if num "$PYPID"; then
 	expect "stats.python.gpu_records = the kernel records with launch_python ($gr, $n)" eqs "$gr" "$n"
 	# the recording replayed: each kernel again with its frames, and in Perfetto
 	rout=$T/gpu.replay.jsonl rpf=$T/gpu.replay.perfetto.json
-	"$AGENT" --replay "$AGENT_OUT" --mode deep -o "$rout" --perfetto "$rpf" 2>"$T/gpu.replay.err"
+	"$AGENT" --replay "$AGENT_OUT" --mode deep -o "$rout" --perfetto "$rpf" --summary 2>"$T/gpu.replay.err"
 	rrc=$?
+	# --summary's GPU time by Python call: live, as the kernel records say; the replay's the same
+	got=$(python3 "$IT_ROOT/tests/integration/pyprof_check.py" "$AGENT_OUT" "$AGENT_ERR" 2>&1)
+	expect "--summary's GPU time by Python call, read again from the $n kernels: $got" \
+		[ "${got#ok * $n }" != "$got" ]
+	tree() { sed -n '/^GPU time by the Python calls/,/^$/p' "$1"; }
+	expect "the replay's --summary prints the live tree: $(diff <(tree "$AGENT_ERR") <(tree "$T/gpu.replay.err") | head -n 4 | tr '\n' '|')" \
+		eqs "$(tree "$AGENT_ERR")" "$(tree "$T/gpu.replay.err")"
 	same=$(jq -c -n -R --argjson pid "$PYPID" --slurpfile live <(jqo -c --argjson pid "$PYPID" \
 		'[.[] | select(.type=="kernel" and .pid==$pid) | {key: "\(.correlation_id)", value: .launch_python}] | from_entries') '
 		[inputs | fromjson? | select(.type=="kernel" and .pid==$pid)] as $k

@@ -62,7 +62,12 @@
 #                         2-byte characters cut at a character: 63); with
 #                         --python-stacks off, none written; two ranks' Kineto
 #                         traces with the same pid and tid: each kernel gets
-#                         its own file's Python calls only
+#                         its own file's Python calls only; --summary's GPU
+#                         time by Python call holds the two kernels kept with
+#                         frames, as tests/integration/pyprof_check.py reads
+#                         them again from the kernel records; of 4,000
+#                         distinct stacks it keeps 3,072 and counts the rest
+#                         on a line of their own
 #   replay_kineto_python: the three real traces recorded with Python stacks
 #                         (vLLM Llama TP4 on H100, vLLM TP8 eager on B200, HF
 #                         Qwen on H100): every joined GPU record carries the
@@ -71,7 +76,14 @@
 #                         exactly those that tests/integration/kineto_frames.py
 #                         works out on its own from the trace (13,818, 929 and
 #                         1,198 records); the vLLM trace's Perfetto output
-#                         has args.python on every launch slice
+#                         has args.python on every launch slice. --summary's
+#                         GPU time by the Python calls that launched it: each
+#                         line's time and records, its chain of single
+#                         calls, the sums under each call, as
+#                         pyprof_check.py works them out from the kernel
+#                         records; a sentinel replay (no kernel records
+#                         written) prints the same tree; --python-stacks off
+#                         prints none
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -425,8 +437,11 @@ with open(sys.argv[1], "w") as out:
         "device": 0, "context": 1, "stream": 7, "start_ns": 20000, "end_ns": 20900,
         "name": "k7", "matched": False, "launch_python": good}) + "\n")
 PY
-replay replay_launch_python "$T/pyrec.jsonl" --mode deep --perfetto "$T/out/pyrec.perfetto.json"
+replay replay_launch_python "$T/pyrec.jsonl" --mode deep --perfetto "$T/out/pyrec.perfetto.json" --summary
 expect "launch_python: exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
+got=$(python3 "$IT_ROOT/tests/integration/pyprof_check.py" "$OUT" "$ERR" 2>&1)
+expect "launch_python: --summary's GPU time by Python call, read again from the kernels: $got" \
+	[ "$got" = "ok 3 2 0.002" ]
 got=$(jq -c -n -R '[inputs | fromjson? | select(.type == "kernel") | {key: .name, value: .launch_python}] | from_entries' "$OUT")
 want=$(jq -c -n '
 	def fr(f; fl; l): {function: f, file: "/m/model.py", first_line: fl, line: l};
@@ -441,6 +456,23 @@ expect "launch_python: replay_status $rs, want 6 joined, 2 written with frames, 
 pf=$(jq -c '[.traceEvents[] | select(.cat == "launch" and .ph == "X") | {key: (.args.correlation_id | tostring), value: .args.python}] | from_entries' "$T/out/pyrec.perfetto.json")
 expect "launch_python: Perfetto launch slices $pf, want 6 launch slices, the line of k1's frames on 5 and of k5's on 9, no other" \
 	jqe '.["5"] == "Attention.forward (model.py:43) <- Model.forward (model.py:51)" and .["9"] == "? <- \("\u00e9" * 63) (x.py:2)" and ([.[] | select(. != null)] | length) == 2 and length == 6' <<<"$pf"
+# --summary keeps 3,072 distinct stacks (three quarters of 4,096 slots): 4,000
+# kernels of distinct stacks: the rest counted on a line of its own
+python3 - "$T/pymany.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as out:
+    for i in range(4000):
+        out.write(json.dumps({"schema": 1, "type": "kernel", "pid": 100, "tid": 101,
+            "correlation_id": 5 + i, "device": 0, "context": 1, "stream": 7,
+            "start_ns": 2000 * (i + 1), "end_ns": 2000 * (i + 1) + 1000, "name": "k",
+            "launch_ts_ns": 2000 * (i + 1) - 500, "launch_api": "cudaLaunchKernel",
+            "launch_cbid": 211, "launch_src": "uprobe+cupti", "matched": True,
+            "launch_python": [{"function": "f%d" % i, "file": "/m/a.py", "first_line": 1}]}) + "\n")
+PY
+replay replay_launch_python "$T/pymany.jsonl" --summary
+got=$(sed -n '/^GPU time by the Python calls/,/^$/p' "$ERR" | grep -E 'launch_python, |\(all records\)|stacks past' |
+	sed -E 's/^ +//; s/ +/ /g' | tr '\n' '|')
+expect "4,000 distinct stacks: exit $RC, $got" [ "$RC:$got" = "0:GPU time by the Python calls that launched it (4000 GPU records with launch_python, 4.000 ms of GPU time)|3.072 ms 76.8% 3072 (all records)|0.928 ms 928 (stacks past the 3072 kept: not in the tree)|" ]
 replay replay_launch_python "$T/pyrec.jsonl" --mode deep --python-stacks off
 n=$(jq -n -R '[inputs | fromjson? | select(.type == "kernel" and has("launch_python"))] | length' "$OUT")
 rs=$(jq -c -n -R '[inputs | fromjson? | select(.type == "replay_status")][0] | {ok, joined, launch_python}' "$OUT")
@@ -473,8 +505,18 @@ for kt in tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz:13818 \
 		kpy_absent=-1
 		break
 	fi
-	replay replay_kineto_python "$DATA/kineto/$kf" --mode deep --perfetto "$T/out/$kf.perfetto.json"
+	replay replay_kineto_python "$DATA/kineto/$kf" --mode deep --perfetto "$T/out/$kf.perfetto.json" --summary
 	expect "$kf: exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
+	# --summary's GPU time by Python call: the kernels' own frames and times
+	# say the same; a sentinel replay (no kernel records) prints the same tree
+	got=$(python3 "$IT_ROOT/tests/integration/pyprof_check.py" "$OUT" "$ERR" 2>&1)
+	expect "$kf: --summary's GPU time by Python call, read again from the $kn records: $got" \
+		[ "${got#ok * $kn }" != "$got" ]
+	sed -n '/^GPU time by the Python calls/,/^$/p' "$ERR" >"$T/$kf.deep.tree"
+	"$AGENT" --replay "$DATA/kineto/$kf" -o /dev/null --summary 2>"$T/$kf.sentinel.err"
+	sed -n '/^GPU time by the Python calls/,/^$/p' "$T/$kf.sentinel.err" >"$T/$kf.sentinel.tree"
+	expect "$kf: sentinel --summary prints the deep replay's tree ($(wc -l <"$T/$kf.sentinel.tree") lines, $(wc -l <"$T/$kf.deep.tree"))" \
+		cmp -s "$T/$kf.deep.tree" "$T/$kf.sentinel.tree"
 	got=$(python3 "$IT_ROOT/tests/integration/kineto_frames.py" "$DATA/kineto/$kf" "$OUT" 2>&1)
 	expect "$kf: $(echo "$got" | head -c 600), want $kn records, each with the frames worked out from the trace" \
 		jqe --argjson n "$kn" '.records == $n and .with_frames == $n and .equal == $n and .functions > 1' <<<"$got"
@@ -483,6 +525,12 @@ for kt in tracemap_vllm_llama_tp4_h100_rank0.pt.trace.json.gz:13818 \
 	pf=$(jq -c '[.traceEvents[] | select(.cat == "launch" and .ph == "X")] | {n: length, python: map(select(.args.python | type == "string")) | length}' "$T/out/$kf.perfetto.json")
 	expect "$kf: Perfetto launch slices $pf, want each with args.python" jqe '.n > 0 and .n == .python' <<<"$pf"
 done
+if [ "$kpy_absent" = 0 ]; then
+	"$AGENT" --replay "$DATA/kineto/tracelens_hf_qwen1.5-0.5b_h100.json.gz" -o /dev/null --summary \
+		--python-stacks off 2>"$T/pyoff.err"
+	expect "--python-stacks off: no GPU time by Python call in --summary (exit $?)" \
+		[ "$(grep -c "^GPU time by the Python calls" "$T/pyoff.err")" = 0 ]
+fi
 if [ "$kpy_absent" = -1 ]; then
 	skip replay_kineto_python "$DATA/kineto absent (set INFERTRACE_DATA)"
 else
