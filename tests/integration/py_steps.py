@@ -6,7 +6,8 @@ Loads the real libcudart (so that the agent traces it) and libusdt_steps.so
 marks them), prints {"pid", "tid"}, waits for the go file, then runs STEPS
 steps through usdt_lib_steps(): each step calls back into Python, which
 runs decode_step(i): sample_tokens() for about 1 ms, and on step SLOW
-pad_batch() for SLOW_MS first. Lingers, then ends with {"done": 1}.
+pad_batch() for SLOW_MS first (and until a quarter of it ran on the CPU).
+Lingers, then ends with {"done": 1}.
 With HELPER 1, a second thread runs background_tokenize() on the CPU until
 the steps end (its native id in the first line's "helper"). It lingers
 PY_STEPS_LINGER seconds (environment, default 3) after its steps. With SLOW_KIND
@@ -52,9 +53,14 @@ while not os.path.exists(go):
 
 
 def spin(ms):
+    # SLOW_MS of the clock, and at least a quarter of it on the CPU: a thread
+    # that shares the GIL with the helper, on a loaded machine, would
+    # otherwise run too little of it to be sampled (49 Hz): the tests count
+    # its samples
     end = time.monotonic() + ms / 1000
+    cpu = time.thread_time() + ms / 4000
     n = 0
-    while time.monotonic() < end:
+    while time.monotonic() < end or time.thread_time() < cpu:
         n += 1
     return n
 

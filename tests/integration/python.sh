@@ -202,7 +202,7 @@ if num "$PYPID"; then
 	pyver=$("$SYS_PY" -c 'import platform; print(platform.python_version())')
 	l_spin=$(defline spin) l_pad=$(defline pad_batch) l_dec=$(defline decode_step)
 	# the lines they run: the loop of spin(), the calls in pad_batch() and decode_step()
-	r_while=$(lineof "while time.monotonic() < end:") r_inc=$((r_while + 1))
+	r_while=$(lineof "while time.monotonic() < end or time.thread_time() < cpu:") r_inc=$((r_while + 1))
 	r_pad=$(lineof "    return spin(ms)") r_dec=$(lineof "        pad_batch(slow_ms)")
 	stats=$(jqo '[.[] | select(.type=="stats")] | last | .python')
 	expect "stats.python running: $stats" \
