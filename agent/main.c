@@ -241,8 +241,9 @@ static const struct opt_def opt_table[] = {
      .err = "takes 16 to 4194304", .doc = "Traced threads kept in the kernel (default 16384)"},
     {"summary", OPT_SUMMARY, NULL, OT_FLAG, FIELD(summary),
      .doc = "Print a readable summary on stderr at exit: CUDA calls, off-CPU time, slow "
-	    "syscalls, network, GPU time by the Python calls that launched it, steps and "
-	    "anomalies (with --replay: the last two)"},
+	    "syscalls, network, the GPU records (kernels by GPU time, busy, launch to start), "
+	    "GPU time by the Python calls that launched them, steps and anomalies (with "
+	    "--replay: the last three)"},
     {"no-net", OPT_NO_NET, NULL, OT_FLAG, FIELD(no_net), .doc = "Do not trace network traffic"},
     {"replay", OPT_REPLAY, "FILE", OT_STR, FIELD(replay),
      .doc = "Replay a recording (PyTorch profiler / Kineto trace, Nsight Systems SQLite "
@@ -978,6 +979,7 @@ static int run_live(struct agent *a)
 		aggregate_print_summary(a, stderr);
 		telem_print_summary(a, stderr);
 		python_print_summary(a, stderr);
+		gpusum_print(a->gpusum, stderr);
 		pyprof_print(a->pyprof, stderr);
 		diag_print_summary(a->diag, stderr);
 	}
@@ -1093,17 +1095,22 @@ int main(int argc, char **argv)
 		a->sinks[a->n_sinks++] = os;
 	}
 
-	/* --summary: GPU time by the Python calls that launched it (agent/pipeline/pyprof.c) */
+	/* --summary: the GPU records, GPU time by Python call (agent/pipeline/gpusum.c, pyprof.c)
+	 */
 	if (a->opts.summary && a->opts.python_stacks != PYTHON_STACKS_OFF &&
 	    !(a->pyprof = pyprof_new()))
 		pr_warn("--summary: no memory for the GPU time by Python call: that section is "
 			"left out");
+	if (a->opts.summary && !(a->gpusum = gpusum_new()))
+		pr_warn("--summary: no memory for the GPU records: that section is left out");
 	if (a->opts.replay)
 		err = replay_run(a, a->opts.replay, &exiting);
 	else
 		err = run_live(a);
 	pyprof_free(a->pyprof);
 	a->pyprof = NULL;
+	gpusum_free(a->gpusum);
+	a->gpusum = NULL;
 
 	/* bounded wait for delivery (Kafka); what is left stays in the spill */
 	sinks_finish(a);

@@ -450,6 +450,10 @@ if [ -f "$TRACE" ] && command -v jq >/dev/null; then
 	echo "  every kernel and copy joined to the CPU launch that caused it:"
 	jq -r 'select(.type == "replay_status") |
 		"    \(.gpu_records) GPU records (\(.kernels) kernels): \(.joined) joined to their launch, \(.unmatched) unmatched"' "$GOUT"
+	echo "  the run's GPU records (--summary): busy time, how long kernels waited after their"
+	echo "  launch (vLLM's CPU runs 1-2 ms ahead of its graph replays), the top kernels:"
+	sed -n '/^GPU records (/,/^$/p' "$DIR/gpu-replay.log" | sed '1d;/^$/d' | head -n 11 | cut -c1-140 |
+		sed 's/^/  /'
 	echo "  kernels per launch entry point (graph replays map to their cudaGraphLaunch):"
 	jq -r 'select(.type == "kernel") | .launch_api' "$GOUT" | sort | uniq -c | sort -rn | sed 's/^/    /'
 	echo "  GPU time by the Python calls that launched it (--summary; each kernel's launch_python:"

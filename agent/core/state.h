@@ -192,6 +192,7 @@ struct agent {
 	struct pysrc *python;	    /* sources/python.c: Python frames; NULL: --python-stacks off */
 	struct replay *replay;	    /* sources/replay.c: --replay's state; NULL: live */
 	struct pyprof *pyprof;	    /* pipeline/pyprof.c: --summary's GPU time by Python call */
+	struct gpusum *gpusum;	    /* pipeline/gpusum.c: --summary's GPU records */
 	struct diag *diag;	    /* diag.c: steps and anomalies; NULL when off */
 	struct recorder *rec;	    /* pipeline/recorder.c: the flight recorder; NULL: off */
 	struct deepdive *dd;	    /* pipeline/deepdive.c; NULL before ops_init() */

@@ -251,8 +251,9 @@ void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l
 	int len, err;
 
 	gp->n.joined++;
-	diag_on_gpu(a->diag, g, l); /* steps are cut from the GPU stream */
-	nccl_on_kernel(a, g, l);    /* an NCCL kernel completes its collectives */
+	gpusum_add(a->gpusum, g, l); /* --summary */
+	diag_on_gpu(a->diag, g, l);  /* steps are cut from the GPU stream */
+	nccl_on_kernel(a, g, l);     /* an NCCL kernel completes its collectives */
 	if (gp->st) {
 		corr_stats__add(gp->st, g, l);
 		if (gp->recording) {

@@ -60,6 +60,16 @@ struct pyprof *pyprof_new(void); /* NULL + errno */
 void pyprof_add(struct pyprof *pp, const char *frames_json, size_t len, uint64_t gpu_ns);
 void pyprof_print(const struct pyprof *pp, FILE *out); /* nothing when no record came */
 void pyprof_free(struct pyprof *pp);
+/*
+ * gpusum.c: --summary's GPU records section (a->gpusum, made by main.c with
+ * --summary): join.c adds every record it joins, sent or not; printed at
+ * exit, live and after a replay
+ */
+struct gpusum;
+struct gpusum *gpusum_new(void); /* NULL + errno */
+void gpusum_add(struct gpusum *s, const struct corr_gpu *g, const struct corr_launch *l);
+void gpusum_print(const struct gpusum *s, FILE *out); /* nothing when no record came */
+void gpusum_free(struct gpusum *s);
 /* diag.c: steps and anomalies, live and in replay */
 struct diag_seg;
 struct diag_det;

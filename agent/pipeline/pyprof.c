@@ -25,11 +25,11 @@
 #include "pipeline.h"
 #include "correlator.h"
 
-#define PP_STACKS 4096		 /* distinct stacks kept (a power of two) */
-#define PP_BYTES (8u << 20)	 /* bytes of their JSON kept */
-#define PP_FOLD_PERMILLE 10	 /* a call under 1% of the GPU time is folded into its caller's line */
-#define PP_LINES 48		 /* lines printed at most, the tree's widest calls first */
-#define PP_DEPTH 12		 /* levels of calls printed (a chain of single calls is one) */
+#define PP_STACKS 4096	    /* distinct stacks kept (a power of two) */
+#define PP_BYTES (8u << 20) /* bytes of their JSON kept */
+#define PP_FOLD_PERMILLE 10 /* a call under 1% of the GPU time is folded into its caller's line */
+#define PP_LINES 48	    /* lines printed at most, the tree's widest calls first */
+#define PP_DEPTH 12	    /* levels of calls printed (a chain of single calls is one) */
 
 struct pp_stack {
 	uint64_t hash; /* 0: empty slot */
@@ -110,11 +110,10 @@ void pyprof_add(struct pyprof *pp, const char *json, size_t len, uint64_t gpu_ns
 			/* three quarters full at most: lookups stay short */
 			if (pp->used >= PP_STACKS / 4 * 3 || !keep_bytes(pp, json, len))
 				break;
-			*s = (struct pp_stack){.hash = h, .off = pp->nbytes - (uint32_t)len,
-					       .len = (uint32_t)len};
+			*s = (struct pp_stack){
+			    .hash = h, .off = pp->nbytes - (uint32_t)len, .len = (uint32_t)len};
 			pp->used++;
-		} else if (s->hash != h || s->len != len ||
-			   memcmp(pp->bytes + s->off, json, len)) {
+		} else if (s->hash != h || s->len != len || memcmp(pp->bytes + s->off, json, len)) {
 			continue;
 		}
 		s->ns += gpu_ns;
@@ -132,7 +131,7 @@ struct pp_node {
 	json_int_t first_line;
 	uint32_t child, next; /* first child, next sibling; 0: none (0 is the root) */
 	uint32_t nchild;
-	uint64_t ns, n;	    /* records whose stack holds this call */
+	uint64_t ns, n;		  /* records whose stack holds this call */
 	uint64_t self_ns, self_n; /* those launched by this call itself (innermost) */
 };
 
@@ -235,8 +234,8 @@ static void put_line(struct pp_tree *t, FILE *out, uint64_t ns, uint64_t n, int 
 		     const char *text)
 {
 	fprintf(out, "  %10.3f ms %5.1f%% %8llu  %*s%s\n", (double)ns / 1e6,
-		t->total_ns ? 100.0 * (double)ns / (double)t->total_ns : 0.0,
-		(unsigned long long)n, 2 * depth, "", text);
+		t->total_ns ? 100.0 * (double)ns / (double)t->total_ns : 0.0, (unsigned long long)n,
+		2 * depth, "", text);
 	t->lines++;
 }
 
@@ -325,7 +324,7 @@ static void print_node(struct pp_tree *t, FILE *out, uint32_t i, int depth)
 	if (other_calls) {
 		snprintf(text, sizeof(text), "(%llu more call%s%s%s)",
 			 (unsigned long long)other_calls, other_calls == 1 ? "" : "s", own,
-			 other_cut			? ": past the lines shown"
+			 other_cut		     ? ": past the lines shown"
 			 : other_calls == 1 && !*own ? ", under 1%"
 						     : ", under 1% each");
 		put_line(t, out, other_ns, other_n, depth + 1, text);
@@ -378,8 +377,9 @@ void pyprof_print(const struct pyprof *pp, FILE *out)
 		print_node(&t, out, 0, 0);
 	}
 	if (t.cut)
-		fprintf(out, "  (more calls over 1%% than %d lines or %d levels show: the "
-			     "launch_python fields have them all)\n",
+		fprintf(out,
+			"  (more calls over 1%% than %d lines or %d levels show: the "
+			"launch_python fields have them all)\n",
 			PP_LINES, PP_DEPTH);
 	if (pp->lost_n)
 		fprintf(out, "  %10.3f ms %6s %8llu  (stacks past the %u kept: not in the tree)\n",

@@ -685,6 +685,7 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 cleanup:
 	corr_input_release(&in);
 	if (a->opts.summary) { /* the live summary's other sections need the kernel's view */
+		gpusum_print(a->gpusum, stderr);
 		pyprof_print(a->pyprof, stderr);
 		diag_print_summary(r.dg, stderr);
 	}

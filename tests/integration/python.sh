@@ -69,7 +69,8 @@
 #                    the Perfetto trace names its Python line (args.python).
 #                    --summary's GPU time by Python call, live and in that
 #                    replay (the same tree): each line as pyprof_check.py
-#                    works it out from the kernel records
+#                    works it out from the kernel records; its GPU records
+#                    section as gpusum_check.py does
 #   python_versions: the same script with a second thread spinning in
 #                    background_tokenize() on pyenv's 3.10 (no Py_Version:
 #                    its version from the library's name; threads matched
@@ -439,6 +440,8 @@ if num "$PYPID"; then
 	got=$(python3 "$IT_ROOT/tests/integration/pyprof_check.py" "$AGENT_OUT" "$AGENT_ERR" 2>&1)
 	expect "--summary's GPU time by Python call, read again from the $n kernels: $got" \
 		[ "${got#ok * $n }" != "$got" ]
+	got=$(python3 "$IT_ROOT/tests/integration/gpusum_check.py" "$AGENT_OUT" "$AGENT_ERR" 2>&1)
+	expect "--summary's GPU records, read again from the records: $got" [ "${got%% *}" = ok ]
 	tree() { sed -n '/^GPU time by the Python calls/,/^$/p' "$1"; }
 	expect "the replay's --summary prints the live tree: $(diff <(tree "$AGENT_ERR") <(tree "$T/gpu.replay.err") | head -n 4 | tr '\n' '|')" \
 		eqs "$(tree "$AGENT_ERR")" "$(tree "$T/gpu.replay.err")"

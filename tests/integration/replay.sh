@@ -84,6 +84,14 @@
 #                         records; a sentinel replay (no kernel records
 #                         written) prints the same tree; --python-stacks off
 #                         prints none
+#   replay_gpu_summary:   --summary's GPU records on every real trace
+#                         (Kineto, Nsight Systems): records by kind and joined,
+#                         per device the span, the busy time (the union of
+#                         activity, records out of order: the V100 DDP
+#                         trace's 22,050 idle gaps), launch-to-start
+#                         quantiles, copies by direction and every kernel
+#                         row (demangled), as tests/integration/
+#                         gpusum_check.py works them out from the records
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -92,7 +100,7 @@ DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
 NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 CASES=(replay_kineto_gz replay_kineto_unmatched replay_kineto_plain replay_nsys replay_jsonl
 	replay_malformed replay_streams replay_stop replay_overlap replay_step_keys replay_level_shift
-	replay_launch_python replay_kineto_python)
+	replay_launch_python replay_kineto_python replay_gpu_summary)
 
 if [ ! -x "$AGENT" ] || ! command -v jq >/dev/null; then
 	for n in "${CASES[@]}"; do echo "FAIL $n: $AGENT not built or jq missing"; done
@@ -535,4 +543,23 @@ if [ "$kpy_absent" = -1 ]; then
 	skip replay_kineto_python "$DATA/kineto absent (set INFERTRACE_DATA)"
 else
 	report replay_kineto_python
+fi
+
+# ----------------------------------------------------- replay_gpu_summary --
+# --summary's GPU records on every real trace, checked against the records
+n_gs=0
+for f in "$DATA"/kineto/*.json "$DATA"/kineto/*.json.gz "$DATA"/nsys/*.sqlite; do
+	[ -r "$f" ] || continue
+	b=$(basename "$f")
+	replay replay_gpu_summary "$f" --mode deep --summary
+	got=$(python3 "$IT_ROOT/tests/integration/gpusum_check.py" "$OUT" "$ERR" 2>&1)
+	expect "$b: exit $RC, --summary's GPU records read again from the records: $got" \
+		[ "$RC:${got%% *}" = "0:ok" ]
+	n_gs=$((n_gs + 1))
+done
+if [ "$n_gs" = 0 ]; then
+	skip replay_gpu_summary "$DATA absent (set INFERTRACE_DATA)"
+else
+	echo "# replay_gpu_summary: $n_gs traces"
+	report replay_gpu_summary
 fi

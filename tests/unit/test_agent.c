@@ -20,6 +20,7 @@
 #include "sources.h"
 #include "diagnose.h"
 #include "json_assert.h"
+#include "correlator.h"
 
 /* a sink that keeps the last record */
 struct mem_sink {
@@ -587,6 +588,88 @@ static void test_detect_model(void **state)
 	assert_int_equal(o.diag.det.model, DIAG_MODEL_GRID);
 }
 
+/* what gpusum_print() writes for s, in buf (freed by the caller) */
+static char *gpusum_text(const struct gpusum *s)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	assert_non_null(f);
+	gpusum_print(s, f);
+	fclose(f);
+	assert_non_null(buf);
+	return buf;
+}
+
+/*
+ * --summary's GPU records (agent/pipeline/gpusum.c): a device's busy time is
+ * the union of its records' activity, whatever their order, while it keeps
+ * 65,536 disjoint spans; past them the oldest are closed, a record that
+ * ends before the closed time is counted late, one that straddles it counts
+ * from it on. The launch waits' quantiles are a bucket's top, never past
+ * the largest.
+ */
+static void test_gpusum(void **state)
+{
+	struct gpusum *s = gpusum_new();
+	struct corr_gpu g = {.kind = CORR_KIND_KERNEL, .device = 3, .name = "k"};
+	struct corr_launch l = {.api = "cudaLaunchKernel"};
+	char *text;
+
+	(void)state;
+	assert_non_null(s);
+	/* out of order within the kept spans: odd ones first, then the even ones, then a cover */
+	for (int pass = 1; pass >= 0; pass--)
+		for (uint64_t i = pass; i < 100; i += 2) {
+			g.start_ns = 1000000 + 10000 * i;
+			g.end_ns = g.start_ns + 5000;
+			l.ts_ns = g.start_ns - 1000000;
+			gpusum_add(s, &g, &l);
+		}
+	g.start_ns = 1003000; /* over spans 0..4 and the gaps between: [1.000, 1.045) ms */
+	g.end_ns = 1042000;
+	gpusum_add(s, &g, NULL);
+	text = gpusum_text(s);
+	/* 95 spans of 5 us and one of 45 us: 0.520 ms busy over [1.000, 1.995) ms */
+	assert_non_null(strstr(text,
+			       "records      101: 101 kernels (0.539 ms), 0 copies (0.000 ms), "
+			       "0 sets; 100 joined to their launch\n"));
+	assert_non_null(strstr(text,
+			       "device 3    101 records over 0.995 ms: busy 0.520 ms (52.3%), "
+			       "their durations add to 0.539 ms\n"));
+	/* 1 ms waits: bucket [0.917, 1.049) ms, printed as the largest */
+	assert_non_null(strstr(text, "p50 1000.0 us, p90 1000.0 us, p99 1000.0 us, max 1000.0 us "
+				     "over 100 joined"));
+	assert_non_null(strstr(text, "   0.539 ms 100.0%      101      5.3 us     39.0 us  k\n"));
+	assert_null(strstr(text, "came after"));
+	free(text);
+	gpusum_free(s);
+
+	/* 65,546 disjoint spans in order: the first 10 closed; then one late, one straddling */
+	s = gpusum_new();
+	assert_non_null(s);
+	for (uint64_t i = 0; i < 65546; i++) {
+		g.start_ns = 10000 * i;
+		g.end_ns = 10000 * i + 5000;
+		gpusum_add(s, &g, NULL);
+	}
+	g.start_ns = 0; /* before the closed time (95 us): late */
+	g.end_ns = 3000;
+	gpusum_add(s, &g, NULL);
+	g.start_ns = 93000; /* from 95 us on: [95, 200) us over spans 10..19 */
+	g.end_ns = 200000;
+	gpusum_add(s, &g, NULL);
+	text = gpusum_text(s);
+	/* 65,546 x 5 us + 55 us = 327.785 ms */
+	assert_non_null(strstr(text, "device 3    65548 records over 655.455 ms: busy 327.785 ms"));
+	assert_non_null(
+	    strstr(text, "1 records came after their time was closed (65536 spans kept)"));
+	free(text);
+	gpusum_free(s);
+	gpusum_free(NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -606,6 +689,7 @@ int main(void)
 	    cmocka_unit_test(test_steprec_round_trip),
 	    cmocka_unit_test(test_common_fields_agree),
 	    cmocka_unit_test(test_detect_model),
+	    cmocka_unit_test(test_gpusum),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
