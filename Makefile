@@ -280,13 +280,17 @@ fuzz-shim-rx: $(BUILD)/tests/fuzz/fuzz_shim_rx
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRCS))
 # tests/integration/usdt_lib.c is a library, not a workload, py_forged.c is
-# built as python3-forged (rules below); python_layout.c is compiled by
+# built as python3-forged, py_embed.c as infer-engine (rules below); python_layout.c is compiled by
 # tests/integration/python.sh against each CPython's headers it finds.
 ITEST_SPECIAL := tests/integration/usdt_lib.c tests/integration/py_forged.c \
-	tests/integration/python_layout.c
+	tests/integration/python_layout.c tests/integration/py_embed.c
+# py_embed.c: infer-engine, where Debian's static libpython is (rule below)
+PY_EMBED_LIB := /usr/lib/$(MULTIARCH_INC)/libpython3.11.a
+PY_EMBED := $(if $(wildcard $(PY_EMBED_LIB)),$(BUILD)/tests/integration/infer-engine)
 ITEST_SRCS := $(sort $(filter-out $(ITEST_SPECIAL),$(wildcard tests/integration/*.c)))
 ITEST_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(ITEST_SRCS)) \
-	$(BUILD)/tests/integration/libusdt_steps.so $(BUILD)/tests/integration/python3-forged
+	$(BUILD)/tests/integration/libusdt_steps.so $(BUILD)/tests/integration/python3-forged \
+	$(PY_EMBED)
 TEST_BINS := $(UNIT_BINS) $(ITEST_BINS) $(BUILD)/tests/helm-render $(BUILD)/tests/fakes/libnvidia-ml.so.1
 
 # tests/helm/render.go (owner: tests/integration/helm.sh): the chart through
@@ -337,6 +341,18 @@ $(BUILD)/tests/integration/python3-forged: tests/integration/py_forged.c \
 	$(call msg,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) -rdynamic -o $@ $< $(LDFLAGS_SAN) $(LDFLAGS) -ldl -lpthread
+
+# tests/integration/infer-engine (owner: tests/integration/python.sh): CPython
+# linked in statically (Debian's libpython3.11.a, from python3-dev) into a
+# program whose name does not say python. -no-pie: the archive is not built
+# for PIE; -rdynamic: extension modules (ctypes) find the interpreter's
+# symbols in the program. Not built where the archive is missing (python.sh
+# then fails the case and says why).
+$(BUILD)/tests/integration/infer-engine: tests/integration/py_embed.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -std=gnu11 -g -O2 -Wall -Wextra -Werror -no-pie -rdynamic \
+		-I/usr/include/python3.11 -o $@ $< $(PY_EMBED_LIB) -ldl -lm -lz -lexpat -lpthread -lutil
 
 # workloads load libcudart / libcuda with dlopen, as inference engines do
 # tests/fakes/fake_nvml.c (owner: tests/integration/gpu_telemetry.sh): the NVML double,

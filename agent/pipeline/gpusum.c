@@ -24,7 +24,7 @@
 
 #define GS_NAMES 4096 /* kernel names kept (a power of two; three quarters used at most) */
 #define GS_DEVICES 64
-#define GS_TOP 10    /* kernels printed */
+#define GS_TOP 10 /* kernels printed */
 #define GS_NAME_SHOWN 100
 #define GS_BUCKETS 160 /* quarter octaves from 1 ns: 2^40 ns (18 min) and more in the last */
 
@@ -280,7 +280,8 @@ static double quantile(const struct gpusum *s, double q)
 	for (unsigned b = 0; b < GS_BUCKETS; b++) {
 		seen += s->wait[b];
 		if (seen > want) /* the bucket's top, never past the largest seen */
-			return bucket_top(b) < (double)s->wait_max ? bucket_top(b) : (double)s->wait_max;
+			return bucket_top(b) < (double)s->wait_max ? bucket_top(b)
+								   : (double)s->wait_max;
 	}
 	return (double)s->wait_max;
 }
@@ -289,7 +290,7 @@ static const char *copy_name(unsigned k)
 {
 	/* CUpti_ActivityMemcpyKind (cupti_activity.h) */
 	static const char *const names[] = {"?",    "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
-					    "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
+					    "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"};
 
 	return k < sizeof(names) / sizeof(names[0]) ? names[k] : "other";
 }
@@ -336,11 +337,13 @@ void gpusum_print(const struct gpusum *s, FILE *out)
 		return;
 	kns = s->ns[CORR_KIND_KERNEL];
 	fprintf(out, "\nGPU records (docs/events.md, kernel and gpu_summary)\n");
-	fprintf(out, "  records      %llu: %llu kernels (%.3f ms), %llu copies (%.3f ms), %llu sets; "
-		     "%llu joined to their launch\n",
-		(unsigned long long)all, (unsigned long long)s->n[CORR_KIND_KERNEL], (double)kns / 1e6,
-		(unsigned long long)s->n[CORR_KIND_MEMCPY], (double)s->ns[CORR_KIND_MEMCPY] / 1e6,
-		(unsigned long long)s->n[CORR_KIND_MEMSET], (unsigned long long)s->joined);
+	fprintf(out,
+		"  records      %llu: %llu kernels (%.3f ms), %llu copies (%.3f ms), %llu sets; "
+		"%llu joined to their launch\n",
+		(unsigned long long)all, (unsigned long long)s->n[CORR_KIND_KERNEL],
+		(double)kns / 1e6, (unsigned long long)s->n[CORR_KIND_MEMCPY],
+		(double)s->ns[CORR_KIND_MEMCPY] / 1e6, (unsigned long long)s->n[CORR_KIND_MEMSET],
+		(unsigned long long)s->joined);
 	for (unsigned d = 0; d < GS_DEVICES; d++) {
 		const struct gs_device *v = &s->dev[d];
 		uint64_t span = v->last > v->first ? v->last - v->first : 0;
@@ -348,36 +351,41 @@ void gpusum_print(const struct gpusum *s, FILE *out)
 		if (!v->seen)
 			continue;
 		if (v->no_memory) {
-			fprintf(out, "  device %-4u %llu records over %.3f ms (busy not known: no memory)\n",
-				d, (unsigned long long)v->n, (double)span / 1e6);
+			fprintf(
+			    out,
+			    "  device %-4u %llu records over %.3f ms (busy not known: no memory)\n",
+			    d, (unsigned long long)v->n, (double)span / 1e6);
 			continue;
 		}
 		fprintf(out,
 			"  device %-4u %llu records over %.3f ms: busy %.3f ms (%.1f%%), their "
 			"durations add to %.3f ms\n",
 			d, (unsigned long long)v->n, (double)span / 1e6, (double)busy_of(v) / 1e6,
-			span ? 100.0 * (double)busy_of(v) / (double)span : 0.0, (double)v->ns / 1e6);
+			span ? 100.0 * (double)busy_of(v) / (double)span : 0.0,
+			(double)v->ns / 1e6);
 		if (v->late)
-			fprintf(out, "              %llu records came after their time was closed "
-				     "(%d spans kept): not in busy\n",
+			fprintf(out,
+				"              %llu records came after their time was closed "
+				"(%d spans kept): not in busy\n",
 				(unsigned long long)v->late, GS_SPANS);
 	}
 	if (s->other_devices)
 		fprintf(out, "  devices past %d: %llu records, not shown\n", GS_DEVICES - 1,
 			(unsigned long long)s->other_devices);
 	if (s->waits)
-		fprintf(out,
-			"  launch to start (the GPU's queue, within 25%%): p50 %.1f us, p90 %.1f us, "
-			"p99 %.1f us, max %.1f us over %llu joined records%s\n",
-			quantile(s, 0.50) / 1e3, quantile(s, 0.90) / 1e3, quantile(s, 0.99) / 1e3,
-			(double)s->wait_max / 1e3, (unsigned long long)s->waits,
-			s->negative_waits ? " (and some that started before their launch: clock jitter)"
-					  : "");
+		fprintf(
+		    out,
+		    "  launch to start (the GPU's queue, within 25%%): p50 %.1f us, p90 %.1f us, "
+		    "p99 %.1f us, max %.1f us over %llu joined records%s\n",
+		    quantile(s, 0.50) / 1e3, quantile(s, 0.90) / 1e3, quantile(s, 0.99) / 1e3,
+		    (double)s->wait_max / 1e3, (unsigned long long)s->waits,
+		    s->negative_waits ? " (and some that started before their launch: clock jitter)"
+				      : "");
 	for (unsigned k = 0; k < 16; k++)
 		if (s->copy_n[k])
 			fprintf(out, "  copies %-5s %llu, %.1f MiB in %.3f ms%s\n", copy_name(k),
-				(unsigned long long)s->copy_n[k], (double)s->copy_bytes[k] / 1048576.0,
-				(double)s->copy_ns[k] / 1e6,
+				(unsigned long long)s->copy_n[k],
+				(double)s->copy_bytes[k] / 1048576.0, (double)s->copy_ns[k] / 1e6,
 				k ? "" : " (the recording does not say which way)");
 	if (!s->n[CORR_KIND_KERNEL])
 		return;
@@ -394,7 +402,8 @@ void gpusum_print(const struct gpusum *s, FILE *out)
 	for (uint32_t i = 0; i < nt && i < GS_TOP; i++) {
 		shown_name(top[i]->name, name, sizeof(name));
 		fprintf(out, "  %10.3f ms %5.1f%% %8llu %8.1f us %8.1f us  %s\n",
-			(double)top[i]->ns / 1e6, kns ? 100.0 * (double)top[i]->ns / (double)kns : 0.0,
+			(double)top[i]->ns / 1e6,
+			kns ? 100.0 * (double)top[i]->ns / (double)kns : 0.0,
 			(unsigned long long)top[i]->n, (double)top[i]->ns / (double)top[i]->n / 1e3,
 			(double)top[i]->max_ns / 1e3, name);
 	}

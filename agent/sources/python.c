@@ -6,9 +6,10 @@
  *
  * Finding the interpreter: discovery.c hands over every file a traced
  * process maps executable (python_on_mapping, beside usdt.c). A file whose
- * name says python (python3.11, libpython3.12.so.1.0) is read once (cached
- * by device and inode): its symbols _PyRuntime, Py_Version (3.11+) and
- * PyCode_Type. The process's Py_Version, read from its memory (3.10: the
+ * name says python (python3.11, libpython3.12.so.1.0), or the process's own
+ * executable (CPython linked in statically, under another name), is read
+ * once (cached by device and inode): its symbols _PyRuntime, Py_Version
+ * (3.11+) and PyCode_Type. The process's Py_Version, read from its memory (3.10: the
  * file's name, python3.10), picks the layout (python_layout.h); the BPF side gets the address of
  * _PyRuntime.interpreters.head and the offsets in py_procs.
  *
@@ -41,6 +42,7 @@
 #include <string.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
+#include <unistd.h>
 #include <jansson.h>
 
 #include "state.h"
@@ -270,6 +272,25 @@ static bool name_says_python(const char *path)
 	return strstr(basename_of(path), "python") != NULL;
 }
 
+/*
+ * the process's own executable: an engine that links CPython statically
+ * (libpython3.x.a) into a program of another name has its interpreter
+ * there. /proc/PID/exe and /proc/PID/maps name files the same way (each is
+ * the path as the reader sees it), so the two compare as strings.
+ */
+static bool is_exe(uint32_t pid, const char *path)
+{
+	char link[64], exe[600];
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/%u/exe", pid);
+	n = readlink(link, exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return false;
+	exe[n] = 0;
+	return !strcmp(exe, path);
+}
+
 static struct py_file *file_get(struct pysrc *s, uint32_t pid, dev_t dev, ino_t ino,
 				const char *path)
 {
@@ -361,7 +382,8 @@ void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, co
 	char ver[24];
 	int err;
 
-	if (!s || s->state != PY_RUNNING || p->py || p->py_refused || !name_says_python(path))
+	if (!s || s->state != PY_RUNNING || p->py || p->py_refused ||
+	    (!name_says_python(path) && !is_exe(p->pid, path)))
 		return;
 	f = file_get(s, p->pid, dev, ino, path);
 	if (!f || !f->runtime || !load_bias(p->pid, f, &bias))

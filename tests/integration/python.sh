@@ -95,6 +95,13 @@
 #                    no state matches has no samples; its launches (deep
 #                    mode) carry the same frames, 32, python_truncated; the
 #                    agent exits 0
+#   python_embedded: tests/integration/infer-engine links CPython 3.11 in
+#                    statically (Debian's libpython3.11.a) under a name
+#                    that does not say python and runs py_embedded.py: the
+#                    agent finds the interpreter in the program itself
+#                    (its /proc/PID/exe), says so once, and samples the
+#                    script's thread in embedded_work() at its file and
+#                    first line
 #   python_unloadable: a kernel whose verifier refuses the sampler
 #                    (INFERTRACE_BREAK_PY_SAMPLER makes it unloadable): auto
 #                    says so in one warning and loads the rest (the steps
@@ -111,7 +118,7 @@
 #                    naming the option (exit 64)
 source "$(dirname "$0")/lib.sh"
 NAMES=(python_layout python_profile python_other_thread python_launch python_launch_gpu python_versions
-	python_forged python_unloadable python_off)
+	python_forged python_embedded python_unloadable python_off)
 it_preflight "${NAMES[@]}"
 
 PY_STEPS=$IT_ROOT/tests/integration/py_steps.py
@@ -584,6 +591,31 @@ expect "and says how to go on: $(grep 'load BPF programs' "$T/unl-on.err" | head
 	eqs "$(grep -c 'Python sampler was among them (--python-stacks on): --python-stacks auto loads the others' "$T/unl-on.err")" 1
 unset INFERTRACE_BREAK_PY_SAMPLER
 report python_unloadable
+
+# -------------------------------------------------------- python_embedded --
+EMBED=$BUILD/tests/integration/infer-engine
+PY_EMB=$IT_ROOT/tests/integration/py_embedded.py
+PYPID=
+if [ ! -x "$EMBED" ]; then
+	fail_because "$EMBED not built: Debian's static libpython3.11.a is missing (python3-dev: make deps)"
+else
+	agent_start python_embedded -i 0.25 || fail_because "agent did not start: $(agent_tail)"
+	py_go embedded "$EMBED" "$PY_EMB" "$CUDART" "{go}" 0.5
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+	[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+fi
+if num "$PYPID"; then
+	expect "CPython found in infer-engine itself: $(grep "pid $PYPID: " "$AGENT_ERR" | head -n 2 | tr '\n' '|')" \
+		eqs "$(grep -c "pid $PYPID: Python 3\.11\.[0-9]* frames sampled ($EMBED)" "$AGENT_ERR")" 1
+	dl=$(grep -n '^def embedded_work(' "$PY_EMB" | cut -d: -f1)
+	got=$(jqo --argjson pid "$PYPID" --argjson tid "$PYTID" --arg f "$PY_EMB" --argjson dl "$dl" '
+		[.[] | select(.type=="python_profile" and .pid==$pid and .tid==$tid and .python != null
+			and (.stack[0] | .function=="embedded_work" and .file==$f and .first_line==$dl))
+		| .samples] | add // 0')
+	expect "embedded_work (py_embedded.py:$dl) sampled in infer-engine (>= 4 samples): $got" \
+		eqs "$(ge "$got" 4 && echo y)" y
+fi
+report python_embedded
 
 # ------------------------------------------------------------- python_off --
 agent_start python_off -i 0.25 --python-stacks off || fail_because "agent did not start: $(agent_tail)"
