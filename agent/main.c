@@ -1095,8 +1095,7 @@ int main(int argc, char **argv)
 		a->sinks[a->n_sinks++] = os;
 	}
 
-	/* --summary: the GPU records, GPU time by Python call (agent/pipeline/gpusum.c, pyprof.c)
-	 */
+	/* --summary: the GPU records, GPU time by Python call (pipeline/gpusum.c, pyprof.c) */
 	if (a->opts.summary && a->opts.python_stacks != PYTHON_STACKS_OFF &&
 	    !(a->pyprof = pyprof_new()))
 		pr_warn("--summary: no memory for the GPU time by Python call: that section is "
