@@ -15,45 +15,17 @@ over the largest), the copies by direction, and every kernel row (name
 shown, count, total, mean, max, share), the rest on one row. Prints "ok
 RECORDS KERNELS NAMES" or the first difference, and exits 1.
 """
-import json
 import re
 import subprocess
 import sys
 
-KINDS = ("kernel", "memcpy", "memset")
+from summary_read import GPU_KINDS as KINDS, gpu_records, section
 DEMANGLED = {}
 COPY = ["?", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"]
 
 
 def near(printed, ns, scale=1e6, digits=3):
     return abs(float(printed) - ns / scale) <= 0.51 * 10 ** -digits + 1e-9
-
-
-def records(path):
-    out = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for raw in fh:
-            try:
-                r = json.loads(raw)
-            except ValueError:
-                continue
-            if r.get("type") in KINDS:
-                out.append(r)
-    return out
-
-
-def section(path):
-    lines, on = [], False
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for raw in fh:
-            raw = raw.rstrip("\n")
-            if raw.startswith("GPU records ("):
-                on, lines = True, [raw]
-            elif on:
-                if not raw.strip():
-                    break
-                lines.append(raw)
-    return lines
 
 
 def demangled(names):
@@ -169,8 +141,8 @@ def check(recs, lines):
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
-    recs = records(sys.argv[1])
-    err = check(recs, section(sys.argv[2]))
+    recs = gpu_records(sys.argv[1])
+    err = check(recs, section(sys.argv[2], "GPU records ("))
     if err:
         print(f"differs: {err}")
         sys.exit(1)

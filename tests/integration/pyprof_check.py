@@ -15,9 +15,10 @@ record count, its chain of single calls, that calls are 1% or more and
 widest first, and that the lines under a call add up to it. Prints "ok
 LINES RECORDS MS" or the first difference, and exits 1 on a difference.
 """
-import json
 import re
 import sys
+
+from summary_read import gpu_records, section
 
 HEAD = "GPU time by the Python calls that launched it"
 LINE = re.compile(r"^\s+([0-9.]+) ms\s+([0-9.]+)%\s+(\d+)  ( *)(.*)$")
@@ -45,42 +46,23 @@ def text_of(key):
 
 def build(path):
     root, total_ns, total_n = Node(("(all records)", None, -1)), 0, 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for raw in fh:
-            try:
-                r = json.loads(raw)
-            except ValueError:
-                continue
-            if r.get("type") not in ("kernel", "memcpy", "memset") or not r.get("launch_python"):
-                continue
-            ns = max(r["end_ns"] - r["start_ns"], 0)
-            total_ns += ns
-            total_n += 1
-            at = root
+    for r in gpu_records(path):
+        if not r.get("launch_python"):
+            continue
+        ns = max(r["end_ns"] - r["start_ns"], 0)
+        total_ns += ns
+        total_n += 1
+        at = root
+        at.ns += ns
+        at.n += 1
+        for f in reversed(r["launch_python"]):
+            k = key_of(f)
+            at = at.kids.setdefault(k, Node(k))
             at.ns += ns
             at.n += 1
-            for f in reversed(r["launch_python"]):
-                k = key_of(f)
-                at = at.kids.setdefault(k, Node(k))
-                at.ns += ns
-                at.n += 1
-            at.self_ns += ns
-            at.self_n += 1
+        at.self_ns += ns
+        at.self_n += 1
     return root, total_ns, total_n
-
-
-def section(path):
-    lines, on = [], False
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for raw in fh:
-            raw = raw.rstrip("\n")
-            if raw.startswith(HEAD):
-                on, lines = True, [raw]
-            elif on:
-                if not raw.strip():
-                    break
-                lines.append(raw)
-    return lines
 
 
 def close(ms, ns):
@@ -181,7 +163,7 @@ def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     root, total_ns, total_n = build(sys.argv[1])
-    lines = section(sys.argv[2])
+    lines = section(sys.argv[2], HEAD)
     err = check(root, total_ns, total_n, lines)
     if err:
         print(f"differs: {err}")

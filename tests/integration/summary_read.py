@@ -1,0 +1,36 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+"""summary_read - what pyprof_check.py and gpusum_check.py both read: the
+agent's GPU records from its JSON lines, and one --summary section from its
+stderr."""
+import json
+
+GPU_KINDS = ("kernel", "memcpy", "memset")
+
+
+def gpu_records(path):
+    """the kernel, memcpy and memset records of a JSON-lines file (bad lines skipped)"""
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for raw in fh:
+            try:
+                r = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(r, dict) and r.get("type") in GPU_KINDS:
+                out.append(r)
+    return out
+
+
+def section(path, head):
+    """the lines of the section whose first line starts with head, to the blank line"""
+    lines, on = [], False
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for raw in fh:
+            raw = raw.rstrip("\n")
+            if raw.startswith(head):
+                on, lines = True, [raw]
+            elif on:
+                if not raw.strip():
+                    break
+                lines.append(raw)
+    return lines
