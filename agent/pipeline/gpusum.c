@@ -305,13 +305,20 @@ static int by_ns_desc(const void *pa, const void *pb)
 	return strcmp(a->name, b->name);
 }
 
-/* a kernel's name as printed: demangled where it is mangled, at most GS_NAME_SHOWN bytes */
+/*
+ * a kernel's name as printed: demangled where it is mangled, at most
+ * GS_NAME_SHOWN bytes, control characters as '?' (a recording's names are
+ * its author's: none may steer the terminal)
+ */
 static void shown_name(const char *name, char *out, size_t sz)
 {
 	const char *d = name[0] == '_' && name[1] == 'Z' ? corr_demangle(name) : NULL;
 	size_t n;
 
 	snprintf(out, sz, "%s", d ? d : name);
+	for (char *c = out; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
 	n = strlen(out);
 	if (n > GS_NAME_SHOWN) {
 		size_t cut = GS_NAME_SHOWN - 3;

@@ -608,7 +608,7 @@ static char *gpusum_text(const struct gpusum *s)
  * 65,536 disjoint spans; past them the oldest are closed, a record that
  * ends before the closed time is counted late, one that straddles it counts
  * from it on. The launch waits' quantiles are a bucket's top, never past
- * the largest.
+ * the largest. A name's control characters are printed as '?'.
  */
 static void test_gpusum(void **state)
 {
@@ -665,6 +665,16 @@ static void test_gpusum(void **state)
 	assert_non_null(strstr(text, "device 3    65548 records over 655.455 ms: busy 327.785 ms"));
 	assert_non_null(
 	    strstr(text, "1 records came after their time was closed (65536 spans kept)"));
+	free(text);
+	gpusum_free(s);
+
+	/* a recording's name cannot steer the terminal */
+	s = gpusum_new();
+	assert_non_null(s);
+	g.name = "k\x1b[2J\tx";
+	gpusum_add(s, &g, NULL);
+	text = gpusum_text(s);
+	assert_non_null(strstr(text, "  k?[2J?x\n"));
 	free(text);
 	gpusum_free(s);
 	gpusum_free(NULL);
