@@ -63,7 +63,6 @@ struct gpusum {
 	uint64_t n[CORR_KIND_COUNT], ns[CORR_KIND_COUNT];
 	uint64_t joined;
 	uint64_t copy_n[16], copy_bytes[16], copy_ns[16]; /* by CUpti_ActivityMemcpyKind */
-	uint64_t set_bytes;
 	struct gs_device dev[GS_DEVICES];
 	uint64_t other_devices;
 	struct gs_kernel *k; /* GS_NAMES slots */
@@ -238,8 +237,6 @@ void gpusum_add(struct gpusum *s, const struct corr_gpu *g, const struct corr_la
 		s->copy_n[g->copy_kind]++;
 		s->copy_bytes[g->copy_kind] += g->bytes;
 		s->copy_ns[g->copy_kind] += ns;
-	} else if (g->kind == CORR_KIND_MEMSET) {
-		s->set_bytes += g->bytes;
 	}
 	if (l) {
 		s->joined++;
