@@ -431,10 +431,15 @@ static void lib_expire(struct agent *a, uint64_t now)
  */
 static int proc_scan_libs(struct agent *a, struct proc *p)
 {
-	char path[64], line[1024], lpath[512];
+	char path[64], line[1024], lpath[512], exe[512];
 	int count = 0, n_exec = 0;
+	ssize_t n;
 	FILE *f;
 
+	/* the process's own executable, as maps names it (python.c looks in it too) */
+	snprintf(path, sizeof(path), "/proc/%u/exe", p->pid);
+	n = readlink(path, exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = '\0';
 	snprintf(path, sizeof(path), "/proc/%u/maps", p->pid);
 	f = fopen(path, "re");
 	if (!f)
@@ -450,7 +455,7 @@ static int proc_scan_libs(struct agent *a, struct proc *p)
 		n_exec++;
 		if (lpath[0] == '/') {
 			usdt_on_mapping(a, p, makedev(maj, min), ino, lpath);
-			python_on_mapping(a, p, makedev(maj, min), ino, lpath);
+			python_on_mapping(a, p, makedev(maj, min), ino, lpath, !strcmp(lpath, exe));
 		}
 		kind = cuda_lib_kind(lpath);
 		if (!kind)

@@ -9,9 +9,10 @@
  * name says python (python3.11, libpython3.12.so.1.0), or the process's own
  * executable (CPython linked in statically, under another name), is read
  * once (cached by device and inode): its symbols _PyRuntime, Py_Version
- * (3.11+) and PyCode_Type. The process's Py_Version, read from its memory (3.10: the
- * file's name, python3.10), picks the layout (python_layout.h); the BPF side gets the address of
- * _PyRuntime.interpreters.head and the offsets in py_procs.
+ * (3.11+) and PyCode_Type. The process's Py_Version, read from its memory
+ * (3.10: the file's name, python3.10), picks the layout (python_layout.h);
+ * the BPF side gets the address of _PyRuntime.interpreters.head and the
+ * offsets in py_procs.
  *
  * Naming frames: a sample carries code object addresses and each frame's
  * instruction. Each code object is read once per process with
@@ -42,7 +43,6 @@
 #include <string.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
-#include <unistd.h>
 #include <jansson.h>
 
 #include "state.h"
@@ -272,25 +272,6 @@ static bool name_says_python(const char *path)
 	return strstr(basename_of(path), "python") != NULL;
 }
 
-/*
- * the process's own executable: an engine that links CPython statically
- * (libpython3.x.a) into a program of another name has its interpreter
- * there. /proc/PID/exe and /proc/PID/maps name files the same way (each is
- * the path as the reader sees it), so the two compare as strings.
- */
-static bool is_exe(uint32_t pid, const char *path)
-{
-	char link[64], exe[600];
-	ssize_t n;
-
-	snprintf(link, sizeof(link), "/proc/%u/exe", pid);
-	n = readlink(link, exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return false;
-	exe[n] = 0;
-	return !strcmp(exe, path);
-}
-
 static struct py_file *file_get(struct pysrc *s, uint32_t pid, dev_t dev, ino_t ino,
 				const char *path)
 {
@@ -371,7 +352,14 @@ static bool read_mem(uint32_t pid, uint64_t addr, void *buf, size_t len)
 	return process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0) == (ssize_t)len;
 }
 
-void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const char *path)
+/*
+ * is_exe: the mapping is the process's own executable (discovery.c reads
+ * /proc/PID/exe once per scan: it and /proc/PID/maps name files the same
+ * way). An engine that links CPython statically (libpython3.x.a) into a
+ * program of another name has its interpreter there.
+ */
+void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const char *path,
+		       bool is_exe)
 {
 	struct pysrc *s = a->python;
 	const struct py_layout *l;
@@ -383,7 +371,7 @@ void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, co
 	int err;
 
 	if (!s || s->state != PY_RUNNING || p->py || p->py_refused ||
-	    (!name_says_python(path) && !is_exe(p->pid, path)))
+	    (!name_says_python(path) && !is_exe))
 		return;
 	f = file_get(s, p->pid, dev, ino, path);
 	if (!f || !f->runtime || !load_bias(p->pid, f, &bias))

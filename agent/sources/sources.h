@@ -198,7 +198,8 @@ void usdt_detach(struct proc *p); /* every file of the process */
  * python_interval: the python_profile records.
  */
 int python_start(struct agent *a);
-void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const char *path);
+void python_on_mapping(struct agent *a, struct proc *p, dev_t dev, ino_t ino, const char *path,
+		       bool is_exe);
 void python_detach(struct agent *a, struct proc *p);
 struct py_stack_event;
 void python_on_stack(struct agent *a, const struct py_stack_event *e);
