@@ -16,7 +16,8 @@
  * span that still encloses it. PyTorch writes them in that order, so a span
  * is added in O(1) amortised; one added out of order marks the thread for
  * one sort at the next question. A question is a binary search and a walk
- * up the parents. Memory: 24 bytes a span and each distinct name once,
+ * up the parents. Memory: 24 bytes a span and each distinct name once (in
+ * the correlator's name table, names.c, with its file and function),
  * bounded by the recording's own size.
  */
 #include <errno.h>
@@ -25,15 +26,21 @@
 
 #include "correlator.h"
 #include "grow.h"
+#include "internal.h"
 
-#define PS_NAME_BUCKETS_MIN 1024
+#define PS_NAMES_MAX (1u << 30) /* names.c grows its tables with use */
+
+/*
+ * A name of the table (names.c) as a span's name, parsed once: its file and
+ * function interned there too. Names that are files or functions only stay
+ * PS_UNPARSED until a span is named so.
+ */
+enum { PS_UNPARSED, PS_PYTHON, PS_OTHER /* a built-in, an annotation: no frame */ };
 
 struct ps_name {
-	char *raw; /* the event's name, then file, then func: one allocation */
-	const char *file, *func;
-	size_t len; /* of raw */
+	int32_t file, func;
 	int64_t line;
-	uint64_t hash;
+	uint8_t state;
 };
 
 struct ps_span {
@@ -51,17 +58,26 @@ struct ps_thread {
 
 struct corr_pyspans {
 	struct ps_thread *t;
-	size_t nt, ct, last; /* last: the thread asked or added last */
-	struct ps_name *names;
+	size_t nt, ct, last;   /* last: the thread asked or added last */
+	struct names *strs;    /* span names, and their files and functions */
+	struct ps_name *names; /* by id in strs, nn of them (every id so far) */
 	size_t nn, cn;
-	uint32_t *bucket; /* names by hash, open addressing; UINT32_MAX: empty */
-	size_t nb;
 	struct corr_pyspans_counts cnt;
 };
 
 struct corr_pyspans *corr_pyspans__new(void)
 {
-	return calloc(1, sizeof(struct corr_pyspans));
+	struct corr_pyspans *ps = calloc(1, sizeof(*ps));
+
+	if (!ps)
+		return NULL;
+	ps->strs = names_new(PS_NAMES_MAX);
+	if (!ps->strs) {
+		free(ps);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return ps;
 }
 
 void corr_pyspans__free(struct corr_pyspans *ps)
@@ -70,11 +86,9 @@ void corr_pyspans__free(struct corr_pyspans *ps)
 		return;
 	for (size_t i = 0; i < ps->nt; i++)
 		free(ps->t[i].s);
-	for (size_t i = 0; i < ps->nn; i++)
-		free(ps->names[i].raw);
 	free(ps->t);
 	free(ps->names);
-	free(ps->bucket);
+	names_free(ps->strs);
 	free(ps);
 }
 
@@ -106,68 +120,41 @@ static bool parse(const char *s, size_t n, size_t *file_len, int64_t *line, size
 	return false;
 }
 
-static int names_rehash(struct corr_pyspans *ps, size_t nb)
+/* ps->names to every id of the table, the new ones PS_UNPARSED; -ENOMEM */
+static int names_cover(struct corr_pyspans *ps)
 {
-	uint32_t *b = malloc(nb * sizeof(*b));
+	size_t count = names_count(ps->strs);
 
-	if (!b)
+	if (count > ps->nn &&
+	    grow_array((void **)&ps->names, &ps->cn, count - 1, sizeof(*ps->names), 256))
 		return -ENOMEM;
-	memset(b, 0xff, nb * sizeof(*b));
-	for (size_t i = 0; i < ps->nn; i++) {
-		size_t k = ps->names[i].hash & (nb - 1);
-
-		while (b[k] != UINT32_MAX)
-			k = (k + 1) & (nb - 1);
-		b[k] = (uint32_t)i;
-	}
-	free(ps->bucket);
-	ps->bucket = b;
-	ps->nb = nb;
+	for (; ps->nn < count; ps->nn++)
+		ps->names[ps->nn] = (struct ps_name){.file = -1, .func = -1, .state = PS_UNPARSED};
 	return 0;
 }
 
-/* the name's index, interned; -ENOMEM, or -EINVAL when it is no Python frame */
+/* the name's id, interned and parsed once; -ENOMEM, or -EINVAL when it is no Python frame */
 static long name_of(struct corr_pyspans *ps, const char *s, size_t n)
 {
-	uint64_t h = corr_name_hash(s, n);
-	size_t file_len, func_at, k;
-	struct ps_name *nm;
+	int32_t id = names_intern(ps->strs, s, n), file, func;
+	size_t file_len, func_at;
 	int64_t line;
-	char *raw;
 
-	for (k = h & (ps->nb - 1); ps->nb && ps->bucket[k] != UINT32_MAX;
-	     k = (k + 1) & (ps->nb - 1)) {
-		nm = &ps->names[ps->bucket[k]];
-		if (nm->hash == h && nm->len == n && !memcmp(nm->raw, s, n))
-			return ps->bucket[k];
+	if (id < 0 || names_cover(ps))
+		return -ENOMEM;
+	if (ps->names[id].state == PS_UNPARSED) {
+		if (!parse(s, n, &file_len, &line, &func_at)) {
+			ps->names[id].state = PS_OTHER;
+		} else {
+			file = names_intern(ps->strs, s, file_len);
+			func = names_intern(ps->strs, s + func_at, n - func_at);
+			if (file < 0 || func < 0 || names_cover(ps))
+				return -ENOMEM; /* left unparsed: asked again next time */
+			ps->names[id] = (struct ps_name){
+			    .file = file, .func = func, .line = line, .state = PS_PYTHON};
+		}
 	}
-	if (!parse(s, n, &file_len, &line, &func_at))
-		return -EINVAL;
-	if (ps->nn >= UINT32_MAX - 1 ||
-	    (2 * (ps->nn + 1) > ps->nb &&
-	     names_rehash(ps, ps->nb ? 2 * ps->nb : PS_NAME_BUCKETS_MIN)) ||
-	    grow_array((void **)&ps->names, &ps->cn, ps->nn, sizeof(*ps->names), 256))
-		return -ENOMEM;
-	raw = malloc(2 * n + 3);
-	if (!raw)
-		return -ENOMEM;
-	nm = &ps->names[ps->nn];
-	memcpy(raw, s, n);
-	raw[n] = '\0';
-	memcpy(raw + n + 1, s, file_len);
-	raw[n + 1 + file_len] = '\0';
-	memcpy(raw + n + 2 + file_len, s + func_at, n - func_at);
-	raw[n + 2 + file_len + n - func_at] = '\0';
-	*nm = (struct ps_name){.raw = raw,
-			       .file = raw + n + 1,
-			       .func = raw + n + 2 + file_len,
-			       .len = n,
-			       .line = line,
-			       .hash = h};
-	for (k = h & (ps->nb - 1); ps->bucket[k] != UINT32_MAX; k = (k + 1) & (ps->nb - 1))
-		;
-	ps->bucket[k] = (uint32_t)ps->nn;
-	return (long)ps->nn++;
+	return ps->names[id].state == PS_PYTHON ? id : -EINVAL;
 }
 
 static struct ps_thread *thread_of(struct corr_pyspans *ps, uint32_t pid, uint32_t tid, bool add)
@@ -272,8 +259,10 @@ size_t corr_pyspans__stack(struct corr_pyspans *ps, uint32_t pid, uint32_t tid, 
 
 		if (t->s[i].end <= ts)
 			continue;
-		out[n++] = (struct corr_py_frame){
-		    .function = nm->func, .file = nm->file, .first_line = nm->line, .line = -1};
+		out[n++] = (struct corr_py_frame){.function = names_str(ps->strs, nm->func),
+						  .file = names_str(ps->strs, nm->file),
+						  .first_line = nm->line,
+						  .line = -1};
 	}
 	if (i >= 0 && n == max)
 		ps->cnt.truncated++;
