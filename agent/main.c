@@ -243,7 +243,7 @@ static const struct opt_def opt_table[] = {
      .doc = "Print a readable summary on stderr at exit: CUDA calls, off-CPU time, slow "
 	    "syscalls, network, the GPU records (kernels by GPU time, busy, launch to start), "
 	    "GPU time by the Python calls that launched them, steps and anomalies (with "
-	    "--replay: the last three)"},
+	    "--replay: the last three); `agentctl summary` prints it while the agent runs"},
     {"no-net", OPT_NO_NET, NULL, OT_FLAG, FIELD(no_net), .doc = "Do not trace network traffic"},
     {"replay", OPT_REPLAY, "FILE", OT_STR, FIELD(replay),
      .doc = "Replay a recording (PyTorch profiler / Kineto trace, Nsight Systems SQLite "
@@ -975,14 +975,8 @@ static int run_live(struct agent *a)
 		aggregate_interval(a, true);
 		stats_emit(a, span, true);
 	}
-	if (a->opts.summary) {
-		aggregate_print_summary(a, stderr);
-		telem_print_summary(a, stderr);
-		python_print_summary(a, stderr);
-		gpusum_print(a->gpusum, stderr);
-		pyprof_print(a->pyprof, stderr);
-		diag_print_summary(a->diag, stderr);
-	}
+	if (a->opts.summary)
+		ops_print_summary(a, stderr);
 
 cleanup:
 	ops_free(a); /* first: deep-dived shims are told to go back to sentinel */

@@ -47,6 +47,12 @@ static const char doc[] =
     "  export                 write the flight recorder's window as a Perfetto /\n"
     "                         Chrome trace (--perfetto FILE [--instance NAME]);\n"
     "                         open it in ui.perfetto.dev\n"
+    "  summary                what the agent has seen since it started, as\n"
+    "                         --summary prints at exit: CUDA calls per thread,\n"
+    "                         off-CPU time, slow syscalls, network, the GPUs,\n"
+    "                         Python frames, steps and anomalies; with the\n"
+    "                         agent's --summary also the GPU records and the\n"
+    "                         GPU time by the Python calls that launched it\n"
     "  spill-foreign send|discard\n"
     "                         the Kafka spill's records written for another cluster\n"
     "                         or topic prefix, left alone at start: send them with\n"
@@ -60,6 +66,7 @@ static const char doc[] =
     "  agentctl deep-dive --instance vllm-llama-70b --duration 120\n"
     "  agentctl deep-dive --instance vllm-llama-70b --off\n"
     "  agentctl export --perfetto /tmp/last10s.json --instance vllm-llama-70b\n"
+    "  agentctl summary | less\n"
     "  agentctl spill-foreign discard\n"
     "  # fleet-wide: every agent consumes infertrace.control and switches the\n"
     "  # instance on whichever node serves it\n"
@@ -178,19 +185,19 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		if (o->cmd)
 			argp_error(state, "one command at a time ('%s' after '%s')", arg, o->cmd);
 		if (strcmp(arg, "status") && strcmp(arg, "deep-dive") && strcmp(arg, "export") &&
-		    strcmp(arg, "ping") && strcmp(arg, "spill-foreign"))
-			argp_error(
-			    state,
-			    "unknown command '%s' (status, deep-dive, export, spill-foreign, "
-			    "ping)",
-			    arg);
+		    strcmp(arg, "ping") && strcmp(arg, "spill-foreign") && strcmp(arg, "summary"))
+			argp_error(state,
+				   "unknown command '%s' (status, deep-dive, export, summary, "
+				   "spill-foreign, ping)",
+				   arg);
 		o->cmd = arg;
 		break;
 	case ARGP_KEY_END:
 		if (!o->cmd)
 			argp_error(
 			    state,
-			    "which command? (status, deep-dive, export, spill-foreign, ping)");
+			    "which command? (status, deep-dive, export, summary, spill-foreign, "
+			    "ping)");
 		if (!strcmp(o->cmd, "spill-foreign") && !o->action)
 			argp_error(state, "spill-foreign needs send or discard");
 		if (!strcmp(o->cmd, "deep-dive") && !o->instance)
@@ -550,7 +557,8 @@ int main(int argc, char **argv)
 		req = json_pack("{s:s}", "cmd", o.cmd);
 	}
 
-	err = call(&o, req, &r, !strcmp(o.cmd, "export") ? &data : NULL, &dlen);
+	err = call(&o, req, &r,
+		   !strcmp(o.cmd, "export") || !strcmp(o.cmd, "summary") ? &data : NULL, &dlen);
 	if (err)
 		return 3;
 	if (o.json && !strcmp(o.cmd, "status")) {
@@ -586,6 +594,11 @@ int main(int argc, char **argv)
 		if (num(r, "records") == 0)
 			fprintf(stderr, "agentctl: the window is empty%s\n",
 				o.instance ? " for this instance" : "");
+	} else if (!strcmp(o.cmd, "summary")) {
+		if (fwrite(data, 1, dlen, stdout) != dlen || fflush(stdout)) {
+			fprintf(stderr, "agentctl: standard output: %s\n", strerror(errno));
+			ret = 1;
+		}
 	} else if (!strcmp(o.cmd, "spill-foreign")) {
 		printf("%.0f records of another owner %s (%.0f segment files)\n", num(r, "records"),
 		       !strcmp(o.action, "send") ? "sent with this agent's settings" : "deleted",

@@ -2,7 +2,7 @@
 /*
  * control.c - the agent's control socket (--control-socket, default
  * /run/infertrace/agent.sock): agentctl's requests (status, deep_dive,
- * export, ping) in the framing of control_proto.h.
+ * export, summary, spill_foreign, ping) in the framing of control_proto.h.
  *
  * Never blocks the event loop: the listening socket and every connection
  * are nonblocking and served by the server core (core/server.h: one private
@@ -339,6 +339,39 @@ static void spill_foreign(struct agent *a, struct control *ctl, struct conn *c,
 	      req->id, NULL, 0);
 }
 
+/*
+ * --summary's text while the agent runs (ops_print_summary, as at exit):
+ * since the start, nothing reset. Without --summary the sections collected
+ * only with it are named on a line of their own.
+ */
+static void summary(struct agent *a, struct control *ctl, struct conn *c,
+		    const struct ctl_request *req)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f) {
+		ctl->failed++;
+		reply_error(c, req->id, "internal", "out of memory");
+		return;
+	}
+	ops_print_summary(a, f);
+	if (!a->opts.summary)
+		fprintf(f, "\n(the GPU records and the GPU time by Python call are collected "
+			   "only when the agent runs with --summary)\n");
+	if (fclose(f) || len > CTL_MAX_REPLY) {
+		ctl->failed++;
+		reply_error(c, req->id, "internal", buf ? "summary too large" : "out of memory");
+	} else {
+		reply(c,
+		      json_pack("{s:b,s:I,s:f,s:b}", "ok", 1, "bytes", (json_int_t)len, "uptime_s",
+				(now_ns() - a->start_ns) / 1e9, "collected_all", a->opts.summary),
+		      req->id, buf, len);
+	}
+	free(buf);
+}
+
 static void handle(struct agent *a, struct control *ctl, struct conn *c, const char *buf,
 		   size_t len)
 {
@@ -399,6 +432,9 @@ static void handle(struct agent *a, struct control *ctl, struct conn *c, const c
 		break;
 	case CTL_SPILL_FOREIGN:
 		spill_foreign(a, ctl, c, &req);
+		break;
+	case CTL_SUMMARY:
+		summary(a, ctl, c, &req);
 		break;
 	default:
 		reply_error(c, req.id, "bad_request", "unknown cmd");
@@ -726,18 +762,19 @@ void control_stats(struct agent *a, json_t *obj)
 	active = (int)srv_active(ctl->srv);
 	json_object_set_new(
 	    obj, "control",
-	    json_pack(
-		"{s:i,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:I,s:I}",
-		"connections", active, "accepted", (json_int_t)ctl->accepted, "refused_peer",
-		(json_int_t)ctl->refused_peer, "refused_limit", (json_int_t)ctl->refused_limit,
-		"requests", (json_int_t)ctl->requests, "by_cmd", "ping",
-		(json_int_t)ctl->by_cmd[CTL_PING], "status", (json_int_t)ctl->by_cmd[CTL_STATUS],
-		"deep_dive", (json_int_t)ctl->by_cmd[CTL_DEEP_DIVE], "export",
-		(json_int_t)ctl->by_cmd[CTL_EXPORT], "spill_foreign",
-		(json_int_t)ctl->by_cmd[CTL_SPILL_FOREIGN], "malformed", (json_int_t)ctl->malformed,
-		"oversized", (json_int_t)ctl->oversized, "failed", (json_int_t)ctl->failed,
-		"timeouts", (json_int_t)ctl->timeouts, "write_errors",
-		(json_int_t)ctl->write_errors, "bytes_out", (json_int_t)ctl->bytes_out));
+	    json_pack("{s:i,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:I,s:I}",
+		      "connections", active, "accepted", (json_int_t)ctl->accepted, "refused_peer",
+		      (json_int_t)ctl->refused_peer, "refused_limit",
+		      (json_int_t)ctl->refused_limit, "requests", (json_int_t)ctl->requests,
+		      "by_cmd", "ping", (json_int_t)ctl->by_cmd[CTL_PING], "status",
+		      (json_int_t)ctl->by_cmd[CTL_STATUS], "deep_dive",
+		      (json_int_t)ctl->by_cmd[CTL_DEEP_DIVE], "export",
+		      (json_int_t)ctl->by_cmd[CTL_EXPORT], "spill_foreign",
+		      (json_int_t)ctl->by_cmd[CTL_SPILL_FOREIGN], "summary",
+		      (json_int_t)ctl->by_cmd[CTL_SUMMARY], "malformed", (json_int_t)ctl->malformed,
+		      "oversized", (json_int_t)ctl->oversized, "failed", (json_int_t)ctl->failed,
+		      "timeouts", (json_int_t)ctl->timeouts, "write_errors",
+		      (json_int_t)ctl->write_errors, "bytes_out", (json_int_t)ctl->bytes_out));
 }
 
 void control_free(struct agent *a)

@@ -9,8 +9,8 @@
  * A request names an instance, not a node: each agent registers it, so the
  * node serving the instance switches its processes, and an agent that does
  * not serve it (yet) switches them if they appear before the deep-dive ends.
- * Other commands are refused on the topic (counted): status and export
- * answer on the socket only.
+ * Other commands are refused on the topic (counted): status, export,
+ * summary and the rest answer on the socket only.
  *
  * Polled from the loop tick (every <= 100 ms), at most CK_MAX_PER_TICK
  * messages per tick; librdkafka fetches on its own threads meanwhile.

@@ -24,6 +24,7 @@ static const char *const cmd_names[CTL_CMD_COUNT] = {
     [CTL_DEEP_DIVE] = "deep_dive",
     [CTL_EXPORT] = "export",
     [CTL_SPILL_FOREIGN] = "spill_foreign",
+    [CTL_SUMMARY] = "summary",
 };
 
 const char *ctl_cmd_name(enum ctl_cmd cmd)
@@ -103,7 +104,7 @@ int ctl_parse_request(const char *buf, size_t len, struct ctl_request *req, char
 		if (!strcmp(s, cmd_names[i]))
 			cmd = i;
 	if (cmd < 0)
-		FAIL("unknown cmd (ping, status, deep_dive, export, spill_foreign)");
+		FAIL("unknown cmd (ping, status, deep_dive, export, spill_foreign, summary)");
 	req->cmd = cmd;
 	json_object_foreach(root, key, v)
 	{

@@ -8,7 +8,8 @@
  * Framing (Unix SOCK_STREAM): every message is a 4-byte big-endian length N
  * followed by N bytes. Requests are one JSON object (N <= CTL_MAX_REQUEST);
  * every request gets exactly one reply, a JSON object with "ok". An export
- * reply is followed by one more frame holding the exported file's bytes.
+ * or summary reply is followed by one more frame: the exported file's bytes,
+ * or the summary's text.
  *
  * Requests (unknown keys are refused, so typos are not silently ignored):
  *   {"cmd":"ping"}
@@ -16,6 +17,7 @@
  *   {"cmd":"deep_dive","instance":NAME[,"duration_s":SECS][,"off":true]}
  *   {"cmd":"export","format":"perfetto"[,"instance":NAME]}
  *   {"cmd":"spill_foreign","action":"send"|"discard"}
+ *   {"cmd":"summary"}
  * Any request may carry "id" (integer or string), echoed in its reply.
  *
  * Pure functions, no I/O except the blocking client helpers at the end:
@@ -42,6 +44,7 @@ enum ctl_cmd {
 	CTL_DEEP_DIVE,
 	CTL_EXPORT,
 	CTL_SPILL_FOREIGN,
+	CTL_SUMMARY,
 	CTL_CMD_COUNT,
 };
 

@@ -8,7 +8,9 @@
 #                                its cuda_launch records appear, the other
 #                                stays in sentinel (none), status says so
 #                                (and gives the LOCAL_RANK=3 one rank 3, a
-#                                steps line in its table);
+#                                steps line in its table); `agentctl
+#                                summary` counts both workloads' CUDA calls
+#                                while the agent runs;
 #                                `--off`: none after the stop record
 #   control_deep_dive_duration:  --duration 2 ends by itself (expire record
 #                                within generous bounds), none after it
@@ -70,6 +72,15 @@ if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; th
 		expect "status: ranks of $PA/$PB not null/3: $(jq -c '[.processes[] | {pid, rank}]' <<<"$st")" \
 			jqe --argjson a "$PA" --argjson b "$PB" \
 			'([.processes[] | select(.pid == $a)][0].rank == null) and ([.processes[] | select(.pid == $b)][0].rank == 3)' <<<"$st"
+		# the summary while the agent runs (without --summary: no GPU records section)
+		sum=$(ctl summary 2>&1)
+		rc=$?
+		expect "agentctl summary: exit $rc: $(head -c 300 <<<"$sum")" [ "$rc" = 0 ]
+		expect "agentctl summary: no CUDA calls of $PA and $PB: $(grep -E "^ +($PA|$PB) +[0-9]+ +[^ ]+ +cu" <<<"$sum" | head -n 4 | tr '\n' '|')" \
+			eval 'grep -qE "^ +$PA +[0-9]+ +[^ ]+ +cu[A-Za-z_]+ +[1-9]" <<<"$sum" && grep -qE "^ +$PB +[0-9]+ +[^ ]+ +cu[A-Za-z_]+ +[1-9]" <<<"$sum"'
+		expect "agentctl summary: sections missing: $(grep -E '^[A-Z=]' <<<"$sum" | tr '\n' '|')" \
+			eval 'grep -q "^== infertrace summary: " <<<"$sum" && grep -q "^Off-CPU time" <<<"$sum" && grep -q "^Steps and anomalies" <<<"$sum" && grep -q "collected only when the agent runs with --summary" <<<"$sum" && ! grep -q "^GPU records" <<<"$sum"'
+		expect "status: control.by_cmd.summary != 1" eq "$(ctl status --json | jq .control.by_cmd.summary)" 1
 		# the table form names both instances
 		tbl=$(ctl status)
 		expect "status table lacks $A / $B" eval 'grep -q "$A *deep" <<<"$tbl" && grep -q "$B *sentinel" <<<"$tbl"'
@@ -168,7 +179,7 @@ if agent_start ctl_bad --control-socket "$SOCK" --shim-socket none; then
 		'{"cmd":"deep_dive","instance":"x","duration_s":"long"}' \
 		'{"cmd":"deep_dive","instance":"a\"b"}' '{"cmd":"status","extra":1}' \
 		'{"cmd":"export","format":"pprof"}' '{"cmd":"ping","id":{"x":1}}' \
-		'{"cmd":"ping","cmd":"status"}' '{"cmd":"ping"'; do
+		'{"cmd":"ping","cmd":"status"}' '{"cmd":"ping"' '{"cmd":"summary","since":0}'; do
 		r=$(raw "$p")
 		expect "'$p': no bad_request reply, got: $r" \
 			eval 'head -n 1 <<<"$r" | jq -e ".ok == false and .error == \"bad_request\" and (.message | length > 0)" >/dev/null'
@@ -195,12 +206,12 @@ if agent_start ctl_bad --control-socket "$SOCK" --shim-socket none; then
 	expect "agent does not answer after the abuse: $out" grep -q "is there" <<<"$out"
 	kill -0 "$AGENT_PID" 2>/dev/null || fail_because "agent died"
 	st=$(ctl status --json)
-	expect "control.malformed = $(jq .control.malformed <<<"$st"), want >= 14" ge "$(jq .control.malformed <<<"$st")" 14
+	expect "control.malformed = $(jq .control.malformed <<<"$st"), want >= 15" ge "$(jq .control.malformed <<<"$st")" 15
 	expect "control.oversized = $(jq .control.oversized <<<"$st"), want >= 2" ge "$(jq .control.oversized <<<"$st")" 2
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
 	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
 	n=$(jqf '"final":true' '[.[] | select(.type == "stats" and .final) | .control.malformed][0] // 0')
-	expect "final stats record: control.malformed = $n" ge "$n" 14
+	expect "final stats record: control.malformed = $n" ge "$n" 15
 else
 	fail_because "agent did not start: $(agent_tail)"
 fi

@@ -70,7 +70,8 @@
 #                    --summary's GPU time by Python call, live and in that
 #                    replay (the same tree): each line as pyprof_check.py
 #                    works it out from the kernel records; its GPU records
-#                    section as gpusum_check.py does
+#                    section as gpusum_check.py does; `agentctl summary`
+#                    before the stop prints both sections as the exit does
 #   python_versions: the same script with a second thread spinning in
 #                    background_tokenize() on pyenv's 3.10 (no Py_Version:
 #                    its version from the library's name; threads matched
@@ -396,12 +397,19 @@ CBID=$(grep -oE 'CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000 *= *[0-9]+' \
 if [ ! -f "$FAKE_SO" ] || [ ! -f "$SHIM_SO" ] || ! num "$CBID"; then
 	fail_because "$FAKE_SO, $SHIM_SO or cupti_runtime_cbid.h missing (make test)"
 else
-	gsock=$T/gpu.shim.sock
-	agent_start python_launch_gpu -i 0.25 --mode deep --stack-rate 100000 --shim-socket "$gsock" --summary ||
-		fail_because "agent did not start: $(agent_tail)"
+	gsock=$T/gpu.shim.sock gctl=$T/gpu.ctl.sock
+	agent_start python_launch_gpu -i 0.25 --mode deep --stack-rate 100000 --shim-socket "$gsock" --summary \
+		--control-socket "$gctl" || fail_because "agent did not start: $(agent_tail)"
 	py_go gpu env INFERTRACE_SHIM_SOCKET="$gsock" "$SYS_PY" "$PY_GPU" "$CUDART" "$FAKE_SO" "$SHIM_SO" \
 		"{go}" "$LAUNCH_ROUNDS" "$CBID"
+	# every kernel in: `agentctl summary` while the agent runs prints what it will print at exit
+	for ((i = 0; i < 100; i++)); do
+		[ "$(grep -cF '"type":"kernel"' "$AGENT_OUT")" -ge $((2 * LAUNCH_ROUNDS)) ] && break
+		sleep 0.1
+	done
 	sleep 0.6
+	"$BUILD/agentctl" --socket "$gctl" summary >"$T/gpu.ctl.txt" 2>&1 ||
+		fail_because "agentctl summary: exit $?: $(head -c 300 "$T/gpu.ctl.txt")"
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
 	[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
 fi
@@ -452,6 +460,13 @@ if num "$PYPID"; then
 	tree() { sed -n '/^GPU time by the Python calls/,/^$/p' "$1"; }
 	expect "the replay's --summary prints the live tree: $(diff <(tree "$AGENT_ERR") <(tree "$T/gpu.replay.err") | head -n 4 | tr '\n' '|')" \
 		eqs "$(tree "$AGENT_ERR")" "$(tree "$T/gpu.replay.err")"
+	gsec() { sed -n '/^GPU records (/,/^$/p' "$1"; }
+	expect "agentctl summary, before the stop, prints the tree of the exit: $(diff <(tree "$AGENT_ERR") <(tree "$T/gpu.ctl.txt") | head -n 4 | tr '\n' '|')" \
+		eqs "$(tree "$T/gpu.ctl.txt")" "$(tree "$AGENT_ERR")"
+	expect "agentctl summary, before the stop, prints the GPU records of the exit: $(diff <(gsec "$AGENT_ERR") <(gsec "$T/gpu.ctl.txt") | head -n 4 | tr '\n' '|')" \
+		eqs "$(gsec "$T/gpu.ctl.txt")" "$(gsec "$AGENT_ERR")"
+	expect "agentctl summary: no GPU records section: $(head -c 200 "$T/gpu.ctl.txt" | tr '\n' '|')" \
+		[ -n "$(gsec "$T/gpu.ctl.txt")" ]
 	same=$(jq -c -n -R --argjson pid "$PYPID" --slurpfile live <(jqo -c --argjson pid "$PYPID" \
 		'[.[] | select(.type=="kernel" and .pid==$pid) | {key: "\(.correlation_id)", value: .launch_python}] | from_entries') '
 		[inputs | fromjson? | select(.type=="kernel" and .pid==$pid)] as $k

@@ -113,6 +113,11 @@ static void test_parse_ok(void **state)
 	assert_int_equal(r.cmd, CTL_EXPORT);
 	assert_string_equal(r.instance, "");
 	ctl_request_release(&r);
+	assert_int_equal(
+	    ctl_parse_request("{\"cmd\":\"summary\",\"id\":3}", 24, &r, err, sizeof(err)), 0);
+	assert_int_equal(r.cmd, CTL_SUMMARY);
+	assert_string_equal(ctl_cmd_name(r.cmd), "summary");
+	ctl_request_release(&r);
 }
 
 static void test_parse_bad(void **state)
@@ -132,6 +137,7 @@ static void test_parse_bad(void **state)
 	    "{\"cmd\":\"deep_dive\",\"instance\":\"a\",\"off\":\"yes\"}",
 	    "{\"cmd\":\"status\",\"instance\":\"a\"}",
 	    "{\"cmd\":\"export\"}",
+	    "{\"cmd\":\"summary\",\"instance\":\"a\"}",
 	    "{\"cmd\":\"ping\",\"id\":[1]}",
 	    "{\"cmd\":\"ping\",\"cmd\":\"ping\"}",
 	    "{\"cmd\":\"ping\"} trailing",
