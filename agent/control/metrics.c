@@ -12,8 +12,10 @@
  * close.
  *
  * Cardinality: labels are event types, record classes, drop stages and
- * sink names - small fixed sets. No pid, tid, instance or kernel name is a
- * label (docs/operations.md lists every metric).
+ * sink names, step phases and histogram bounds - small fixed sets. No pid,
+ * tid, instance or kernel name is a label (docs/operations.md lists every
+ * metric). The two histograms (step durations, launch to GPU start) are
+ * the pipeline's (diag.c, join.c: struct prom_hist, core/util.h).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -30,6 +32,7 @@
 #include "server.h"
 #include "util.h"
 #include "jsonw.h"
+#include "diagnose.h"
 
 #define METRICS_MAX_CONNS 8
 #define METRICS_REQ_MAX 4096
@@ -131,6 +134,59 @@ static const struct stats_metric from_diag[] = {
      "Anomaly episodes: runs of flagged steps of one instance, rank and phase, counted once "
      "(anomaly records with run 1); alert on this to be told once."},
 };
+
+/*
+ * A histogram family: series i labelled label="values[i]" (label NULL: one
+ * series, values unused): cumulative _bucket per bound and +Inf, _sum, _count
+ */
+static void histogram(FILE *f, const char *name, const char *text, const char *label,
+		      const char *const *values, const struct prom_hist *const *h, unsigned int n)
+{
+	help(f, name, "histogram", text);
+	for (unsigned int i = 0; i < n; i++) {
+		char lab[96] = "", sep[2] = "";
+		uint64_t cum = 0;
+
+		if (label) {
+			snprintf(lab, sizeof(lab), "%s=\"%s\"", label, values[i]);
+			sep[0] = ',';
+		}
+		for (unsigned int b = 0; b <= h[i]->nle; b++) {
+			cum += h[i]->n[b];
+			if (b < h[i]->nle)
+				fprintf(f, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, lab, sep,
+					h[i]->le[b], (unsigned long long)cum);
+			else
+				fprintf(f, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, lab, sep,
+					(unsigned long long)cum);
+		}
+		fprintf(f, "%s_sum%s%s%s %.17g\n", name, label ? "{" : "", lab, label ? "}" : "",
+			h[i]->sum);
+		fprintf(f, "%s_count%s%s%s %llu\n", name, label ? "{" : "", lab, label ? "}" : "",
+			(unsigned long long)cum);
+	}
+}
+
+/* the steps' durations by phase, the GPU's queue: the pipeline's own histograms */
+static void histograms(struct agent *a, FILE *f)
+{
+	const char *phases[DIAG_STEP_PHASES];
+	const struct prom_hist *h[DIAG_STEP_PHASES];
+
+	for (int p = 0; p < DIAG_STEP_PHASES; p++) {
+		phases[p] = diag_phase_name((enum diag_phase)p);
+		h[p] = diag_step_hist(a->diag, p);
+	}
+	histogram(f, "infertrace_step_duration_seconds",
+		  "Steps cut (or given by markers), by phase: their durations. "
+		  "histogram_quantile() over it is the node's step latency.",
+		  "phase", phases, h, DIAG_STEP_PHASES);
+	h[0] = gpu_l2s_hist(a);
+	histogram(f, "infertrace_gpu_launch_to_start_seconds",
+		  "GPU records joined to their launch: from the launch call to the start on the "
+		  "GPU (the GPU's queue; long: the CPU runs ahead, short: the GPU waits for it).",
+		  NULL, NULL, h, 1);
+}
 
 /* one family per row: the stats record o's member obj.key */
 static void table(FILE *f, const json_t *o, const struct stats_metric *t, size_t n)
@@ -255,6 +311,7 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 		    fprintf(f, "infertrace_anomalies_total{kind=\"%s\"} %llu\n", k,
 			    (unsigned long long)json_integer_value(v));
 	}
+	histograms(a, f);
 	one(f, "infertrace_traced_processes", "gauge", "CUDA processes traced now.", procs);
 	one(f, "infertrace_attached_probes", "gauge", "CUDA uprobes attached now.", probes);
 	one(f, "infertrace_attach_errors_total", "counter", "Probes that could not be attached.",

@@ -64,6 +64,23 @@ int write_all(int fd, const void *buf, size_t len, int64_t off)
 	return 0;
 }
 
+void prom_hist_add(struct prom_hist *h, double v)
+{
+	unsigned int lo = 0, hi = h->nle;
+
+	/* the first bound >= v; nle when none (+Inf) */
+	while (lo < hi) {
+		unsigned int mid = (lo + hi) / 2;
+
+		if (h->le[mid] >= v)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	h->n[lo]++;
+	h->sum += v;
+}
+
 void self_usage(double *cpu_s, double *rss)
 {
 	char buf[1024], *p;

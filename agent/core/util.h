@@ -37,6 +37,22 @@ void self_usage(double *cpu_s, double *rss);
  */
 uint32_t pow2_clamp(uint32_t n, uint32_t lo, uint32_t hi);
 
+/*
+ * A Prometheus histogram (--metrics, agent/control/metrics.c): counts per
+ * upper bound le[i] (inclusive, as Prometheus's buckets are), the last
+ * slot past every bound (+Inf); the sum of what was observed. Its owner
+ * sets le and nle (ascending, at most PROM_HIST_MAX) and adds to it.
+ */
+#define PROM_HIST_MAX 24
+struct prom_hist {
+	const double *le;
+	unsigned int nle;
+	uint64_t n[PROM_HIST_MAX + 1]; /* not cumulative: metrics.c sums them */
+	double sum;
+};
+
+void prom_hist_add(struct prom_hist *h, double v);
+
 /* grow_array(): correlator/include/grow.h, one helper for the agent and the correlator */
 #include "grow.h"
 

@@ -631,6 +631,32 @@ int diag_on_straggler(struct agent *a, const struct diag_anomaly *an, const uint
 	return d->err != before ? d->err : 0;
 }
 
+/*
+ * --metrics' step durations (seconds): the upper bounds of
+ * infertrace_step_duration_seconds, fine between 20 and 200 ms where decode
+ * steps are (75 ms against 160 ms falls in different buckets)
+ */
+static const double step_le[] = {0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.125,
+				 0.15,	0.2,  0.3,  0.5,  0.75, 1,    2,    5,	   10,	30};
+_Static_assert(DIAG_STEP_PHASES == DIAG_PHASE_COUNT, "one step histogram per phase");
+_Static_assert(sizeof(step_le) / sizeof(step_le[0]) <= PROM_HIST_MAX, "step_le");
+
+static const struct prom_hist step_none = {.le = step_le,
+					   .nle = sizeof(step_le) / sizeof(step_le[0])};
+
+const struct prom_hist *diag_step_hist(const struct diag *d, int p)
+{
+	return d && p >= 0 && p < DIAG_STEP_PHASES ? &d->step_s[p] : &step_none;
+}
+
+/* every step the detector is given, cut here or recorded: its duration by phase */
+static void step_count(struct diag *d, const struct diag_step *s)
+{
+	d->steps++;
+	prom_hist_add(&d->step_s[(unsigned)s->phase < DIAG_STEP_PHASES ? s->phase : 0],
+		      s->dur_ns / 1e9);
+}
+
 static void emit_step(void *ctx, const struct diag_step *cs)
 {
 	struct diag *d = ctx;
@@ -646,7 +672,7 @@ static void emit_step(void *ctx, const struct diag_step *cs)
 		d->err = -ENOMEM;
 		return;
 	}
-	d->steps++;
+	step_count(d, &s);
 	if (rec_emit(d->a, REC_SUMMARY, o))
 		d->err = -EIO;
 	if (d->det)
@@ -745,6 +771,8 @@ int diag_new(struct agent *a, struct diag **out)
 	if (!d)
 		return -ENOMEM;
 	d->a = a;
+	for (int p = 0; p < DIAG_STEP_PHASES; p++)
+		d->step_s[p] = step_none;
 	so.step_ctx = d;
 	o.sz = sizeof(o);
 	o.anomaly = emit_anomaly;
@@ -847,7 +875,7 @@ void diag_add_step(struct diag *d, const struct diag_step *s)
 {
 	if (!d)
 		return;
-	d->steps++;
+	step_count(d, s);
 	steps_seen(d, s->pid);
 	diag_det__add_step(d->det, s, NULL);
 }

@@ -72,6 +72,7 @@ struct gpu {
 	uint64_t t_cut;	      /* start of the next summary interval; 0: not started */
 	uint64_t max_start;   /* a recording: the latest GPU start seen */
 	struct gpu_counts n;
+	struct prom_hist l2s; /* --metrics: launch to GPU start of the joined records */
 };
 
 static void emit_summary(void *ctx, const struct corr_summary *s);
@@ -251,6 +252,9 @@ void gpu_joined(void *ctx, const struct corr_gpu *g, const struct corr_launch *l
 	int len, err;
 
 	gp->n.joined++;
+	if (l) /* a start before its launch (clocks apart): none waited */
+		prom_hist_add(&gp->l2s,
+			      g->start_ns > l->ts_ns ? (g->start_ns - l->ts_ns) / 1e9 : 0);
 	gpusum_add(a->gpusum, g, l); /* --summary */
 	diag_on_gpu(a->diag, g, l);  /* steps are cut from the GPU stream */
 	nccl_on_kernel(a, g, l);     /* an NCCL kernel completes its collectives */
@@ -372,6 +376,21 @@ void gpu_on_marker(struct agent *a, const struct gpu_marker_event *e)
 	}
 }
 
+/*
+ * --metrics' launch to GPU start (seconds): the upper bounds of
+ * infertrace_gpu_launch_to_start_seconds, from 10 us (an idle GPU's queue)
+ * to 1 s (a CPU far ahead of its GPU)
+ */
+static const double l2s_le[] = {1e-5, 2.5e-5, 5e-5,  1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
+				5e-3, 0.01,   0.025, 0.05, 0.1,	   0.25, 0.5,  1};
+_Static_assert(sizeof(l2s_le) / sizeof(l2s_le[0]) <= PROM_HIST_MAX, "l2s_le");
+static const struct prom_hist l2s_none = {.le = l2s_le, .nle = sizeof(l2s_le) / sizeof(l2s_le[0])};
+
+const struct prom_hist *gpu_l2s_hist(const struct agent *a)
+{
+	return a->gpu ? &a->gpu->l2s : &l2s_none;
+}
+
 struct gpu *gpu_new(struct agent *a, bool recording)
 {
 	const struct agent_opts *o = &a->opts;
@@ -384,6 +403,7 @@ struct gpu *gpu_new(struct agent *a, bool recording)
 		return NULL;
 	gp->a = a;
 	gp->recording = recording;
+	gp->l2s = l2s_none;
 	co.emit_ctx = gp;
 	gp->buf = malloc(JSON_BUF);
 	if (!gp->buf)

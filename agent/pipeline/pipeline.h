@@ -14,6 +14,7 @@
 #define INFERTRACE_PIPELINE_H
 
 #include "state.h"
+#include "util.h" /* struct prom_hist */
 
 /*
  * pipeline/join.c: the GPU join, one object for the live agent (a->gpu,
@@ -48,6 +49,8 @@ void gpu_on_process_exit(struct agent *a, uint32_t pid, uint64_t ts_ns);
 
 void gpu_interval(struct agent *a, bool final);
 void gpu_stats(struct agent *a, json_t *stats_record);
+/* --metrics' histogram of launch to GPU start (seconds) of the joined records; empty without */
+const struct prom_hist *gpu_l2s_hist(const struct agent *a);
 void gpu_free(struct agent *a);
 /*
  * pyprof.c: --summary's GPU time by the Python calls that launched it
@@ -96,6 +99,9 @@ struct diag {
 	struct diag_pdev **pdev; /* a process's CUDA devices, direct-mapped by pid */
 	uint64_t clock_suspects;
 	uint64_t python_suspects;
+	/* every step's duration by phase, unknown to mixed (--metrics) */
+#define DIAG_STEP_PHASES 4
+	struct prom_hist step_s[DIAG_STEP_PHASES];
 };
 /* --step-markers, --baseline, --baseline-save, --detect into ao->diag: 0, -EINVAL, -ENOENT */
 int diag_option(struct agent_opts *ao, const char *name, const char *arg);
@@ -134,6 +140,11 @@ void diag_on_wait(struct diag *d, const struct corr_wait *w);
 void diag_add_step(struct diag *d, const struct diag_step *s); /* recorded steps: judge only */
 void diag_advance(struct diag *d, uint64_t now_ns);
 void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object */
+/*
+ * --metrics' histogram of step durations (seconds) of phase p (0 unknown,
+ * prefill, decode, mixed; diag_phase_name()); all empty when d is NULL
+ */
+const struct prom_hist *diag_step_hist(const struct diag *d, int p);
 /* the counters diag_stats and a replay's diag_status share, into o */
 void diag_counters(const struct diag *d, json_t *o);
 /* steps and anomalies, for --summary's reader (out: stderr at exit) */

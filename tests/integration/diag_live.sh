@@ -14,6 +14,12 @@
 #                           kernels), the launching thread's tid, rank 1
 #                           (its INFERTRACE_RANK, over LOCAL_RANK=5); step
 #                           34 lasts >= 40 ms, every other < 10 ms
+#   diag_live_metrics:      /metrics (--metrics) taken once the 40 steps are
+#                           cut: infertrace_step_duration_seconds{phase=
+#                           "decode"} holds exactly those steps (each
+#                           bucket, the sum, the count; no other phase);
+#                           infertrace_gpu_launch_to_start_seconds counts
+#                           every joined GPU record; promtool accepts it
 #   diag_live_anomaly:      exactly one anomaly for the instance: step 34
 #                           (step_start_ns = its start_ns), rank 1, kind host_stall,
 #                           suspects naming the GPU idle and the launching
@@ -91,7 +97,7 @@
 #                           gpu.nvtx counts 36 ranges, none unpaired or lost
 source "$(dirname "$0")/lib.sh"
 GPU_LIVE=$BUILD/tests/integration/gpu_live
-NAMES="diag_live_steps diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
+NAMES="diag_live_steps diag_live_metrics diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
 	diag_replay_waiting diag_live_net diag_live_straggler diag_live_contention diag_replay_cpu diag_live_nvtx"
 # shellcheck disable=SC2086
 it_preflight $NAMES
@@ -145,7 +151,7 @@ run() {
 	WPID=$(head -n 1 "$wout" | jq -r .pid)
 	TID=$(head -n 1 "$wout" | jq -r '.tids[0]')
 	# shellcheck disable=SC2086 # AGENT_ARGS: more agent options
-	if ! agent_start "$name" -i 0.25 --pid "$WPID" --shim-socket "$sock" --sentinel-launches all ${AGENT_ARGS:-}; then
+	if ! ${AGENT_START:-agent_start} "$name" -i 0.25 --pid "$WPID" --shim-socket "$sock" --sentinel-launches all ${AGENT_ARGS:-}; then
 		fail_because "agent did not start: $(agent_tail)"
 	elif ! cuda_attached "$WPID" 10; then
 		fail_because "no attach record for pid $WPID"
@@ -161,6 +167,8 @@ run() {
 			done
 		[ -n "${WAIT_WINDOW:-}" ] && wait_record ".type == \"flight_recorder\" and .instance == \"$INST\"" 5
 		sleep 0.5
+		# SCRAPE: /metrics now, every step in (AGENT_START=agent_start_metrics)
+		[ -n "${SCRAPE:-}" ] && curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics" >"$SCRAPE"
 		OK=1
 	fi
 	touch "$ex"
@@ -169,7 +177,7 @@ run() {
 }
 
 RUN_ENV="INFERTRACE_RANK=1 LOCAL_RANK=5" AGENT_ARGS="--anomaly-deep-dive 30 --summary" ROUNDS=$STEPS WAIT_WINDOW=1 \
-	run diag -n "$STEPS" -s "$STALL"
+	AGENT_START=agent_start_metrics SCRAPE=$T/diag.metrics run diag -n "$STEPS" -s "$STALL"
 ok=$OK
 WHY=("${_why[@]}")
 
@@ -190,6 +198,43 @@ if [ -n "$ok" ]; then
 	expect "steps: $bad" [ "$bad" = "[]" ]
 fi
 report diag_live_steps
+
+# ---------------------------------------------------------------- metrics --
+# /metrics while the agent ran, every step cut: the step histogram holds the
+# 40 step records exactly (bucket by bucket, sum); the GPU queue histogram
+# counts every joined record; promtool accepts the scrape
+_why=("${WHY[@]}")
+if [ -n "$ok" ]; then
+	m=$(cat "$T/diag.metrics")
+	got=$(awk '/^infertrace_step_duration_seconds_(bucket|sum|count)\{phase="decode"/' <<<"$m")
+	want=$(jq -r --arg b "$(sed -n 's/.*_bucket{phase="decode",le="\([^"]*\)"}.*/\1/p' <<<"$got" | tr '\n' ' ')" '
+		[.[].dur_ns / 1e9] as $d
+		| ($b | split(" ") | map(select(. != ""))) as $le
+		| ($le[] | . as $l | "infertrace_step_duration_seconds_bucket{phase=\"decode\",le=\"\($l)\"} \(if $l == "+Inf" then ($d | length) else [$d[] | select(. <= ($l | tonumber))] | length end)"),
+		  "infertrace_step_duration_seconds_sum{phase=\"decode\"} \($d | add)",
+		  "infertrace_step_duration_seconds_count{phase=\"decode\"} \($d | length)"' <<<"$steps")
+	# the sums as numbers (the agent prints %.17g, jq its own shortest form)
+	norm() { awk '{ if ($1 ~ /_sum/) printf "%s %.9f\n", $1, $2; else print }'; }
+	expect "the decode steps' histogram is not their step records: $(diff <(norm <<<"$got") <(norm <<<"$want") | head -n 4 | tr '\n' '|')" \
+		[ "$(norm <<<"$got")" = "$(norm <<<"$want")" ]
+	expect "no bucket for the decode steps (histogram family missing?)" [ "$(grep -c _bucket <<<"$got")" -ge 10 ]
+	others=$(awk '/^infertrace_step_duration_seconds_count\{phase="(unknown|prefill|mixed)"/ {s += $2} END {print s + 0}' <<<"$m")
+	expect "steps of other phases counted: $others" eq "$others" 0
+	st=$(awk '$1 == "infertrace_steps_total" {print $2}' <<<"$m")
+	expect "infertrace_steps_total $st, want $STEPS" eq "${st:-0}" "$STEPS"
+	jn=$(awk '$1 == "infertrace_gpu_records_joined_total" {print $2}' <<<"$m")
+	lc=$(awk '$1 == "infertrace_gpu_launch_to_start_seconds_count" {print $2}' <<<"$m")
+	li=$(awk '$1 == "infertrace_gpu_launch_to_start_seconds_bucket{le=\"+Inf\"}" {print $2}' <<<"$m")
+	expect "launch-to-start count $lc, +Inf bucket $li, joined records $jn: want equal, >= $((5 * STEPS))" \
+		eval '[ "${lc:-x}" = "${jn:-y}" ] && [ "$li" = "$lc" ] && [ "${lc:-0}" -ge $((5 * STEPS)) ]'
+	if command -v promtool >/dev/null; then
+		lint=$(promtool check metrics <<<"$m" 2>&1)
+		expect "promtool check metrics: $(head -n 2 <<<"$lint" | tr '\n' ' ')" [ -z "$lint" ]
+	else
+		fail_because "promtool missing (make deps)"
+	fi
+fi
+report diag_live_metrics
 
 # ---------------------------------------------------------------- anomaly --
 _why=("${WHY[@]}")

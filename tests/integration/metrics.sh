@@ -70,6 +70,12 @@ probs=$(awk '
 	/^# TYPE / { type[$3] = $4; next }
 	/^$/ { next }
 	{ name = $1; sub(/\{.*/, "", name)
+	  # the series of a histogram family: NAME_bucket (with le), NAME_sum, NAME_count
+	  base = name; sub(/_(bucket|sum|count)$/, "", base)
+	  if (!(name in type) && type[base] == "histogram") {
+	    if (name ~ /_bucket$/ && $1 !~ /le="/) { print "bucket without le: " $1; exit }
+	    name = base
+	  }
 	  if (!(name in help) || !(name in type)) { print "no HELP/TYPE before " name; exit }
 	  if (type[name] == "counter" && name !~ /_total$/) { print "counter without _total: " name; exit }
 	  if (seen[name]++ == 0) n++ }
@@ -89,8 +95,8 @@ done
 rss=$(awk '$1 == "infertrace_process_resident_memory_bytes" {print int($2)}' <<<"$b1")
 expect "RSS $rss bytes, want > 1 MiB" ge "${rss:-0}" 1048576
 labels=$(grep -v '^#' <<<"$b1" | grep -oE '[{,][a-z_]+=' | tr -d '{,=' | sort -u | tr '\n' ' ')
-expect "label names beyond type/class/stage/sink/reason/version/mode/kind: $labels" \
-	eval '[ -z "$(tr " " "\n" <<<"$labels" | grep -vxE "type|class|stage|sink|reason|version|mode|kind|")" ]'
+expect "label names beyond type/class/stage/sink/reason/version/mode/kind/phase/le: $labels" \
+	eval '[ -z "$(tr " " "\n" <<<"$labels" | grep -vxE "type|class|stage|sink|reason|version|mode|kind|phase|le|")" ]'
 sleep 1.5
 b2=$(http /metrics | body_of)
 e1=$(awk '$1 == "infertrace_records_emitted_total{class=\"summary\"}" {print $2}' <<<"$b1")
@@ -129,7 +135,8 @@ if command -v promtool >/dev/null && [ -n "$exprs" ]; then
 	expect "promtool check rules on the docs' alerts: $(grep -m2 -iE 'error|fail' <<<"$lint" | tr '\n' ' ')" \
 		grep -q 'SUCCESS' <<<"$lint"
 	for m in $(grep -oE 'infertrace_[a-z0-9_]+' <<<"$exprs" | sort -u); do
-		grep -qE "^$m(\{| )" <<<"$b1" || fail_because "the docs alert on $m, which the agent does not serve"
+		grep -qE "^$m(\{| )" <<<"$b1" || grep -qxF "# TYPE ${m%_bucket} histogram" <<<"$b1" ||
+			fail_because "the docs alert on $m, which the agent does not serve"
 	done
 fi
 # every family the source can announce, announced and with a sample
@@ -138,7 +145,7 @@ expect "no family names read from agent/control/metrics.c" [ -n "$fams" ]
 for fam in $fams; do
 	grep -qxF "# TYPE $fam $(awk -v f="$fam" '$1 == "#" && $2 == "TYPE" && $3 == f {print $4}' <<<"$b1")" <<<"$b1" ||
 		{ fail_because "family $fam not announced"; continue; }
-	grep -qE "^$fam(\{| )" <<<"$b1" || fail_because "family $fam has no sample"
+	grep -qE "^$fam(_bucket|_sum|_count)?(\{| )" <<<"$b1" || fail_because "family $fam has no sample"
 done
 report metrics_promtool
 

@@ -120,6 +120,23 @@ static void test_parse_ok(void **state)
 	ctl_request_release(&r);
 }
 
+/* --metrics' histograms: a value on a bound counts in it (Prometheus's le), past all in +Inf */
+static void test_prom_hist(void **state)
+{
+	static const double le[] = {0.001, 0.01, 0.1};
+	struct prom_hist h = {.le = le, .nle = 3};
+	static const double v[] = {0, 0.0005, 0.001, 0.0011, 0.01, 0.05, 0.1, 0.1000001, 7};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		prom_hist_add(&h, v[i]);
+	assert_int_equal(h.n[0], 3); /* 0, 0.0005, 0.001 */
+	assert_int_equal(h.n[1], 2); /* 0.0011, 0.01 */
+	assert_int_equal(h.n[2], 2); /* 0.05, 0.1 */
+	assert_int_equal(h.n[3], 2); /* +Inf */
+	assert_true(h.sum > 7.2626 && h.sum < 7.2627);
+}
+
 static void test_parse_bad(void **state)
 {
 	static const char *const bad[] = {
@@ -564,6 +581,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_parse_ok),
 	    cmocka_unit_test(test_parse_bad),
+	    cmocka_unit_test(test_prom_hist),
 	    cmocka_unit_test(test_recorder_anomaly_sends_window),
 	    cmocka_unit_test(test_recorder_budget),
 	    cmocka_unit_test(test_recorder_window_in_slices),
