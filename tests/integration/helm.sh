@@ -32,6 +32,14 @@
 #   helm_agent_parses_*           the agent accepts the rendered agent.conf
 #   systemd_agent_conf_*          ... and deploy/systemd/agent.conf, whose
 #                                 commented-out lines are options too
+#   helm_prometheus_rules_LABEL   the PrometheusRule's groups pass `promtool
+#                                 check rules` and read only series the
+#                                 agent serves (its sources' family names)
+#   helm_prometheus_alerts_fire   `promtool test rules` (tests/helm/
+#                                 alerts_test.yml) on the nondefault render:
+#                                 each alert fires on the node it should,
+#                                 with its labels and rendered annotations,
+#                                 and not on the healthy one
 #   helm_notes                    NOTES.txt tells how to opt in and deep-dive
 #   dockerfile_targets            every binary deploy/Dockerfile ships is
 #                                 built by the make targets it runs
@@ -225,6 +233,51 @@ for k in $(sed -nE 's/^#?([a-z][a-z0-9-]*)[ \t]*=.*/\1/p' deploy/systemd/agent.c
 done
 [ -z "$missing" ] && echo "PASS systemd_agent_conf_options" ||
 	echo "FAIL systemd_agent_conf_options: not agent options ($opts_src):$missing"
+
+# ------------------------------------------------------- alerting rules ----
+# each render's PrometheusRule: its spec is a Prometheus rule file, which
+# promtool checks; every infertrace_* series it reads is one the agent
+# serves (the family names in its sources); the nondefault render's
+# alerts fire, and stay quiet, as tests/helm/alerts_test.yml says
+fams=$(grep -rhoE '"infertrace_[a-z0-9_]+' agent --include='*.c' | tr -d '"' | sort -u)
+for s in "${sets[@]}"; do
+	label=${s%%=*}
+	r=$tmp/render-$label.yaml
+	[ -f "$r" ] || continue
+	python3 - "$r" "$tmp/rules-$label.yml" <<'PY' || echo "FAIL helm_prometheus_rules_$label: cannot read the render"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if isinstance(d, dict)]
+rules = [d for d in docs if d.get("kind") == "PrometheusRule"]
+if rules:
+    yaml.safe_dump(rules[0]["spec"], open(sys.argv[2], "w"), sort_keys=False)
+PY
+	[ -f "$tmp/rules-$label.yml" ] || continue
+	name=helm_prometheus_rules_$label
+	if ! command -v promtool >/dev/null; then
+		echo "FAIL $name: promtool missing (make deps installs Debian's prometheus package)"
+		continue
+	fi
+	if ! promtool check rules "$tmp/rules-$label.yml" >"$tmp/pc" 2>&1; then
+		echo "FAIL $name: promtool check rules: $(grep -v '^Checking' "$tmp/pc" | head -n 3 | tr '\n' ' ')"
+		continue
+	fi
+	missing=""
+	for m in $(grep -oE 'infertrace_[a-z0-9_]+' "$tmp/rules-$label.yml" | sort -u); do
+		grep -qxF "${m%_bucket}" <<<"$fams" || missing="$missing $m"
+	done
+	[ -n "$fams" ] && [ -z "$missing" ] && echo "PASS $name" ||
+		echo "FAIL $name: series the agent does not serve:${missing:- (no family names found in agent/)}"
+	if [ "$label" = nondefault ]; then
+		cp tests/helm/alerts_test.yml "$tmp/alerts_test.yml"
+		if promtool test rules "$tmp/alerts_test.yml" >"$tmp/pt" 2>&1; then
+			echo "PASS helm_prometheus_alerts_fire"
+		else
+			echo "FAIL helm_prometheus_alerts_fire: $(grep -A6 -m1 FAILED "$tmp/pt" | tr -s ' \n' ' ' | head -c 600)"
+		fi
+	fi
+done
+grep -q '^prometheusRule:' "$CHART/ci/nondefault-values.yaml" && [ ! -f "$tmp/rules-nondefault.yml" ] &&
+	echo "FAIL helm_prometheus_alerts_fire: the nondefault values render no PrometheusRule"
 
 # ------------------------------------------------------------ NOTES.txt ----
 missing=""

@@ -207,6 +207,10 @@ def check_rendered(label, docs, values, table, table_src):
         want |= {"ServiceMonitor", "Service"}
     elif "ServiceMonitor" in kinds:
         problems.append("ServiceMonitor rendered although serviceMonitor.enabled is false")
+    if get("prometheusRule", "enabled") and get("metrics", "enabled"):
+        want |= {"PrometheusRule"}
+    elif "PrometheusRule" in kinds:
+        problems.append("PrometheusRule rendered although prometheusRule.enabled is false")
     for k in sorted(want - set(kinds)):
         problems.append(f"no {k} rendered")
     case(f"helm_render_{label}", problems)
