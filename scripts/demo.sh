@@ -348,6 +348,9 @@ if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq
 		sleep 0.1
 	done
 	sleep 0.5
+	# --summary's sections while the agent runs: what an SRE asks a daemon
+	"$BUILD/agentctl" --socket "$LDIR/ctl.sock" summary >"$LDIR/summary-live.txt" 2>&1 ||
+		cp /dev/null "$LDIR/summary-live.txt"
 	touch "$LDIR/exit"
 	wait "$WP" 2>/dev/null
 	kill -INT "$LAP" 2>/dev/null
@@ -366,9 +369,13 @@ if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq
 		end' "$LOUT"
 	jq -r 'select(.type == "deep_dive" and .action == "start") |
 		"  then the anomaly deep-dived \(.instance) for \(.remaining_ns / 1e9 | floor) s (source \(.source), \(.processes) process): every launch, stack and kernel"' "$LOUT"
-	echo "  the agent's --summary at exit ends with the detector's account (one anomaly is one"
-	echo "  episode; a slowdown that lasts 64 steps becomes the new level, a level_shift record):"
-	sed -n '/^Steps and anomalies/,$p' "$LDIR/agent.log" | sed 1d | grep '^  ' | sed 's/^/  /'
+	echo "  \`agentctl summary\` asked the running agent for its digest (--summary prints the same at"
+	echo "  exit); it ends with the detector's account: step durations per phase, anomalies (one"
+	echo "  anomaly is one episode; a slowdown that lasts 64 steps becomes the new level), and the"
+	echo "  longest steps with the anomaly that flagged each:"
+	sum=$LDIR/summary-live.txt
+	grep -q '^Steps and anomalies' "$sum" || sum=$LDIR/agent.log
+	sed -n '/^Steps and anomalies/,$p' "$sum" | sed 1d | grep '^  ' | cut -c1-120 | sed 's/^/  /'
 	echo "  (all of it: $LOUT)"
 fi
 

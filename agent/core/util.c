@@ -81,6 +81,45 @@ void prom_hist_add(struct prom_hist *h, double v)
 	h->sum += v;
 }
 
+/*
+ * The bucket of v: v itself below QHIST_SUB; above, the power of two and
+ * the four bits below the top one (QHIST_SUB = 16 sixteenths of it)
+ */
+static unsigned int qhist_bucket(uint64_t v)
+{
+	unsigned int lg, b;
+
+	if (v < QHIST_SUB)
+		return (unsigned int)v;
+	lg = 63 - (unsigned int)__builtin_clzll(v); /* >= 4 */
+	b = QHIST_SUB * (lg - 3) + (unsigned int)((v >> (lg - 4)) & (QHIST_SUB - 1));
+	return b < QHIST_BUCKETS ? b : QHIST_BUCKETS - 1;
+}
+
+void qhist_add(struct qhist *h, uint64_t v)
+{
+	unsigned int b = qhist_bucket(v);
+
+	h->b[b]++;
+	if (v > h->top[b])
+		h->top[b] = v;
+	h->n++;
+	if (v > h->max)
+		h->max = v;
+}
+
+double qhist_quantile(const struct qhist *h, double q)
+{
+	uint64_t want = (uint64_t)((double)h->n * q), seen = 0;
+
+	for (unsigned int b = 0; b < QHIST_BUCKETS; b++) {
+		seen += h->b[b];
+		if (seen > want) /* the bucket holds the quantile: its largest value */
+			return (double)h->top[b];
+	}
+	return (double)h->max;
+}
+
 void self_usage(double *cpu_s, double *rss)
 {
 	char buf[1024], *p;

@@ -501,6 +501,14 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 				   "ratio", an->suspects[i].ratio));
 	json_object_set_new(o, "suspects", sus);
 	d->anomalies++;
+	for (uint32_t i = 0; i < d->n_slowest; i++) { /* --summary names what flagged it */
+		struct diag_slow *w = &d->slowest[i];
+
+		if (w->start_ns == an->step_start_ns && w->rank == an->rank &&
+		    !strncmp(w->instance, an->instance ? an->instance : "",
+			     sizeof(w->instance) - 1))
+			w->kind = (int)an->kind;
+	}
 	if (rec_emit(d->a, REC_ANOMALY, o))
 		d->err = -EIO;
 	/*
@@ -649,12 +657,45 @@ const struct prom_hist *diag_step_hist(const struct diag *d, int p)
 	return d && p >= 0 && p < DIAG_STEP_PHASES ? &d->step_s[p] : &step_none;
 }
 
+/* --summary's longest steps: s in its place, longest first, when it is one of them */
+static void slowest_add(struct diag *d, const struct diag_step *s, int phase)
+{
+	uint32_t i = d->n_slowest;
+	struct diag_slow *w;
+	size_t k = 0;
+
+	if (i == DIAG_SLOWEST) { /* full: in place of the shortest, if longer */
+		if (s->dur_ns <= d->slowest[--i].dur_ns)
+			return;
+	} else {
+		d->n_slowest++;
+	}
+	for (; i > 0 && d->slowest[i - 1].dur_ns < s->dur_ns; i--)
+		d->slowest[i] = d->slowest[i - 1];
+	w = &d->slowest[i];
+	*w = (struct diag_slow){.start_ns = s->start_ns,
+				.dur_ns = s->dur_ns,
+				.pid = s->pid,
+				.rank = s->rank,
+				.phase = phase,
+				.kind = -1};
+	/* a recorded step's instance is its author's: no control characters on the terminal */
+	for (const char *c = s->instance ? s->instance : ""; *c && k < sizeof(w->instance) - 1; c++)
+		w->instance[k++] = (unsigned char)*c < 0x20 || *c == 0x7f ? '?' : *c;
+	w->instance[k] = '\0';
+}
+
 /* every step the detector is given, cut here or recorded: its duration by phase */
 static void step_count(struct diag *d, const struct diag_step *s)
 {
+	int p = (unsigned)s->phase < DIAG_STEP_PHASES ? (int)s->phase : 0;
+
 	d->steps++;
-	prom_hist_add(&d->step_s[(unsigned)s->phase < DIAG_STEP_PHASES ? s->phase : 0],
-		      s->dur_ns / 1e9);
+	prom_hist_add(&d->step_s[p], s->dur_ns / 1e9);
+	qhist_add(&d->step_q[p], s->dur_ns);
+	if (!d->first_step_ns || s->start_ns < d->first_step_ns)
+		d->first_step_ns = s->start_ns;
+	slowest_add(d, s, p);
 }
 
 static void emit_step(void *ctx, const struct diag_step *cs)
@@ -964,6 +1005,18 @@ void diag_print_summary(const struct diag *d, FILE *out)
 	}
 	fprintf(out, "  %-12s %llu, %llu judged (each baseline's first steps teach it)\n", "steps",
 		(unsigned long long)d->steps, (unsigned long long)dc->judged);
+	for (int p = 0; p < DIAG_STEP_PHASES; p++) {
+		const struct qhist *q = &d->step_q[p];
+
+		if (q->n)
+			fprintf(
+			    out,
+			    "  %-12s %llu steps: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f "
+			    "ms (within 6.25%%)\n",
+			    diag_phase_name((enum diag_phase)p), (unsigned long long)q->n,
+			    qhist_quantile(q, 0.50) / 1e6, qhist_quantile(q, 0.90) / 1e6,
+			    qhist_quantile(q, 0.99) / 1e6, (double)q->max / 1e6);
+	}
 	fprintf(out, "  %-12s %llu in %llu episode(s)", "anomalies",
 		(unsigned long long)dc->anomalies, (unsigned long long)dc->episodes);
 	for (int k = 0; k < DIAG_KIND_COUNT; k++)
@@ -976,6 +1029,21 @@ void diag_print_summary(const struct diag *d, FILE *out)
 	if (dc->keys_dropped)
 		fprintf(out, "  %-12s %llu steps: every baseline slot was taken\n", "not judged",
 			(unsigned long long)dc->keys_dropped);
+	fprintf(out, "  longest steps (their step records: pid and start_ns; the anomaly that "
+		     "flagged each):\n");
+	for (uint32_t i = 0; i < d->n_slowest; i++) {
+		const struct diag_slow *w = &d->slowest[i];
+		char rank[16] = "-";
+
+		if (w->rank >= 0)
+			snprintf(rank, sizeof(rank), "%d", (int)w->rank);
+		fprintf(out, "    %10.3f ms  %-8s +%.3f s  %s rank %s pid %u start_ns %llu: %s\n",
+			w->dur_ns / 1e6, diag_phase_name((enum diag_phase)w->phase),
+			(w->start_ns - d->first_step_ns) / 1e9,
+			w->instance[0] ? w->instance : "(no instance)", rank, w->pid,
+			(unsigned long long)w->start_ns,
+			w->kind >= 0 ? diag_kind_name((enum diag_kind)w->kind) : "not flagged");
+	}
 }
 
 /* the "diag" object of the stats record (docs/events.md) */

@@ -9,8 +9,9 @@
  * is the run's digest for a person at a terminal.
  *
  * Bounded: GS_NAMES kernel names (the rest summed as one), GS_DEVICES
- * devices; the launch waits in a log histogram (quarter octaves), so its
- * quantiles are within 25% (the bucket's width), said so where printed.
+ * devices; the launch waits in a log histogram (struct qhist, core/util.h:
+ * sixteenths of an octave), so its quantiles are within 6.25% (the
+ * bucket's width), said so where printed.
  *
  * Everything runs on the event loop thread.
  */
@@ -26,7 +27,6 @@
 #define GS_DEVICES 64
 #define GS_TOP 10 /* kernels printed */
 #define GS_NAME_SHOWN 100
-#define GS_BUCKETS 160 /* quarter octaves from 1 ns: 2^40 ns (18 min) and more in the last */
 
 struct gs_kernel {
 	uint64_t hash; /* 0: empty */
@@ -68,7 +68,8 @@ struct gpusum {
 	struct gs_kernel *k; /* GS_NAMES slots */
 	uint32_t nk;
 	uint64_t other_n, other_ns; /* kernels whose name found no room, or had none */
-	uint64_t wait[GS_BUCKETS], waits, negative_waits, wait_max;
+	struct qhist wait;	    /* launch to start, ns */
+	uint64_t negative_waits;
 };
 
 struct gpusum *gpusum_new(void)
@@ -96,27 +97,6 @@ void gpusum_free(struct gpusum *s)
 		free(s->dev[d].span);
 	free(s->k);
 	free(s);
-}
-
-/* the quarter-octave bucket of v: 4 x log2(v), v >= 1 */
-static unsigned bucket_of(uint64_t v)
-{
-	unsigned b, lg;
-
-	if (v < 2)
-		return 0;
-	lg = 63 - (unsigned)__builtin_clzll(v);
-	/* the two bits below the top one pick the quarter */
-	b = 4 * lg + (unsigned)(lg >= 2 ? (v >> (lg - 2)) & 3 : (v << (2 - lg)) & 3);
-	return b < GS_BUCKETS ? b : GS_BUCKETS - 1;
-}
-
-/* the upper bound of bucket b (what a quantile in it is printed as) */
-static double bucket_top(unsigned b)
-{
-	double lo = (double)(1ULL << (b / 4));
-
-	return lo * (1.0 + (double)(b % 4 + 1) / 4.0);
 }
 
 static void add_kernel(struct gpusum *s, const struct corr_gpu *g, uint64_t ns)
@@ -243,12 +223,7 @@ void gpusum_add(struct gpusum *s, const struct corr_gpu *g, const struct corr_la
 		if (g->start_ns < l->ts_ns) {
 			s->negative_waits++; /* clock jitter between the two sources */
 		} else {
-			uint64_t w = g->start_ns - l->ts_ns;
-
-			s->wait[bucket_of(w)]++;
-			s->waits++;
-			if (w > s->wait_max)
-				s->wait_max = w;
+			qhist_add(&s->wait, g->start_ns - l->ts_ns);
 		}
 	}
 	if (g->device >= GS_DEVICES) {
@@ -268,19 +243,6 @@ void gpusum_add(struct gpusum *s, const struct corr_gpu *g, const struct corr_la
 		d->last = g->end_ns;
 	if (ns)
 		busy_add(d, g->start_ns, g->end_ns);
-}
-
-static double quantile(const struct gpusum *s, double q)
-{
-	uint64_t want = (uint64_t)((double)s->waits * q), seen = 0;
-
-	for (unsigned b = 0; b < GS_BUCKETS; b++) {
-		seen += s->wait[b];
-		if (seen > want) /* the bucket's top, never past the largest seen */
-			return bucket_top(b) < (double)s->wait_max ? bucket_top(b)
-								   : (double)s->wait_max;
-	}
-	return (double)s->wait_max;
 }
 
 static const char *copy_name(unsigned k)
@@ -376,13 +338,14 @@ void gpusum_print(const struct gpusum *s, FILE *out)
 	if (s->other_devices)
 		fprintf(out, "  devices past %d: %llu records, not shown\n", GS_DEVICES - 1,
 			(unsigned long long)s->other_devices);
-	if (s->waits)
+	if (s->wait.n)
 		fprintf(
 		    out,
-		    "  launch to start (the GPU's queue, within 25%%): p50 %.1f us, p90 %.1f us, "
+		    "  launch to start (the GPU's queue, within 6.25%%): p50 %.1f us, p90 %.1f us, "
 		    "p99 %.1f us, max %.1f us over %llu joined records%s\n",
-		    quantile(s, 0.50) / 1e3, quantile(s, 0.90) / 1e3, quantile(s, 0.99) / 1e3,
-		    (double)s->wait_max / 1e3, (unsigned long long)s->waits,
+		    qhist_quantile(&s->wait, 0.50) / 1e3, qhist_quantile(&s->wait, 0.90) / 1e3,
+		    qhist_quantile(&s->wait, 0.99) / 1e3, (double)s->wait.max / 1e3,
+		    (unsigned long long)s->wait.n,
 		    s->negative_waits ? " (and some that started before their launch: clock jitter)"
 				      : "");
 	for (unsigned k = 0; k < 16; k++)

@@ -99,9 +99,21 @@ struct diag {
 	struct diag_pdev **pdev; /* a process's CUDA devices, direct-mapped by pid */
 	uint64_t clock_suspects;
 	uint64_t python_suspects;
-	/* every step's duration by phase, unknown to mixed (--metrics) */
+	/* every step's duration by phase, unknown to mixed (--metrics, --summary) */
 #define DIAG_STEP_PHASES 4
 	struct prom_hist step_s[DIAG_STEP_PHASES];
+	struct qhist step_q[DIAG_STEP_PHASES];
+	uint64_t first_step_ns; /* the earliest start seen; 0: none */
+	/* --summary: the longest steps, longest first, and the anomaly that flagged each */
+#define DIAG_SLOWEST 5
+	struct diag_slow {
+		uint64_t start_ns, dur_ns;
+		uint32_t pid;
+		int32_t rank;
+		int phase, kind; /* kind: enum diag_kind, -1 while no anomaly names it */
+		char instance[64];
+	} slowest[DIAG_SLOWEST];
+	uint32_t n_slowest;
 };
 /* --step-markers, --baseline, --baseline-save, --detect into ao->diag: 0, -EINVAL, -ENOENT */
 int diag_option(struct agent_opts *ao, const char *name, const char *arg);

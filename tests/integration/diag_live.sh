@@ -25,7 +25,9 @@
 #                           suspects naming the GPU idle and the launching
 #                           thread's ~40 ms off-CPU, run 1 (one episode:
 #                           stats.diag, and --summary's steps and anomalies
-#                           at exit, say the same); with --anomaly-deep-dive
+#                           at exit, say the same: its durations and longest
+#                           steps as steps_check.py reads them from the
+#                           records, step 34 the longest, host_stall); with --anomaly-deep-dive
 #                           30, then a deep_dive start for the instance
 #                           (source anomaly, its one process, ~30 s)
 #   recorder_anomaly_window: the anomaly sends the instance's window: a
@@ -249,8 +251,14 @@ if [ -n "$ok" ]; then
 			and .anomalies_by_kind.host_stall == 1' <<<"$ds"
 	expect "the anomaly's run $(jq -c '.[0].run' <<<"$an"), want 1 (its episode's first)" \
 		jqe '.[0].run == 1' <<<"$an"
-	# --summary at exit: the same figures, readable
+	# --summary at exit: the same figures, readable; the stalled step the longest, flagged
 	summary_has "$AGENT_ERR" 40 1 1 0 ': host_stall 1$'
+	got=$(python3 "$IT_ROOT/tests/integration/steps_check.py" "$AGENT_OUT" "$AGENT_ERR" 2>&1)
+	expect "--summary's step durations and longest steps, read again from the records: $got" \
+		[ "${got%% *}" = ok ]
+	top=$(sed -n '/^  longest steps/{n;p}' "$AGENT_ERR")
+	expect "--summary's longest step is not step $STALL flagged host_stall: $top" \
+		grep -qE " start_ns $(jq --argjson s "$STALL" '.[$s].start_ns' <<<"$steps"): host_stall$" <<<"$top"
 	# --anomaly-deep-dive 30: the instance goes deep after its anomaly, its process with it
 	dd=$(jq -c -n -R --arg i "$INST" '[inputs | fromjson?] as $r
 		| ($r | map(.type == "anomaly" and .instance == $i) | index(true)) as $a

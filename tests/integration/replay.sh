@@ -92,6 +92,13 @@
 #                         quantiles, copies by direction and every kernel
 #                         row (demangled), as tests/integration/
 #                         gpusum_check.py works them out from the records
+#   replay_step_summary:  the same replays' --summary steps: count, per phase
+#                         p50/p90/p99 (within 6.25%) and max, the five
+#                         longest steps with their instance, rank, pid,
+#                         start_ns and flagging anomaly, as tests/integration/
+#                         steps_check.py works them out from the step and
+#                         anomaly records (and in replay_level_shift: 64
+#                         anomalies, the flagged among the longest named)
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -100,7 +107,7 @@ DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
 NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 CASES=(replay_kineto_gz replay_kineto_unmatched replay_kineto_plain replay_nsys replay_jsonl
 	replay_malformed replay_streams replay_stop replay_overlap replay_step_keys replay_level_shift
-	replay_launch_python replay_kineto_python replay_gpu_summary)
+	replay_launch_python replay_kineto_python replay_gpu_summary replay_step_summary)
 
 if [ ! -x "$AGENT" ] || ! command -v jq >/dev/null; then
 	for n in "${CASES[@]}"; do echo "FAIL $n: $AGENT not built or jq missing"; done
@@ -417,6 +424,11 @@ ds=$(jq -c -n -R '[inputs | fromjson? | select(.type == "diag_status")][0]' "$OU
 expect "level shift: diag_status $ds, want level_shifts 1 and 64 anomalies in 1 episode" \
 	jqe '.ok and .level_shifts == 1 and .anomalies == 64 and .episodes == 1 and .steps == 400' <<<"$ds"
 summary_has "$ERR" 400 64 1 1
+got=$(python3 "$IT_ROOT/tests/integration/steps_check.py" "$OUT" "$ERR" "$T/shift.jsonl" 2>&1)
+expect "level shift: --summary's step durations and longest steps, read again from the records: $got" \
+	[ "${got%% *}" = ok ]
+expect "level shift: none of the longest steps flagged: $(sed -n '/^  longest steps/,$p' "$ERR" | tr '\n' '|')" \
+	eval 'sed -n "/^  longest steps/,\$p" "$ERR" | grep -qE ": host_stall$"'
 expect "level shift: no warning: $(tail -n 3 "$ERR" | tr '\n' '|')" \
 	grep -q 'warning: diag: llm-0 rank 0 decode: 64 slow steps in a row, accepting the new level (1\.5.x' "$ERR"
 report replay_level_shift
@@ -556,10 +568,19 @@ for f in "$DATA"/kineto/*.json "$DATA"/kineto/*.json.gz "$DATA"/nsys/*.sqlite; d
 	expect "$b: exit $RC, --summary's GPU records read again from the records: $got" \
 		[ "$RC:${got%% *}" = "0:ok" ]
 	n_gs=$((n_gs + 1))
+	cp "$OUT" "$T/gs-$n_gs.jsonl" && cp "$ERR" "$T/gs-$n_gs.err" && echo "$b" >"$T/gs-$n_gs.name"
 done
 if [ "$n_gs" = 0 ]; then
 	skip replay_gpu_summary "$DATA absent (set INFERTRACE_DATA)"
+	skip replay_step_summary "$DATA absent (set INFERTRACE_DATA)"
 else
 	echo "# replay_gpu_summary: $n_gs traces"
 	report replay_gpu_summary
+	# the same replays' steps: durations by phase and the longest steps
+	for ((i = 1; i <= n_gs; i++)); do
+		got=$(python3 "$IT_ROOT/tests/integration/steps_check.py" "$T/gs-$i.jsonl" "$T/gs-$i.err" 2>&1)
+		expect "$(cat "$T/gs-$i.name"): --summary's steps read again from the step records: $got" \
+			[ "${got%% *}" = ok ]
+	done
+	report replay_step_summary
 fi

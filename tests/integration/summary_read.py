@@ -1,14 +1,14 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-"""summary_read - what pyprof_check.py and gpusum_check.py both read: the
-agent's GPU records from its JSON lines, and one --summary section from its
-stderr."""
+"""summary_read - what pyprof_check.py, gpusum_check.py and steps_check.py
+read: the agent's records of some types from its JSON lines, and one
+--summary section from its stderr."""
 import json
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
 
 
-def gpu_records(path):
-    """the kernel, memcpy and memset records of a JSON-lines file (bad lines skipped)"""
+def records(path, types):
+    """the records of a JSON-lines file whose type is in types (bad lines skipped)"""
     out = []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for raw in fh:
@@ -16,9 +16,14 @@ def gpu_records(path):
                 r = json.loads(raw)
             except ValueError:
                 continue
-            if isinstance(r, dict) and r.get("type") in GPU_KINDS:
+            if isinstance(r, dict) and r.get("type") in types:
                 out.append(r)
     return out
+
+
+def gpu_records(path):
+    """the kernel, memcpy and memset records of a JSON-lines file"""
+    return records(path, GPU_KINDS)
 
 
 def section(path, head):

@@ -607,8 +607,8 @@ static char *gpusum_text(const struct gpusum *s)
  * the union of its records' activity, whatever their order, while it keeps
  * 65,536 disjoint spans; past them the oldest are closed, a record that
  * ends before the closed time is counted late, one that straddles it counts
- * from it on. The launch waits' quantiles are a bucket's top, never past
- * the largest. A name's control characters are printed as '?'.
+ * from it on. The launch waits' quantiles are the largest value of their
+ * bucket (struct qhist). A name's control characters are printed as '?'.
  */
 static void test_gpusum(void **state)
 {

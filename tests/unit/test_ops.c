@@ -137,6 +137,37 @@ static void test_prom_hist(void **state)
 	assert_true(h.sum > 7.2626 && h.sum < 7.2627);
 }
 
+/* --summary's log histogram: exact below 16 ns, then a bucket's largest value, at most 1/16 over */
+static void test_qhist(void **state)
+{
+	struct qhist h = {0};
+	uint64_t v;
+
+	(void)state;
+	for (v = 0; v < 16; v++)
+		qhist_add(&h, v);
+	assert_true(qhist_quantile(&h, 0.5) == 8.0); /* index 8 of 0..15 */
+	assert_true(qhist_quantile(&h, 0.0) == 0.0);
+	memset(&h, 0, sizeof(h));
+	/* every value from 16 ns to 2^36: a value in v's bucket, at most 6.25% over, never under */
+	for (v = 16; v < (1ULL << 36); v = v * 9 / 8 + 1) {
+		struct qhist two = {0};
+		uint64_t w = v + v / 17; /* under 1/16 above: maybe in v's bucket */
+		double q;
+
+		qhist_add(&two, v);
+		qhist_add(&two, w);
+		qhist_add(&two, v * 2); /* the largest, another bucket */
+		q = qhist_quantile(&two, 0.0);
+		assert_true(q == (double)v || q == (double)w);
+		assert_true(q <= (double)v * 1.0625);
+	}
+	/* past 2^41 ns: the last bucket */
+	qhist_add(&h, 1ULL << 50);
+	assert_true(qhist_quantile(&h, 0.5) == (double)(1ULL << 50));
+	assert_int_equal(h.n, 1);
+}
+
 static void test_parse_bad(void **state)
 {
 	static const char *const bad[] = {
@@ -582,6 +613,7 @@ int main(void)
 	    cmocka_unit_test(test_parse_ok),
 	    cmocka_unit_test(test_parse_bad),
 	    cmocka_unit_test(test_prom_hist),
+	    cmocka_unit_test(test_qhist),
 	    cmocka_unit_test(test_recorder_anomaly_sends_window),
 	    cmocka_unit_test(test_recorder_budget),
 	    cmocka_unit_test(test_recorder_window_in_slices),
