@@ -64,6 +64,19 @@ int write_all(int fd, const void *buf, size_t len, int64_t off)
 	return 0;
 }
 
+int py_frame_text(char *out, size_t sz, const char *func, const char *file, int64_t line)
+{
+	const char *base = file && *file ? strrchr(file, '/') : NULL;
+
+	base = base ? base + 1 : file && *file ? file : NULL;
+	func = func && *func ? func : "?";
+	if (base && line > 0)
+		return snprintf(out, sz, "%s (%s:%lld)", func, base, (long long)line);
+	if (base)
+		return snprintf(out, sz, "%s (%s)", func, base);
+	return snprintf(out, sz, "%s", func);
+}
+
 void prom_hist_add(struct prom_hist *h, double v)
 {
 	unsigned int lo = 0, hi = h->nle;

@@ -38,6 +38,15 @@ void self_usage(double *cpu_s, double *rss);
 uint32_t pow2_clamp(uint32_t n, uint32_t lo, uint32_t hi);
 
 /*
+ * One Python frame as people read it, the same wherever the agent prints
+ * one (--summary, anomaly suspects, Perfetto slices): "func (file.py:12)",
+ * the file by its last component; "func (file.py)" without a line (< 1);
+ * "func" without a file (NULL or ""); "?" for a function without a name.
+ * snprintf's return.
+ */
+int py_frame_text(char *out, size_t sz, const char *func, const char *file, int64_t line);
+
+/*
  * A Prometheus histogram (--metrics, agent/control/metrics.c): counts per
  * upper bound le[i] (inclusive, as Prometheus's buckets are), the last
  * slot past every bound (+Inf); the sum of what was observed. Its owner

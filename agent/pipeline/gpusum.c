@@ -8,7 +8,8 @@
  * most GPU time. The gpu_summary records say the same per interval; this
  * is the run's digest for a person at a terminal.
  *
- * Bounded: GS_NAMES kernel names (the rest summed as one), GS_DEVICES
+ * Bounded: GS_NAMES kernel names and GS_NAME_BYTES of them (the rest
+ * summed as one), GS_DEVICES
  * devices; the launch waits in a log histogram (struct qhist, core/util.h:
  * sixteenths of an octave), so its quantiles are within 6.25% (the
  * bucket's width), said so where printed.
@@ -23,14 +24,14 @@
 #include "pipeline.h"
 #include "correlator.h"
 
-#define GS_NAMES 4096 /* kernel names kept (a power of two; three quarters used at most) */
+#define GS_NAMES 3072		 /* kernel names kept (corr_strtab) */
+#define GS_NAME_BYTES (4u << 20) /* and their text: a name is ~100 bytes, 64 KiB at most */
 #define GS_DEVICES 64
 #define GS_TOP 10 /* kernels printed */
 #define GS_NAME_SHOWN 100
 
 struct gs_kernel {
-	uint64_t hash; /* 0: empty */
-	char *name;
+	const char *name; /* in gpusum.names */
 	uint64_t n, ns, max_ns;
 };
 
@@ -65,8 +66,8 @@ struct gpusum {
 	uint64_t copy_n[16], copy_bytes[16], copy_ns[16]; /* by CUpti_ActivityMemcpyKind */
 	struct gs_device dev[GS_DEVICES];
 	uint64_t other_devices;
-	struct gs_kernel *k; /* GS_NAMES slots */
-	uint32_t nk;
+	struct corr_strtab *names;  /* the kernels' names, by id */
+	struct gs_kernel *k;	    /* by name id, GS_NAMES */
 	uint64_t other_n, other_ns; /* kernels whose name found no room, or had none */
 	struct qhist wait;	    /* launch to start, ns */
 	uint64_t negative_waits;
@@ -79,8 +80,9 @@ struct gpusum *gpusum_new(void)
 	if (!s)
 		return NULL;
 	s->k = calloc(GS_NAMES, sizeof(*s->k));
-	if (!s->k) {
-		free(s);
+	s->names = corr_strtab_new(GS_NAMES, GS_NAME_BYTES);
+	if (!s->k || !s->names) {
+		gpusum_free(s);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -91,8 +93,7 @@ void gpusum_free(struct gpusum *s)
 {
 	if (!s)
 		return;
-	for (uint32_t i = 0; i < GS_NAMES; i++)
-		free(s->k[i].name);
+	corr_strtab_free(s->names);
 	for (unsigned d = 0; d < GS_DEVICES; d++)
 		free(s->dev[d].span);
 	free(s->k);
@@ -101,35 +102,22 @@ void gpusum_free(struct gpusum *s)
 
 static void add_kernel(struct gpusum *s, const struct corr_gpu *g, uint64_t ns)
 {
-	uint64_t h;
-	uint32_t i;
+	int32_t id =
+	    g->name ? corr_strtab_id(s->names, g->name, strlen(g->name), g->name_hash) : -1;
+	struct gs_kernel *k;
 
-	if (!g->name) {
+	if (id < 0) { /* no name, or no room for it */
 		s->other_n++;
 		s->other_ns += ns;
 		return;
 	}
-	h = g->name_hash ? g->name_hash : corr_name_hash(g->name, strlen(g->name));
-	h |= 1;
-	for (i = (uint32_t)h & (GS_NAMES - 1);; i = (i + 1) & (GS_NAMES - 1)) {
-		struct gs_kernel *k = &s->k[i];
-
-		if (!k->hash) {
-			if (s->nk >= GS_NAMES / 4 * 3 || !(k->name = strdup(g->name)))
-				break;
-			k->hash = h;
-			s->nk++;
-		} else if (k->hash != h || strcmp(k->name, g->name)) {
-			continue;
-		}
-		k->n++;
-		k->ns += ns;
-		if (ns > k->max_ns)
-			k->max_ns = ns;
-		return;
-	}
-	s->other_n++;
-	s->other_ns += ns;
+	k = &s->k[id];
+	if (!k->name)
+		k->name = corr_strtab_str(s->names, id, NULL);
+	k->n++;
+	k->ns += ns;
+	if (ns > k->max_ns)
+		k->max_ns = ns;
 }
 
 /* [st, en) into the device's union of spans */
@@ -293,7 +281,7 @@ void gpusum_print(const struct gpusum *s, FILE *out)
 	uint64_t all = 0, kns = 0;
 	const struct gs_kernel **top;
 	char name[GS_NAME_SHOWN + 8];
-	uint32_t nt = 0;
+	uint32_t nt;
 
 	if (!s)
 		return;
@@ -356,12 +344,12 @@ void gpusum_print(const struct gpusum *s, FILE *out)
 				k ? "" : " (the recording does not say which way)");
 	if (!s->n[CORR_KIND_KERNEL])
 		return;
-	top = malloc(s->nk * sizeof(*top) + 1);
+	nt = corr_strtab_count(s->names);
+	top = malloc(nt * sizeof(*top) + 1);
 	if (!top)
 		return;
-	for (uint32_t i = 0; i < GS_NAMES; i++)
-		if (s->k[i].hash)
-			top[nt++] = &s->k[i];
+	for (uint32_t i = 0; i < nt; i++)
+		top[i] = &s->k[i];
 	qsort(top, nt, sizeof(*top), by_ns_desc);
 	fprintf(out, "  kernels by GPU time (%u names):\n", nt);
 	fprintf(out, "  %13s %6s %8s %11s %11s  %s\n", "GPU time", "share", "count", "mean", "max",

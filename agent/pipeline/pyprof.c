@@ -11,8 +11,9 @@
  * what it called, a text flame graph: live (main.c) and in a replay
  * (agent/sources/replay.c), the same for both.
  *
- * Bounded: at most PP_STACKS distinct stacks and PP_BYTES of their JSON;
- * records of stacks beyond them are counted and printed as such, not lost.
+ * Bounded: at most PP_STACKS distinct stacks and PP_BYTES of their JSON,
+ * kept by the correlator's string table (corr_strtab); records of stacks
+ * beyond them are counted and printed as such, not lost.
  *
  * Everything runs on the event loop thread.
  */
@@ -25,23 +26,17 @@
 #include "pipeline.h"
 #include "correlator.h"
 
-#define PP_STACKS 4096	    /* distinct stacks kept (a power of two) */
+#define PP_STACKS 3072	    /* distinct stacks kept */
 #define PP_BYTES (8u << 20) /* bytes of their JSON kept */
 #define PP_FOLD_PERMILLE 10 /* a call under 1% of the GPU time is folded into its caller's line */
 #define PP_LINES 48	    /* lines printed at most, the tree's widest calls first */
 #define PP_DEPTH 12	    /* levels of calls printed (a chain of single calls is one) */
 
-struct pp_stack {
-	uint64_t hash; /* 0: empty slot */
-	uint32_t off, len;
-	uint64_t ns, n;
-};
-
 struct pyprof {
-	struct pp_stack *tab; /* PP_STACKS slots, open addressing */
-	uint32_t used;
-	char *bytes;
-	uint32_t nbytes, cap;
+	struct corr_strtab *stacks; /* the distinct stacks' JSON, by id */
+	struct pp_acc {
+		uint64_t ns, n;
+	} * acc; /* by stack id, PP_STACKS */
 	uint64_t total_ns, total_n;
 	uint64_t lost_ns, lost_n; /* records whose stack found no room */
 };
@@ -52,9 +47,10 @@ struct pyprof *pyprof_new(void)
 
 	if (!pp)
 		return NULL;
-	pp->tab = calloc(PP_STACKS, sizeof(*pp->tab));
-	if (!pp->tab) {
-		free(pp);
+	pp->stacks = corr_strtab_new(PP_STACKS, PP_BYTES);
+	pp->acc = calloc(PP_STACKS, sizeof(*pp->acc));
+	if (!pp->stacks || !pp->acc) {
+		pyprof_free(pp);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -65,63 +61,27 @@ void pyprof_free(struct pyprof *pp)
 {
 	if (!pp)
 		return;
-	free(pp->tab);
-	free(pp->bytes);
+	corr_strtab_free(pp->stacks);
+	free(pp->acc);
 	free(pp);
-}
-
-static bool keep_bytes(struct pyprof *pp, const char *s, size_t len)
-{
-	if (len > PP_BYTES - pp->nbytes)
-		return false;
-	if (pp->nbytes + len > pp->cap) {
-		uint32_t cap = pp->cap ? pp->cap : 64 * 1024;
-		char *b;
-
-		while (cap < pp->nbytes + len)
-			cap *= 2;
-		if (cap > PP_BYTES)
-			cap = PP_BYTES;
-		b = realloc(pp->bytes, cap);
-		if (!b)
-			return false;
-		pp->bytes = b;
-		pp->cap = cap;
-	}
-	memcpy(pp->bytes + pp->nbytes, s, len);
-	pp->nbytes += (uint32_t)len;
-	return true;
 }
 
 void pyprof_add(struct pyprof *pp, const char *json, size_t len, uint64_t gpu_ns)
 {
-	uint64_t h;
-	uint32_t i;
+	int32_t id;
 
 	if (!pp || !len)
 		return;
 	pp->total_ns += gpu_ns;
 	pp->total_n++;
-	h = corr_name_hash(json, len) | 1; /* 0 marks an empty slot */
-	for (i = (uint32_t)h & (PP_STACKS - 1);; i = (i + 1) & (PP_STACKS - 1)) {
-		struct pp_stack *s = &pp->tab[i];
-
-		if (!s->hash) {
-			/* three quarters full at most: lookups stay short */
-			if (pp->used >= PP_STACKS / 4 * 3 || !keep_bytes(pp, json, len))
-				break;
-			*s = (struct pp_stack){
-			    .hash = h, .off = pp->nbytes - (uint32_t)len, .len = (uint32_t)len};
-			pp->used++;
-		} else if (s->hash != h || s->len != len || memcmp(pp->bytes + s->off, json, len)) {
-			continue;
-		}
-		s->ns += gpu_ns;
-		s->n++;
+	id = corr_strtab_id(pp->stacks, json, len, 0);
+	if (id < 0) {
+		pp->lost_ns += gpu_ns;
+		pp->lost_n++;
 		return;
 	}
-	pp->lost_ns += gpu_ns;
-	pp->lost_n++;
+	pp->acc[id].ns += gpu_ns;
+	pp->acc[id].n++;
 }
 
 /* ------------------------------------------------------------- the tree -- */
@@ -219,15 +179,7 @@ static void tree_add(struct pp_tree *t, json_t *stack, uint64_t ns, uint64_t n)
 
 static void frame_text(const struct pp_node *c, char *out, size_t sz)
 {
-	const char *base = c->file ? strrchr(c->file, '/') : NULL;
-
-	base = base ? base + 1 : c->file;
-	if (base && c->first_line >= 0)
-		snprintf(out, sz, "%s (%s:%lld)", c->func, base, (long long)c->first_line);
-	else if (base)
-		snprintf(out, sz, "%s (%s)", c->func, base);
-	else
-		snprintf(out, sz, "%s", c->func);
+	py_frame_text(out, sz, c->func, c->file, c->first_line);
 }
 
 static void put_line(struct pp_tree *t, FILE *out, uint64_t ns, uint64_t n, int depth,
@@ -339,27 +291,25 @@ void pyprof_print(const struct pyprof *pp, FILE *out)
 	if (!pp || !pp->total_n)
 		return;
 	t.node = calloc(t.cap, sizeof(*t.node));
-	t.parsed = calloc(pp->used ? pp->used : 1, sizeof(*t.parsed));
+	t.parsed = calloc(corr_strtab_count(pp->stacks) + 1, sizeof(*t.parsed));
 	if (!t.node || !t.parsed) {
 		fprintf(out, "\nGPU time by Python call: out of memory\n");
 		goto cleanup;
 	}
 	t.nnode = 1;
 	t.total_ns = pp->total_ns;
-	for (uint32_t i = 0; i < PP_STACKS; i++) {
-		const struct pp_stack *s = &pp->tab[i];
-		json_t *stack;
+	for (uint32_t i = 0; i < corr_strtab_count(pp->stacks); i++) {
+		size_t len;
+		const char *text = corr_strtab_str(pp->stacks, (int32_t)i, &len);
+		json_t *stack = json_loadb(text, len, 0, NULL);
 
-		if (!s->hash)
-			continue;
-		stack = json_loadb(pp->bytes + s->off, s->len, 0, NULL);
 		if (!json_is_array(stack)) { /* cannot be: the agent wrote it */
 			json_decref(stack);
 			bad++;
 			continue;
 		}
 		t.parsed[t.nparsed++] = stack;
-		tree_add(&t, stack, s->ns, s->n);
+		tree_add(&t, stack, pp->acc[i].ns, pp->acc[i].n);
 	}
 	fprintf(out,
 		"\nGPU time by the Python calls that launched it (%llu GPU records with "
@@ -383,8 +333,7 @@ void pyprof_print(const struct pyprof *pp, FILE *out)
 			PP_LINES, PP_DEPTH);
 	if (pp->lost_n)
 		fprintf(out, "  %10.3f ms %6s %8llu  (stacks past the %u kept: not in the tree)\n",
-			(double)pp->lost_ns / 1e6, "", (unsigned long long)pp->lost_n,
-			PP_STACKS / 4 * 3);
+			(double)pp->lost_ns / 1e6, "", (unsigned long long)pp->lost_n, PP_STACKS);
 	if (bad)
 		fprintf(out, "  (%u stacks could not be read back)\n", bad);
 cleanup:

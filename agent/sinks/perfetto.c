@@ -372,19 +372,16 @@ static json_t *python_line(const json_t *rec, const char *key)
 		return NULL;
 	json_array_foreach(st, i, f)
 	{
-		const char *fn = str_of(f, "function"), *file = str_of(f, "file");
-		const char *base = file ? strrchr(file, '/') : NULL;
 		json_int_t line = json_integer_value(json_object_get(f, "line"));
-		int n;
+		int n = 0;
 
 		if (line <= 0) /* a recording without call lines (Kineto): where it starts */
 			line = json_integer_value(json_object_get(f, "first_line"));
-		base = base ? base + 1 : file;
-		n = base && line > 0
-			? snprintf(buf + o, sizeof(buf) - o, "%s%s (%s:%lld)", i ? " <- " : "",
-				   fn ? fn : "?", base, (long long)line)
-			: snprintf(buf + o, sizeof(buf) - o, "%s%s", i ? " <- " : "",
-				   fn ? fn : "?");
+		if (i)
+			n = snprintf(buf + o, sizeof(buf) - o, " <- ");
+		if (n >= 0 && (size_t)n < sizeof(buf) - o)
+			n += py_frame_text(buf + o + n, sizeof(buf) - o - (size_t)n,
+					   str_of(f, "function"), str_of(f, "file"), line);
 		if (n < 0 || (size_t)n >= sizeof(buf) - o)
 			break; /* what fits: the innermost frames */
 		o += (size_t)n;

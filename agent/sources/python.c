@@ -610,9 +610,9 @@ static int32_t sym_of(struct pysrc *s, uint32_t pid, struct pyproc *py, uint64_t
 static int frame_text(const struct pyproc *py, int32_t sym, int32_t line, char *out, size_t sz)
 {
 	if (sym < 0 || !py->syms[sym].func[0])
-		return snprintf(out, sz, "?");
-	return snprintf(out, sz, "%s (%s:%d)", py->syms[sym].func, basename_of(py->syms[sym].file),
-			line >= 0 ? line : py->syms[sym].first_line);
+		return py_frame_text(out, sz, NULL, NULL, -1);
+	return py_frame_text(out, sz, py->syms[sym].func, py->syms[sym].file,
+			     line >= 0 ? line : py->syms[sym].first_line);
 }
 
 /* -------------------------------------------------------------- lines -- */

@@ -109,6 +109,22 @@ struct corr_gpu {
 uint64_t corr_name_hash(const char *s, size_t len);
 
 /*
+ * Strings kept once each, by an id from 0 in order of arrival: the
+ * correlator's own name table (src/names.c), for the agent's tables of
+ * distinct strings (--summary's kernel names and Python stacks). At most
+ * max_strings of them and max_bytes of their text (0: no byte bound);
+ * their text stays where it is until corr_strtab_free().
+ */
+struct corr_strtab;
+struct corr_strtab *corr_strtab_new(uint32_t max_strings, size_t max_bytes); /* NULL + errno */
+void corr_strtab_free(struct corr_strtab *t);
+/* s's id (made when new); -ENOSPC past a bound, -ENOMEM. hash: corr_name_hash(s), 0 unknown */
+int32_t corr_strtab_id(struct corr_strtab *t, const char *s, size_t len, uint64_t hash);
+/* the text of id (NUL-terminated) and its length; NULL for an id not given */
+const char *corr_strtab_str(const struct corr_strtab *t, int32_t id, size_t *len);
+uint32_t corr_strtab_count(const struct corr_strtab *t);
+
+/*
  * No launch was or will be sent for this record (the shim sampled its
  * launch callback out: GPU_F_NO_LAUNCH): emitted unmatched at once, neither
  * looked up nor waiting in the queue.

@@ -70,6 +70,8 @@ static inline uint32_t corr_pow2(uint64_t n)
  */
 struct names;
 struct names *names_new(uint32_t max_names);
+/* also at most max_bytes of text, NUL included (0: unbounded); past it -ENOSPC */
+struct names *names_new_bounded(uint32_t max_names, size_t max_bytes);
 void names_free(struct names *n);
 /* id >= 0, or -ENOSPC / -ENOMEM */
 int32_t names_intern(struct names *n, const char *s, size_t len);

@@ -4,6 +4,7 @@
  * an append-only arena so ids and pointers stay valid until names_free()).
  * The tables start small and double with use up to the maximum: a table
  * sized for 2^20 names cost 40 MB of zeroed memory before the first name.
+ * The agent uses it too, through corr_strtab_* (correlator.h).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -23,8 +24,9 @@ struct names {
 	uint32_t *slots; /* id + 1, 0 = empty */
 	uint32_t mask;
 	uint32_t count, max;
-	uint32_t cap;	   /* entries allocated in strs/lens/hashes, grown up to max */
-	const char **strs; /* id -> string */
+	size_t bytes, max_bytes; /* text held, NUL included; 0: no bound */
+	uint32_t cap;		 /* entries allocated in strs/lens/hashes, grown up to max */
+	const char **strs;	 /* id -> string */
 	uint32_t *lens;
 	uint64_t *hashes;
 	struct arena_chunk *chunks;
@@ -96,11 +98,17 @@ static int names_grow(struct names *n, uint32_t cap)
 
 struct names *names_new(uint32_t max_names)
 {
+	return names_new_bounded(max_names, 0);
+}
+
+struct names *names_new_bounded(uint32_t max_names, size_t max_bytes)
+{
 	struct names *n = calloc(1, sizeof(*n));
 
 	if (!n)
 		return NULL;
 	n->max = max_names ? max_names : 65536;
+	n->max_bytes = max_bytes;
 	if (names_grow(n, n->max < NAMES_FIRST ? n->max : NAMES_FIRST)) {
 		names_free(n);
 		errno = ENOMEM;
@@ -168,7 +176,7 @@ int32_t names_intern_h(struct names *n, const char *s, size_t len, uint64_t h)
 		if (n->hashes[v] == h && n->lens[v] == len && !memcmp(n->strs[v], s, len))
 			return (int32_t)v;
 	}
-	if (n->count >= n->max)
+	if (n->count >= n->max || (n->max_bytes && len + 1 > n->max_bytes - n->bytes))
 		return -ENOSPC;
 	if (n->count == n->cap) {
 		uint64_t cap = (uint64_t)n->cap * 2;
@@ -182,6 +190,7 @@ int32_t names_intern_h(struct names *n, const char *s, size_t len, uint64_t h)
 	copy = arena_copy(n, s, len);
 	if (!copy)
 		return -ENOMEM;
+	n->bytes += len + 1;
 	n->strs[n->count] = copy;
 	n->lens[n->count] = (uint32_t)len;
 	n->hashes[n->count] = h;
@@ -199,4 +208,39 @@ const char *names_str(const struct names *n, int32_t id)
 uint32_t names_count(const struct names *n)
 {
 	return n->count;
+}
+
+/* ------------------------------------------- corr_strtab (correlator.h) -- */
+
+struct corr_strtab *corr_strtab_new(uint32_t max_strings, size_t max_bytes)
+{
+	return (struct corr_strtab *)names_new_bounded(max_strings, max_bytes);
+}
+
+void corr_strtab_free(struct corr_strtab *t)
+{
+	names_free((struct names *)t);
+}
+
+int32_t corr_strtab_id(struct corr_strtab *t, const char *s, size_t len, uint64_t hash)
+{
+	if (len > UINT32_MAX - 1)
+		return -ENOSPC; /* lens are 32-bit */
+	return names_intern_h((struct names *)t, s, len, hash ? hash : corr_name_hash(s, len));
+}
+
+const char *corr_strtab_str(const struct corr_strtab *t, int32_t id, size_t *len)
+{
+	const struct names *n = (const struct names *)t;
+
+	if (id < 0 || (uint32_t)id >= n->count)
+		return NULL;
+	if (len)
+		*len = n->lens[id];
+	return n->strs[id];
+}
+
+uint32_t corr_strtab_count(const struct corr_strtab *t)
+{
+	return names_count((const struct names *)t);
 }

@@ -77,6 +77,32 @@ static struct corr_gpu kern(uint32_t pid, uint32_t corr, uint64_t start)
 	return g;
 }
 
+/* corr_strtab: one id per distinct string, in order; bounded by count and by bytes */
+static void test_strtab(void **state)
+{
+	struct corr_strtab *t = corr_strtab_new(8, 10);
+	size_t len = 0;
+
+	(void)state;
+	assert_non_null(t);
+	assert_int_equal(corr_strtab_id(t, "abc", 3, 0), 0);
+	assert_int_equal(corr_strtab_id(t, "abcd", 3, 0), 0); /* by length: "abc" again */
+	assert_int_equal(corr_strtab_id(t, "defgh", 5, corr_name_hash("defgh", 5)), 1);
+	/* 4 + 6 bytes held of 10: one more byte does not fit, a known string still does */
+	assert_int_equal(corr_strtab_id(t, "x", 1, 0), -ENOSPC);
+	assert_int_equal(corr_strtab_id(t, "defgh", 5, 0), 1);
+	assert_string_equal(corr_strtab_str(t, 1, &len), "defgh");
+	assert_int_equal(len, 5);
+	assert_null(corr_strtab_str(t, 2, NULL));
+	assert_int_equal(corr_strtab_count(t), 2);
+	corr_strtab_free(t);
+	t = corr_strtab_new(2, 0); /* no byte bound: two strings */
+	assert_int_equal(corr_strtab_id(t, "a", 1, 0), 0);
+	assert_int_equal(corr_strtab_id(t, "b", 1, 0), 1);
+	assert_int_equal(corr_strtab_id(t, "c", 1, 0), -ENOSPC);
+	corr_strtab_free(t);
+}
+
 static void test_basic_join(void **state)
 {
 	struct got o;
@@ -1004,6 +1030,7 @@ static void test_names_grow(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_strtab),
 	    cmocka_unit_test(test_basic_join),
 	    cmocka_unit_test(test_out_of_order),
 	    cmocka_unit_test(test_missing_side),
