@@ -83,6 +83,9 @@ struct py_file {
 
 struct py_sym {
 	uint64_t code;
+	uint64_t qual,
+	    file_obj;	    /* co_qualname, co_filename: what says it is still this code object */
+	uint32_t checked;   /* the interval (pysrc.epoch) it was last found the same */
 	int32_t first_line; /* co_firstlineno */
 	bool lt_read;	    /* its line table was asked for (lt: NULL when it has none) */
 	uint8_t *lt;
@@ -154,7 +157,8 @@ struct pysrc {
 	struct py_file *files; /* a cache by (dev, ino), for the agent's lifetime */
 	size_t n_files, cap_files, next_out;
 	uint64_t procs, unsupported, samples, frames, symbols, unnamed, unknown_proc,
-	    stacks_dropped, profiles, lines_unknown, launch_stacks, launch_unpaired;
+	    stacks_dropped, profiles, lines_unknown, launch_stacks, launch_unpaired, code_reused;
+	uint32_t epoch; /* intervals since the start: a named code object is checked once in each */
 	struct py_launch *launch;  /* PY_LAUNCH_SLOTS, at the first launch's frames */
 	struct py_kept_ring *kept; /* at the first launch's frames */
 	char *gone[PY_GONE_MAX];   /* --summary's lines of the last processes that ended */
@@ -522,13 +526,16 @@ static bool read_str(uint32_t pid, const struct py_layout *l, uint64_t addr, cha
 	return true;
 }
 
-/* the code object at addr, read from the process: false when it is not one */
-static bool read_code(uint32_t pid, const struct pyproc *py, uint64_t addr, struct py_sym *out)
+/*
+ * The code object's header at addr: its name and file objects and first
+ * line; false when it is not a code object (any more)
+ */
+static bool read_code_head(uint32_t pid, const struct pyproc *py, uint64_t addr, uint64_t *qual,
+			   uint64_t *file, int32_t *first)
 {
 	const struct py_layout *l = py->l;
 	unsigned char c[256];
-	uint64_t type, qual, file;
-	int32_t first;
+	uint64_t type;
 	size_t need = l->code_qualname + 8;
 
 	if (need > sizeof(c) || !read_mem(pid, addr, c, need))
@@ -536,12 +543,30 @@ static bool read_code(uint32_t pid, const struct pyproc *py, uint64_t addr, stru
 	memcpy(&type, c + 8, sizeof(type)); /* PyObject.ob_type */
 	if (type != py->code_type)
 		return false;
-	memcpy(&qual, c + l->code_qualname, sizeof(qual));
-	memcpy(&file, c + l->code_filename, sizeof(file));
-	memcpy(&first, c + l->code_firstlineno, sizeof(first));
-	*out = (struct py_sym){.code = addr, .first_line = first};
-	if (!read_str(pid, l, qual, out->func, sizeof(out->func)) || !out->func[0])
+	memcpy(qual, c + l->code_qualname, sizeof(*qual));
+	memcpy(file, c + l->code_filename, sizeof(*file));
+	memcpy(first, c + l->code_firstlineno, sizeof(*first));
+	return true;
+}
+
+/*
+ * The code object at addr, read from the process: false when it is not one
+ * or its name cannot be read (then out holds what its header said, func "")
+ */
+static bool read_code(uint32_t pid, const struct pyproc *py, uint64_t addr, struct py_sym *out)
+{
+	const struct py_layout *l = py->l;
+	uint64_t qual = 0, file = 0;
+	int32_t first = -1;
+
+	*out = (struct py_sym){.code = addr, .first_line = -1};
+	if (!read_code_head(pid, py, addr, &qual, &file, &first))
 		return false;
+	*out = (struct py_sym){.code = addr, .qual = qual, .file_obj = file, .first_line = first};
+	if (!read_str(pid, l, qual, out->func, sizeof(out->func)) || !out->func[0]) {
+		out->func[0] = 0;
+		return false;
+	}
 	if (!read_str(pid, l, file, out->file, sizeof(out->file)))
 		snprintf(out->file, sizeof(out->file), "?");
 	return true;
@@ -579,27 +604,58 @@ static bool index_put(struct pyproc *py, uint64_t code, int32_t sym)
 		}
 }
 
+/*
+ * Still the code object it was named as? A code object freed and another
+ * made at its address (exec, a closure, torch.compile's generated code)
+ * would keep the first one's name: once an interval its header is read
+ * again, and a different name, file or first line means another object.
+ */
+static bool sym_current(struct pysrc *s, uint32_t pid, const struct pyproc *py, struct py_sym *sym)
+{
+	uint64_t qual = 0, file = 0;
+	int32_t first = -1;
+
+	if (sym->checked == s->epoch)
+		return true;
+	/* not a code object now: one when named (qual set) means freed and reused */
+	if (!read_code_head(pid, py, sym->code, &qual, &file, &first))
+		qual = file = 0, first = -1;
+	if (qual != sym->qual || file != sym->file_obj || first != sym->first_line)
+		return false;
+	sym->checked = s->epoch;
+	return true;
+}
+
 /* the symbol of a frame's code object: its index, or -1 when it cannot be named */
 static int32_t sym_of(struct pysrc *s, uint32_t pid, struct pyproc *py, uint64_t code)
 {
 	struct py_sym sym;
+	int32_t *slot = NULL;
 
 	if (py->index_cap)
 		for (size_t h = code_hash(code, py->index_cap); py->index[h];
 		     h = (h + 1) & (py->index_cap - 1))
-			if (py->syms[py->index[h] - 1].code == code)
-				return py->index[h] - 1;
+			if (py->syms[py->index[h] - 1].code == code) {
+				if (sym_current(s, pid, py, &py->syms[py->index[h] - 1]))
+					return py->index[h] - 1;
+				slot = &py->index[h]; /* another object now: named anew below */
+				s->code_reused++;
+				break;
+			}
 	if (py->n_syms >= PY_SYMS_MAX) {
 		s->unnamed++;
 		return -1;
 	}
-	/* one that cannot be read is remembered as such: not read at every sample */
-	if (!read_code(pid, py, code, &sym)) {
-		s->unnamed++;
-		sym = (struct py_sym){.code = code, .first_line = -1};
-	}
-	if (grow_array((void **)&py->syms, &py->cap_syms, py->n_syms, sizeof(*py->syms), 64) ||
-	    !index_put(py, code, (int32_t)py->n_syms))
+	/* one that cannot be read is remembered as such (until the next interval) */
+	if (!read_code(pid, py, code, &sym))
+		s->unnamed++; /* its header as read: checked like a named one */
+	sym.checked = s->epoch;
+	/* the old entry stays: kept launch frames may point at it */
+	if (grow_array((void **)&py->syms, &py->cap_syms, py->n_syms, sizeof(*py->syms), 64))
+		return -1;
+	if (slot)
+		*slot = (int32_t)py->n_syms + 1;
+	else if (!index_put(py, code, (int32_t)py->n_syms))
 		return -1;
 	py->syms[py->n_syms] = sym;
 	s->symbols += sym.func[0] != 0;
@@ -1100,6 +1156,7 @@ void python_interval(struct agent *a, uint64_t now)
 
 	if (!s)
 		return;
+	s->epoch++; /* each named code object is checked again once (sym_current) */
 	for (int i = 0; i < a->n_procs; i++) {
 		struct proc *p = &a->procs[i];
 
@@ -1131,6 +1188,7 @@ void python_stats(struct agent *a, json_t *r)
 		json_object_set_new(o, "launch_unpaired",
 				    json_integer((json_int_t)s->launch_unpaired));
 		json_object_set_new(o, "gpu_records", json_integer((json_int_t)n.launch_python));
+		json_object_set_new(o, "code_reused", json_integer((json_int_t)s->code_reused));
 	}
 	if (o && s->error[0])
 		json_object_set_new(o, "error", rec_string(s->error));

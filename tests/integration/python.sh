@@ -103,6 +103,12 @@
 #                    (its /proc/PID/exe), says so once, and samples the
 #                    script's thread in embedded_work() at its file and
 #                    first line
+#   python_code_reused: py_reuse.py frees a code object (alpha_fn, made by
+#                    exec) and makes omega_fn at its address, on the
+#                    system python3 and pyenv's 3.12 and 3.13: the samples
+#                    after the switch name omega_fn, none alpha_fn (the
+#                    agent checks a named code object again once an
+#                    interval); stats.python.code_reused counts it
 #   python_unloadable: a kernel whose verifier refuses the sampler
 #                    (INFERTRACE_BREAK_PY_SAMPLER makes it unloadable): auto
 #                    says so in one warning and loads the rest (the steps
@@ -119,7 +125,7 @@
 #                    naming the option (exit 64)
 source "$(dirname "$0")/lib.sh"
 NAMES=(python_layout python_profile python_other_thread python_launch python_launch_gpu python_versions
-	python_forged python_embedded python_unloadable python_off)
+	python_forged python_embedded python_code_reused python_unloadable python_off)
 it_preflight "${NAMES[@]}"
 
 PY_STEPS=$IT_ROOT/tests/integration/py_steps.py
@@ -631,6 +637,44 @@ if num "$PYPID"; then
 		eqs "$(ge "$got" 4 && echo y)" y
 fi
 report python_embedded
+
+# ----------------------------------------------------- python_code_reused --
+PY_REUSE=$IT_ROOT/tests/integration/py_reuse.py
+rvers=("sys:$SYS_PY")
+for v in 3.12 3.13; do
+	p=$(pyenv_of "$v") && rvers+=("$v:$p")
+done
+agent_start python_code_reused -i 0.25 || fail_because "agent did not start: $(agent_tail)"
+declare -A rpid rout
+for vp in "${rvers[@]}"; do
+	v=${vp%%:*} p=${vp#*:}
+	py_go "reuse$v" "$p" "$PY_REUSE" "$CUDART" "{go}" 1.0
+	rpid[$v]=$PYPID rout[$v]=$T/reuse$v.work
+done
+sleep 0.6
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+for vp in "${rvers[@]}"; do
+	v=${vp%%:*} pid=${rpid[$v]:-}
+	num "$pid" || continue
+	end=$(tail -n 1 "${rout[$v]}")
+	if ! jqe '.reused == true' <<<"$end"; then
+		fail_because "$v: omega_fn's code object never landed at alpha_fn's address: $end"
+		continue
+	fi
+	sw=$(jq .switch_ns <<<"$end")
+	got=$(jqo -c --argjson pid "$pid" --argjson sw "$sw" '
+		[.[] | select(.type=="python_profile" and .pid==$pid)] as $r
+		| def n(f; c): [$r[] | select(c and (.stack | map(.function) | index(f))) | .samples] | add // 0;
+		{alpha_before: n("alpha_fn"; .ts_ns < $sw), omega: n("omega_fn"; true),
+		 alpha_after: n("alpha_fn"; .ts_ns > $sw)}')
+	expect "$v: alpha_fn sampled, then omega_fn at its address, never named alpha_fn after the switch: $got" \
+		jqe '.alpha_before >= 3 and .omega >= 3 and .alpha_after == 0' <<<"$got"
+done
+cr=$(jqo '[.[] | select(.type=="stats")] | last | .python.code_reused')
+expect "stats.python.code_reused $cr, want >= ${#rvers[@]} (one a run)" eqs "$(ge "${cr:-0}" "${#rvers[@]}" && echo y)" y
+echo "# python_code_reused: ${!rpid[*]}"
+report python_code_reused
 
 # ------------------------------------------------------------- python_off --
 agent_start python_off -i 0.25 --python-stacks off || fail_because "agent did not start: $(agent_tail)"
