@@ -976,7 +976,7 @@ static int run_live(struct agent *a)
 		stats_emit(a, span, true);
 	}
 	if (a->opts.summary)
-		ops_print_summary(a, stderr);
+		control_print_summary(a, stderr);
 
 cleanup:
 	ops_free(a); /* first: deep-dived shims are told to go back to sentinel */

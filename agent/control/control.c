@@ -340,7 +340,23 @@ static void spill_foreign(struct agent *a, struct control *ctl, struct conn *c,
 }
 
 /*
- * --summary's text while the agent runs (ops_print_summary, as at exit):
+ * --summary's sections, in the order they are printed at exit; also the
+ * text of the control socket's "summary" (below) while the agent runs.
+ * The GPU records and the GPU time by Python call are collected only with
+ * --summary (nothing printed without).
+ */
+void control_print_summary(struct agent *a, FILE *out)
+{
+	aggregate_print_summary(a, out);
+	telem_print_summary(a, out);
+	python_print_summary(a, out);
+	gpusum_print(a->gpusum, out);
+	pyprof_print(a->pyprof, out);
+	diag_print_summary(a->diag, out);
+}
+
+/*
+ * --summary's text while the agent runs (control_print_summary, as at exit):
  * since the start, nothing reset. Without --summary the sections collected
  * only with it are named on a line of their own.
  */
@@ -356,7 +372,7 @@ static void summary(struct agent *a, struct control *ctl, struct conn *c,
 		reply_error(c, req->id, "internal", "out of memory");
 		return;
 	}
-	ops_print_summary(a, f);
+	control_print_summary(a, f);
 	if (!a->opts.summary)
 		fprintf(f, "\n(the GPU records and the GPU time by Python call are collected "
 			   "only when the agent runs with --summary)\n");

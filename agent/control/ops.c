@@ -58,22 +58,6 @@ void ops_tick(struct agent *a)
 	control_kafka_poll(a);
 }
 
-/*
- * --summary's sections, in the order they are printed at exit; also the
- * text of the control socket's "summary" (control.c) while the agent runs.
- * The GPU records and the GPU time by Python call are collected only with
- * --summary (nothing printed without).
- */
-void ops_print_summary(struct agent *a, FILE *out)
-{
-	aggregate_print_summary(a, out);
-	telem_print_summary(a, out);
-	python_print_summary(a, out);
-	gpusum_print(a->gpusum, out);
-	pyprof_print(a->pyprof, out);
-	diag_print_summary(a->diag, out);
-}
-
 void ops_free(struct agent *a)
 {
 	if (!a->ops)

@@ -55,8 +55,8 @@ void stats_provide(struct agent *a, void (*fn)(struct agent *a, json_t *obj));
 /* every registered object into obj (stats records, status replies, metrics) */
 void ops_add_objects(struct agent *a, json_t *obj);
 void ops_free(struct agent *a);
-/* --summary's sections (at exit, and the control socket's "summary") */
-void ops_print_summary(struct agent *a, FILE *out);
+/* --summary's sections (at exit, and the control socket's "summary"; control.c) */
+void control_print_summary(struct agent *a, FILE *out);
 
 /* module lifecycles, called by ops_init/ops_free/ops_tick/ops_stats */
 int control_init(struct agent *a);
