@@ -283,7 +283,7 @@ grep -q '^prometheusRule:' "$CHART/ci/nondefault-values.yaml" && [ ! -f "$tmp/ru
 missing=""
 for want in 'CUDA_INJECTION64_PATH' '{{ .Values.shim.hostPath }}/libinfertrace_cupti.so' \
 	'INFERTRACE_INSTANCE' '{{ .Values.control.runHostPath }}/shim' 'kubectl' 'exec' \
-	'agentctl deep-dive --instance'; do
+	'agentctl deep-dive --instance' 'agentctl summary'; do
 	grep -qF -- "$want" "$CHART/templates/NOTES.txt" || missing="$missing '$want'"
 done
 [ -z "$missing" ] && echo "PASS helm_notes" || echo "FAIL helm_notes: NOTES.txt lacks$missing"
