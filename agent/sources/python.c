@@ -528,10 +528,11 @@ static bool read_str(uint32_t pid, const struct py_layout *l, uint64_t addr, cha
 
 /*
  * The code object's header at addr: its name and file objects and first
- * line; false when it is not a code object (any more)
+ * line. 1; 0 when what is there is not a code object (any more); -1 when
+ * the memory could not be read (unmapped, or the process is gone)
  */
-static bool read_code_head(uint32_t pid, const struct pyproc *py, uint64_t addr, uint64_t *qual,
-			   uint64_t *file, int32_t *first)
+static int read_code_head(uint32_t pid, const struct pyproc *py, uint64_t addr, uint64_t *qual,
+			  uint64_t *file, int32_t *first)
 {
 	const struct py_layout *l = py->l;
 	unsigned char c[256];
@@ -539,14 +540,14 @@ static bool read_code_head(uint32_t pid, const struct pyproc *py, uint64_t addr,
 	size_t need = l->code_qualname + 8;
 
 	if (need > sizeof(c) || !read_mem(pid, addr, c, need))
-		return false;
+		return -1;
 	memcpy(&type, c + 8, sizeof(type)); /* PyObject.ob_type */
 	if (type != py->code_type)
-		return false;
+		return 0;
 	memcpy(qual, c + l->code_qualname, sizeof(*qual));
 	memcpy(file, c + l->code_filename, sizeof(*file));
 	memcpy(first, c + l->code_firstlineno, sizeof(*first));
-	return true;
+	return 1;
 }
 
 /*
@@ -560,7 +561,7 @@ static bool read_code(uint32_t pid, const struct pyproc *py, uint64_t addr, stru
 	int32_t first = -1;
 
 	*out = (struct py_sym){.code = addr, .first_line = -1};
-	if (!read_code_head(pid, py, addr, &qual, &file, &first))
+	if (read_code_head(pid, py, addr, &qual, &file, &first) != 1)
 		return false;
 	*out = (struct py_sym){.code = addr, .qual = qual, .file_obj = file, .first_line = first};
 	if (!read_str(pid, l, qual, out->func, sizeof(out->func)) || !out->func[0]) {
@@ -617,11 +618,17 @@ static bool sym_current(struct pysrc *s, uint32_t pid, const struct pyproc *py, 
 
 	if (sym->checked == s->epoch)
 		return true;
-	/* not a code object now: one when named (qual set) means freed and reused */
-	if (!read_code_head(pid, py, sym->code, &qual, &file, &first))
-		qual = file = 0, first = -1;
-	if (qual != sym->qual || file != sym->file_obj || first != sym->first_line)
-		return false;
+	switch (read_code_head(pid, py, sym->code, &qual, &file, &first)) {
+	case -1: /* unreadable (the process ended, its samples still come): nothing to say */
+		break;
+	case 0: /* not a code object now: one when named (qual set) means freed and reused */
+		if (sym->qual)
+			return false;
+		break;
+	default:
+		if (qual != sym->qual || file != sym->file_obj || first != sym->first_line)
+			return false;
+	}
 	sym->checked = s->epoch;
 	return true;
 }
