@@ -218,7 +218,7 @@ if num "$PYPID"; then
 	l_spin=$(defline spin) l_pad=$(defline pad_batch) l_dec=$(defline decode_step)
 	# the lines they run: the loop of spin(), the calls in pad_batch() and decode_step()
 	r_while=$(lineof "while time.monotonic() < end or time.thread_time() < cpu:") r_inc=$((r_while + 1))
-	r_pad=$(lineof "    return spin(ms)") r_dec=$(lineof "        pad_batch(slow_ms)")
+	r_pad=$(lineof "    return spin(ms, 0.75)") r_dec=$(lineof "        pad_batch(slow_ms)")
 	stats=$(jqo '[.[] | select(.type=="stats")] | last | .python')
 	expect "stats.python running: $stats" \
 		eqs "$(echo "$stats" | jq -r .state)" running
@@ -515,7 +515,7 @@ else
 		num "$pid" && num "$tid" && num "$help" || continue
 		# per thread: samples in pad_batch, in background_tokenize, and in all
 		counts=$(jqo -r --argjson pid "$pid" --arg v "$v" --argjson t "$tid" --argjson h "$help" \
-			--argjson rp "$(lineof "    return spin(ms)")" '
+			--argjson rp "$(lineof "    return spin(ms, 0.75)")" '
 			[.[] | select(.type=="python_profile" and .pid==$pid)] as $r
 			| def n(tid; f): [$r[] | select(.tid==tid and (.stack | map(.function) | index(f)))
 				| .samples] | add // 0;
