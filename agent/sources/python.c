@@ -650,6 +650,14 @@ static int32_t sym_of(struct pysrc *s, uint32_t pid, struct pyproc *py, uint64_t
 				break;
 			}
 	if (py->n_syms >= PY_SYMS_MAX) {
+		/*
+		 * no room to name the new object: the old entry stays for its kept
+		 * launch frames but matches no address (a code object is never at
+		 * the last byte), so the new one is treated as any unnamed one past
+		 * the bound instead of being read again at every sample
+		 */
+		if (slot)
+			py->syms[*slot - 1].code = UINT64_MAX;
 		s->unnamed++;
 		return -1;
 	}
