@@ -1044,6 +1044,7 @@ int main(int argc, char **argv)
 	if (gethostname(a->host, sizeof(a->host) - 1))
 		snprintf(a->host, sizeof(a->host), "unknown");
 	a->start_ns = now_ns();
+	a->summary_ns = a->start_ns;
 
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);

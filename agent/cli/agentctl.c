@@ -52,7 +52,10 @@ static const char doc[] =
     "                         off-CPU time, slow syscalls, network, the GPUs,\n"
     "                         Python frames, steps and anomalies; with the\n"
     "                         agent's --summary also the GPU records and the\n"
-    "                         GPU time by the Python calls that launched it\n"
+    "                         GPU time by the Python calls that launched it.\n"
+    "                         --reset: the digest starts anew after this one\n"
+    "                         (the next summary, and the one at exit, cover\n"
+    "                         only what came after)\n"
     "  spill-foreign send|discard\n"
     "                         the Kafka spill's records written for another cluster\n"
     "                         or topic prefix, left alone at start: send them with\n"
@@ -67,6 +70,8 @@ static const char doc[] =
     "  agentctl deep-dive --instance vllm-llama-70b --off\n"
     "  agentctl export --perfetto /tmp/last10s.json --instance vllm-llama-70b\n"
     "  agentctl summary | less\n"
+    "  # the last ten minutes only (warm-up and earlier incidents left out):\n"
+    "  agentctl summary --reset >/dev/null; sleep 600; agentctl summary\n"
     "  agentctl spill-foreign discard\n"
     "  # fleet-wide: every agent consumes infertrace.control and switches the\n"
     "  # instance on whichever node serves it\n"
@@ -88,6 +93,7 @@ enum {
 	OPT_KAFKA,
 	OPT_KAFKA_PREFIX,
 	OPT_TIMEOUT,
+	OPT_RESET,
 };
 
 static const struct argp_option options[] = {
@@ -100,6 +106,9 @@ static const struct argp_option options[] = {
      "deep-dive: how long (default 60; the agent caps it at its --deep-dive-max)"},
     {"off", OPT_OFF, NULL, 0, "deep-dive: end the instance's deep-dive now"},
     {"perfetto", OPT_PERFETTO, "FILE", 0, "export: write the trace to FILE"},
+    {"reset", OPT_RESET, NULL, 0,
+     "summary: after printing it, start the agent's digest anew (for everyone asking "
+     "it, and for its --summary at exit)"},
     {"kafka", OPT_KAFKA, "BROKERS", 0,
      "deep-dive: publish to the control topic on these brokers instead of the local "
      "socket; every agent of the fleet consumes it"},
@@ -117,6 +126,7 @@ struct opts {
 	const char *socket;
 	double timeout_s;
 	bool json;
+	bool reset; /* summary --reset */
 	const char *instance;
 	double duration_s;
 	bool off;
@@ -157,6 +167,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_OFF:
 		o->off = true;
+		break;
+	case OPT_RESET:
+		o->reset = true;
 		break;
 	case OPT_PERFETTO:
 		o->perfetto = arg;
@@ -212,6 +225,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "--kafka publishes deep-dive requests only");
 		if (o->perfetto && strcmp(o->cmd, "export"))
 			argp_error(state, "--perfetto belongs to export");
+		if (o->reset && strcmp(o->cmd, "summary"))
+			argp_error(state, "--reset belongs to summary");
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
@@ -529,6 +544,7 @@ int main(int argc, char **argv)
 	size_t dlen = 0;
 	int ret = 0, err;
 
+	argp_err_exit_status = 2; /* bad usage, as --help says (argp's default is 64) */
 	if (argp_parse(&argp, argc, argv, 0, NULL, &o))
 		return 2;
 
@@ -553,6 +569,8 @@ int main(int argc, char **argv)
 			json_object_set_new(req, "instance", json_string(o.instance));
 	} else if (!strcmp(o.cmd, "spill-foreign")) {
 		req = json_pack("{s:s,s:s}", "cmd", "spill_foreign", "action", o.action);
+	} else if (!strcmp(o.cmd, "summary") && o.reset) {
+		req = json_pack("{s:s,s:b}", "cmd", "summary", "reset", 1);
 	} else {
 		req = json_pack("{s:s}", "cmd", o.cmd);
 	}
@@ -599,6 +617,10 @@ int main(int argc, char **argv)
 			fprintf(stderr, "agentctl: standard output: %s\n", strerror(errno));
 			ret = 1;
 		}
+		if (o.reset)
+			fprintf(stderr,
+				"agentctl: that covered %.1f s; the agent's digest starts anew\n",
+				num(r, "since_s"));
 	} else if (!strcmp(o.cmd, "spill-foreign")) {
 		printf("%.0f records of another owner %s (%.0f segment files)\n", num(r, "records"),
 		       !strcmp(o.action, "send") ? "sent with this agent's settings" : "deleted",

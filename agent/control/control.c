@@ -356,18 +356,55 @@ void control_print_summary(struct agent *a, FILE *out)
 }
 
 /*
+ * `agentctl summary --reset`, once its text is written: every section's
+ * digest starts anew from now, the GPU records' and the Python calls' with
+ * the empty ones made before (gs, pp: taken). Records, the stats record and
+ * /metrics go on untouched.
+ */
+static void summary_reset(struct agent *a, struct gpusum *gs, struct pyprof *pp)
+{
+	aggregate_summary_reset(a);
+	telem_summary_reset(a);
+	python_summary_reset(a);
+	diag_summary_reset(a->diag);
+	if (gs) {
+		gpusum_free(a->gpusum);
+		a->gpusum = gs;
+	}
+	if (pp) {
+		pyprof_free(a->pyprof);
+		a->pyprof = pp;
+	}
+	a->summary_ns = now_ns();
+}
+
+/*
  * --summary's text while the agent runs (control_print_summary, as at exit):
- * since the start, nothing reset. Without --summary the sections collected
- * only with it are named on a line of their own.
+ * since the start or the last reset; with "reset", the digest starts anew
+ * after it. Without --summary the sections collected only with it are named
+ * on a line of their own.
  */
 static void summary(struct agent *a, struct control *ctl, struct conn *c,
 		    const struct ctl_request *req)
 {
 	char *buf = NULL;
 	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
+	struct gpusum *gs = NULL;
+	struct pyprof *pp = NULL;
+	FILE *f;
 
+	/* the empty digests first: a reset that cannot be made changes nothing */
+	if (req->reset &&
+	    ((a->gpusum && !(gs = gpusum_new())) || (a->pyprof && !(pp = pyprof_new())))) {
+		gpusum_free(gs);
+		ctl->failed++;
+		reply_error(c, req->id, "internal", "out of memory: nothing reset");
+		return;
+	}
+	f = open_memstream(&buf, &len);
 	if (!f) {
+		gpusum_free(gs);
+		pyprof_free(pp);
 		ctl->failed++;
 		reply_error(c, req->id, "internal", "out of memory");
 		return;
@@ -377,13 +414,24 @@ static void summary(struct agent *a, struct control *ctl, struct conn *c,
 		fprintf(f, "\n(the GPU records and the GPU time by Python call are collected "
 			   "only when the agent runs with --summary)\n");
 	if (fclose(f) || len > CTL_MAX_REPLY) {
+		gpusum_free(gs);
+		pyprof_free(pp);
 		ctl->failed++;
 		reply_error(c, req->id, "internal", buf ? "summary too large" : "out of memory");
 	} else {
+		uint64_t now = now_ns();
+
 		reply(c,
-		      json_pack("{s:b,s:I,s:f,s:b}", "ok", 1, "bytes", (json_int_t)len, "uptime_s",
-				(now_ns() - a->start_ns) / 1e9, "collected_all", a->opts.summary),
+		      json_pack("{s:b,s:I,s:f,s:f,s:b,s:b}", "ok", 1, "bytes", (json_int_t)len,
+				"uptime_s", (now - a->start_ns) / 1e9, "since_s",
+				(now - a->summary_ns) / 1e9, "reset", req->reset, "collected_all",
+				a->opts.summary),
 		      req->id, buf, len);
+		if (req->reset) {
+			summary_reset(a, gs, pp);
+			pr_info("control: summary reset by pid %d (uid %u)", (int)c->pid,
+				(unsigned)c->uid);
+		}
 	}
 	free(buf);
 }

@@ -43,6 +43,8 @@ static bool key_allowed(enum ctl_cmd cmd, const char *key)
 		return !strcmp(key, "format") || !strcmp(key, "instance");
 	case CTL_SPILL_FOREIGN:
 		return !strcmp(key, "action");
+	case CTL_SUMMARY:
+		return !strcmp(key, "reset");
 	default:
 		return false;
 	}
@@ -146,6 +148,12 @@ int ctl_parse_request(const char *buf, size_t len, struct ctl_request *req, char
 					   strcmp(json_string_value(v), "discard")))
 			FAIL("spill_foreign needs \"action\": \"send\" or \"discard\"");
 		req->send = !strcmp(json_string_value(v), "send");
+		break;
+	case CTL_SUMMARY:
+		v = json_object_get(root, "reset");
+		if (v && !json_is_boolean(v))
+			FAIL("\"reset\" must be true or false");
+		req->reset = json_is_true(v);
 		break;
 	default:
 		break;

@@ -17,7 +17,7 @@
  *   {"cmd":"deep_dive","instance":NAME[,"duration_s":SECS][,"off":true]}
  *   {"cmd":"export","format":"perfetto"[,"instance":NAME]}
  *   {"cmd":"spill_foreign","action":"send"|"discard"}
- *   {"cmd":"summary"}
+ *   {"cmd":"summary"[,"reset":true]}
  * Any request may carry "id" (integer or string), echoed in its reply.
  *
  * Pure functions, no I/O except the blocking client helpers at the end:
@@ -54,6 +54,7 @@ struct ctl_request {
 	double duration_s;		     /* deep_dive: 0 = the agent's default */
 	bool off;			     /* deep_dive: end it now */
 	bool send;			     /* spill_foreign: send (true) or discard */
+	bool reset;			     /* summary: the digest starts anew after this one */
 	json_t *id;			     /* echoed in the reply; owned, NULL when absent */
 };
 

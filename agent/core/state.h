@@ -184,6 +184,9 @@ struct agent {
 	uint32_t next_instance_id;
 	struct libfile libs[MAX_LIBFILES];
 	uint64_t start_ns;
+	/* --summary's digest covers from here: start_ns, or the last `agentctl summary --reset` */
+	uint64_t summary_ns;
+	uint64_t summary_records; /* records written before summary_ns (the digest's header) */
 	uint64_t last_interval_ns;
 	void *agg;		    /* aggregate.c state */
 	struct gpu *gpu;	    /* pipeline/join.c, live; NULL when GPU-side capture is off */

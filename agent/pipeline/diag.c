@@ -991,20 +991,31 @@ void diag_counters(const struct diag *d, json_t *o)
  */
 void diag_print_summary(const struct diag *d, FILE *out)
 {
-	const struct diag_det_counters *dc;
+	struct diag_det_counters since, *dc = &since;
+	const struct diag_det_counters *now, *b;
 	int n = 0;
 
 	if (!d)
 		return;
-	dc = diag_det__counters(d->det);
+	now = diag_det__counters(d->det);
+	b = &d->base;
+	since = (struct diag_det_counters){
+	    .judged = now->judged - b->judged,
+	    .anomalies = now->anomalies - b->anomalies,
+	    .episodes = now->episodes - b->episodes,
+	    .level_shifts = now->level_shifts - b->level_shifts,
+	    .keys_dropped = now->keys_dropped - b->keys_dropped,
+	};
+	for (int k = 0; k < DIAG_KIND_COUNT; k++)
+		since.by_kind[k] = now->by_kind[k] - b->by_kind[k];
 	fprintf(out, "\nSteps and anomalies (docs/diagnosis.md)\n");
-	if (!d->steps) { /* every step the detector sees is counted there first */
+	if (d->steps == d->base_steps) { /* every step the detector sees is counted there first */
 		fprintf(out, "  none (steps come from GPU work via the CUPTI library, step markers "
 			     "or USDT)\n");
 		return;
 	}
 	fprintf(out, "  %-12s %llu, %llu judged (each baseline's first steps teach it)\n", "steps",
-		(unsigned long long)d->steps, (unsigned long long)dc->judged);
+		(unsigned long long)(d->steps - d->base_steps), (unsigned long long)dc->judged);
 	for (int p = 0; p < DIAG_STEP_PHASES; p++) {
 		const struct qhist *q = &d->step_q[p];
 
@@ -1044,6 +1055,17 @@ void diag_print_summary(const struct diag *d, FILE *out)
 			(unsigned long long)w->start_ns,
 			w->kind >= 0 ? diag_kind_name((enum diag_kind)w->kind) : "not flagged");
 	}
+}
+
+void diag_summary_reset(struct diag *d)
+{
+	if (!d)
+		return;
+	d->base_steps = d->steps;
+	d->base = *diag_det__counters(d->det);
+	memset(d->step_q, 0, sizeof(d->step_q));
+	d->first_step_ns = 0;
+	d->n_slowest = 0;
 }
 
 /* the "diag" object of the stats record (docs/events.md) */

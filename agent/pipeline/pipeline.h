@@ -14,7 +14,8 @@
 #define INFERTRACE_PIPELINE_H
 
 #include "state.h"
-#include "util.h" /* struct prom_hist */
+#include "util.h"     /* struct prom_hist */
+#include "diagnose.h" /* struct diag_det_counters */
 
 /*
  * pipeline/join.c: the GPU join, one object for the live agent (a->gpu,
@@ -114,6 +115,9 @@ struct diag {
 		char instance[64];
 	} slowest[DIAG_SLOWEST];
 	uint32_t n_slowest;
+	/* the counters at `agentctl summary --reset`: --summary prints what came since */
+	uint64_t base_steps;
+	struct diag_det_counters base;
 };
 /* --step-markers, --baseline, --baseline-save, --detect into ao->diag: 0, -EINVAL, -ENOENT */
 int diag_option(struct agent_opts *ao, const char *name, const char *arg);
@@ -161,6 +165,8 @@ const struct prom_hist *diag_step_hist(const struct diag *d, int p);
 void diag_counters(const struct diag *d, json_t *o);
 /* steps and anomalies, for --summary's reader (out: stderr at exit) */
 void diag_print_summary(const struct diag *d, FILE *out);
+/* `agentctl summary --reset`: that section counts anew (stats and /metrics do not) */
+void diag_summary_reset(struct diag *d);
 int diag_finish(struct diag *d); /* flush, save the baseline */
 void diag_free(struct diag *d);
 /*

@@ -26,11 +26,18 @@
 
 #define EXITED_LISTED 256 /* exited threads listed in the summary, the rest folded */
 
+/* what the summary shows of a thread: its counts since the digest began */
+struct thread_sum {
+	uint64_t launches[API_COUNT];
+	uint64_t blocked_ns, preempted_ns, offcpu_count, runq_ns, runq_count;
+};
+
 struct thread_prev {
 	uint32_t tid; /* tree key */
 	uint32_t pid;
 	char comm[TASK_COMM_LEN];
 	struct thread_stats last; /* previous read */
+	struct thread_sum base;	  /* its counts at `agentctl summary --reset`; zero before */
 	/* intervals in which the thread launched: the summary's rates are over them */
 	uint64_t first_ns, last_ns;
 	bool gone;   /* found gone at the previous read: its entries go at this one */
@@ -65,7 +72,7 @@ struct agg {
 	/* exited threads past EXITED_LISTED: freed, their totals summed here */
 	bool *drop; /* per dead[i]: its entries are freed too */
 	int n_listed;
-	struct thread_stats folded;
+	struct thread_sum folded;
 	uint64_t n_folded;
 	uint64_t folded_slow_count, folded_slow_ns, folded_slow_max_ns;
 };
@@ -438,24 +445,38 @@ static void net_interval(struct agent *a)
 	free(vals);
 }
 
+/* a thread's counts since the digest began (its last read less its base) */
+static void thread_sum(const struct thread_prev *tp, struct thread_sum *o)
+{
+	const struct thread_stats *s = &tp->last;
+	const struct thread_sum *b = &tp->base;
+
+	for (unsigned i = 0; i < API_COUNT; i++)
+		o->launches[i] = s->launches[i] - b->launches[i];
+	o->blocked_ns = s->offcpu_blocked_ns - b->blocked_ns;
+	o->preempted_ns = s->offcpu_preempted_ns - b->preempted_ns;
+	o->offcpu_count = s->offcpu_count - b->offcpu_count;
+	o->runq_ns = s->runq_ns - b->runq_ns;
+	o->runq_count = s->runq_count - b->runq_count;
+}
+
 /* an exited thread past EXITED_LISTED: summed into g->folded, freed */
 static void thread_drop(struct agg *g, uint32_t tid)
 {
 	struct thread_prev key = {.tid = tid}, *tp, **found = tfind(&key, &g->threads, cmp_u32);
-	struct thread_stats *f = &g->folded;
-	const struct thread_stats *s;
+	struct thread_sum *f = &g->folded, s;
 
 	if (!found)
 		return;
 	tp = *found;
-	s = &tp->last;
+	thread_sum(tp, &s);
 	for (unsigned i = 0; i < API_COUNT; i++)
-		f->launches[i] += s->launches[i];
-	f->offcpu_blocked_ns += s->offcpu_blocked_ns;
-	f->offcpu_preempted_ns += s->offcpu_preempted_ns;
-	f->offcpu_count += s->offcpu_count;
-	f->runq_ns += s->runq_ns;
-	f->runq_count += s->runq_count;
+		f->launches[i] += s.launches[i];
+	f->blocked_ns += s.blocked_ns;
+	f->preempted_ns += s.preempted_ns;
+	f->offcpu_count += s.offcpu_count;
+	f->runq_ns += s.runq_ns;
+	f->runq_count += s.runq_count;
 	g->n_folded++;
 	tdelete(tp, &g->threads, cmp_u32);
 	free(tp);
@@ -562,6 +583,12 @@ void aggregate_interval(struct agent *a, bool final)
 
 /* ---------------------------------------------------------------- summary */
 
+/* the records the summary's header counts */
+static uint64_t summary_records(const struct agent *a)
+{
+	return a->cnt.emitted[REC_EVENT] + a->cnt.emitted[REC_SUMMARY] + a->cnt.emitted[REC_STATS];
+}
+
 static struct agent *walk_agent;
 static FILE *walk_out;
 static double walk_secs;
@@ -570,25 +597,26 @@ static int walk_section;
 static void print_thread(const void *node, VISIT v, int depth)
 {
 	const struct thread_prev *tp = *(const struct thread_prev *const *)node;
-	const struct thread_stats *s = &tp->last;
+	struct thread_sum s;
 
 	(void)depth;
 	if (v != postorder && v != leaf)
 		return;
+	thread_sum(tp, &s);
 	if (walk_section == 0) {
 		/* per second of the intervals in which the thread launched */
 		double secs =
 		    tp->last_ns > tp->first_ns ? (tp->last_ns - tp->first_ns) / 1e9 : walk_secs;
 
 		for (unsigned i = 0; i < API_COUNT; i++)
-			if (s->launches[i])
+			if (s.launches[i])
 				fprintf(walk_out, "  %-8u %-8u %-16s %-28s %10llu %12.1f\n",
 					tp->pid, tp->tid, tp->comm, corr_api_name(i),
-					(unsigned long long)s->launches[i], s->launches[i] / secs);
-	} else if (s->offcpu_count || s->runq_count) {
+					(unsigned long long)s.launches[i], s.launches[i] / secs);
+	} else if (s.offcpu_count || s.runq_count) {
 		fprintf(walk_out, "  %-8u %-8u %-16s %12.1f %14.1f %10.1f %10llu\n", tp->pid,
-			tp->tid, tp->comm, s->offcpu_blocked_ns / 1e6, s->offcpu_preempted_ns / 1e6,
-			s->runq_ns / 1e6, (unsigned long long)s->offcpu_count);
+			tp->tid, tp->comm, s.blocked_ns / 1e6, s.preempted_ns / 1e6,
+			s.runq_ns / 1e6, (unsigned long long)s.offcpu_count);
 	}
 }
 
@@ -614,16 +642,16 @@ static void print_syscall(const void *node, VISIT v, int depth)
 void aggregate_print_summary(struct agent *a, FILE *out)
 {
 	struct agg *g = a->agg;
-	double secs = (now_ns() - a->start_ns) / 1e9;
+	double secs = (now_ns() - a->summary_ns) / 1e9;
 
 	if (!g)
 		return;
 	walk_agent = a;
 	walk_out = out;
 	walk_secs = secs > 0 ? secs : 1;
-	fprintf(out, "\n== infertrace summary: %.1f s, %llu records ==\n", secs,
-		(unsigned long long)(a->cnt.emitted[REC_EVENT] + a->cnt.emitted[REC_SUMMARY] +
-				     a->cnt.emitted[REC_STATS]));
+	fprintf(out, "\n== infertrace summary: %.1f s%s, %llu records ==\n", secs,
+		a->summary_ns > a->start_ns ? " since agentctl summary --reset" : "",
+		(unsigned long long)(summary_records(a) - a->summary_records));
 	fprintf(
 	    out,
 	    "\nCUDA calls per entry point and thread (rate over the intervals it launched in)\n");
@@ -648,8 +676,8 @@ void aggregate_print_summary(struct agent *a, FILE *out)
 		fprintf(out,
 			"  and %llu more threads that exited (not listed): %.1f blocked, %.1f "
 			"preempted, %.1f run queue, %llu switches\n",
-			(unsigned long long)g->n_folded, g->folded.offcpu_blocked_ns / 1e6,
-			g->folded.offcpu_preempted_ns / 1e6, g->folded.runq_ns / 1e6,
+			(unsigned long long)g->n_folded, g->folded.blocked_ns / 1e6,
+			g->folded.preempted_ns / 1e6, g->folded.runq_ns / 1e6,
 			(unsigned long long)g->folded.offcpu_count);
 	fprintf(out, "\nSlow syscalls (>= %.1f ms)\n", a->opts.syscall_thresh_ns / 1e6);
 	fprintf(out, "  %-8s %-16s %-16s %8s %12s %10s\n", "TID", "COMM", "SYSCALL", "COUNT",
@@ -676,6 +704,97 @@ void aggregate_print_summary(struct agent *a, FILE *out)
 				(unsigned long long)np->total.tx_bytes,
 				(unsigned long long)np->total.tx_packets);
 		}
+	}
+}
+
+/* ------------------------------------------------------- summary reset */
+
+static uint32_t *reset_gone; /* exited threads freed at the reset, tids sorted */
+static size_t n_reset_gone, cap_reset_gone;
+static struct sc_prev **reset_sc; /* their syscall entries */
+static size_t n_reset_sc, cap_reset_sc;
+
+static bool grow(void **p, size_t *cap, size_t n, size_t size)
+{
+	void *np;
+
+	if (n < *cap)
+		return true;
+	np = realloc(*p, (*cap ? *cap * 2 : 64) * size);
+	if (!np)
+		return false;
+	*p = np;
+	*cap = *cap ? *cap * 2 : 64;
+	return true;
+}
+
+static void reset_thread(const void *node, VISIT v, int depth)
+{
+	struct thread_prev *tp = *(struct thread_prev *const *)node;
+
+	(void)depth;
+	if (v != postorder && v != leaf)
+		return;
+	tp->base = (struct thread_sum){0};
+	thread_sum(tp, &tp->base);
+	tp->first_ns = tp->last_ns = 0;
+	if (tp->listed &&
+	    grow((void **)&reset_gone, &cap_reset_gone, n_reset_gone, sizeof(*reset_gone)))
+		reset_gone[n_reset_gone++] = tp->tid;
+}
+
+static void reset_syscall(const void *node, VISIT v, int depth)
+{
+	struct sc_prev *sp = *(struct sc_prev *const *)node;
+
+	(void)depth;
+	if (v != postorder && v != leaf)
+		return;
+	sp->slow_count = sp->slow_ns = sp->slow_max_ns = 0;
+	if (bsearch(&sp->key.tid, reset_gone, n_reset_gone, sizeof(*reset_gone), cmp_u32) &&
+	    grow((void **)&reset_sc, &cap_reset_sc, n_reset_sc, sizeof(*reset_sc)))
+		reset_sc[n_reset_sc++] = sp;
+}
+
+/*
+ * `agentctl summary --reset`: the digest starts anew. A thread's counts
+ * from now are its reads less what it had counted (its base); the exited
+ * threads kept for the summary, the folded totals, the slow syscalls and
+ * the network totals go. The interval records are not touched.
+ */
+void aggregate_summary_reset(struct agent *a)
+{
+	struct agg *g = a->agg;
+
+	a->summary_records = summary_records(a);
+	if (!g)
+		return;
+	n_reset_gone = n_reset_sc = 0;
+	twalk(g->threads, reset_thread); /* in tid order: reset_gone is sorted */
+	twalk(g->syscalls, reset_syscall);
+	for (size_t i = 0; i < n_reset_sc; i++) {
+		tdelete(reset_sc[i], &g->syscalls, cmp_sckey);
+		free(reset_sc[i]);
+	}
+	for (size_t i = 0; i < n_reset_gone; i++) {
+		struct thread_prev key = {.tid = reset_gone[i]}, **found, *tp;
+
+		found = tfind(&key, &g->threads, cmp_u32);
+		if (!found)
+			continue;
+		tp = *found;
+		tdelete(tp, &g->threads, cmp_u32);
+		free(tp);
+		a->cnt.threads_held--;
+	}
+	g->n_listed = 0;
+	g->folded = (struct thread_sum){0};
+	g->n_folded = 0;
+	g->folded_slow_count = g->folded_slow_ns = g->folded_slow_max_ns = 0;
+	for (int i = 0; i < g->n_nets; i++) {
+		struct netdev_stats *t = &g->nets[i].total;
+
+		t->rx_bytes = t->rx_packets = t->tx_bytes = t->tx_packets = 0;
 	}
 }
 

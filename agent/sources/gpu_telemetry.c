@@ -693,6 +693,14 @@ void telem_print_summary(struct agent *a, FILE *out)
 	}
 }
 
+void telem_summary_reset(struct agent *a)
+{
+	struct telem *t = a->telem;
+
+	if (t)
+		memset(t->acc, 0, sizeof(t->acc)); /* the loop thread's, as account() */
+}
+
 void telem_stop(struct agent *a)
 {
 	struct telem *t = a->telem;

@@ -163,6 +163,8 @@ struct pysrc {
 	struct py_kept_ring *kept; /* at the first launch's frames */
 	char *gone[PY_GONE_MAX];   /* --summary's lines of the last processes that ended */
 	uint64_t n_gone;
+	/* samples, procs and unsupported before `agentctl summary --reset` */
+	uint64_t base_samples, base_procs, base_unsupported;
 };
 
 static const char *const state_names[] = {"unavailable", "running"};
@@ -1248,6 +1250,40 @@ static char *proc_summary(const struct proc *p)
 	return buf;
 }
 
+/*
+ * `agentctl summary --reset`: the section counts anew; a running process
+ * counts again from its next sample, the ended ones' lines go
+ */
+void python_summary_reset(struct agent *a)
+{
+	struct pysrc *s = a->python;
+	uint64_t live = 0, refused = 0;
+
+	if (!s)
+		return;
+	for (int i = 0; i < a->n_procs; i++) {
+		struct proc *p = &a->procs[i];
+
+		if (!p->used)
+			continue;
+		refused += p->py_refused;
+		if (!p->py)
+			continue;
+		live++;
+		p->py->samples = 0;
+		if (p->py->leaf)
+			memset(p->py->leaf, 0, p->py->cap_leaf * sizeof(*p->py->leaf));
+	}
+	s->base_samples = s->samples;
+	s->base_procs = s->procs - live;
+	s->base_unsupported = s->unsupported - refused;
+	for (int i = 0; i < PY_GONE_MAX; i++) {
+		free(s->gone[i]);
+		s->gone[i] = NULL;
+	}
+	s->n_gone = 0;
+}
+
 void python_print_summary(struct agent *a, FILE *out)
 {
 	struct pysrc *s = a->python;
@@ -1259,10 +1295,12 @@ void python_print_summary(struct agent *a, FILE *out)
 		fprintf(out, "  not sampled: %s\n", s->error);
 		return;
 	}
-	fprintf(out, "  %llu samples of %llu processes", (unsigned long long)s->samples,
-		(unsigned long long)s->procs);
-	if (s->unsupported)
-		fprintf(out, "; %llu with a Python not walked", (unsigned long long)s->unsupported);
+	fprintf(out, "  %llu samples of %llu processes",
+		(unsigned long long)(s->samples - s->base_samples),
+		(unsigned long long)(s->procs - s->base_procs));
+	if (s->unsupported > s->base_unsupported)
+		fprintf(out, "; %llu with a Python not walked",
+			(unsigned long long)(s->unsupported - s->base_unsupported));
 	fprintf(out, "\n");
 	if (s->n_gone > PY_GONE_MAX)
 		fprintf(out, "  (%llu ended earlier, not shown; the last %d:)\n",

@@ -239,6 +239,14 @@ int aggregate_init(struct agent *a);
 void aggregate_interval(struct agent *a, bool final);
 void aggregate_free(struct agent *a);
 void aggregate_print_summary(struct agent *a, FILE *out);
+/*
+ * `agentctl summary --reset` (control.c, control_summary_reset()): each
+ * --summary section's digest starts anew; records, stats and /metrics are
+ * not touched
+ */
+void aggregate_summary_reset(struct agent *a);
+void telem_summary_reset(struct agent *a);
+void python_summary_reset(struct agent *a);
 /* a single slow-syscall event, counted for the readable summary */
 void aggregate_note_syscall(struct agent *a, uint32_t tid, uint32_t nr, uint64_t dur_ns);
 /* bucket lower bound in us for a histogram slot; must match bpf hist_slot() */

@@ -179,7 +179,8 @@ if agent_start ctl_bad --control-socket "$SOCK" --shim-socket none; then
 		'{"cmd":"deep_dive","instance":"x","duration_s":"long"}' \
 		'{"cmd":"deep_dive","instance":"a\"b"}' '{"cmd":"status","extra":1}' \
 		'{"cmd":"export","format":"pprof"}' '{"cmd":"ping","id":{"x":1}}' \
-		'{"cmd":"ping","cmd":"status"}' '{"cmd":"ping"' '{"cmd":"summary","since":0}'; do
+		'{"cmd":"ping","cmd":"status"}' '{"cmd":"ping"' '{"cmd":"summary","since":0}' \
+		'{"cmd":"summary","reset":"yes"}'; do
 		r=$(raw "$p")
 		expect "'$p': no bad_request reply, got: $r" \
 			eval 'head -n 1 <<<"$r" | jq -e ".ok == false and .error == \"bad_request\" and (.message | length > 0)" >/dev/null'
@@ -204,14 +205,18 @@ if agent_start ctl_bad --control-socket "$SOCK" --shim-socket none; then
 		eval '[ "$(sed -n 1p <<<"$r" | jq -r .version)" != null ] && sed -n 2p <<<"$r" | jq -e ".ok and .processes" >/dev/null'
 	out=$(ctl ping 2>&1)
 	expect "agent does not answer after the abuse: $out" grep -q "is there" <<<"$out"
+	out=$(ctl status --reset 2>&1)
+	rc=$?
+	expect "agentctl status --reset: exit $rc, want 2 (usage) saying why: $out" \
+		eval '[ "$rc" = 2 ] && grep -q -- "--reset belongs to summary" <<<"$out"'
 	kill -0 "$AGENT_PID" 2>/dev/null || fail_because "agent died"
 	st=$(ctl status --json)
-	expect "control.malformed = $(jq .control.malformed <<<"$st"), want >= 15" ge "$(jq .control.malformed <<<"$st")" 15
+	expect "control.malformed = $(jq .control.malformed <<<"$st"), want >= 16" ge "$(jq .control.malformed <<<"$st")" 16
 	expect "control.oversized = $(jq .control.oversized <<<"$st"), want >= 2" ge "$(jq .control.oversized <<<"$st")" 2
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
 	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
 	n=$(jqf '"final":true' '[.[] | select(.type == "stats" and .final) | .control.malformed][0] // 0')
-	expect "final stats record: control.malformed = $n" ge "$n" 15
+	expect "final stats record: control.malformed = $n" ge "$n" 16
 else
 	fail_because "agent did not start: $(agent_tail)"
 fi

@@ -97,10 +97,20 @@
 #                           them to the shim: 30 steps with source marker,
 #                           the tokens and batch of each range's message;
 #                           gpu.nvtx counts 36 ranges, none unpaired or lost
+#   diag_live_summary_reset: workload A runs 40 steps and ends; `agentctl
+#                           summary --reset` prints its digest (40 steps,
+#                           none flagged, its CUDA calls, its GPU records)
+#                           and starts the agent's anew; workload B runs 40
+#                           steps, 34 stalled: --summary at exit is B's
+#                           alone (header from the reset, 40 steps, the one
+#                           host_stall, steps_check.py on B's records, no
+#                           CUDA calls of A); joined GPU records of the two
+#                           texts add to stats.gpu.joined; stats not reset
 source "$(dirname "$0")/lib.sh"
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 NAMES="diag_live_steps diag_live_metrics diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
-	diag_replay_waiting diag_live_net diag_live_straggler diag_live_contention diag_replay_cpu diag_live_nvtx"
+	diag_replay_waiting diag_live_net diag_live_straggler diag_live_contention diag_replay_cpu diag_live_nvtx
+	diag_live_summary_reset"
 # shellcheck disable=SC2086
 it_preflight $NAMES
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
@@ -582,3 +592,93 @@ if [ -n "$OK" ]; then
 		jqe '.ranges == 36 and .unpaired == 0 and .overflow == 0' <<<"$nv"
 fi
 report diag_live_nvtx
+
+# ---------------------------------------------------------- summary reset --
+# two workloads, one after the other, under one agent with --summary: A (40
+# steps, none slow) runs and ends, `agentctl summary --reset` prints its
+# digest and starts the agent's anew; then B (40 steps, step 34 stalled).
+# The reset's text is A's alone, the exit's B's alone, each part of the run
+# in exactly one of them
+_why=()
+rsock=$T/rs.d/shim.sock
+csock=$T/rs.d/ctl.sock
+mkdir -p "$T/rs.d"
+declare -A RPID RWP
+for w in a b; do
+	bg_start "$T/rs$w.work" env INFERTRACE_INSTANCE="it-rs$w-$$" INFERTRACE_SHIM_SOCKET="$rsock" \
+		"$GPU_LIVE" -t 1 -n "$STEPS" -s $([ $w = b ] && echo "$STALL" || echo 1000) \
+		-w "$T/rs$w.go" -e "$T/rs$w.exit" -m sentinel
+	RWP[$w]=$BG_PID
+done
+rok=
+# rs_steps W: W's step records so far
+rs_steps() { jqo --argjson p "${RPID[$1]}" '[.[] | select(.type == "step" and .pid == $p)] | length'; }
+rs_wait_steps() {
+	local i
+	for ((i = 0; i < 150; i++)); do
+		[ "$(rs_steps "$1")" -ge "$STEPS" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+if ! wait_line "$T/rsa.work" 10 || ! wait_line "$T/rsb.work" 10; then
+	fail_because "gpu_live printed nothing: $(head -c 300 "$T/rsa.work.err" "$T/rsb.work.err")"
+else
+	for w in a b; do RPID[$w]=$(head -n 1 "$T/rs$w.work" | jq -r .pid); done
+	if ! agent_start rsreset -i 0.25 --pid "${RPID[a]}" --pid "${RPID[b]}" --shim-socket "$rsock" \
+		--sentinel-launches all --summary --control-socket "$csock"; then
+		fail_because "agent did not start: $(agent_tail)"
+	elif ! cuda_attached "${RPID[a]}" 10 || ! cuda_attached "${RPID[b]}" 10; then
+		fail_because "no attach record for both workloads"
+	elif ! wait_record ".type == \"shim_status\" and .pid == ${RPID[a]}" 10; then
+		fail_because "no shim_status for A: $(agent_tail)"
+	else
+		touch "$T/rsa.go"
+		if ! rs_wait_steps a; then
+			fail_because "A: $(rs_steps a) steps, want $STEPS"
+		else
+			touch "$T/rsa.exit"
+			wait_exit "${RWP[a]}" 30 || fail_because "gpu_live A did not finish"
+			sleep 1 # A's threads read gone, their last counts taken
+			"$BUILD/agentctl" --socket "$csock" summary --reset >"$T/rs.reset" 2>"$T/rs.reset.err" ||
+				fail_because "agentctl summary --reset: exit $?: $(head -c 300 "$T/rs.reset.err")"
+			touch "$T/rsb.go"
+			if rs_wait_steps b; then
+				sleep 0.5
+				rok=1
+			else
+				fail_because "B: $(rs_steps b) steps, want $STEPS"
+			fi
+		fi
+	fi
+fi
+touch "$T/rsa.exit" "$T/rsb.exit"
+for w in a b; do wait_exit "${RWP[$w]}" 30 || fail_because "gpu_live $w did not finish"; done
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+if [ -n "$rok" ]; then
+	# the reset's text: A's 40 steps, none flagged; its CUDA calls; its GPU records
+	summary_has "$T/rs.reset" "$STEPS" 0 0 0
+	expect "agentctl summary --reset did not say what it covered: $(cat "$T/rs.reset.err")" \
+		grep -q "^agentctl: that covered [0-9.]* s; the agent's digest starts anew$" "$T/rs.reset.err"
+	# the exit's text: from the reset on, B's 40 steps, its one stall
+	expect "exit summary's header does not say it runs from the reset: $(grep '^== infertrace summary' "$AGENT_ERR")" \
+		grep -qE "^== infertrace summary: [0-9.]+ s since agentctl summary --reset, [0-9]+ records ==$" "$AGENT_ERR"
+	summary_has "$AGENT_ERR" "$STEPS" 1 1 0 ': host_stall 1$'
+	jq -c --argjson p "${RPID[b]}" --arg i "it-rsb-$$" \
+		'select((.type == "step" and .pid == $p) or (.type == "anomaly" and .instance == $i))' \
+		"$AGENT_OUT" >"$T/rs.b.jsonl"
+	got=$(python3 "$IT_ROOT/tests/integration/steps_check.py" "$T/rs.b.jsonl" "$AGENT_ERR" 2>&1)
+	expect "the exit's steps are not B's records (steps_check.py): $got" [ "${got%% *}" = ok ]
+	calls() { grep -cE "^ +$2 +[0-9]+ +[^ ]+ +cu[A-Za-z_]+ +[1-9]" "$1"; }
+	expect "CUDA calls: the reset's text has A $(calls "$T/rs.reset" "${RPID[a]}") and B $(calls "$T/rs.reset" "${RPID[b]}") lines, the exit's A $(calls "$AGENT_ERR" "${RPID[a]}") and B $(calls "$AGENT_ERR" "${RPID[b]}"): want A then B only" \
+		eval '[ "$(calls "$T/rs.reset" "${RPID[a]}")" -ge 1 ] && [ "$(calls "$AGENT_ERR" "${RPID[b]}")" -ge 1 ] && [ "$(calls "$AGENT_ERR" "${RPID[a]}")" = 0 ]'
+	joined() { sed -n 's/^  records  *[0-9]*: .* \([0-9][0-9]*\) joined to their launch$/\1/p' "$1"; }
+	j1=$(joined "$T/rs.reset") j2=$(joined "$AGENT_ERR")
+	jt=$(jqo '[.[] | select(.type == "stats")][-1].gpu.joined')
+	expect "GPU records joined: $j1 in the reset's text + $j2 at exit, want $jt (stats), each >= $((5 * STEPS))" \
+		eval '[ $((${j1:-0} + ${j2:-0})) = "$jt" ] && [ "${j1:-0}" -ge $((5 * STEPS)) ] && [ "${j2:-0}" -ge $((5 * STEPS)) ]'
+	ds=$(jqo '[.[] | select(.type == "stats")][-1] | {steps: .diag.steps, summary: .control.by_cmd.summary}')
+	expect "stats $ds: want 80 steps (records and stats are not reset), 1 summary asked" \
+		jqe '.steps == 80 and .summary == 1' <<<"$ds"
+fi
+report diag_live_summary_reset

@@ -18,6 +18,9 @@
 #                          a GPU that answers "lost" is counted (gpu_lost);
 #                          NVML is initialised once and shut down at exit;
 #                          --summary gives each GPU's clock range and reasons
+#                          (`agentctl summary --reset` after the drop: both
+#                          clocks; at exit, since the reset: 1410 MHz only,
+#                          held down in every read)
 #   gpu_telemetry_absent   --gpu-telemetry on without NVML: the agent refuses
 #                          to start and says why; auto (the default) runs
 #                          without it, the stats say "unavailable" and why
@@ -67,7 +70,8 @@ http_metrics() { curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics"; }
 # ------------------------------------------------------------- records ----
 state 1980 0
 : >"$FAKE_NVML_LOG"
-if ! agent_start_metrics tel "${COMMON[@]}" --gpu-telemetry on --gpu-telemetry-period 200 --summary; then
+if ! agent_start_metrics tel "${COMMON[@]}" --gpu-telemetry on --gpu-telemetry-period 200 --summary \
+	--control-socket "$T/tel.ctl"; then
 	fail_because "agent did not start: $(agent_tail)"
 else
 	wait_record '.type=="gpu_telemetry" and .device==1' 10 || fail_because "no record of GPU 1"
@@ -103,6 +107,16 @@ else
 		expect "metrics lack '$want'" grep -qxF "$want" <<<"$m"
 	done
 	expect "metrics: samples counter" grep -qE '^infertrace_gpu_telemetry_samples_total [1-9]' <<<"$m"
+	# --summary so far, then anew: from here on GPU 0 reads only the held-down 1410 MHz
+	"$BUILD/agentctl" --socket "$T/tel.ctl" summary --reset >"$T/tel.reset" 2>&1 ||
+		fail_because "agentctl summary --reset: exit $?: $(head -c 300 "$T/tel.reset")"
+	reads0() { jqo '[.[] | select(.type=="gpu_telemetry" and .device==0)] | length'; }
+	n0=$(reads0)
+	for ((i = 0; i < 50; i++)); do
+		[ "$(reads0)" -ge $((n0 + 2)) ] && break
+		sleep 0.1
+	done
+	expect "GPU 0 read $(($(reads0) - n0)) times in 5 s after the reset, want 2" ge "$(reads0)" $((n0 + 2))
 	if command -v promtool >/dev/null; then
 		lint=$(promtool check metrics <<<"$m" 2>&1)
 		expect "promtool: $(head -n 2 <<<"$lint" | tr '\n' ' ')" [ $? = 0 ]
@@ -124,10 +138,17 @@ else
 	expect "log: the start line" grep -q 'GPU telemetry: 2 GPUs through NVML' "$AGENT_ERR"
 	agent_stop INT || fail_because "agent did not stop"
 	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
-	sum=$(sed -n "/^The node's GPUs/,/^\$/p" "$AGENT_ERR")
+	sum=$(sed -n "/^The node's GPUs/,/^\$/p" "$T/tel.reset")
 	expect "--summary, GPU 0: $sum" grep -qE "GPU 0 $U0: [0-9]+ reads, SM clock 1410-1980 MHz \(highest 1980\), up to 45 C, up to 350 W of 700" <<<"$sum"
 	expect "--summary, GPU 0 held: $sum" grep -qE "clocks held down by: sw_power_cap in [0-9]+ of [0-9]+ reads, hw_slowdown in [0-9]+ of [0-9]+ reads$" <<<"$sum"
 	expect "--summary, GPU 1: $sum" grep -qE "GPU 1 $U1: .*SM clock 1755-1755 MHz.*up to 83 C" <<<"$sum"
+	# at exit, since the reset: every read of GPU 0 held down
+	sum=$(sed -n "/^The node's GPUs/,/^\$/p" "$AGENT_ERR")
+	expect "--summary at exit, GPU 0 since the reset: $sum" \
+		grep -qE "GPU 0 $U0: ([0-9]+) reads, SM clock 1410-1410 MHz \(highest 1980\), up to 45 C, up to 350 W of 700" <<<"$sum"
+	nr=$(sed -n "s/^  GPU 0 $U0: \([0-9]*\) reads.*/\1/p" <<<"$sum")
+	expect "--summary at exit, GPU 0 held in every one of its $nr reads: $sum" \
+		grep -qE "clocks held down by: sw_power_cap in $nr of $nr reads, hw_slowdown in $nr of $nr reads$" <<<"$sum"
 	expect "NVML init / shutdown: $(tr '\n' ' ' <"$FAKE_NVML_LOG")" \
 		[ "$(tr '\n' ' ' <"$FAKE_NVML_LOG")" = "init shutdown " ]
 fi

@@ -27,8 +27,10 @@
 #                    "spin (py_steps.py:DEF) <- pad_batch (py_steps.py:CALL)" in
 #                    most of its samples; stats.diag.python_suspects counts
 #                    it; the Prometheus counter counts them; --summary's
-#                    Python section names the process, its samples and
-#                    spin first among its innermost frames
+#                    Python section (`agentctl summary --reset` once the
+#                    process ended) names the process, its samples and
+#                    spin first among its innermost frames; after the
+#                    reset, the one at exit has no sample and no process
 #   python_other_thread: the same script with a second thread spinning in
 #                    background_tokenize() all along, and step 60 sleeping
 #                    300 ms in wait_for_batch() (the GIL released, off the
@@ -205,11 +207,15 @@ echo "# python_layout: checked ${checked[*]}"
 report python_layout
 
 # --------------------------------------------------------- python_profile --
-agent_start_metrics python_profile -i 0.25 --summary || fail_because "agent did not start: $(agent_tail)"
+agent_start_metrics python_profile -i 0.25 --summary --control-socket "$T/prof.ctl" ||
+	fail_because "agent did not start: $(agent_tail)"
 py_run sys "$SYS_PY" 80 60 200
 if num "$PYPID"; then
 	sleep 3 # the last steps are cut 2 s after their end
 	metric=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '$1=="infertrace_python_samples_total"{print $2}')
+	# the digest so far (the process has ended), then anew: nothing after it
+	"$BUILD/agentctl" --socket "$T/prof.ctl" summary --reset >"$T/prof.reset" 2>&1 ||
+		fail_because "agentctl summary --reset: exit $?: $(head -c 300 "$T/prof.reset")"
 fi
 agent_stop INT || fail_because "agent did not exit on SIGINT"
 [ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
@@ -262,12 +268,19 @@ if num "$PYPID"; then
 	ratio=$(echo "$an" | jq -r '[.[0].suspects[] | select(.what=="python")][0].ratio // 0')
 	expect "most of the thread's samples in pad_batch: $ratio" \
 		eqs "$(jq -n "$ratio >= 0.6")" true
-	sum=$(sed -n '/^Python frames (--python-stacks, 49 Hz)$/,/^$/p' "$AGENT_ERR")
+	# --summary's section, as `agentctl summary --reset` printed it once the process ended
+	sum=$(sed -n '/^Python frames (--python-stacks, 49 Hz)$/,/^$/p' "$T/prof.reset")
 	expect "--summary names the process with its samples: $(echo "$sum" | head -n 3 | tr '\n' '|')" \
 		eqs "$(grep -cE "^  pid $PYPID \(python3, Python $pyver\): $samples samples;" <<<"$sum")" 1
+	expect "--summary counts its samples: $(sed -n 2p <<<"$sum")" \
+		eqs "$(sed -n 2p <<<"$sum")" "  $samples samples of 1 processes"
 	first=$(grep -A1 "^  pid $PYPID " <<<"$sum" | sed -n 2p)
 	expect "--summary's first function is spin: $first" \
 		eqs "$(grep -cE "^ +[0-9]+ +[0-9]+%  spin \(py_steps.py:$l_spin\)$" <<<"$first")" 1
+	# and at exit, after the reset: no sample, no process
+	sum=$(sed -n '/^Python frames (--python-stacks, 49 Hz)$/,/^$/p' "$AGENT_ERR")
+	expect "--summary at exit, after the reset: $(echo "$sum" | head -n 3 | tr '\n' '|')" \
+		eqs "$(sed -n '2,$p' <<<"$sum" | grep .)" "  0 samples of 0 processes"
 	expect "stats.diag.python_suspects >= 1" \
 		eqs "$(jqo '[.[] | select(.type=="stats")] | last | .diag.python_suspects >= 1')" true
 fi

@@ -117,6 +117,16 @@ static void test_parse_ok(void **state)
 	    ctl_parse_request("{\"cmd\":\"summary\",\"id\":3}", 24, &r, err, sizeof(err)), 0);
 	assert_int_equal(r.cmd, CTL_SUMMARY);
 	assert_string_equal(ctl_cmd_name(r.cmd), "summary");
+	assert_false(r.reset);
+	ctl_request_release(&r);
+	assert_int_equal(
+	    ctl_parse_request("{\"cmd\":\"summary\",\"reset\":true}", 30, &r, err, sizeof(err)), 0);
+	assert_true(r.reset);
+	ctl_request_release(&r);
+	assert_int_equal(
+	    ctl_parse_request("{\"cmd\":\"summary\",\"reset\":false}", 31, &r, err, sizeof(err)),
+	    0);
+	assert_false(r.reset);
 	ctl_request_release(&r);
 }
 
@@ -186,6 +196,8 @@ static void test_parse_bad(void **state)
 	    "{\"cmd\":\"status\",\"instance\":\"a\"}",
 	    "{\"cmd\":\"export\"}",
 	    "{\"cmd\":\"summary\",\"instance\":\"a\"}",
+	    "{\"cmd\":\"summary\",\"reset\":1}",
+	    "{\"cmd\":\"status\",\"reset\":true}",
 	    "{\"cmd\":\"ping\",\"id\":[1]}",
 	    "{\"cmd\":\"ping\",\"cmd\":\"ping\"}",
 	    "{\"cmd\":\"ping\"} trailing",
