@@ -1,7 +1,12 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-"""py_cuda - the real libcudart through ctypes, for the Python workloads of
-tests/integration/python.sh (py_launch.py, py_gpu.py)."""
+"""py_cuda - the real libcudart through ctypes, and the start every Python
+workload of tests/integration/python.sh makes (py_steps.py, py_launch.py,
+py_gpu.py, py_reuse.py, py_embedded.py)."""
 import ctypes
+import json
+import os
+import threading
+import time
 
 
 class Dim3(ctypes.Structure):
@@ -21,3 +26,13 @@ def load_cudart(path):
     cudart.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                        ctypes.c_int, ctypes.c_void_p]
     return cudart
+
+
+def ready(go, helper=0):
+    """{"pid", "tid", "helper"} on stdout, which python.sh reads to start the
+    agent on this process and thread; then wait until python.sh makes the go
+    file (the agent is attached)"""
+    print(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id(), "helper": helper}),
+          flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.01)

@@ -8,18 +8,17 @@ seconds of the thread's own CPU time, and lingers a second.
 usage: infer-engine py_embedded.py CUDART GO_FILE SECS
 """
 import ctypes
-import json
 import os
 import sys
-import threading
 import time
+
+# an embedded interpreter's PyRun_SimpleFile puts no script folder on sys.path
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from py_cuda import ready  # noqa: E402
 
 cudart_path, go, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
 ctypes.CDLL(cudart_path)
-print(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id(), "helper": 0}),
-      flush=True)
-while not os.path.exists(go):
-    time.sleep(0.01)
+ready(go)
 
 
 def embedded_work(s):

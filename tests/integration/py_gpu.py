@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from py_cuda import Dim3, load_cudart
+from py_cuda import Dim3, load_cudart, ready
 
 cudart_path, fake_path, shim_path, go, rounds, cbid = sys.argv[1:7]
 rounds, cbid = int(rounds), int(cbid)
@@ -77,10 +77,7 @@ class Sampler:
         gpu_launch("sample")
 
 
-print(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id(), "helper": 0}),
-      flush=True)
-while not os.path.exists(go):
-    time.sleep(0.01)
+ready(go)
 for _ in range(1000):
     if fake.fake_cupti_kind_enabled(KIND_MEMSET):
         break

@@ -15,12 +15,11 @@ usage: py_launch.py CUDART GO_FILE ROUNDS
 """
 import ctypes
 import json
-import os
 import sys
 import threading
 import time
 
-from py_cuda import Dim3, load_cudart
+from py_cuda import Dim3, load_cudart, ready
 
 cudart_path, go, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cudart = load_cudart(cudart_path)
@@ -55,8 +54,8 @@ def run(model):
     model.forward()
 
 
-def sampler_loop(n, ready, gate):
-    ready.append(threading.get_native_id())
+def sampler_loop(n, tids, gate):
+    tids.append(threading.get_native_id())
     gate.wait()
     s = Sampler()
     for _ in range(n):
@@ -64,15 +63,12 @@ def sampler_loop(n, ready, gate):
         time.sleep(0.002)
 
 
-ready, gate = [], threading.Event()
-helper = threading.Thread(target=sampler_loop, args=(rounds, ready, gate))
+helper_tid, gate = [], threading.Event()
+helper = threading.Thread(target=sampler_loop, args=(rounds, helper_tid, gate))
 helper.start()
-while not ready:
+while not helper_tid:
     time.sleep(0.01)
-print(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id(),
-                  "helper": ready[0]}), flush=True)
-while not os.path.exists(go):
-    time.sleep(0.01)
+ready(go, helper_tid[0])
 gate.set()
 model = Model()
 for _ in range(rounds):

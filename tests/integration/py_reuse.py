@@ -16,17 +16,14 @@ usage: py_reuse.py CUDART GO_FILE SECS
 import ctypes
 import gc
 import json
-import os
 import sys
-import threading
 import time
+
+from py_cuda import ready
 
 cudart_path, go, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
 ctypes.CDLL(cudart_path)
-print(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id(), "helper": 0}),
-      flush=True)
-while not os.path.exists(go):
-    time.sleep(0.01)
+ready(go)
 
 
 def make(name):

@@ -24,6 +24,8 @@ import sys
 import threading
 import time
 
+from py_cuda import ready
+
 cudart_path, lib_path, go, steps, slow, slow_ms = sys.argv[1:7]
 steps, slow, slow_ms = int(steps), int(slow), float(slow_ms)
 helper = len(sys.argv) > 7 and sys.argv[7] == "1"
@@ -47,10 +49,7 @@ def background_tokenize():
 if helper:
     threading.Thread(target=background_tokenize, daemon=True).start()
     started.wait()
-print(json.dumps({"pid": os.getpid(), "tid": threading.get_native_id(),
-                  "helper": helper_tid[0]}), flush=True)
-while not os.path.exists(go):
-    time.sleep(0.01)
+ready(go, helper_tid[0])
 
 
 def spin(ms, cpu_share=0.25):
