@@ -93,6 +93,7 @@ enum {
 	OPT_RECORDER_LAUNCHES,
 	OPT_NCCL_SLOTS,
 	OPT_METRICS,
+	OPT_METRICS_INSTANCES,
 	OPT_PERFETTO,
 	OPT_KAFKA,
 	OPT_KAFKA_PREFIX,
@@ -353,6 +354,11 @@ static const struct opt_def opt_table[] = {
      .err = "takes ADDR:PORT (e.g. :9464)",
      .doc = "Serve Prometheus metrics (/metrics, /healthz, /readyz) over HTTP on ADDR:PORT, "
 	    "e.g. :9464 or 127.0.0.1:9464 (default: off)"},
+    {"metrics-instances", OPT_METRICS_INSTANCES, "N", OT_U32, FIELD(metrics_instances), 0, 256,
+     .err = "takes 0 to 256",
+     .doc = "The step duration histogram on /metrics has a series per instance "
+	    "(label infertrace_instance) for the first N instances seen, the rest together as "
+	    "'_other'; 0: one per phase for the whole node (default 8)"},
     {"perfetto", OPT_PERFETTO, "FILE", OT_STR, FIELD(perfetto),
      .doc = "With --replay: write the recording as a Perfetto / Chrome trace JSON to FILE "
 	    "(JSON lines only with --output)"},
@@ -1033,6 +1039,7 @@ int main(int argc, char **argv)
 	    .lib_grace_s = 30,
 	    .gpu_telemetry_period_ns = 1000000000ULL,
 	    .python_hz = 49,
+	    .metrics_instances = 8,
 	    .flush_timeout_s = FLUSH_TIMEOUT_DEFAULT,
 	};
 	build_argp_options();

@@ -12,10 +12,12 @@
  * close.
  *
  * Cardinality: labels are event types, record classes, drop stages and
- * sink names, step phases and histogram bounds - small fixed sets. No pid,
- * tid, instance or kernel name is a label (docs/operations.md lists every
- * metric). The two histograms (step durations, launch to GPU start) are
- * the pipeline's (diag.c, join.c: struct prom_hist, core/util.h).
+ * sink names, step phases and histogram bounds - small fixed sets - and
+ * the step histogram's instance, bounded by --metrics-instances (diag.c:
+ * the rest as "_other"). No pid, tid or kernel name is a label
+ * (docs/operations.md lists every metric). The two histograms (step
+ * durations, launch to GPU start) are the pipeline's (diag.c, join.c:
+ * struct prom_hist, core/util.h).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -135,57 +137,68 @@ static const struct stats_metric from_diag[] = {
      "(anomaly records with run 1); alert on this to be told once."},
 };
 
-/*
- * A histogram family: series i labelled label="values[i]" (label NULL: one
- * series, values unused): cumulative _bucket per bound and +Inf, _sum, _count
- */
-static void histogram(FILE *f, const char *name, const char *text, const char *label,
-		      const char *const *values, const struct prom_hist *const *h, unsigned int n)
+/* one series of a histogram family, labelled lab ("": none): cumulative _bucket per bound and +Inf,
+ * _sum, _count */
+static void hist_series(FILE *f, const char *name, const char *lab, const struct prom_hist *h)
 {
-	help(f, name, "histogram", text);
-	for (unsigned int i = 0; i < n; i++) {
-		char lab[96] = "", sep[2] = "";
-		uint64_t cum = 0;
+	const char *sep = lab[0] ? "," : "";
+	uint64_t cum = 0;
 
-		if (label) {
-			snprintf(lab, sizeof(lab), "%s=\"%s\"", label, values[i]);
-			sep[0] = ',';
-		}
-		for (unsigned int b = 0; b <= h[i]->nle; b++) {
-			cum += h[i]->n[b];
-			if (b < h[i]->nle)
-				fprintf(f, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, lab, sep,
-					h[i]->le[b], (unsigned long long)cum);
-			else
-				fprintf(f, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, lab, sep,
-					(unsigned long long)cum);
-		}
-		fprintf(f, "%s_sum%s%s%s %.17g\n", name, label ? "{" : "", lab, label ? "}" : "",
-			h[i]->sum);
-		fprintf(f, "%s_count%s%s%s %llu\n", name, label ? "{" : "", lab, label ? "}" : "",
-			(unsigned long long)cum);
+	for (unsigned int b = 0; b <= h->nle; b++) {
+		cum += h->n[b];
+		if (b < h->nle)
+			fprintf(f, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, lab, sep, h->le[b],
+				(unsigned long long)cum);
+		else
+			fprintf(f, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, lab, sep,
+				(unsigned long long)cum);
 	}
+	fprintf(f, "%s_sum%s%s%s %.17g\n", name, lab[0] ? "{" : "", lab, lab[0] ? "}" : "", h->sum);
+	fprintf(f, "%s_count%s%s%s %llu\n", name, lab[0] ? "{" : "", lab, lab[0] ? "}" : "",
+		(unsigned long long)cum);
 }
 
-/* the steps' durations by phase, the GPU's queue: the pipeline's own histograms */
+static uint64_t hist_count(const struct prom_hist *h)
+{
+	uint64_t n = 0;
+
+	for (unsigned int b = 0; b <= h->nle; b++)
+		n += h->n[b];
+	return n;
+}
+
+/*
+ * the steps' durations by phase (and instance: --metrics-instances), the
+ * GPU's queue: the pipeline's own histograms. The node's series are there
+ * for every phase from the start; an instance's for the phases it had
+ * steps in.
+ */
 static void histograms(struct agent *a, FILE *f)
 {
-	const char *phases[DIAG_STEP_PHASES];
-	const struct prom_hist *h[DIAG_STEP_PHASES];
+	static const char step[] = "infertrace_step_duration_seconds";
+	const struct prom_hist *h;
+	const char *inst;
+	char lab[64 + 2 * INSTANCE_LEN];
 
-	for (int p = 0; p < DIAG_STEP_PHASES; p++) {
-		phases[p] = diag_phase_name((enum diag_phase)p);
-		h[p] = diag_step_hist(a->diag, p);
-	}
-	histogram(f, "infertrace_step_duration_seconds",
-		  "Steps cut (or given by markers), by phase: their durations. "
-		  "histogram_quantile() over it is the node's step latency.",
-		  "phase", phases, h, DIAG_STEP_PHASES);
-	h[0] = gpu_l2s_hist(a);
-	histogram(f, "infertrace_gpu_launch_to_start_seconds",
-		  "GPU records joined to their launch: from the launch call to the start on the "
-		  "GPU (the GPU's queue; long: the CPU runs ahead, short: the GPU waits for it).",
-		  NULL, NULL, h, 1);
+	help(f, step, "histogram",
+	     "Steps cut (or given by markers), by phase and instance (infertrace_instance, the "
+	     "records' instance; '_other' past --metrics-instances): their durations. "
+	     "histogram_quantile() over it is the step latency.");
+	for (uint32_t i = 0; diag_step_hist(a->diag, i, 0, &inst); i++)
+		for (int p = 0; p < DIAG_STEP_PHASES; p++) {
+			h = diag_step_hist(a->diag, i, p, &inst);
+			if (inst && !hist_count(h))
+				continue;
+			snprintf(lab, sizeof(lab), "phase=\"%s\"%s%s%s",
+				 diag_phase_name((enum diag_phase)p),
+				 inst ? ",infertrace_instance=\"" : "", inst ? inst : "",
+				 inst ? "\"" : "");
+			hist_series(f, step, lab, h);
+		}
+	help(f, "infertrace_gpu_launch_to_start_seconds", "histogram",
+	     "GPU records joined to their launch: from the launch call to the start on the "
+	     "GPU (the GPU's queue; long: the CPU runs ahead, short: the GPU waits for it).");
+	hist_series(f, "infertrace_gpu_launch_to_start_seconds", "", gpu_l2s_hist(a));
 }
 
 /* one family per row: the stats record o's member obj.key */

@@ -652,9 +652,73 @@ _Static_assert(sizeof(step_le) / sizeof(step_le[0]) <= PROM_HIST_MAX, "step_le")
 static const struct prom_hist step_none = {.le = step_le,
 					   .nle = sizeof(step_le) / sizeof(step_le[0])};
 
-const struct prom_hist *diag_step_hist(const struct diag *d, int p)
+/*
+ * One --metrics step histogram per instance and phase: the first
+ * --metrics-instances instances, then every other one in "_other" (so a
+ * node's series stay bounded whatever names its workloads choose); with
+ * --metrics-instances 0 one per phase for the node (label NULL). Made
+ * with --metrics only, all at diag_new().
+ */
+struct diag_step_series {
+	char label[INSTANCE_LEN]; /* printable ASCII, '"' and '\' as '_'; "" unnamed */
+	struct prom_hist h[DIAG_STEP_PHASES];
+};
+
+#define SERIES_OTHER "_other"
+
+const struct prom_hist *diag_step_hist(const struct diag *d, uint32_t i, int p,
+				       const char **instance)
 {
-	return d && p >= 0 && p < DIAG_STEP_PHASES ? &d->step_s[p] : &step_none;
+	if (!d || i >= d->n_series || p < 0 || p >= DIAG_STEP_PHASES)
+		return NULL;
+	*instance = d->series_max ? d->series[i].label : NULL;
+	return &d->series[i].h[p];
+}
+
+/* an instance name as a Prometheus label value: printable ASCII, nothing to escape */
+static void series_label(const char *in, char out[INSTANCE_LEN])
+{
+	size_t k = 0;
+
+	for (; *in && k < INSTANCE_LEN - 1; in++) {
+		unsigned char c = (unsigned char)*in;
+
+		out[k++] = c < 0x20 || c > 0x7e || c == '"' || c == '\\' ? '_' : (char)c;
+	}
+	out[k] = '\0';
+	if (!k)
+		snprintf(out, INSTANCE_LEN, "_unnamed");
+}
+
+/* the series of a step of instance inst: its own, or "_other" once series_max are taken */
+static struct diag_step_series *step_series(struct diag *d, const char *inst)
+{
+	uint64_t hash = 14695981039346656037ull; /* FNV-1a */
+	char label[INSTANCE_LEN];
+	uint32_t i, slot;
+
+	if (!d->series_max)
+		return d->series;
+	for (const char *c = inst ? inst : ""; *c; c++)
+		hash = (hash ^ (unsigned char)*c) * 1099511628211ull;
+	hash |= 1; /* 0 marks an empty slot */
+	slot = hash % (sizeof(d->series_cache) / sizeof(d->series_cache[0]));
+	if (d->series_cache[slot].hash == hash)
+		return &d->series[d->series_cache[slot].idx];
+	series_label(inst ? inst : "", label);
+	for (i = 0; i < d->n_series && strcmp(d->series[i].label, label); i++)
+		;
+	if (i == d->n_series && d->n_series >= d->series_max) /* full: "_other", the last slot */
+		for (i = 0; i < d->n_series && strcmp(d->series[i].label, SERIES_OTHER); i++)
+			;
+	if (i == d->n_series) { /* i <= series_max: calloc'd series_max + 1 */
+		snprintf(d->series[i].label, INSTANCE_LEN, "%s",
+			 d->n_series == d->series_max ? SERIES_OTHER : label);
+		d->n_series++;
+	}
+	d->series_cache[slot].hash = hash;
+	d->series_cache[slot].idx = i;
+	return &d->series[i];
 }
 
 /* --summary's longest steps: s in its place, longest first, when it is one of them */
@@ -691,7 +755,8 @@ static void step_count(struct diag *d, const struct diag_step *s)
 	int p = (unsigned)s->phase < DIAG_STEP_PHASES ? (int)s->phase : 0;
 
 	d->steps++;
-	prom_hist_add(&d->step_s[p], s->dur_ns / 1e9);
+	if (d->series)
+		prom_hist_add(&step_series(d, s->instance)->h[p], s->dur_ns / 1e9);
 	qhist_add(&d->step_q[p], s->dur_ns);
 	if (!d->first_step_ns || s->start_ns < d->first_step_ns)
 		d->first_step_ns = s->start_ns;
@@ -812,8 +877,18 @@ int diag_new(struct agent *a, struct diag **out)
 	if (!d)
 		return -ENOMEM;
 	d->a = a;
-	for (int p = 0; p < DIAG_STEP_PHASES; p++)
-		d->step_s[p] = step_none;
+	if (a->opts.metrics) { /* series_max of their own, and one for the rest */
+		d->series_max = a->opts.metrics_instances;
+		d->series = calloc(d->series_max + 1, sizeof(*d->series));
+		if (!d->series) {
+			free(d);
+			return -ENOMEM;
+		}
+		for (uint32_t i = 0; i <= d->series_max; i++)
+			for (int p = 0; p < DIAG_STEP_PHASES; p++)
+				d->series[i].h[p] = step_none;
+		d->n_series = !d->series_max; /* the node's one series is there from the start */
+	}
 	so.step_ctx = d;
 	o.sz = sizeof(o);
 	o.anomaly = emit_anomaly;
@@ -1124,5 +1199,6 @@ void diag_free(struct diag *d)
 	for (uint32_t i = 0; d->pdev && i < STEP_PIDS; i++)
 		pdev_free(d->pdev[i]);
 	free(d->pdev);
+	free(d->series);
 	free(d);
 }

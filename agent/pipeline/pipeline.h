@@ -102,7 +102,12 @@ struct diag {
 	uint64_t python_suspects;
 	/* every step's duration by phase, unknown to mixed (--metrics, --summary) */
 #define DIAG_STEP_PHASES 4
-	struct prom_hist step_s[DIAG_STEP_PHASES];
+	struct diag_step_series *series; /* --metrics' histograms (diag_step_hist()) */
+	uint32_t n_series, series_max;	 /* series_max: --metrics-instances */
+	struct {
+		uint64_t hash; /* of the instance name as given; 0: empty slot */
+		uint32_t idx;
+	} series_cache[64];
 	struct qhist step_q[DIAG_STEP_PHASES];
 	uint64_t first_step_ns; /* the earliest start seen; 0: none */
 	/* --summary: the longest steps, longest first, and the anomaly that flagged each */
@@ -157,10 +162,13 @@ void diag_add_step(struct diag *d, const struct diag_step *s); /* recorded steps
 void diag_advance(struct diag *d, uint64_t now_ns);
 void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object */
 /*
- * --metrics' histogram of step durations (seconds) of phase p (0 unknown,
- * prefill, decode, mixed; diag_phase_name()); all empty when d is NULL
+ * --metrics' histograms of step durations (seconds): series i (from 0),
+ * phase p (0 unknown, prefill, decode, mixed; diag_phase_name()). *instance:
+ * the series' instance as a label value, or NULL for the node's one series
+ * (--metrics-instances 0). NULL past the last series, or without --metrics.
  */
-const struct prom_hist *diag_step_hist(const struct diag *d, int p);
+const struct prom_hist *diag_step_hist(const struct diag *d, uint32_t i, int p,
+				       const char **instance);
 /* the counters diag_stats and a replay's diag_status share, into o */
 void diag_counters(const struct diag *d, json_t *o);
 /* steps and anomalies, for --summary's reader (out: stderr at exit) */

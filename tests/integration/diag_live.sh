@@ -16,8 +16,9 @@
 #                           34 lasts >= 40 ms, every other < 10 ms
 #   diag_live_metrics:      /metrics (--metrics) taken once the 40 steps are
 #                           cut: infertrace_step_duration_seconds{phase=
-#                           "decode"} holds exactly those steps (each
-#                           bucket, the sum, the count; no other phase);
+#                           "decode",infertrace_instance=INST} holds exactly
+#                           those steps (each bucket, the sum, the count; no
+#                           other series);
 #                           infertrace_gpu_launch_to_start_seconds counts
 #                           every joined GPU record; promtool accepts it
 #   diag_live_anomaly:      exactly one anomaly for the instance: step 34
@@ -105,7 +106,9 @@
 #                           alone (header from the reset, 40 steps, the one
 #                           host_stall, steps_check.py on B's records, no
 #                           CUDA calls of A); joined GPU records of the two
-#                           texts add to stats.gpu.joined; stats not reset
+#                           texts add to stats.gpu.joined; stats not reset.
+#                           With --metrics-instances 1, /metrics has A's
+#                           steps under its name and B's as "_other"
 source "$(dirname "$0")/lib.sh"
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 NAMES="diag_live_steps diag_live_metrics diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
@@ -218,20 +221,21 @@ report diag_live_steps
 _why=("${WHY[@]}")
 if [ -n "$ok" ]; then
 	m=$(cat "$T/diag.metrics")
-	got=$(awk '/^infertrace_step_duration_seconds_(bucket|sum|count)\{phase="decode"/' <<<"$m")
-	want=$(jq -r --arg b "$(sed -n 's/.*_bucket{phase="decode",le="\([^"]*\)"}.*/\1/p' <<<"$got" | tr '\n' ' ')" '
+	sl="phase=\"decode\",infertrace_instance=\"$INST\""
+	got=$(grep -F "{$sl" <<<"$m" | grep '^infertrace_step_duration_seconds_')
+	want=$(jq -r --arg sl "$sl" --arg b "$(sed -n 's/.*_bucket{.*,le="\([^"]*\)"}.*/\1/p' <<<"$got" | tr '\n' ' ')" '
 		[.[].dur_ns / 1e9] as $d
 		| ($b | split(" ") | map(select(. != ""))) as $le
-		| ($le[] | . as $l | "infertrace_step_duration_seconds_bucket{phase=\"decode\",le=\"\($l)\"} \(if $l == "+Inf" then ($d | length) else [$d[] | select(. <= ($l | tonumber))] | length end)"),
-		  "infertrace_step_duration_seconds_sum{phase=\"decode\"} \($d | add)",
-		  "infertrace_step_duration_seconds_count{phase=\"decode\"} \($d | length)"' <<<"$steps")
+		| ($le[] | . as $l | "infertrace_step_duration_seconds_bucket{\($sl),le=\"\($l)\"} \(if $l == "+Inf" then ($d | length) else [$d[] | select(. <= ($l | tonumber))] | length end)"),
+		  "infertrace_step_duration_seconds_sum{\($sl)} \($d | add)",
+		  "infertrace_step_duration_seconds_count{\($sl)} \($d | length)"' <<<"$steps")
 	# the sums as numbers (the agent prints %.17g, jq its own shortest form)
 	norm() { awk '{ if ($1 ~ /_sum/) printf "%s %.9f\n", $1, $2; else print }'; }
 	expect "the decode steps' histogram is not their step records: $(diff <(norm <<<"$got") <(norm <<<"$want") | head -n 4 | tr '\n' '|')" \
 		[ "$(norm <<<"$got")" = "$(norm <<<"$want")" ]
 	expect "no bucket for the decode steps (histogram family missing?)" [ "$(grep -c _bucket <<<"$got")" -ge 10 ]
-	others=$(awk '/^infertrace_step_duration_seconds_count\{phase="(unknown|prefill|mixed)"/ {s += $2} END {print s + 0}' <<<"$m")
-	expect "steps of other phases counted: $others" eq "$others" 0
+	others=$(grep '^infertrace_step_duration_seconds_count{' <<<"$m" | grep -vF "{$sl}")
+	expect "step series besides the instance's decode steps: $others" [ -z "$others" ]
 	st=$(awk '$1 == "infertrace_steps_total" {print $2}' <<<"$m")
 	expect "infertrace_steps_total $st, want $STEPS" eq "${st:-0}" "$STEPS"
 	jn=$(awk '$1 == "infertrace_gpu_records_joined_total" {print $2}' <<<"$m")
@@ -625,8 +629,8 @@ if ! wait_line "$T/rsa.work" 10 || ! wait_line "$T/rsb.work" 10; then
 	fail_because "gpu_live printed nothing: $(head -c 300 "$T/rsa.work.err" "$T/rsb.work.err")"
 else
 	for w in a b; do RPID[$w]=$(head -n 1 "$T/rs$w.work" | jq -r .pid); done
-	if ! agent_start rsreset -i 0.25 --pid "${RPID[a]}" --pid "${RPID[b]}" --shim-socket "$rsock" \
-		--sentinel-launches all --summary --control-socket "$csock"; then
+	if ! agent_start_metrics rsreset -i 0.25 --pid "${RPID[a]}" --pid "${RPID[b]}" --shim-socket "$rsock" \
+		--sentinel-launches all --summary --control-socket "$csock" --metrics-instances 1; then
 		fail_because "agent did not start: $(agent_tail)"
 	elif ! cuda_attached "${RPID[a]}" 10 || ! cuda_attached "${RPID[b]}" 10; then
 		fail_because "no attach record for both workloads"
@@ -645,6 +649,7 @@ else
 			touch "$T/rsb.go"
 			if rs_wait_steps b; then
 				sleep 0.5
+				curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics" >"$T/rs.metrics"
 				rok=1
 			else
 				fail_because "B: $(rs_steps b) steps, want $STEPS"
@@ -680,5 +685,12 @@ if [ -n "$rok" ]; then
 	ds=$(jqo '[.[] | select(.type == "stats")][-1] | {steps: .diag.steps, summary: .control.by_cmd.summary}')
 	expect "stats $ds: want 80 steps (records and stats are not reset), 1 summary asked" \
 		jqe '.steps == 80 and .summary == 1' <<<"$ds"
+	# /metrics with --metrics-instances 1: A's steps under its name, B's as "_other"
+	# (and not reset: Prometheus counters only grow)
+	sc=$(grep '^infertrace_step_duration_seconds_count{' "$T/rs.metrics" | sort)
+	expect "step histogram series: $(tr '\n' '|' <<<"$sc")" [ "$sc" = "infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"_other\"} $STEPS
+infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"it-rsa-$$\"} $STEPS" ]
+	lint=$(promtool check metrics <"$T/rs.metrics" 2>&1)
+	expect "promtool check metrics: $(head -n 2 <<<"$lint" | tr '\n' ' ')" [ -z "$lint" ]
 fi
 report diag_live_summary_reset

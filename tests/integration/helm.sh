@@ -263,6 +263,8 @@ PY
 	fi
 	missing=""
 	for m in $(grep -oE 'infertrace_[a-z0-9_]+' "$tmp/rules-$label.yml" | sort -u); do
+		# a label the agent writes (the step histogram's infertrace_instance) is no series
+		grep -qF "$m=" agent/control/metrics.c && continue
 		grep -qxF "${m%_bucket}" <<<"$fams" || missing="$missing $m"
 	done
 	[ -n "$fams" ] && [ -z "$missing" ] && echo "PASS $name" ||
