@@ -78,6 +78,7 @@ enum {
 	OPT_RINGBUF,
 	OPT_MAX_THREADS,
 	OPT_SUMMARY,
+	OPT_SUMMARY_EVERY,
 	OPT_NO_NET,
 	OPT_REPLAY,
 	OPT_REPLAY_RANK,
@@ -245,6 +246,11 @@ static const struct opt_def opt_table[] = {
 	    "syscalls, network, the GPU records (kernels by GPU time, busy, launch to start), "
 	    "GPU time by the Python calls that launched them, steps and anomalies (with "
 	    "--replay: the last three); `agentctl summary` prints it while the agent runs"},
+    {"summary-every", OPT_SUMMARY_EVERY, "SECS", OT_DOUBLE, FIELD(summary_every_s), 1, 31 * 86400,
+     .err = "takes seconds from 1 to 2678400",
+     .doc = "Live: print --summary's text on stderr every SECS, each covering its own period "
+	    "(the digest then starts anew, as after a reset by agentctl); implies --summary "
+	    "(default: off)"},
     {"no-net", OPT_NO_NET, NULL, OT_FLAG, FIELD(no_net), .doc = "Do not trace network traffic"},
     {"replay", OPT_REPLAY, "FILE", OT_STR, FIELD(replay),
      .doc = "Replay a recording (PyTorch profiler / Kineto trace, Nsight Systems SQLite "
@@ -865,6 +871,25 @@ static void sinks_finish(struct agent *a)
 	a->n_sinks = 0;
 }
 
+/*
+ * --summary-every: the digest on stderr (the journal, the pod's log) every
+ * SECS, each covering its own period: written, then started anew. A reset
+ * by agentctl starts the period again. Without memory for the empty GPU
+ * digests the next one covers this period too (said each time).
+ */
+static void summary_every(struct agent *a, uint64_t now)
+{
+	static uint64_t last; /* the last digest written */
+	uint64_t every = (uint64_t)(a->opts.summary_every_s * 1e9);
+
+	if (!every || now < a->summary_ns + every || (last && now < last + every))
+		return;
+	last = now;
+	if (control_summary(a, stderr, true))
+		pr_warn("--summary-every: no memory to start the digest anew; the next one "
+			"covers this period too");
+}
+
 static int run_live(struct agent *a)
 {
 	uint64_t interval = a->opts.interval_s * 1e9, deadline = 0;
@@ -963,6 +988,7 @@ static int run_live(struct agent *a)
 			aggregate_interval(a, false);
 			stats_emit(a, span, false);
 			flush_sinks(a, 0);
+			summary_every(a, now);
 		}
 		if (deadline && now >= deadline)
 			break;
@@ -982,7 +1008,7 @@ static int run_live(struct agent *a)
 		stats_emit(a, span, true);
 	}
 	if (a->opts.summary)
-		control_print_summary(a, stderr);
+		control_summary(a, stderr, false);
 
 cleanup:
 	ops_free(a); /* first: deep-dived shims are told to go back to sentinel */
@@ -1052,6 +1078,8 @@ int main(int argc, char **argv)
 		snprintf(a->host, sizeof(a->host), "unknown");
 	a->start_ns = now_ns();
 	a->summary_ns = a->start_ns;
+	if (a->opts.summary_every_s > 0)
+		a->opts.summary = true;
 
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);

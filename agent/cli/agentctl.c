@@ -617,10 +617,16 @@ int main(int argc, char **argv)
 			fprintf(stderr, "agentctl: standard output: %s\n", strerror(errno));
 			ret = 1;
 		}
-		if (o.reset)
+		if (o.reset && json_is_true(json_object_get(r, "reset"))) {
 			fprintf(stderr,
 				"agentctl: that covered %.1f s; the agent's digest starts anew\n",
 				num(r, "since_s"));
+		} else if (o.reset) {
+			fprintf(stderr,
+				"agentctl: the agent had no memory to start its digest anew: "
+				"nothing was reset\n");
+			ret = 1;
+		}
 	} else if (!strcmp(o.cmd, "spill-foreign")) {
 		printf("%.0f records of another owner %s (%.0f segment files)\n", num(r, "records"),
 		       !strcmp(o.action, "send") ? "sent with this agent's settings" : "deleted",

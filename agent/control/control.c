@@ -340,29 +340,34 @@ static void spill_foreign(struct agent *a, struct control *ctl, struct conn *c,
 }
 
 /*
- * --summary's sections, in the order they are printed at exit; also the
- * text of the control socket's "summary" (below) while the agent runs.
+ * --summary's sections, in the order they are printed at exit, since the
+ * start or the last reset; with reset, every section's digest then starts
+ * anew (records, the stats record and /metrics go on untouched). The text
+ * of the exit, of --summary-every and of the control socket's "summary".
  * The GPU records and the GPU time by Python call are collected only with
- * --summary (nothing printed without).
+ * --summary (nothing printed without). -ENOMEM: the empty GPU digests could
+ * not be made, nothing was reset (the text is written all the same).
  */
-void control_print_summary(struct agent *a, FILE *out)
+int control_summary(struct agent *a, FILE *out, bool reset)
 {
+	struct gpusum *gs = NULL;
+	struct pyprof *pp = NULL;
+	int err = 0;
+
+	/* the empty digests first: a reset that cannot be made changes nothing */
+	if (reset && ((a->gpusum && !(gs = gpusum_new())) || (a->pyprof && !(pp = pyprof_new())))) {
+		gpusum_free(gs);
+		reset = false;
+		err = -ENOMEM;
+	}
 	aggregate_print_summary(a, out);
 	telem_print_summary(a, out);
 	python_print_summary(a, out);
 	gpusum_print(a->gpusum, out);
 	pyprof_print(a->pyprof, out);
 	diag_print_summary(a->diag, out);
-}
-
-/*
- * `agentctl summary --reset`, once its text is written: every section's
- * digest starts anew from now, the GPU records' and the Python calls' with
- * the empty ones made before (gs, pp: taken). Records, the stats record and
- * /metrics go on untouched.
- */
-static void summary_reset(struct agent *a, struct gpusum *gs, struct pyprof *pp)
-{
+	if (!reset)
+		return err;
 	aggregate_summary_reset(a);
 	telem_summary_reset(a);
 	python_summary_reset(a);
@@ -376,62 +381,49 @@ static void summary_reset(struct agent *a, struct gpusum *gs, struct pyprof *pp)
 		a->pyprof = pp;
 	}
 	a->summary_ns = now_ns();
+	return 0;
 }
 
 /*
- * --summary's text while the agent runs (control_print_summary, as at exit):
+ * --summary's text while the agent runs (control_summary(), as at exit):
  * since the start or the last reset; with "reset", the digest starts anew
- * after it. Without --summary the sections collected only with it are named
- * on a line of their own.
+ * after it. Without --summary the sections collected only with it are
+ * named on a line of their own.
  */
 static void summary(struct agent *a, struct control *ctl, struct conn *c,
 		    const struct ctl_request *req)
 {
 	char *buf = NULL;
 	size_t len = 0;
-	struct gpusum *gs = NULL;
-	struct pyprof *pp = NULL;
-	FILE *f;
+	uint64_t since = a->summary_ns, now = now_ns();
+	FILE *f = open_memstream(&buf, &len);
+	bool reset;
 
-	/* the empty digests first: a reset that cannot be made changes nothing */
-	if (req->reset &&
-	    ((a->gpusum && !(gs = gpusum_new())) || (a->pyprof && !(pp = pyprof_new())))) {
-		gpusum_free(gs);
-		ctl->failed++;
-		reply_error(c, req->id, "internal", "out of memory: nothing reset");
-		return;
-	}
-	f = open_memstream(&buf, &len);
 	if (!f) {
-		gpusum_free(gs);
-		pyprof_free(pp);
 		ctl->failed++;
 		reply_error(c, req->id, "internal", "out of memory");
 		return;
 	}
-	control_print_summary(a, f);
+	reset = !control_summary(a, f, req->reset) && req->reset;
 	if (!a->opts.summary)
 		fprintf(f, "\n(the GPU records and the GPU time by Python call are collected "
 			   "only when the agent runs with --summary)\n");
+	if (reset)
+		pr_info("control: summary reset by pid %d (uid %u)", (int)c->pid, (unsigned)c->uid);
+	else if (req->reset)
+		pr_warn("control: summary reset by pid %d: no memory for empty GPU digests, "
+			"nothing reset",
+			(int)c->pid);
 	if (fclose(f) || len > CTL_MAX_REPLY) {
-		gpusum_free(gs);
-		pyprof_free(pp);
 		ctl->failed++;
 		reply_error(c, req->id, "internal", buf ? "summary too large" : "out of memory");
 	} else {
-		uint64_t now = now_ns();
-
 		reply(c,
 		      json_pack("{s:b,s:I,s:f,s:f,s:b,s:b}", "ok", 1, "bytes", (json_int_t)len,
 				"uptime_s", (now - a->start_ns) / 1e9, "since_s",
-				(now - a->summary_ns) / 1e9, "reset", req->reset, "collected_all",
+				(now - since) / 1e9, "reset", reset, "collected_all",
 				a->opts.summary),
 		      req->id, buf, len);
-		if (req->reset) {
-			summary_reset(a, gs, pp);
-			pr_info("control: summary reset by pid %d (uid %u)", (int)c->pid,
-				(unsigned)c->uid);
-		}
 	}
 	free(buf);
 }

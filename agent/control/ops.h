@@ -55,8 +55,12 @@ void stats_provide(struct agent *a, void (*fn)(struct agent *a, json_t *obj));
 /* every registered object into obj (stats records, status replies, metrics) */
 void ops_add_objects(struct agent *a, json_t *obj);
 void ops_free(struct agent *a);
-/* --summary's sections (at exit, and the control socket's "summary"; control.c) */
-void control_print_summary(struct agent *a, FILE *out);
+/*
+ * --summary's sections since the start or the last reset (at exit, every
+ * --summary-every, and the control socket's "summary"; control.c); reset:
+ * the digest then starts anew. -ENOMEM: nothing reset, the text written.
+ */
+int control_summary(struct agent *a, FILE *out, bool reset);
 
 /* module lifecycles, called by ops_init/ops_free/ops_tick/ops_stats */
 int control_init(struct agent *a);

@@ -52,9 +52,10 @@ struct agent_opts {
 	uint32_t stack_rate;
 	uint32_t ringbuf_kib;
 	uint32_t max_threads;
-	bool summary;				    /* readable summary on stderr at exit */
-	bool no_net;				    /* skip the network family */
-	const char *replay;			    /* --replay FILE (no BPF) */
+	bool summary;		/* readable summary on stderr at exit */
+	double summary_every_s; /* and every this often, each its period's; 0: off */
+	bool no_net;		/* skip the network family */
+	const char *replay;	/* --replay FILE (no BPF) */
 	const char *replay_ranks[MAX_REPLAY_RANKS]; /* --replay-rank FILE: more ranks of the job */
 	int n_replay_ranks;
 	const char *shim_socket; /* CUPTI shims connect here; "none": off */

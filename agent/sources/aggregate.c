@@ -649,8 +649,11 @@ void aggregate_print_summary(struct agent *a, FILE *out)
 	walk_agent = a;
 	walk_out = out;
 	walk_secs = secs > 0 ? secs : 1;
-	fprintf(out, "\n== infertrace summary: %.1f s%s, %llu records ==\n", secs,
-		a->summary_ns > a->start_ns ? " since agentctl summary --reset" : "",
+	fprintf(out, "\n== infertrace summary: %.1f s", secs);
+	if (a->summary_ns > a->start_ns) /* agentctl summary --reset, --summary-every */
+		fprintf(out, " (from %.1f s after the start: the last reset)",
+			(a->summary_ns - a->start_ns) / 1e9);
+	fprintf(out, ", %llu records ==\n",
 		(unsigned long long)(summary_records(a) - a->summary_records));
 	fprintf(
 	    out,
@@ -811,4 +814,9 @@ void aggregate_free(struct agent *a)
 	free(g->drop);
 	free(g);
 	a->agg = NULL;
+	free(reset_gone);
+	free(reset_sc);
+	reset_gone = NULL;
+	reset_sc = NULL;
+	n_reset_gone = cap_reset_gone = n_reset_sc = cap_reset_sc = 0;
 }

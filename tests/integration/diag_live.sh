@@ -109,11 +109,18 @@
 #                           texts add to stats.gpu.joined; stats not reset.
 #                           With --metrics-instances 1, /metrics has A's
 #                           steps under its name and B's as "_other"
+#   diag_live_summary_every: 60 rounds 100 ms apart (the GPU records handed
+#                           over every second, gpu_live -F) under
+#                           --summary-every 1: a digest on stderr each
+#                           second and at exit, each saying from when (later
+#                           each time); their steps add up to the 60 step
+#                           records and stats.diag.steps, spread over >= 3
+#                           digests
 source "$(dirname "$0")/lib.sh"
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 NAMES="diag_live_steps diag_live_metrics diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
 	diag_replay_waiting diag_live_net diag_live_straggler diag_live_contention diag_replay_cpu diag_live_nvtx
-	diag_live_summary_reset"
+	diag_live_summary_reset diag_live_summary_every"
 # shellcheck disable=SC2086
 it_preflight $NAMES
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
@@ -667,7 +674,7 @@ if [ -n "$rok" ]; then
 		grep -q "^agentctl: that covered [0-9.]* s; the agent's digest starts anew$" "$T/rs.reset.err"
 	# the exit's text: from the reset on, B's 40 steps, its one stall
 	expect "exit summary's header does not say it runs from the reset: $(grep '^== infertrace summary' "$AGENT_ERR")" \
-		grep -qE "^== infertrace summary: [0-9.]+ s since agentctl summary --reset, [0-9]+ records ==$" "$AGENT_ERR"
+		grep -qE "^== infertrace summary: [0-9.]+ s \(from [0-9.]+ s after the start: the last reset\), [0-9]+ records ==$" "$AGENT_ERR"
 	summary_has "$AGENT_ERR" "$STEPS" 1 1 0 ': host_stall 1$'
 	jq -c --argjson p "${RPID[b]}" --arg i "it-rsb-$$" \
 		'select((.type == "step" and .pid == $p) or (.type == "anomaly" and .instance == $i))' \
@@ -694,3 +701,29 @@ infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"it
 	expect "promtool check metrics: $(head -n 2 <<<"$lint" | tr '\n' ' ')" [ -z "$lint" ]
 fi
 report diag_live_summary_reset
+
+# ---------------------------------------------------------- summary every --
+# 60 rounds 100 ms apart (gpu_live -P: 6 s of steps; -F: the GPU records come
+# every second) under --summary-every 1: the digest on stderr every second,
+# each its own period's
+_why=()
+SE=60
+AGENT_ARGS="--summary-every 1" ROUNDS=$SE run sumev -n "$SE" -s 1000 -P 100 -F
+if [ -n "$OK" ]; then
+	nd=$(grep -c '^== infertrace summary: ' "$AGENT_ERR")
+	# each digest's steps (its "none" line: 0)
+	per=$(awk '/^Steps and anomalies/ {s = 1; next}
+		s && /^  steps / {print $2 + 0; s = 0} s && /^  none/ {print 0; s = 0}' "$AGENT_ERR" | tr '\n' ' ')
+	sum=$(awk '{for (i = 1; i <= NF; i++) s += $i} END {print s + 0}' <<<"$per")
+	nz=$(awk '{for (i = 1; i <= NF; i++) n += ($i > 0)} END {print n + 0}' <<<"$per")
+	ds=$(jqo '[.[] | select(.type == "stats")][-1].diag.steps')
+	expect "$nd digests with steps [$per], want >= 4 (one a second, and the exit's), each Steps section once" \
+		eval '[ "$nd" -ge 4 ] && [ "$(wc -w <<<"$per")" = "$nd" ]'
+	expect "the digests' steps [$per] add to $sum, want $SE (the step records) = stats.diag.steps $ds, over >= 3 digests ($nz)" \
+		eval '[ "$sum" = "$SE" ] && [ "$ds" = "$SE" ] && [ "$nz" -ge 3 ]'
+	# every digest after the first says from when: later each time
+	from=$(sed -n 's/^== infertrace summary: [0-9.]* s (from \([0-9.]*\) s after the start: the last reset), [0-9]* records ==$/\1/p' "$AGENT_ERR" | tr '\n' ' ')
+	expect "digests after the first do not say from when, rising: [$from] of $nd" \
+		eval '[ "$(wc -w <<<"$from")" = $((nd - 1)) ] && sort -c -g <(tr " " "\n" <<<"$from" | grep .) && [ "$(tr " " "\n" <<<"$from" | grep . | sort -u | wc -l)" = $((nd - 1)) ]'
+fi
+report diag_live_summary_every

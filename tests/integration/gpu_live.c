@@ -8,7 +8,7 @@
  * records for the work the call would have put on the GPU.
  *
  * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL] [-C]
- * [-M] [-L]
+ * [-M] [-L] [-F]
  *                 [-N BYTES] [-P PERIOD_MS]
  *   -t  launching threads (default 2)
  *   -n  rounds per thread (default 5); a round is cudaLaunchKernel (one
@@ -54,6 +54,10 @@
  *   -L  CUPTI keeps the GPU records until the process ends: the shim's
  *       destructor flushes them, so they are in its last message, sent just
  *       before the exit (after EXIT_FILE)
+ *   -F  CUPTI hands the buffers over at each of the shim's periodic flushes
+ *       (about every second), as the real one does for a flush without
+ *       CUPTI_ACTIVITY_FLAG_FLUSH_FORCED when a buffer holds a completed
+ *       record; without -F, when the rounds end (or -L)
  * The environment passes INFERTRACE_SHIM_SOCKET to the shim. Thread 0 also
  * queues one kernel whose launch never happened (ORPHAN_CORR).
  *
@@ -135,6 +139,7 @@ static bool contend;			 /* -C */
 static pid_t hog_pid;			 /* -C: the process that took the CPU */
 static bool nvtx_marks;			 /* -M */
 static bool hold_records;		 /* -L */
+static bool flush_returns;		 /* -F */
 static int net_bytes;			 /* -N */
 static uint64_t period_ns, t0_ns;	 /* -P */
 static int net_fd[MAX_THREADS][2];	 /* -N: each thread's connection, both ends */
@@ -437,7 +442,7 @@ int main(int argc, char **argv)
 
 	const char *uuid = NULL;
 
-	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:CMLN:P:G:U:")) != -1) {
+	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:CMLFN:P:G:U:")) != -1) {
 		if (thread_opt(opt, optarg, &nthreads, &rounds))
 			continue;
 		switch (opt) {
@@ -462,6 +467,9 @@ int main(int argc, char **argv)
 		case 'L':
 			hold_records = true;
 			break;
+		case 'F':
+			flush_returns = true;
+			break;
 		case 'N':
 			net_bytes = atoi(optarg);
 			break;
@@ -476,12 +484,12 @@ int main(int argc, char **argv)
 			uuid = optarg;
 			break;
 		default:
-			fprintf(
-			    stderr,
-			    "usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
-			    "[-m MODE] [-s STALL_ROUND] [-C] [-M] [-L] [-N BYTES] [-P PERIOD_MS] "
-			    "[-G SLOW_ROUND:FILE] [-U UUID]\n",
-			    argv[0]);
+			fprintf(stderr,
+				"usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
+				"[-m MODE] [-s STALL_ROUND] [-C] [-M] [-L] [-F] [-N BYTES] [-P "
+				"PERIOD_MS] "
+				"[-G SLOW_ROUND:FILE] [-U UUID]\n",
+				argv[0]);
 			return 2;
 		}
 	}
@@ -507,6 +515,7 @@ int main(int argc, char **argv)
 	/* the shim as the driver would load it, bound to the double */
 	if (fake_cupti_load_shim("gpu_live"))
 		return 1;
+	fake_cupti_set_flush_returns(flush_returns);
 	if (uuid) { /* CUPTI's device record, as it comes once per device */
 		CUpti_ActivityDevice5 d;
 		int n = 0;
