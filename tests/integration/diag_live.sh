@@ -108,7 +108,8 @@
 #                           CUDA calls of A); joined GPU records of the two
 #                           texts add to stats.gpu.joined; stats not reset.
 #                           With --metrics-instances 1, /metrics has A's
-#                           steps under its name and B's as "_other"
+#                           steps under its name (its quote, backslash,
+#                           UTF-8 and newline as _) and B's as "_other"
 #   diag_live_summary_every: 60 rounds 100 ms apart (the GPU records handed
 #                           over every second, gpu_live -F) under
 #                           --summary-every 1: a digest on stderr each
@@ -614,9 +615,11 @@ _why=()
 rsock=$T/rs.d/shim.sock
 csock=$T/rs.d/ctl.sock
 mkdir -p "$T/rs.d"
-declare -A RPID RWP
+declare -A RPID RWP RINST
+# A's name as a workload may choose it: a quote, a backslash, UTF-8, a newline
+RINST[a]=$'it-rs"a\\\xc3\xa9\n-'$$ RINST[b]=it-rsb-$$
 for w in a b; do
-	bg_start "$T/rs$w.work" env INFERTRACE_INSTANCE="it-rs$w-$$" INFERTRACE_SHIM_SOCKET="$rsock" \
+	bg_start "$T/rs$w.work" env INFERTRACE_INSTANCE="${RINST[$w]}" INFERTRACE_SHIM_SOCKET="$rsock" \
 		"$GPU_LIVE" -t 1 -n "$STEPS" -s $([ $w = b ] && echo "$STALL" || echo 1000) \
 		-w "$T/rs$w.go" -e "$T/rs$w.exit" -m sentinel
 	RWP[$w]=$BG_PID
@@ -676,7 +679,7 @@ if [ -n "$rok" ]; then
 	expect "exit summary's header does not say it runs from the reset: $(grep '^== infertrace summary' "$AGENT_ERR")" \
 		grep -qE "^== infertrace summary: [0-9.]+ s \(from [0-9.]+ s after the start: the last reset\), [0-9]+ records ==$" "$AGENT_ERR"
 	summary_has "$AGENT_ERR" "$STEPS" 1 1 0 ': host_stall 1$'
-	jq -c --argjson p "${RPID[b]}" --arg i "it-rsb-$$" \
+	jq -c --argjson p "${RPID[b]}" --arg i "${RINST[b]}" \
 		'select((.type == "step" and .pid == $p) or (.type == "anomaly" and .instance == $i))' \
 		"$AGENT_OUT" >"$T/rs.b.jsonl"
 	got=$(python3 "$IT_ROOT/tests/integration/steps_check.py" "$T/rs.b.jsonl" "$AGENT_ERR" 2>&1)
@@ -692,11 +695,12 @@ if [ -n "$rok" ]; then
 	ds=$(jqo '[.[] | select(.type == "stats")][-1] | {steps: .diag.steps, summary: .control.by_cmd.summary}')
 	expect "stats $ds: want 80 steps (records and stats are not reset), 1 summary asked" \
 		jqe '.steps == 80 and .summary == 1' <<<"$ds"
-	# /metrics with --metrics-instances 1: A's steps under its name, B's as "_other"
-	# (and not reset: Prometheus counters only grow)
+	# /metrics with --metrics-instances 1: A's steps under its name (as a label
+	# value: the quote, backslash, UTF-8 bytes and newline as _), B's as
+	# "_other" (and not reset: Prometheus counters only grow)
 	sc=$(grep '^infertrace_step_duration_seconds_count{' "$T/rs.metrics" | sort)
 	expect "step histogram series: $(tr '\n' '|' <<<"$sc")" [ "$sc" = "infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"_other\"} $STEPS
-infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"it-rsa-$$\"} $STEPS" ]
+infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"it-rs_a____-$$\"} $STEPS" ]
 	lint=$(promtool check metrics <"$T/rs.metrics" 2>&1)
 	expect "promtool check metrics: $(head -n 2 <<<"$lint" | tr '\n' ' ')" [ -z "$lint" ]
 fi
