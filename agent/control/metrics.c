@@ -137,8 +137,10 @@ static const struct stats_metric from_diag[] = {
      "(anomaly records with run 1); alert on this to be told once."},
 };
 
-/* one series of a histogram family, labelled lab ("": none): cumulative _bucket per bound and +Inf,
- * _sum, _count */
+/*
+ * one series of a histogram family, labelled lab ("": none): cumulative
+ * _bucket per bound and +Inf, _sum, _count
+ */
 static void hist_series(FILE *f, const char *name, const char *lab, const struct prom_hist *h)
 {
 	const char *sep = lab[0] ? "," : "";

@@ -738,7 +738,7 @@ static void reset_thread(const void *node, VISIT v, int depth)
 	(void)depth;
 	if (v != postorder && v != leaf)
 		return;
-	tp->base = (struct thread_sum){0};
+	tp->base = (struct thread_sum){0}; /* so that thread_sum() gives its counts now */
 	thread_sum(tp, &tp->base);
 	tp->first_ns = tp->last_ns = 0;
 	if (tp->listed &&
