@@ -351,16 +351,24 @@ if [ -x "$GPU_LIVE" ] && [ -f "$BUILD/libinfertrace_cupti.so" ] && command -v jq
 	# --summary's sections while the agent runs: what an SRE asks a daemon
 	"$BUILD/agentctl" --socket "$LDIR/ctl.sock" summary >"$LDIR/summary-live.txt" 2>&1 ||
 		cp /dev/null "$LDIR/summary-live.txt"
+	# and what the detector said lately, from the agent (no reader of its sinks needed)
+	"$BUILD/agentctl" --socket "$LDIR/ctl.sock" anomalies >"$LDIR/anomalies-live.txt" 2>&1 ||
+		cp /dev/null "$LDIR/anomalies-live.txt"
 	touch "$LDIR/exit"
 	wait "$WP" 2>/dev/null
 	kill -INT "$LAP" 2>/dev/null
 	wait "$LAP" 2>/dev/null
 	jq -r -s '[.[] | select(.type == "step")] |
 		"  \(length) steps of rank \(.[0].rank): median \(map(.dur_ns) | sort | .[length / 2 | floor] / 1e6 * 10 | floor / 10) ms, longest \(map(.dur_ns) | max / 1e6 * 10 | floor / 10) ms; network \(map(.net_bytes) | min / 1000) to \(map(.net_bytes) | max / 1000) KB per step (sent + received)"' "$LOUT"
-	echo "  the anomaly (one record, within a step of the stall):"
-	jq -r 'select(.type == "anomaly") |
-		"    \(.kind): \(.dur_ns / 1e6 * 10 | floor / 10) ms, expected \(.expected_ns / 1e6 * 100 | floor / 100) ms",
-		(.suspects[] | "      - \(.evidence)")' "$LOUT"
+	echo "  the anomaly (one record, within a step of the stall), as \`agentctl anomalies\` shows the"
+	echo "  running agent's last ones, each with its evidence:"
+	if grep -q '^[0-9]' "$LDIR/anomalies-live.txt"; then
+		cut -c1-120 "$LDIR/anomalies-live.txt" | sed '/./s/^/    /'
+	else
+		jq -r 'select(.type == "anomaly") |
+			"    \(.kind): \(.dur_ns / 1e6 * 10 | floor / 10) ms, expected \(.expected_ns / 1e6 * 100 | floor / 100) ms",
+			(.suspects[] | "      - \(.evidence)")' "$LOUT"
+	fi
 	echo "  what the flight recorder sent with it (detail sentinel mode keeps but does not send):"
 	jq -r -s '(map(.type == "flight_recorder") | index(true)) as $f |
 		if $f == null then "    (no window: see \($f))" else

@@ -56,6 +56,13 @@ static const char doc[] =
     "                         --reset: the digest starts anew after this one\n"
     "                         (the next summary, and the one at exit, cover\n"
     "                         only what came after)\n"
+    "  anomalies              the agent's last anomaly and level_shift records,\n"
+    "                         oldest first, each with its evidence: what the\n"
+    "                         detector said lately, without a reader of the\n"
+    "                         sinks (--instance NAME: one instance; --last N:\n"
+    "                         the newest N, default 20, the agent keeps 256;\n"
+    "                         --json: the records as JSON lines, as the sinks\n"
+    "                         got them)\n"
     "  spill-foreign send|discard\n"
     "                         the Kafka spill's records written for another cluster\n"
     "                         or topic prefix, left alone at start: send them with\n"
@@ -70,6 +77,8 @@ static const char doc[] =
     "  agentctl deep-dive --instance vllm-llama-70b --off\n"
     "  agentctl export --perfetto /tmp/last10s.json --instance vllm-llama-70b\n"
     "  agentctl summary | less\n"
+    "  agentctl anomalies --instance vllm-llama-70b --last 5\n"
+    "  agentctl anomalies --json --last 256 | jq -c 'select(.run == 1)'\n"
     "  # the last ten minutes only (warm-up and earlier incidents left out):\n"
     "  agentctl summary --reset >/dev/null; sleep 600; agentctl summary\n"
     "  agentctl spill-foreign discard\n"
@@ -94,14 +103,17 @@ enum {
 	OPT_KAFKA_PREFIX,
 	OPT_TIMEOUT,
 	OPT_RESET,
+	OPT_LAST,
 };
 
 static const struct argp_option options[] = {
     {"socket", OPT_SOCKET, "PATH", 0,
      "The agent's control socket (default /run/infertrace/agent.sock)"},
     {"timeout", OPT_TIMEOUT, "SECS", 0, "Wait at most SECS for a reply (default 10)"},
-    {"json", OPT_JSON, NULL, 0, "status: print the agent's JSON reply"},
-    {"instance", OPT_INSTANCE, "NAME", 0, "deep-dive, export: the instance"},
+    {"json", OPT_JSON, NULL, 0,
+     "status: print the agent's JSON reply; anomalies: the records as JSON lines"},
+    {"instance", OPT_INSTANCE, "NAME", 0, "deep-dive, export, anomalies: the instance"},
+    {"last", OPT_LAST, "N", 0, "anomalies: the newest N records (1 to 256, default 20)"},
     {"duration", OPT_DURATION, "SECS", 0,
      "deep-dive: how long (default 60; the agent caps it at its --deep-dive-max)"},
     {"off", OPT_OFF, NULL, 0, "deep-dive: end the instance's deep-dive now"},
@@ -126,7 +138,8 @@ struct opts {
 	const char *socket;
 	double timeout_s;
 	bool json;
-	bool reset; /* summary --reset */
+	bool reset;    /* summary --reset */
+	uint32_t last; /* anomalies --last */
 	const char *instance;
 	double duration_s;
 	bool off;
@@ -171,6 +184,15 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_RESET:
 		o->reset = true;
 		break;
+	case OPT_LAST: {
+		long n;
+
+		if (parse_long(arg, 1, CTL_LAST_MAX, &n))
+			argp_error(state, "--last takes a number from 1 to %d, not '%s'",
+				   CTL_LAST_MAX, arg);
+		o->last = (uint32_t)n;
+		break;
+	}
 	case OPT_PERFETTO:
 		o->perfetto = arg;
 		break;
@@ -198,19 +220,19 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		if (o->cmd)
 			argp_error(state, "one command at a time ('%s' after '%s')", arg, o->cmd);
 		if (strcmp(arg, "status") && strcmp(arg, "deep-dive") && strcmp(arg, "export") &&
-		    strcmp(arg, "ping") && strcmp(arg, "spill-foreign") && strcmp(arg, "summary"))
+		    strcmp(arg, "ping") && strcmp(arg, "spill-foreign") && strcmp(arg, "summary") &&
+		    strcmp(arg, "anomalies"))
 			argp_error(state,
 				   "unknown command '%s' (status, deep-dive, export, summary, "
-				   "spill-foreign, ping)",
+				   "anomalies, spill-foreign, ping)",
 				   arg);
 		o->cmd = arg;
 		break;
 	case ARGP_KEY_END:
 		if (!o->cmd)
-			argp_error(
-			    state,
-			    "which command? (status, deep-dive, export, summary, spill-foreign, "
-			    "ping)");
+			argp_error(state,
+				   "which command? (status, deep-dive, export, summary, anomalies, "
+				   "spill-foreign, ping)");
 		if (!strcmp(o->cmd, "spill-foreign") && !o->action)
 			argp_error(state, "spill-foreign needs send or discard");
 		if (!strcmp(o->cmd, "deep-dive") && !o->instance)
@@ -227,6 +249,14 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "--perfetto belongs to export");
 		if (o->reset && strcmp(o->cmd, "summary"))
 			argp_error(state, "--reset belongs to summary");
+		if (o->last && strcmp(o->cmd, "anomalies"))
+			argp_error(state, "--last belongs to anomalies");
+		if (o->json && strcmp(o->cmd, "status") && strcmp(o->cmd, "anomalies"))
+			argp_error(state, "--json belongs to status and anomalies");
+		if (o->instance && strcmp(o->cmd, "deep-dive") && strcmp(o->cmd, "export") &&
+		    strcmp(o->cmd, "anomalies"))
+			argp_error(state, "--instance belongs to deep-dive, export and anomalies%s",
+				   strcmp(o->cmd, "summary") ? "" : " (summary covers the node)");
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
@@ -447,6 +477,127 @@ static void print_status(const json_t *r)
 		       num(x, "refused_peer"));
 }
 
+/* --------------------------------------------------------- anomalies -- */
+
+/* "41.2 s ago", "12.5 min ago", "3.1 h ago" */
+static void fmt_ago(char *buf, size_t sz, double s)
+{
+	if (s < 120)
+		snprintf(buf, sz, "%.1f s ago", s < 0 ? 0 : s);
+	else if (s < 7200)
+		snprintf(buf, sz, "%.1f min ago", s / 60);
+	else
+		snprintf(buf, sz, "%.1f h ago", s / 3600);
+}
+
+/*
+ * A string of a record as text: a workload names its instance, so control
+ * bytes (a newline, a terminal's escape) are printed as '?', as --summary
+ * does.
+ */
+static void put_clean(const char *s)
+{
+	for (; s && *s; s++)
+		putchar((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s);
+}
+
+/*
+ * One anomaly or level_shift record for people: when (the agent's
+ * CLOCK_MONOTONIC now_ns against the record's ts_ns, as wall time here),
+ * where, what; then each suspect's sentence, most likely first.
+ */
+static void print_anomaly(const json_t *x, double now_ns)
+{
+	double ago = (now_ns - num(x, "ts_ns")) / 1e9;
+	time_t when = time(NULL) - (time_t)ago;
+	char stamp[32] = "?", ago_s[32];
+	const char *type = str(x, "type", "?");
+	struct tm tm;
+	const json_t *v;
+	size_t i;
+
+	if (localtime_r(&when, &tm))
+		strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
+	fmt_ago(ago_s, sizeof(ago_s), ago);
+	printf("%s (%s)  ", stamp, ago_s);
+	put_clean(str(x, "instance", "?"));
+	if (json_is_integer(json_object_get(x, "rank")))
+		printf(" rank %.0f", num(x, "rank"));
+	printf("  ");
+	put_clean(str(x, "phase", "?"));
+	printf("\n");
+	if (!strcmp(type, "level_shift")) {
+		printf("  new level: %.0f steps flagged in a row at %.2fx what the baseline "
+		       "expected, mostly ",
+		       num(x, "steps"), num(x, "ratio"));
+		put_clean(str(x, "kind", "?"));
+		printf("; taken for the new normal\n");
+		if (json_object_get(x, "gpu_clock")) {
+			printf("    gpu_clock: ");
+			put_clean(str(x, "gpu_clock", "?"));
+			printf("\n");
+		}
+		return;
+	}
+	printf("  ");
+	put_clean(str(x, "kind", type));
+	printf(": %.3f ms", num(x, "dur_ns") / 1e6);
+	if (num(x, "expected_ns") > 0)
+		printf(", expected %.3f ms (%.2fx)", num(x, "expected_ns") / 1e6,
+		       num(x, "dur_ns") / num(x, "expected_ns"));
+	printf("; chart ");
+	put_clean(str(x, "chart", "?"));
+	printf(", score %.2f, run %.0f%s\n", num(x, "score"), num(x, "run"),
+	       num(x, "run") == 1 ? " (opens an episode)" : "");
+	json_array_foreach(json_object_get(x, "suspects"), i, v)
+	{
+		printf("    ");
+		put_clean(str(v, "what", "?"));
+		printf(": ");
+		put_clean(str(v, "evidence", ""));
+		printf("\n");
+	}
+}
+
+/* the data frame's JSON lines, for people; 0, or 1 when a line is not a record */
+static int print_anomalies(const struct opts *o, const json_t *r, char *data, size_t len)
+{
+	double now = num(r, "now_ns"), matched = num(r, "matched"), n = num(r, "records");
+	char *line = data, *end = data + len;
+	int ret = 0;
+
+	if (n == 0)
+		printf("no anomaly records%s%s%s (the agent keeps the last %.0f; %.0f since it "
+		       "started)\n",
+		       o->instance ? " of " : "", o->instance ? o->instance : "",
+		       o->instance && num(r, "kept") > 0 ? " among those kept" : "",
+		       num(r, "capacity"), num(r, "seen"));
+	else
+		printf("%.0f of %.0f anomaly records%s%s, oldest first (the agent keeps the last "
+		       "%.0f; %.0f since it started)\n",
+		       n, matched, o->instance ? " of " : "", o->instance ? o->instance : "",
+		       num(r, "capacity"), num(r, "seen"));
+	while (line < end) {
+		char *nl = memchr(line, '\n', (size_t)(end - line));
+		size_t l = nl ? (size_t)(nl - line) : (size_t)(end - line);
+		json_t *x = json_loadb(line, l, 0, NULL);
+
+		if (x) {
+			printf("\n");
+			print_anomaly(x, now);
+			json_decref(x);
+		} else if (l) {
+			fprintf(stderr, "agentctl: a line of the reply is not JSON: %.60s\n", line);
+			ret = 1;
+		}
+		line += l + 1;
+	}
+	if (num(r, "not_kept") > 0)
+		fprintf(stderr, "agentctl: the agent had no memory to keep %.0f of them\n",
+			num(r, "not_kept"));
+	return ret;
+}
+
 /* ------------------------------------------------------------- Kafka -- */
 
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -535,6 +686,15 @@ static int write_file(const char *path, const char *data, size_t len)
 	return err;
 }
 
+/* the agent's data frame as it came: 0, or 1 when standard output failed */
+static int write_stdout(const char *data, size_t len)
+{
+	if (fwrite(data, 1, len, stdout) == len && !fflush(stdout))
+		return 0;
+	fprintf(stderr, "agentctl: standard output: %s\n", strerror(errno));
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {.timeout_s = 10};
@@ -571,12 +731,20 @@ int main(int argc, char **argv)
 		req = json_pack("{s:s,s:s}", "cmd", "spill_foreign", "action", o.action);
 	} else if (!strcmp(o.cmd, "summary") && o.reset) {
 		req = json_pack("{s:s,s:b}", "cmd", "summary", "reset", 1);
+	} else if (!strcmp(o.cmd, "anomalies")) {
+		req = json_pack("{s:s,s:i}", "cmd", "anomalies", "last", o.last ? (int)o.last : 20);
+		if (o.instance)
+			json_object_set_new(req, "instance", json_string(o.instance));
 	} else {
 		req = json_pack("{s:s}", "cmd", o.cmd);
 	}
 
 	err = call(&o, req, &r,
-		   !strcmp(o.cmd, "export") || !strcmp(o.cmd, "summary") ? &data : NULL, &dlen);
+		   !strcmp(o.cmd, "export") || !strcmp(o.cmd, "summary") ||
+			   !strcmp(o.cmd, "anomalies")
+		       ? &data
+		       : NULL,
+		   &dlen);
 	if (err)
 		return 3;
 	if (o.json && !strcmp(o.cmd, "status")) {
@@ -613,10 +781,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "agentctl: the window is empty%s\n",
 				o.instance ? " for this instance" : "");
 	} else if (!strcmp(o.cmd, "summary")) {
-		if (fwrite(data, 1, dlen, stdout) != dlen || fflush(stdout)) {
-			fprintf(stderr, "agentctl: standard output: %s\n", strerror(errno));
-			ret = 1;
-		}
+		ret = write_stdout(data, dlen);
 		if (o.reset && json_is_true(json_object_get(r, "reset"))) {
 			fprintf(stderr,
 				"agentctl: that covered %.1f s; the agent's digest starts anew\n",
@@ -627,6 +792,10 @@ int main(int argc, char **argv)
 				"nothing was reset\n");
 			ret = 1;
 		}
+	} else if (!strcmp(o.cmd, "anomalies") && o.json) {
+		ret = write_stdout(data, dlen);
+	} else if (!strcmp(o.cmd, "anomalies")) {
+		ret = print_anomalies(&o, r, data, dlen);
 	} else if (!strcmp(o.cmd, "spill-foreign")) {
 		printf("%.0f records of another owner %s (%.0f segment files)\n", num(r, "records"),
 		       !strcmp(o.action, "send") ? "sent with this agent's settings" : "deleted",

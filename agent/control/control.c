@@ -2,7 +2,8 @@
 /*
  * control.c - the agent's control socket (--control-socket, default
  * /run/infertrace/agent.sock): agentctl's requests (status, deep_dive,
- * export, summary, spill_foreign, ping) in the framing of control_proto.h.
+ * export, summary, anomalies, spill_foreign,
+ * ping) in the framing of control_proto.h.
  *
  * Never blocks the event loop: the listening socket and every connection
  * are nonblocking and served by the server core (core/server.h: one private
@@ -428,6 +429,40 @@ static void summary(struct agent *a, struct control *ctl, struct conn *c,
 	free(buf);
 }
 
+_Static_assert(CTL_LAST_MAX == RECENT_MAX, "\"last\" is bounded by the ring");
+_Static_assert(CTL_INSTANCE_MAX + 1 == INSTANCE_LEN, "instance names: one bound");
+
+/*
+ * The last anomaly records (recent.c) of one instance or all, oldest first,
+ * as JSON lines in the data frame, each as the sinks got it: what the
+ * detector said lately, without a reader of the sinks. With the agent's
+ * CLOCK_MONOTONIC now, so that agentctl can say how long ago.
+ */
+static void anomalies(struct agent *a, struct control *ctl, struct conn *c,
+		      const struct ctl_request *req)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	json_t *r = f ? recent_write(a, req->instance, req->last, f) : NULL;
+
+	if (f && fclose(f)) {
+		json_decref(r);
+		r = NULL;
+	}
+	if (!r) {
+		ctl->failed++;
+		reply_error(c, req->id, "internal", "out of memory");
+		free(buf);
+		return;
+	}
+	json_object_set_new(r, "ok", json_true());
+	json_object_set_new(r, "bytes", json_integer((json_int_t)len));
+	json_object_set_new(r, "now_ns", json_integer((json_int_t)now_ns()));
+	reply(c, r, req->id, buf, len);
+	free(buf);
+}
+
 static void handle(struct agent *a, struct control *ctl, struct conn *c, const char *buf,
 		   size_t len)
 {
@@ -491,6 +526,9 @@ static void handle(struct agent *a, struct control *ctl, struct conn *c, const c
 		break;
 	case CTL_SUMMARY:
 		summary(a, ctl, c, &req);
+		break;
+	case CTL_ANOMALIES:
+		anomalies(a, ctl, c, &req);
 		break;
 	default:
 		reply_error(c, req.id, "bad_request", "unknown cmd");
@@ -811,26 +849,26 @@ fail:
 void control_stats(struct agent *a, json_t *obj)
 {
 	struct control *ctl = ctl_of(a);
+	json_t *by_cmd;
 	int active;
 
 	if (!ctl)
 		return;
 	active = (int)srv_active(ctl->srv);
+	by_cmd = json_object();
+	for (int i = 0; i < CTL_CMD_COUNT; i++)
+		json_object_set_new(by_cmd, ctl_cmd_name((enum ctl_cmd)i),
+				    json_integer((json_int_t)ctl->by_cmd[i]));
 	json_object_set_new(
 	    obj, "control",
-	    json_pack("{s:i,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:I,s:I}",
-		      "connections", active, "accepted", (json_int_t)ctl->accepted, "refused_peer",
+	    json_pack("{s:i,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I}", "connections", active,
+		      "accepted", (json_int_t)ctl->accepted, "refused_peer",
 		      (json_int_t)ctl->refused_peer, "refused_limit",
 		      (json_int_t)ctl->refused_limit, "requests", (json_int_t)ctl->requests,
-		      "by_cmd", "ping", (json_int_t)ctl->by_cmd[CTL_PING], "status",
-		      (json_int_t)ctl->by_cmd[CTL_STATUS], "deep_dive",
-		      (json_int_t)ctl->by_cmd[CTL_DEEP_DIVE], "export",
-		      (json_int_t)ctl->by_cmd[CTL_EXPORT], "spill_foreign",
-		      (json_int_t)ctl->by_cmd[CTL_SPILL_FOREIGN], "summary",
-		      (json_int_t)ctl->by_cmd[CTL_SUMMARY], "malformed", (json_int_t)ctl->malformed,
-		      "oversized", (json_int_t)ctl->oversized, "failed", (json_int_t)ctl->failed,
-		      "timeouts", (json_int_t)ctl->timeouts, "write_errors",
-		      (json_int_t)ctl->write_errors, "bytes_out", (json_int_t)ctl->bytes_out));
+		      "by_cmd", by_cmd, "malformed", (json_int_t)ctl->malformed, "oversized",
+		      (json_int_t)ctl->oversized, "failed", (json_int_t)ctl->failed, "timeouts",
+		      (json_int_t)ctl->timeouts, "write_errors", (json_int_t)ctl->write_errors,
+		      "bytes_out", (json_int_t)ctl->bytes_out));
 }
 
 void control_free(struct agent *a)

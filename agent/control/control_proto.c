@@ -25,6 +25,7 @@ static const char *const cmd_names[CTL_CMD_COUNT] = {
     [CTL_EXPORT] = "export",
     [CTL_SPILL_FOREIGN] = "spill_foreign",
     [CTL_SUMMARY] = "summary",
+    [CTL_ANOMALIES] = "anomalies",
 };
 
 const char *ctl_cmd_name(enum ctl_cmd cmd)
@@ -45,6 +46,8 @@ static bool key_allowed(enum ctl_cmd cmd, const char *key)
 		return !strcmp(key, "action");
 	case CTL_SUMMARY:
 		return !strcmp(key, "reset");
+	case CTL_ANOMALIES:
+		return !strcmp(key, "instance") || !strcmp(key, "last");
 	default:
 		return false;
 	}
@@ -106,7 +109,8 @@ int ctl_parse_request(const char *buf, size_t len, struct ctl_request *req, char
 		if (!strcmp(s, cmd_names[i]))
 			cmd = i;
 	if (cmd < 0)
-		FAIL("unknown cmd (ping, status, deep_dive, export, spill_foreign, summary)");
+		FAIL("unknown cmd (ping, status, deep_dive, export, spill_foreign, summary, "
+		     "anomalies)");
 	req->cmd = cmd;
 	json_object_foreach(root, key, v)
 	{
@@ -154,6 +158,15 @@ int ctl_parse_request(const char *buf, size_t len, struct ctl_request *req, char
 		if (v && !json_is_boolean(v))
 			FAIL("\"reset\" must be true or false");
 		req->reset = json_is_true(v);
+		break;
+	case CTL_ANOMALIES:
+		v = json_object_get(root, "last");
+		if (v) {
+			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+			    json_integer_value(v) > CTL_LAST_MAX)
+				FAIL("\"last\" must be an integer from 1 to %d", CTL_LAST_MAX);
+			req->last = (uint32_t)json_integer_value(v);
+		}
 		break;
 	default:
 		break;

@@ -7,9 +7,9 @@
  *
  * Framing (Unix SOCK_STREAM): every message is a 4-byte big-endian length N
  * followed by N bytes. Requests are one JSON object (N <= CTL_MAX_REQUEST);
- * every request gets exactly one reply, a JSON object with "ok". An export
- * or summary reply is followed by one more frame: the exported file's bytes,
- * or the summary's text.
+ * every request gets exactly one reply, a JSON object with "ok". An export,
+ * summary or anomalies reply is followed by one more frame: the exported
+ * file's bytes, the summary's text, or the records as JSON lines.
  *
  * Requests (unknown keys are refused, so typos are not silently ignored):
  *   {"cmd":"ping"}
@@ -18,6 +18,7 @@
  *   {"cmd":"export","format":"perfetto"[,"instance":NAME]}
  *   {"cmd":"spill_foreign","action":"send"|"discard"}
  *   {"cmd":"summary"[,"reset":true]}
+ *   {"cmd":"anomalies"[,"instance":NAME][,"last":N]}
  * Any request may carry "id" (integer or string), echoed in its reply.
  *
  * Pure functions, no I/O except the blocking client helpers at the end:
@@ -37,6 +38,7 @@
 #define CTL_MAX_REPLY (512u << 20)  /* an export is bounded by the recorder budget */
 #define CTL_INSTANCE_MAX 127	    /* INSTANCE_LEN - 1 in agent/core/state.h (must match) */
 #define CTL_ID_MAX 64
+#define CTL_LAST_MAX 256 /* anomalies: RECENT_MAX in agent/pipeline/pipeline.h (must match) */
 
 enum ctl_cmd {
 	CTL_PING = 0,
@@ -45,6 +47,7 @@ enum ctl_cmd {
 	CTL_EXPORT,
 	CTL_SPILL_FOREIGN,
 	CTL_SUMMARY,
+	CTL_ANOMALIES,
 	CTL_CMD_COUNT,
 };
 
@@ -55,6 +58,7 @@ struct ctl_request {
 	bool off;			     /* deep_dive: end it now */
 	bool send;			     /* spill_foreign: send (true) or discard */
 	bool reset;			     /* summary: the digest starts anew after this one */
+	uint32_t last;			     /* anomalies: the newest N (0: every one kept) */
 	json_t *id;			     /* echoed in the reply; owned, NULL when absent */
 };
 

@@ -27,6 +27,8 @@ int ops_init(struct agent *a)
 	a->ops->last_tick_ns = now_ns();
 	err = recorder_init(a);
 	if (!err)
+		err = recent_init(a);
+	if (!err)
 		err = flight_start(a); /* its kernel half: the BPF source's rings */
 	if (!err)
 		err = deepdive_init(a);
@@ -69,6 +71,7 @@ void ops_free(struct agent *a)
 	deepdive_free(a);
 	flight_stop(a);
 	recorder_free(a);
+	recent_free(a);
 	json_decref(a->ops->last_stats);
 	json_decref(a->ops->rates);
 	free(a->ops);

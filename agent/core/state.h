@@ -198,6 +198,7 @@ struct agent {
 	struct gpusum *gpusum;	    /* pipeline/gpusum.c: --summary's GPU records */
 	struct diag *diag;	    /* diag.c: steps and anomalies; NULL when off */
 	struct recorder *rec;	    /* pipeline/recorder.c: the flight recorder; NULL: off */
+	struct recent *recent;	    /* pipeline/recent.c: the last anomaly records; NULL: replay */
 	struct deepdive *dd;	    /* pipeline/deepdive.c; NULL before ops_init() */
 	struct ops *ops;	    /* control/ops.h: control socket, metrics, control topic */
 	struct usdt_cache *usdt;    /* usdt.c: which files carry step probes */

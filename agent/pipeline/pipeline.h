@@ -235,6 +235,25 @@ uint32_t deepdive_proc_count(struct agent *a);
 /* active deep-dives as a JSON array of {instance, remaining_s, processes, source} */
 json_t *deepdive_list(struct agent *a);
 
+/* ------------------------------------------------- the recent anomalies -- */
+/*
+ * recent.c: the last RECENT_MAX records of class REC_ANOMALY (anomaly,
+ * level_shift) as the sinks got them, for `agentctl anomalies`. Live only:
+ * recent_init() (ops_init) makes the ring; recent_keep() (route.c, every
+ * record) keeps a copy of those of class REC_ANOMALY and counts them.
+ * recent_write(): the last `last` (0: all) kept records of instance (NULL
+ * or "": every instance) to out as JSON lines, oldest first, each as the
+ * sinks got it; returns "seen", "not_kept" (no memory), "kept",
+ * "capacity", "matched" (kept and of the instance), "records" (written),
+ * or NULL without the ring or memory. Caller owns it.
+ */
+#define RECENT_MAX 256
+int recent_init(struct agent *a);
+void recent_free(struct agent *a);
+void recent_keep(struct agent *a, enum rec_class cls, const char *key, const char *json,
+		 size_t len);
+json_t *recent_write(struct agent *a, const char *instance, uint32_t last, FILE *out);
+
 /* ------------------------------------------------------ flight recorder -- */
 /*
  * Every record of class REC_EVENT or REC_ANOMALY passes recorder_tap()

@@ -27,6 +27,8 @@ int rec_emit_raw(struct agent *a, enum rec_class cls, const char *key, const cha
 	bool release = cls != REC_EVENT || deepdive_instance_deep(a, key);
 	int err = rec_send(a, cls, key, json, len, release);
 
+	/* before the recorder: a window it sends reuses json's buffer (rec_dump) */
+	recent_keep(a, cls, key, json, len); /* agentctl anomalies */
 	/* the flight recorder keeps detail; an anomaly sends its window (ops.h) */
 	recorder_tap(a, cls, key, json, len);
 	return err;

@@ -180,7 +180,8 @@ if agent_start ctl_bad --control-socket "$SOCK" --shim-socket none; then
 		'{"cmd":"deep_dive","instance":"a\"b"}' '{"cmd":"status","extra":1}' \
 		'{"cmd":"export","format":"pprof"}' '{"cmd":"ping","id":{"x":1}}' \
 		'{"cmd":"ping","cmd":"status"}' '{"cmd":"ping"' '{"cmd":"summary","since":0}' \
-		'{"cmd":"summary","reset":"yes"}'; do
+		'{"cmd":"summary","reset":"yes"}' '{"cmd":"anomalies","last":0}' \
+		'{"cmd":"anomalies","last":"all"}' '{"cmd":"anomalies","instance":"a b"}'; do
 		r=$(raw "$p")
 		expect "'$p': no bad_request reply, got: $r" \
 			eval 'head -n 1 <<<"$r" | jq -e ".ok == false and .error == \"bad_request\" and (.message | length > 0)" >/dev/null'
@@ -209,14 +210,31 @@ if agent_start ctl_bad --control-socket "$SOCK" --shim-socket none; then
 	rc=$?
 	expect "agentctl status --reset: exit $rc, want 2 (usage) saying why: $out" \
 		eval '[ "$rc" = 2 ] && grep -q -- "--reset belongs to summary" <<<"$out"'
+	# agentctl anomalies: usage errors say why (exit 2); none yet here
+	for u in "anomalies --last 0|--last takes a number from 1 to 256" \
+		"anomalies --last 257|--last takes a number from 1 to 256" \
+		"summary --last 3|--last belongs to anomalies" \
+		"summary --instance x|--instance belongs to deep-dive, export and anomalies (summary covers the node)" \
+		"ping --json|--json belongs to status and anomalies"; do
+		out=$(ctl ${u%%|*} 2>&1)
+		rc=$?
+		expect "agentctl ${u%%|*}: exit $rc, want 2 (usage) saying '${u#*|}': $out" \
+			eval '[ "$rc" = 2 ] && grep -qF -- "${u#*|}" <<<"$out"'
+	done
+	out=$(ctl anomalies 2>&1)
+	rc=$?
+	expect "agentctl anomalies with none: exit $rc: $out" [ "$rc:$out" = \
+		"0:no anomaly records (the agent keeps the last 256; 0 since it started)" ]
+	out=$(ctl anomalies --json 2>&1)
+	expect "agentctl anomalies --json with none: '$out', want nothing" [ -z "$out" ]
 	kill -0 "$AGENT_PID" 2>/dev/null || fail_because "agent died"
 	st=$(ctl status --json)
-	expect "control.malformed = $(jq .control.malformed <<<"$st"), want >= 16" ge "$(jq .control.malformed <<<"$st")" 16
+	expect "control.malformed = $(jq .control.malformed <<<"$st"), want >= 19" ge "$(jq .control.malformed <<<"$st")" 19
 	expect "control.oversized = $(jq .control.oversized <<<"$st"), want >= 2" ge "$(jq .control.oversized <<<"$st")" 2
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
 	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
 	n=$(jqf '"final":true' '[.[] | select(.type == "stats" and .final) | .control.malformed][0] // 0')
-	expect "final stats record: control.malformed = $n" ge "$n" 16
+	expect "final stats record: control.malformed = $n" ge "$n" 19
 else
 	fail_because "agent did not start: $(agent_tail)"
 fi

@@ -610,7 +610,8 @@ report diag_live_nvtx
 # steps, none slow) runs and ends, `agentctl summary --reset` prints its
 # digest and starts the agent's anew; then B (40 steps, step 34 stalled).
 # The reset's text is A's alone, the exit's B's alone, each part of the run
-# in exactly one of them
+# in exactly one of them. At the end `agentctl anomalies` gives B's stall as
+# the file sink got it, and as text
 _why=()
 rsock=$T/rs.d/shim.sock
 csock=$T/rs.d/ctl.sock
@@ -661,6 +662,14 @@ else
 				sleep 0.5
 				curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics" >"$T/rs.metrics"
 				rok=1
+				# the last anomaly records, all and B's, as records and as text
+				ac() { "$BUILD/agentctl" --socket "$csock" anomalies "$@" 2>>"$T/rs.an.err"; }
+				wait_record ".type == \"anomaly\"" 10 || fail_because "no anomaly record"
+				{ ac --json --last 256 >"$T/rs.an.jsonl" && ac --last 256 >"$T/rs.an.txt" &&
+					ac --json --instance "${RINST[b]}" --last 1 >"$T/rs.anb.jsonl" &&
+					ac --instance "${RINST[b]}" --last 1 >"$T/rs.anb.txt" &&
+					ac --instance "nosuch-$$" >"$T/rs.ann.txt"; } ||
+					fail_because "agentctl anomalies: exit $?: $(head -c 300 "$T/rs.an.err")"
 			else
 				fail_because "B: $(rs_steps b) steps, want $STEPS"
 			fi
@@ -692,9 +701,25 @@ if [ -n "$rok" ]; then
 	jt=$(jqo '[.[] | select(.type == "stats")][-1].gpu.joined')
 	expect "GPU records joined: $j1 in the reset's text + $j2 at exit, want $jt (stats), each >= $((5 * STEPS))" \
 		eval '[ $((${j1:-0} + ${j2:-0})) = "$jt" ] && [ "${j1:-0}" -ge $((5 * STEPS)) ] && [ "${j2:-0}" -ge $((5 * STEPS)) ]'
-	ds=$(jqo '[.[] | select(.type == "stats")][-1] | {steps: .diag.steps, summary: .control.by_cmd.summary}')
-	expect "stats $ds: want 80 steps (records and stats are not reset), 1 summary asked" \
-		jqe '.steps == 80 and .summary == 1' <<<"$ds"
+	ds=$(jqo '[.[] | select(.type == "stats")][-1] | {steps: .diag.steps, summary: .control.by_cmd.summary, anomalies: .control.by_cmd.anomalies}')
+	expect "stats $ds: want 80 steps (records and stats are not reset), 1 summary and 5 anomalies asked" \
+		jqe '.steps == 80 and .summary == 1 and .anomalies == 5' <<<"$ds"
+	# agentctl anomalies: B's one anomaly (A had none), byte for byte the
+	# file's anomaly-class records; the text from the records
+	fa=$(python3 -c 'import json, sys
+sys.stdout.buffer.write(b"".join(l for l in open(sys.argv[1], "rb")
+	if json.loads(l).get("type") in ("anomaly", "level_shift")))' "$AGENT_OUT")
+	expect "agentctl anomalies --json: [$(head -c 400 "$T/rs.an.jsonl")], want the file's anomaly records byte for byte: [$(head -c 400 <<<"$fa")]" \
+		eval '[ "$(cat "$T/rs.an.jsonl")" = "$fa" ] && [ "$(wc -l <"$T/rs.an.jsonl")" = 1 ]'
+	expect "agentctl anomalies: want B's host stall, run 1: $(head -c 300 "$T/rs.an.jsonl")" \
+		jq -e --arg i "${RINST[b]}" '.instance == $i and .kind == "host_stall" and .run == 1' "$T/rs.an.jsonl"
+	expect "agentctl anomalies --instance B --last 1: not the same record" cmp -s "$T/rs.an.jsonl" "$T/rs.anb.jsonl"
+	got=$(python3 "$IT_ROOT/tests/integration/anomalies_check.py" "$T/rs.an.jsonl" "$T/rs.an.txt" 2>&1)
+	expect "agentctl anomalies' text: $got" [ "$got" = "ok 1" ]
+	got=$(python3 "$IT_ROOT/tests/integration/anomalies_check.py" "$T/rs.anb.jsonl" "$T/rs.anb.txt" "${RINST[b]}" 2>&1)
+	expect "agentctl anomalies --instance B's text: $got" [ "$got" = "ok 1" ]
+	expect "agentctl anomalies --instance nosuch: $(cat "$T/rs.ann.txt")" [ "$(cat "$T/rs.ann.txt")" = \
+		"no anomaly records of nosuch-$$ among those kept (the agent keeps the last 256; 1 since it started)" ]
 	# /metrics with --metrics-instances 1: A's steps under its name (as a label
 	# value: the quote, backslash, UTF-8 bytes and newline as _), B's as
 	# "_other" (and not reset: Prometheus counters only grow)

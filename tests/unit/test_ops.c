@@ -128,6 +128,21 @@ static void test_parse_ok(void **state)
 	    0);
 	assert_false(r.reset);
 	ctl_request_release(&r);
+	assert_int_equal(ctl_parse_request("{\"cmd\":\"anomalies\"}", 19, &r, err, sizeof(err)), 0);
+	assert_int_equal(r.cmd, CTL_ANOMALIES);
+	assert_string_equal(ctl_cmd_name(r.cmd), "anomalies");
+	assert_int_equal(r.last, 0); /* every one kept */
+	assert_string_equal(r.instance, "");
+	ctl_request_release(&r);
+	{
+		static const char an[] =
+		    "{\"cmd\":\"anomalies\",\"instance\":\"vllm-a\",\"last\":256}";
+
+		assert_int_equal(ctl_parse_request(an, strlen(an), &r, err, sizeof(err)), 0);
+		assert_int_equal(r.last, 256);
+		assert_string_equal(r.instance, "vllm-a");
+		ctl_request_release(&r);
+	}
 }
 
 /* --metrics' histograms: a value on a bound counts in it (Prometheus's le), past all in +Inf */
@@ -198,6 +213,14 @@ static void test_parse_bad(void **state)
 	    "{\"cmd\":\"summary\",\"instance\":\"a\"}",
 	    "{\"cmd\":\"summary\",\"reset\":1}",
 	    "{\"cmd\":\"status\",\"reset\":true}",
+	    "{\"cmd\":\"anomalies\",\"last\":0}",
+	    "{\"cmd\":\"anomalies\",\"last\":257}",
+	    "{\"cmd\":\"anomalies\",\"last\":-1}",
+	    "{\"cmd\":\"anomalies\",\"last\":\"5\"}",
+	    "{\"cmd\":\"anomalies\",\"last\":5.0}",
+	    "{\"cmd\":\"anomalies\",\"reset\":true}",
+	    "{\"cmd\":\"anomalies\",\"instance\":\"a\\\"b\"}",
+	    "{\"cmd\":\"summary\",\"last\":5}",
 	    "{\"cmd\":\"ping\",\"id\":[1]}",
 	    "{\"cmd\":\"ping\",\"cmd\":\"ping\"}",
 	    "{\"cmd\":\"ping\"} trailing",
@@ -217,6 +240,100 @@ static void test_parse_bad(void **state)
 			 -EINVAL);
 	assert_int_equal(json_integer_value(r.id), 7);
 	ctl_request_release(&r);
+}
+
+/* ------------------------------------------------- recent anomalies -- */
+
+/* recent_write()'s lines and counts, as `agentctl anomalies` gets them */
+static json_t *recent_text(struct agent *a, const char *inst, uint32_t last, char **text)
+{
+	size_t len = 0;
+	FILE *f = open_memstream(text, &len);
+	json_t *r;
+
+	assert_non_null(f);
+	r = recent_write(a, inst, last, f);
+	assert_int_equal(fclose(f), 0);
+	assert_non_null(r);
+	return r;
+}
+
+/* the n of each line, in order; the number of lines */
+static int line_ns(const char *text, int *ns, int max)
+{
+	int k = 0;
+
+	for (const char *p = text; *p && k < max; p = strchr(p, '\n') + 1) {
+		const char *q = strstr(p, "\"n\":");
+
+		assert_non_null(q);
+		ns[k++] = atoi(q + 4);
+	}
+	return k;
+}
+
+static void test_recent_anomalies(void **state)
+{
+	struct cap_sink c;
+	struct agent *a = agent_new(&c, 4);
+	char buf[128], *text = NULL;
+	int ns[RECENT_MAX], k;
+	json_t *r;
+
+	(void)state;
+	r = recent_text(a, NULL, 0, &text);
+	assert_string_equal(text, "");
+	assert_json_int(r, "seen", 0);
+	assert_json_int(r, "records", 0);
+	json_decref(r);
+	free(text);
+	/* 300 anomaly-class records, i1 and i2 in turn; other classes pass by */
+	for (int i = 0; i < 300; i++) {
+		const char *inst = i % 2 ? "i2" : "i1";
+
+		snprintf(buf, sizeof(buf), "{\"type\":\"%s\",\"instance\":\"%s\",\"n\":%d}",
+			 i % 50 == 49 ? "level_shift" : "anomaly", inst, i);
+		emit(a, REC_ANOMALY, inst, buf);
+		emit(a, REC_EVENT, inst, "{\"type\":\"offcpu\",\"n\":-1}");
+		emit(a, REC_SUMMARY, inst, "{\"type\":\"step\",\"n\":-1}");
+	}
+	/* the last 256, oldest first, each line as the sinks got it */
+	r = recent_text(a, "", 0, &text);
+	assert_json_int(r, "seen", 300);
+	assert_json_int(r, "kept", RECENT_MAX);
+	assert_json_int(r, "capacity", RECENT_MAX);
+	assert_json_int(r, "matched", RECENT_MAX);
+	assert_json_int(r, "records", RECENT_MAX);
+	assert_json_int(r, "not_kept", 0);
+	k = line_ns(text, ns, RECENT_MAX);
+	assert_int_equal(k, RECENT_MAX);
+	for (int i = 0; i < k; i++)
+		assert_int_equal(ns[i], 300 - RECENT_MAX + i);
+	assert_non_null(strstr(text, "{\"type\":\"level_shift\",\"instance\":\"i2\",\"n\":299}\n"));
+	json_decref(r);
+	free(text);
+	/* one instance's newest 5 */
+	r = recent_text(a, "i2", 5, &text);
+	assert_json_int(r, "matched", RECENT_MAX / 2);
+	assert_json_int(r, "records", 5);
+	k = line_ns(text, ns, RECENT_MAX);
+	assert_int_equal(k, 5);
+	for (int i = 0; i < k; i++)
+		assert_int_equal(ns[i], 291 + 2 * i);
+	json_decref(r);
+	free(text);
+	/* an instance with none; more asked than kept */
+	r = recent_text(a, "elsewhere", 3, &text);
+	assert_json_int(r, "matched", 0);
+	assert_json_int(r, "records", 0);
+	assert_string_equal(text, "");
+	json_decref(r);
+	free(text);
+	r = recent_text(a, "i1", RECENT_MAX, &text);
+	assert_json_int(r, "records", RECENT_MAX / 2);
+	json_decref(r);
+	free(text);
+	agent_del(a, &c);
 }
 
 /* ----------------------------------------------------------- recorder -- */
@@ -625,6 +742,7 @@ int main(void)
 	    cmocka_unit_test(test_parse_ok),
 	    cmocka_unit_test(test_parse_bad),
 	    cmocka_unit_test(test_prom_hist),
+	    cmocka_unit_test(test_recent_anomalies),
 	    cmocka_unit_test(test_qhist),
 	    cmocka_unit_test(test_recorder_anomaly_sends_window),
 	    cmocka_unit_test(test_recorder_budget),
