@@ -154,13 +154,25 @@ stalled_anomaly() {
 		jqe --argjson s "$start" '.[0].step_start_ns == $s' <<<"$an"
 }
 
+# wait_steps N COND [JQ_ARGS...]: until at least N step records meet COND (a
+# jq condition on a record, its $variables from JQ_ARGS), at most 15 s; 1 if not
+wait_steps() {
+	local n=$1 cond=$2 i
+	shift 2
+	for ((i = 0; i < 150; i++)); do
+		[ "$(jqo "$@" "[.[] | select(.type == \"step\" and ($cond))] | length")" -ge "$n" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # run NAME GPU_LIVE_ARGS...: gpu_live (one thread, instance it-NAME-$$) and a
 # sentinel agent on it, until the agent wrote a step for each of its rounds
 # (steps are cut 2 s after their end) and, when WAIT_WINDOW is set, the
 # flight recorder's window; workload released, agent stopped. Sets WPID,
 # TID, INST, OK, and leaves AGENT_OUT.
 run() {
-	local name=$1 go=$T/$1.go ex=$T/$1.exit sock=$T/$1.d/shim.sock wout=$T/$1.work wp i
+	local name=$1 go=$T/$1.go ex=$T/$1.exit sock=$T/$1.d/shim.sock wout=$T/$1.work wp
 	shift
 	INST=it-$name-$$ OK=
 	# shellcheck disable=SC2086 # RUN_ENV: VAR=VALUE words for the workload
@@ -184,10 +196,7 @@ run() {
 		sleep 0.2
 		touch "$go"
 		wait_record ".type == \"step\" and .pid == $WPID" 20 &&
-			for ((i = 0; i < 150; i++)); do
-				[ "$(jqo --argjson p "$WPID" '[.[] | select(.type == "step" and .pid == $p)] | length')" -ge "$ROUNDS" ] && break
-				sleep 0.1
-			done
+			wait_steps "$ROUNDS" '.pid == $p' --argjson p "$WPID"
 		[ -n "${WAIT_WINDOW:-}" ] && wait_record ".type == \"flight_recorder\" and .instance == \"$INST\"" 5
 		sleep 0.5
 		# SCRAPE: /metrics now, every step in (AGENT_START=agent_start_metrics)
@@ -488,10 +497,7 @@ else
 		# T0, on the workloads' clock, 1 s from now: both start round 0 then
 		el=$(awk -v a="$real0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", (b - a) * 1e9 }')
 		echo $((mono + el + 1000000000)) >"$T/strag.go.tmp" && mv "$T/strag.go.tmp" "$T/strag.go"
-		for ((i = 0; i < 150; i++)); do
-			[ "$(jqo --arg i "$SINST" '[.[] | select(.type == "step" and .instance == $i)] | length')" -ge $((2 * STEPS)) ] && break
-			sleep 0.1
-		done
+		wait_steps $((2 * STEPS)) '.instance == $i' --arg i "$SINST"
 		sleep 0.5
 		sok=1
 	fi
@@ -628,14 +634,6 @@ done
 rok=
 # rs_steps W: W's step records so far
 rs_steps() { jqo --argjson p "${RPID[$1]}" '[.[] | select(.type == "step" and .pid == $p)] | length'; }
-rs_wait_steps() {
-	local i
-	for ((i = 0; i < 150; i++)); do
-		[ "$(rs_steps "$1")" -ge "$STEPS" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
 if ! wait_line "$T/rsa.work" 10 || ! wait_line "$T/rsb.work" 10; then
 	fail_because "gpu_live printed nothing: $(head -c 300 "$T/rsa.work.err" "$T/rsb.work.err")"
 else
@@ -649,7 +647,7 @@ else
 		fail_because "no shim_status for A: $(agent_tail)"
 	else
 		touch "$T/rsa.go"
-		if ! rs_wait_steps a; then
+		if ! wait_steps "$STEPS" '.pid == $p' --argjson p "${RPID[a]}"; then
 			fail_because "A: $(rs_steps a) steps, want $STEPS"
 		else
 			touch "$T/rsa.exit"
@@ -658,7 +656,7 @@ else
 			"$BUILD/agentctl" --socket "$csock" summary --reset >"$T/rs.reset" 2>"$T/rs.reset.err" ||
 				fail_because "agentctl summary --reset: exit $?: $(head -c 300 "$T/rs.reset.err")"
 			touch "$T/rsb.go"
-			if rs_wait_steps b; then
+			if wait_steps "$STEPS" '.pid == $p' --argjson p "${RPID[b]}"; then
 				sleep 0.5
 				curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics" >"$T/rs.metrics"
 				rok=1
