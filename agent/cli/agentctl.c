@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,8 @@ static const char doc[] =
     "                         sinks (--instance NAME: one instance; --last N:\n"
     "                         the newest N, default 20, the agent keeps 256;\n"
     "                         --json: the records as JSON lines, as the sinks\n"
-    "                         got them)\n"
+    "                         got them; --follow: then the new ones as they\n"
+    "                         come, until Ctrl-C)\n"
     "  spill-foreign send|discard\n"
     "                         the Kafka spill's records written for another cluster\n"
     "                         or topic prefix, left alone at start: send them with\n"
@@ -79,6 +81,7 @@ static const char doc[] =
     "  agentctl summary | less\n"
     "  agentctl anomalies --instance vllm-llama-70b --last 5\n"
     "  agentctl anomalies --json --last 256 | jq -c 'select(.run == 1)'\n"
+    "  agentctl anomalies --follow   # tail -f of what the detector says\n"
     "  # the last ten minutes only (warm-up and earlier incidents left out):\n"
     "  agentctl summary --reset >/dev/null; sleep 600; agentctl summary\n"
     "  agentctl spill-foreign discard\n"
@@ -104,6 +107,7 @@ enum {
 	OPT_TIMEOUT,
 	OPT_RESET,
 	OPT_LAST,
+	OPT_FOLLOW,
 };
 
 static const struct argp_option options[] = {
@@ -114,6 +118,8 @@ static const struct argp_option options[] = {
      "status: print the agent's JSON reply; anomalies: the records as JSON lines"},
     {"instance", OPT_INSTANCE, "NAME", 0, "deep-dive, export, anomalies: the instance"},
     {"last", OPT_LAST, "N", 0, "anomalies: the newest N records (1 to 256, default 20)"},
+    {"follow", OPT_FOLLOW, NULL, 0,
+     "anomalies: then print new records as they come, until Ctrl-C (asked every second)"},
     {"duration", OPT_DURATION, "SECS", 0,
      "deep-dive: how long (default 60; the agent caps it at its --deep-dive-max)"},
     {"off", OPT_OFF, NULL, 0, "deep-dive: end the instance's deep-dive now"},
@@ -140,6 +146,8 @@ struct opts {
 	bool json;
 	bool reset;    /* summary --reset */
 	uint32_t last; /* anomalies --last */
+	bool follow;   /* anomalies --follow */
+	bool quiet;    /* call(): no message when the agent is out of reach (--follow) */
 	const char *instance;
 	double duration_s;
 	bool off;
@@ -183,6 +191,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_RESET:
 		o->reset = true;
+		break;
+	case OPT_FOLLOW:
+		o->follow = true;
 		break;
 	case OPT_LAST: {
 		long n;
@@ -251,6 +262,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "--reset belongs to summary");
 		if (o->last && strcmp(o->cmd, "anomalies"))
 			argp_error(state, "--last belongs to anomalies");
+		if (o->follow && strcmp(o->cmd, "anomalies"))
+			argp_error(state, "--follow belongs to anomalies");
 		if (o->json && strcmp(o->cmd, "status") && strcmp(o->cmd, "anomalies"))
 			argp_error(state, "--json belongs to status and anomalies");
 		if (o->instance && strcmp(o->cmd, "deep-dive") && strcmp(o->cmd, "export") &&
@@ -283,6 +296,23 @@ static int connect_agent(const char *path)
 	return fd;
 }
 
+/* why connect_agent() failed, for people */
+static void say_unreachable(const char *path, int err)
+{
+	if (err == -EACCES)
+		fprintf(stderr,
+			"agentctl: %s: permission denied (the agent serves root and its "
+			"--control-group)\n",
+			path);
+	else if (err == -ENOENT || err == -ECONNREFUSED)
+		fprintf(stderr,
+			"agentctl: no agent listens on %s (%s): is it running, with "
+			"--control-socket?\n",
+			path, strerror(-err));
+	else
+		fprintf(stderr, "agentctl: %s: %s\n", path, strerror(-err));
+}
+
 /* send req (stolen), read the reply; *data gets the export frame when asked */
 static int call(const struct opts *o, json_t *req, json_t **reply, char **data, size_t *dlen)
 {
@@ -298,21 +328,10 @@ static int call(const struct opts *o, json_t *req, json_t **reply, char **data, 
 		return -ENOMEM;
 	fd = connect_agent(path);
 	if (fd < 0) {
-		err = fd;
-		if (err == -EACCES)
-			fprintf(stderr,
-				"agentctl: %s: permission denied (the agent serves root and "
-				"its --control-group)\n",
-				path);
-		else if (err == -ENOENT || err == -ECONNREFUSED)
-			fprintf(stderr,
-				"agentctl: no agent listens on %s (%s): is it running, with "
-				"--control-socket?\n",
-				path, strerror(-err));
-		else
-			fprintf(stderr, "agentctl: %s: %s\n", path, strerror(-err));
+		if (!o->quiet) /* --follow says it once */
+			say_unreachable(path, fd);
 		free(s);
-		return err;
+		return fd;
 	}
 	err = ctl_send(fd, s, strlen(s));
 	free(s);
@@ -333,7 +352,7 @@ static int call(const struct opts *o, json_t *req, json_t **reply, char **data, 
 	if (!err && data && json_is_true(json_object_get(*reply, "ok")))
 		err = ctl_recv(fd, data, dlen, CTL_MAX_REPLY, tmo);
 	close(fd);
-	if (err)
+	if (err && !o->quiet)
 		fprintf(stderr, "agentctl: %s: %s\n", path,
 			err == -ETIMEDOUT    ? "no reply in time (--timeout)"
 			: err == -ECONNRESET ? "the agent closed the connection"
@@ -479,6 +498,15 @@ static void print_status(const json_t *r)
 
 /* --------------------------------------------------------- anomalies -- */
 
+/* the agent's data frame as it came: 0, or 1 when standard output failed */
+static int write_stdout(const char *data, size_t len)
+{
+	if (fwrite(data, 1, len, stdout) == len && !fflush(stdout))
+		return 0;
+	fprintf(stderr, "agentctl: standard output: %s\n", strerror(errno));
+	return 1;
+}
+
 /* "41.2 s ago", "12.5 min ago", "3.1 h ago" */
 static void fmt_ago(char *buf, size_t sz, double s)
 {
@@ -559,13 +587,39 @@ static void print_anomaly(const json_t *x, double now_ns)
 	}
 }
 
-/* the data frame's JSON lines, for people; 0, or 1 when a line is not a record */
-static int print_anomalies(const struct opts *o, const json_t *r, char *data, size_t len)
+/* the data frame's records: as they came (--json) or for people; 0, or 1 when one is not JSON */
+static int print_records(const struct opts *o, const json_t *r, char *data, size_t len)
 {
-	double now = num(r, "now_ns"), matched = num(r, "matched"), n = num(r, "records");
 	char *line = data, *end = data + len;
 	int ret = 0;
 
+	if (o->json)
+		return write_stdout(data, len);
+	while (line < end) {
+		char *nl = memchr(line, '\n', (size_t)(end - line));
+		size_t l = nl ? (size_t)(nl - line) : (size_t)(end - line);
+		json_t *x = json_loadb(line, l, 0, NULL);
+
+		if (x) {
+			printf("\n");
+			print_anomaly(x, num(r, "now_ns"));
+			json_decref(x);
+		} else if (l) {
+			fprintf(stderr, "agentctl: a line of the reply is not JSON: %.60s\n", line);
+			ret = 1;
+		}
+		line += l + 1;
+	}
+	return ret;
+}
+
+/* the first reply: what it holds of how many (--json: the records alone) */
+static int print_anomalies(const struct opts *o, const json_t *r, char *data, size_t len)
+{
+	double matched = num(r, "matched"), n = num(r, "records");
+
+	if (o->json) /* the records alone */
+		return print_records(o, r, data, len);
 	if (n == 0)
 		printf("no anomaly records%s%s%s (the agent keeps the last %.0f; %.0f since it "
 		       "started)\n",
@@ -577,24 +631,93 @@ static int print_anomalies(const struct opts *o, const json_t *r, char *data, si
 		       "%.0f; %.0f since it started)\n",
 		       n, matched, o->instance ? " of " : "", o->instance ? o->instance : "",
 		       num(r, "capacity"), num(r, "seen"));
-	while (line < end) {
-		char *nl = memchr(line, '\n', (size_t)(end - line));
-		size_t l = nl ? (size_t)(nl - line) : (size_t)(end - line);
-		json_t *x = json_loadb(line, l, 0, NULL);
-
-		if (x) {
-			printf("\n");
-			print_anomaly(x, now);
-			json_decref(x);
-		} else if (l) {
-			fprintf(stderr, "agentctl: a line of the reply is not JSON: %.60s\n", line);
-			ret = 1;
-		}
-		line += l + 1;
-	}
 	if (num(r, "not_kept") > 0)
 		fprintf(stderr, "agentctl: the agent had no memory to keep %.0f of them\n",
 			num(r, "not_kept"));
+	return print_records(o, r, data, len);
+}
+
+/* the anomalies request: the newest last (0: all kept) after the after-th seen (-1: all) */
+static json_t *anomalies_req(const struct opts *o, uint32_t last, int64_t after)
+{
+	json_t *req = json_pack("{s:s}", "cmd", "anomalies");
+
+	if (last)
+		json_object_set_new(req, "last", json_integer(last));
+	if (after >= 0)
+		json_object_set_new(req, "after", json_integer(after));
+	if (o->instance)
+		json_object_set_new(req, "instance", json_string(o->instance));
+	return req;
+}
+
+static volatile sig_atomic_t stop;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+/*
+ * --follow: every second, the records that came after the last one seen,
+ * as they come, until SIGINT or SIGTERM (exit 0). Records that left the
+ * agent's memory before they were read are counted where they would be; an
+ * agent that restarted (it has seen fewer than we had) is read from its
+ * first record; one out of reach is asked again every second (said once).
+ */
+static int follow_anomalies(const struct opts *o, int64_t seen)
+{
+	struct sigaction sa = {.sa_handler = on_stop};
+	struct opts q = *o;
+	int ret = 0;
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if (!o->json)
+		fprintf(stderr, "agentctl: following: new records as they come (Ctrl-C ends)\n");
+	while (!stop && !ret) {
+		struct timespec second = {1, 0};
+		json_t *r = NULL;
+		char *data = NULL;
+		size_t len = 0;
+		int err;
+
+		fflush(stdout);
+		nanosleep(&second, NULL);
+		if (stop)
+			break;
+		err = call(&q, anomalies_req(o, 0, seen), &r, &data, &len);
+		if (err && !q.quiet)
+			fprintf(stderr, "agentctl: trying again every second\n");
+		q.quiet = err != 0;
+		if (err) {
+			free(data);
+			continue;
+		}
+		if (check_ok(r)) {
+			ret = 1;
+		} else if ((int64_t)num(r, "seen") < seen) {
+			fprintf(o->json ? stderr : stdout,
+				"%sthe agent restarted: its records start anew\n",
+				o->json ? "agentctl: " : "\n");
+			seen = 0;
+		} else {
+			if (num(r, "missed") > 0)
+				fprintf(
+				    o->json ? stderr : stdout,
+				    "%s%.0f anomaly records left the agent's memory before they "
+				    "were read (it keeps the last %.0f)\n",
+				    o->json ? "agentctl: " : "\n", num(r, "missed"),
+				    num(r, "capacity"));
+			ret = print_records(o, r, data, len);
+			seen = (int64_t)num(r, "seen");
+		}
+		json_decref(r);
+		free(data);
+	}
+	fflush(stdout);
 	return ret;
 }
 
@@ -686,15 +809,6 @@ static int write_file(const char *path, const char *data, size_t len)
 	return err;
 }
 
-/* the agent's data frame as it came: 0, or 1 when standard output failed */
-static int write_stdout(const char *data, size_t len)
-{
-	if (fwrite(data, 1, len, stdout) == len && !fflush(stdout))
-		return 0;
-	fprintf(stderr, "agentctl: standard output: %s\n", strerror(errno));
-	return 1;
-}
-
 int main(int argc, char **argv)
 {
 	struct opts o = {.timeout_s = 10};
@@ -732,9 +846,7 @@ int main(int argc, char **argv)
 	} else if (!strcmp(o.cmd, "summary") && o.reset) {
 		req = json_pack("{s:s,s:b}", "cmd", "summary", "reset", 1);
 	} else if (!strcmp(o.cmd, "anomalies")) {
-		req = json_pack("{s:s,s:i}", "cmd", "anomalies", "last", o.last ? (int)o.last : 20);
-		if (o.instance)
-			json_object_set_new(req, "instance", json_string(o.instance));
+		req = anomalies_req(&o, o.last ? o.last : 20, -1);
 	} else {
 		req = json_pack("{s:s}", "cmd", o.cmd);
 	}
@@ -792,10 +904,10 @@ int main(int argc, char **argv)
 				"nothing was reset\n");
 			ret = 1;
 		}
-	} else if (!strcmp(o.cmd, "anomalies") && o.json) {
-		ret = write_stdout(data, dlen);
 	} else if (!strcmp(o.cmd, "anomalies")) {
 		ret = print_anomalies(&o, r, data, dlen);
+		if (!ret && o.follow)
+			ret = follow_anomalies(&o, (int64_t)num(r, "seen"));
 	} else if (!strcmp(o.cmd, "spill-foreign")) {
 		printf("%.0f records of another owner %s (%.0f segment files)\n", num(r, "records"),
 		       !strcmp(o.action, "send") ? "sent with this agent's settings" : "deleted",

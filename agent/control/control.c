@@ -444,7 +444,7 @@ static void anomalies(struct agent *a, struct control *ctl, struct conn *c,
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
-	json_t *r = f ? recent_write(a, req->instance, req->last, f) : NULL;
+	json_t *r = f ? recent_write(a, req->instance, req->last, req->after, f) : NULL;
 
 	if (f && fclose(f)) {
 		json_decref(r);

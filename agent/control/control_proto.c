@@ -47,7 +47,7 @@ static bool key_allowed(enum ctl_cmd cmd, const char *key)
 	case CTL_SUMMARY:
 		return !strcmp(key, "reset");
 	case CTL_ANOMALIES:
-		return !strcmp(key, "instance") || !strcmp(key, "last");
+		return !strcmp(key, "instance") || !strcmp(key, "last") || !strcmp(key, "after");
 	default:
 		return false;
 	}
@@ -166,6 +166,13 @@ int ctl_parse_request(const char *buf, size_t len, struct ctl_request *req, char
 			    json_integer_value(v) > CTL_LAST_MAX)
 				FAIL("\"last\" must be an integer from 1 to %d", CTL_LAST_MAX);
 			req->last = (uint32_t)json_integer_value(v);
+		}
+		v = json_object_get(root, "after");
+		req->after = -1;
+		if (v) {
+			if (!json_is_integer(v) || json_integer_value(v) < 0)
+				FAIL("\"after\" must be an integer >= 0 (a reply's \"seen\")");
+			req->after = json_integer_value(v);
 		}
 		break;
 	default:

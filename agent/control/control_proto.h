@@ -18,7 +18,7 @@
  *   {"cmd":"export","format":"perfetto"[,"instance":NAME]}
  *   {"cmd":"spill_foreign","action":"send"|"discard"}
  *   {"cmd":"summary"[,"reset":true]}
- *   {"cmd":"anomalies"[,"instance":NAME][,"last":N]}
+ *   {"cmd":"anomalies"[,"instance":NAME][,"last":N][,"after":SEEN]}
  * Any request may carry "id" (integer or string), echoed in its reply.
  *
  * Pure functions, no I/O except the blocking client helpers at the end:
@@ -59,6 +59,7 @@ struct ctl_request {
 	bool send;			     /* spill_foreign: send (true) or discard */
 	bool reset;			     /* summary: the digest starts anew after this one */
 	uint32_t last;			     /* anomalies: the newest N (0: every one kept) */
+	int64_t after;			     /* anomalies: only those after the SEEN-th (-1: all) */
 	json_t *id;			     /* echoed in the reply; owned, NULL when absent */
 };
 

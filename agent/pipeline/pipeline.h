@@ -242,17 +242,21 @@ json_t *deepdive_list(struct agent *a);
  * recent_init() (ops_init) makes the ring; recent_keep() (route.c, every
  * record) keeps a copy of those of class REC_ANOMALY and counts them.
  * recent_write(): the last `last` (0: all) kept records of instance (NULL
- * or "": every instance) to out as JSON lines, oldest first, each as the
- * sinks got it; returns "seen", "not_kept" (no memory), "kept",
- * "capacity", "matched" (kept and of the instance), "records" (written),
- * or NULL without the ring or memory. Caller owns it.
+ * or "": every instance) that came after the after-th record seen (-1: all)
+ * to out as JSON lines, oldest first, each as the sinks got it; returns
+ * "seen" (the cursor of a next call's after), "not_kept" (no memory),
+ * "kept", "capacity", "matched" (kept, of the instance, after after),
+ * "records" (written), "missed" (seen after after but gone from the ring
+ * before this call, of any instance), or NULL without the ring or memory.
+ * Caller owns it.
  */
 #define RECENT_MAX 256
 int recent_init(struct agent *a);
 void recent_free(struct agent *a);
 void recent_keep(struct agent *a, enum rec_class cls, const char *key, const char *json,
 		 size_t len);
-json_t *recent_write(struct agent *a, const char *instance, uint32_t last, FILE *out);
+json_t *recent_write(struct agent *a, const char *instance, uint32_t last, int64_t after,
+		     FILE *out);
 
 /* ------------------------------------------------------ flight recorder -- */
 /*

@@ -21,6 +21,7 @@
 struct recent_rec {
 	char *json;
 	size_t len;
+	uint64_t seq; /* its place among the records seen, from 1 */
 	char instance[INSTANCE_LEN];
 };
 
@@ -71,6 +72,7 @@ void recent_keep(struct agent *a, enum rec_class cls, const char *key, const cha
 	free(e->json);
 	e->json = copy;
 	e->len = len;
+	e->seq = rc->seen;
 	snprintf(e->instance, sizeof(e->instance), "%s", key ? key : "");
 	rc->next = (rc->next + 1) % RECENT_MAX;
 	if (rc->n < RECENT_MAX)
@@ -83,25 +85,27 @@ static const struct recent_rec *nth(const struct recent *rc, uint32_t i)
 	return &rc->r[(rc->next + RECENT_MAX - rc->n + i) % RECENT_MAX];
 }
 
-static bool matches(const struct recent_rec *e, const char *instance)
+static bool matches(const struct recent_rec *e, const char *instance, int64_t after)
 {
-	return !instance || !instance[0] || !strcmp(e->instance, instance);
+	return (int64_t)e->seq > after &&
+	       (!instance || !instance[0] || !strcmp(e->instance, instance));
 }
 
-json_t *recent_write(struct agent *a, const char *instance, uint32_t last, FILE *out)
+json_t *recent_write(struct agent *a, const char *instance, uint32_t last, int64_t after, FILE *out)
 {
 	const struct recent *rc = a->recent;
 	uint32_t matched = 0, skip, written = 0;
+	uint64_t oldest, missed = 0;
 
 	if (!rc)
 		return NULL;
 	for (uint32_t i = 0; i < rc->n; i++)
-		matched += matches(nth(rc, i), instance);
+		matched += matches(nth(rc, i), instance, after);
 	skip = last && matched > last ? matched - last : 0;
 	for (uint32_t i = 0; i < rc->n; i++) {
 		const struct recent_rec *e = nth(rc, i);
 
-		if (!matches(e, instance))
+		if (!matches(e, instance, after))
 			continue;
 		if (skip) { /* older than the last `last` */
 			skip--;
@@ -111,7 +115,12 @@ json_t *recent_write(struct agent *a, const char *instance, uint32_t last, FILE 
 		fputc('\n', out);
 		written++;
 	}
-	return json_pack("{s:I,s:I,s:i,s:i,s:i,s:i}", "seen", (json_int_t)rc->seen, "not_kept",
+	/* seen after `after` but gone from the ring, or never in it: of any instance */
+	oldest = rc->n ? nth(rc, 0)->seq : rc->seen + 1;
+	if (after >= 0 && oldest > (uint64_t)after + 1)
+		missed = oldest - (uint64_t)after - 1;
+	return json_pack("{s:I,s:I,s:i,s:i,s:i,s:i,s:I}", "seen", (json_int_t)rc->seen, "not_kept",
 			 (json_int_t)rc->lost, "kept", (int)rc->n, "capacity", RECENT_MAX,
-			 "matched", (int)matched, "records", (int)written);
+			 "matched", (int)matched, "records", (int)written, "missed",
+			 (json_int_t)missed);
 }

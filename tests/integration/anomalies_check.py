@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-"""anomalies_check.py RECORDS.jsonl TEXT [INSTANCE] - `agentctl anomalies`'s
+"""anomalies_check.py [--follow] RECORDS.jsonl TEXT [INSTANCE] - `agentctl anomalies`'s
 text (TEXT) worked out again from the records `agentctl anomalies --json`
 gave (RECORDS, the same query): the header (how many of how many, of which
 instance, the agent's 256 and how many since it started: at least the
@@ -10,6 +10,9 @@ bytes as '?'), rank where known, phase; for an anomaly its kind, duration
 and expected (ms, 3 decimals), the ratio, chart, score, run (and "opens an
 episode" at run 1), then one line per suspect, in order, with its sentence;
 for a level_shift the steps, ratio and kind (and its gpu_clock sentence).
+With --follow, TEXT is `agentctl anomalies --follow`'s and RECORDS its
+--json twin's: the header counts what was there at the start, the blocks
+are every record, those that came later too.
 Prints "ok N" or the first difference, and exits 1."""
 import datetime
 import json
@@ -66,15 +69,26 @@ def block(rec):
 
 
 def main():
-    recs = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8") if l.strip()]
-    text = open(sys.argv[2], encoding="utf-8", errors="replace").read().split("\n")
-    inst = sys.argv[3] if len(sys.argv) > 3 else None
+    args = sys.argv[1:]
+    follow = args[:1] == ["--follow"]
+    args = args[1:] if follow else args
+    recs = [json.loads(l) for l in open(args[0], encoding="utf-8") if l.strip()]
+    text = open(args[1], encoding="utf-8", errors="replace").read().split("\n")
+    inst = args[2] if len(args) > 2 else None
     # when agentctl wrote the text: the age it printed counts to then
-    now = datetime.datetime.fromtimestamp(os.path.getmtime(sys.argv[2]))
+    now = datetime.datetime.fromtimestamp(os.path.getmtime(args[1]))
     of = " of " + inst if inst else ""
     m = re.fullmatch(r"(\d+) of (\d+) anomaly records%s, oldest first \(the agent keeps the "
                      r"last 256; (\d+) since it started\)" % re.escape(of), text[0])
-    if not recs:
+    if follow and not m:
+        m = re.fullmatch(r"no anomaly records%s( among those kept)? \(the agent keeps the "
+                         r"last 256; (\d+) since it started\)" % re.escape(of), text[0])
+        if not m:
+            fail("header: %r" % text[0])
+    elif follow:
+        if int(m.group(1)) > len(recs):
+            fail("header says %s at the start, the records are %d" % (m.group(1), len(recs)))
+    elif not recs:
         m0 = re.fullmatch(r"no anomaly records%s( among those kept)? \(the agent keeps the "
                           r"last 256; (\d+) since it started\)" % re.escape(of), text[0])
         if not m0 or text[1:] not in ([], [""]):
@@ -83,9 +97,11 @@ def main():
         return
     if not m:
         fail("header: %r" % text[0])
-    n, matched, seen = (int(g) for g in m.groups())
-    if n != len(recs) or matched < n or seen < matched:
-        fail("header says %d of %d (%d seen), the records are %d" % (n, matched, seen, len(recs)))
+    if not follow:
+        n, matched, seen = (int(g) for g in m.groups())
+        if n != len(recs) or matched < n or seen < matched:
+            fail("header says %d of %d (%d seen), the records are %d"
+                 % (n, matched, seen, len(recs)))
     i = 1
     for k, rec in enumerate(recs):
         if rec.get("type") not in ("anomaly", "level_shift"):

@@ -617,7 +617,8 @@ report diag_live_nvtx
 # digest and starts the agent's anew; then B (40 steps, step 34 stalled).
 # The reset's text is A's alone, the exit's B's alone, each part of the run
 # in exactly one of them. At the end `agentctl anomalies` gives B's stall as
-# the file sink got it, and as text
+# the file sink got it, and as text; two followers (--follow) started after
+# the reset printed it as it came
 _why=()
 rsock=$T/rs.d/shim.sock
 csock=$T/rs.d/ctl.sock
@@ -631,7 +632,7 @@ for w in a b; do
 		-w "$T/rs$w.go" -e "$T/rs$w.exit" -m sentinel
 	RWP[$w]=$BG_PID
 done
-rok=
+rok= FJ= FT=
 # rs_steps W: W's step records so far
 rs_steps() { jqo --argjson p "${RPID[$1]}" '[.[] | select(.type == "step" and .pid == $p)] | length'; }
 if ! wait_line "$T/rsa.work" 10 || ! wait_line "$T/rsb.work" 10; then
@@ -655,6 +656,12 @@ else
 			sleep 1 # A's threads read gone, their last counts taken
 			"$BUILD/agentctl" --socket "$csock" summary --reset >"$T/rs.reset" 2>"$T/rs.reset.err" ||
 				fail_because "agentctl summary --reset: exit $?: $(head -c 300 "$T/rs.reset.err")"
+			# followers of the anomalies, as records and as text, from before B
+			"$BUILD/agentctl" --socket "$csock" anomalies --follow --json >"$T/rs.fj" 2>"$T/rs.fj.err" &
+			FJ=$!
+			"$BUILD/agentctl" --socket "$csock" anomalies --follow >"$T/rs.ft" 2>"$T/rs.ft.err" &
+			FT=$!
+			sleep 0.3
 			touch "$T/rsb.go"
 			if wait_steps "$STEPS" '.pid == $p' --argjson p "${RPID[b]}"; then
 				sleep 0.5
@@ -668,6 +675,10 @@ else
 					ac --instance "${RINST[b]}" --last 1 >"$T/rs.anb.txt" &&
 					ac --instance "nosuch-$$" >"$T/rs.ann.txt"; } ||
 					fail_because "agentctl anomalies: exit $?: $(head -c 300 "$T/rs.an.err")"
+				for ((i = 0; i < 100; i++)); do
+					[ -s "$T/rs.fj" ] && grep -q host_stall "$T/rs.ft" && break
+					sleep 0.1
+				done
 			else
 				fail_because "B: $(rs_steps b) steps, want $STEPS"
 			fi
@@ -675,6 +686,14 @@ else
 	fi
 fi
 touch "$T/rsa.exit" "$T/rsb.exit"
+# the followers end on Ctrl-C, with status 0
+for f in FJ FT; do
+	[ -n "${!f}" ] || continue
+	kill -INT "${!f}" 2>/dev/null
+	wait "${!f}"
+	rc=$?
+	expect "agentctl anomalies --follow ($f): exit $rc on SIGINT, want 0: $(head -c 300 "$T/rs.fj.err" "$T/rs.ft.err")" [ "$rc" = 0 ]
+done
 for w in a b; do wait_exit "${RWP[$w]}" 30 || fail_because "gpu_live $w did not finish"; done
 agent_stop INT || fail_because "agent did not exit on SIGINT"
 if [ -n "$rok" ]; then
@@ -700,8 +719,8 @@ if [ -n "$rok" ]; then
 	expect "GPU records joined: $j1 in the reset's text + $j2 at exit, want $jt (stats), each >= $((5 * STEPS))" \
 		eval '[ $((${j1:-0} + ${j2:-0})) = "$jt" ] && [ "${j1:-0}" -ge $((5 * STEPS)) ] && [ "${j2:-0}" -ge $((5 * STEPS)) ]'
 	ds=$(jqo '[.[] | select(.type == "stats")][-1] | {steps: .diag.steps, summary: .control.by_cmd.summary, anomalies: .control.by_cmd.anomalies}')
-	expect "stats $ds: want 80 steps (records and stats are not reset), 1 summary and 5 anomalies asked" \
-		jqe '.steps == 80 and .summary == 1 and .anomalies == 5' <<<"$ds"
+	expect "stats $ds: want 80 steps (records and stats are not reset), 1 summary, anomalies 5 + 2 followers' first + one a second each" \
+		jqe '.steps == 80 and .summary == 1 and .anomalies >= 9' <<<"$ds"
 	# agentctl anomalies: B's one anomaly (A had none), byte for byte the
 	# file's anomaly-class records; the text from the records
 	fa=$(python3 -c 'import json, sys
@@ -718,6 +737,13 @@ sys.stdout.buffer.write(b"".join(l for l in open(sys.argv[1], "rb")
 	expect "agentctl anomalies --instance B's text: $got" [ "$got" = "ok 1" ]
 	expect "agentctl anomalies --instance nosuch: $(cat "$T/rs.ann.txt")" [ "$(cat "$T/rs.ann.txt")" = \
 		"no anomaly records of nosuch-$$ among those kept (the agent keeps the last 256; 1 since it started)" ]
+	# the followers, from before B: its anomaly as it came, nothing else
+	expect "agentctl anomalies --follow --json: [$(head -c 300 "$T/rs.fj")], want the file's anomaly records" \
+		eval '[ "$(cat "$T/rs.fj")" = "$fa" ]'
+	got=$(python3 "$IT_ROOT/tests/integration/anomalies_check.py" --follow "$T/rs.fj" "$T/rs.ft" 2>&1)
+	expect "agentctl anomalies --follow's text: $got" [ "$got" = "ok 1" ]
+	expect "agentctl anomalies --follow: stderr $(cat "$T/rs.ft.err" "$T/rs.fj.err")" \
+		eval '[ "$(cat "$T/rs.ft.err")" = "agentctl: following: new records as they come (Ctrl-C ends)" ] && [ ! -s "$T/rs.fj.err" ]'
 	# /metrics with --metrics-instances 1: A's steps under its name (as a label
 	# value: the quote, backslash, UTF-8 bytes and newline as _), B's as
 	# "_other" (and not reset: Prometheus counters only grow)

@@ -131,7 +131,8 @@ static void test_parse_ok(void **state)
 	assert_int_equal(ctl_parse_request("{\"cmd\":\"anomalies\"}", 19, &r, err, sizeof(err)), 0);
 	assert_int_equal(r.cmd, CTL_ANOMALIES);
 	assert_string_equal(ctl_cmd_name(r.cmd), "anomalies");
-	assert_int_equal(r.last, 0); /* every one kept */
+	assert_int_equal(r.last, 0);   /* every one kept */
+	assert_int_equal(r.after, -1); /* from the oldest kept */
 	assert_string_equal(r.instance, "");
 	ctl_request_release(&r);
 	{
@@ -141,6 +142,13 @@ static void test_parse_ok(void **state)
 		assert_int_equal(ctl_parse_request(an, strlen(an), &r, err, sizeof(err)), 0);
 		assert_int_equal(r.last, 256);
 		assert_string_equal(r.instance, "vllm-a");
+		ctl_request_release(&r);
+	}
+	{
+		static const char an[] = "{\"cmd\":\"anomalies\",\"after\":9007199254740993}";
+
+		assert_int_equal(ctl_parse_request(an, strlen(an), &r, err, sizeof(err)), 0);
+		assert_true(r.after == 9007199254740993ll);
 		ctl_request_release(&r);
 	}
 }
@@ -218,6 +226,9 @@ static void test_parse_bad(void **state)
 	    "{\"cmd\":\"anomalies\",\"last\":-1}",
 	    "{\"cmd\":\"anomalies\",\"last\":\"5\"}",
 	    "{\"cmd\":\"anomalies\",\"last\":5.0}",
+	    "{\"cmd\":\"anomalies\",\"after\":-1}",
+	    "{\"cmd\":\"anomalies\",\"after\":\"7\"}",
+	    "{\"cmd\":\"summary\",\"after\":7}",
 	    "{\"cmd\":\"anomalies\",\"reset\":true}",
 	    "{\"cmd\":\"anomalies\",\"instance\":\"a\\\"b\"}",
 	    "{\"cmd\":\"summary\",\"last\":5}",
@@ -245,14 +256,15 @@ static void test_parse_bad(void **state)
 /* ------------------------------------------------- recent anomalies -- */
 
 /* recent_write()'s lines and counts, as `agentctl anomalies` gets them */
-static json_t *recent_text(struct agent *a, const char *inst, uint32_t last, char **text)
+static json_t *recent_text(struct agent *a, const char *inst, uint32_t last, int64_t after,
+			   char **text)
 {
 	size_t len = 0;
 	FILE *f = open_memstream(text, &len);
 	json_t *r;
 
 	assert_non_null(f);
-	r = recent_write(a, inst, last, f);
+	r = recent_write(a, inst, last, after, f);
 	assert_int_equal(fclose(f), 0);
 	assert_non_null(r);
 	return r;
@@ -281,7 +293,7 @@ static void test_recent_anomalies(void **state)
 	json_t *r;
 
 	(void)state;
-	r = recent_text(a, NULL, 0, &text);
+	r = recent_text(a, NULL, 0, -1, &text);
 	assert_string_equal(text, "");
 	assert_json_int(r, "seen", 0);
 	assert_json_int(r, "records", 0);
@@ -298,7 +310,7 @@ static void test_recent_anomalies(void **state)
 		emit(a, REC_SUMMARY, inst, "{\"type\":\"step\",\"n\":-1}");
 	}
 	/* the last 256, oldest first, each line as the sinks got it */
-	r = recent_text(a, "", 0, &text);
+	r = recent_text(a, "", 0, -1, &text);
 	assert_json_int(r, "seen", 300);
 	assert_json_int(r, "kept", RECENT_MAX);
 	assert_json_int(r, "capacity", RECENT_MAX);
@@ -313,7 +325,7 @@ static void test_recent_anomalies(void **state)
 	json_decref(r);
 	free(text);
 	/* one instance's newest 5 */
-	r = recent_text(a, "i2", 5, &text);
+	r = recent_text(a, "i2", 5, -1, &text);
 	assert_json_int(r, "matched", RECENT_MAX / 2);
 	assert_json_int(r, "records", 5);
 	k = line_ns(text, ns, RECENT_MAX);
@@ -323,16 +335,47 @@ static void test_recent_anomalies(void **state)
 	json_decref(r);
 	free(text);
 	/* an instance with none; more asked than kept */
-	r = recent_text(a, "elsewhere", 3, &text);
+	r = recent_text(a, "elsewhere", 3, -1, &text);
 	assert_json_int(r, "matched", 0);
 	assert_json_int(r, "records", 0);
 	assert_string_equal(text, "");
 	json_decref(r);
 	free(text);
-	r = recent_text(a, "i1", RECENT_MAX, &text);
+	r = recent_text(a, "i1", RECENT_MAX, -1, &text);
 	assert_json_int(r, "records", RECENT_MAX / 2);
 	json_decref(r);
 	free(text);
+	/* --follow's cursor: after the 299th seen, the 300th (n 299); none missed */
+	r = recent_text(a, NULL, 0, 299, &text);
+	assert_json_int(r, "records", 1);
+	assert_json_int(r, "missed", 0);
+	assert_json_int(r, "seen", 300);
+	k = line_ns(text, ns, RECENT_MAX);
+	assert_int_equal(k, 1);
+	assert_int_equal(ns[0], 299);
+	json_decref(r);
+	free(text);
+	/* a follower that had seen none: the first 44 went unread */
+	r = recent_text(a, NULL, 0, 0, &text);
+	assert_json_int(r, "missed", 300 - RECENT_MAX);
+	assert_json_int(r, "records", RECENT_MAX);
+	json_decref(r);
+	free(text);
+	/* after the 10th: the ring starts at the 45th, so 34 went unread */
+	r = recent_text(a, "i2", 0, 10, &text);
+	assert_json_int(r, "missed", 300 - RECENT_MAX - 10);
+	assert_json_int(r, "records", RECENT_MAX / 2);
+	json_decref(r);
+	free(text);
+	/* nothing after the last, nor after a cursor of another run of the agent */
+	for (int after = 300; after <= 500; after += 200) {
+		r = recent_text(a, NULL, 0, after, &text);
+		assert_json_int(r, "records", 0);
+		assert_json_int(r, "missed", 0);
+		assert_string_equal(text, "");
+		json_decref(r);
+		free(text);
+	}
 	agent_del(a, &c);
 }
 
