@@ -663,10 +663,10 @@ static void on_stop(int sig)
  * --follow: every second, the records that came after the last one seen,
  * as they come, until SIGINT or SIGTERM (exit 0). Records that left the
  * agent's memory before they were read are counted where they would be; an
- * agent that restarted (it has seen fewer than we had) is read from its
- * first record; one out of reach is asked again every second (said once).
+ * agent that restarted (another started_ns) is read from its first record;
+ * one out of reach is asked again every second (said once).
  */
-static int follow_anomalies(const struct opts *o, int64_t seen)
+static int follow_anomalies(const struct opts *o, int64_t seen, double started)
 {
 	struct sigaction sa = {.sa_handler = on_stop};
 	struct opts q = *o;
@@ -698,11 +698,12 @@ static int follow_anomalies(const struct opts *o, int64_t seen)
 		}
 		if (check_ok(r)) {
 			ret = 1;
-		} else if ((int64_t)num(r, "seen") < seen) {
+		} else if (num(r, "started_ns") != started) {
 			fprintf(o->json ? stderr : stdout,
 				"%sthe agent restarted: its records start anew\n",
 				o->json ? "agentctl: " : "\n");
-			seen = 0;
+			started = num(r, "started_ns");
+			seen = 0; /* read next time, from the first */
 		} else {
 			if (num(r, "missed") > 0)
 				fprintf(
@@ -907,7 +908,7 @@ int main(int argc, char **argv)
 	} else if (!strcmp(o.cmd, "anomalies")) {
 		ret = print_anomalies(&o, r, data, dlen);
 		if (!ret && o.follow)
-			ret = follow_anomalies(&o, (int64_t)num(r, "seen"));
+			ret = follow_anomalies(&o, (int64_t)num(r, "seen"), num(r, "started_ns"));
 	} else if (!strcmp(o.cmd, "spill-foreign")) {
 		printf("%.0f records of another owner %s (%.0f segment files)\n", num(r, "records"),
 		       !strcmp(o.action, "send") ? "sent with this agent's settings" : "deleted",

@@ -2,8 +2,8 @@
 /*
  * control.c - the agent's control socket (--control-socket, default
  * /run/infertrace/agent.sock): agentctl's requests (status, deep_dive,
- * export, summary, anomalies, spill_foreign,
- * ping) in the framing of control_proto.h.
+ * export, summary, anomalies, spill_foreign, ping) in the framing of
+ * control_proto.h.
  *
  * Never blocks the event loop: the listening socket and every connection
  * are nonblocking and served by the server core (core/server.h: one private
@@ -436,7 +436,8 @@ _Static_assert(CTL_INSTANCE_MAX + 1 == INSTANCE_LEN, "instance names: one bound"
  * The last anomaly records (recent.c) of one instance or all, oldest first,
  * as JSON lines in the data frame, each as the sinks got it: what the
  * detector said lately, without a reader of the sinks. With the agent's
- * CLOCK_MONOTONIC now, so that agentctl can say how long ago.
+ * CLOCK_MONOTONIC now, so that agentctl can say how long ago, and when
+ * this run of the agent started, so that a follower sees a restart.
  */
 static void anomalies(struct agent *a, struct control *ctl, struct conn *c,
 		      const struct ctl_request *req)
@@ -459,6 +460,8 @@ static void anomalies(struct agent *a, struct control *ctl, struct conn *c,
 	json_object_set_new(r, "ok", json_true());
 	json_object_set_new(r, "bytes", json_integer((json_int_t)len));
 	json_object_set_new(r, "now_ns", json_integer((json_int_t)now_ns()));
+	/* a follower's "after" counts in this run of the agent */
+	json_object_set_new(r, "started_ns", json_integer((json_int_t)a->start_ns));
 	reply(c, r, req->id, buf, len);
 	free(buf);
 }

@@ -232,29 +232,39 @@ if agent_start ctl_bad --control-socket "$SOCK" --shim-socket none; then
 	expect "control.malformed = $(jq .control.malformed <<<"$st"), want >= 19" ge "$(jq .control.malformed <<<"$st")" 19
 	expect "control.oversized = $(jq .control.oversized <<<"$st"), want >= 2" ge "$(jq .control.oversized <<<"$st")" 2
 	# a follower of the anomalies outlives the agent: it says so once, asks
-	# again every second, and ends on Ctrl-C with status 0
-	# (agentctl itself, not the ctl function: SIGINT reaches the process)
+	# again every second, finds the agent restarted, and ends on Ctrl-C
+	# with status 0 (agentctl itself, not the ctl function: SIGINT reaches
+	# the process)
 	"$CTL" --socket "$SOCK" anomalies --follow >"$T/follow.out" 2>"$T/follow.err" &
 	fp=$!
 	sleep 1.5
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
-	sleep 3.5
-	if kill -0 "$fp" 2>/dev/null; then
+	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
+	n=$(jqf '"final":true' '[.[] | select(.type == "stats" and .final) | .control.malformed][0] // 0')
+	expect "final stats record: control.malformed = $n" ge "$n" 19
+	sleep 2.5
+	if ! kill -0 "$fp" 2>/dev/null; then
+		fail_because "agentctl anomalies --follow ended when the agent went: $(cat "$T/follow.err")"
+	elif agent_start ctl_bad_again --control-socket "$SOCK" --shim-socket none; then
+		for ((i = 0; i < 50; i++)); do
+			grep -q restarted "$T/follow.out" && break
+			sleep 0.1
+		done
 		kill -INT "$fp"
 		wait "$fp"
 		rc=$?
 		expect "agentctl anomalies --follow: exit $rc on SIGINT, want 0" [ "$rc" = 0 ]
+		agent_stop INT || fail_because "agent did not exit on SIGINT"
 	else
-		fail_because "agentctl anomalies --follow ended when the agent went: $(cat "$T/follow.err")"
+		fail_because "agent did not start again: $(agent_tail)"
 	fi
-	expect "agentctl anomalies --follow: stdout '$(cat "$T/follow.out")'" [ "$(cat "$T/follow.out")" = \
-		"no anomaly records (the agent keeps the last 256; 0 since it started)" ]
+	expect "agentctl anomalies --follow: stdout '$(cat "$T/follow.out")', want none, then the restart" \
+		[ "$(cat "$T/follow.out")" = "no anomaly records (the agent keeps the last 256; 0 since it started)
+
+the agent restarted: its records start anew" ]
 	expect "agentctl anomalies --follow with the agent gone: stderr '$(cat "$T/follow.err")', want the reason and 'trying again' once each" \
 		eval '[ "$(wc -l <"$T/follow.err")" = 3 ] && sed -n 1p "$T/follow.err" | grep -qx "agentctl: following: new records as they come (Ctrl-C ends)" &&
 			sed -n 2p "$T/follow.err" | grep -q "^agentctl: no agent listens on $SOCK " && sed -n 3p "$T/follow.err" | grep -qx "agentctl: trying again every second"'
-	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
-	n=$(jqf '"final":true' '[.[] | select(.type == "stats" and .final) | .control.malformed][0] // 0')
-	expect "final stats record: control.malformed = $n" ge "$n" 19
 else
 	fail_because "agent did not start: $(agent_tail)"
 fi
