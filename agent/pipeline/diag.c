@@ -467,6 +467,52 @@ static void python_suspect(struct diag *d, struct diag_anomaly *an)
 		d->python_suspects++;
 }
 
+/* a name from a workload or a recording, for the terminal: control bytes as '?' */
+static void term_name(char *out, size_t sz, const char *in)
+{
+	size_t k = 0;
+
+	for (const char *c = in ? in : ""; *c && k < sz - 1; c++)
+		out[k++] = (unsigned char)*c < 0x20 || *c == 0x7f ? '?' : *c;
+	out[k] = '\0';
+}
+
+struct diag_inst_sum {
+	char key[INSTANCE_LEN]; /* the instance as given; the others' slot: "" */
+	uint64_t steps, anomalies;
+	uint64_t by_kind[DIAG_KIND_COUNT];
+	struct qhist q[DIAG_STEP_PHASES];
+};
+
+/*
+ * --summary's part for instance inst: its own slot, or once
+ * DIAG_SUM_INSTANCES are taken the others' (so that the digest stays
+ * bounded whatever the workloads call themselves); NULL without memory.
+ * A step's instance is nearly always the last one's: tried first.
+ */
+static struct diag_inst_sum *inst_sum(struct diag *d, const char *inst)
+{
+	uint32_t i;
+
+	inst = inst ? inst : "";
+	if (!d->isum && !(d->isum = calloc(DIAG_SUM_INSTANCES + 1, sizeof(*d->isum)))) {
+		d->isum_nomem = true;
+		return NULL;
+	}
+	if (d->isum_last < d->n_isum && !strncmp(d->isum[d->isum_last].key, inst, INSTANCE_LEN - 1))
+		return &d->isum[d->isum_last];
+	for (i = 0; i < d->n_isum && strncmp(d->isum[i].key, inst, INSTANCE_LEN - 1); i++)
+		;
+	if (i == DIAG_SUM_INSTANCES) {
+		d->isum_others = true;
+	} else if (i == d->n_isum) {
+		snprintf(d->isum[i].key, INSTANCE_LEN, "%s", inst);
+		d->n_isum++;
+	}
+	d->isum_last = i;
+	return &d->isum[i];
+}
+
 /* ------------------------------------------------------------ diagnosis -- */
 
 static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
@@ -474,6 +520,7 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 	struct diag *d = ctx;
 	struct diag_anomaly x = *in, *an = &x;
 	json_t *o = rec_new(d->a, "anomaly", 0, 0, an->step_start_ns), *sus;
+	struct diag_inst_sum *is;
 
 	if (!o) {
 		d->err = -ENOMEM;
@@ -501,6 +548,12 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 				   "ratio", an->suspects[i].ratio));
 	json_object_set_new(o, "suspects", sus);
 	d->anomalies++;
+	/* not for diag_on_straggler()'s stand-in when diagnosis is off: no digest */
+	is = d == d->a->diag ? inst_sum(d, an->instance) : NULL;
+	if (is && (unsigned)an->kind < DIAG_KIND_COUNT) {
+		is->anomalies++;
+		is->by_kind[an->kind]++;
+	}
 	for (uint32_t i = 0; i < d->n_slowest; i++) { /* --summary names what flagged it */
 		struct diag_slow *w = &d->slowest[i];
 
@@ -726,7 +779,6 @@ static void slowest_add(struct diag *d, const struct diag_step *s, int phase)
 {
 	uint32_t i = d->n_slowest;
 	struct diag_slow *w;
-	size_t k = 0;
 
 	if (i == DIAG_SLOWEST) { /* full: in place of the shortest, if longer */
 		if (s->dur_ns <= d->slowest[--i].dur_ns)
@@ -744,20 +796,23 @@ static void slowest_add(struct diag *d, const struct diag_step *s, int phase)
 				.phase = phase,
 				.kind = -1};
 	/* a recorded step's instance is its author's: no control characters on the terminal */
-	for (const char *c = s->instance ? s->instance : ""; *c && k < sizeof(w->instance) - 1; c++)
-		w->instance[k++] = (unsigned char)*c < 0x20 || *c == 0x7f ? '?' : *c;
-	w->instance[k] = '\0';
+	term_name(w->instance, sizeof(w->instance), s->instance);
 }
 
 /* every step the detector is given, cut here or recorded: its duration by phase */
 static void step_count(struct diag *d, const struct diag_step *s)
 {
 	int p = (unsigned)s->phase < DIAG_STEP_PHASES ? (int)s->phase : 0;
+	struct diag_inst_sum *is = inst_sum(d, s->instance);
 
 	d->steps++;
 	if (d->series)
 		prom_hist_add(&step_series(d, s->instance)->h[p], s->dur_ns / 1e9);
 	qhist_add(&d->step_q[p], s->dur_ns);
+	if (is) {
+		is->steps++;
+		qhist_add(&is->q[p], s->dur_ns);
+	}
 	if (!d->first_step_ns || s->start_ns < d->first_step_ns)
 		d->first_step_ns = s->start_ns;
 	slowest_add(d, s, p);
@@ -1060,15 +1115,69 @@ void diag_counters(const struct diag *d, json_t *o)
 		json_object_set_new(o, c[i].name, json_integer((json_int_t)c[i].v));
 }
 
+/* a phase's steps in --summary, at indent, when it had any */
+static void phase_line(FILE *out, int indent, int p, const struct qhist *q)
+{
+	if (q->n)
+		fprintf(out,
+			"%*s%-12s %llu steps: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f "
+			"ms (within 6.25%%)\n",
+			indent, "", diag_phase_name((enum diag_phase)p), (unsigned long long)q->n,
+			qhist_quantile(q, 0.50) / 1e6, qhist_quantile(q, 0.90) / 1e6,
+			qhist_quantile(q, 0.99) / 1e6, (double)q->max / 1e6);
+}
+
+/* anomaly kinds and counts: ": host_stall 1, gpu_slow 2" (nothing when none) */
+static void kinds_list(FILE *out, const uint64_t *by_kind)
+{
+	int n = 0;
+
+	for (int k = 0; k < DIAG_KIND_COUNT; k++)
+		if (by_kind[k])
+			fprintf(out, "%s %s %llu", n++ ? "," : ":",
+				diag_kind_name((enum diag_kind)k), (unsigned long long)by_kind[k]);
+}
+
+/*
+ * --summary's steps and anomalies per instance, when more than one had
+ * any: which of a node's instances is slow. Each instance's anomalies are
+ * its anomaly records (the node's line counts the detector's).
+ */
+static void print_instances(const struct diag *d, FILE *out)
+{
+	fprintf(out, "  per instance (%s):\n",
+		d->isum_others ? "the first 8 by their first step, then the others together"
+			       : "in the order their first step came");
+	for (uint32_t i = 0; i <= DIAG_SUM_INSTANCES; i++) {
+		const struct diag_inst_sum *is = &d->isum[i];
+		char name[64] = "(others)";
+
+		if (i < DIAG_SUM_INSTANCES ? i >= d->n_isum : !d->isum_others)
+			continue;
+		if (i < DIAG_SUM_INSTANCES)
+			term_name(name, sizeof(name), is->key[0] ? is->key : "(no instance)");
+		fprintf(out, "    %s: %llu steps, ", name, (unsigned long long)is->steps);
+		if (is->anomalies)
+			fprintf(out, "%llu %s", (unsigned long long)is->anomalies,
+				is->anomalies == 1 ? "anomaly" : "anomalies");
+		else
+			fprintf(out, "no anomalies");
+		kinds_list(out, is->by_kind);
+		fprintf(out, "\n");
+		for (int p = 0; p < DIAG_STEP_PHASES; p++)
+			phase_line(out, 6, p, &is->q[p]);
+	}
+}
+
 /*
  * --summary's section: steps cut and judged, anomalies by kind and in how
- * many episodes, new levels accepted (the counters of stats.diag).
+ * many episodes, new levels accepted (the counters of stats.diag); per
+ * instance where there are several; the longest steps.
  */
 void diag_print_summary(const struct diag *d, FILE *out)
 {
 	struct diag_det_counters since, *dc = &since;
 	const struct diag_det_counters *now, *b;
-	int n = 0;
 
 	if (!d)
 		return;
@@ -1091,30 +1200,20 @@ void diag_print_summary(const struct diag *d, FILE *out)
 	}
 	fprintf(out, "  %-12s %llu, %llu judged (each baseline's first steps teach it)\n", "steps",
 		(unsigned long long)(d->steps - d->base_steps), (unsigned long long)dc->judged);
-	for (int p = 0; p < DIAG_STEP_PHASES; p++) {
-		const struct qhist *q = &d->step_q[p];
-
-		if (q->n)
-			fprintf(
-			    out,
-			    "  %-12s %llu steps: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f "
-			    "ms (within 6.25%%)\n",
-			    diag_phase_name((enum diag_phase)p), (unsigned long long)q->n,
-			    qhist_quantile(q, 0.50) / 1e6, qhist_quantile(q, 0.90) / 1e6,
-			    qhist_quantile(q, 0.99) / 1e6, (double)q->max / 1e6);
-	}
+	for (int p = 0; p < DIAG_STEP_PHASES; p++)
+		phase_line(out, 2, p, &d->step_q[p]);
 	fprintf(out, "  %-12s %llu in %llu episode(s)", "anomalies",
 		(unsigned long long)dc->anomalies, (unsigned long long)dc->episodes);
-	for (int k = 0; k < DIAG_KIND_COUNT; k++)
-		if (dc->by_kind[k])
-			fprintf(out, "%s %s %llu", n++ ? "," : ":",
-				diag_kind_name((enum diag_kind)k),
-				(unsigned long long)dc->by_kind[k]);
+	kinds_list(out, dc->by_kind);
 	fprintf(out, "\n  %-12s %llu accepted (level_shift records: slowdowns that lasted)\n",
 		"new levels", (unsigned long long)dc->level_shifts);
 	if (dc->keys_dropped)
 		fprintf(out, "  %-12s %llu steps: every baseline slot was taken\n", "not judged",
 			(unsigned long long)dc->keys_dropped);
+	if (d->n_isum > 1 || d->isum_others)
+		print_instances(d, out);
+	else if (d->isum_nomem)
+		fprintf(out, "  per instance: no memory to count them\n");
 	fprintf(out, "  longest steps (their step records: pid and start_ns; the anomaly that "
 		     "flagged each):\n");
 	for (uint32_t i = 0; i < d->n_slowest; i++) {
@@ -1141,6 +1240,10 @@ void diag_summary_reset(struct diag *d)
 	memset(d->step_q, 0, sizeof(d->step_q));
 	d->first_step_ns = 0;
 	d->n_slowest = 0;
+	if (d->isum)
+		memset(d->isum, 0, (DIAG_SUM_INSTANCES + 1) * sizeof(*d->isum));
+	d->n_isum = d->isum_last = 0;
+	d->isum_others = d->isum_nomem = false;
 }
 
 /* the "diag" object of the stats record (docs/events.md) */
@@ -1200,5 +1303,6 @@ void diag_free(struct diag *d)
 		pdev_free(d->pdev[i]);
 	free(d->pdev);
 	free(d->series);
+	free(d->isum);
 	free(d);
 }

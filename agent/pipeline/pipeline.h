@@ -120,6 +120,15 @@ struct diag {
 		char instance[64];
 	} slowest[DIAG_SLOWEST];
 	uint32_t n_slowest;
+	/*
+	 * --summary per instance: steps by phase and anomalies by kind of the
+	 * first DIAG_SUM_INSTANCES instances, then of the others together (the
+	 * slot after them); made at the first step, NULL without memory
+	 */
+#define DIAG_SUM_INSTANCES 8
+	struct diag_inst_sum *isum;
+	uint32_t n_isum, isum_last; /* named slots; the last one used (a step's cache) */
+	bool isum_others, isum_nomem;
 	/* the counters at `agentctl summary --reset`: --summary prints what came since */
 	uint64_t base_steps;
 	struct diag_det_counters base;

@@ -99,6 +99,12 @@
 #                         steps_check.py works them out from the step and
 #                         anomaly records (and in replay_level_shift: 64
 #                         anomalies, the flagged among the longest named)
+#   replay_instance_summary: --summary per instance on a stream of ten
+#                         (one with a control byte in its name, one slowing
+#                         down for good): the first 8 by their first step,
+#                         the other 2 together, each with its steps per phase
+#                         and its anomaly records by kind, as steps_check.py
+#                         works them out; one instance: no such part
 #
 # Real data comes from $INFERTRACE_DATA (default ../shared/data); cases skip
 # when it is absent.
@@ -107,7 +113,8 @@ DATA=${INFERTRACE_DATA:-$IT_ROOT/../shared/data}
 NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 CASES=(replay_kineto_gz replay_kineto_unmatched replay_kineto_plain replay_nsys replay_jsonl
 	replay_malformed replay_streams replay_stop replay_overlap replay_step_keys replay_level_shift
-	replay_launch_python replay_kineto_python replay_gpu_summary replay_step_summary)
+	replay_launch_python replay_kineto_python replay_gpu_summary replay_step_summary
+	replay_instance_summary)
 
 if [ ! -x "$AGENT" ] || ! command -v jq >/dev/null; then
 	for n in "${CASES[@]}"; do echo "FAIL $n: $AGENT not built or jq missing"; done
@@ -432,6 +439,36 @@ expect "level shift: none of the longest steps flagged: $(sed -n '/^  longest st
 expect "level shift: no warning: $(tail -n 3 "$ERR" | tr '\n' '|')" \
 	grep -q 'warning: diag: llm-0 rank 0 decode: 64 slow steps in a row, accepting the new level (1\.5.x' "$ERR"
 report replay_level_shift
+
+# ten instances on one node: llm-0 slows down for good (64 anomalies), nine
+# others run 30 calm steps each from just after its start, one of them named
+# with a control byte; --summary's part per instance, read again
+level_shift_steps llm-0 >"$T/multi.raw"
+python3 - "$T/multi.raw" >"$T/multi.jsonl" <<'PY'
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+names = ["a\u0007b"] + ["inst-%d" % k for k in range(2, 10)]
+for k, name in enumerate(names, 1):
+    t = 1000000000 + k * 1000
+    for i in range(30):
+        d = 5000000 + 37000 * ((i * 7 + k) % 11)
+        steps.append({"schema": 1, "type": "step", "instance": name,
+                      "rank": 0, "pid": 100 + k, "tid": 100 + k, "start_ns": t, "dur_ns": d,
+                      "phase": "decode" if i % 3 else "prefill", "tokens": 8, "batch_size": 8,
+                      "kv_tokens": 4096})
+        t += d + 20000000
+for s in sorted(steps, key=lambda s: s["start_ns"]):
+    print(json.dumps(s))
+PY
+replay replay_instance_summary "$T/multi.jsonl" --summary
+expect "ten instances: exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 ]
+got=$(python3 "$IT_ROOT/tests/integration/steps_check.py" "$OUT" "$ERR" "$T/multi.jsonl" 2>&1)
+expect "ten instances: --summary's steps per instance, read again from the records: $got" \
+	[ "${got%% *}" = ok ]
+expect "ten instances: no part per instance, or llm-0's 64 anomalies, a?b or the others not in it: $(sed -n '/^  per instance/,/^  longest/p' "$ERR" | tr '\n' '|')" \
+	eval 'grep -qx "    llm-0: 400 steps, 64 anomalies: .*" "$ERR" && grep -qx "    a?b: 30 steps, no anomalies" "$ERR" &&
+		grep -qx "    (others): 60 steps, no anomalies" "$ERR"'
+report replay_instance_summary
 
 # --------------------------------------------------- replay_launch_python --
 python3 - "$T/pyrec.jsonl" <<'PY'
