@@ -24,6 +24,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "numparse.h"
+#include "util.h"
 #include "control_proto.h"
 
 #define AGENTCTL_VERSION "0.1.0"
@@ -521,12 +522,16 @@ static void fmt_ago(char *buf, size_t sz, double s)
 /*
  * A string of a record as text: a workload names its instance, so control
  * bytes (a newline, a terminal's escape) are printed as '?', as --summary
- * does.
+ * does (term_safe()).
  */
 static void put_clean(const char *s)
 {
-	for (; s && *s; s++)
-		putchar((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s);
+	char *c = strdup(s ? s : "");
+
+	if (c)
+		term_safe(c);
+	fputs(c ? c : "?", stdout); /* no memory: a mark, not nothing */
+	free(c);
 }
 
 /*

@@ -64,6 +64,13 @@ int write_all(int fd, const void *buf, size_t len, int64_t off)
 	return 0;
 }
 
+void term_safe(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
 int py_frame_text(char *out, size_t sz, const char *func, const char *file, int64_t line)
 {
 	const char *base = file && *file ? strrchr(file, '/') : NULL;

@@ -467,14 +467,14 @@ static void python_suspect(struct diag *d, struct diag_anomaly *an)
 		d->python_suspects++;
 }
 
-/* a name from a workload or a recording, for the terminal: control bytes as '?' */
+/* a name from a workload or a recording, for the terminal (term_safe()), cut to sz */
 static void term_name(char *out, size_t sz, const char *in)
 {
-	size_t k = 0;
+	size_t n = in ? strnlen(in, sz - 1) : 0;
 
-	for (const char *c = in ? in : ""; *c && k < sz - 1; c++)
-		out[k++] = (unsigned char)*c < 0x20 || *c == 0x7f ? '?' : *c;
-	out[k] = '\0';
+	memcpy(out, in ? in : "", n);
+	out[n] = '\0';
+	term_safe(out);
 }
 
 struct diag_inst_sum {

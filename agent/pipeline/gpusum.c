@@ -263,9 +263,7 @@ static void shown_name(const char *name, char *out, size_t sz)
 	size_t n;
 
 	snprintf(out, sz, "%s", d ? d : name);
-	for (char *c = out; *c; c++)
-		if ((unsigned char)*c < 0x20 || *c == 0x7f)
-			*c = '?';
+	term_safe(out);
 	n = strlen(out);
 	if (n > GS_NAME_SHOWN) {
 		size_t cut = GS_NAME_SHOWN - 3;

@@ -20,14 +20,7 @@ import os
 import re
 import sys
 
-
-def fail(why):
-    print(why)
-    sys.exit(1)
-
-
-def clean(s):
-    return "".join("?" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in s)
+from summary_read import clean, fail
 
 
 def when_ok(line, now):

@@ -14,21 +14,12 @@ STEPS PHASES" or the first difference, and exits 1."""
 import re
 import sys
 
-from summary_read import records, section
+from summary_read import clean, fail, records, section
 
 PHASES = ("unknown", "prefill", "decode", "mixed")
 # the section prints milliseconds to 3 decimals: half the last digit, and the
 # float error of a value that ends in exactly 5 there (41.1605 printed 41.160)
 MS = 0.0005 + 1e-9
-
-
-def fail(why):
-    print(why)
-    sys.exit(1)
-
-
-def clean(s):
-    return "".join("?" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in s)
 
 
 def phase_lines(lines, indent, durs_by_phase, who):

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-"""summary_read - what pyprof_check.py, gpusum_check.py and steps_check.py
-read: the agent's records of some types from its JSON lines, and one
---summary section from its stderr."""
+"""summary_read - what pyprof_check.py, gpusum_check.py, steps_check.py and
+anomalies_check.py read: the agent's records of some types from its JSON
+lines, and one --summary section from its stderr; a name as the agent
+prints it on a terminal; the checkers' way to fail."""
 import json
+import sys
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
 
@@ -39,3 +41,14 @@ def section(path, head):
                     break
                 lines.append(raw)
     return lines
+
+
+def clean(s):
+    """a name as the agent and agentctl print it: control bytes as '?' (term_safe())"""
+    return "".join("?" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in s)
+
+
+def fail(why):
+    """print the first difference and exit 1"""
+    print(why)
+    sys.exit(1)
