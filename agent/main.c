@@ -95,6 +95,7 @@ enum {
 	OPT_NCCL_SLOTS,
 	OPT_METRICS,
 	OPT_METRICS_INSTANCES,
+	OPT_METRICS_INSTANCE_IDLE,
 	OPT_PERFETTO,
 	OPT_KAFKA,
 	OPT_KAFKA_PREFIX,
@@ -363,8 +364,15 @@ static const struct opt_def opt_table[] = {
     {"metrics-instances", OPT_METRICS_INSTANCES, "N", OT_U32, FIELD(metrics_instances), 0, 256,
      .err = "takes 0 to 256",
      .doc = "The step duration histogram on /metrics has a series per instance "
-	    "(label infertrace_instance) for the first N instances seen, the rest together as "
-	    "'_other'; 0: one per phase for the whole node (default 8)"},
+	    "(label infertrace_instance) for N instances at a time, in the order they came, the "
+	    "rest together as '_other' (--metrics-instance-idle frees a slot); 0: one per phase "
+	    "for the whole node (default 8)"},
+    {"metrics-instance-idle", OPT_METRICS_INSTANCE_IDLE, "SECS", OT_U32,
+     FIELD(metrics_instance_idle), 0, 604800, .err = "takes seconds from 0 to 604800 (a week)",
+     .doc = "An instance's step histogram series leave /metrics after SECS without a step "
+	    "(its pod gone, or idle), '_other' too: the slot is the next new instance's; back, "
+	    "it counts again from 0, a counter reset to rate(). 0: kept while the agent runs "
+	    "(default 600)"},
     {"perfetto", OPT_PERFETTO, "FILE", OT_STR, FIELD(perfetto),
      .doc = "With --replay: write the recording as a Perfetto / Chrome trace JSON to FILE "
 	    "(JSON lines only with --output)"},
@@ -1066,6 +1074,7 @@ int main(int argc, char **argv)
 	    .gpu_telemetry_period_ns = 1000000000ULL,
 	    .python_hz = 49,
 	    .metrics_instances = 8,
+	    .metrics_instance_idle = 600,
 	    .flush_timeout_s = FLUSH_TIMEOUT_DEFAULT,
 	};
 	build_argp_options();

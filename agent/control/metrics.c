@@ -14,7 +14,8 @@
  * Cardinality: labels are event types, record classes, drop stages and
  * sink names, step phases and histogram bounds - small fixed sets - and
  * the step histogram's instance, bounded by --metrics-instances (diag.c:
- * the rest as "_other"). No pid, tid or kernel name is a label
+ * the rest as "_other"; an instance without steps for
+ * --metrics-instance-idle frees its slot). No pid, tid or kernel name is a label
  * (docs/operations.md lists every metric). The two histograms (step
  * durations, launch to GPU start) are the pipeline's (diag.c, join.c:
  * struct prom_hist, core/util.h).
@@ -135,6 +136,9 @@ static const struct stats_metric from_diag[] = {
     {"diag", "episodes", "infertrace_anomaly_episodes_total", "counter",
      "Anomaly episodes: runs of flagged steps of one instance, rank and phase, counted once "
      "(anomaly records with run 1); alert on this to be told once."},
+    {"diag", "step_series_expired", "infertrace_step_series_expired_total", "counter",
+     "Series of infertrace_step_duration_seconds gone from here: their instance had no step "
+     "for --metrics-instance-idle."},
 };
 
 /*
@@ -173,7 +177,7 @@ static uint64_t hist_count(const struct prom_hist *h)
  * the steps' durations by phase (and instance: --metrics-instances), the
  * GPU's queue: the pipeline's own histograms. The node's series are there
  * for every phase from the start; an instance's for the phases it had
- * steps in.
+ * steps in, while it has them (--metrics-instance-idle).
  */
 static void histograms(struct agent *a, FILE *f)
 {
@@ -184,7 +188,8 @@ static void histograms(struct agent *a, FILE *f)
 
 	help(f, step, "histogram",
 	     "Steps cut (or given by markers), by phase and instance (infertrace_instance, the "
-	     "records' instance; '_other' past --metrics-instances): their durations. "
+	     "records' instance; '_other' past --metrics-instances; gone after "
+	     "--metrics-instance-idle without a step): their durations. "
 	     "histogram_quantile() over it is the step latency.");
 	for (uint32_t i = 0; diag_step_hist(a->diag, i, 0, &inst); i++)
 		for (int p = 0; p < DIAG_STEP_PHASES; p++) {

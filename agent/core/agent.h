@@ -90,8 +90,9 @@ struct agent_opts {
 		SENTINEL_LAUNCHES_ALL
 	} sentinel_launches;					   /* --sentinel-launches */
 	uint64_t launch_sample_window_ns, launch_sample_period_ns; /* --launch-sampling; 0: off */
-	const char *metrics;	    /* ADDR:PORT of the Prometheus endpoint; NULL: off */
-	uint32_t metrics_instances; /* step histograms of their own; 0: the node's only */
+	const char *metrics;		/* ADDR:PORT of the Prometheus endpoint; NULL: off */
+	uint32_t metrics_instances;	/* step histograms of their own; 0: the node's only */
+	uint32_t metrics_instance_idle; /* seconds without a step: its series leave; 0 never */
 	/* the node's GPUs through NVML (agent/sources/gpu_telemetry.c) */
 	enum { GPU_TELEMETRY_AUTO, GPU_TELEMETRY_ON, GPU_TELEMETRY_OFF } gpu_telemetry;
 	const char *nvml_lib;		  /* NULL: libnvidia-ml.so.1 */

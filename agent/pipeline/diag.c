@@ -706,14 +706,17 @@ static const struct prom_hist step_none = {.le = step_le,
 					   .nle = sizeof(step_le) / sizeof(step_le[0])};
 
 /*
- * One --metrics step histogram per instance and phase: the first
- * --metrics-instances instances, then every other one in "_other" (so a
- * node's series stay bounded whatever names its workloads choose); with
- * --metrics-instances 0 one per phase for the node (label NULL). Made
- * with --metrics only, all at diag_new().
+ * One --metrics step histogram per instance and phase: --metrics-instances
+ * instances at a time, every other one in "_other" (so a node's series stay
+ * bounded whatever names its workloads choose); with --metrics-instances 0
+ * one per phase for the node (label NULL). Made with --metrics only, all at
+ * diag_new(). A series without a step for --metrics-instance-idle leaves
+ * (series_expire()): its slot is the next new instance's.
  */
 struct diag_step_series {
 	char label[INSTANCE_LEN]; /* printable ASCII, '"' and '\' as '_'; "" unnamed */
+	bool other;		  /* "_other": the instances past series_max */
+	uint64_t last_ns;	  /* series_now at its latest step */
 	struct prom_hist h[DIAG_STEP_PHASES];
 };
 
@@ -761,17 +764,53 @@ static struct diag_step_series *step_series(struct diag *d, const char *inst)
 	series_label(inst ? inst : "", label);
 	for (i = 0; i < d->n_series && strcmp(d->series[i].label, label); i++)
 		;
-	if (i == d->n_series && d->n_series >= d->series_max) /* full: "_other", the last slot */
+	if (i == d->n_series && d->n_series - d->series_other >= d->series_max) /* full: "_other" */
 		for (i = 0; i < d->n_series && strcmp(d->series[i].label, SERIES_OTHER); i++)
 			;
-	if (i == d->n_series) { /* i <= series_max: calloc'd series_max + 1 */
+	if (i == d->n_series) { /* at most series_max named and "_other": calloc'd series_max + 1 */
+		d->series[i].other = d->n_series - d->series_other >= d->series_max;
+		d->series_other |= d->series[i].other;
 		snprintf(d->series[i].label, INSTANCE_LEN, "%s",
-			 d->n_series == d->series_max ? SERIES_OTHER : label);
+			 d->series[i].other ? SERIES_OTHER : label);
 		d->n_series++;
 	}
 	d->series_cache[slot].hash = hash;
 	d->series_cache[slot].idx = i;
 	return &d->series[i];
+}
+
+/*
+ * The series of instances without a step since --metrics-instance-idle
+ * before now leave /metrics, "_other" too: the instance's pod is gone, or
+ * it is idle, and its slot is for the next new one. Back, an instance starts
+ * again from 0 (a counter reset to rate()). Live only (diag_advance()).
+ */
+static void series_expire(struct diag *d, uint64_t now)
+{
+	uint32_t k = 0;
+
+	d->series_now = now;
+	if (!d->series_max || !d->series_idle_ns)
+		return;
+	for (uint32_t i = 0; i < d->n_series; i++) {
+		if (now > d->series[i].last_ns + d->series_idle_ns) {
+			d->series_other &= !d->series[i].other;
+			d->series_expired++;
+			continue;
+		}
+		if (k != i)
+			d->series[k] = d->series[i];
+		k++;
+	}
+	if (k == d->n_series)
+		return;
+	for (uint32_t i = k; i < d->n_series; i++) {
+		memset(&d->series[i], 0, sizeof(d->series[i]));
+		for (int p = 0; p < DIAG_STEP_PHASES; p++)
+			d->series[i].h[p] = step_none;
+	}
+	d->n_series = k;
+	memset(d->series_cache, 0, sizeof(d->series_cache)); /* its indices moved */
 }
 
 /* --summary's longest steps: s in its place, longest first, when it is one of them */
@@ -806,8 +845,12 @@ static void step_count(struct diag *d, const struct diag_step *s)
 	struct diag_inst_sum *is = inst_sum(d, s->instance);
 
 	d->steps++;
-	if (d->series)
-		prom_hist_add(&step_series(d, s->instance)->h[p], s->dur_ns / 1e9);
+	if (d->series) {
+		struct diag_step_series *ser = step_series(d, s->instance);
+
+		prom_hist_add(&ser->h[p], s->dur_ns / 1e9);
+		ser->last_ns = d->series_now;
+	}
 	qhist_add(&d->step_q[p], s->dur_ns);
 	if (is) {
 		is->steps++;
@@ -943,6 +986,8 @@ int diag_new(struct agent *a, struct diag **out)
 			for (int p = 0; p < DIAG_STEP_PHASES; p++)
 				d->series[i].h[p] = step_none;
 		d->n_series = !d->series_max; /* the node's one series is there from the start */
+		d->series_idle_ns = (uint64_t)a->opts.metrics_instance_idle * 1000000000ull;
+		d->series_now = now_ns();
 	}
 	so.step_ctx = d;
 	o.sz = sizeof(o);
@@ -1063,6 +1108,8 @@ void diag_advance(struct diag *d, uint64_t now)
 	if (!d)
 		return;
 	diag_seg__advance(d->seg, now);
+	if (d->series)
+		series_expire(d, now);
 	if (now > HELD_MAX_NS)
 		diag_det__flush(d->det, now - HELD_MAX_NS);
 	if (now > STRAG_DECIDE_NS)
@@ -1270,6 +1317,8 @@ void diag_stats(struct diag *d, json_t *r)
 	json_object_set_new(o, "gpu_clock_suspects", json_integer((json_int_t)d->clock_suspects));
 	/* anomalies that name what their process ran in Python (--python-stacks) */
 	json_object_set_new(o, "python_suspects", json_integer((json_int_t)d->python_suspects));
+	/* /metrics' step series of instances idle for --metrics-instance-idle, gone */
+	json_object_set_new(o, "step_series_expired", json_integer((json_int_t)d->series_expired));
 	json_object_set_new(r, "diag", o);
 }
 

@@ -104,6 +104,10 @@ struct diag {
 #define DIAG_STEP_PHASES 4
 	struct diag_step_series *series; /* --metrics' histograms (diag_step_hist()) */
 	uint32_t n_series, series_max;	 /* series_max: --metrics-instances */
+	bool series_other;		 /* one of them is "_other" */
+	uint64_t series_idle_ns;	 /* --metrics-instance-idle; 0: never */
+	uint64_t series_now;		 /* diag_advance()'s latest time (steps' last_ns) */
+	uint64_t series_expired;	 /* series gone for want of steps */
 	struct {
 		uint64_t hash; /* of the instance name as given; 0: empty slot */
 		uint32_t idx;

@@ -110,6 +110,13 @@
 #                           With --metrics-instances 1, /metrics has A's
 #                           steps under its name (its quote, backslash,
 #                           UTF-8 and newline as _) and B's as "_other"
+#   diag_live_metrics_idle: --metrics-instances 1 --metrics-instance-idle 3:
+#                           A (60 steps over 6 s) has the one series of its
+#                           own while it runs; 3 s after its last step the
+#                           series leaves /metrics (step_series_expired 1);
+#                           then B's steps get a series of their own, not
+#                           "_other", and infertrace_steps_total is B's
+#                           series plus A's 60
 #   diag_live_summary_every: 60 rounds 100 ms apart (the GPU records handed
 #                           over every second, gpu_live -F) under
 #                           --summary-every 1: a digest on stderr each
@@ -121,7 +128,7 @@ source "$(dirname "$0")/lib.sh"
 GPU_LIVE=$BUILD/tests/integration/gpu_live
 NAMES="diag_live_steps diag_live_metrics diag_live_anomaly recorder_anomaly_window diag_replay_steps diag_replay_gap
 	diag_replay_waiting diag_live_net diag_live_straggler diag_live_contention diag_replay_cpu diag_live_nvtx
-	diag_live_summary_reset diag_live_summary_every"
+	diag_live_summary_reset diag_live_metrics_idle diag_live_summary_every"
 # shellcheck disable=SC2086
 it_preflight $NAMES
 if [ ! -x "$GPU_LIVE" ] || [ ! -f "$BUILD/libinfertrace_cupti.so" ]; then
@@ -729,7 +736,7 @@ sys.stdout.buffer.write(b"".join(l for l in open(sys.argv[1], "rb")
 	expect "agentctl anomalies --json: [$(head -c 400 "$T/rs.an.jsonl")], want the file's anomaly records byte for byte: [$(head -c 400 <<<"$fa")]" \
 		eval '[ "$(cat "$T/rs.an.jsonl")" = "$fa" ] && [ "$(wc -l <"$T/rs.an.jsonl")" = 1 ]'
 	expect "agentctl anomalies: want B's host stall, run 1: $(head -c 300 "$T/rs.an.jsonl")" \
-		jq -e --arg i "${RINST[b]}" '.instance == $i and .kind == "host_stall" and .run == 1' "$T/rs.an.jsonl"
+		jqe --arg i "${RINST[b]}" '.instance == $i and .kind == "host_stall" and .run == 1' "$T/rs.an.jsonl"
 	expect "agentctl anomalies --instance B --last 1: not the same record" cmp -s "$T/rs.an.jsonl" "$T/rs.anb.jsonl"
 	got=$(python3 "$IT_ROOT/tests/integration/anomalies_check.py" "$T/rs.an.jsonl" "$T/rs.an.txt" 2>&1)
 	expect "agentctl anomalies' text: $got" [ "$got" = "ok 1" ]
@@ -754,6 +761,97 @@ infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"it
 	expect "promtool check metrics: $(head -n 2 <<<"$lint" | tr '\n' ' ')" [ -z "$lint" ]
 fi
 report diag_live_summary_reset
+
+# --------------------------------------------------------- metrics idle --
+# --metrics-instances 1 --metrics-instance-idle 3 and two workloads, one after
+# the other, each 100 ms a step (-P 100; -F: the GPU records come every
+# second, so steps are cut as they run): while A runs its series is the one
+# there; 3 s after A's last step it has left /metrics; B's steps then take
+# the free slot under B's own name rather than "_other"
+_why=()
+MI=60
+isock=$T/mi.d/shim.sock
+mkdir -p "$T/mi.d"
+declare -A IPID IWP IINST
+IINST[a]=it-mia-$$ IINST[b]=it-mib-$$
+for w in a b; do
+	bg_start "$T/mi$w.work" env INFERTRACE_INSTANCE="${IINST[$w]}" INFERTRACE_SHIM_SOCKET="$isock" \
+		"$GPU_LIVE" -t 1 -n "$MI" -s 1000 -P 100 -F -w "$T/mi$w.go" -e "$T/mi$w.exit" -m sentinel
+	IWP[$w]=$BG_PID
+done
+# mi_scrape FILE: /metrics into FILE; mi_series FILE: its step series' counts; mi_val FILE NAME
+mi_scrape() { curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics" >"$1"; }
+mi_series() { grep '^infertrace_step_duration_seconds_count{' "$1" | sort; }
+mi_val() { awk -v n="$2" '$1 == n {print $2}' "$1"; }
+mok=
+if ! wait_line "$T/mia.work" 10 || ! wait_line "$T/mib.work" 10; then
+	fail_because "gpu_live printed nothing: $(head -c 300 "$T/mia.work.err" "$T/mib.work.err")"
+else
+	for w in a b; do IPID[$w]=$(head -n 1 "$T/mi$w.work" | jq -r .pid); done
+	if ! agent_start_metrics miidle -i 0.25 --pid "${IPID[a]}" --pid "${IPID[b]}" --shim-socket "$isock" \
+		--sentinel-launches all --metrics-instances 1 --metrics-instance-idle 3; then
+		fail_because "agent did not start: $(agent_tail)"
+	elif ! cuda_attached "${IPID[a]}" 10 || ! cuda_attached "${IPID[b]}" 10; then
+		fail_because "no attach record for both workloads"
+	elif ! wait_record ".type == \"shim_status\" and .pid == ${IPID[a]}" 10; then
+		fail_because "no shim_status for A: $(agent_tail)"
+	else
+		touch "$T/mia.go"
+		# while A runs (10 of its 60 steps written): its series
+		if ! wait_steps 10 '.pid == $p' --argjson p "${IPID[a]}"; then
+			fail_because "A: no 10 steps"
+		else
+			mi_scrape "$T/mi.1"
+			wait_steps "$MI" '.pid == $p' --argjson p "${IPID[a]}" || fail_because "A: no $MI steps"
+			touch "$T/mia.exit"
+			# A's series leaves 3 s (and an interval) after its last step
+			for ((i = 0; i < 100; i++)); do
+				mi_scrape "$T/mi.2"
+				grep -q "infertrace_instance=\"${IINST[a]}\"" "$T/mi.2" || break
+				sleep 0.1
+			done
+			touch "$T/mib.go"
+			if wait_steps 10 '.pid == $p' --argjson p "${IPID[b]}"; then
+				mi_scrape "$T/mi.3"
+				mok=1
+			else
+				fail_because "B: no 10 steps"
+			fi
+		fi
+	fi
+fi
+touch "$T/mia.exit" "$T/mib.exit"
+for w in a b; do wait_exit "${IWP[$w]}" 30 || fail_because "gpu_live $w did not finish"; done
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+if [ -n "$mok" ]; then
+	s1=$(mi_series "$T/mi.1")
+	n1=$(sed -n "s/^infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"${IINST[a]}\"} //p" <<<"$s1")
+	expect "while A ran: step series [$(tr '\n' '|' <<<"$s1")], want A's alone (decode, 10 to $MI steps)" \
+		eval '[ "$(wc -l <<<"$s1")" = 1 ] && [ "${n1:-0}" -ge 10 ] && [ "$n1" -le "$MI" ]'
+	s2=$(mi_series "$T/mi.2")
+	expect "after A: step series [$(tr '\n' '|' <<<"$s2")], want none" [ -z "$s2" ]
+	expect "after A: infertrace_step_series_expired_total $(mi_val "$T/mi.2" infertrace_step_series_expired_total), want 1" \
+		[ "$(mi_val "$T/mi.2" infertrace_step_series_expired_total)" = 1 ]
+	expect "after A: infertrace_steps_total $(mi_val "$T/mi.2" infertrace_steps_total), want $MI" \
+		[ "$(mi_val "$T/mi.2" infertrace_steps_total)" = "$MI" ]
+	s3=$(mi_series "$T/mi.3")
+	n3=$(sed -n "s/^infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"${IINST[b]}\"} //p" <<<"$s3")
+	st3=$(mi_val "$T/mi.3" infertrace_steps_total)
+	expect "while B ran: step series [$(tr '\n' '|' <<<"$s3")], want B's own (not _other), 10 or more" \
+		eval '[ "$(wc -l <<<"$s3")" = 1 ] && [ "${n3:-0}" -ge 10 ]'
+	expect "while B ran: infertrace_steps_total $st3, want B's series ${n3:-?} + A's $MI" \
+		[ "${st3:-x}" = "$((${n3:-0} + MI))" ]
+	expect "while B ran: infertrace_step_series_expired_total $(mi_val "$T/mi.3" infertrace_step_series_expired_total), want 1" \
+		[ "$(mi_val "$T/mi.3" infertrace_step_series_expired_total)" = 1 ]
+	for f in 1 2 3; do
+		lint=$(promtool check metrics <"$T/mi.$f" 2>&1)
+		expect "promtool check metrics (scrape $f): $(head -n 2 <<<"$lint" | tr '\n' ' ')" [ -z "$lint" ]
+	done
+	ex=$(jqo '[.[] | select(.type == "stats")][-1].diag.step_series_expired')
+	expect "stats.diag.step_series_expired $ex at the end, want 1 or 2 (B's, if it left before the stop)" \
+		eval '[ "$ex" = 1 ] || [ "$ex" = 2 ]'
+fi
+report diag_live_metrics_idle
 
 # ---------------------------------------------------------- summary every --
 # 60 rounds 100 ms apart (gpu_live -P: 6 s of steps; -F: the GPU records come

@@ -3,7 +3,9 @@
  * test_diag_wait.c - agent/pipeline/diag.c: a collective's cross-rank wait
  * (diag_on_wait) becomes the first suspect of the straggler anomaly of the
  * step it fell in, not a longer one outside that step; the anomaly record
- * as written.
+ * as written. And /metrics' step series per instance: "_other" past
+ * --metrics-instances, leaving after --metrics-instance-idle, their slots
+ * reused.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -158,10 +160,96 @@ static void test_straggler_evidence(void **state)
 	free(m);
 }
 
+/* the step series' instance labels in order, and their decode counts: "a:1 _other:2" */
+static void series_are(const struct diag *d, const char *want)
+{
+	char got[256] = "";
+	const struct prom_hist *h;
+	const char *inst;
+	size_t k = 0;
+
+	for (uint32_t i = 0; (h = diag_step_hist(d, i, DIAG_PHASE_DECODE, &inst)); i++) {
+		uint64_t n = 0;
+
+		for (unsigned int b = 0; b <= h->nle; b++)
+			n += h->n[b];
+		k += (size_t)snprintf(got + k, sizeof(got) - k, "%s%s:%llu", k ? " " : "", inst,
+				      (unsigned long long)n);
+	}
+	assert_string_equal(got, want);
+}
+
+static void series_step(struct diag *d, const char *inst)
+{
+	struct diag_step s = step(0, 0, 20 * MS, 0);
+
+	s.instance = inst;
+	diag_add_step(d, &s);
+}
+
+static void test_step_series_idle(void **state)
+{
+	struct agent *a = calloc(1, sizeof(*a));
+	struct diag *d = NULL;
+	uint64_t t0;
+	json_t *r;
+
+	(void)state;
+	assert_non_null(a);
+	a->opts.metrics = "127.0.0.1:0";
+	a->opts.metrics_instances = 2;
+	a->opts.metrics_instance_idle = 10;
+	assert_int_equal(diag_new(a, &d), 0);
+	t0 = d->series_now;
+	/* two of their own, the rest summed */
+	series_step(d, "a");
+	series_step(d, "b");
+	series_step(d, "c");
+	series_step(d, "d");
+	series_are(d, "a:1 b:1 _other:2");
+	diag_advance(d, t0 + 5000 * MS);
+	series_step(d, "a");
+	diag_advance(d, t0 + 10000 * MS); /* 10 s: not yet */
+	series_are(d, "a:2 b:1 _other:2");
+	/* b's and _other's last steps 11 s ago: gone; their slots for the next ones */
+	diag_advance(d, t0 + 11000 * MS);
+	series_are(d, "a:2");
+	series_step(d, "c"); /* summed in _other before, now a series of its own */
+	series_step(d, "e");
+	series_step(d, "d");
+	series_are(d, "a:2 c:1 _other:2");
+	/* a back after it left: from 0 again */
+	diag_advance(d, t0 + 16000 * MS);
+	series_are(d, "c:1 _other:2");
+	series_step(d, "a");
+	series_step(d, "c");
+	series_are(d, "c:2 _other:2 a:1");
+	r = json_object();
+	diag_stats(d, r);
+	assert_int_equal(
+	    json_integer_value(json_object_get(json_object_get(r, "diag"), "step_series_expired")),
+	    3);
+	json_decref(r);
+	diag_free(d);
+
+	/* 0: kept while the agent runs, the first 2 then "_other" for good */
+	a->opts.metrics_instance_idle = 0;
+	assert_int_equal(diag_new(a, &d), 0);
+	t0 = d->series_now;
+	series_step(d, "a");
+	series_step(d, "b");
+	diag_advance(d, t0 + 86400000 * MS);
+	series_step(d, "c");
+	series_are(d, "a:1 b:1 _other:1");
+	diag_free(d);
+	free(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_straggler_evidence),
+	    cmocka_unit_test(test_step_series_idle),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
