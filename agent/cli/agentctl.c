@@ -556,6 +556,8 @@ static void print_anomaly(const json_t *x, double now_ns)
 	put_clean(str(x, "instance", "?"));
 	if (json_is_integer(json_object_get(x, "rank")))
 		printf(" rank %.0f", num(x, "rank"));
+	if (json_is_integer(json_object_get(x, "pid")))
+		printf(" pid %.0f", num(x, "pid"));
 	printf("  ");
 	put_clean(str(x, "phase", "?"));
 	printf("\n");

@@ -519,7 +519,7 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 {
 	struct diag *d = ctx;
 	struct diag_anomaly x = *in, *an = &x;
-	json_t *o = rec_new(d->a, "anomaly", 0, 0, an->step_start_ns), *sus;
+	json_t *o = rec_new(d->a, "anomaly", an->pid, an->tid, an->step_start_ns), *sus;
 	struct diag_inst_sum *is;
 
 	if (!o) {
@@ -587,7 +587,7 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 static void emit_level_shift(void *ctx, const struct diag_level_shift *ls)
 {
 	struct diag *d = ctx;
-	json_t *o = rec_new(d->a, "level_shift", 0, 0, ls->step_start_ns);
+	json_t *o = rec_new(d->a, "level_shift", ls->pid, ls->tid, ls->step_start_ns);
 
 	if (!o) {
 		d->err = -ENOMEM;

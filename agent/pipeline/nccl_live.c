@@ -897,6 +897,8 @@ static void emit_anomalies(struct agent *a, struct nccl_live *n)
 
 		an.instance = agent_instance_of(a, w->pid);
 		an.rank = w->rank;
+		an.pid = w->pid; /* the late rank's process and thread */
+		an.tid = w->tid;
 		an.phase = DIAG_PHASE_UNKNOWN;
 		an.step_start_ns = w->ts_ns;
 		an.dur_ns = w->late_ns;

@@ -266,6 +266,7 @@ typedef void (*diag_anomaly_fn)(void *ctx, const struct diag_anomaly *an);
 struct diag_level_shift {
 	const char *instance;
 	int32_t rank;
+	uint32_t pid, tid; /* the process and thread of the step that completed the run */
 	enum diag_phase phase;
 	uint64_t step_start_ns; /* the step that completed the run */
 	uint32_t steps;		/* flagged in a row */

@@ -370,6 +370,7 @@ struct dinst {
 	struct {
 		int32_t rank;
 		bool valid, judged;
+		uint32_t pid, tid;
 		uint64_t start, dur;
 		int64_t idle, offcpu;
 		enum diag_phase phase;
@@ -924,6 +925,8 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 	}
 	in->r[slot].valid = true;
 	in->r[slot].judged = false;
+	in->r[slot].pid = s->pid;
+	in->r[slot].tid = s->tid;
 	in->r[slot].start = s->start_ns;
 	in->r[slot].dur = s->dur_ns;
 	in->r[slot].idle = s->idle_ns;
@@ -989,6 +992,8 @@ static void peers(struct diag_det *d, const char *instance, const struct diag_st
 
 		an.instance = instance;
 		an.rank = in->r[ri].rank;
+		an.pid = in->r[ri].pid;
+		an.tid = in->r[ri].tid;
 		an.phase = in->r[ri].phase;
 		an.step_start_ns = in->r[ri].start;
 		an.dur_ns = in->r[ri].dur;
@@ -1512,6 +1517,8 @@ static int relearn(struct diag_det *d, struct dkey *k, const struct diag_step *s
 	uint32_t ls = (uint32_t)k->consec; /* LEVEL_SHIFT, or fewer: LEVEL_SHIFT_BARE */
 	struct diag_level_shift sh = {.instance = k->instance,
 				      .rank = s->rank,
+				      .pid = s->pid,
+				      .tid = s->tid,
 				      .phase = s->phase,
 				      .step_start_ns = s->start_ns,
 				      .steps = ls};

@@ -6,7 +6,7 @@ gave (RECORDS, the same query): the header (how many of how many, of which
 instance, the agent's 256 and how many since it started: at least the
 records), then per record in order a block: a blank line; when (local time,
 and how long ago: the two agree within 5 s with the time TEXT was written), instance (control
-bytes as '?'), rank where known, phase; for an anomaly its kind, duration
+bytes as '?'), rank and pid where known, phase; for an anomaly its kind, duration
 and expected (ms, 3 decimals), the ratio, chart, score, run (and "opens an
 episode" at run 1), then one line per suspect, in order, with its sentence;
 for a level_shift the steps, ratio and kind (and its gpu_clock sentence).
@@ -40,6 +40,8 @@ def block(rec):
     head = clean(rec.get("instance", "?"))
     if isinstance(rec.get("rank"), int):
         head += " rank %d" % rec["rank"]
+    if isinstance(rec.get("pid"), int):
+        head += " pid %d" % rec["pid"]
     head += "  %s" % clean(rec.get("phase", "?"))
     lines = [head]
     if rec["type"] == "level_shift":

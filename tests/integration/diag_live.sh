@@ -22,7 +22,8 @@
 #                           infertrace_gpu_launch_to_start_seconds counts
 #                           every joined GPU record; promtool accepts it
 #   diag_live_anomaly:      exactly one anomaly for the instance: step 34
-#                           (step_start_ns = its start_ns), rank 1, kind host_stall,
+#                           (step_start_ns = its start_ns), rank 1, its pid and
+#                           tid, kind host_stall,
 #                           suspects naming the GPU idle and the launching
 #                           thread's ~40 ms off-CPU, run 1 (one episode:
 #                           stats.diag, and --summary's steps and anomalies
@@ -283,6 +284,8 @@ if [ -n "$ok" ]; then
 	expect "kind $(jq -r '.[0].kind' <<<"$an"), want host_stall" \
 		jqe '.[0].kind == "host_stall"' <<<"$an"
 	expect "rank $(jq -r '.[0].rank' <<<"$an"), want 1" jqe '.[0].rank == 1' <<<"$an"
+	expect "pid/tid $(jq -c '.[0] | [.pid, .tid]' <<<"$an"), want the stalled step's $WPID/$TID" \
+		jqe --argjson p "$WPID" --argjson t "$TID" '.[0].pid == $p and .[0].tid == $t' <<<"$an"
 	ds=$(jqo '[.[] | select(.type == "stats")][-1].diag')
 	expect "stats.diag $ds: want 40 steps, 1 anomaly in 1 episode, host_stall 1, no new level" \
 		jqe '.steps == 40 and .anomalies == 1 and .episodes == 1 and .level_shifts == 0
@@ -523,8 +526,10 @@ if [ -n "$sok" ]; then
 	sa=$(jq -c '[.[] | select(.kind == "straggler")]' <<<"$an")
 	expect "$(jq length <<<"$sa") straggler anomalies, want 1: $(jq -c '[.[] | {rank, step_start_ns, chart}]' <<<"$sa")" \
 		eq "$(jq length <<<"$sa")" 1
-	expect "the straggler is not rank 1's step $STALL (start $s34): $(jq -c '.[0] | {rank, step_start_ns, chart}' <<<"$sa")" \
-		jqe --argjson s "$s34" '.[0].rank == 1 and .[0].step_start_ns == $s and .[0].chart == "peers"' <<<"$sa"
+	p34=$(jq -c --argjson s "$STALL" '.[$s] | [.pid, .tid]' <<<"$st1")
+	expect "the straggler is not rank 1's step $STALL (start $s34, pid/tid $p34): $(jq -c '.[0] | {rank, step_start_ns, chart, pid, tid}' <<<"$sa")" \
+		jqe --argjson s "$s34" --argjson p "$p34" '.[0].rank == 1 and .[0].step_start_ns == $s and .[0].chart == "peers"
+			and [.[0].pid, .[0].tid] == $p' <<<"$sa"
 	expect "no suspect naming rank 1's step time vs its peer: $(jq -c '.[0].suspects' <<<"$sa")" \
 		jqe '.[0].suspects[0].what == "rank" and (.[0].suspects[0].evidence | test("^rank 1 step time"))' <<<"$sa"
 	st0=$(jqo --arg i "$SINST" '[.[] | select(.type == "step" and .instance == $i and .rank == 0) | .start_ns] | sort')
@@ -736,7 +741,7 @@ sys.stdout.buffer.write(b"".join(l for l in open(sys.argv[1], "rb")
 	expect "agentctl anomalies --json: [$(head -c 400 "$T/rs.an.jsonl")], want the file's anomaly records byte for byte: [$(head -c 400 <<<"$fa")]" \
 		eval '[ "$(cat "$T/rs.an.jsonl")" = "$fa" ] && [ "$(wc -l <"$T/rs.an.jsonl")" = 1 ]'
 	expect "agentctl anomalies: want B's host stall, run 1: $(head -c 300 "$T/rs.an.jsonl")" \
-		jqe --arg i "${RINST[b]}" '.instance == $i and .kind == "host_stall" and .run == 1' "$T/rs.an.jsonl"
+		jqe --arg i "${RINST[b]}" --argjson p "${RPID[b]}" '.instance == $i and .pid == $p and .kind == "host_stall" and .run == 1' "$T/rs.an.jsonl"
 	expect "agentctl anomalies --instance B --last 1: not the same record" cmp -s "$T/rs.an.jsonl" "$T/rs.anb.jsonl"
 	got=$(python3 "$IT_ROOT/tests/integration/anomalies_check.py" "$T/rs.an.jsonl" "$T/rs.an.txt" 2>&1)
 	expect "agentctl anomalies' text: $got" [ "$got" = "ok 1" ]

@@ -422,7 +422,7 @@ s364=$(sed -n 364p "$T/shift.jsonl" | jq .start_ns)
 ls=$(jq -c -n -R '[inputs | fromjson? | select(.type == "level_shift")]' "$OUT")
 expect "level shift: $ls, want one of 64 steps at 1.45-1.55x on llm-0 rank 0 decode, at step 364 ($s364)" \
 	jqe --argjson at "$s364" 'length == 1 and (.[0] | .instance == "llm-0" and .rank == 0
-		and .phase == "decode" and .steps == 64 and .ratio > 1.45 and .ratio < 1.55
+		and .phase == "decode" and .pid == 100 and .tid == 100 and .steps == 64 and .ratio > 1.45 and .ratio < 1.55
 		and .step_start_ns == $at and .ts_ns == $at and (.kind | type) == "string")' <<<"$ls"
 runs=$(jq -c -n -R '[inputs | fromjson? | select(.type == "anomaly") | .run]' "$OUT")
 expect "level shift: anomaly runs $runs, want 1..64 in order and none after the shift" \

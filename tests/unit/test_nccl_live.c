@@ -658,6 +658,9 @@ static void test_straggler_once(void **state)
 	assert_int_equal(json_array_size(an), 1);
 	assert_json_str(json_array_get(an, 0), "chart", "peers");
 	assert_json_int(json_array_get(an, 0), "rank", 1);
+	/* the late rank's step: its process and thread */
+	assert_json_int(json_array_get(an, 0), "pid", RPID(1));
+	assert_json_int(json_array_get(an, 0), "tid", RPID(1));
 	sus = json_object_get(json_array_get(an, 0), "suspects");
 	assert_json_str(json_array_get(sus, 0), "what", "collective");
 	assert_non_null(
@@ -669,6 +672,9 @@ static void test_straggler_once(void **state)
 	assert_json_str(json_array_get(an, 0), "kind", "straggler");
 	assert_json_str(json_array_get(an, 0), "chart", "collective");
 	assert_json_int(json_array_get(an, 0), "rank", 1);
+	/* the late rank's process, the thread that called the collective */
+	assert_json_int(json_array_get(an, 0), "pid", RPID(1));
+	assert_json_int(json_array_get(an, 0), "tid", RPID(1));
 	sus = json_object_get(json_array_get(an, 0), "suspects");
 	assert_int_equal(json_array_size(sus), 2);
 	assert_json_str(json_array_get(sus, 0), "what", "rank");
