@@ -174,6 +174,50 @@ wait_steps() {
 	return 1
 }
 
+# pair_start TAG NAME A_OPTS B_OPTS AGENT_ARGS...: gpu_live workloads A and B
+# (one thread each, instances PINST[a] and PINST[b], set by the caller;
+# A_OPTS and B_OPTS more gpu_live options, as words), released by $T/TAGa.go
+# and $T/TAGb.go, ended by $T/TAGa.exit and $T/TAGb.exit, their shims on
+# $T/TAG.d/shim.sock, and an agent with --metrics (NAME, AGENT_ARGS more of
+# its options) on both: returns once both are attached and A's shim spoke.
+# Sets PPIDS[a|b] (their pids) and PWP[a|b] (the processes); 1, its reason
+# given, if not. pair_end TAG: both told to end and waited for, agent stopped
+declare -A PINST PPIDS PWP
+pair_start() {
+	local tag=$1 name=$2 w sock=$T/$1.d/shim.sock
+	local -A opts=([a]=$3 [b]=$4)
+	shift 4
+	mkdir -p "$T/$tag.d"
+	for w in a b; do
+		# shellcheck disable=SC2086 # the options as words
+		bg_start "$T/$tag$w.work" env INFERTRACE_INSTANCE="${PINST[$w]}" INFERTRACE_SHIM_SOCKET="$sock" \
+			"$GPU_LIVE" -t 1 ${opts[$w]} -w "$T/$tag$w.go" -e "$T/$tag$w.exit" -m sentinel
+		PWP[$w]=$BG_PID
+	done
+	if ! wait_line "$T/${tag}a.work" 10 || ! wait_line "$T/${tag}b.work" 10; then
+		fail_because "gpu_live printed nothing: $(head -c 300 "$T/${tag}a.work.err" "$T/${tag}b.work.err")"
+		return 1
+	fi
+	for w in a b; do PPIDS[$w]=$(head -n 1 "$T/$tag$w.work" | jq -r .pid); done
+	if ! agent_start_metrics "$name" -i 0.25 --pid "${PPIDS[a]}" --pid "${PPIDS[b]}" --shim-socket "$sock" \
+		--sentinel-launches all "$@"; then
+		fail_because "agent did not start: $(agent_tail)"
+	elif ! cuda_attached "${PPIDS[a]}" 10 || ! cuda_attached "${PPIDS[b]}" 10; then
+		fail_because "no attach record for both workloads"
+	elif ! wait_record ".type == \"shim_status\" and .pid == ${PPIDS[a]}" 10; then
+		fail_because "no shim_status for A: $(agent_tail)"
+	else
+		return 0
+	fi
+	return 1
+}
+pair_end() {
+	local w
+	touch "$T/${1}a.exit" "$T/${1}b.exit"
+	for w in a b; do wait_exit "${PWP[$w]}" 30 || fail_because "gpu_live $w did not finish"; done
+	agent_stop INT || fail_because "agent did not exit on SIGINT"
+}
+
 # run NAME GPU_LIVE_ARGS...: gpu_live (one thread, instance it-NAME-$$) and a
 # sentinel agent on it, until the agent wrote a step for each of its rounds
 # (steps are cut 2 s after their end) and, when WAIT_WINDOW is set, the
@@ -632,72 +676,51 @@ report diag_live_nvtx
 # the file sink got it, and as text; two followers (--follow) started after
 # the reset printed it as it came
 _why=()
-rsock=$T/rs.d/shim.sock
 csock=$T/rs.d/ctl.sock
-mkdir -p "$T/rs.d"
-declare -A RPID RWP RINST
 # A's name as a workload may choose it: a quote, a backslash, UTF-8, a newline
-RINST[a]=$'it-rs"a\\\xc3\xa9\n-'$$ RINST[b]=it-rsb-$$
-for w in a b; do
-	bg_start "$T/rs$w.work" env INFERTRACE_INSTANCE="${RINST[$w]}" INFERTRACE_SHIM_SOCKET="$rsock" \
-		"$GPU_LIVE" -t 1 -n "$STEPS" -s $([ $w = b ] && echo "$STALL" || echo 1000) \
-		-w "$T/rs$w.go" -e "$T/rs$w.exit" -m sentinel
-	RWP[$w]=$BG_PID
-done
+PINST[a]=$'it-rs"a\\\xc3\xa9\n-'$$ PINST[b]=it-rsb-$$
 rok= FJ= FT=
 # rs_steps W: W's step records so far
-rs_steps() { jqo --argjson p "${RPID[$1]}" '[.[] | select(.type == "step" and .pid == $p)] | length'; }
-if ! wait_line "$T/rsa.work" 10 || ! wait_line "$T/rsb.work" 10; then
-	fail_because "gpu_live printed nothing: $(head -c 300 "$T/rsa.work.err" "$T/rsb.work.err")"
-else
-	for w in a b; do RPID[$w]=$(head -n 1 "$T/rs$w.work" | jq -r .pid); done
-	if ! agent_start_metrics rsreset -i 0.25 --pid "${RPID[a]}" --pid "${RPID[b]}" --shim-socket "$rsock" \
-		--sentinel-launches all --summary --control-socket "$csock" --metrics-instances 1; then
-		fail_because "agent did not start: $(agent_tail)"
-	elif ! cuda_attached "${RPID[a]}" 10 || ! cuda_attached "${RPID[b]}" 10; then
-		fail_because "no attach record for both workloads"
-	elif ! wait_record ".type == \"shim_status\" and .pid == ${RPID[a]}" 10; then
-		fail_because "no shim_status for A: $(agent_tail)"
+rs_steps() { jqo --argjson p "${PPIDS[$1]}" '[.[] | select(.type == "step" and .pid == $p)] | length'; }
+if pair_start rs rsreset "-n $STEPS -s 1000" "-n $STEPS -s $STALL" --summary --control-socket "$csock" \
+	--metrics-instances 1; then
+	touch "$T/rsa.go"
+	if ! wait_steps "$STEPS" '.pid == $p' --argjson p "${PPIDS[a]}"; then
+		fail_because "A: $(rs_steps a) steps, want $STEPS"
 	else
-		touch "$T/rsa.go"
-		if ! wait_steps "$STEPS" '.pid == $p' --argjson p "${RPID[a]}"; then
-			fail_because "A: $(rs_steps a) steps, want $STEPS"
+		touch "$T/rsa.exit"
+		wait_exit "${PWP[a]}" 30 || fail_because "gpu_live A did not finish"
+		sleep 1 # A's threads read gone, their last counts taken
+		"$BUILD/agentctl" --socket "$csock" summary --reset >"$T/rs.reset" 2>"$T/rs.reset.err" ||
+			fail_because "agentctl summary --reset: exit $?: $(head -c 300 "$T/rs.reset.err")"
+		# followers of the anomalies, as records and as text, from before B
+		"$BUILD/agentctl" --socket "$csock" anomalies --follow --json >"$T/rs.fj" 2>"$T/rs.fj.err" &
+		FJ=$!
+		"$BUILD/agentctl" --socket "$csock" anomalies --follow >"$T/rs.ft" 2>"$T/rs.ft.err" &
+		FT=$!
+		sleep 0.3
+		touch "$T/rsb.go"
+		if wait_steps "$STEPS" '.pid == $p' --argjson p "${PPIDS[b]}"; then
+			sleep 0.5
+			curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics" >"$T/rs.metrics"
+			rok=1
+			# the last anomaly records, all and B's, as records and as text
+			ac() { "$BUILD/agentctl" --socket "$csock" anomalies "$@" 2>>"$T/rs.an.err"; }
+			wait_record ".type == \"anomaly\"" 10 || fail_because "no anomaly record"
+			{ ac --json --last 256 >"$T/rs.an.jsonl" && ac --last 256 >"$T/rs.an.txt" &&
+				ac --json --instance "${PINST[b]}" --last 1 >"$T/rs.anb.jsonl" &&
+				ac --instance "${PINST[b]}" --last 1 >"$T/rs.anb.txt" &&
+				ac --instance "nosuch-$$" >"$T/rs.ann.txt"; } ||
+				fail_because "agentctl anomalies: exit $?: $(head -c 300 "$T/rs.an.err")"
+			for ((i = 0; i < 100; i++)); do
+				[ -s "$T/rs.fj" ] && grep -q host_stall "$T/rs.ft" && break
+				sleep 0.1
+			done
 		else
-			touch "$T/rsa.exit"
-			wait_exit "${RWP[a]}" 30 || fail_because "gpu_live A did not finish"
-			sleep 1 # A's threads read gone, their last counts taken
-			"$BUILD/agentctl" --socket "$csock" summary --reset >"$T/rs.reset" 2>"$T/rs.reset.err" ||
-				fail_because "agentctl summary --reset: exit $?: $(head -c 300 "$T/rs.reset.err")"
-			# followers of the anomalies, as records and as text, from before B
-			"$BUILD/agentctl" --socket "$csock" anomalies --follow --json >"$T/rs.fj" 2>"$T/rs.fj.err" &
-			FJ=$!
-			"$BUILD/agentctl" --socket "$csock" anomalies --follow >"$T/rs.ft" 2>"$T/rs.ft.err" &
-			FT=$!
-			sleep 0.3
-			touch "$T/rsb.go"
-			if wait_steps "$STEPS" '.pid == $p' --argjson p "${RPID[b]}"; then
-				sleep 0.5
-				curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics" >"$T/rs.metrics"
-				rok=1
-				# the last anomaly records, all and B's, as records and as text
-				ac() { "$BUILD/agentctl" --socket "$csock" anomalies "$@" 2>>"$T/rs.an.err"; }
-				wait_record ".type == \"anomaly\"" 10 || fail_because "no anomaly record"
-				{ ac --json --last 256 >"$T/rs.an.jsonl" && ac --last 256 >"$T/rs.an.txt" &&
-					ac --json --instance "${RINST[b]}" --last 1 >"$T/rs.anb.jsonl" &&
-					ac --instance "${RINST[b]}" --last 1 >"$T/rs.anb.txt" &&
-					ac --instance "nosuch-$$" >"$T/rs.ann.txt"; } ||
-					fail_because "agentctl anomalies: exit $?: $(head -c 300 "$T/rs.an.err")"
-				for ((i = 0; i < 100; i++)); do
-					[ -s "$T/rs.fj" ] && grep -q host_stall "$T/rs.ft" && break
-					sleep 0.1
-				done
-			else
-				fail_because "B: $(rs_steps b) steps, want $STEPS"
-			fi
+			fail_because "B: $(rs_steps b) steps, want $STEPS"
 		fi
 	fi
 fi
-touch "$T/rsa.exit" "$T/rsb.exit"
 # the followers end on Ctrl-C, with status 0
 for f in FJ FT; do
 	[ -n "${!f}" ] || continue
@@ -706,8 +729,7 @@ for f in FJ FT; do
 	rc=$?
 	expect "agentctl anomalies --follow ($f): exit $rc on SIGINT, want 0: $(head -c 300 "$T/rs.fj.err" "$T/rs.ft.err")" [ "$rc" = 0 ]
 done
-for w in a b; do wait_exit "${RWP[$w]}" 30 || fail_because "gpu_live $w did not finish"; done
-agent_stop INT || fail_because "agent did not exit on SIGINT"
+pair_end rs
 if [ -n "$rok" ]; then
 	# the reset's text: A's 40 steps, none flagged; its CUDA calls; its GPU records
 	summary_has "$T/rs.reset" "$STEPS" 0 0 0
@@ -717,14 +739,14 @@ if [ -n "$rok" ]; then
 	expect "exit summary's header does not say it runs from the reset: $(grep '^== infertrace summary' "$AGENT_ERR")" \
 		grep -qE "^== infertrace summary: [0-9.]+ s \(from [0-9.]+ s after the start: the last reset\), [0-9]+ records ==$" "$AGENT_ERR"
 	summary_has "$AGENT_ERR" "$STEPS" 1 1 0 ': host_stall 1$'
-	jq -c --argjson p "${RPID[b]}" --arg i "${RINST[b]}" \
+	jq -c --argjson p "${PPIDS[b]}" --arg i "${PINST[b]}" \
 		'select((.type == "step" and .pid == $p) or (.type == "anomaly" and .instance == $i))' \
 		"$AGENT_OUT" >"$T/rs.b.jsonl"
 	got=$(python3 "$IT_ROOT/tests/integration/steps_check.py" "$T/rs.b.jsonl" "$AGENT_ERR" 2>&1)
 	expect "the exit's steps are not B's records (steps_check.py): $got" [ "${got%% *}" = ok ]
 	calls() { grep -cE "^ +$2 +[0-9]+ +[^ ]+ +cu[A-Za-z_]+ +[1-9]" "$1"; }
-	expect "CUDA calls: the reset's text has A $(calls "$T/rs.reset" "${RPID[a]}") and B $(calls "$T/rs.reset" "${RPID[b]}") lines, the exit's A $(calls "$AGENT_ERR" "${RPID[a]}") and B $(calls "$AGENT_ERR" "${RPID[b]}"): want A then B only" \
-		eval '[ "$(calls "$T/rs.reset" "${RPID[a]}")" -ge 1 ] && [ "$(calls "$AGENT_ERR" "${RPID[b]}")" -ge 1 ] && [ "$(calls "$AGENT_ERR" "${RPID[a]}")" = 0 ]'
+	expect "CUDA calls: the reset's text has A $(calls "$T/rs.reset" "${PPIDS[a]}") and B $(calls "$T/rs.reset" "${PPIDS[b]}") lines, the exit's A $(calls "$AGENT_ERR" "${PPIDS[a]}") and B $(calls "$AGENT_ERR" "${PPIDS[b]}"): want A then B only" \
+		eval '[ "$(calls "$T/rs.reset" "${PPIDS[a]}")" -ge 1 ] && [ "$(calls "$AGENT_ERR" "${PPIDS[b]}")" -ge 1 ] && [ "$(calls "$AGENT_ERR" "${PPIDS[a]}")" = 0 ]'
 	joined() { sed -n 's/^  records  *[0-9]*: .* \([0-9][0-9]*\) joined to their launch$/\1/p' "$1"; }
 	j1=$(joined "$T/rs.reset") j2=$(joined "$AGENT_ERR")
 	jt=$(jqo '[.[] | select(.type == "stats")][-1].gpu.joined')
@@ -741,11 +763,11 @@ sys.stdout.buffer.write(b"".join(l for l in open(sys.argv[1], "rb")
 	expect "agentctl anomalies --json: [$(head -c 400 "$T/rs.an.jsonl")], want the file's anomaly records byte for byte: [$(head -c 400 <<<"$fa")]" \
 		eval '[ "$(cat "$T/rs.an.jsonl")" = "$fa" ] && [ "$(wc -l <"$T/rs.an.jsonl")" = 1 ]'
 	expect "agentctl anomalies: want B's host stall, run 1: $(head -c 300 "$T/rs.an.jsonl")" \
-		jqe --arg i "${RINST[b]}" --argjson p "${RPID[b]}" '.instance == $i and .pid == $p and .kind == "host_stall" and .run == 1' "$T/rs.an.jsonl"
+		jqe --arg i "${PINST[b]}" --argjson p "${PPIDS[b]}" '.instance == $i and .pid == $p and .kind == "host_stall" and .run == 1' "$T/rs.an.jsonl"
 	expect "agentctl anomalies --instance B --last 1: not the same record" cmp -s "$T/rs.an.jsonl" "$T/rs.anb.jsonl"
 	got=$(python3 "$IT_ROOT/tests/integration/anomalies_check.py" "$T/rs.an.jsonl" "$T/rs.an.txt" 2>&1)
 	expect "agentctl anomalies' text: $got" [ "$got" = "ok 1" ]
-	got=$(python3 "$IT_ROOT/tests/integration/anomalies_check.py" "$T/rs.anb.jsonl" "$T/rs.anb.txt" "${RINST[b]}" 2>&1)
+	got=$(python3 "$IT_ROOT/tests/integration/anomalies_check.py" "$T/rs.anb.jsonl" "$T/rs.anb.txt" "${PINST[b]}" 2>&1)
 	expect "agentctl anomalies --instance B's text: $got" [ "$got" = "ok 1" ]
 	expect "agentctl anomalies --instance nosuch: $(cat "$T/rs.ann.txt")" [ "$(cat "$T/rs.ann.txt")" = \
 		"no anomaly records of nosuch-$$ among those kept (the agent keeps the last 256; 1 since it started)" ]
@@ -775,62 +797,41 @@ report diag_live_summary_reset
 # the free slot under B's own name rather than "_other"
 _why=()
 MI=60
-isock=$T/mi.d/shim.sock
-mkdir -p "$T/mi.d"
-declare -A IPID IWP IINST
-IINST[a]=it-mia-$$ IINST[b]=it-mib-$$
-for w in a b; do
-	bg_start "$T/mi$w.work" env INFERTRACE_INSTANCE="${IINST[$w]}" INFERTRACE_SHIM_SOCKET="$isock" \
-		"$GPU_LIVE" -t 1 -n "$MI" -s 1000 -P 100 -F -w "$T/mi$w.go" -e "$T/mi$w.exit" -m sentinel
-	IWP[$w]=$BG_PID
-done
+PINST[a]=it-mia-$$ PINST[b]=it-mib-$$
 # mi_scrape FILE: /metrics into FILE; mi_series FILE: its step series' counts; mi_val FILE NAME
 mi_scrape() { curl -s --max-time 5 "http://127.0.0.1:$PORT/metrics" >"$1"; }
 mi_series() { grep '^infertrace_step_duration_seconds_count{' "$1" | sort; }
 mi_val() { awk -v n="$2" '$1 == n {print $2}' "$1"; }
 mok=
-if ! wait_line "$T/mia.work" 10 || ! wait_line "$T/mib.work" 10; then
-	fail_because "gpu_live printed nothing: $(head -c 300 "$T/mia.work.err" "$T/mib.work.err")"
-else
-	for w in a b; do IPID[$w]=$(head -n 1 "$T/mi$w.work" | jq -r .pid); done
-	if ! agent_start_metrics miidle -i 0.25 --pid "${IPID[a]}" --pid "${IPID[b]}" --shim-socket "$isock" \
-		--sentinel-launches all --metrics-instances 1 --metrics-instance-idle 3; then
-		fail_because "agent did not start: $(agent_tail)"
-	elif ! cuda_attached "${IPID[a]}" 10 || ! cuda_attached "${IPID[b]}" 10; then
-		fail_because "no attach record for both workloads"
-	elif ! wait_record ".type == \"shim_status\" and .pid == ${IPID[a]}" 10; then
-		fail_because "no shim_status for A: $(agent_tail)"
+if pair_start mi miidle "-n $MI -s 1000 -P 100 -F" "-n $MI -s 1000 -P 100 -F" \
+	--metrics-instances 1 --metrics-instance-idle 3; then
+	touch "$T/mia.go"
+	# while A runs (10 of its 60 steps written): its series
+	if ! wait_steps 10 '.pid == $p' --argjson p "${PPIDS[a]}"; then
+		fail_because "A: no 10 steps"
 	else
-		touch "$T/mia.go"
-		# while A runs (10 of its 60 steps written): its series
-		if ! wait_steps 10 '.pid == $p' --argjson p "${IPID[a]}"; then
-			fail_because "A: no 10 steps"
+		mi_scrape "$T/mi.1"
+		wait_steps "$MI" '.pid == $p' --argjson p "${PPIDS[a]}" || fail_because "A: no $MI steps"
+		touch "$T/mia.exit"
+		# A's series leaves 3 s (and an interval) after its last step
+		for ((i = 0; i < 100; i++)); do
+			mi_scrape "$T/mi.2"
+			grep -q "infertrace_instance=\"${PINST[a]}\"" "$T/mi.2" || break
+			sleep 0.1
+		done
+		touch "$T/mib.go"
+		if wait_steps 10 '.pid == $p' --argjson p "${PPIDS[b]}"; then
+			mi_scrape "$T/mi.3"
+			mok=1
 		else
-			mi_scrape "$T/mi.1"
-			wait_steps "$MI" '.pid == $p' --argjson p "${IPID[a]}" || fail_because "A: no $MI steps"
-			touch "$T/mia.exit"
-			# A's series leaves 3 s (and an interval) after its last step
-			for ((i = 0; i < 100; i++)); do
-				mi_scrape "$T/mi.2"
-				grep -q "infertrace_instance=\"${IINST[a]}\"" "$T/mi.2" || break
-				sleep 0.1
-			done
-			touch "$T/mib.go"
-			if wait_steps 10 '.pid == $p' --argjson p "${IPID[b]}"; then
-				mi_scrape "$T/mi.3"
-				mok=1
-			else
-				fail_because "B: no 10 steps"
-			fi
+			fail_because "B: no 10 steps"
 		fi
 	fi
 fi
-touch "$T/mia.exit" "$T/mib.exit"
-for w in a b; do wait_exit "${IWP[$w]}" 30 || fail_because "gpu_live $w did not finish"; done
-agent_stop INT || fail_because "agent did not exit on SIGINT"
+pair_end mi
 if [ -n "$mok" ]; then
 	s1=$(mi_series "$T/mi.1")
-	n1=$(sed -n "s/^infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"${IINST[a]}\"} //p" <<<"$s1")
+	n1=$(sed -n "s/^infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"${PINST[a]}\"} //p" <<<"$s1")
 	expect "while A ran: step series [$(tr '\n' '|' <<<"$s1")], want A's alone (decode, 10 to $MI steps)" \
 		eval '[ "$(wc -l <<<"$s1")" = 1 ] && [ "${n1:-0}" -ge 10 ] && [ "$n1" -le "$MI" ]'
 	s2=$(mi_series "$T/mi.2")
@@ -840,7 +841,7 @@ if [ -n "$mok" ]; then
 	expect "after A: infertrace_steps_total $(mi_val "$T/mi.2" infertrace_steps_total), want $MI" \
 		[ "$(mi_val "$T/mi.2" infertrace_steps_total)" = "$MI" ]
 	s3=$(mi_series "$T/mi.3")
-	n3=$(sed -n "s/^infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"${IINST[b]}\"} //p" <<<"$s3")
+	n3=$(sed -n "s/^infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"${PINST[b]}\"} //p" <<<"$s3")
 	st3=$(mi_val "$T/mi.3" infertrace_steps_total)
 	expect "while B ran: step series [$(tr '\n' '|' <<<"$s3")], want B's own (not _other), 10 or more" \
 		eval '[ "$(wc -l <<<"$s3")" = 1 ] && [ "${n3:-0}" -ge 10 ]'
