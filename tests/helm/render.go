@@ -100,6 +100,24 @@ type Template struct {
 	BasePath string
 }
 
+// Files is .Files: the chart's files other than its templates, as Helm's
+// (helm.sh/helm/v3/pkg/engine/files.go): Get gives one file's text, "" for
+// a file that is not there (as Helm does; the tests compare what a template
+// made of it)
+type Files struct{ dir string }
+
+func (f Files) Get(name string) string {
+	clean := path.Clean(name)
+	if clean == "templates" || strings.HasPrefix(clean, "templates/") || strings.HasPrefix(clean, "../") {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(f.dir, filepath.FromSlash(clean)))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
 type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
@@ -399,7 +417,7 @@ func main() {
 			"Chart":        chart,
 			"Capabilities": caps,
 			"Template":     Template{Name: n, BasePath: path.Join(chart.Name, "templates")},
-			"Files":        map[string]interface{}{},
+			"Files":        Files{dir: *chartDir},
 		}
 		var buf strings.Builder
 		if err := t.ExecuteTemplate(&buf, n, top); err != nil {
