@@ -208,6 +208,39 @@ static void histograms(struct agent *a, FILE *f)
 	hist_series(f, "infertrace_gpu_launch_to_start_seconds", "", gpu_l2s_hist(a));
 }
 
+/*
+ * the anomaly records per instance, by kind, and the episodes among them:
+ * the step histogram's series (--metrics-instances; not with 0, where the
+ * node's infertrace_anomalies_total and _episodes_total are all there is)
+ */
+static void instance_anomalies(struct agent *a, FILE *f)
+{
+	const uint64_t *k;
+	uint64_t ep;
+	const char *inst;
+
+	if (!a->diag || !a->diag->series_max)
+		return;
+	help(
+	    f, "infertrace_instance_anomalies_total", "counter",
+	    "Anomalous steps by instance (infertrace_instance, as the step histogram's) and kind.");
+	for (uint32_t i = 0; (k = diag_series_anomalies(a->diag, i, &ep, &inst)); i++)
+		for (int c = 0; c < DIAG_KIND_COUNT; c++)
+			fprintf(
+			    f,
+			    "infertrace_instance_anomalies_total{infertrace_instance=\"%s\",kind="
+			    "\"%s\"} %llu\n",
+			    inst, diag_kind_name((enum diag_kind)c), (unsigned long long)k[c]);
+	help(f, "infertrace_instance_anomaly_episodes_total", "counter",
+	     "Anomaly episodes by instance (infertrace_instance): route alerts per instance on "
+	     "this.");
+	for (uint32_t i = 0; (k = diag_series_anomalies(a->diag, i, &ep, &inst)); i++)
+		fprintf(
+		    f,
+		    "infertrace_instance_anomaly_episodes_total{infertrace_instance=\"%s\"} %llu\n",
+		    inst, (unsigned long long)ep);
+}
+
 /* one family per row: the stats record o's member obj.key */
 static void table(FILE *f, const json_t *o, const struct stats_metric *t, size_t n)
 {
@@ -332,6 +365,7 @@ static void render(struct agent *a, struct metrics *m, FILE *f)
 			    (unsigned long long)json_integer_value(v));
 	}
 	histograms(a, f);
+	instance_anomalies(a, f);
 	one(f, "infertrace_traced_processes", "gauge", "CUDA processes traced now.", procs);
 	one(f, "infertrace_attached_probes", "gauge", "CUDA uprobes attached now.", probes);
 	one(f, "infertrace_attach_errors_total", "counter", "Probes that could not be attached.",

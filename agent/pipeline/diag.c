@@ -515,6 +515,8 @@ static struct diag_inst_sum *inst_sum(struct diag *d, const char *inst)
 
 /* ------------------------------------------------------------ diagnosis -- */
 
+static void series_anomaly(struct diag *d, const struct diag_anomaly *an);
+
 static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 {
 	struct diag *d = ctx;
@@ -548,6 +550,7 @@ static void emit_anomaly(void *ctx, const struct diag_anomaly *in)
 				   "ratio", an->suspects[i].ratio));
 	json_object_set_new(o, "suspects", sus);
 	d->anomalies++;
+	series_anomaly(d, an);
 	/* not for diag_on_straggler()'s stand-in when diagnosis is off: no digest */
 	is = d == d->a->diag ? inst_sum(d, an->instance) : NULL;
 	if (is && (unsigned)an->kind < DIAG_KIND_COUNT) {
@@ -710,14 +713,17 @@ static const struct prom_hist step_none = {.le = step_le,
  * instances at a time, every other one in "_other" (so a node's series stay
  * bounded whatever names its workloads choose); with --metrics-instances 0
  * one per phase for the node (label NULL). Made with --metrics only, all at
- * diag_new(). A series without a step for --metrics-instance-idle leaves
- * (series_expire()): its slot is the next new instance's.
+ * diag_new(). A series without a step or an anomaly for
+ * --metrics-instance-idle leaves (series_expire()): its slot is the next
+ * new instance's.
  */
 struct diag_step_series {
 	char label[INSTANCE_LEN]; /* printable ASCII, '"' and '\' as '_'; "" unnamed */
 	bool other;		  /* "_other": the instances past series_max */
-	uint64_t last_ns;	  /* series_now at its latest step */
+	uint64_t last_ns;	  /* series_now at its latest step or anomaly */
 	struct prom_hist h[DIAG_STEP_PHASES];
+	uint64_t anomalies[DIAG_KIND_COUNT]; /* its anomaly records by kind */
+	uint64_t episodes;		     /* of them, those that open an episode (run 1) */
 };
 
 #define SERIES_OTHER "_other"
@@ -729,6 +735,16 @@ const struct prom_hist *diag_step_hist(const struct diag *d, uint32_t i, int p,
 		return NULL;
 	*instance = d->series_max ? d->series[i].label : NULL;
 	return &d->series[i].h[p];
+}
+
+const uint64_t *diag_series_anomalies(const struct diag *d, uint32_t i, uint64_t *episodes,
+				      const char **instance)
+{
+	if (!d || !d->series_max || i >= d->n_series)
+		return NULL;
+	*instance = d->series[i].label;
+	*episodes = d->series[i].episodes;
+	return d->series[i].anomalies;
 }
 
 /* an instance name as a Prometheus label value: printable ASCII, nothing to escape */
@@ -777,6 +793,19 @@ static struct diag_step_series *step_series(struct diag *d, const char *inst)
 	d->series_cache[slot].hash = hash;
 	d->series_cache[slot].idx = i;
 	return &d->series[i];
+}
+
+/* /metrics' anomaly counts per instance (the node's are the detector's counters) */
+static void series_anomaly(struct diag *d, const struct diag_anomaly *an)
+{
+	struct diag_step_series *ser;
+
+	if (!d->series || !d->series_max || (unsigned)an->kind >= DIAG_KIND_COUNT)
+		return;
+	ser = step_series(d, an->instance);
+	ser->anomalies[an->kind]++;
+	ser->episodes += an->run <= 1;
+	ser->last_ns = d->series_now;
 }
 
 /*

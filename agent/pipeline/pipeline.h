@@ -182,6 +182,14 @@ void diag_stats(struct diag *d, json_t *r); /* the stats record's "diag" object 
  */
 const struct prom_hist *diag_step_hist(const struct diag *d, uint32_t i, int p,
 				       const char **instance);
+/*
+ * --metrics' anomaly counts of series i (as diag_step_hist()): its anomaly
+ * records by kind (DIAG_KIND_COUNT, diag_kind_name()), *episodes those of
+ * them that open an episode. NULL past the last series, and with
+ * --metrics-instances 0 (the node's counts are the stats record's).
+ */
+const uint64_t *diag_series_anomalies(const struct diag *d, uint32_t i, uint64_t *episodes,
+				      const char **instance);
 /* the counters diag_stats and a replay's diag_status share, into o */
 void diag_counters(const struct diag *d, json_t *o);
 /* steps and anomalies, for --summary's reader (out: stderr at exit) */

@@ -167,6 +167,9 @@ SERIES = [
     ('infertrace_anomalies_total{node="n1",kind="host_stall"}', "0+10x60"),
     ('infertrace_anomalies_total{node="n1",kind="gpu_slow"}', "0+2x60"),
     ('infertrace_anomalies_total{node="n1",kind="straggler"}', "0x60"),
+    # of them, llm-b opened an episode every minute, llm-a none
+    ('infertrace_instance_anomaly_episodes_total{node="n1",infertrace_instance="llm-a"}', "0x60"),
+    ('infertrace_instance_anomaly_episodes_total{node="n1",infertrace_instance="llm-b"}', "0+1x60"),
     # the GPU's queue: every launch starts (1, 2.5] ms after it
     ('infertrace_gpu_launch_to_start_seconds_bucket{node="n1",le="0.001"}', "0x60"),
     ('infertrace_gpu_launch_to_start_seconds_bucket{node="n1",le="0.0025"}', "0+600x60"),
@@ -211,6 +214,7 @@ EXPECT = {
     (5, "A"): [("{}", 60)],
     (6, "A"): [("{}", 1)],
     (7, "A"): [('{kind="host_stall"}', 50), ('{kind="gpu_slow"}', 10), ('{kind="straggler"}', 0)],
+    (17, "A"): [('{node="n1",infertrace_instance="llm-a"}', 0), ('{node="n1",infertrace_instance="llm-b"}', 5)],
     (8, "A"): [('{node="n1"}', hq(0.99, 0.001, 0.0025, 10))],
     (9, "A"): [('{node="n1",device="0"}', 0.5)],
     (10, "A"): [('{node="n1",reason="hw_slowdown"}', 2), ('{node="n1",reason="sw_power_cap"}', 0)],

@@ -110,7 +110,8 @@
 #                           texts add to stats.gpu.joined; stats not reset.
 #                           With --metrics-instances 1, /metrics has A's
 #                           steps under its name (its quote, backslash,
-#                           UTF-8 and newline as _) and B's as "_other"
+#                           UTF-8 and newline as _) and B's as "_other",
+#                           and B's anomaly per instance under "_other"
 #   diag_live_metrics_idle: --metrics-instances 1 --metrics-instance-idle 3:
 #                           A (60 steps over 6 s) has the one series of its
 #                           own while it runs; 3 s after its last step the
@@ -784,6 +785,19 @@ sys.stdout.buffer.write(b"".join(l for l in open(sys.argv[1], "rb")
 	sc=$(grep '^infertrace_step_duration_seconds_count{' "$T/rs.metrics" | sort)
 	expect "step histogram series: $(tr '\n' '|' <<<"$sc")" [ "$sc" = "infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"_other\"} $STEPS
 infertrace_step_duration_seconds_count{phase=\"decode\",infertrace_instance=\"it-rs_a____-$$\"} $STEPS" ]
+	# the anomalies per instance: B's stall under "_other", none under A's name;
+	# their sum by kind the node's
+	ia=$(grep -E '^infertrace_instance_anomal' "$T/rs.metrics" | grep -vE '} 0$' | sort)
+	expect "anomalies per instance: [$(tr '\n' '|' <<<"$ia")], want _other's host_stall and episode alone" \
+		[ "$ia" = 'infertrace_instance_anomalies_total{infertrace_instance="_other",kind="host_stall"} 1
+infertrace_instance_anomaly_episodes_total{infertrace_instance="_other"} 1' ]
+	na=$(grep -cE "^infertrace_instance_anomalies_total\{infertrace_instance=\"it-rs_a____-$$\",kind=\"[a-z_]+\"\} 0$" "$T/rs.metrics")
+	expect "A's anomaly series: $na of 6 kinds at 0" [ "$na" = 6 ]
+	for k in host_stall cpu_contention gpu_slow communication straggler regression; do
+		nk=$(awk -v s="infertrace_anomalies_total{kind=\"$k\"}" '$1 == s {print $2}' "$T/rs.metrics")
+		ik=$(awk -v k="kind=\"$k\"}" 'index($1, "infertrace_instance_anomalies_total{") == 1 && index($1, k) {n += $2} END {print n + 0}' "$T/rs.metrics")
+		expect "kind $k: the instances' $ik, the node's $nk" [ "$ik" = "${nk:-x}" ]
+	done
 	lint=$(promtool check metrics <"$T/rs.metrics" 2>&1)
 	expect "promtool check metrics: $(head -n 2 <<<"$lint" | tr '\n' ' ')" [ -z "$lint" ]
 fi

@@ -110,6 +110,8 @@ static void test_straggler_evidence(void **state)
 	a->sinks[0] = &m->s;
 	a->n_sinks = 1;
 	a->opts.mode = MODE_DEEP;
+	a->opts.metrics = "127.0.0.1:0"; /* and /metrics' counts per instance */
+	a->opts.metrics_instances = 8;
 	assert_int_equal(diag_new(a, &d), 0);
 	assert_non_null(d);
 	/* a longer wait after the steps (not theirs), and one in rank 1's slow second step */
@@ -132,6 +134,18 @@ static void test_straggler_evidence(void **state)
 	diag_add_step(d, &s);
 	assert_int_equal(diag_finish(d), 0);
 	assert_int_equal(d->anomalies, 1);
+	{ /* /metrics: tp's series counts it, one straggler that opens an episode */
+		uint64_t ep = 0;
+		const char *inst = NULL;
+		const uint64_t *k = diag_series_anomalies(d, 0, &ep, &inst);
+
+		assert_non_null(k);
+		assert_string_equal(inst, "tp");
+		for (int c = 0; c < DIAG_KIND_COUNT; c++)
+			assert_int_equal(k[c], c == DIAG_KIND_STRAGGLER);
+		assert_int_equal(ep, 1);
+		assert_null(diag_series_anomalies(d, 1, &ep, &inst));
+	}
 	for (int i = 0; i < m->n && !o; i++) {
 		o = json_loads(m->rec[i], 0, NULL);
 		if (o && strcmp(json_string_value(json_object_get(o, "type")), "anomaly")) {
