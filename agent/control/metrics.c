@@ -15,7 +15,8 @@
  * sink names, step phases and histogram bounds - small fixed sets - and
  * the step histogram's instance, bounded by --metrics-instances (diag.c:
  * the rest as "_other"; an instance without steps for
- * --metrics-instance-idle frees its slot). No pid, tid or kernel name is a label
+ * --metrics-instance-idle frees its slot), and the anomaly counts per
+ * instance on the same series. No pid, tid or kernel name is a label
  * (docs/operations.md lists every metric). The two histograms (step
  * durations, launch to GPU start) are the pipeline's (diag.c, join.c:
  * struct prom_hist, core/util.h).
@@ -137,8 +138,8 @@ static const struct stats_metric from_diag[] = {
      "Anomaly episodes: runs of flagged steps of one instance, rank and phase, counted once "
      "(anomaly records with run 1); alert on this to be told once."},
     {"diag", "step_series_expired", "infertrace_step_series_expired_total", "counter",
-     "Series of infertrace_step_duration_seconds gone from here: their instance had no step "
-     "for --metrics-instance-idle."},
+     "Series of infertrace_step_duration_seconds (and the instance's anomaly counts) gone "
+     "from here: their instance had no step or anomaly for --metrics-instance-idle."},
 };
 
 /*

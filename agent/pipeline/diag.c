@@ -809,8 +809,8 @@ static void series_anomaly(struct diag *d, const struct diag_anomaly *an)
 }
 
 /*
- * The series of instances without a step since --metrics-instance-idle
- * before now leave /metrics, "_other" too: the instance's pod is gone, or
+ * The series of instances without a step or an anomaly since
+ * --metrics-instance-idle before now leave /metrics, "_other" too: the instance's pod is gone, or
  * it is idle, and its slot is for the next new one. Back, an instance starts
  * again from 0 (a counter reset to rate()). Live only (diag_advance()).
  */
