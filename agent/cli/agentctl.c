@@ -403,6 +403,14 @@ static void print_counts(const char *title, const json_t *obj, bool rates)
 	printf("%s\n", n ? "" : " none");
 }
 
+/* s in buf, control bytes as '?' (term_safe()): a workload's names, for a padded column */
+static const char *clean_to(char *buf, size_t n, const char *s)
+{
+	snprintf(buf, n, "%s", s);
+	term_safe(buf);
+	return buf;
+}
+
 static void print_status(const json_t *r)
 {
 	const json_t *st = json_object_get(r, "last_stats"), *x, *v;
@@ -415,7 +423,7 @@ static void print_status(const json_t *r)
 	printf("\n%-32s %-9s %-10s %s\n", "INSTANCE", "MODE", "DEEP LEFT", "PIDS");
 	json_array_foreach(json_object_get(r, "instances"), i, x)
 	{
-		char left[32] = "-", pids[128] = "";
+		char left[32] = "-", pids[128] = "", name[256];
 		size_t j, off = 0;
 
 		if (json_object_get(x, "deep_remaining_s"))
@@ -423,19 +431,21 @@ static void print_status(const json_t *r)
 		json_array_foreach(json_object_get(x, "pids"), j, v) if (off < sizeof(pids) - 12)
 		    off += snprintf(pids + off, sizeof(pids) - off, "%s%lld", j ? "," : "",
 				    (long long)json_integer_value(v));
-		printf("%-32s %-9s %-10s %s\n", str(x, "name", "?"), str(x, "mode", "?"), left,
-		       off ? pids : "(none yet)");
+		printf("%-32s %-9s %-10s %s\n", clean_to(name, sizeof(name), str(x, "name", "?")),
+		       str(x, "mode", "?"), left, off ? pids : "(none yet)");
 	}
 	printf("\n%-8s %-16s %-32s %-5s %-9s %s\n", "PID", "COMM", "INSTANCE", "RANK", "MODE",
 	       "LIBS");
 	json_array_foreach(json_object_get(r, "processes"), i, x)
 	{
-		char rank[16] = "-";
+		char rank[16] = "-", comm[64], inst[256];
 
 		if (json_is_integer(json_object_get(x, "rank")))
 			snprintf(rank, sizeof(rank), "%.0f", num(x, "rank"));
-		printf("%-8.0f %-16s %-32s %-5s %-9s %.0f\n", num(x, "pid"), str(x, "comm", "?"),
-		       str(x, "instance", "?"), rank, str(x, "mode", "?"), num(x, "libraries"));
+		printf("%-8.0f %-16s %-32s %-5s %-9s %.0f\n", num(x, "pid"),
+		       clean_to(comm, sizeof(comm), str(x, "comm", "?")),
+		       clean_to(inst, sizeof(inst), str(x, "instance", "?")), rank,
+		       str(x, "mode", "?"), num(x, "libraries"));
 	}
 	printf("\n");
 	if (json_object_get(r, "event_rates"))

@@ -8,7 +8,9 @@
 #                                its cuda_launch records appear, the other
 #                                stays in sentinel (none), status says so
 #                                (and gives the LOCAL_RANK=3 one rank 3, a
-#                                steps line in its table); `agentctl
+#                                steps line in its table, a third one's
+#                                name with an escape and a newline as '?'
+#                                in both its tables, whole in --json); `agentctl
 #                                summary` counts both workloads' CUDA calls
 #                                while the agent runs;
 #                                `--off`: none after the stop record
@@ -50,10 +52,13 @@ start_workload() {
 
 # ------------------------------------------------------- deep-dive on/off ----
 A=it-ctl-a-$$ B=it-ctl-b-$$
+# C's name as a workload may choose it: a terminal's escape (clear the screen) and a newline
+C=$'it-ctl-c\e[2J\n-'$$
 if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; then
 	start_workload wa "$A" 40 && PA=$WPID
 	start_workload wb "$B" 40 LOCAL_RANK=3 && PB=$WPID
-	if [ -n "${PA:-}" ] && [ -n "${PB:-}" ]; then
+	start_workload wc "$C" 40 && PC=$WPID
+	if [ -n "${PA:-}" ] && [ -n "${PB:-}" ] && [ -n "${PC:-}" ]; then
 		sleep 0.5
 		expect "sentinel: cuda_launch records before any deep-dive" eq "$(launches "$PA")" 0
 		out=$(ctl deep-dive --instance "$A" --duration 60 2>&1)
@@ -88,6 +93,12 @@ if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; th
 			grep -qE "^$PB +[^ ]+ +$B +3 +sentinel" <<<"$tbl"
 		expect "status table lacks the steps line: $(tail -n 12 <<<"$tbl" | tr '\n' '|')" \
 			grep -qE "^steps +[0-9]+ cut, [0-9]+ judged, [0-9]+ new levels accepted$" <<<"$tbl"
+		# C's name with its control bytes as '?', in both tables; the JSON keeps it whole
+		cc="it-ctl-c?[2J?-$$"
+		expect "status table: C's name not as $cc in both tables, or a raw control byte: $(grep -F "it-ctl-c" <<<"$tbl" | cat -v | tr '\n' '|')" \
+			eval 'grep -qF "$cc" <<<"$(grep -E "^$PC " <<<"$tbl")" && [ "$(grep -cF "$cc" <<<"$tbl")" = 2 ] && ! LC_ALL=C grep -q "[[:cntrl:]]" <<<"$tbl"'
+		expect "status --json: C's name not whole" \
+			jqe --arg c "$C" '[.instances[] | select(.name == $c)] | length == 1' <<<"$st"
 		wait_rec "\"type\":\"flight_recorder\"" ".type == \"flight_recorder\" and .instance == \"$A\" and .trigger == \"deep_dive\"" 5 ||
 			fail_because "no flight_recorder record at the deep-dive's start"
 		out=$(ctl deep-dive --instance "$A" --off 2>&1)
@@ -103,7 +114,7 @@ if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; th
 		rc=$?
 		expect "a second --off: exit $rc, want 1 (not_found): $out" eval '[ "$rc" = 1 ] && grep -q not_found <<<"$out"'
 	fi
-	kill "${PA:-}" "${PB:-}" 2>/dev/null
+	kill "${PA:-}" "${PB:-}" "${PC:-}" 2>/dev/null
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
 	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
 else
