@@ -2,10 +2,12 @@
 /* log.c - the agent's diagnostics on stderr, one line each. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "agent.h"
 #include "correlator.h"
+#include "util.h"
 
 static int log_level = LOG_INFO;
 
@@ -14,18 +16,36 @@ void agent_log_set_level(int level)
 	log_level = level;
 }
 
+/*
+ * One line on stderr (the journal, kubectl logs). Messages carry names a
+ * workload chose (comm, instance, Python functions, library paths): their
+ * control bytes are written as '?' (term_safe()), so that a newline cannot
+ * forge a log line nor an escape sequence reach the terminal of whoever
+ * tails the log.
+ */
 void agent_log(enum log_level lvl, const char *fmt, ...)
 {
 	static const char *const names[] = {"error", "warning", "info", "debug"};
+	char buf[1024], *msg = buf;
 	va_list ap;
+	int n;
 
 	if ((int)lvl > log_level)
 		return;
-	fprintf(stderr, "infertrace-agent: %s: ", names[lvl]);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	if (n >= (int)sizeof(buf) && (msg = malloc((size_t)n + 1))) {
+		va_start(ap, fmt);
+		vsnprintf(msg, (size_t)n + 1, fmt, ap);
+		va_end(ap);
+	}
+	if (!msg)
+		msg = buf; /* no memory: the first 1023 bytes */
+	term_safe(msg);
+	fprintf(stderr, "infertrace-agent: %s: %s\n", names[lvl], n < 0 ? fmt : msg);
+	if (msg != buf)
+		free(msg);
 }
 
 uint64_t now_ns(void)

@@ -10,7 +10,9 @@
 #                                (and gives the LOCAL_RANK=3 one rank 3, a
 #                                steps line in its table, a third one's
 #                                name with an escape and a newline as '?'
-#                                in both its tables, whole in --json); `agentctl
+#                                in both its tables, whole in --json, and
+#                                in the agent's log, whose every line is
+#                                the agent's); `agentctl
 #                                summary` counts both workloads' CUDA calls
 #                                while the agent runs;
 #                                `--off`: none after the stop record
@@ -117,6 +119,11 @@ if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; th
 	kill "${PA:-}" "${PB:-}" "${PC:-}" 2>/dev/null
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
 	[ "${AGENT_RC:-}" = 0 ] || fail_because "agent exit ${AGENT_RC:-?}: $(agent_tail)"
+	# the agent's log names C too, its control bytes as '?': no forged line, no escape
+	expect "the agent's log: C not as it-ctl-c?[2J?-$$, or a control byte in it: $(grep -F it-ctl-c "$AGENT_ERR" | cat -v | head -n 2 | tr '\n' '|')" \
+		eval 'grep -qF "instance it-ctl-c?[2J?-$$" "$AGENT_ERR" && ! LC_ALL=C grep -q "[[:cntrl:]]" "$AGENT_ERR"'
+	expect "the agent's log: a line that is not the agent's: $(grep -v "^infertrace-agent: " "$AGENT_ERR" | head -n 2 | cat -v)" \
+		eval '! grep -qv "^infertrace-agent: " "$AGENT_ERR"'
 else
 	fail_because "agent did not start: $(agent_tail)"
 fi
