@@ -349,6 +349,19 @@ static void spill_foreign(struct agent *a, struct control *ctl, struct conn *c,
  * --summary (nothing printed without). -ENOMEM: the empty GPU digests could
  * not be made, nothing was reset (the text is written all the same).
  */
+/* every section of the digest (term_safe_out(): names as '?' where they hold control bytes) */
+static void summary_sections(void *ctx, FILE *f)
+{
+	struct agent *a = ctx;
+
+	aggregate_print_summary(a, f);
+	telem_print_summary(a, f);
+	python_print_summary(a, f);
+	gpusum_print(a->gpusum, f);
+	pyprof_print(a->pyprof, f);
+	diag_print_summary(a->diag, f);
+}
+
 int control_summary(struct agent *a, FILE *out, bool reset)
 {
 	struct gpusum *gs = NULL;
@@ -361,12 +374,7 @@ int control_summary(struct agent *a, FILE *out, bool reset)
 		reset = false;
 		err = -ENOMEM;
 	}
-	aggregate_print_summary(a, out);
-	telem_print_summary(a, out);
-	python_print_summary(a, out);
-	gpusum_print(a->gpusum, out);
-	pyprof_print(a->pyprof, out);
-	diag_print_summary(a->diag, out);
+	term_safe_out(out, summary_sections, a);
 	if (!reset)
 		return err;
 	aggregate_summary_reset(a);

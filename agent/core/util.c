@@ -71,6 +71,32 @@ void term_safe(char *s)
 			*s = '?';
 }
 
+void term_safe_text(char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (((unsigned char)s[i] < 0x20 && s[i] != '\n') || s[i] == 0x7f)
+			s[i] = '?';
+}
+
+void term_safe_out(FILE *out, void (*write_fn)(void *ctx, FILE *f), void *ctx)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&text, &len);
+
+	if (!m) { /* no memory for the copy: straight out */
+		write_fn(ctx, out);
+		return;
+	}
+	write_fn(ctx, m);
+	fclose(m);
+	if (text) {
+		term_safe_text(text, len);
+		fwrite(text, 1, len, out);
+	}
+	free(text);
+}
+
 int py_frame_text(char *out, size_t sz, const char *func, const char *file, int64_t line)
 {
 	const char *base = file && *file ? strrchr(file, '/') : NULL;

@@ -51,6 +51,15 @@ int py_frame_text(char *out, size_t sz, const char *func, const char *file, int6
  * agentctl prints the agent's the same way.
  */
 void term_safe(char *s);
+/* the same over len bytes of text of many lines: every control byte but '\n' */
+void term_safe_text(char *s, size_t len);
+/*
+ * Text for people that prints names workloads or recordings chose (the
+ * --summary digest): write_fn(ctx, f) writes it into memory, and it reaches
+ * out through term_safe_text(), whichever of its lines has such a name.
+ * Without memory for the copy, write_fn writes to out itself.
+ */
+void term_safe_out(FILE *out, void (*write_fn)(void *ctx, FILE *f), void *ctx);
 
 /*
  * A Prometheus histogram (--metrics, agent/control/metrics.c): counts per

@@ -562,6 +562,16 @@ static int replay_file(struct replay *r, const char *path, struct corr_input *in
 	return err;
 }
 
+/* --summary after a replay: the sections a recording has (term_safe_out()) */
+static void replay_sections(void *ctx, FILE *f)
+{
+	struct replay *r = ctx;
+
+	gpusum_print(r->a->gpusum, f);
+	pyprof_print(r->a->pyprof, f);
+	diag_print_summary(r->dg, f);
+}
+
 int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *stop)
 {
 	const struct agent_opts *opts = agent_opts(a);
@@ -684,11 +694,8 @@ int replay_run(struct agent *a, const char *path, const volatile sig_atomic_t *s
 		err = r.dg->err;
 cleanup:
 	corr_input_release(&in);
-	if (a->opts.summary) { /* the live summary's other sections need the kernel's view */
-		gpusum_print(a->gpusum, stderr);
-		pyprof_print(a->pyprof, stderr);
-		diag_print_summary(r.dg, stderr);
-	}
+	if (a->opts.summary) /* the live summary's other sections need the kernel's view */
+		term_safe_out(stderr, replay_sections, &r);
 	a->diag = NULL;
 	if (a->replay == &r) {
 		a->cap.launch_python = NULL;

@@ -12,7 +12,8 @@
 #                                name with an escape and a newline as '?'
 #                                in both its tables, whole in --json, and
 #                                in the agent's log, whose every line is
-#                                the agent's); `agentctl
+#                                the agent's; its command's escape '?' in
+#                                agentctl summary); `agentctl
 #                                summary` counts both workloads' CUDA calls
 #                                while the agent runs;
 #                                `--off`: none after the stop record
@@ -46,7 +47,7 @@ ctl() { "$CTL" --socket "$SOCK" "$@"; }
 start_workload() {
 	local name=$1 inst=$2 secs=$3
 	shift 3
-	bg_start "$T/$name.out" env INFERTRACE_INSTANCE="$inst" "$@" "$CUDA_CALLS" -t 2 -s "$secs"
+	bg_start "$T/$name.out" env INFERTRACE_INSTANCE="$inst" "$@" "${WL:-$CUDA_CALLS}" -t 2 -s "$secs"
 	WPID=$BG_PID
 	cuda_attached "$WPID" 10 || { fail_because "no attach record for $name (pid $WPID): $(agent_tail)"; return 1; }
 }
@@ -54,12 +55,14 @@ start_workload() {
 
 # ------------------------------------------------------- deep-dive on/off ----
 A=it-ctl-a-$$ B=it-ctl-b-$$
-# C's name as a workload may choose it: a terminal's escape (clear the screen) and a newline
+# C's names as a workload may choose them: its instance with a terminal's
+# escape (clear the screen) and a newline, its command (comm) with the escape
 C=$'it-ctl-c\e[2J\n-'$$
+ln -s "$CUDA_CALLS" "$T/"$'cu\e[2Jc'
 if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; then
 	start_workload wa "$A" 40 && PA=$WPID
 	start_workload wb "$B" 40 LOCAL_RANK=3 && PB=$WPID
-	start_workload wc "$C" 40 && PC=$WPID
+	WL="$T/"$'cu\e[2Jc' start_workload wc "$C" 40 && PC=$WPID
 	if [ -n "${PA:-}" ] && [ -n "${PB:-}" ] && [ -n "${PC:-}" ]; then
 		sleep 0.5
 		expect "sentinel: cuda_launch records before any deep-dive" eq "$(launches "$PA")" 0
@@ -85,6 +88,8 @@ if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; th
 		expect "agentctl summary: exit $rc: $(head -c 300 <<<"$sum")" [ "$rc" = 0 ]
 		expect "agentctl summary: no CUDA calls of $PA and $PB: $(grep -E "^ +($PA|$PB) +[0-9]+ +[^ ]+ +cu" <<<"$sum" | head -n 4 | tr '\n' '|')" \
 			eval 'grep -qE "^ +$PA +[0-9]+ +[^ ]+ +cu[A-Za-z_]+ +[1-9]" <<<"$sum" && grep -qE "^ +$PB +[0-9]+ +[^ ]+ +cu[A-Za-z_]+ +[1-9]" <<<"$sum"'
+		expect "agentctl summary: C's command not as cu?[2Jc, or a control byte: $(grep -E "^ +$PC " <<<"$sum" | head -n 2 | cat -v | tr '\n' '|')" \
+			eval 'grep -qE "^ +$PC +[0-9]+ +cu\?\[2Jc +cu[A-Za-z_]+ +[1-9]" <<<"$sum" && ! LC_ALL=C grep -q "[[:cntrl:]]" <<<"$sum"'
 		expect "agentctl summary: sections missing: $(grep -E '^[A-Z=]' <<<"$sum" | tr '\n' '|')" \
 			eval 'grep -q "^== infertrace summary: " <<<"$sum" && grep -q "^Off-CPU time" <<<"$sum" && grep -q "^Steps and anomalies" <<<"$sum" && grep -q "collected only when the agent runs with --summary" <<<"$sum" && ! grep -q "^GPU records" <<<"$sum"'
 		expect "status: control.by_cmd.summary != 1" eq "$(ctl status --json | jq .control.by_cmd.summary)" 1
