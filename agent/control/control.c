@@ -340,15 +340,6 @@ static void spill_foreign(struct agent *a, struct control *ctl, struct conn *c,
 	      req->id, NULL, 0);
 }
 
-/*
- * --summary's sections, in the order they are printed at exit, since the
- * start or the last reset; with reset, every section's digest then starts
- * anew (records, the stats record and /metrics go on untouched). The text
- * of the exit, of --summary-every and of the control socket's "summary".
- * The GPU records and the GPU time by Python call are collected only with
- * --summary (nothing printed without). -ENOMEM: the empty GPU digests could
- * not be made, nothing was reset (the text is written all the same).
- */
 /* every section of the digest (term_safe_out(): names as '?' where they hold control bytes) */
 static void summary_sections(void *ctx, FILE *f)
 {
@@ -362,6 +353,15 @@ static void summary_sections(void *ctx, FILE *f)
 	diag_print_summary(a->diag, f);
 }
 
+/*
+ * --summary's sections, in the order they are printed at exit, since the
+ * start or the last reset; with reset, every section's digest then starts
+ * anew (records, the stats record and /metrics go on untouched). The text
+ * of the exit, of --summary-every and of the control socket's "summary".
+ * The GPU records and the GPU time by Python call are collected only with
+ * --summary (nothing printed without). -ENOMEM: the empty GPU digests could
+ * not be made, nothing was reset (the text is written all the same).
+ */
 int control_summary(struct agent *a, FILE *out, bool reset)
 {
 	struct gpusum *gs = NULL;

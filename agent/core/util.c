@@ -2,6 +2,7 @@
 /* util.c - see util.h. */
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,17 +65,23 @@ int write_all(int fd, const void *buf, size_t len, int64_t off)
 	return 0;
 }
 
+/* a byte that steers a terminal (C0 controls and DEL) */
+static bool control_byte(char c)
+{
+	return (unsigned char)c < 0x20 || c == 0x7f;
+}
+
 void term_safe(char *s)
 {
 	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+		if (control_byte(*s))
 			*s = '?';
 }
 
 void term_safe_text(char *s, size_t len)
 {
 	for (size_t i = 0; i < len; i++)
-		if (((unsigned char)s[i] < 0x20 && s[i] != '\n') || s[i] == 0x7f)
+		if (control_byte(s[i]) && s[i] != '\n')
 			s[i] = '?';
 }
 

@@ -47,8 +47,8 @@ uint32_t pow2_clamp(uint32_t n, uint32_t lo, uint32_t hi);
 int py_frame_text(char *out, size_t sz, const char *func, const char *file, int64_t line);
 /*
  * A name from a workload or a recording, for the terminal: control bytes
- * (a newline, a terminal's escape) become '?', in place. --summary's names;
- * agentctl prints the agent's the same way.
+ * (a newline, a terminal's escape) become '?', in place: the agent's log
+ * lines, agentctl's output.
  */
 void term_safe(char *s);
 /* the same over len bytes of text of many lines: every control byte but '\n' */

@@ -467,16 +467,6 @@ static void python_suspect(struct diag *d, struct diag_anomaly *an)
 		d->python_suspects++;
 }
 
-/* a name from a workload or a recording, for the terminal (term_safe()), cut to sz */
-static void term_name(char *out, size_t sz, const char *in)
-{
-	size_t n = in ? strnlen(in, sz - 1) : 0;
-
-	memcpy(out, in ? in : "", n);
-	out[n] = '\0';
-	term_safe(out);
-}
-
 struct diag_inst_sum {
 	char key[INSTANCE_LEN]; /* the instance as given; the others' slot: "" */
 	uint64_t steps, anomalies;
@@ -747,6 +737,14 @@ const uint64_t *diag_series_anomalies(const struct diag *d, uint32_t i, uint64_t
 	return d->series[i].anomalies;
 }
 
+/* an empty series: no label, no counts, the step buckets' bounds */
+static void series_clear(struct diag_step_series *ser)
+{
+	memset(ser, 0, sizeof(*ser));
+	for (int p = 0; p < DIAG_STEP_PHASES; p++)
+		ser->h[p] = step_none;
+}
+
 /* an instance name as a Prometheus label value: printable ASCII, nothing to escape */
 static void series_label(const char *in, char out[INSTANCE_LEN])
 {
@@ -810,9 +808,10 @@ static void series_anomaly(struct diag *d, const struct diag_anomaly *an)
 
 /*
  * The series of instances without a step or an anomaly since
- * --metrics-instance-idle before now leave /metrics, "_other" too: the instance's pod is gone, or
- * it is idle, and its slot is for the next new one. Back, an instance starts
- * again from 0 (a counter reset to rate()). Live only (diag_advance()).
+ * --metrics-instance-idle before now leave /metrics, "_other" too: the
+ * instance's pod is gone, or it is idle, and its slot is for the next new
+ * one. Back, an instance starts again from 0 (a counter reset to rate()).
+ * Live only (diag_advance()).
  */
 static void series_expire(struct diag *d, uint64_t now)
 {
@@ -833,11 +832,8 @@ static void series_expire(struct diag *d, uint64_t now)
 	}
 	if (k == d->n_series)
 		return;
-	for (uint32_t i = k; i < d->n_series; i++) {
-		memset(&d->series[i], 0, sizeof(d->series[i]));
-		for (int p = 0; p < DIAG_STEP_PHASES; p++)
-			d->series[i].h[p] = step_none;
-	}
+	for (uint32_t i = k; i < d->n_series; i++)
+		series_clear(&d->series[i]);
 	d->n_series = k;
 	memset(d->series_cache, 0, sizeof(d->series_cache)); /* its indices moved */
 }
@@ -863,8 +859,12 @@ static void slowest_add(struct diag *d, const struct diag_step *s, int phase)
 				.rank = s->rank,
 				.phase = phase,
 				.kind = -1};
-	/* a recorded step's instance is its author's: no control characters on the terminal */
-	term_name(w->instance, sizeof(w->instance), s->instance);
+	/*
+	 * as given, to match its anomaly's (emit_anomaly()); a recorded step's
+	 * instance is its author's: the digest's filter (term_safe_out()) keeps
+	 * its control bytes off the terminal
+	 */
+	snprintf(w->instance, sizeof(w->instance), "%s", s->instance ? s->instance : "");
 }
 
 /* every step the detector is given, cut here or recorded: its duration by phase */
@@ -1012,8 +1012,7 @@ int diag_new(struct agent *a, struct diag **out)
 			return -ENOMEM;
 		}
 		for (uint32_t i = 0; i <= d->series_max; i++)
-			for (int p = 0; p < DIAG_STEP_PHASES; p++)
-				d->series[i].h[p] = step_none;
+			series_clear(&d->series[i]);
 		d->n_series = !d->series_max; /* the node's one series is there from the start */
 		d->series_idle_ns = (uint64_t)a->opts.metrics_instance_idle * 1000000000ull;
 		d->series_now = now_ns();
@@ -1230,8 +1229,10 @@ static void print_instances(const struct diag *d, FILE *out)
 
 		if (i < DIAG_SUM_INSTANCES ? i >= d->n_isum : !d->isum_others)
 			continue;
-		if (i < DIAG_SUM_INSTANCES)
-			term_name(name, sizeof(name), is->key[0] ? is->key : "(no instance)");
+		if (i <
+		    DIAG_SUM_INSTANCES) /* control bytes: the digest's filter (term_safe_out()) */
+			snprintf(name, sizeof(name), "%.63s",
+				 is->key[0] ? is->key : "(no instance)");
 		fprintf(out, "    %s: %llu steps, ", name, (unsigned long long)is->steps);
 		if (is->anomalies)
 			fprintf(out, "%llu %s", (unsigned long long)is->anomalies,

@@ -107,7 +107,7 @@ struct diag {
 	bool series_other;		 /* one of them is "_other" */
 	uint64_t series_idle_ns;	 /* --metrics-instance-idle; 0: never */
 	uint64_t series_now;		 /* diag_advance()'s latest time (steps' last_ns) */
-	uint64_t series_expired;	 /* series gone for want of steps */
+	uint64_t series_expired;	 /* series gone for want of steps or anomalies */
 	struct {
 		uint64_t hash; /* of the instance name as given; 0: empty slot */
 		uint32_t idx;

@@ -440,13 +440,16 @@ expect "level shift: no warning: $(tail -n 3 "$ERR" | tr '\n' '|')" \
 	grep -q 'warning: diag: llm-0 rank 0 decode: 64 slow steps in a row, accepting the new level (1\.5.x' "$ERR"
 report replay_level_shift
 
-# ten instances on one node: llm-0 slows down for good (64 anomalies), nine
-# others run 30 calm steps each from just after its start, one of them named
-# with a control byte; --summary's part per instance, read again
+# ten instances on one node: llm<BEL>0 slows down for good (64 anomalies),
+# nine others run 30 calm steps each from just after its start, one of them
+# named with a control byte too; --summary's part per instance, and its
+# longest steps with the kind that flagged each, read again
 level_shift_steps llm-0 >"$T/multi.raw"
 python3 - "$T/multi.raw" >"$T/multi.jsonl" <<'PY'
 import json, sys
 steps = [json.loads(l) for l in open(sys.argv[1])]
+for s in steps:  # the slowing one's name has a control byte too: its flagged longest steps
+    s["instance"] = "llm\u00070"
 names = ["a\u0007b"] + ["inst-%d" % k for k in range(2, 10)]
 for k, name in enumerate(names, 1):
     t = 1000000000 + k * 1000
@@ -465,8 +468,8 @@ expect "ten instances: exit $RC: $(tail -n 2 "$ERR" | tr '\n' '|')" [ "$RC" = 0 
 got=$(python3 "$IT_ROOT/tests/integration/steps_check.py" "$OUT" "$ERR" "$T/multi.jsonl" 2>&1)
 expect "ten instances: --summary's steps per instance, read again from the records: $got" \
 	[ "${got%% *}" = ok ]
-expect "ten instances: no part per instance, or llm-0's 64 anomalies, a?b or the others not in it: $(sed -n '/^  per instance/,/^  longest/p' "$ERR" | tr '\n' '|')" \
-	eval 'grep -qx "    llm-0: 400 steps, 64 anomalies: .*" "$ERR" && grep -qx "    a?b: 30 steps, no anomalies" "$ERR" &&
+expect "ten instances: no part per instance, or llm?0's 64 anomalies, a?b or the others not in it: $(sed -n '/^  per instance/,/^  longest/p' "$ERR" | tr '\n' '|')" \
+	eval 'grep -qx "    llm?0: 400 steps, 64 anomalies: .*" "$ERR" && grep -qx "    a?b: 30 steps, no anomalies" "$ERR" &&
 		grep -qx "    (others): 60 steps, no anomalies" "$ERR"'
 report replay_instance_summary
 
