@@ -467,6 +467,21 @@ static void python_suspect(struct diag *d, struct diag_anomaly *an)
 		d->python_suspects++;
 }
 
+/*
+ * a name from a workload or a recording as printed, cut to sz: control
+ * bytes as '?' (term_safe()), also where the digest is printed without
+ * its filter (term_safe_out())
+ */
+static const char *term_name(char *out, size_t sz, const char *in)
+{
+	size_t n = strnlen(in, sz - 1);
+
+	memcpy(out, in, n);
+	out[n] = '\0';
+	term_safe(out);
+	return out;
+}
+
 struct diag_inst_sum {
 	char key[INSTANCE_LEN]; /* the instance as given; the others' slot: "" */
 	uint64_t steps, anomalies;
@@ -859,11 +874,7 @@ static void slowest_add(struct diag *d, const struct diag_step *s, int phase)
 				.rank = s->rank,
 				.phase = phase,
 				.kind = -1};
-	/*
-	 * as given, to match its anomaly's (emit_anomaly()); a recorded step's
-	 * instance is its author's: the digest's filter (term_safe_out()) keeps
-	 * its control bytes off the terminal
-	 */
+	/* as given, to match its anomaly's (emit_anomaly()); cleaned where printed */
 	snprintf(w->instance, sizeof(w->instance), "%s", s->instance ? s->instance : "");
 }
 
@@ -1229,10 +1240,8 @@ static void print_instances(const struct diag *d, FILE *out)
 
 		if (i < DIAG_SUM_INSTANCES ? i >= d->n_isum : !d->isum_others)
 			continue;
-		if (i <
-		    DIAG_SUM_INSTANCES) /* control bytes: the digest's filter (term_safe_out()) */
-			snprintf(name, sizeof(name), "%.63s",
-				 is->key[0] ? is->key : "(no instance)");
+		if (i < DIAG_SUM_INSTANCES)
+			term_name(name, sizeof(name), is->key[0] ? is->key : "(no instance)");
 		fprintf(out, "    %s: %llu steps, ", name, (unsigned long long)is->steps);
 		if (is->anomalies)
 			fprintf(out, "%llu %s", (unsigned long long)is->anomalies,
@@ -1295,16 +1304,17 @@ void diag_print_summary(const struct diag *d, FILE *out)
 		     "flagged each):\n");
 	for (uint32_t i = 0; i < d->n_slowest; i++) {
 		const struct diag_slow *w = &d->slowest[i];
-		char rank[16] = "-";
+		char rank[16] = "-", name[sizeof(w->instance)];
 
 		if (w->rank >= 0)
 			snprintf(rank, sizeof(rank), "%d", (int)w->rank);
-		fprintf(out, "    %10.3f ms  %-8s +%.3f s  %s rank %s pid %u start_ns %llu: %s\n",
-			w->dur_ns / 1e6, diag_phase_name((enum diag_phase)w->phase),
-			(w->start_ns - d->first_step_ns) / 1e9,
-			w->instance[0] ? w->instance : "(no instance)", rank, w->pid,
-			(unsigned long long)w->start_ns,
-			w->kind >= 0 ? diag_kind_name((enum diag_kind)w->kind) : "not flagged");
+		fprintf(
+		    out, "    %10.3f ms  %-8s +%.3f s  %s rank %s pid %u start_ns %llu: %s\n",
+		    w->dur_ns / 1e6, diag_phase_name((enum diag_phase)w->phase),
+		    (w->start_ns - d->first_step_ns) / 1e9,
+		    term_name(name, sizeof(name), w->instance[0] ? w->instance : "(no instance)"),
+		    rank, w->pid, (unsigned long long)w->start_ns,
+		    w->kind >= 0 ? diag_kind_name((enum diag_kind)w->kind) : "not flagged");
 	}
 }
 

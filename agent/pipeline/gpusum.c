@@ -254,8 +254,9 @@ static int by_ns_desc(const void *pa, const void *pb)
 
 /*
  * a kernel's name as printed: demangled where it is mangled, at most
- * GS_NAME_SHOWN bytes (a recording's names are its author's: the digest's
- * filter, term_safe_out(), writes their control characters as '?')
+ * GS_NAME_SHOWN bytes, control characters as '?' (a recording's names are
+ * its author's: none may steer the terminal, also where gpusum_print() is
+ * called without the digest's filter, term_safe_out())
  */
 static void shown_name(const char *name, char *out, size_t sz)
 {
@@ -263,6 +264,7 @@ static void shown_name(const char *name, char *out, size_t sz)
 	size_t n;
 
 	snprintf(out, sz, "%s", d ? d : name);
+	term_safe(out);
 	n = strlen(out);
 	if (n > GS_NAME_SHOWN) {
 		size_t cut = GS_NAME_SHOWN - 3;
