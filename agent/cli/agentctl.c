@@ -117,7 +117,8 @@ static const struct argp_option options[] = {
     {"timeout", OPT_TIMEOUT, "SECS", 0, "Wait at most SECS for a reply (default 10)"},
     {"json", OPT_JSON, NULL, 0,
      "status: print the agent's JSON reply; anomalies: the records as JSON lines"},
-    {"instance", OPT_INSTANCE, "NAME", 0, "deep-dive, export, anomalies: the instance"},
+    {"instance", OPT_INSTANCE, "NAME", 0,
+     "deep-dive, export, anomalies: the instance, named as status --json names it"},
     {"last", OPT_LAST, "N", 0, "anomalies: the newest N records (1 to 256, default 20)"},
     {"follow", OPT_FOLLOW, NULL, 0,
      "anomalies: then print new records as they come, until Ctrl-C (asked every second)"},
@@ -149,7 +150,9 @@ struct opts {
 	uint32_t last; /* anomalies --last */
 	bool follow;   /* anomalies --follow */
 	bool quiet;    /* call(): no message when the agent is out of reach (--follow) */
+	/* the name as given, for the request; shown: its control bytes as '?' */
 	const char *instance;
+	char instance_shown[CTL_INSTANCE_MAX + 1];
 	double duration_s;
 	bool off;
 	const char *perfetto;
@@ -177,12 +180,21 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_JSON:
 		o->json = true;
 		break;
-	case OPT_INSTANCE:
+	case OPT_INSTANCE: {
+		/* any name a workload can give itself, as the agent holds it (JSON: UTF-8) */
+		json_t *t = json_string(arg);
+
+		json_decref(t);
 		if (!*arg || strlen(arg) > CTL_INSTANCE_MAX)
-			argp_error(state, "--instance takes a name of 1 to %d characters",
+			argp_error(state, "--instance takes a name of 1 to %d bytes",
 				   CTL_INSTANCE_MAX);
+		if (!t)
+			argp_error(state, "--instance: the name is not valid UTF-8");
 		o->instance = arg;
+		snprintf(o->instance_shown, sizeof(o->instance_shown), "%s", arg);
+		term_safe(o->instance_shown);
 		break;
+	}
 	case OPT_DURATION:
 		if (parse_double(arg, 0.001, 86400, &o->duration_s))
 			argp_error(state, "--duration takes seconds (up to 86400), not '%s'", arg);
@@ -640,14 +652,14 @@ static int print_anomalies(const struct opts *o, const json_t *r, char *data, si
 	if (n == 0)
 		printf("no anomaly records%s%s%s (the agent keeps the last %.0f; %.0f since it "
 		       "started)\n",
-		       o->instance ? " of " : "", o->instance ? o->instance : "",
+		       o->instance ? " of " : "", o->instance_shown,
 		       o->instance && num(r, "kept") > 0 ? " among those kept" : "",
 		       num(r, "capacity"), num(r, "seen"));
 	else
 		printf("%.0f of %.0f anomaly records%s%s, oldest first (the agent keeps the last "
 		       "%.0f; %.0f since it started)\n",
-		       n, matched, o->instance ? " of " : "", o->instance ? o->instance : "",
-		       num(r, "capacity"), num(r, "seen"));
+		       n, matched, o->instance ? " of " : "", o->instance_shown, num(r, "capacity"),
+		       num(r, "seen"));
 	if (num(r, "not_kept") > 0)
 		fprintf(stderr, "agentctl: the agent had no memory to keep %.0f of them\n",
 			num(r, "not_kept"));
@@ -798,8 +810,8 @@ static int publish(const struct opts *o, json_t *req)
 	else if (derr)
 		fprintf(stderr, "agentctl: %s: %s\n", topic, rd_kafka_err2str(derr));
 	else {
-		printf("deep-dive %s %s published to %s\n", o->instance, o->off ? "off" : "on",
-		       topic);
+		printf("deep-dive %s %s published to %s\n", o->instance_shown,
+		       o->off ? "off" : "on", topic);
 		ret = 0;
 	}
 out:
@@ -893,11 +905,12 @@ int main(int argc, char **argv)
 		print_status(r);
 	} else if (!strcmp(o.cmd, "deep-dive")) {
 		if (o.off)
-			printf("deep-dive %s off after %.1f s\n", o.instance, num(r, "ran_s"));
+			printf("deep-dive %s off after %.1f s\n", o.instance_shown,
+			       num(r, "ran_s"));
 		else
 			printf("deep-dive %s on for %.1f s: %.0f processes now (more as they "
 			       "appear)\n",
-			       o.instance, num(r, "remaining_s"), num(r, "processes"));
+			       o.instance_shown, num(r, "remaining_s"), num(r, "processes"));
 	} else if (!strcmp(o.cmd, "export")) {
 		err = write_file(o.perfetto, data, dlen);
 		if (err) {

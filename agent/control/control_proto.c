@@ -53,15 +53,16 @@ static bool key_allowed(enum ctl_cmd cmd, const char *key)
 	}
 }
 
-/* instance names: printable ASCII without quotes or backslashes, as in logs */
+/*
+ * Instance names: any name a workload can give itself (INFERTRACE_INSTANCE:
+ * spaces, quotes, UTF-8, control bytes), so that every instance `agentctl
+ * status` lists can be asked for; the agent's log and texts print them
+ * through term_safe(). Only the bound and NUL (a C string ends there;
+ * jansson refuses \u0000 anyway) are refused.
+ */
 static bool instance_ok(const char *s, size_t n)
 {
-	if (!n || n > CTL_INSTANCE_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (s[i] < 0x21 || s[i] > 0x7e || s[i] == '"' || s[i] == '\\')
-			return false;
-	return true;
+	return n && n <= CTL_INSTANCE_MAX && !memchr(s, '\0', n);
 }
 
 #define FAIL(...)                                                                                  \
@@ -120,7 +121,7 @@ int ctl_parse_request(const char *buf, size_t len, struct ctl_request *req, char
 	v = json_object_get(root, "instance");
 	if (v) {
 		if (!json_is_string(v) || !instance_ok(json_string_value(v), json_string_length(v)))
-			FAIL("\"instance\" must be 1 to %d printable characters", CTL_INSTANCE_MAX);
+			FAIL("\"instance\" must be a name of 1 to %d bytes", CTL_INSTANCE_MAX);
 		memcpy(req->instance, json_string_value(v), json_string_length(v));
 		req->instance[json_string_length(v)] = '\0';
 	}

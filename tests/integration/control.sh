@@ -16,7 +16,9 @@
 #                                agentctl summary); `agentctl
 #                                summary` counts both workloads' CUDA calls
 #                                while the agent runs;
-#                                `--off`: none after the stop record
+#                                `--off`: none after the stop record; C
+#                                deep-dived by its whole name, and B's
+#                                (a space, quotes) asked for its anomalies
 #   control_deep_dive_duration:  --duration 2 ends by itself (expire record
 #                                within generous bounds), none after it
 #   control_peer_refused:        a non-root peer (uid 65534) is refused with
@@ -54,7 +56,8 @@ start_workload() {
 
 
 # ------------------------------------------------------- deep-dive on/off ----
-A=it-ctl-a-$$ B=it-ctl-b-$$
+# B's name has a space and quotes, as a workload may call itself
+A=it-ctl-a-$$ B="it-ctl-b \"q\" $$"
 # C's names as a workload may choose them: its instance with a terminal's
 # escape (clear the screen) and a newline, its command (comm) with the escape
 C=$'it-ctl-c\e[2J\n-'$$
@@ -120,6 +123,21 @@ if agent_start ctl_onoff -i 0.25 --control-socket "$SOCK" --shim-socket none; th
 		out=$(ctl deep-dive --instance "$A" --off 2>&1)
 		rc=$?
 		expect "a second --off: exit $rc, want 1 (not_found): $out" eval '[ "$rc" = 1 ] && grep -q not_found <<<"$out"'
+		# every instance status lists can be asked for by its name as given:
+		# C's (an escape, a newline) deep-dived, B's (a space, quotes) asked
+		out=$(ctl deep-dive --instance "$C" --duration 60 2>&1)
+		expect "deep-dive of C's name failed, or C's control bytes not as '?': $(cat -v <<<"$out")" \
+			eval 'grep -qF "deep-dive $cc on for 60.0 s: 1 processes" <<<"$out" && ! LC_ALL=C grep -q "[[:cntrl:]]" <<<"$out"'
+		wait_rec "\"pid\":$PC," ".type == \"cuda_launch\" and .pid == $PC" 10 ||
+			fail_because "no cuda_launch for C (pid $PC) within 10 s of its deep-dive"
+		expect "status: C not deep" \
+			jqe --arg c "$C" '[.instances[] | select(.name == $c and .mode == "deep")] | length == 1' <<<"$(ctl status --json)"
+		out=$(ctl deep-dive --instance "$C" --off 2>&1)
+		expect "deep-dive of C off failed: $(cat -v <<<"$out")" grep -qF "deep-dive $cc off after" <<<"$out"
+		out=$(ctl anomalies --instance "$B" 2>&1)
+		rc=$?
+		expect "agentctl anomalies --instance '$B': exit $rc: $out" \
+			eval '[ "$rc" = 0 ] && grep -qF "no anomaly records of $B (the agent keeps the last 256" <<<"$out"'
 	fi
 	kill "${PA:-}" "${PB:-}" "${PC:-}" 2>/dev/null
 	agent_stop INT || fail_because "agent did not exit on SIGINT"
@@ -200,11 +218,12 @@ if agent_start ctl_bad --control-socket "$SOCK" --shim-socket none; then
 	for p in 'not json' '[1,2]' '{"cmd":7}' '{"cmd":"reboot"}' '{"cmd":"deep_dive"}' \
 		'{"cmd":"deep_dive","instance":"x","duration_s":-3}' \
 		'{"cmd":"deep_dive","instance":"x","duration_s":"long"}' \
-		'{"cmd":"deep_dive","instance":"a\"b"}' '{"cmd":"status","extra":1}' \
+		'{"cmd":"deep_dive","instance":"a\u0000b"}' '{"cmd":"status","extra":1}' \
 		'{"cmd":"export","format":"pprof"}' '{"cmd":"ping","id":{"x":1}}' \
 		'{"cmd":"ping","cmd":"status"}' '{"cmd":"ping"' '{"cmd":"summary","since":0}' \
 		'{"cmd":"summary","reset":"yes"}' '{"cmd":"anomalies","last":0}' \
-		'{"cmd":"anomalies","last":"all"}' '{"cmd":"anomalies","instance":"a b"}'; do
+		'{"cmd":"anomalies","last":"all"}' \
+		"{\"cmd\":\"anomalies\",\"instance\":\"$(printf 'n%.0s' {1..128})\"}"; do
 		r=$(raw "$p")
 		expect "'$p': no bad_request reply, got: $r" \
 			eval 'head -n 1 <<<"$r" | jq -e ".ok == false and .error == \"bad_request\" and (.message | length > 0)" >/dev/null'
@@ -238,7 +257,9 @@ if agent_start ctl_bad --control-socket "$SOCK" --shim-socket none; then
 		"anomalies --last 257|--last takes a number from 1 to 256" \
 		"summary --last 3|--last belongs to anomalies" \
 		"summary --instance x|--instance belongs to deep-dive, export and anomalies (summary covers the node)" \
-		"ping --json|--json belongs to status and anomalies"; do
+		"ping --json|--json belongs to status and anomalies" \
+		"anomalies --instance $(printf 'n%.0s' {1..128})|--instance takes a name of 1 to 127 bytes" \
+		"anomalies --instance n"$'\xff'"|--instance: the name is not valid UTF-8"; do
 		out=$(ctl ${u%%|*} 2>&1)
 		rc=$?
 		expect "agentctl ${u%%|*}: exit $rc, want 2 (usage) saying '${u#*|}': $out" \

@@ -145,6 +145,41 @@ static void test_parse_ok(void **state)
 		ctl_request_release(&r);
 	}
 	{
+		/*
+		 * any name a workload can give itself: a space, a quote, a
+		 * backslash, UTF-8, an escape and a newline; 127 bytes, not 128
+		 */
+		static const char *const names[][2] = {
+		    {"{\"cmd\":\"deep_dive\",\"instance\":\"llama 70b \\\"chat\\\" \\\\ x\"}",
+		     "llama 70b \"chat\" \\ x"},
+		    {"{\"cmd\":\"export\",\"format\":\"perfetto\",\"instance\":"
+		     "\"m\\u00e9t\\u00e9o\"}",
+		     "m\xc3\xa9t\xc3\xa9o"},
+		    {"{\"cmd\":\"anomalies\",\"instance\":\"c\\u001b[2J\\n-1\"}", "c\x1b[2J\n-1"},
+		};
+		char big[256], name[129];
+
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+			assert_int_equal(ctl_parse_request(names[i][0], strlen(names[i][0]), &r,
+							   err, sizeof(err)),
+					 0);
+			assert_string_equal(r.instance, names[i][1]);
+			ctl_request_release(&r);
+		}
+		memset(name, 'n', 127);
+		name[127] = '\0';
+		snprintf(big, sizeof(big), "{\"cmd\":\"deep_dive\",\"instance\":\"%s\"}", name);
+		assert_int_equal(ctl_parse_request(big, strlen(big), &r, err, sizeof(err)), 0);
+		assert_string_equal(r.instance, name);
+		ctl_request_release(&r);
+		strcpy(name + 127, "n");
+		snprintf(big, sizeof(big), "{\"cmd\":\"deep_dive\",\"instance\":\"%s\"}", name);
+		assert_int_equal(ctl_parse_request(big, strlen(big), &r, err, sizeof(err)),
+				 -EINVAL);
+		assert_non_null(strstr(err, "1 to 127 bytes"));
+		ctl_request_release(&r);
+	}
+	{
 		static const char an[] = "{\"cmd\":\"anomalies\",\"after\":9007199254740993}";
 
 		assert_int_equal(ctl_parse_request(an, strlen(an), &r, err, sizeof(err)), 0);
@@ -212,7 +247,7 @@ static void test_parse_bad(void **state)
 	    "{\"cmd\":\"rm\"}",
 	    "{\"cmd\":\"deep_dive\"}",
 	    "{\"cmd\":\"deep_dive\",\"instance\":\"\"}",
-	    "{\"cmd\":\"deep_dive\",\"instance\":\"a b\"}",
+	    "{\"cmd\":\"deep_dive\",\"instance\":\"a\\u0000b\"}",
 	    "{\"cmd\":\"deep_dive\",\"instance\":\"a\",\"duration_s\":0}",
 	    "{\"cmd\":\"deep_dive\",\"instance\":\"a\",\"duration_s\":1e9}",
 	    "{\"cmd\":\"deep_dive\",\"instance\":\"a\",\"off\":\"yes\"}",
@@ -230,7 +265,7 @@ static void test_parse_bad(void **state)
 	    "{\"cmd\":\"anomalies\",\"after\":\"7\"}",
 	    "{\"cmd\":\"summary\",\"after\":7}",
 	    "{\"cmd\":\"anomalies\",\"reset\":true}",
-	    "{\"cmd\":\"anomalies\",\"instance\":\"a\\\"b\"}",
+	    "{\"cmd\":\"anomalies\",\"instance\":7}",
 	    "{\"cmd\":\"summary\",\"last\":5}",
 	    "{\"cmd\":\"ping\",\"id\":[1]}",
 	    "{\"cmd\":\"ping\",\"cmd\":\"ping\"}",
