@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <bpf/libbpf.h>
 
+#include "jsonw.h"
 #include "numparse.h"
 #include "state.h"
 #include "pipeline.h"
@@ -179,6 +180,8 @@ _Static_assert(sizeof(enum agent_mode) == sizeof(int), "OT_ENUM field size");
 
 static int set_pid(const struct opt_def *d, struct agent_opts *o, char *arg,
 		   struct argp_state *state);
+static int set_instance(const struct opt_def *d, struct agent_opts *o, char *arg,
+			struct argp_state *state);
 static int set_config(const struct opt_def *d, struct agent_opts *o, char *arg,
 		      struct argp_state *state);
 static int set_metrics(const struct opt_def *d, struct agent_opts *o, char *arg,
@@ -216,8 +219,8 @@ static const struct opt_def opt_table[] = {
      .doc = "Write JSON lines to FILE (default: stdout)"},
     {"pid", 'p', "PID", OT_FN, .set = set_pid, .err = "takes a process id",
      .doc = "Trace only this process (repeatable)"},
-    {"instance", OPT_INSTANCE, "NAME", OT_STR, FIELD(instance), 1, INSTANCE_LEN - 1,
-     .err = "takes a name of 1 to 127 characters",
+    {"instance", OPT_INSTANCE, "NAME", OT_FN, .set = set_instance,
+     .err = "takes a name of 1 to 127 bytes of UTF-8",
      .doc = "Instance name for every record (default: INFERTRACE_INSTANCE of the process, "
 	    "else HOST/COMM)"},
     {"offcpu-threshold", OPT_OFFCPU_T, "MS", OT_MS, FIELD(offcpu_thresh_ns), 0, 3600e3,
@@ -682,6 +685,23 @@ static int set_pid(const struct opt_def *d, struct agent_opts *o, char *arg,
 	if (o->n_pids >= MAX_PID_FILTER)
 		argp_error(state, "at most %d --pid options", MAX_PID_FILTER);
 	o->pids[o->n_pids++] = (int)l;
+	return 0;
+}
+
+/* --instance: as records write it (valid UTF-8), so that agentctl finds it by that name */
+static int set_instance(const struct opt_def *d, struct agent_opts *o, char *arg,
+			struct argp_state *state)
+{
+	size_t n = strlen(arg), k;
+
+	(void)d;
+	(void)state;
+	if (!n || n > INSTANCE_LEN - 1)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i += k)
+		if (!(k = jw_utf8_seq((const unsigned char *)arg + i, n - i)))
+			return -EINVAL;
+	o->instance = arg;
 	return 0;
 }
 

@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include "jsonw.h"
 #include "state.h"
 #include "pipeline.h"
 #include "sources.h"
@@ -90,9 +91,26 @@ const char *instance_from_environ(const char *env, size_t len, char *out, size_t
 	size_t n;
 	const char *v = environ_get(env, len, "INFERTRACE_INSTANCE", &n);
 
-	if (!v)
+	char tmp[256];
+	size_t m;
+	const char *c;
+
+	if (!v || !out_sz)
 		return NULL;
-	snprintf(out, out_sz, "%.*s", (int)n, v);
+	/*
+	 * Kept as records and status show it, so that agentctl can ask for it
+	 * by that name: cut at a character boundary, invalid UTF-8 as U+FFFD
+	 * (counted in utf8_replaced), as jw_utf8_clean() keeps names in tables.
+	 */
+	if (out_sz > sizeof(tmp))
+		out_sz = sizeof(tmp);
+	m = n < out_sz - 1 ? n : out_sz - 1;
+	while (m < n && m && ((unsigned char)v[m] & 0xc0) == 0x80)
+		m--; /* v[m] continues a character: cut before it starts */
+	snprintf(out, out_sz, "%.*s", (int)m, v);
+	c = jw_utf8_clean(out, tmp, out_sz);
+	if (c != out)
+		memcpy(out, c, strlen(c) + 1);
 	return out;
 }
 

@@ -177,7 +177,10 @@ int maps_parse_line(const char *line, unsigned long *dev_major, unsigned long *d
 int cuda_lib_kind(const char *path);
 /* discovery.c: field 22 (starttime) of a /proc/PID/stat line; 0 when absent */
 uint64_t stat_start_time(const char *stat);
-/* instance name from an environment block (NUL separated), else NULL */
+/*
+ * instance name from an environment block (NUL separated), else NULL: valid
+ * UTF-8 (U+FFFD for invalid bytes), cut at a character to fit out_sz
+ */
 const char *instance_from_environ(const char *env, size_t len, char *out, size_t out_sz);
 int rank_from_environ(const char *env, size_t len);
 

@@ -19,7 +19,7 @@ run_agent() {
 	ERR=$(cat "$T/$name.err")
 }
 # the one error line: the first line of stderr that is not an info message
-err_line() { grep -v ': info: ' <<<"$ERR" | head -n 1; }
+err_line() { grep -a -v ': info: ' <<<"$ERR" | head -n 1; }
 
 # ------------------------------------------------------------- bad input ---
 run_agent unknown --bogus-option
@@ -44,7 +44,8 @@ report bad_input_no_such_pid
 
 # each bad value: its option and the value named on the error line
 for spec in "--interval abc" "--mode fast" "--duration -1" "--interval 0" "--stack-rate many" \
-	"--pid abc" "--ringbuf-kib 100" "--syscall-threshold x" "--detect model=fast"; do
+	"--pid abc" "--ringbuf-kib 100" "--syscall-threshold x" "--detect model=fast" \
+	"--instance a"$'\xff'"b"; do
 	read -r opt val <<<"$spec"
 	run_agent values "$opt" "$val"
 	line=$(err_line)

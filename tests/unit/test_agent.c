@@ -129,6 +129,26 @@ static void test_instance_env(void **state)
 	/* no terminating NUL at the end of the block: stay inside it */
 	assert_non_null(instance_from_environ("INFERTRACE_INSTANCE=abc", 23, out, sizeof(out)));
 	assert_string_equal(out, "abc");
+	{
+		/* kept as records show it: invalid bytes as U+FFFD, counted */
+		static const char bad[] = "INFERTRACE_INSTANCE=a\xff b\xc3";
+		uint64_t before = jw_utf8_replaced();
+		char big[160], inst[128];
+
+		assert_non_null(instance_from_environ(bad, sizeof(bad), out, sizeof(out)));
+		assert_string_equal(out, "a\xef\xbf\xbd b\xef\xbf\xbd");
+		assert_int_equal(jw_utf8_replaced() - before, 2);
+		/* too long: cut at a character (e-acute is 2 bytes: 126, not 127) */
+		memcpy(big, "INFERTRACE_INSTANCE=", 20);
+		for (int i = 0; i < 64; i++)
+			memcpy(big + 20 + 2 * i, "\xc3\xa9", 2);
+		assert_non_null(instance_from_environ(big, 20 + 128, inst, sizeof(inst)));
+		assert_int_equal(strlen(inst), 126);
+		assert_int_equal(jw_utf8_replaced() - before, 2);
+		memset(big + 20, 'n', 130);
+		assert_non_null(instance_from_environ(big, 20 + 130, inst, sizeof(inst)));
+		assert_int_equal(strlen(inst), 127);
+	}
 }
 
 /* INFERTRACE_RANK, else LOCAL_RANK, else RANK; whole decimal numbers only */
