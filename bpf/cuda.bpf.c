@@ -472,8 +472,10 @@ static __always_inline int sync_exit(struct pt_regs *ctx)
 	}
 	now = bpf_ktime_get_ns();
 	dur = now - ts->sync_start_ns;
-	ts->sync_count++;
-	ts->sync_ns += dur;
+	if (!(API_BIT(ts->sync_api) & API_CODE_LOAD)) { /* a code load is not a sync */
+		ts->sync_count++;
+		ts->sync_ns += dur;
+	}
 	rc = get_rcfg();
 	if (rc && (is_deep(rc, id >> 32) || dur >= rc->sync_thresh_ns)) {
 		e = reserve(&rb_cuda, sizeof(*e), EV_CUDA_SYNC);
@@ -579,6 +581,17 @@ SEC("uprobe")
 int BPF_KPROBE(cuEventSynchronize)
 {
 	return sync_enter(ctx, API_CU_EVENT_SYNCHRONIZE, PT_REGS_PARM1(ctx));
+}
+/* cuModuleLoadData(module, image) / cuModuleLoadDataEx(module, image, n, options, values) */
+SEC("uprobe")
+int BPF_KPROBE(cuModuleLoadData)
+{
+	return sync_enter(ctx, API_CU_MODULE_LOAD_DATA, 0);
+}
+SEC("uprobe")
+int BPF_KPROBE(cuModuleLoadDataEx)
+{
+	return sync_enter(ctx, API_CU_MODULE_LOAD_DATA_EX, 0);
 }
 SEC("uprobe")
 int BPF_KPROBE(cuLaunchKernel)

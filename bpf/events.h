@@ -110,8 +110,15 @@ enum cuda_api {
 	API_CU_STREAM_SYNCHRONIZE = 19,
 	API_CU_CTX_SYNCHRONIZE = 20,
 	API_CU_EVENT_SYNCHRONIZE = 21,
-	API_COUNT = 22,
-	API_SLOTS = 24, /* room to grow without changing thread_stats */
+	/*
+	 * GPU code loads (each with a uretprobe, like the synchronising calls):
+	 * a JIT compiler's output (Triton's loadBinary calls cuModuleLoadData)
+	 * or a cubin loaded while the process serves, which holds its thread
+	 */
+	API_CU_MODULE_LOAD_DATA = 22,
+	API_CU_MODULE_LOAD_DATA_EX = 23,
+	API_COUNT = 24,
+	API_SLOTS = 24, /* thread_stats.launches[]: more APIs make it grow */
 };
 
 /*
@@ -133,6 +140,13 @@ enum cuda_api {
 	 API_BIT(API_CU_GRAPH_LAUNCH) | API_BIT(API_CU_GRAPH_LAUNCH_PTSZ) |                        \
 	 API_BIT(API_CU_STREAM_SYNCHRONIZE) | API_BIT(API_CU_CTX_SYNCHRONIZE) |                    \
 	 API_BIT(API_CU_EVENT_SYNCHRONIZE))
+/*
+ * API_DRIVER: the driver entry points a runtime call enters (folded into it:
+ * cuda.bpf.c, "Nested calls"). A GPU code load is a driver entry point too,
+ * but never folded: whoever calls it, its time is a cost of its own
+ * (API_CODE_LOAD).
+ */
+#define API_CODE_LOAD (API_BIT(API_CU_MODULE_LOAD_DATA) | API_BIT(API_CU_MODULE_LOAD_DATA_EX))
 #define API_LAUNCH_CLASS                                                                           \
 	(API_BIT(API_CUDA_LAUNCH_KERNEL) | API_BIT(API_CUDA_LAUNCH_KERNEL_PTSZ) |                  \
 	 API_BIT(API_CUDA_LAUNCH_KERNEL_EXC) | API_BIT(API_CUDA_LAUNCH_KERNEL_EXC_PTSZ) |          \

@@ -54,6 +54,8 @@ json_t *steprec_to_json(struct agent *a, const struct diag_step *s)
 	json_object_set_new(o, "runq_ns", int_or_null(s->runq_ns));
 	json_object_set_new(o, "slow_syscalls", int_or_null(s->slow_syscalls));
 	json_object_set_new(o, "slow_syscall_ns", int_or_null(s->slow_syscall_ns));
+	json_object_set_new(o, "code_loads", int_or_null(s->code_loads));
+	json_object_set_new(o, "code_load_ns", int_or_null(s->code_load_ns));
 	json_object_set_new(o, "net_bytes", int_or_null(s->net_bytes));
 	json_object_set_new(o, "preempt_pid",
 			    s->preempt_pid ? json_integer(s->preempt_pid) : json_null());
@@ -121,6 +123,8 @@ int steprec_from_json(const json_t *o, struct diag_step *s)
 	s->runq_ns = jint(o, "runq_ns");
 	s->slow_syscalls = jint(o, "slow_syscalls");
 	s->slow_syscall_ns = jint(o, "slow_syscall_ns");
+	s->code_loads = jint(o, "code_loads");
+	s->code_load_ns = jint(o, "code_load_ns");
 	s->net_bytes = jint(o, "net_bytes");
 	s->preempt_pid = (uint32_t)jpos(o, "preempt_pid");
 	for (size_t i = 0;

@@ -144,10 +144,34 @@ static int decode_launch(struct agent *a, const struct cuda_launch_event *e, siz
 	return rec_emit_raw(a, REC_EVENT, agent_instance_of(a, e->hdr.pid), buf, (size_t)len);
 }
 
+/*
+ * A GPU code load (cuModuleLoadData, -Ex) holds its thread like a
+ * synchronising call and comes the same way; its record and its place in
+ * the step's breakdown are its own.
+ */
+static int decode_code_load(struct agent *a, const struct cuda_sync_event *e)
+{
+	json_t *r = rec_new(a, "cuda_code_load", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
+	struct diag_cpu_event d = {.kind = DIAG_CPU_CODE_LOAD,
+				   .pid = e->hdr.pid,
+				   .tid = e->hdr.tid,
+				   .ts_ns = e->hdr.ts_ns,
+				   .dur_ns = e->dur_ns};
+
+	diag_on_cpu(a->diag, &d);
+	json_object_set_new(r, "api", json_string(corr_api_name(e->api)));
+	json_object_set_new(r, "dur_ns", json_integer((json_int_t)e->dur_ns));
+	json_object_set_new(r, "ret", json_integer(e->ret));
+	return rec_emit(a, REC_EVENT, r);
+}
+
 static int decode_sync(struct agent *a, const struct cuda_sync_event *e)
 {
-	json_t *r = rec_new(a, "cuda_sync", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
+	json_t *r;
 
+	if (e->api < 32 && (API_CODE_LOAD & API_BIT(e->api)))
+		return decode_code_load(a, e);
+	r = rec_new(a, "cuda_sync", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
 	json_object_set_new(r, "api", json_string(corr_api_name(e->api)));
 	/* the BPF side keeps the call's one argument in stream (bpf/cuda.bpf.c) */
 	if (e->api == API_CUDA_EVENT_SYNCHRONIZE || e->api == API_CU_EVENT_SYNCHRONIZE)

@@ -28,7 +28,8 @@ static bool api_is_sync(unsigned api)
 	return api == API_CUDA_STREAM_SYNCHRONIZE || api == API_CUDA_STREAM_SYNCHRONIZE_PTSZ ||
 	       api == API_CUDA_DEVICE_SYNCHRONIZE || api == API_CUDA_EVENT_SYNCHRONIZE ||
 	       api == API_CUDA_MEMCPY || api == API_CU_STREAM_SYNCHRONIZE ||
-	       api == API_CU_CTX_SYNCHRONIZE || api == API_CU_EVENT_SYNCHRONIZE;
+	       api == API_CU_CTX_SYNCHRONIZE || api == API_CU_EVENT_SYNCHRONIZE ||
+	       (API_CODE_LOAD & API_BIT(api));
 }
 
 /*

@@ -333,7 +333,8 @@ typedef void (*corr_marker_fn)(void *ctx, const struct corr_marker *m);
 /* a communication op of a recording (record_param_comms, nccl:*): collective.h */
 struct corr_comm_op;
 typedef void (*corr_comm_fn)(void *ctx, const struct corr_comm_op *op);
-/* a launching thread's CPU side in the agent's own JSON lines (offcpu, syscall): diagnose.h */
+/* a launching thread's CPU side in the agent's own JSON lines (offcpu, syscall, cuda_code_load):
+ * diagnose.h */
 struct diag_cpu_event;
 typedef void (*corr_cpu_fn)(void *ctx, const struct diag_cpu_event *e);
 /*

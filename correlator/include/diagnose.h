@@ -105,6 +105,7 @@ struct diag_step {
 	/* CPU side of the launching thread (live only) */
 	int64_t offcpu_ns, runq_ns;
 	int64_t slow_syscalls, slow_syscall_ns;
+	int64_t code_loads, code_load_ns; /* GPU code loads (cuModuleLoadData, -Ex) */
 	int64_t net_bytes;
 	uint32_t preempt_pid; /* ran most while the launcher waited in the run queue; 0 */
 	uint32_t n_top;
@@ -184,10 +185,11 @@ int diag_seg__usdt_end(struct diag_seg *sg, uint32_t pid, uint32_t tid, uint64_t
  * bytes of any thread of the process, to the step their window began in
  */
 enum diag_cpu_kind {
-	DIAG_CPU_OFFCPU = 0,  /* blocked (not runnable) */
-	DIAG_CPU_RUNQ = 1,    /* runnable, waiting for a CPU; other_pid: who ran */
-	DIAG_CPU_SYSCALL = 2, /* a slow syscall */
-	DIAG_CPU_NET = 3,     /* IP socket bytes sent and received in [ts_ns, ts_ns + dur_ns] */
+	DIAG_CPU_OFFCPU = 0,	/* blocked (not runnable) */
+	DIAG_CPU_RUNQ = 1,	/* runnable, waiting for a CPU; other_pid: who ran */
+	DIAG_CPU_SYSCALL = 2,	/* a slow syscall */
+	DIAG_CPU_NET = 3,	/* IP socket bytes sent and received in [ts_ns, ts_ns + dur_ns] */
+	DIAG_CPU_CODE_LOAD = 4, /* a GPU code load (cuModuleLoadData, -Ex) held the thread */
 };
 struct diag_cpu_event {
 	enum diag_cpu_kind kind;

@@ -170,9 +170,11 @@ static const char *const api_names[] = {
     "cuStreamSynchronize",
     "cuCtxSynchronize",
     "cuEventSynchronize",
+    "cuModuleLoadData",
+    "cuModuleLoadDataEx",
 };
 /* must match enum cuda_api in bpf/events.h */
-_Static_assert(sizeof(api_names) / sizeof(api_names[0]) == 22, "enum cuda_api");
+_Static_assert(sizeof(api_names) / sizeof(api_names[0]) == 24, "enum cuda_api");
 
 const char *corr_api_name(uint16_t api)
 {
@@ -993,8 +995,8 @@ static int up_grow(struct corr *c, struct thr *t)
 /* driver entry points (cu*) follow the runtime ones in enum cuda_api (bpf/events.h) */
 bool corr_api_is_driver(uint16_t api)
 {
-	/* enum cuda_api, bpf/events.h: API_CU_LAUNCH_KERNEL (11) to 16, and 19 to 21 */
-	return (api >= 11 && api <= 16) || (api >= 19 && api <= 21);
+	/* enum cuda_api, bpf/events.h: API_CU_LAUNCH_KERNEL (11) to 16, and 19 to 23 */
+	return (api >= 11 && api <= 16) || (api >= 19 && api <= 23);
 }
 
 int corr__add_uprobe_launch(struct corr *c, uint32_t pid, uint32_t tid, uint64_t ts_ns,

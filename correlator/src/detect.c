@@ -251,6 +251,7 @@ void diag_step_init(struct diag_step *s)
 	s->kernels = s->graph_kernels = s->memcpys = s->comm_ns = DIAG_UNKNOWN;
 	s->l2s_p50_ns = s->l2s_p90_ns = s->l2s_p99_ns = DIAG_UNKNOWN;
 	s->offcpu_ns = s->runq_ns = s->slow_syscalls = s->slow_syscall_ns = DIAG_UNKNOWN;
+	s->code_loads = s->code_load_ns = DIAG_UNKNOWN;
 	s->net_bytes = DIAG_UNKNOWN;
 }
 
@@ -742,6 +743,12 @@ static void classify(struct dkey *k, const struct diag_step *s, double med, bool
 		add_suspect(an, "syscall", (double)s->slow_syscall_ns, 0,
 			    "%lld slow syscalls took %.2f ms", (long long)s->slow_syscalls,
 			    s->slow_syscall_ns / 1e6);
+	if (s->code_load_ns > 0.1 * excess)
+		add_suspect(
+		    an, "code_load", (double)s->code_load_ns, 0,
+		    "the launching thread loaded GPU code %lld times for %.2f ms "
+		    "(cuModuleLoadData: a JIT compiler's kernels, e.g. Triton at a new shape)",
+		    (long long)s->code_loads, s->code_load_ns / 1e6);
 	if (an->kind != DIAG_KIND_GPU_SLOW && s->n_top)
 		kernel_suspects(k, s, an, excess);
 	if (!an->n_suspects)

@@ -86,12 +86,15 @@ static void u32x3(struct line *ln, const char *k, uint32_t v[3])
 		v[i] = (uint32_t)jnum(ln, json_array_get(a, i), k, UINT32_MAX);
 }
 
-/* an offcpu or syscall record, as live handed it to the steps (decode.c: to_diag()) */
-static int cpu_event(struct replay_ctx *rc, struct line *ln, bool offcpu)
+/*
+ * an offcpu, syscall or cuda_code_load record (kind: the syscall's or the
+ * code load's), as live handed it to the steps (decode.c)
+ */
+static int cpu_event(struct replay_ctx *rc, struct line *ln, bool offcpu, enum diag_cpu_kind kind)
 {
 	const char *cause = json_string_value(json_object_get(ln->o, "cause"));
 	struct diag_cpu_event e = {
-	    .kind = DIAG_CPU_SYSCALL,
+	    .kind = kind,
 	    .pid = ju32(ln, "pid"),
 	    .tid = ju32(ln, "tid"),
 	    .ts_ns = ju(ln, "ts_ns"),
@@ -241,7 +244,9 @@ static int one(struct replay_ctx *rc, struct line *ln)
 		return corr__add_callback(rc->c, pid, tid, ts, corr, dom, cbid);
 	}
 	if (rc->ro && rc->ro->cpu && (!strcmp(type, "offcpu") || !strcmp(type, "syscall")))
-		return cpu_event(rc, ln, type[0] == 'o');
+		return cpu_event(rc, ln, type[0] == 'o', DIAG_CPU_SYSCALL);
+	if (rc->ro && rc->ro->cpu && !strcmp(type, "cuda_code_load"))
+		return cpu_event(rc, ln, false, DIAG_CPU_CODE_LOAD);
 	rc->st->skipped++;
 	return 0;
 }

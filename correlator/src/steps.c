@@ -522,10 +522,10 @@ static uint64_t cpu_end(const struct diag_cpu_event *e)
 /*
  * CPU events in lookup order (cut_all sorts them, measure() searches): by
  * pid; then a process's network windows (group 0) by start; then each
- * thread's (group tid + 1) off-CPU intervals (class 0) and slow syscalls
- * (class 1) by end. One thread is off the CPU once at a time and in one
- * syscall at a time, so a class of one thread is disjoint intervals, in
- * the order of their starts too.
+ * thread's (group tid + 1) off-CPU intervals (class 0), slow syscalls
+ * (class 1) and GPU code loads (class 2) by end. One thread is off the CPU
+ * once at a time, in one syscall and in one code load at a time, so a class
+ * of one thread is disjoint intervals, in the order of their starts too.
  */
 struct ckey {
 	uint32_t pid;
@@ -535,9 +535,11 @@ struct ckey {
 
 static struct ckey cpu_key(const struct diag_cpu_event *e)
 {
+	uint8_t cls = e->kind == DIAG_CPU_CODE_LOAD ? 2 : e->kind == DIAG_CPU_SYSCALL;
+
 	if (e->kind == DIAG_CPU_NET)
 		return (struct ckey){e->pid, 0, 0, e->ts_ns};
-	return (struct ckey){e->pid, e->kind == DIAG_CPU_SYSCALL, (uint64_t)e->tid + 1, cpu_end(e)};
+	return (struct ckey){e->pid, cls, (uint64_t)e->tid + 1, cpu_end(e)};
 }
 
 static int cmp_ckey(const struct ckey *x, const struct ckey *y)
@@ -1109,8 +1111,8 @@ static size_t measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, 
 		seen++;
 	}
 	/*
-	 * the launching thread's off-CPU intervals (class 0) and slow syscalls
-	 * (1) that overlap the step: from the first that ends in or after it,
+	 * the launching thread's off-CPU intervals (class 0), slow syscalls (1)
+	 * and GPU code loads (2) that overlap the step: from the first that ends in or after it,
 	 * until one starts after it (a class of one thread is disjoint
 	 * intervals, so the rest start later still)
 	 */
@@ -1119,7 +1121,7 @@ static size_t measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, 
 	/* none for a step the next one starts with: an interval across it is the next one's */
 	bool nothing = next == ct->start && next <= ct->end;
 
-	for (uint8_t cls = 0; cls < 2 && !nothing; cls++)
+	for (uint8_t cls = 0; cls < 3 && !nothing; cls++)
 		for (i = cpu_lower(sg, s->pid, grp, cls, ct->start);
 		     i < sg->nc && cpu_in(&sg->c[i].e, s->pid, grp, cls) &&
 		     in_step(ct, next, sg->c[i].e.ts_ns);
@@ -1153,6 +1155,11 @@ static size_t measure(struct diag_seg *sg, const struct cut *ct, uint64_t next, 
 				s->slow_syscall_ns =
 				    (s->slow_syscall_ns < 0 ? 0 : s->slow_syscall_ns) +
 				    (int64_t)(b - a);
+				break;
+			case DIAG_CPU_CODE_LOAD:
+				s->code_loads = (s->code_loads < 0 ? 0 : s->code_loads) + 1;
+				s->code_load_ns =
+				    (s->code_load_ns < 0 ? 0 : s->code_load_ns) + (int64_t)(b - a);
 				break;
 			default:
 				break;

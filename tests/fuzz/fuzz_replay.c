@@ -89,13 +89,14 @@ static void on_marker(void *ctx, const struct corr_marker *m)
 	(void)strlen(m->cat);
 }
 
-/* an offcpu or syscall record of JSON lines: whose and when are known */
+/* an offcpu, syscall or cuda_code_load record of JSON lines: whose and when are known */
 static void on_cpu(void *ctx, const struct diag_cpu_event *e)
 {
 	struct seen *s = ctx;
 
 	s->cpu++;
-	if (!e->pid || !e->tid || !e->ts_ns || e->kind > DIAG_CPU_SYSCALL)
+	if (!e->pid || !e->tid || !e->ts_ns ||
+	    (e->kind > DIAG_CPU_SYSCALL && e->kind != DIAG_CPU_CODE_LOAD))
 		abort();
 }
 

@@ -155,6 +155,8 @@ static void raw_steps(struct ctx *x, const unsigned char *p, const unsigned char
 		s.runq_ns = (int64_t)take(&p, end);
 		s.slow_syscalls = (int64_t)take(&p, end);
 		s.slow_syscall_ns = (int64_t)take(&p, end);
+		s.code_loads = (int64_t)take(&p, end);
+		s.code_load_ns = (int64_t)take(&p, end);
 		s.preempt_pid = (uint32_t)take(&p, end);
 		s.n_top = (uint32_t)((sel >> 56) % (DIAG_TOP_MAX + 1));
 		for (uint32_t i = 0; i < s.n_top; i++)

@@ -56,6 +56,9 @@ typedef int (*copy_fn)(void *, const void *, size_t, int);
 typedef int (*cu_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			    unsigned, void *, void **, void **);
 typedef int (*cu_launch_ex_fn)(const struct drv_config *, void *, void **, void **);
+/* cuModuleLoadData(CUmodule *, const void *image), -Ex(..., n, options, values): cuda.h */
+typedef int (*cu_modload_fn)(void **, const void *);
+typedef int (*cu_modload_ex_fn)(void **, const void *, unsigned, void *, void **);
 
 static struct {
 	launch_fn launch, launch_ptsz;
@@ -67,6 +70,8 @@ static struct {
 	copy_fn sync_copy;
 	cu_launch_fn cu_launch, cu_launch_ptsz;
 	cu_launch_ex_fn cu_ex, cu_ex_ptsz;
+	cu_modload_fn cu_modload;
+	cu_modload_ex_fn cu_modload_ex;
 } f;
 
 static long calls = 10;
@@ -101,6 +106,8 @@ static const struct {
     {1, "cuStreamSynchronize", (void **)&f.cu_ssync},
     {1, "cuCtxSynchronize", (void **)&f.cu_csync},
     {1, "cuEventSynchronize", (void **)&f.cu_esync},
+    {1, "cuModuleLoadData", (void **)&f.cu_modload},
+    {1, "cuModuleLoadDataEx", (void **)&f.cu_modload_ex},
 };
 
 /* one round: every entry point once, with recognisable arguments */
@@ -137,6 +144,14 @@ static void round_once(int idx)
 		f.cu_ssync(stream);
 		f.cu_csync();
 		f.cu_esync(event);
+		{
+			/* a GPU code load, as a JIT compiler's output reaches the GPU */
+			static const char image[] = "//\n.version 8.0\n.target sm_90\n";
+			void *mod = NULL;
+
+			f.cu_modload(&mod, image);
+			f.cu_modload_ex(&mod, image, 0, NULL, NULL);
+		}
 	}
 }
 

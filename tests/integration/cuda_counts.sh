@@ -5,8 +5,9 @@
 # from known threads through the real libcudart and the stub libcuda
 # (tests/integration/cuda_calls.c), is counted exactly, per entry point, pid
 # and tid (sentinel --sentinel-launches all), reported once per call with its
-# decoded arguments (deep), and user stacks are rate-limited per thread (deep,
-# --stack-rate). Issue 20: the default sentinel (sync) attaches no graph or
+# decoded arguments (deep; the GPU code loads cuModuleLoadData(Ex) as
+# cuda_code_load records, not synchronisations), and user stacks are
+# rate-limited per thread (deep, --stack-rate). Issue 20: the default sentinel (sync) attaches no graph or
 # per-launch uprobe: those calls are not counted, the synchronising calls and
 # copies are, and the agent holds 12 fewer uprobes than in deep mode (4
 # per-launch and 2 graph entry points in each library); --sentinel-launches
@@ -21,7 +22,8 @@ APIS='["cudaLaunchKernel","cudaLaunchKernel_ptsz","cudaLaunchKernelExC",
 "cudaMemcpyAsync_ptsz","cudaStreamSynchronize","cudaStreamSynchronize_ptsz",
 "cudaDeviceSynchronize","cudaEventSynchronize","cudaMemcpy","cuLaunchKernel",
 "cuLaunchKernel_ptsz","cuLaunchKernelEx","cuLaunchKernelEx_ptsz","cuGraphLaunch",
-"cuGraphLaunch_ptsz","cuStreamSynchronize","cuCtxSynchronize","cuEventSynchronize"]'
+"cuGraphLaunch_ptsz","cuStreamSynchronize","cuCtxSynchronize","cuEventSynchronize",
+"cuModuleLoadData","cuModuleLoadDataEx"]'
 
 # run_cuda NAME [--pid] CUDA_CALLS_ARGS -- AGENT_ARGS: agent up, workload
 # attached, released, exited, agent stopped. With --pid the workload starts
@@ -92,7 +94,8 @@ sentinel_counts() {
 }
 SYNC_CLASS='["cudaMemcpyAsync","cudaMemcpyAsync_ptsz","cudaStreamSynchronize",
 "cudaStreamSynchronize_ptsz","cudaDeviceSynchronize","cudaEventSynchronize","cudaMemcpy",
-"cuStreamSynchronize","cuCtxSynchronize","cuEventSynchronize"]'
+"cuStreamSynchronize","cuCtxSynchronize","cuEventSynchronize","cuModuleLoadData",
+"cuModuleLoadDataEx"]'
 GRAPH_CLASS='["cudaGraphLaunch","cudaGraphLaunch_ptsz","cuGraphLaunch","cuGraphLaunch_ptsz"]'
 
 # the default: the launch calls of the real libcudart and the stub libcuda
@@ -170,6 +173,22 @@ if run_cuda cuda_deep --pid -t "$THREADS" -n "$CALLS" -- --mode deep; then
 		      | "tid \($t) \($a): \($f) \(.[$f]) (want \($want)) dur_ns \(.dur_ns)")]
 		| unique | .[0:4] | join("; ")')
 	expect "cuda_sync records: $bad" [ "$bad" = '""' ]
+	# the GPU code loads: a cuda_code_load record per call (the stub fails
+	# them: ret not 0), none of them a cuda_sync, none counted in sync_count
+	bad=$(jqo --argjson pid "$PID" --argjson tids "$TIDS" --argjson n "$CALLS" '
+		[.[] | select(.pid == $pid)] as $all
+		| [$all[] | select(.type == "cuda_code_load")] as $c
+		| [$tids[] as $t | ("cuModuleLoadData", "cuModuleLoadDataEx") as $a
+		   | ($c | map(select(.tid == $t and .api == $a))) as $rs
+		   | (if ($rs | length) != $n then "tid \($t) \($a): \($rs | length) records" else empty end),
+		     ($rs[] | select((.dur_ns | type) != "number" or .dur_ns <= 0 or (.ret | type) != "number" or .ret == 0)
+		      | "tid \($t) \($a): \(del(.schema, .host))")]
+		+ [$all[] | select(.type == "cuda_sync" and (.api | startswith("cuModule"))) | "a cuda_sync: \(.api)"]
+		+ [($all | map(select(.type == "thread") | .sync_count) | add) as $sc
+		   | (($tids | length) * $n * 8) as $want
+		   | select($sc != $want) | "sync_count \($sc), want \($want) (8 synchronising calls a round)"]
+		| unique | .[0:4] | join("; ")')
+	expect "cuda_code_load records: $bad" [ "$bad" = '""' ]
 	# default --stack-rate 100: the first launches of each thread carry a stack
 	nstack=$(jqo --argjson pid "$PID" '[.[] | select(.type == "cuda_launch" and .pid == $pid and ((.stack // []) | length > 0))] | length')
 	expect "no cuda_launch record with a non-empty stack" ge "$nstack" 1

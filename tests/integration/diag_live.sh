@@ -98,7 +98,10 @@
 #   diag_live_nvtx:         30 rounds marked by NVTX ranges as CUPTI reports
 #                           them to the shim: 30 steps with source marker,
 #                           the tokens and batch of each range's message;
-#                           gpu.nvtx counts 36 ranges, none unpaired or lost
+#                           gpu.nvtx counts 36 ranges, none unpaired or lost;
+#                           round 12 loads GPU code (gpu_live -J): two
+#                           cuda_code_load records, and step 12 alone has
+#                           code_loads 2 and their time
 #   diag_live_summary_reset: workload A runs 40 steps and ends; `agentctl
 #                           summary --reset` prints its digest (40 steps,
 #                           none flagged, its CUDA calls, its GPU records)
@@ -647,10 +650,12 @@ report diag_replay_cpu
 # ------------------------------------------------------------------- nvtx --
 # 30 rounds marked with NVTX as CUPTI reports it (gpu_live -M): each a
 # push/pop "execute_model tokens=<100+r> batch=<1+r%4>", every 5th also
-# inside a start/end range "gl_io"
+# inside a start/end range "gl_io"; round 12 loads GPU code (gpu_live -J:
+# cuModuleLoadData and -Ex of the stub libcuda; --sync-threshold 0 so
+# that calls that short are recorded): its step, and only it, counts them
 _why=()
-NV=30
-ROUNDS=$NV run nvtx -n "$NV" -s 1000 -M
+NV=30 NVJ=12
+AGENT_ARGS="--sync-threshold 0" ROUNDS=$NV run nvtx -n "$NV" -s 1000 -M -J "$NVJ"
 if [ -n "$OK" ]; then
 	steps=$(steps_of "$WPID")
 	expect "$(jq length <<<"$steps") steps, want $NV" eq "$(jq length <<<"$steps")" "$NV"
@@ -662,6 +667,15 @@ if [ -n "$OK" ]; then
 		    (if .tid != $tid then "step \($i): tid \(.tid)" else empty end)
 		] | .[:5]' <<<"$steps")
 	expect "steps: $bad" [ "$bad" = "[]" ]
+	cl=$(jqo --argjson p "$WPID" '[.[] | select(.type == "cuda_code_load" and .pid == $p)]')
+	expect "cuda_code_load records of the workload: $(jq -c '[.[] | {tid, api, dur_ns, ts_ns}]' <<<"$cl"), want cuModuleLoadData and -Ex, on its thread" \
+		jqe --argjson tid "$TID" '([.[].api] | sort) == ["cuModuleLoadData", "cuModuleLoadDataEx"] and all(.tid == $tid and .dur_ns > 0)' <<<"$cl"
+	bad=$(jq -c --argjson j "$NVJ" --argjson cl "$cl" '
+		[ to_entries[] | .key as $i | .value
+		  | (if $i == $j and (.code_loads != 2 or .code_load_ns != ($cl | map(.dur_ns) | add)) then "step \($i): code_loads \(.code_loads) code_load_ns \(.code_load_ns)" else empty end),
+		    (if $i != $j and .code_loads != null then "step \($i): code_loads \(.code_loads)" else empty end)
+		] | .[:5]' <<<"$steps")
+	expect "code loads in the steps (round $NVJ loads GPU code): $bad" [ "$bad" = "[]" ]
 	nv=$(jqo '[.[] | select(.type == "stats")][-1].gpu.nvtx')
 	expect "gpu.nvtx $nv: want 36 ranges (30 push/pop, 6 start/end), none unpaired or lost" \
 		jqe '.ranges == 36 and .unpaired == 0 and .overflow == 0' <<<"$nv"

@@ -9,7 +9,7 @@
  *
  * usage: gpu_live [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] [-m MODE] [-s STALL] [-C]
  * [-M] [-L] [-F]
- *                 [-N BYTES] [-P PERIOD_MS]
+ *                 [-N BYTES] [-P PERIOD_MS] [-J ROUND]
  *   -t  launching threads (default 2)
  *   -n  rounds per thread (default 5); a round is cudaLaunchKernel (one
  *       kernel), cudaGraphLaunch (GRAPH_KERNELS kernels sharing its
@@ -49,6 +49,10 @@
  *   -G  with -s, a GPU slowdown: from round SLOW:FILE on (SLOW from 0), the
  *       kernels take GPU_SLOW_X times as long (the GPU's clock dropped); FILE
  *       is created when round SLOW begins, for a test to act on
+ *   -J  round ROUND (from 0) of each thread loads GPU code between its graph
+ *       launch and its cuLaunchKernel: cuModuleLoadData and
+ *       cuModuleLoadDataEx of the stub libcuda (which fails them at once),
+ *       as a JIT compiler's kernels reach the GPU inside a step
  *   -U  CUPTI's device record for device 0 with this UUID (32 hex digits, or
  *       NVML's form GPU-xxxxxxxx-xxxx-...): the shim sends it to the agent
  *   -L  CUPTI keeps the GPU records until the process ends: the shim's
@@ -114,6 +118,9 @@ typedef int (*graph_fn)(void *, void *);
 typedef int (*memcpy_fn)(void *, const void *, size_t, int, void *);
 typedef int (*cu_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			    unsigned, void *, void **, void **);
+/* cuModuleLoadData(CUmodule *, const void *image), -Ex(..., n, options, values): cuda.h */
+typedef int (*cu_modload_fn)(void **, const void *);
+typedef int (*cu_modload_ex_fn)(void **, const void *, unsigned, void *, void **);
 
 struct call {
 	pid_t tid;
@@ -129,10 +136,13 @@ static struct {
 	graph_fn graph;
 	memcpy_fn copy;
 	cu_launch_fn cu_launch;
+	cu_modload_fn modload;
+	cu_modload_ex_fn modload_ex;
 } f;
 
 static int rounds = 5;
 static int stall_round = -1;		 /* -s: steps mode */
+static int load_round = -1;		 /* -J */
 static int slow_round = -1;		 /* -G */
 static const char *slow_file;		 /* -G */
 static bool contend;			 /* -C */
@@ -354,6 +364,13 @@ static void round_once(int idx, int round)
 
 		nanosleep(&ts, NULL);
 	}
+	if (round == load_round) {
+		static const char image[] = "//\n.version 8.0\n.target sm_90\n";
+		void *mod = NULL;
+
+		f.modload(&mod, image);
+		f.modload_ex(&mod, image, 0, NULL, NULL);
+	}
 	one_kernel(idx, "cuLaunchKernel", CUPTI_CB_DOMAIN_DRIVER_API,
 		   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, stream, kdur, "triton_gl_driver");
 
@@ -442,7 +459,7 @@ int main(int argc, char **argv)
 
 	const char *uuid = NULL;
 
-	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:CMLFN:P:G:U:")) != -1) {
+	while ((opt = getopt(argc, argv, "t:n:w:e:m:s:CMLFN:P:G:U:J:")) != -1) {
 		if (thread_opt(opt, optarg, &nthreads, &rounds))
 			continue;
 		switch (opt) {
@@ -483,12 +500,15 @@ int main(int argc, char **argv)
 		case 'U':
 			uuid = optarg;
 			break;
+		case 'J':
+			load_round = atoi(optarg);
+			break;
 		default:
 			fprintf(stderr,
 				"usage: %s [-t THREADS] [-n ROUNDS] [-w GO_FILE] [-e EXIT_FILE] "
 				"[-m MODE] [-s STALL_ROUND] [-C] [-M] [-L] [-F] [-N BYTES] [-P "
 				"PERIOD_MS] "
-				"[-G SLOW_ROUND:FILE] [-U UUID]\n",
+				"[-G SLOW_ROUND:FILE] [-U UUID] [-J LOAD_ROUND]\n",
 				argv[0]);
 			return 2;
 		}
@@ -509,7 +529,9 @@ int main(int argc, char **argv)
 	f.graph = need_sym("gpu_live", rt, "cudaGraphLaunch");
 	f.copy = need_sym("gpu_live", rt, "cudaMemcpyAsync");
 	f.cu_launch = need_sym("gpu_live", drv, "cuLaunchKernel");
-	if (!f.launch || !f.graph || !f.copy || !f.cu_launch)
+	f.modload = need_sym("gpu_live", drv, "cuModuleLoadData");
+	f.modload_ex = need_sym("gpu_live", drv, "cuModuleLoadDataEx");
+	if (!f.launch || !f.graph || !f.copy || !f.cu_launch || !f.modload || !f.modload_ex)
 		return 1;
 
 	/* the shim as the driver would load it, bound to the double */

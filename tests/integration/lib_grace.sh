@@ -103,10 +103,10 @@ reuse() {
 	# the launch probes of a sampling window, attached through the second's root
 	for ((i = 0; i < 100; i++)); do
 		n=$(links_on "$LIB")
-		[ "$n" = 30 ] && break
+		[ "$n" = 34 ] && break
 		sleep 0.1
 	done
-	expect "links on our copies in a sampling window: $n, want 30 (18 + 12 launch probes)" eq "$n" 30
+	expect "links on our copies in a sampling window: $n, want 34 (22 + 12 launch probes)" eq "$n" 34
 	# a window opened and closed after the reuse: its records' attach errors
 	window_ok "the second process was traced" "$RUN_PID" attach
 	# a third process maps them too; the second, whose root they are opened
@@ -151,8 +151,8 @@ launches() {
 		{ fail_because "agent did not start: $(agent_tail)"; return 1; }
 	run_one la "$LIB/libcudart.so.13" && run_end la || return 1
 	n=$(links_on "$LIB")
-	expect "links on our copies after their only user exited: $n, want all 30 (18 + 12 per-launch)" \
-		eq "$n" 30
+	expect "links on our copies after their only user exited: $n, want all 34 (22 + 12 per-launch)" \
+		eq "$n" 34
 	RUN_THREADS=2 RUN_CALLS=$LA_CALLS run_one lb "$LIB/libcudart.so.13" || return 1
 	pid=$RUN_PID
 	run_end lb || return 1

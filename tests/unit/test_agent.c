@@ -312,7 +312,8 @@ static void test_names(void **state)
 	assert_string_equal(corr_api_name(1000), "unknown");
 	for (unsigned i = 0; i < API_COUNT; i++) {
 		assert_string_not_equal(corr_api_name(i), "unknown");
-		assert_int_equal(corr_api_is_driver(i), !!(API_DRIVER & API_BIT(i)));
+		assert_int_equal(corr_api_is_driver(i),
+				 !!((API_DRIVER | API_CODE_LOAD) & API_BIT(i)));
 		assert_int_equal(corr_api_is_driver(i),
 				 corr_api_name(i)[2] != 'd'); /* cu vs cuda */
 	}
@@ -434,6 +435,8 @@ static void test_steprec_round_trip(void **state)
 	s.runq_ns = 30000;
 	s.slow_syscalls = 2;
 	s.slow_syscall_ns = 2500000;
+	s.code_loads = 3;
+	s.code_load_ns = 41000000;
 	s.net_bytes = 4096;
 	s.preempt_pid = 99;
 	s.n_top = 1;
@@ -471,6 +474,8 @@ static void test_steprec_round_trip(void **state)
 	assert_int_equal(back.runq_ns, s.runq_ns);
 	assert_int_equal(back.slow_syscalls, s.slow_syscalls);
 	assert_int_equal(back.slow_syscall_ns, s.slow_syscall_ns);
+	assert_int_equal(back.code_loads, s.code_loads);
+	assert_int_equal(back.code_load_ns, s.code_load_ns);
 	assert_int_equal(back.net_bytes, s.net_bytes);
 	assert_int_equal(back.preempt_pid, s.preempt_pid);
 	assert_int_equal(back.n_top, 1);

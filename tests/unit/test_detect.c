@@ -517,6 +517,43 @@ static void test_kinds(void **state)
 	/* 16 ms against the usual 2 ms of a step that took about 25 ms */
 	assert_true(fabs(g->a[3].suspects[0].value - 14e6) < 0.2e6);
 	assert_non_null(strstr(g->ev[3][0], "ms longer than usual (16.00 ms in the step)"));
+	/*
+	 * host stall on the CPU: the launcher loaded GPU code (a JIT compiler's
+	 * kernels) for 39 ms while the GPU waited; the code loads are a suspect
+	 */
+	mk(&s, &ts, 4, 1);
+	s.dur_ns += 40000000;
+	s.idle_ns += 40000000;
+	s.offcpu_ns = 100000;
+	s.runq_ns = 50000;
+	s.code_loads = 2;
+	s.code_load_ns = 39000000;
+	diag_det__add_step(d, &s, NULL);
+	assert_int_equal(g->n, 5);
+	assert_string_equal(diag_kind_name(g->a[4].kind), "host_stall");
+	{
+		const struct diag_suspect *cl = NULL;
+
+		for (uint32_t i = 0; i < g->a[4].n_suspects; i++)
+			if (!strcmp(g->a[4].suspects[i].what, "code_load"))
+				cl = &g->a[4].suspects[i];
+		assert_non_null(cl);
+		assert_true(cl->value == 39e6);
+		assert_non_null(strstr(cl->evidence, "loaded GPU code 2 times for 39.00 ms"));
+		assert_true(strlen(cl->evidence) < sizeof(cl->evidence) - 1); /* whole */
+	}
+	/* a small code load in a slow step is no suspect (under a tenth of the excess) */
+	mk(&s, &ts, 4, 1);
+	s.dur_ns += 40000000;
+	s.idle_ns += 40000000;
+	s.offcpu_ns = 38000000;
+	s.runq_ns = 50000;
+	s.code_loads = 1;
+	s.code_load_ns = 2000000;
+	diag_det__add_step(d, &s, NULL);
+	assert_int_equal(g->n, 6);
+	for (uint32_t i = 0; i < g->a[5].n_suspects; i++)
+		assert_string_not_equal(g->a[5].suspects[i].what, "code_load");
 }
 
 /* a 2 s prefill step, +-1.5% noise, longest GPU idle gap 2.4 ms +-40% */

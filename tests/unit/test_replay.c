@@ -29,6 +29,7 @@
 #include <zlib.h>
 
 #include "correlator.h"
+#include "diagnose.h"
 #include "test_data.h"
 
 /* ---------------------------------------------------------- helpers ---- */
@@ -552,6 +553,54 @@ static void test_jsonl_roundtrip(void **state)
 	logbuf[0] = '\0';
 	assert_int_equal(corr_replay_buf(buf, off, &co, &ro, &st), -EINVAL);
 	assert_non_null(strstr(logbuf, "line 3"));
+}
+
+/* corr_replay_opts.cpu: the CPU events of a recording, as live handed them to the steps */
+struct cpu_got {
+	int n;
+	struct diag_cpu_event e[8];
+};
+
+static void cpu_cb(void *ctx, const struct diag_cpu_event *e)
+{
+	struct cpu_got *c = ctx;
+
+	if (c->n < 8)
+		c->e[c->n] = *e;
+	c->n++;
+}
+
+static void test_jsonl_cpu_events(void **state)
+{
+	static const char text[] =
+	    "{\"type\":\"offcpu\",\"pid\":9,\"tid\":10,\"ts_ns\":100,\"dur_ns\":50,"
+	    "\"cause\":\"preempted\",\"by_pid\":77}\n"
+	    "{\"type\":\"syscall\",\"pid\":9,\"tid\":10,\"ts_ns\":200,\"dur_ns\":60}\n"
+	    "{\"type\":\"cuda_code_load\",\"pid\":9,\"tid\":10,\"ts_ns\":300,\"dur_ns\":"
+	    "41000000,\"api\":\"cuModuleLoadData\",\"ret\":0}\n"
+	    "{\"type\":\"cuda_code_load\",\"tid\":10,\"ts_ns\":400,\"dur_ns\":1}\n"
+	    "{\"type\":\"cuda_sync\",\"pid\":9,\"tid\":10,\"ts_ns\":500,\"dur_ns\":7}\n";
+	struct cpu_got c = {0};
+	struct tiny_got t = {0};
+	struct corr_opts co = {.sz = sizeof(co), .emit = tiny_emit, .emit_ctx = &t};
+	struct corr_replay_opts ro = {
+	    .sz = sizeof(ro), .log = cap_log, .cpu = cpu_cb, .cpu_ctx = &c};
+	struct corr_replay_stats st;
+
+	(void)state;
+	assert_int_equal(corr_replay_buf(text, sizeof(text) - 1, &co, &ro, &st), 0);
+	assert_int_equal(c.n, 3);
+	assert_int_equal(st.cpu_events, 3);
+	assert_int_equal(c.e[0].kind, DIAG_CPU_RUNQ);
+	assert_int_equal(c.e[0].other_pid, 77);
+	assert_int_equal(c.e[1].kind, DIAG_CPU_SYSCALL);
+	assert_int_equal(c.e[2].kind, DIAG_CPU_CODE_LOAD);
+	assert_int_equal(c.e[2].pid, 9);
+	assert_int_equal(c.e[2].tid, 10);
+	assert_int_equal(c.e[2].ts_ns, 300);
+	assert_int_equal(c.e[2].dur_ns, 41000000);
+	/* whose unknown (no pid): skipped, as the cuda_sync (not a CPU event of a step) */
+	assert_int_equal(st.skipped, 2);
 }
 
 /* corr_replay_opts.frames: what each GPU record's launch_python gave, and when */
@@ -1123,6 +1172,7 @@ int main(void)
 	    cmocka_unit_test(test_truncated_kineto),
 	    cmocka_unit_test(test_garbage_and_truncated_files),
 	    cmocka_unit_test(test_jsonl_roundtrip),
+	    cmocka_unit_test(test_jsonl_cpu_events),
 	    cmocka_unit_test(test_kineto_nameless),
 	    cmocka_unit_test(test_kineto_huge_exponent),
 	    cmocka_unit_test(test_jsonl_out_of_range),

@@ -629,8 +629,8 @@ static void test_auto_cycles_and_breakdown(void **state)
 /*
  * Each step finds its CPU events by binary search (steps.c: cpu_lower()):
  * against a scan of every event, on 60 steps of the launcher (tid 7) with
- * made-up events in random order: its off-CPU, run-queue and syscall
- * intervals (disjoint per class, as one thread's are), some across a step
+ * made-up events in random order: its off-CPU, run-queue, syscall and
+ * GPU code load intervals (disjoint per class, as one thread's are), some across a step
  * boundary or over several steps, a syscall holding an off-CPU interval,
  * other threads' and another process's, and network windows of any
  * thread; cut in two batches, as live: an event reaches the segmenter once
@@ -655,10 +655,10 @@ static void test_cpu_lookup_matches_scan(void **state)
 	struct got *g = calloc(1, sizeof(*g));
 	struct diag_cpu_event *ev = calloc(LK_EV, sizeof(*ev));
 	size_t n = 0, n1 = 0;
-	int cut1;
+	int cut1, with_cl = 0;
 	const uint64_t now = 10000000ULL * (LK_STEPS / 2);
-	/* the next free time of (thread 7, 8, class 0, 1) */
-	uint64_t next[2][2] = {{5000000, 5000000}, {5000000, 5000000}};
+	/* the next free time of (thread 7, 8, class 0, 1, 2) */
+	uint64_t next[2][3] = {{5000000, 5000000, 5000000}, {5000000, 5000000, 5000000}};
 
 	(void)state;
 	assert_non_null(g);
@@ -673,7 +673,7 @@ static void test_cpu_lookup_matches_scan(void **state)
 		add_k(g->sg, 7, t0 + 30000, t0 + 4010000, 5000, "Memcpy DtoH", CORR_KIND_MEMCPY, 2);
 	}
 	while (n < LK_EV - 8) {
-		int th = (int)lk_rand(2), cls = (int)lk_rand(2);
+		int th = (int)lk_rand(2), cls = (int)lk_rand(3);
 		uint64_t gap = lk_rand(3000000),
 			 dur = lk_rand(8) ? lk_rand(900000) : lk_rand(25000000);
 		struct diag_cpu_event e = {
@@ -682,7 +682,10 @@ static void test_cpu_lookup_matches_scan(void **state)
 		if (e.ts_ns > 10000000ULL * (LK_STEPS + 1))
 			break;
 		next[th][cls] = e.ts_ns + dur + 1;
-		e.kind = cls ? DIAG_CPU_SYSCALL : lk_rand(2) ? DIAG_CPU_RUNQ : DIAG_CPU_OFFCPU;
+		e.kind = cls == 2     ? DIAG_CPU_CODE_LOAD
+			 : cls	      ? DIAG_CPU_SYSCALL
+			 : lk_rand(2) ? DIAG_CPU_RUNQ
+				      : DIAG_CPU_OFFCPU;
 		e.other_pid = e.kind == DIAG_CPU_RUNQ ? 90 + (uint32_t)lk_rand(3) : 0;
 		ev[n++] = e;
 		if (!lk_rand(4))
@@ -726,7 +729,7 @@ static void test_cpu_lookup_matches_scan(void **state)
 	for (int k = 0; k < g->n; k++) {
 		const struct diag_step *s = &g->s[k];
 		uint64_t lo = s->start_ns, hi = s->start_ns + s->dur_ns;
-		int64_t off = 0, rq = 0, sc = 0, scn = 0, net = 0;
+		int64_t off = 0, rq = 0, sc = 0, scn = 0, cl = 0, cln = 0, net = 0;
 
 		for (size_t i = 0; i < (k < cut1 ? n1 : n); i++) {
 			const struct diag_cpu_event *e = &ev[i];
@@ -745,7 +748,10 @@ static void test_cpu_lookup_matches_scan(void **state)
 				off += (int64_t)(b - a);
 			else if (e->kind == DIAG_CPU_RUNQ)
 				rq += (int64_t)(b - a);
-			else {
+			else if (e->kind == DIAG_CPU_CODE_LOAD) {
+				cl += (int64_t)(b - a);
+				cln++;
+			} else {
 				sc += (int64_t)(b - a);
 				scn++;
 			}
@@ -754,8 +760,12 @@ static void test_cpu_lookup_matches_scan(void **state)
 		assert_int_equal(s->runq_ns, rq);
 		assert_int_equal(s->slow_syscall_ns, scn ? sc : -1);
 		assert_int_equal(s->slow_syscalls, scn ? scn : -1);
+		assert_int_equal(s->code_load_ns, cln ? cl : -1);
+		assert_int_equal(s->code_loads, cln ? cln : -1);
 		assert_int_equal(s->net_bytes, net);
+		with_cl += cln > 0;
 	}
+	assert_true(with_cl > 5); /* the code loads' class was looked up, not absent */
 	diag_seg__free(g->sg);
 	free(ev);
 	free(g);
