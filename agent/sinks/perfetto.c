@@ -481,10 +481,8 @@ static int add_gpu(struct perfetto *p, const json_t *rec, const char *type)
 static const struct {
 	const char *type, *cat;
 } cpu_slices[] = {
-    {"cuda_sync", "sync"},
-    {"offcpu", "offcpu"},
-    {"runq", "runq"},
-    {"syscall", "syscall"},
+    {"cuda_sync", "sync"}, {"cuda_code_load", "code_load"}, {"offcpu", "offcpu"},
+    {"runq", "runq"},	   {"syscall", "syscall"},
 };
 
 /* per-interval summaries and bookkeeping: nothing to draw */

@@ -749,6 +749,8 @@ static void test_perfetto_tracks_and_flows(void **state)
 	    "\"api\":\"cudaGraphLaunch\"}",
 	    "{\"type\":\"offcpu\",\"instance\":\"i\",\"pid\":10,\"tid\":11,\"ts_ns\":5000,"
 	    "\"dur_ns\":9000,\"comm\":\"worker\",\"cause\":\"blocked\"}",
+	    "{\"type\":\"cuda_code_load\",\"instance\":\"i\",\"pid\":10,\"tid\":11,\"ts_ns\":"
+	    "14000,\"dur_ns\":3000,\"api\":\"cuModuleLoadData\",\"ret\":0}",
 	    /* two kernels of one graph launch, overlapping on one stream */
 	    "{\"type\":\"kernel\",\"instance\":\"i\",\"pid\":10,\"tid\":11,\"start_ns\":3000,"
 	    "\"end_ns\":8000,\"device\":0,\"context\":1,\"stream\":7,\"correlation_id\":5,"
@@ -770,7 +772,7 @@ static void test_perfetto_tracks_and_flows(void **state)
 	size_t len = 0, i;
 	FILE *f = open_memstream(&buf, &len);
 	json_t *doc, *ev;
-	int s = 0, fl = 0, tn = 0, pn = 0, x = 0, overlap = 0;
+	int s = 0, fl = 0, tn = 0, pn = 0, x = 0, overlap = 0, code_load = 0;
 
 	(void)state;
 	for (i = 0; i < sizeof(recs) / sizeof(recs[0]); i++)
@@ -791,6 +793,8 @@ static void test_perfetto_tracks_and_flows(void **state)
 		s += !strcmp(ph, "s");
 		fl += !strcmp(ph, "f");
 		x += !strcmp(ph, "X");
+		code_load += !strcmp(ph, "X") && !strcmp(name, "cuModuleLoadData") &&
+			     !strcmp(json_string_value(json_object_get(ev, "cat")), "code_load");
 		if (!strcmp(ph, "M") && !strcmp(name, "thread_name")) {
 			const char *tname =
 			    json_string_value(json_object_get(json_object_get(ev, "args"), "name"));
@@ -800,8 +804,9 @@ static void test_perfetto_tracks_and_flows(void **state)
 		}
 		pn += !strcmp(ph, "M") && !strcmp(name, "process_name");
 	}
-	/* one launch slice (the graph launch, once), off-CPU, three GPU slices */
-	assert_int_equal(x, 5);
+	/* one launch slice (the graph launch, once), off-CPU, a code load, three GPU slices */
+	assert_int_equal(x, 6);
+	assert_int_equal(code_load, 1);
 	assert_int_equal(s, 2);
 	assert_int_equal(fl, 2);
 	/* worker thread; stream 7, its overlap lane; stream 3 of GPU 1 */
