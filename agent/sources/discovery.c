@@ -88,12 +88,9 @@ static const char *environ_get(const char *env, size_t len, const char *key, siz
 
 const char *instance_from_environ(const char *env, size_t len, char *out, size_t out_sz)
 {
-	size_t n;
-	const char *v = environ_get(env, len, "INFERTRACE_INSTANCE", &n);
-
+	size_t n, m;
+	const char *v = environ_get(env, len, "INFERTRACE_INSTANCE", &n), *c;
 	char tmp[256];
-	size_t m;
-	const char *c;
 
 	if (!v || !out_sz)
 		return NULL;
