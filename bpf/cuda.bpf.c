@@ -462,6 +462,7 @@ static __always_inline int sync_exit(struct pt_regs *ctx)
 	struct runtime_cfg *rc;
 	struct thread_stats *ts;
 	__u64 now, dur;
+	bool code_load;
 
 	ts = bpf_map_lookup_elem(&thread_stats, &(__u32){(__u32)id});
 	if (!ts || !ts->sync_start_ns || ts->pid != id >> 32)
@@ -472,12 +473,20 @@ static __always_inline int sync_exit(struct pt_regs *ctx)
 	}
 	now = bpf_ktime_get_ns();
 	dur = now - ts->sync_start_ns;
-	if (!(API_BIT(ts->sync_api) & API_CODE_LOAD)) { /* a code load is not a sync */
+	/*
+	 * A GPU code load is not a sync, and each one is sent, whatever its
+	 * length: a JIT compiler compiles first (on the thread, or in a ptxas
+	 * child it waits for) and loads in the end, so a short load marks a
+	 * long stall. A process loads code at its start and when it compiles
+	 * new kernels: a few records, not one per step.
+	 */
+	code_load = API_BIT(ts->sync_api) & API_CODE_LOAD;
+	if (!code_load) {
 		ts->sync_count++;
 		ts->sync_ns += dur;
 	}
 	rc = get_rcfg();
-	if (rc && (is_deep(rc, id >> 32) || dur >= rc->sync_thresh_ns)) {
+	if (rc && (code_load || is_deep(rc, id >> 32) || dur >= rc->sync_thresh_ns)) {
 		e = reserve(&rb_cuda, sizeof(*e), EV_CUDA_SYNC);
 		if (e) {
 			fill_hdr(&e->hdr, EV_CUDA_SYNC, sizeof(*e), id >> 32, (__u32)id,

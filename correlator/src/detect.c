@@ -743,12 +743,17 @@ static void classify(struct dkey *k, const struct diag_step *s, double med, bool
 		add_suspect(an, "syscall", (double)s->slow_syscall_ns, 0,
 			    "%lld slow syscalls took %.2f ms", (long long)s->slow_syscalls,
 			    s->slow_syscall_ns / 1e6);
-	if (s->code_load_ns > 0.1 * excess)
+	/*
+	 * any code load at all: a JIT compiler (Triton at a new shape) compiles
+	 * before it loads, so the load's own time is a small part of the stall
+	 */
+	if (s->code_loads > 0)
 		add_suspect(
-		    an, "code_load", (double)s->code_load_ns, 0,
-		    "the launching thread loaded GPU code %lld times for %.2f ms "
-		    "(cuModuleLoadData: a JIT compiler's kernels, e.g. Triton at a new shape)",
-		    (long long)s->code_loads, s->code_load_ns / 1e6);
+		    an, "code_load", (double)(s->code_load_ns > 0 ? s->code_load_ns : 0), 0,
+		    "the launching thread loaded GPU code %lld time%s in the step (%.2f ms "
+		    "in cuModuleLoadData): new kernels, which a JIT compiler such as Triton "
+		    "compiles or reads from its cache first",
+		    (long long)s->code_loads, s->code_loads == 1 ? "" : "s", s->code_load_ns / 1e6);
 	if (an->kind != DIAG_KIND_GPU_SLOW && s->n_top)
 		kernel_suspects(k, s, an, excess);
 	if (!an->n_suspects)

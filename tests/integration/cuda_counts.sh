@@ -102,6 +102,10 @@ GRAPH_CLASS='["cudaGraphLaunch","cudaGraphLaunch_ptsz","cuGraphLaunch","cuGraphL
 # trap nothing (not counted: no probe; the fds say it is not attached at all)
 if run_cuda cuda_sync --pid -t "$THREADS" -n "$CALLS" --; then
 	sentinel_counts "default sentinel" "$SYNC_CLASS"
+	# every GPU code load is sent, however short (the stub's return at once)
+	n=$(jqo --argjson pid "$PID" '[.[] | select(.type == "cuda_code_load" and .pid == $pid)] | length')
+	expect "default sentinel: $n cuda_code_load records, want $((THREADS * CALLS * 2)) (every call)" \
+		eq "$n" $((THREADS * CALLS * 2))
 	SYNC_UPROBES=$UPROBES
 	n=$(jqo '[.[] | select(.type == "launch_probes" and .action == "attach")] | length')
 	expect "default sentinel attached graph or per-launch probes ($n launch_probes records)" eq "$n" 0

@@ -651,11 +651,11 @@ report diag_replay_cpu
 # 30 rounds marked with NVTX as CUPTI reports it (gpu_live -M): each a
 # push/pop "execute_model tokens=<100+r> batch=<1+r%4>", every 5th also
 # inside a start/end range "gl_io"; round 12 loads GPU code (gpu_live -J:
-# cuModuleLoadData and -Ex of the stub libcuda; --sync-threshold 0 so
-# that calls that short are recorded): its step, and only it, counts them
+# cuModuleLoadData and -Ex of the stub libcuda, which return at once: each
+# is recorded however short): its step, and only it, counts them
 _why=()
 NV=30 NVJ=12
-AGENT_ARGS="--sync-threshold 0" ROUNDS=$NV run nvtx -n "$NV" -s 1000 -M -J "$NVJ"
+ROUNDS=$NV run nvtx -n "$NV" -s 1000 -M -J "$NVJ"
 if [ -n "$OK" ]; then
 	steps=$(steps_of "$WPID")
 	expect "$(jq length <<<"$steps") steps, want $NV" eq "$(jq length <<<"$steps")" "$NV"

@@ -539,21 +539,31 @@ static void test_kinds(void **state)
 				cl = &g->a[4].suspects[i];
 		assert_non_null(cl);
 		assert_true(cl->value == 39e6);
-		assert_non_null(strstr(cl->evidence, "loaded GPU code 2 times for 39.00 ms"));
+		assert_non_null(
+		    strstr(cl->evidence, "loaded GPU code 2 times in the step (39.00 ms"));
 		assert_true(strlen(cl->evidence) < sizeof(cl->evidence) - 1); /* whole */
 	}
-	/* a small code load in a slow step is no suspect (under a tenth of the excess) */
+	/*
+	 * a short load after a long compile (the launcher waited 38 ms off-CPU
+	 * for ptxas): still named, by its size after the larger suspects
+	 */
 	mk(&s, &ts, 4, 1);
 	s.dur_ns += 40000000;
 	s.idle_ns += 40000000;
 	s.offcpu_ns = 38000000;
 	s.runq_ns = 50000;
 	s.code_loads = 1;
-	s.code_load_ns = 2000000;
+	s.code_load_ns = 200000;
 	diag_det__add_step(d, &s, NULL);
 	assert_int_equal(g->n, 6);
-	for (uint32_t i = 0; i < g->a[5].n_suspects; i++)
-		assert_string_not_equal(g->a[5].suspects[i].what, "code_load");
+	assert_string_equal(diag_kind_name(g->a[5].kind), "host_stall");
+	assert_true(g->a[5].n_suspects >= 3);
+	assert_string_equal(g->a[5].suspects[g->a[5].n_suspects - 1].what, "code_load");
+	assert_non_null(strstr(g->a[5].suspects[g->a[5].n_suspects - 1].evidence,
+			       "1 time in the step (0.20 ms in cuModuleLoadData)"));
+	/* no code load, no such suspect */
+	for (uint32_t i = 0; i < g->a[0].n_suspects; i++)
+		assert_string_not_equal(g->a[0].suspects[i].what, "code_load");
 }
 
 /* a 2 s prefill step, +-1.5% noise, longest GPU idle gap 2.4 ms +-40% */
