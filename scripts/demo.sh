@@ -8,9 +8,10 @@
 # function it spent its time in (--python-stacks), the Python line behind
 # each CUDA launch (deep mode), then a slow NCCL rank.
 # Then it starts the agent in sentinel mode, then a small CUDA workload
-# (build/tests/integration/cuda_calls -s: two threads calling all 24 probed
-# CUDA entry points through the real libcudart and the stub libcuda, about
-# once a millisecond, sleeping in between) and some loopback UDP traffic; after
+# (build/tests/integration/cuda_calls -s: two threads calling the 22 probed
+# launch, copy and synchronising entry points through the real libcudart and
+# the stub libcuda about once a millisecond, sleeping in between, and the two
+# GPU code loads once) and some loopback UDP traffic; after
 # a few seconds it stops the agent and shows its readable summary, a few of
 # the JSON lines it wrote, and where they are.
 #

@@ -7,7 +7,9 @@
  * usage: cuda_calls [-t THREADS] [-n CALLS] [-w WAIT_FILE] [-s SECONDS] [-l SECONDS] [-d SECONDS]
  *   -n  calls of each entry point per thread (default 10)
  *   -w  wait until WAIT_FILE exists before calling (lets the agent attach)
- *   -s  instead of -n: call in a loop for SECONDS (demo, benchmarks)
+ *   -s  instead of -n: call in a loop for SECONDS (demo, benchmarks); the
+ *       GPU code loads only in the first round, as a process loads its
+ *       kernels once (each is a record the agent sends, in every mode)
  *   -d  sleep SECONDS after loading the libraries, before calling (a churn of
  *       short processes that an agent discovers before they call: tests/soak)
  *   -l  linger SECONDS after the calls, printing {"done":true} first, so the
@@ -110,8 +112,8 @@ static const struct {
     {1, "cuModuleLoadDataEx", (void **)&f.cu_modload_ex},
 };
 
-/* one round: every entry point once, with recognisable arguments */
-static void round_once(int idx)
+/* one round: every entry point once (the code loads when load), with recognisable arguments */
+static void round_once(int idx, bool load)
 {
 	void *stream = (void *)(0x5000UL + idx), *event = (void *)(0x9000UL + idx);
 	struct dim3 grid = {7, 8, 9}, block = {32, 4, 2};
@@ -144,7 +146,7 @@ static void round_once(int idx)
 		f.cu_ssync(stream);
 		f.cu_csync();
 		f.cu_esync(event);
-		{
+		if (load) {
 			/* a GPU code load, as a JIT compiler's output reaches the GPU */
 			static const char image[] = "//\n.version 8.0\n.target sm_90\n";
 			void *mod = NULL;
@@ -174,14 +176,16 @@ static void *worker(void *arg)
 	pthread_barrier_wait(&ready); /* go */
 	if (seconds > 0) {
 		double end = mono() + seconds;
+		bool first = true;
 
 		while (mono() < end) {
-			round_once(idx);
+			round_once(idx, first);
+			first = false;
 			usleep(1000);
 		}
 	} else {
 		for (long i = 0; i < calls; i++)
-			round_once(idx);
+			round_once(idx, true);
 	}
 	return NULL;
 }
