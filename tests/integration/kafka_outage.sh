@@ -46,7 +46,7 @@ main() {
 	kafka_dump "$T/dump"
 	c=$(kafka_compare "$T/dump" exact "$AGENT_OUT")
 	# sentinel: single events stay in --output and the flight recorder
-	UNSENT_TYPES="cuda_launch cuda_sync offcpu runq syscall tcp_retransmit" expect_compare "$c"
+	UNSENT_TYPES="cuda_launch cuda_sync cuda_code_load offcpu runq syscall tcp_retransmit" expect_compare "$c"
 	k=$(jq -c 'select(.type == "stats" and .final) | .kafka' "$AGENT_OUT" | tail -n 1)
 	expect "no summaries: $(jq -c .kafka_by_topic <<<"$c")" ge "$(jq '.kafka_by_topic["infertrace.steps"] // 0' <<<"$c")" 10
 	# sentinel sends summaries and anomalies: the single events stay local

@@ -128,7 +128,7 @@ case_stop_order() {
 	expect "final stats records in Kafka: ${n:-none}, want 1" eq "${n:-x}" 1
 	# sentinel's single events stay local (docs/operations.md, Kafka)
 	c=$(kafka_compare "$T/so.dump" exact "$T/so.jsonl")
-	UNSENT_TYPES="cuda_launch cuda_sync offcpu runq syscall tcp_retransmit" expect_compare "$c"
+	UNSENT_TYPES="cuda_launch cuda_sync cuda_code_load offcpu runq syscall tcp_retransmit" expect_compare "$c"
 }
 
 case_kill9
