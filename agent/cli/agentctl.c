@@ -162,6 +162,15 @@ struct opts {
 	int n_props;
 };
 
+/* s in buf, control bytes as '?' (term_safe()): a workload's names, for a padded column or a text
+ */
+static const char *clean_to(char *buf, size_t n, const char *s)
+{
+	snprintf(buf, n, "%s", s);
+	term_safe(buf);
+	return buf;
+}
+
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
 	struct opts *o = state->input;
@@ -191,8 +200,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		if (!t)
 			argp_error(state, "--instance: the name is not valid UTF-8");
 		o->instance = arg;
-		snprintf(o->instance_shown, sizeof(o->instance_shown), "%s", arg);
-		term_safe(o->instance_shown);
+		clean_to(o->instance_shown, sizeof(o->instance_shown), arg);
 		break;
 	}
 	case OPT_DURATION:
@@ -413,14 +421,6 @@ static void print_counts(const char *title, const json_t *obj, bool rates)
 		n++;
 	}
 	printf("%s\n", n ? "" : " none");
-}
-
-/* s in buf, control bytes as '?' (term_safe()): a workload's names, for a padded column */
-static const char *clean_to(char *buf, size_t n, const char *s)
-{
-	snprintf(buf, n, "%s", s);
-	term_safe(buf);
-	return buf;
 }
 
 static void print_status(const json_t *r)

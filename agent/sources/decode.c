@@ -146,19 +146,20 @@ static int decode_launch(struct agent *a, const struct cuda_launch_event *e, siz
 
 /*
  * A GPU code load (cuModuleLoadData, -Ex) holds its thread like a
- * synchronising call and comes the same way; its record and its place in
- * the step's breakdown are its own.
+ * synchronising call and comes the same way (EV_CUDA_SYNC); its record and
+ * its place in the step's breakdown (to_diag()) are its own.
  */
+static bool is_code_load(const struct event_hdr *h)
+{
+	const struct cuda_sync_event *e = (const void *)h;
+
+	return h->type == EV_CUDA_SYNC && e->api < 32 && (API_CODE_LOAD & API_BIT(e->api));
+}
+
 static int decode_code_load(struct agent *a, const struct cuda_sync_event *e)
 {
 	json_t *r = rec_new(a, "cuda_code_load", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
-	struct diag_cpu_event d = {.kind = DIAG_CPU_CODE_LOAD,
-				   .pid = e->hdr.pid,
-				   .tid = e->hdr.tid,
-				   .ts_ns = e->hdr.ts_ns,
-				   .dur_ns = e->dur_ns};
 
-	diag_on_cpu(a->diag, &d);
 	json_object_set_new(r, "api", json_string(corr_api_name(e->api)));
 	json_object_set_new(r, "dur_ns", json_integer((json_int_t)e->dur_ns));
 	json_object_set_new(r, "ret", json_integer(e->ret));
@@ -169,7 +170,7 @@ static int decode_sync(struct agent *a, const struct cuda_sync_event *e)
 {
 	json_t *r;
 
-	if (e->api < 32 && (API_CODE_LOAD & API_BIT(e->api)))
+	if (is_code_load(&e->hdr))
 		return decode_code_load(a, e);
 	r = rec_new(a, "cuda_sync", e->hdr.pid, e->hdr.tid, e->hdr.ts_ns);
 	json_object_set_new(r, "api", json_string(corr_api_name(e->api)));
@@ -290,6 +291,9 @@ static void to_diag(struct agent *a, const struct event_hdr *h)
 		e.kind = DIAG_CPU_NET;
 		e.dur_ns = n->dur_ns;
 		e.bytes = n->tx_bytes + n->rx_bytes;
+	} else if (h->type == EV_CUDA_SYNC) { /* a code load (is_code_load()) */
+		e.kind = DIAG_CPU_CODE_LOAD;
+		e.dur_ns = ((const struct cuda_sync_event *)h)->dur_ns;
 	} else {
 		e.kind = DIAG_CPU_SYSCALL;
 		e.dur_ns = ((const struct syscall_event *)h)->dur_ns;
@@ -323,7 +327,7 @@ int decode_record(struct agent *a, const void *data, size_t size)
 
 	/* a step's breakdown counts its launching thread's CPU events */
 	if (a->diag && (h->type == EV_OFFCPU || h->type == EV_RUNQ || h->type == EV_SYSCALL ||
-			h->type == EV_NET_IO))
+			h->type == EV_NET_IO || is_code_load(h)))
 		to_diag(a, data);
 
 	switch (h->type) {

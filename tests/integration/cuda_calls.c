@@ -58,9 +58,6 @@ typedef int (*copy_fn)(void *, const void *, size_t, int);
 typedef int (*cu_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			    unsigned, void *, void **, void **);
 typedef int (*cu_launch_ex_fn)(const struct drv_config *, void *, void **, void **);
-/* cuModuleLoadData(CUmodule *, const void *image), -Ex(..., n, options, values): cuda.h */
-typedef int (*cu_modload_fn)(void **, const void *);
-typedef int (*cu_modload_ex_fn)(void **, const void *, unsigned, void *, void **);
 
 static struct {
 	launch_fn launch, launch_ptsz;
@@ -146,14 +143,8 @@ static void round_once(int idx, bool load)
 		f.cu_ssync(stream);
 		f.cu_csync();
 		f.cu_esync(event);
-		if (load) {
-			/* a GPU code load, as a JIT compiler's output reaches the GPU */
-			static const char image[] = "//\n.version 8.0\n.target sm_90\n";
-			void *mod = NULL;
-
-			f.cu_modload(&mod, image);
-			f.cu_modload_ex(&mod, image, 0, NULL, NULL);
-		}
+		if (load)
+			load_gpu_code(f.cu_modload, f.cu_modload_ex);
 	}
 }
 

@@ -118,9 +118,6 @@ typedef int (*graph_fn)(void *, void *);
 typedef int (*memcpy_fn)(void *, const void *, size_t, int, void *);
 typedef int (*cu_launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			    unsigned, void *, void **, void **);
-/* cuModuleLoadData(CUmodule *, const void *image), -Ex(..., n, options, values): cuda.h */
-typedef int (*cu_modload_fn)(void **, const void *);
-typedef int (*cu_modload_ex_fn)(void **, const void *, unsigned, void *, void **);
 
 struct call {
 	pid_t tid;
@@ -364,13 +361,8 @@ static void round_once(int idx, int round)
 
 		nanosleep(&ts, NULL);
 	}
-	if (round == load_round) {
-		static const char image[] = "//\n.version 8.0\n.target sm_90\n";
-		void *mod = NULL;
-
-		f.modload(&mod, image);
-		f.modload_ex(&mod, image, 0, NULL, NULL);
-	}
+	if (round == load_round)
+		load_gpu_code(f.modload, f.modload_ex);
 	one_kernel(idx, "cuLaunchKernel", CUPTI_CB_DOMAIN_DRIVER_API,
 		   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, stream, kdur, "triton_gl_driver");
 

@@ -76,6 +76,23 @@ static inline void *need_sym(const char *who, void *h, const char *name)
 	return p;
 }
 
+/* cuModuleLoadData(CUmodule *, const void *image), -Ex(..., n, options, values): cuda.h */
+typedef int (*cu_modload_fn)(void **, const void *);
+typedef int (*cu_modload_ex_fn)(void **, const void *, unsigned, void *, void **);
+
+/*
+ * one GPU code load each way, as a JIT compiler's output reaches the GPU
+ * (a PTX image; the stub libcuda fails both at once, the probes fire)
+ */
+static inline void load_gpu_code(cu_modload_fn load, cu_modload_ex_fn load_ex)
+{
+	static const char image[] = "//\n.version 8.0\n.target sm_90\n";
+	void *mod = NULL;
+
+	load(&mod, image);
+	load_ex(&mod, image, 0, NULL, NULL);
+}
+
 /*
  * -t THREADS and -n ROUNDS of the threaded workloads (gpu_live, nccl_calls,
  * nest_calls): true when opt (getopt's, with optarg) is one of those
