@@ -10,7 +10,12 @@ pad_batch() for SLOW_MS first (and until three quarters of it ran on the
 CPU: beside the helper it takes longer).
 Lingers, then ends with {"done": 1}.
 With HELPER 1, a second thread runs background_tokenize() on the CPU until
-the steps end (its native id in the first line's "helper"). It lingers
+the steps end (its native id in the first line's "helper"): zlib.crc32()
+over 4 MiB at a time (about 1 ms), which releases the GIL, so that both
+threads run at once. A helper that held the GIL took turns with the main
+thread every 5 ms (the switch interval), and the sampler's 49 Hz period
+(20.4 ms, about four turns) locked onto the turns: the main thread got 1 to
+30 of pad_batch's samples, the same in `perf record -F 49`. It lingers
 PY_STEPS_LINGER seconds (environment, default 3) after its steps. With SLOW_KIND
 sleep, step SLOW sleeps SLOW_MS in wait_for_batch() (off the CPU, the GIL
 released) instead of running pad_batch().
@@ -23,6 +28,7 @@ import os
 import sys
 import threading
 import time
+import zlib
 
 from py_cuda import ready
 
@@ -35,6 +41,7 @@ lib = ctypes.CDLL(lib_path)
 done = threading.Event()
 helper_tid = [0]
 started = threading.Event()
+CRC_BUF = bytes(4 << 20)
 
 
 def background_tokenize():
@@ -42,7 +49,7 @@ def background_tokenize():
     started.set()
     n = 0
     while not done.is_set():
-        n += 1
+        n ^= zlib.crc32(CRC_BUF)  # the GIL released inside
     return n
 
 
@@ -66,8 +73,8 @@ def spin(ms, cpu_share=0.25):
 
 
 def pad_batch(ms):
-    # three quarters on the CPU: a quarter gave 0 or 1 samples in 1 of 3
-    # runs beside the helper (python_versions; the GIL's share varies)
+    # three quarters on the CPU: about 15 of the sampler's chances in
+    # python_versions (400 ms) however loaded the machine is
     return spin(ms, 0.75)
 
 

@@ -75,7 +75,8 @@
 #                    section as gpusum_check.py does; `agentctl summary`
 #                    before the stop prints both sections as the exit does
 #   python_versions: the same script with a second thread spinning in
-#                    background_tokenize() on pyenv's 3.10 (no Py_Version:
+#                    background_tokenize() (in zlib.crc32, the GIL released:
+#                    both threads on a CPU at once) on pyenv's 3.10 (no Py_Version:
 #                    its version from the library's name; threads matched
 #                    by pthread_self(), the fs base), 3.12 and 3.13 (shared
 #                    libpython builds): each thread's profiles name its own
