@@ -358,8 +358,9 @@ static const struct opt_def opt_table[] = {
 	    "event, on refuses to start, off loads nothing"},
     {"python-hz", OPT_PYTHON_HZ, "HZ", OT_U32, FIELD(python_hz), 1, 1000,
      .err = "takes samples per second from 1 to 1000",
-     .doc = "How often --python-stacks samples each CPU (default 49: a 75 ms step gets "
-	    "3-4 samples of the thread that ran it)"},
+     .doc = "How often --python-stacks samples each CPU, on average: at random gaps, so "
+	    "that no work that repeats is missed (default 49: a 75 ms step gets 3-4 samples "
+	    "of the thread that ran it)"},
     {"metrics", OPT_METRICS, "ADDR:PORT", OT_FN, .set = set_metrics,
      .err = "takes ADDR:PORT (e.g. :9464)",
      .doc = "Serve Prometheus metrics (/metrics, /healthz, /readyz) over HTTP on ADDR:PORT, "

@@ -11,6 +11,8 @@
 #   off     --python-stacks off (the agent otherwise the same)
 #   49hz    the default
 #   999hz   --python-hz 999 (20x the samples: the per-sample cost shows)
+#   old49   with BENCH_OLD_AGENT=PATH (an older build's infertrace-agent):
+#           that agent's default, side by side with 49hz
 # For each: the work's wall time (median of ROUNDS), its ratio to off, the
 # agent's CPU seconds, and the sampler's own time per sample from the
 # kernel's BPF statistics (kernel.bpf_stats_enabled, restored after).
@@ -46,13 +48,14 @@ prog_ns() { # prog_ns NAME: "run_time_ns run_cnt" of the loaded program NAME (0 
 		| "\(.run_time_ns // 0) \(.run_cnt // 0)"' 2>/dev/null | head -n 1 | grep . || echo "0 0"
 }
 run_one() { # run_one CONFIG: one timed run; appends "config wall_s agent_cpu_s ns_per_sample samples"
-	local cfg=$1 args=() t0 t1 c0 c1 rt0 rc0 rt1 rc1
+	local cfg=$1 args=() t0 t1 c0 c1 rt0 rc0 rt1 rc1 agent=$AGENT
 	case $cfg in
 	off) args=(--python-stacks off) ;;
 	49hz) args=() ;;
 	999hz) args=(--python-hz 999) ;;
+	old49) args=() agent=$BENCH_OLD_AGENT ;;
 	esac
-	taskset -c "$AGENT_CPU" "$AGENT" -o /dev/null -i 1 "${args[@]}" 2>"$TMP/agent.err" &
+	taskset -c "$AGENT_CPU" "$agent" -o /dev/null -i 1 "${args[@]}" 2>"$TMP/agent.err" &
 	APID=$!
 	wait_for "$TMP/agent.err" 'running in' "$APID" || { say "agent did not start: $(tail -n 2 "$TMP/agent.err")"; return 1; }
 	read -r rt0 rc0 <<<"$(prog_ns py_sample)"
@@ -71,21 +74,23 @@ run_one() { # run_one CONFIG: one timed run; appends "config wall_s agent_cpu_s 
 		>>"$TMP/res"
 }
 
+CFGS=(off 49hz 999hz)
+[ -n "${BENCH_OLD_AGENT:-}" ] && [ -x "$BENCH_OLD_AGENT" ] && CFGS+=(old49)
 for ((r = 0; r < ROUNDS; r++)); do
-	for cfg in off 49hz 999hz; do run_one "$cfg" || exit 0; done
+	for cfg in "${CFGS[@]}"; do run_one "$cfg" || exit 0; done
 done
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 base=$(awk '$1=="off"{print $2}' "$TMP/res" | median)
 say "python3 $("$PY" -c 'import platform; print(platform.python_version())'), $ITERS loops of 12 calls, loop on CPU $LOOP_CPU, agent on CPU $AGENT_CPU, median of $ROUNDS"
 printf '%-7s %9s %9s %11s %13s %12s\n' config wall_s ratio agent_cpu_s ns_per_sample samples_run
-for cfg in off 49hz 999hz; do
+for cfg in "${CFGS[@]}"; do
 	w=$(awk -v c="$cfg" '$1==c{print $2}' "$TMP/res" | median)
 	a=$(awk -v c="$cfg" '$1==c{print $3}' "$TMP/res" | median)
 	n=$(awk -v c="$cfg" '$1==c{print $4}' "$TMP/res" | median)
 	s=$(awk -v c="$cfg" '$1==c{print $5}' "$TMP/res" | median)
 	printf '%-7s %9s %9s %11s %13s %12s\n' "$cfg" "$w" "$(awk -v w="$w" -v b="$base" 'BEGIN { printf "%.4f", w / b }')" "$a" "$n" "$s"
 done
-say "(ns_per_sample: the sampler's run time per CPU clock event, every CPU's, Python or not; samples_run: its runs)"
+say "(ns_per_sample: the sampler's run time per CPU clock tick, every CPU's, Python or not, a tick without a sample included; samples_run: its runs, ticks)"
 
 # The launch probes' Python frames (deep mode, every launch with its user
 # stack: --stack-rate 1000000): a Python loop of LAUNCHES cudaLaunchKernel

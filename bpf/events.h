@@ -706,6 +706,13 @@ struct agent_cfg {
 	 * (agent/sources/loader.c, task_storage_usable())
 	 */
 	__u32 task_storage;
+	/*
+	 * The Python sampler's clock ticks per sample (bpf/python.bpf.c,
+	 * py_sample; agent/sources/loader.c, loader_py_ticks()): 1, or the
+	 * mean of the random gap between two samples
+	 */
+	__u32 py_ticks;
+	__u32 pad;
 };
 
 /* ---- GPU side: records the CUPTI shim sends to the agent (issue 3) ---- */

@@ -157,9 +157,35 @@ __noinline int py_stack_send(__u64 id, __u64 ts_ns, __u32 flags)
 	return 0;
 }
 
+/* per CPU: the clock ticks py_sample lets pass before its next sample */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} py_skip SEC(".maps");
+
+/*
+ * The clock ticks cfg.py_ticks times --python-hz; a sample is taken after a
+ * random 1 to 2 * py_ticks - 1 ticks (py_ticks on average: --python-hz). A
+ * fixed period locks onto work that repeats at a multiple of it: two Python
+ * threads that take turns at the GIL every 5 ms (its switch interval) turn
+ * about 4 times in the 20.4 ms of 49 Hz, and a fixed 49 Hz found one of them
+ * in 0 to 30 of 30 chances for the same 50% share. Random gaps take every
+ * phase of such work alike (tests/integration/python.sh, python_fixed_period)
+ */
 SEC("perf_event")
 int py_sample(void *ctx)
 {
+	__u32 zero = 0, *skip = bpf_map_lookup_elem(&py_skip, &zero);
+
 	(void)ctx;
+	if (skip && cfg.py_ticks > 1) {
+		if (*skip) {
+			(*skip)--;
+			return 0;
+		}
+		*skip = bpf_get_prandom_u32() % (2 * cfg.py_ticks - 1);
+	}
 	return py_stack_send(bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 0);
 }

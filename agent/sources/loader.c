@@ -367,11 +367,26 @@ struct bpf_program *loader_step_program(struct agent *a, bool end)
 }
 
 /*
- * The Python sampler (bpf/python.bpf.c): a CPU clock event at hz on every
- * CPU, py_sample attached to each. CPUs that are offline are skipped.
+ * The Python sampler (bpf/python.bpf.c): a CPU clock event on every CPU,
+ * py_sample attached to each. CPUs that are offline are skipped. The clock
+ * ticks loader_py_ticks(hz) times hz (4 at the default 49; fewer above
+ * 250 Hz, so that it ticks at most PY_TICK_HZ times a second), and
+ * py_sample keeps a tick at random gaps of that mean: hz samples a second,
+ * never locked onto work that repeats at the sampling period. Each tick is a
+ * timer interrupt on every CPU (about 40 us on the 2-CPU VM of
+ * docs/operations.md, "Python frames": 4 cost about 1% there, 8 about 2%).
  */
+#define PY_TICKS_MAX 4
+#define PY_TICK_HZ 1000
 static struct bpf_link **py_links;
 static int n_py_links;
+
+static uint32_t loader_py_ticks(uint32_t hz)
+{
+	if (!hz || hz >= PY_TICK_HZ / 2)
+		return 1;
+	return PY_TICK_HZ / hz < PY_TICKS_MAX ? PY_TICK_HZ / hz : PY_TICKS_MAX;
+}
 
 int loader_python_sampler(struct agent *a, uint32_t hz)
 {
@@ -392,7 +407,7 @@ int loader_python_sampler(struct agent *a, uint32_t hz)
 		    .size = sizeof(pa),
 		    .config = PERF_COUNT_SW_CPU_CLOCK,
 		    .freq = 1,
-		    .sample_freq = hz,
+		    .sample_freq = (uint64_t)hz * a->skel->rodata->cfg.py_ticks,
 		};
 		int fd = (int)syscall(__NR_perf_event_open, &pa, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
 		struct bpf_link *l;
@@ -477,6 +492,7 @@ static int open_load(struct agent *a, bool python)
 	skel->rodata->cfg.self_pid = getpid();
 	/* the NCCL probes' per-thread state: task storage, or a hash by tid */
 	skel->rodata->cfg.task_storage = task_storage_usable();
+	skel->rodata->cfg.py_ticks = loader_py_ticks(a->opts.python_hz);
 	if (!skel->rodata->cfg.task_storage) {
 		pr_info(
 		    "no task storage for uprobe programs (Linux < 5.12, or "

@@ -12,10 +12,10 @@ Lingers, then ends with {"done": 1}.
 With HELPER 1, a second thread runs background_tokenize() on the CPU until
 the steps end (its native id in the first line's "helper"): zlib.crc32()
 over 4 MiB at a time (about 1 ms), which releases the GIL, so that both
-threads run at once. A helper that held the GIL took turns with the main
-thread every 5 ms (the switch interval), and the sampler's 49 Hz period
-(20.4 ms, about four turns) locked onto the turns: the main thread got 1 to
-30 of pad_batch's samples, the same in `perf record -F 49`. It lingers
+threads run at once (a helper that held the GIL took turns with the main
+thread every 5 ms, which a sampler with a fixed 49 Hz period locked onto:
+the main thread got 0 to 30 of pad_batch's samples; py_periodic.py). It
+lingers
 PY_STEPS_LINGER seconds (environment, default 3) after its steps. With SLOW_KIND
 sleep, step SLOW sleeps SLOW_MS in wait_for_batch() (off the CPU, the GIL
 released) instead of running pad_batch().

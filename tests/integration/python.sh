@@ -74,6 +74,14 @@
 #                    works it out from the kernel records; its GPU records
 #                    section as gpusum_check.py does; `agentctl summary`
 #                    before the stop prints both sections as the exit does
+#   python_fixed_period: tests/integration/py_periodic.py on the system
+#                    python3, on one CPU for 3 s: the first half of every
+#                    1/49 s in first_half(), the second in second_half().
+#                    The sampler's clock on that CPU (49 Hz on average)
+#                    finds each half in 30% to 70% of its 80 or more
+#                    samples; one that ticked every 1/49 s (before random
+#                    gaps, bpf/python.bpf.c py_sample) found one half in all
+#                    (147 of 147)
 #   python_versions: the same script with a second thread spinning in
 #                    background_tokenize() (in zlib.crc32, the GIL released:
 #                    both threads on a CPU at once) on pyenv's 3.10 (no Py_Version:
@@ -127,8 +135,8 @@
 #                    --python-hz or --python-stacks is refused with a line
 #                    naming the option (exit 64)
 source "$(dirname "$0")/lib.sh"
-NAMES=(python_layout python_profile python_other_thread python_launch python_launch_gpu python_versions
-	python_forged python_embedded python_code_reused python_unloadable python_off)
+NAMES=(python_layout python_profile python_other_thread python_launch python_launch_gpu python_fixed_period
+	python_versions python_forged python_embedded python_code_reused python_unloadable python_off)
 it_preflight "${NAMES[@]}"
 
 PY_STEPS=$IT_ROOT/tests/integration/py_steps.py
@@ -504,6 +512,26 @@ if num "$PYPID"; then
 		eqs "$lines" "{\"n\":$n,\"attn\":$LAUNCH_ROUNDS,\"sample\":$LAUNCH_ROUNDS}"
 fi
 report python_launch_gpu
+
+# ---------------------------------------------------- python_fixed_period --
+PY_PERIODIC=$IT_ROOT/tests/integration/py_periodic.py
+agent_start python_fixed_period -i 0.25 || fail_because "agent did not start: $(agent_tail)"
+py_go periodic "$SYS_PY" "$PY_PERIODIC" "$CUDART" "{go}" 3
+sleep 0.6
+agent_stop INT || fail_because "agent did not exit on SIGINT"
+[ "$AGENT_RC" = 0 ] || fail_because "agent exit $AGENT_RC: $(agent_tail)"
+if num "$PYTID"; then
+	halves=$(jqo -r --argjson t "$PYTID" '[.[] | select(.type=="python_profile" and .tid==$t)] as $r
+		| def n(f): [$r[] | select(.stack[0].function == f) | .samples] | add // 0;
+		[n("first_half"), n("second_half")] | map(tostring) | join(" ")')
+	read -r h1 h2 <<<"$halves"
+	echo "# python_fixed_period: first_half $h1, second_half $h2 samples"
+	expect "samples in the halves: $h1 + $h2, 80 or more (3 s at 49 Hz on a CPU)" \
+		ge "$((${h1:-0} + ${h2:-0}))" 80
+	expect "each half in 30% to 70% of them: first_half $h1, second_half $h2" \
+		between "$((${h1:-0} * 100 / (${h1:-0} + ${h2:-0} + 1)))" 30 70
+fi
+report python_fixed_period
 
 # -------------------------------------------------------- python_versions --
 vers=()
