@@ -693,15 +693,12 @@ static int set_pid(const struct opt_def *d, struct agent_opts *o, char *arg,
 static int set_instance(const struct opt_def *d, struct agent_opts *o, char *arg,
 			struct argp_state *state)
 {
-	size_t n = strlen(arg), k;
+	size_t n = strlen(arg);
 
 	(void)d;
 	(void)state;
-	if (!n || n > INSTANCE_LEN - 1)
+	if (!n || n > INSTANCE_LEN - 1 || jw_utf8_valid(arg, n) != n)
 		return -EINVAL;
-	for (size_t i = 0; i < n; i += k)
-		if (!(k = jw_utf8_seq((const unsigned char *)arg + i, n - i)))
-			return -EINVAL;
 	o->instance = arg;
 	return 0;
 }

@@ -54,6 +54,8 @@ long jw_end(struct jsonw *w);
  * one process-wide total, jw_utf8_replaced() (stats "utf8_replaced").
  */
 size_t jw_utf8_seq(const unsigned char *s, size_t n); /* 1-4, or 0: invalid */
+/* how many of s's first n bytes are well-formed UTF-8 from its start: n when all are */
+size_t jw_utf8_valid(const char *s, size_t n);
 const char *jw_utf8_clean(const char *s, char *buf, size_t cap);
 uint64_t jw_utf8_replaced(void);
 

@@ -85,11 +85,9 @@ static void count_replaced(uint64_t n)
 		atomic_fetch_add_explicit(&utf8_replaced, n, memory_order_relaxed);
 }
 
-const char *jw_utf8_clean(const char *s, char *buf, size_t cap)
+size_t jw_utf8_valid(const char *s, size_t n)
 {
-	static const char rep[] = "\xef\xbf\xbd"; /* U+FFFD */
-	size_t n = strlen(s), i = 0, o = 0, k;
-	uint64_t bad = 0;
+	size_t i = 0, k;
 
 	/*
 	 * Names are nearly all ASCII: 8 bytes at a time while no byte has its
@@ -109,6 +107,15 @@ const char *jw_utf8_clean(const char *s, char *buf, size_t cap)
 		    !(k = jw_utf8_seq((const unsigned char *)s + i, n - i)))
 			break;
 	}
+	return i;
+}
+
+const char *jw_utf8_clean(const char *s, char *buf, size_t cap)
+{
+	static const char rep[] = "\xef\xbf\xbd"; /* U+FFFD */
+	size_t n = strlen(s), i = jw_utf8_valid(s, n), o = 0, k;
+	uint64_t bad = 0;
+
 	if (i == n)
 		return s;
 	if (!cap)

@@ -160,9 +160,9 @@ static void test_clean(void **state)
 }
 
 /*
- * The scan goes 8 bytes at a time while they are ASCII: a non-ASCII byte at
- * every offset and in every length up to 40 (each side of each word edge)
- * is found, whether it starts a well-formed sequence or none.
+ * The scan (jw_utf8_valid) goes 8 bytes at a time while they are ASCII: a
+ * non-ASCII byte at every offset and in every length up to 40 (each side of
+ * each word edge) is found, whether it starts a well-formed sequence or none.
  */
 static void test_clean_every_offset(void **state)
 {
@@ -190,6 +190,10 @@ static void test_clean_every_offset(void **state)
 				memcpy(in + at, cases[c].seq, sl);
 				in[at + sl + tail] = '\0';
 				got = jw_utf8_clean(in, buf, sizeof(buf));
+				/* the valid prefix (--instance's check): all, or up to the bad byte
+				 */
+				assert_int_equal(jw_utf8_valid(in, strlen(in)),
+						 cases[c].want ? at : strlen(in));
 				if (!cases[c].want) {
 					assert_ptr_equal(got, in);
 					continue;
