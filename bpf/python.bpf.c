@@ -177,10 +177,10 @@ struct {
 SEC("perf_event")
 int py_sample(void *ctx)
 {
-	__u32 zero = 0, *skip = bpf_map_lookup_elem(&py_skip, &zero);
+	__u32 zero = 0, *skip;
 
 	(void)ctx;
-	if (skip && cfg.py_ticks > 1) {
+	if (cfg.py_ticks > 1 && (skip = bpf_map_lookup_elem(&py_skip, &zero))) {
 		if (*skip) {
 			(*skip)--;
 			return 0;
